@@ -1,0 +1,1 @@
+//! onnx-ir (not built yet).

@@ -1,0 +1,1 @@
+//! pipeline (not built yet).

@@ -1,0 +1,1 @@
+//! qdq (not built yet).

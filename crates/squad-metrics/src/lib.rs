@@ -1,0 +1,1 @@
+//! squad-metrics (not built yet).

@@ -1,0 +1,1 @@
+//! squad (not built yet).
