@@ -1,1 +1,74 @@
-fn main() {}
+//! `cargo xtask`: the project's automation, in Rust, with no dependencies beyond `anyhow` so it builds in seconds.
+//!
+//! Commands: `setup`, `test`, `download`, `e2e`, `bench`. Run `cargo xtask help` for details.
+
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const HELP: &str = "\
+cargo xtask <command> [options]
+
+Commands:
+  setup [--gpu] [--force]   Install ONNX Runtime (PyPI wheel onnxruntime==1.31.1, or onnxruntime-gpu with --gpu)
+                            into .ort/ in the workspace, with pip. Idempotent.
+  test [-- <cargo test args>]
+                            setup, then run every test of the workspace.
+  download [--mirror DIR] [--dest DIR]
+                            Fetch SQuAD files, vocab and model into .assets/ (or take them from a local mirror).
+  e2e [qdq e2e flags...]    setup + download, build qdq in release, run `qdq e2e` on the assets.
+  bench [--vs-python]       criterion benchmarks (+ the side-by-side comparison with ORT's Python tools).
+  help                      This text.
+";
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let cmd = args.next().unwrap_or_else(|| "help".to_owned());
+    let rest: Vec<String> = args.collect();
+    match cmd.as_str() {
+        "setup" => setup::setup(&setup::SetupArgs::parse(&rest)?).map(|_| ()),
+        "test" => test(&rest),
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => bail!("unknown command `{other}`\n\n{HELP}"),
+    }
+}
+
+/// The workspace root (the parent of xtask/).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Runs a command in the workspace root, failing with the command line when it fails.
+pub fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let line = format!("{cmd:?}");
+    let status = cmd.current_dir(root()).status().with_context(|| format!("cannot start {line}"))?;
+    if !status.success() {
+        bail!("{line} failed with {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// `cargo xtask test`: provision ONNX Runtime, then every test of the workspace in debug.
+fn test(rest: &[String]) -> Result<()> {
+    let lib = setup::setup(&setup::SetupArgs::default())?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace", "--locked"]).args(rest).env(setup::LIBRARY_ENV, &lib);
+    run_cmd(&mut cmd)
+}

@@ -1,1 +1,66 @@
-//! runtime (not built yet).
+//! `runtime`: the execution-provider (EP) abstraction over [`ort`].
+//!
+//! What this crate owns:
+//! - finding and loading the ONNX Runtime shared library ([`locate_library`], [`init`]);
+//! - the typed [`Ep`] enum with each provider's options, and turning it into an `ort` session;
+//! - running a model on named `i64` inputs and handing back `f32` outputs.
+//!
+//! Invariants:
+//! - We never fall back to another EP silently. An EP the loaded library lacks, or that fails to register, is an
+//!   [`Error::EpUnavailable`] / [`Error::EpRegistration`] unless the caller set [`SessionConfig::allow_fallback`], and
+//!   then [`Session::fallback`] says so, for the caller to print.
+//! - The library is loaded with `ort::init_from` (never the panicking `ort::init`), once per process.
+//! - This crate knows nothing of SQuAD, calibration or Q/DQ: it takes model bytes and arrays.
+
+mod ep;
+mod library;
+mod session;
+
+pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
+pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
+pub use session::{IoInfo, OptLevel, Session, SessionConfig, TensorKind};
+
+use std::path::PathBuf;
+
+/// Errors of the runtime crate. Each one names the library, EP, model or tensor concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "ONNX Runtime library not found: {searched}. Run `cargo xtask setup` (or `cargo xtask setup --gpu`) in the qdq \
+         workspace, or set {LIBRARY_ENV} to the path of libonnxruntime.so"
+    )]
+    LibraryNotFound { searched: String },
+    #[error("cannot load ONNX Runtime from {path}: {reason}")]
+    LibraryLoad { path: PathBuf, reason: String },
+    #[error(
+        "execution provider {requested} is not in the loaded ONNX Runtime ({library}); it provides: {available}. {hint}"
+    )]
+    EpUnavailable { requested: String, library: String, available: String, hint: String },
+    #[error("execution provider {ep} failed to register: {reason}")]
+    EpRegistration { ep: String, reason: String },
+    #[error("invalid option for {ep}: {reason}")]
+    EpOption { ep: String, reason: String },
+    #[error("cannot create an ONNX Runtime session for {model}: {reason}")]
+    Session { model: String, reason: String },
+    #[error("model {model} needs input `{input}`, which was not given (given: {given})")]
+    MissingInput { model: String, input: String, given: String },
+    #[error("model {model} input `{input}`: {reason}")]
+    BadInput { model: String, input: String, reason: String },
+    #[error("model {model} has no output `{output}` (outputs: {available})")]
+    MissingOutput { model: String, output: String, available: String },
+    #[error("model {model} output `{output}`: {reason}")]
+    BadOutput { model: String, output: String, reason: String },
+    #[error("running {model} failed: {reason}")]
+    Run { model: String, reason: String },
+    #[error("ONNX Runtime error: {0}")]
+    Ort(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<ort::Error> for Error {
+    fn from(e: ort::Error) -> Self {
+        Error::Ort(e.to_string())
+    }
+}

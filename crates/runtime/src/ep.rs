@@ -1,0 +1,230 @@
+//! Execution providers as a typed enum, with the options the seeds' workflows use.
+
+use std::path::PathBuf;
+
+use ort::ep::{self, ExecutionProviderDispatch};
+
+use crate::{Error, Result};
+
+/// TensorRT EP options. `int8` with a calibration table makes TensorRT use our ranges for tensors without Q/DQ.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TensorRtOptions {
+    pub device_id: i32,
+    pub fp16: bool,
+    pub int8: bool,
+    /// `trt_int8_calibration_table_name`: a flatbuffers table (or native cache with `use_native_table`).
+    pub calibration_table: Option<PathBuf>,
+    /// `trt_int8_use_native_calibration_table`.
+    pub use_native_table: bool,
+    /// `trt_engine_cache_enable` + `trt_engine_cache_path`.
+    pub engine_cache_dir: Option<PathBuf>,
+}
+
+/// MIGraphX EP options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MiGraphXOptions {
+    pub device_id: i32,
+    pub fp16: bool,
+    pub int8: bool,
+    pub calibration_table: Option<PathBuf>,
+    pub use_native_table: bool,
+    /// Save the compiled program here (`migraphx_save_compiled_model`).
+    pub save_model: Option<PathBuf>,
+    /// Load a compiled program from here (`migraphx_load_compiled_model`).
+    pub load_model: Option<PathBuf>,
+}
+
+/// The execution providers qdq knows how to configure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ep {
+    Cpu,
+    Cuda { device_id: i32 },
+    TensorRt(TensorRtOptions),
+    MiGraphX(MiGraphXOptions),
+    Rocm { device_id: i32 },
+    OpenVino { device_type: String },
+}
+
+/// Reads a boolean switch the seeds' scripts use (`ORT_TENSORRT_INT8_ENABLE=1`).
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "True" | "yes"))
+}
+
+impl TensorRtOptions {
+    /// Defaults taken from `ORT_TENSORRT_FP16_ENABLE` / `ORT_TENSORRT_INT8_ENABLE`, as the seed scripts set them.
+    /// Command-line flags are applied on top by the caller, so flags win.
+    pub fn from_env() -> Self {
+        TensorRtOptions {
+            fp16: env_flag("ORT_TENSORRT_FP16_ENABLE"),
+            int8: env_flag("ORT_TENSORRT_INT8_ENABLE"),
+            ..Default::default()
+        }
+    }
+}
+
+impl MiGraphXOptions {
+    /// Defaults taken from `ORT_MIGRAPHX_FP16_ENABLE` / `ORT_MIGRAPHX_INT8_ENABLE`.
+    pub fn from_env() -> Self {
+        MiGraphXOptions {
+            fp16: env_flag("ORT_MIGRAPHX_FP16_ENABLE"),
+            int8: env_flag("ORT_MIGRAPHX_INT8_ENABLE"),
+            ..Default::default()
+        }
+    }
+}
+
+impl Ep {
+    /// Every name [`Ep::parse`] accepts, for help texts and errors.
+    pub const NAMES: &'static [&'static str] = &["cpu", "cuda", "tensorrt", "migraphx", "rocm", "openvino"];
+
+    /// Parses an EP name case-insensitively (`TensorRT`, `tensorrt`, `trt`, `MIGraphX`, `CPU`, ...), with defaults
+    /// from the environment for TensorRT and MIGraphX.
+    pub fn parse(name: &str) -> Result<Ep> {
+        let lower = name.trim().to_ascii_lowercase();
+        let lower = lower.strip_suffix("executionprovider").unwrap_or(&lower);
+        Ok(match lower {
+            "cpu" => Ep::Cpu,
+            "cuda" => Ep::Cuda { device_id: 0 },
+            "tensorrt" | "trt" => Ep::TensorRt(TensorRtOptions::from_env()),
+            "migraphx" => Ep::MiGraphX(MiGraphXOptions::from_env()),
+            "rocm" => Ep::Rocm { device_id: 0 },
+            "openvino" => Ep::OpenVino { device_type: "CPU".to_owned() },
+            _ => {
+                return Err(Error::EpOption {
+                    ep: name.to_owned(),
+                    reason: format!("unknown execution provider; valid: {}", Ep::NAMES.join(", ")),
+                });
+            }
+        })
+    }
+
+    /// The provider's name inside ONNX Runtime, as `GetAvailableProviders` lists it.
+    pub fn ort_name(&self) -> &'static str {
+        match self {
+            Ep::Cpu => "CPUExecutionProvider",
+            Ep::Cuda { .. } => "CUDAExecutionProvider",
+            Ep::TensorRt(_) => "TensorrtExecutionProvider",
+            Ep::MiGraphX(_) => "MIGraphXExecutionProvider",
+            Ep::Rocm { .. } => "ROCMExecutionProvider",
+            Ep::OpenVino { .. } => "OpenVINOExecutionProvider",
+        }
+    }
+
+    /// Short lower-case name (`tensorrt`), as the CLI spells it.
+    pub fn short_name(&self) -> &'static str {
+        match self {
+            Ep::Cpu => "cpu",
+            Ep::Cuda { .. } => "cuda",
+            Ep::TensorRt(_) => "tensorrt",
+            Ep::MiGraphX(_) => "migraphx",
+            Ep::Rocm { .. } => "rocm",
+            Ep::OpenVino { .. } => "openvino",
+        }
+    }
+
+    /// How a user gets a library that has this EP.
+    pub fn install_hint(&self) -> &'static str {
+        match self {
+            Ep::Cpu => "Every ONNX Runtime build has it.",
+            Ep::Cuda { .. } | Ep::TensorRt(_) => {
+                "Install the GPU build with `cargo xtask setup --gpu` (onnxruntime-gpu: CUDA and TensorRT EPs; needs an \
+                 NVIDIA GPU with CUDA 12 and, for TensorRT, the TensorRT libraries), or point ORT_DYLIB_PATH at such a \
+                 build."
+            }
+            Ep::MiGraphX(_) | Ep::Rocm { .. } => {
+                "Build ONNX Runtime with --use_migraphx / --use_rocm (ROCm and MIGraphX installed) and point \
+                 ORT_DYLIB_PATH at it; no PyPI wheel carries these EPs."
+            }
+            Ep::OpenVino { .. } => {
+                "Install an OpenVINO build of ONNX Runtime (PyPI onnxruntime-openvino) and point ORT_DYLIB_PATH at its \
+                 libonnxruntime.so."
+            }
+        }
+    }
+
+    /// Whether TensorRT/MIGraphX should run in INT8 mode.
+    pub fn int8(&self) -> bool {
+        match self {
+            Ep::TensorRt(o) => o.int8,
+            Ep::MiGraphX(o) => o.int8,
+            _ => false,
+        }
+    }
+
+    /// Builds the `ort` dispatch, always with `error_on_failure` so a failed registration is an error, never a fallback.
+    pub(crate) fn dispatch(&self) -> Result<Option<ExecutionProviderDispatch>> {
+        let path_str = |p: &PathBuf, what: &str| -> Result<String> {
+            p.to_str().map(str::to_owned).ok_or_else(|| Error::EpOption {
+                ep: self.short_name().to_owned(),
+                reason: format!("{what} path {} is not valid UTF-8", p.display()),
+            })
+        };
+        let d = match self {
+            Ep::Cpu => return Ok(None),
+            Ep::Cuda { device_id } => ep::CUDA::default().with_device_id(*device_id).build(),
+            Ep::TensorRt(o) => {
+                let mut trt = ep::TensorRT::default().with_device_id(o.device_id).with_fp16(o.fp16).with_int8(o.int8);
+                if let Some(t) = &o.calibration_table {
+                    trt = trt
+                        .with_int8_calibration_table_name(path_str(t, "calibration table")?)
+                        .with_int8_use_native_calibration_table(o.use_native_table);
+                }
+                if let Some(dir) = &o.engine_cache_dir {
+                    trt = trt.with_engine_cache(true).with_engine_cache_path(path_str(dir, "engine cache")?);
+                }
+                trt.build()
+            }
+            Ep::MiGraphX(o) => {
+                let mut m = ep::MIGraphX::default().with_device_id(o.device_id).with_fp16(o.fp16).with_int8(o.int8);
+                if let Some(t) = &o.calibration_table {
+                    m = m.with_int8_calibration_table(path_str(t, "calibration table")?, o.use_native_table);
+                }
+                if let Some(p) = &o.save_model {
+                    m = m.with_save_model(path_str(p, "save model")?);
+                }
+                if let Some(p) = &o.load_model {
+                    m = m.with_load_model(path_str(p, "load model")?);
+                }
+                m.build()
+            }
+            Ep::Rocm { device_id } => ep::ROCm::default().with_device_id(*device_id).build(),
+            Ep::OpenVino { device_type } => ep::OpenVINO::default().with_device_type(device_type).build(),
+        };
+        Ok(Some(d.error_on_failure()))
+    }
+}
+
+impl std::fmt::Display for Ep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_accepts_the_seed_spellings() {
+        assert_eq!(Ep::parse("CPU").unwrap(), Ep::Cpu);
+        assert!(matches!(Ep::parse("TensorRT").unwrap(), Ep::TensorRt(_)));
+        assert!(matches!(Ep::parse("TensorrtExecutionProvider").unwrap(), Ep::TensorRt(_)));
+        assert!(matches!(Ep::parse("MIGraphX").unwrap(), Ep::MiGraphX(_)));
+        assert_eq!(Ep::parse("ROCm").unwrap(), Ep::Rocm { device_id: 0 });
+    }
+
+    #[test]
+    fn unknown_ep_lists_valid_names() {
+        let msg = Ep::parse("tpu").unwrap_err().to_string();
+        assert!(msg.contains("tpu") && msg.contains("tensorrt") && msg.contains("migraphx"), "{msg}");
+    }
+
+    #[test]
+    fn ort_names_match_onnxruntime() {
+        for name in Ep::NAMES {
+            let ep = Ep::parse(name).unwrap();
+            assert!(ep.ort_name().ends_with("ExecutionProvider"));
+            assert_eq!(Ep::parse(ep.ort_name()).unwrap().short_name(), ep.short_name());
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! A model loaded on one execution provider, fed with named `i64` arrays.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use ndarray::{ArrayD, ArrayView2};
+use ort::session::SessionInputValue;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::value::{TensorElementType, TensorRef, ValueType};
+
+use crate::library::{environment, init};
+use crate::{Ep, Error, Result};
+
+/// ONNX Runtime graph optimisation level. The seeds disable all optimisation for QDQ models on TensorRT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OptLevel {
+    Disable,
+    Basic,
+    Extended,
+    #[default]
+    All,
+}
+
+impl OptLevel {
+    pub const NAMES: &'static [&'static str] = &["disable", "basic", "extended", "all"];
+
+    pub fn parse(s: &str) -> Result<OptLevel> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "disable" | "none" | "0" => OptLevel::Disable,
+            "basic" | "1" => OptLevel::Basic,
+            "extended" | "2" => OptLevel::Extended,
+            "all" | "99" | "3" => OptLevel::All,
+            _ => {
+                return Err(Error::EpOption {
+                    ep: "session".into(),
+                    reason: format!("unknown graph optimisation level `{s}`; valid: {}", OptLevel::NAMES.join(", ")),
+                });
+            }
+        })
+    }
+}
+
+/// How to build a [`Session`].
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub ep: Ep,
+    /// Run on CPU when `ep` is missing or fails to register. Off by default: we never fall back silently, and when
+    /// this is on, [`Session::fallback`] carries the reason for the caller to print.
+    pub allow_fallback: bool,
+    pub opt_level: OptLevel,
+    /// Intra-op threads; `None` lets ONNX Runtime decide (one per core).
+    pub intra_threads: Option<usize>,
+    /// ONNX Runtime's own verbose logging (`--ort_verbose`).
+    pub verbose: bool,
+    /// Save the model as optimised by ONNX Runtime here (`--save_load`, and to inspect CPU QDQ fusion).
+    pub optimized_model_path: Option<PathBuf>,
+    /// Load ONNX Runtime from this path instead of the default search ([`crate::locate_library`]).
+    pub library: Option<PathBuf>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            ep: Ep::Cpu,
+            allow_fallback: false,
+            opt_level: OptLevel::All,
+            intra_threads: None,
+            verbose: false,
+            optimized_model_path: None,
+            library: None,
+        }
+    }
+}
+
+/// Element type of a model input or output, as far as qdq cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TensorKind {
+    F32,
+    I64,
+    I32,
+    Other(String),
+}
+
+/// A model input or output: name, element type and shape (`-1` for a dynamic dimension).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoInfo {
+    pub name: String,
+    pub kind: TensorKind,
+    pub shape: Vec<i64>,
+}
+
+fn io_info(name: &str, ty: &ValueType) -> IoInfo {
+    match ty {
+        ValueType::Tensor { ty, shape, .. } => IoInfo {
+            name: name.to_owned(),
+            kind: match ty {
+                TensorElementType::Float32 => TensorKind::F32,
+                TensorElementType::Int64 => TensorKind::I64,
+                TensorElementType::Int32 => TensorKind::I32,
+                other => TensorKind::Other(format!("{other:?}")),
+            },
+            shape: shape.iter().copied().collect(),
+        },
+        other => IoInfo { name: name.to_owned(), kind: TensorKind::Other(format!("{other:?}")), shape: Vec::new() },
+    }
+}
+
+/// An ONNX Runtime session on a known execution provider.
+pub struct Session {
+    inner: ort::session::Session,
+    model: String,
+    ep: Ep,
+    fallback: Option<String>,
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("model", &self.model).field("ep", &self.ep).finish_non_exhaustive()
+    }
+}
+
+fn builder_err<R>(model: &str) -> impl Fn(ort::Error<R>) -> Error + '_ {
+    move |e| Error::Session { model: model.to_owned(), reason: e.to_string() }
+}
+
+impl Session {
+    /// Loads a model file. External-data files are resolved next to it by ONNX Runtime.
+    pub fn from_file(path: &Path, cfg: &SessionConfig) -> Result<Session> {
+        let name = path.display().to_string();
+        Self::create(&name, cfg, |b| b.commit_from_file(path))
+    }
+
+    /// Loads a model from memory (a model with all tensors inline). `name` is used in messages.
+    pub fn from_bytes(bytes: &[u8], name: &str, cfg: &SessionConfig) -> Result<Session> {
+        Self::create(name, cfg, |b| b.commit_from_memory(bytes))
+    }
+
+    fn create(
+        model: &str,
+        cfg: &SessionConfig,
+        commit: impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
+    ) -> Result<Session> {
+        let info = init(cfg.library.as_deref())?;
+        let mut fallback = None;
+        let mut ep = cfg.ep.clone();
+        if !info.providers.iter().any(|p| p == ep.ort_name()) {
+            let unavailable = Error::EpUnavailable {
+                requested: ep.ort_name().to_owned(),
+                library: format!("{} {}", info.path.display(), info.version),
+                available: info.providers.join(", "),
+                hint: ep.install_hint().to_owned(),
+            };
+            if !cfg.allow_fallback {
+                return Err(unavailable);
+            }
+            fallback = Some(format!("falling back to CPU: {unavailable}"));
+            ep = Ep::Cpu;
+        }
+        let inner = match Self::build(model, cfg, &ep, &commit) {
+            Ok(s) => s,
+            Err(e @ Error::EpRegistration { .. }) if cfg.allow_fallback && ep != Ep::Cpu => {
+                fallback = Some(format!("falling back to CPU: {e}"));
+                ep = Ep::Cpu;
+                Self::build(model, cfg, &ep, &commit)?
+            }
+            Err(e) => return Err(e),
+        };
+        let inputs = inner.inputs().iter().map(|o| io_info(o.name(), o.dtype())).collect();
+        let outputs = inner.outputs().iter().map(|o| io_info(o.name(), o.dtype())).collect();
+        Ok(Session { inner, model: model.to_owned(), ep, fallback, inputs, outputs })
+    }
+
+    fn build(
+        model: &str,
+        cfg: &SessionConfig,
+        ep: &Ep,
+        commit: &impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
+    ) -> Result<ort::session::Session> {
+        let env = environment()?;
+        let mut b = ort::session::Session::builder(env).map_err(|e| Error::Session {
+            model: model.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let level = match cfg.opt_level {
+            OptLevel::Disable => GraphOptimizationLevel::Disable,
+            OptLevel::Basic => GraphOptimizationLevel::Level1,
+            OptLevel::Extended => GraphOptimizationLevel::Level2,
+            OptLevel::All => GraphOptimizationLevel::All,
+        };
+        b = b.with_optimization_level(level).map_err(builder_err(model))?;
+        if let Some(n) = cfg.intra_threads {
+            b = b.with_intra_threads(n).map_err(builder_err(model))?;
+        }
+        let level = if cfg.verbose { ort::logging::LogLevel::Verbose } else { ort::logging::LogLevel::Error };
+        b = b.with_log_level(level).map_err(builder_err(model))?;
+        if let Some(p) = &cfg.optimized_model_path {
+            b = b.with_optimized_model_path(p).map_err(builder_err(model))?;
+        }
+        if let Some(d) = ep.dispatch()? {
+            b = b.with_execution_providers([d]).map_err(|e| Error::EpRegistration {
+                ep: ep.ort_name().to_owned(),
+                reason: e.to_string(),
+            })?;
+        }
+        commit(&mut b).map_err(|e| Error::Session { model: model.to_owned(), reason: e.to_string() })
+    }
+
+    /// The EP the session runs on (CPU after a permitted fallback).
+    pub fn ep(&self) -> &Ep {
+        &self.ep
+    }
+
+    /// Why the session fell back to CPU, when [`SessionConfig::allow_fallback`] allowed it.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    pub fn inputs(&self) -> &[IoInfo] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[IoInfo] {
+        &self.outputs
+    }
+
+    /// Runs the model. `inputs` may hold more arrays than the model takes (DistilBERT has no `token_type_ids`):
+    /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it.
+    /// `int32` model inputs are converted. Each requested output is handed to `visit` as (name, shape, data)
+    /// without copying; outputs must be `float32`.
+    pub fn run_visit(
+        &mut self,
+        inputs: &[(&str, ArrayView2<'_, i64>)],
+        outputs: &[&str],
+        mut visit: impl FnMut(&str, &[usize], &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        for out in outputs {
+            let info = self.outputs.iter().find(|o| o.name == *out).ok_or_else(|| Error::MissingOutput {
+                model: self.model.clone(),
+                output: (*out).to_owned(),
+                available: self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", "),
+            })?;
+            if info.kind != TensorKind::F32 {
+                return Err(Error::BadOutput {
+                    model: self.model.clone(),
+                    output: (*out).to_owned(),
+                    reason: format!("expected float32, the model declares {:?}", info.kind),
+                });
+            }
+        }
+        let mut i32_copies = Vec::new();
+        let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
+        let mut order = Vec::with_capacity(self.inputs.len());
+        for info in &self.inputs {
+            let (_, arr) = inputs.iter().find(|(n, _)| *n == info.name).ok_or_else(|| Error::MissingInput {
+                model: self.model.clone(),
+                input: info.name.clone(),
+                given: inputs.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+            })?;
+            let bad = |reason: String| Error::BadInput { model: self.model.clone(), input: info.name.clone(), reason };
+            if arr.as_slice().is_none() {
+                return Err(bad("array is not contiguous".into()));
+            }
+            match info.kind {
+                TensorKind::I64 => order.push((info.name.clone(), Some(*arr), None)),
+                TensorKind::I32 => {
+                    let converted = arr.mapv(|v| i32::try_from(v).unwrap_or(i32::MAX));
+                    i32_copies.push(converted);
+                    order.push((info.name.clone(), None, Some(i32_copies.len() - 1)));
+                }
+                ref k => return Err(bad(format!("expected an int64 or int32 input, the model declares {k:?}"))),
+            }
+        }
+        for (name, view, copy) in &order {
+            let value: SessionInputValue<'_> = match (view, copy) {
+                (Some(v), _) => TensorRef::from_array_view(*v)?.into(),
+                (None, Some(i)) => TensorRef::from_array_view(i32_copies[*i].view())?.into(),
+                _ => unreachable!("every input is either i64 or an i32 copy"),
+            };
+            feeds.push((Cow::Owned(name.clone()), value));
+        }
+        let model = self.model.clone();
+        let result = self.inner.run(feeds).map_err(|e| Error::Run { model: model.clone(), reason: e.to_string() })?;
+        for out in outputs {
+            let value = result.get(*out).ok_or_else(|| Error::MissingOutput {
+                model: model.clone(),
+                output: (*out).to_owned(),
+                available: result.keys().collect::<Vec<_>>().join(", "),
+            })?;
+            let (shape, data) = value.try_extract_tensor::<f32>().map_err(|e| Error::BadOutput {
+                model: model.clone(),
+                output: (*out).to_owned(),
+                reason: e.to_string(),
+            })?;
+            let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+            visit(out, &dims, data)?;
+        }
+        Ok(())
+    }
+
+    /// Like [`Session::run_visit`], copying each requested output into an owned array.
+    pub fn run(&mut self, inputs: &[(&str, ArrayView2<'_, i64>)], outputs: &[&str]) -> Result<Vec<ArrayD<f32>>> {
+        let mut arrays = Vec::with_capacity(outputs.len());
+        let model = self.model.clone();
+        self.run_visit(inputs, outputs, |name, shape, data| {
+            let a = ArrayD::from_shape_vec(shape.to_vec(), data.to_vec()).map_err(|e| Error::BadOutput {
+                model: model.clone(),
+                output: name.to_owned(),
+                reason: e.to_string(),
+            })?;
+            arrays.push(a);
+            Ok(())
+        })?;
+        Ok(arrays)
+    }
+}
