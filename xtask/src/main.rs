@@ -2,6 +2,8 @@
 //!
 //! Commands: `setup`, `test`, `download`, `e2e`, `bench`. Run `cargo xtask help` for details.
 
+mod download;
+mod e2e;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -17,9 +19,14 @@ Commands:
                             into .ort/ in the workspace, with pip. Idempotent.
   test [-- <cargo test args>]
                             setup, then run every test of the workspace.
-  download [--mirror DIR] [--dest DIR]
-                            Fetch SQuAD files, vocab and model into .assets/ (or take them from a local mirror).
-  e2e [qdq e2e flags...]    setup + download, build qdq in release, run `qdq e2e` on the assets.
+  download [--mirror DIR] [--dest DIR] [--assets minilm|distilbert]
+                            Fetch SQuAD files, vocab and model into .assets/, checking sizes and SHA-256. With
+                            --mirror DIR (or QDQ_ASSETS_MIRROR) files are taken from a local copy instead; the
+                            `minilm` set (default with a mirror) exists only there, `distilbert` needs internet.
+  e2e [--mirror DIR] [--check] [qdq e2e flags...]
+                            setup + download, build qdq in release, run `qdq e2e` on the assets (default
+                            --samples 1000, --out out/e2e). --check fails unless FP32 F1 matches the reference
+                            within 0.1 and INT8 F1 is within 1.0 of FP32. Other flags go to `qdq e2e`.
   bench [--vs-python]       criterion benchmarks (+ the side-by-side comparison with ORT's Python tools).
   help                      This text.
 ";
@@ -38,6 +45,17 @@ fn run() -> Result<()> {
     match cmd.as_str() {
         "setup" => setup::setup(&setup::SetupArgs::parse(&rest)?).map(|_| ()),
         "test" => test(&rest),
+        "download" => {
+            let mut rest = rest;
+            let args = download::DownloadArgs::extract(&mut rest)?;
+            if let Some(extra) = rest.first() {
+                bail!("download: unknown option `{extra}` (valid: --mirror DIR, --dest DIR, --assets minilm|distilbert)");
+            }
+            let dest = download::download(&args)?;
+            eprintln!("xtask: assets ready in {}", dest.display());
+            Ok(())
+        }
+        "e2e" => e2e::e2e(&rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(())
@@ -61,7 +79,7 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 

@@ -1,0 +1,268 @@
+//! `cargo xtask download`: the data and models the end-to-end run needs, from the internet or a local mirror.
+//!
+//! Every file is written as `<name>.part` and renamed only after its size and SHA-256 check out, so an interrupted or
+//! corrupted download never looks complete. HTTPS downloads resume from the `.part` file (curl `-C -`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
+
+use crate::{root, run_cmd};
+
+/// One file of the manifest. `path` is relative both to the destination and to a mirror directory.
+pub struct Asset {
+    pub set: &'static str,
+    pub path: &'static str,
+    /// Where to fetch it with internet; `None` for files that exist only in a mirror (not published anywhere).
+    pub url: Option<&'static str>,
+    /// `None` where no checksum is pinned yet: the computed one is printed so it can be pinned.
+    pub sha256: Option<&'static str>,
+    pub size: Option<u64>,
+}
+
+/// Environment variable naming a local mirror directory (same as `--mirror`).
+pub const MIRROR_ENV: &str = "QDQ_ASSETS_MIRROR";
+
+/// The manifest. Set `minilm` is the project's reference model (a mirror of ../shared/assets); set `distilbert` is
+/// the public SQuAD ONNX export used when there is internet and no mirror.
+pub const MANIFEST: &[Asset] = &[
+    Asset {
+        set: "squad",
+        path: "squad/dev-v1.1.json",
+        url: Some("https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v1.1.json"),
+        sha256: Some("95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9"),
+        size: Some(4_854_279),
+    },
+    Asset {
+        set: "minilm",
+        path: "squad/train-v1.1-calib.json",
+        url: None,
+        sha256: Some("511b1440eb6080775bff5ec85f75cdc403068281375a1903a72d075949556895"),
+        size: Some(1_697_030),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/minilm-l6-squad/model.onnx",
+        url: None,
+        sha256: Some("bc9deb7dd36aadd0b830a7f085137a48b63f68c96ba8d0be7e0ba30d9f1fa0e2"),
+        size: Some(90_340_778),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/minilm-l6-squad/vocab.txt",
+        url: None,
+        sha256: Some("07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+        size: Some(231_508),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/minilm-l6-squad/reference_metrics.json",
+        url: None,
+        sha256: Some("538dfe052369f2dd64a10aec67fc8f12708c38bc9fcc8d241697a662948f2e14"),
+        size: Some(428),
+    },
+    Asset {
+        set: "distilbert",
+        path: "squad/train-v1.1.json",
+        url: Some("https://rajpurkar.github.io/SQuAD-explorer/dataset/train-v1.1.json"),
+        sha256: None,
+        size: None,
+    },
+    Asset {
+        set: "distilbert",
+        path: "models/distilbert-squad/model.onnx",
+        url: Some("https://huggingface.co/Xenova/distilbert-base-uncased-distilled-squad/resolve/main/onnx/model.onnx"),
+        sha256: None,
+        size: None,
+    },
+    Asset {
+        set: "distilbert",
+        path: "models/distilbert-squad/vocab.txt",
+        url: Some("https://huggingface.co/Xenova/distilbert-base-uncased-distilled-squad/resolve/main/vocab.txt"),
+        sha256: Some("07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+        size: Some(231_508),
+    },
+];
+
+#[derive(Debug, Default)]
+pub struct DownloadArgs {
+    pub mirror: Option<PathBuf>,
+    pub dest: Option<PathBuf>,
+    /// `minilm` (needs a mirror) or `distilbert` (needs internet). Default: minilm with a mirror, else distilbert.
+    pub set: Option<String>,
+}
+
+impl DownloadArgs {
+    /// Takes the download options out of `args`, leaving the rest (e2e passes them on to `qdq e2e`).
+    pub fn extract(args: &mut Vec<String>) -> Result<DownloadArgs> {
+        let mut out = DownloadArgs::default();
+        let mut i = 0;
+        while i < args.len() {
+            let (key, inline) = match args[i].split_once('=') {
+                Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+                None => (args[i].clone(), None),
+            };
+            if !matches!(key.as_str(), "--mirror" | "--dest" | "--assets") {
+                i += 1;
+                continue;
+            }
+            args.remove(i);
+            let value = match inline {
+                Some(v) => v,
+                None if i < args.len() => args.remove(i),
+                None => bail!("{key} needs a value"),
+            };
+            match key.as_str() {
+                "--mirror" => out.mirror = Some(PathBuf::from(value)),
+                "--dest" => out.dest = Some(PathBuf::from(value)),
+                _ => out.set = Some(value),
+            }
+        }
+        if out.mirror.is_none() {
+            out.mirror = std::env::var_os(MIRROR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+        }
+        Ok(out)
+    }
+
+    pub fn set(&self) -> &str {
+        self.set.as_deref().unwrap_or(if self.mirror.is_some() { "minilm" } else { "distilbert" })
+    }
+
+    pub fn dest(&self) -> PathBuf {
+        self.dest.clone().unwrap_or_else(|| root().join(".assets"))
+    }
+}
+
+/// Fetches every asset of the chosen set (plus the SQuAD dev set) into the destination; returns the destination.
+pub fn download(args: &DownloadArgs) -> Result<PathBuf> {
+    let set = args.set();
+    if !MANIFEST.iter().any(|a| a.set == set) {
+        bail!("unknown asset set `{set}` (valid: minilm, distilbert)");
+    }
+    if set == "minilm" && args.mirror.is_none() {
+        bail!(
+            "asset set `minilm` is not published on the internet: pass --mirror DIR (a copy of the project's shared \
+             assets) or set {MIRROR_ENV}; or use --assets distilbert with internet"
+        );
+    }
+    if let Some(m) = &args.mirror {
+        if !m.is_dir() {
+            bail!("mirror directory {} does not exist", m.display());
+        }
+    }
+    let dest = args.dest();
+    for asset in MANIFEST.iter().filter(|a| a.set == set || a.set == "squad") {
+        fetch(asset, args.mirror.as_deref(), &dest)?;
+    }
+    Ok(dest)
+}
+
+fn fetch(asset: &Asset, mirror: Option<&Path>, dest: &Path) -> Result<()> {
+    let target = dest.join(asset.path);
+    if target.is_file() && verify(asset, &target).is_ok() {
+        eprintln!("xtask: {} ok", asset.path);
+        return Ok(());
+    }
+    let parent = target.parent().context("asset path has no parent")?;
+    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let part = target.with_extension(format!(
+        "{}part",
+        target.extension().map(|e| format!("{}.", e.to_string_lossy())).unwrap_or_default()
+    ));
+    match (mirror.map(|m| m.join(asset.path)), asset.url) {
+        (Some(src), _) if src.is_file() => {
+            eprintln!("xtask: {} <- {}", asset.path, src.display());
+            let _ = std::fs::remove_file(&part);
+            if std::fs::hard_link(&src, &part).is_err() {
+                std::fs::copy(&src, &part).with_context(|| format!("cannot copy {}", src.display()))?;
+            }
+        }
+        (_, Some(url)) => {
+            eprintln!("xtask: {} <- {url}", asset.path);
+            run_cmd(
+                Command::new("curl")
+                    .args(["--fail", "--location", "--silent", "--show-error", "--retry", "3", "-C", "-", "-o"])
+                    .arg(&part)
+                    .arg(url),
+            )
+            .with_context(|| format!("downloading {url} failed (no internet? pass --mirror DIR)"))?;
+        }
+        (Some(src), None) => bail!("{} is not in the mirror ({} missing) and has no public URL", asset.path, src.display()),
+        (None, None) => bail!("{} is available only from a mirror: pass --mirror DIR", asset.path),
+    }
+    if let Err(e) = verify(asset, &part) {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
+    std::fs::rename(&part, &target).with_context(|| format!("cannot rename {} to {}", part.display(), target.display()))
+}
+
+fn verify(asset: &Asset, file: &Path) -> Result<()> {
+    let len = std::fs::metadata(file).with_context(|| format!("cannot stat {}", file.display()))?.len();
+    if let Some(size) = asset.size {
+        if len != size {
+            bail!("{}: {} bytes, expected {size}", file.display(), len);
+        }
+    }
+    let digest = sha256_file(file)?;
+    match asset.sha256 {
+        Some(want) if want != digest => bail!("{}: sha256 {digest}, expected {want}", file.display()),
+        Some(_) => Ok(()),
+        None => {
+            eprintln!("xtask: {} has no pinned sha256; it is {digest} ({len} bytes)", asset.path);
+            Ok(())
+        }
+    }
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn extract_takes_download_options_and_leaves_the_rest() {
+        let mut args = strings(&["--ep", "cpu", "--mirror", "/m", "--assets=minilm", "--samples", "10"]);
+        let d = DownloadArgs::extract(&mut args).unwrap();
+        assert_eq!(d.mirror.as_deref(), Some(Path::new("/m")));
+        assert_eq!(d.set(), "minilm");
+        assert_eq!(args, strings(&["--ep", "cpu", "--samples", "10"]));
+        assert!(DownloadArgs::extract(&mut strings(&["--dest"])).is_err());
+    }
+
+    #[test]
+    fn verify_rejects_wrong_size_and_digest() {
+        let dir = std::env::temp_dir().join(format!("xtask-verify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("a.txt");
+        std::fs::write(&f, b"abc").unwrap();
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        let ok = Asset { set: "t", path: "a.txt", url: None, sha256: Some(abc), size: Some(3) };
+        assert!(verify(&ok, &f).is_ok());
+        let bad_size = Asset { size: Some(4), ..ok };
+        assert!(verify(&bad_size, &f).unwrap_err().to_string().contains("expected 4"));
+        let bad_sha = Asset { set: "t", path: "a.txt", url: None, sha256: Some("00"), size: None };
+        assert!(verify(&bad_sha, &f).unwrap_err().to_string().contains("sha256"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

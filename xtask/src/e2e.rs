@@ -1,0 +1,126 @@
+//! `cargo xtask e2e`: set-up, assets, a release build of `qdq`, then `qdq e2e` on the assets.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::download::{DownloadArgs, download};
+use crate::setup::{LIBRARY_ENV, SetupArgs, install_dir, library_path, setup};
+use crate::{cargo, root, run_cmd};
+
+/// Options of xtask itself; every other argument goes to `qdq e2e` unchanged.
+struct E2eArgs {
+    download: DownloadArgs,
+    /// Compare the result with the reference metrics shipped with the assets and fail outside the tolerances.
+    check: bool,
+    passthrough: Vec<String>,
+}
+
+fn has_flag(args: &[String], names: &[&str]) -> bool {
+    args.iter().any(|a| names.iter().any(|n| a == n || a.starts_with(&format!("{n}="))))
+}
+
+/// The value of `--flag V` / `--flag=V` in `args`, under any of `names`.
+fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        names.iter().find_map(|n| {
+            if a == n {
+                args.get(i + 1).cloned()
+            } else {
+                a.strip_prefix(&format!("{n}=")).map(str::to_owned)
+            }
+        })
+    })
+}
+
+pub fn e2e(raw: &[String]) -> Result<()> {
+    let mut rest = raw.to_vec();
+    let download_args = DownloadArgs::extract(&mut rest)?;
+    let check = rest.iter().any(|a| a == "--check");
+    rest.retain(|a| a != "--check");
+    let args = E2eArgs { download: download_args, check, passthrough: rest };
+
+    // A GPU build installed with `cargo xtask setup --gpu` wins; otherwise the CPU build is provisioned.
+    let gpu_lib = library_path(&install_dir(true));
+    let lib = if gpu_lib.is_file() { gpu_lib } else { setup(&SetupArgs::default())? };
+    let assets = download(&args.download)?;
+
+    eprintln!("xtask: building qdq (release)");
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-cli"]))?;
+    let exe = target_dir().join("release").join(format!("qdq{}", std::env::consts::EXE_SUFFIX));
+
+    let model_dir = match args.download.set() {
+        "minilm" => "models/minilm-l6-squad",
+        _ => "models/distilbert-squad",
+    };
+    let calib_file = match args.download.set() {
+        "minilm" => "squad/train-v1.1-calib.json",
+        _ => "squad/train-v1.1.json",
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.arg("e2e").env(LIBRARY_ENV, &lib);
+    let defaults: [(&[&str], PathBuf); 5] = [
+        (&["--model"], assets.join(model_dir).join("model.onnx")),
+        (&["--vocab"], assets.join(model_dir).join("vocab.txt")),
+        (&["--dataset"], assets.join("squad/dev-v1.1.json")),
+        (&["--calibration-data", "--calibration_data"], assets.join(calib_file)),
+        (&["--out"], root().join("out/e2e")),
+    ];
+    for (names, value) in &defaults {
+        if !has_flag(&args.passthrough, names) {
+            cmd.arg(names[0]).arg(value);
+        }
+    }
+    if !has_flag(&args.passthrough, &["--samples"]) {
+        cmd.args(["--samples", "1000"]);
+    }
+    cmd.args(&args.passthrough);
+    run_cmd(&mut cmd)?;
+
+    if args.check {
+        let out = flag_value(&args.passthrough, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
+        let samples = flag_value(&args.passthrough, &["--samples"]).unwrap_or_else(|| "1000".into());
+        check_results(&out.join("results.json"), &assets.join(model_dir).join("reference_metrics.json"), &samples)?;
+    }
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+fn number(v: &serde_json::Value, path: &[&str], file: &Path) -> Result<f64> {
+    let mut cur = v;
+    for key in path {
+        cur = cur.get(key).with_context(|| format!("{}: missing `{}`", file.display(), path.join(".")))?;
+    }
+    cur.as_f64().with_context(|| format!("{}: `{}` is not a number", file.display(), path.join(".")))
+}
+
+/// FP32 F1 must match the reference within 0.1; INT8 F1 must be within 1.0 of FP32.
+fn check_results(results: &Path, reference: &Path, samples: &str) -> Result<()> {
+    let r = read_json(results)?;
+    let fp32 = number(&r, &["fp32", "f1"], results)?;
+    let int8 = number(&r, &["int8", "f1"], results)?;
+    let key = match samples {
+        "0" => "all_10570",
+        "1000" => "first_1000",
+        "300" => "first_300",
+        other => bail!("--check needs --samples 0, 1000 or 300 (the reference has no numbers for {other})"),
+    };
+    let reference_f1 = number(&read_json(reference)?, &[key, "f1"], reference)?;
+    println!("check: FP32 F1 {fp32:.3} vs reference {reference_f1:.3} (tolerance 0.1); INT8 F1 {int8:.3} (tolerance 1.0)");
+    if (fp32 - reference_f1).abs() > 0.1 {
+        bail!("FP32 F1 {fp32:.3} differs from the reference {reference_f1:.3} by more than 0.1");
+    }
+    if fp32 - int8 > 1.0 {
+        bail!("INT8 F1 {int8:.3} is more than 1.0 below FP32 {fp32:.3}");
+    }
+    Ok(())
+}
