@@ -105,6 +105,14 @@ fn io_info(name: &str, ty: &ValueType) -> IoInfo {
     }
 }
 
+/// One output of a run, borrowed from ONNX Runtime's buffer.
+#[derive(Debug)]
+pub struct OutputRef<'a> {
+    pub name: &'a str,
+    pub shape: Vec<usize>,
+    pub data: &'a [f32],
+}
+
 /// An ONNX Runtime session on a known execution provider.
 pub struct Session {
     inner: ort::session::Session,
@@ -227,14 +235,14 @@ impl Session {
 
     /// Runs the model. `inputs` may hold more arrays than the model takes (DistilBERT has no `token_type_ids`):
     /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it.
-    /// `int32` model inputs are converted. Each requested output is handed to `visit` as (name, shape, data)
-    /// without copying; outputs must be `float32`.
-    pub fn run_visit(
+    /// `int32` model inputs are converted. All requested outputs (which must be `float32`) are handed to `with`
+    /// at once, without copying, in the order requested.
+    pub fn run_with<R>(
         &mut self,
         inputs: &[(&str, ArrayView2<'_, i64>)],
         outputs: &[&str],
-        mut visit: impl FnMut(&str, &[usize], &[f32]) -> Result<()>,
-    ) -> Result<()> {
+        with: impl FnOnce(&[OutputRef<'_>]) -> Result<R>,
+    ) -> Result<R> {
         for out in outputs {
             let info = self.outputs.iter().find(|o| o.name == *out).ok_or_else(|| Error::MissingOutput {
                 model: self.model.clone(),
@@ -249,10 +257,10 @@ impl Session {
                 });
             }
         }
-        let mut i32_copies = Vec::new();
-        let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
-        let mut order = Vec::with_capacity(self.inputs.len());
-        for info in &self.inputs {
+        // int32 copies must outlive the feeds that borrow them.
+        let mut i32_copies: Vec<(usize, ndarray::Array2<i32>)> = Vec::new();
+        let mut fed: Vec<(usize, ArrayView2<'_, i64>)> = Vec::with_capacity(self.inputs.len());
+        for (slot, info) in self.inputs.iter().enumerate() {
             let (_, arr) = inputs.iter().find(|(n, _)| *n == info.name).ok_or_else(|| Error::MissingInput {
                 model: self.model.clone(),
                 input: info.name.clone(),
@@ -263,25 +271,33 @@ impl Session {
                 return Err(bad("array is not contiguous".into()));
             }
             match info.kind {
-                TensorKind::I64 => order.push((info.name.clone(), Some(*arr), None)),
+                TensorKind::I64 => fed.push((slot, *arr)),
                 TensorKind::I32 => {
-                    let converted = arr.mapv(|v| i32::try_from(v).unwrap_or(i32::MAX));
-                    i32_copies.push(converted);
-                    order.push((info.name.clone(), None, Some(i32_copies.len() - 1)));
+                    let mut overflow = false;
+                    let converted = arr.mapv(|v| {
+                        i32::try_from(v).unwrap_or_else(|_| {
+                            overflow = true;
+                            0
+                        })
+                    });
+                    if overflow {
+                        return Err(bad("a value does not fit the model's int32 input".into()));
+                    }
+                    i32_copies.push((slot, converted));
                 }
                 ref k => return Err(bad(format!("expected an int64 or int32 input, the model declares {k:?}"))),
             }
         }
-        for (name, view, copy) in &order {
-            let value: SessionInputValue<'_> = match (view, copy) {
-                (Some(v), _) => TensorRef::from_array_view(*v)?.into(),
-                (None, Some(i)) => TensorRef::from_array_view(i32_copies[*i].view())?.into(),
-                _ => unreachable!("every input is either i64 or an i32 copy"),
-            };
-            feeds.push((Cow::Owned(name.clone()), value));
+        let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
+        for (slot, view) in &fed {
+            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(*view)?.into()));
         }
-        let model = self.model.clone();
+        for (slot, arr) in &i32_copies {
+            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(arr.view())?.into()));
+        }
+        let model = &self.model;
         let result = self.inner.run(feeds).map_err(|e| Error::Run { model: model.clone(), reason: e.to_string() })?;
+        let mut refs = Vec::with_capacity(outputs.len());
         for out in outputs {
             let value = result.get(*out).ok_or_else(|| Error::MissingOutput {
                 model: model.clone(),
@@ -293,25 +309,25 @@ impl Session {
                 output: (*out).to_owned(),
                 reason: e.to_string(),
             })?;
-            let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-            visit(out, &dims, data)?;
+            let shape = shape.iter().map(|&d| d.max(0) as usize).collect();
+            refs.push(OutputRef { name: out, shape, data });
         }
-        Ok(())
+        with(&refs)
     }
 
-    /// Like [`Session::run_visit`], copying each requested output into an owned array.
+    /// Like [`Session::run_with`], copying each requested output into an owned array.
     pub fn run(&mut self, inputs: &[(&str, ArrayView2<'_, i64>)], outputs: &[&str]) -> Result<Vec<ArrayD<f32>>> {
-        let mut arrays = Vec::with_capacity(outputs.len());
         let model = self.model.clone();
-        self.run_visit(inputs, outputs, |name, shape, data| {
-            let a = ArrayD::from_shape_vec(shape.to_vec(), data.to_vec()).map_err(|e| Error::BadOutput {
-                model: model.clone(),
-                output: name.to_owned(),
-                reason: e.to_string(),
-            })?;
-            arrays.push(a);
-            Ok(())
-        })?;
-        Ok(arrays)
+        self.run_with(inputs, outputs, |refs| {
+            refs.iter()
+                .map(|r| {
+                    ArrayD::from_shape_vec(r.shape.clone(), r.data.to_vec()).map_err(|e| Error::BadOutput {
+                        model: model.clone(),
+                        output: r.name.to_owned(),
+                        reason: e.to_string(),
+                    })
+                })
+                .collect()
+        })
     }
 }
