@@ -2,6 +2,7 @@
 //!
 //! Commands: `setup`, `test`, `download`, `e2e`, `bench`. Run `cargo xtask help` for details.
 
+mod bench;
 mod download;
 mod e2e;
 mod setup;
@@ -27,7 +28,8 @@ Commands:
                             setup + download, build qdq in release, run `qdq e2e` on the assets (default
                             --samples 1000, --out out/e2e). --check fails unless FP32 F1 matches the reference
                             within 0.1 and INT8 F1 is within 1.0 of FP32. Other flags go to `qdq e2e`.
-  bench [--vs-python]       criterion benchmarks (+ the side-by-side comparison with ORT's Python tools).
+  bench [--no-e2e] [e2e options...]
+                            criterion benchmarks of calib, then an e2e run for timing; writes out/bench/summary.md.
   help                      This text.
 ";
 
@@ -56,6 +58,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         "e2e" => e2e::e2e(&rest),
+        "bench" => bench::bench(&rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(())

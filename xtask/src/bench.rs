@@ -1,0 +1,108 @@
+//! `cargo xtask bench`: criterion benchmarks plus the end-to-end timing, summarised in out/bench/summary.md.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{cargo, root, run_cmd};
+
+struct BenchArgs {
+    /// Skip the end-to-end timing (criterion only).
+    no_e2e: bool,
+    /// Arguments for `cargo xtask e2e` (e.g. --mirror DIR).
+    e2e: Vec<String>,
+}
+
+pub fn bench(raw: &[String]) -> Result<()> {
+    let mut args = BenchArgs { no_e2e: false, e2e: Vec::new() };
+    for a in raw {
+        match a.as_str() {
+            "--no-e2e" => args.no_e2e = true,
+            "--vs-python" => bail!("bench --vs-python: not built yet (issue: side-by-side benchmark against ORT's Python tools)"),
+            _ => args.e2e.push(a.clone()),
+        }
+    }
+    run_cmd(cargo().args(["bench", "--locked", "-p", "calib"]))?;
+    let out = root().join("out/bench");
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut md = String::from("# qdq benchmarks\n\n## calib (criterion, median)\n\n| benchmark | time | throughput |\n|---|---:|---:|\n");
+    for (name, median_ns, elements) in criterion_results(&root().join("target/criterion"))? {
+        let thr = elements
+            .map(|n| format!("{:.1} M elem/s", n as f64 / median_ns * 1e3))
+            .unwrap_or_default();
+        let _ = writeln!(md, "| {name} | {} | {thr} |", human_ns(median_ns));
+    }
+    if !args.no_e2e {
+        let e2e_out = out.join("e2e");
+        let mut e2e_args = args.e2e.clone();
+        e2e_args.extend(["--out".to_owned(), e2e_out.display().to_string()]);
+        crate::e2e::e2e(&e2e_args)?;
+        let results = std::fs::read_to_string(e2e_out.join("results.json")).context("e2e wrote no results.json")?;
+        let v: serde_json::Value = serde_json::from_str(&results)?;
+        let _ = writeln!(md, "\n## end to end\n");
+        let _ = writeln!(md, "calibration: {:.1} s\n", v["calibration"]["seconds"].as_f64().unwrap_or(f64::NAN));
+        for leg in ["fp32", "int8"] {
+            let l = &v[leg]["latency"];
+            let _ = writeln!(
+                md,
+                "- {leg}: F1 {:.2}, {:.2} ms/feature, {:.1} features/s",
+                v[leg]["f1"].as_f64().unwrap_or(f64::NAN),
+                l["ms_per_feature"].as_f64().unwrap_or(f64::NAN),
+                l["features_per_second"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    let path = out.join("summary.md");
+    std::fs::write(&path, &md).with_context(|| format!("cannot write {}", path.display()))?;
+    print!("{md}");
+    eprintln!("xtask: summary written to {}", path.display());
+    Ok(())
+}
+
+/// (benchmark id, median ns, elements per iteration) from criterion's JSON files.
+fn criterion_results(dir: &Path) -> Result<Vec<(String, f64, Option<u64>)>> {
+    let mut found = Vec::new();
+    let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n == "new") {
+                    if let Some(r) = read_one(&p)? {
+                        found.push(r);
+                    }
+                } else if p.file_name().is_none_or(|n| n != "base" && n != "report") {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(found)
+}
+
+fn read_one(new_dir: &Path) -> Result<Option<(String, f64, Option<u64>)>> {
+    let (Ok(est), Ok(bench)) = (
+        std::fs::read_to_string(new_dir.join("estimates.json")),
+        std::fs::read_to_string(new_dir.join("benchmark.json")),
+    ) else {
+        return Ok(None);
+    };
+    let est: serde_json::Value = serde_json::from_str(&est)?;
+    let bench: serde_json::Value = serde_json::from_str(&bench)?;
+    let Some(median) = est["median"]["point_estimate"].as_f64() else { return Ok(None) };
+    let id = bench["full_id"].as_str().unwrap_or("?").to_owned();
+    let elements = bench["throughput"]["Elements"].as_u64();
+    Ok(Some((id, median, elements)))
+}
+
+fn human_ns(ns: f64) -> String {
+    match ns {
+        n if n >= 1e9 => format!("{:.2} s", n / 1e9),
+        n if n >= 1e6 => format!("{:.2} ms", n / 1e6),
+        n if n >= 1e3 => format!("{:.2} µs", n / 1e3),
+        n => format!("{n:.0} ns"),
+    }
+}
