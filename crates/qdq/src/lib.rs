@@ -1,1 +1,29 @@
-//! qdq (not built yet).
+//! `qdq`: post-training insertion of QuantizeLinear / DequantizeLinear pairs into ONNX models
+//! (onnx-ir [`onnx_ir::Model`]), following a composable [`Policy`] with presets matching ONNX
+//! Runtime's QDQ quantizer (`ort-compatible`, `tensorrt`, `migraphx`) and a CPU layout (`cpu`).
+//!
+//! Flow: [`tensors_to_calibrate`] names the activations needing ranges; [`plan`] turns ranges
+//! into per-tensor scales / zero points and placements; [`Plan::apply`] edits the model;
+//! [`coverage`] reports what a (quantized) model contains.
+//!
+//! Invariants:
+//! - Scales are finite and > 0; zero points lie in the integer range of their type.
+//! - Only `MatMul` and `Add` nodes are quantized; an `Add` only when its output feeds
+//!   `ReduceMean` or `LayerNormalization` (a residual Add), so bias Adds and biases stay FP32.
+//! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs.
+//!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).
+//! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
+
+mod coverage;
+mod error;
+mod plan;
+mod policy;
+mod scale;
+
+pub use coverage::{Coverage, OpCoverage, PairInfo, coverage};
+pub use error::{Error, Result};
+pub use plan::{
+    Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
+};
+pub use policy::{KEYS, PRESETS, Policy, ResidualAdd, WeightStorage};
+pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};

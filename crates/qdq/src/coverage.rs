@@ -1,0 +1,122 @@
+//! What a model contains in terms of Q/DQ (for `qdq inspect` and parity checks).
+
+use std::collections::{BTreeMap, HashMap};
+
+use onnx_ir::proto::{GraphProto, TensorProto};
+use onnx_ir::{DataType, GraphExt, Model};
+
+/// Per op type: how many nodes there are and how many read only dequantized float inputs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpCoverage {
+    /// Nodes of this op type.
+    pub nodes: usize,
+    /// Nodes whose every float input is the output of a DequantizeLinear.
+    pub covered: usize,
+}
+
+/// One DequantizeLinear node and the tensor behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairInfo {
+    /// The quantized float tensor (input of the feeding QuantizeLinear), or the integer
+    /// initializer read directly by the DQ.
+    pub tensor: String,
+    /// True if `tensor` is an initializer.
+    pub is_initializer: bool,
+    /// QuantizeLinear node name, if the DQ is fed by one.
+    pub quantize_node: Option<String>,
+    /// DequantizeLinear node name.
+    pub dequantize_node: String,
+    /// Scales (empty if the scale is not a float initializer).
+    pub scales: Vec<f32>,
+    /// Zero points (empty if absent or not an int8/uint8 initializer).
+    pub zero_points: Vec<i32>,
+    /// `axis` attribute of the DQ, if set.
+    pub axis: Option<i64>,
+    /// `(node name, input slot)` of every reader of the DQ output, sorted.
+    pub consumers: Vec<(String, usize)>,
+}
+
+/// Summary of Q/DQ in a model.
+#[derive(Debug, Clone, Default)]
+pub struct Coverage {
+    /// Op type -> counts (QuantizeLinear / DequantizeLinear themselves excluded).
+    pub by_op: BTreeMap<String, OpCoverage>,
+    /// Every DQ node, sorted by tensor then consumers.
+    pub pairs: Vec<PairInfo>,
+}
+
+fn int_values(t: &TensorProto) -> Vec<i32> {
+    match DataType::try_from(t.data_type()) {
+        Ok(DataType::Int8) => onnx_ir::tensor_to_array::<i8>(t).map(|a| a.iter().map(|&v| i32::from(v)).collect()),
+        Ok(DataType::Uint8) => onnx_ir::tensor_to_array::<u8>(t).map(|a| a.iter().map(|&v| i32::from(v)).collect()),
+        _ => Ok(vec![]),
+    }
+    .unwrap_or_default()
+}
+
+fn is_non_float_constant(g: &GraphProto, name: &str) -> bool {
+    let declared = g.input.iter().find(|v| v.name() == name).and_then(|v| match v.r#type.as_ref()?.value.as_ref()? {
+        onnx_ir::proto::type_proto::Value::TensorType(t) => Some(t.elem_type()),
+        _ => None,
+    });
+    let elem = g.initializer(name).map(|t| t.data_type()).or(declared);
+    elem.is_some_and(|e| e != DataType::Float as i32)
+}
+
+/// Counts Q/DQ coverage per op type and lists every DQ with its parameters.
+pub fn coverage(model: &Model) -> Coverage {
+    let g = model.graph();
+    let mut producer_op: HashMap<&str, &str> = HashMap::new();
+    let mut q_by_output = HashMap::new();
+    let mut readers: HashMap<&str, Vec<(String, usize)>> = HashMap::new();
+    for n in &g.node {
+        for o in &n.output {
+            producer_op.insert(o.as_str(), n.op_type());
+            if n.op_type() == "QuantizeLinear" {
+                q_by_output.insert(o.as_str(), n);
+            }
+        }
+        for (slot, i) in n.input.iter().enumerate() {
+            readers.entry(i.as_str()).or_default().push((n.name().to_string(), slot));
+        }
+    }
+    let mut cov = Coverage::default();
+    for n in &g.node {
+        let op = n.op_type();
+        if op == "QuantizeLinear" || op == "DequantizeLinear" {
+            let Some(dq_in) = n.input.first().filter(|_| op == "DequantizeLinear") else { continue };
+            let q = q_by_output.get(dq_in.as_str());
+            let tensor = q.and_then(|q| q.input.first()).unwrap_or(dq_in).clone();
+            let init = |slot: usize| n.input.get(slot).and_then(|s| g.initializer(s));
+            let mut consumers: Vec<(String, usize)> =
+                n.output.first().and_then(|o| readers.get(o.as_str())).cloned().unwrap_or_default();
+            consumers.sort();
+            cov.pairs.push(PairInfo {
+                is_initializer: g.is_initializer(&tensor),
+                tensor,
+                quantize_node: q.map(|q| q.name().to_string()),
+                dequantize_node: n.name().to_string(),
+                scales: init(1)
+                    .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
+                    .map(|a| a.iter().copied().collect())
+                    .unwrap_or_default(),
+                zero_points: init(2).map(int_values).unwrap_or_default(),
+                axis: onnx_ir::get_attr_int(n, "axis").ok().flatten(),
+                consumers,
+            });
+            continue;
+        }
+        let e = cov.by_op.entry(op.to_string()).or_default();
+        e.nodes += 1;
+        let covered = n
+            .input
+            .iter()
+            .filter(|i| !i.is_empty() && !is_non_float_constant(g, i))
+            .all(|i| producer_op.get(i.as_str()) == Some(&"DequantizeLinear"));
+        if covered && !n.input.is_empty() {
+            e.covered += 1;
+        }
+    }
+    cov.pairs.sort_by(|a, b| (&a.tensor, &a.consumers).cmp(&(&b.tensor, &b.consumers)));
+    cov
+}

@@ -1,0 +1,86 @@
+//! The crate's error type.
+
+/// Everything that can go wrong planning or applying Q/DQ insertion.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `Policy::set` got a key it does not know.
+    #[error("unknown policy option '{key}'; valid options: {valid}")]
+    UnknownOption {
+        /// The key given.
+        key: String,
+        /// Comma-separated valid keys.
+        valid: String,
+    },
+    /// `Policy::preset` got a name it does not know.
+    #[error("unknown preset '{name}'; valid presets: {valid}")]
+    UnknownPreset {
+        /// The name given.
+        name: String,
+        /// Comma-separated valid presets.
+        valid: String,
+    },
+    /// An option value could not be parsed.
+    #[error("policy option '{key}': bad value '{value}', expected {expected}")]
+    BadOptionValue {
+        /// Option key.
+        key: String,
+        /// Value given.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+    /// A range is non-finite or has min > max.
+    #[error("tensor '{tensor}': range [{min}, {max}] is not a finite interval with min <= max")]
+    BadRange {
+        /// Tensor name.
+        tensor: String,
+        /// Given minimum.
+        min: f32,
+        /// Given maximum.
+        max: f32,
+    },
+    /// A tensor that needs a range has none and the policy is strict.
+    #[error("tensor '{tensor}' (input of node '{node}') has no calibration range and the policy is strict")]
+    MissingRange {
+        /// Tensor name.
+        tensor: String,
+        /// A node that reads it.
+        node: String,
+    },
+    /// The model has no node of the op types the policy quantizes.
+    #[error("the model has no {op_types} node to quantize")]
+    NothingToQuantize {
+        /// Comma-separated op types of the policy.
+        op_types: String,
+    },
+    /// A node selected for quantization is malformed.
+    #[error("node '{node}' ({op_type}): {reason}")]
+    BadNode {
+        /// Node name.
+        node: String,
+        /// Its op type.
+        op_type: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A weight initializer cannot be quantized as asked.
+    #[error("weight '{tensor}': {reason}")]
+    BadWeight {
+        /// Initializer name.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `Plan::apply` was given a model the plan was not made for.
+    #[error("plan does not match the model: {reason}")]
+    PlanMismatch {
+        /// The first difference found.
+        reason: String,
+    },
+    /// An onnx-ir operation failed.
+    #[error(transparent)]
+    Ir(#[from] onnx_ir::Error),
+}
+
+/// Result alias using [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

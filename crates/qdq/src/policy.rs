@@ -1,0 +1,316 @@
+//! Placement policy: which nodes get Q/DQ on which inputs, and how they are quantized.
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+use crate::error::{Error, Result};
+use crate::scale::{QuantSpec, QuantType};
+
+/// Names accepted by [`Policy::preset`].
+pub const PRESETS: &[&str] = &["ort-compatible", "tensorrt", "migraphx", "cpu"];
+
+/// Keys accepted by [`Policy::set`].
+pub const KEYS: &[&str] = &[
+    "op_types",
+    "matmul_const_b_only",
+    "residual_add",
+    "dedicated_pairs",
+    "quantize_outputs",
+    "activations",
+    "per_channel",
+    "weights",
+    "reduce_range",
+    "include_nodes",
+    "exclude_nodes",
+    "exclude_tensors",
+    "strict",
+];
+
+/// Treatment of `Add` nodes whose output feeds `ReduceMean` (LayerNorm decomposed, opset <= 16)
+/// or `LayerNormalization` (opset >= 17): the residual Adds. Other Adds (bias Adds, ...) are
+/// never quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResidualAdd {
+    /// Put Q/DQ on both inputs of residual Adds (what ORT does with the seed-001 exclusions).
+    Quantize,
+    /// Leave residual Adds in float.
+    Skip,
+}
+
+/// How a constant weight is represented after quantization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightStorage {
+    /// Keep the FP32 initializer followed by QuantizeLinear -> DequantizeLinear (TensorRT style,
+    /// ORT's `AddQDQPairToWeight`).
+    QdqPair,
+    /// Store an int8 initializer read by a DequantizeLinear.
+    Int8Initializer,
+}
+
+/// A complete, validated set of placement and maths options.
+///
+/// Biases: bias Adds are never quantized, so biases stay FP32 under every preset.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Preset this policy started from.
+    pub preset: String,
+    /// Op types whose inputs get Q/DQ (only `MatMul` and `Add` are understood).
+    pub op_types: Vec<String>,
+    /// Quantize a MatMul only when its B input is an initializer.
+    pub matmul_const_b_only: bool,
+    /// Residual Add treatment.
+    pub residual_add: ResidualAdd,
+    /// One Q/DQ pair per quantized consumer (TensorRT cannot share a pair) instead of one shared.
+    pub dedicated_pairs: bool,
+    /// Also put Q/DQ on the outputs of quantized nodes (needs their ranges).
+    pub quantize_outputs: bool,
+    /// Activation quantization.
+    pub activations: QuantSpec,
+    /// One scale per output column of MatMul weights (axis 1 of `[in, out]`).
+    pub per_channel: bool,
+    /// Weight representation.
+    pub weights: WeightStorage,
+    /// Node-name globs: when non-empty, only matching nodes are quantized.
+    pub include_nodes: Vec<String>,
+    /// Node-name globs never quantized.
+    pub exclude_nodes: Vec<String>,
+    /// Tensor-name globs never given a Q/DQ pair.
+    pub exclude_tensors: Vec<String>,
+    /// A tensor without a range is an error instead of being skipped.
+    pub strict: bool,
+}
+
+impl Policy {
+    /// A named preset (see [`PRESETS`]).
+    ///
+    /// `ort-compatible`, `tensorrt` and `migraphx` are currently identical: ORT's QDQQuantizer
+    /// with MatMul+Add, per-channel symmetric int8 weights as FP32 + Q/DQ pair, symmetric int8
+    /// activations, dedicated pairs, no output quantization and residual Adds quantized.
+    /// `cpu` quantizes MatMuls only, with asymmetric uint8 activations, shared pairs and int8
+    /// weight initializers, the layout ORT's CPU EP fuses into integer MatMul kernels.
+    pub fn preset(name: &str) -> Result<Policy> {
+        let base = Policy {
+            preset: name.to_string(),
+            op_types: vec!["MatMul".into(), "Add".into()],
+            matmul_const_b_only: false,
+            residual_add: ResidualAdd::Quantize,
+            dedicated_pairs: true,
+            quantize_outputs: false,
+            activations: QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false },
+            per_channel: true,
+            weights: WeightStorage::QdqPair,
+            include_nodes: vec![],
+            exclude_nodes: vec![],
+            exclude_tensors: vec![],
+            strict: false,
+        };
+        match name {
+            "ort-compatible" | "tensorrt" | "migraphx" => Ok(base),
+            "cpu" => Ok(Policy {
+                op_types: vec!["MatMul".into()],
+                residual_add: ResidualAdd::Skip,
+                dedicated_pairs: false,
+                activations: QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false },
+                weights: WeightStorage::Int8Initializer,
+                ..base
+            }),
+            _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
+        }
+    }
+
+    /// Sets one option from strings (CLI / TOML). Lists are comma-separated; the glob lists
+    /// (`include_nodes`, `exclude_nodes`, `exclude_tensors`) are appended to, the others replaced.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let bad = |expected: &str| Error::BadOptionValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected: expected.to_string(),
+        };
+        let boolean = || match value {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(bad("true or false")),
+        };
+        let list = || value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>();
+        match key {
+            "op_types" => {
+                let ops = list();
+                if ops.is_empty() || ops.iter().any(|o| o != "MatMul" && o != "Add") {
+                    return Err(bad("a comma-separated subset of MatMul,Add"));
+                }
+                self.op_types = ops;
+            }
+            "matmul_const_b_only" => self.matmul_const_b_only = boolean()?,
+            "residual_add" => {
+                self.residual_add = match value {
+                    "quantize" => ResidualAdd::Quantize,
+                    "skip" => ResidualAdd::Skip,
+                    _ => return Err(bad("quantize or skip")),
+                }
+            }
+            "dedicated_pairs" => self.dedicated_pairs = boolean()?,
+            "quantize_outputs" => self.quantize_outputs = boolean()?,
+            "activations" => {
+                let reduce_range = self.activations.reduce_range;
+                self.activations = match value {
+                    "int8-symmetric" => QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range },
+                    "uint8-asymmetric" => QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range },
+                    _ => return Err(bad("int8-symmetric or uint8-asymmetric")),
+                }
+            }
+            "per_channel" => self.per_channel = boolean()?,
+            "weights" => {
+                self.weights = match value {
+                    "qdq-pair" => WeightStorage::QdqPair,
+                    "int8-initializer" => WeightStorage::Int8Initializer,
+                    _ => return Err(bad("qdq-pair or int8-initializer")),
+                }
+            }
+            "reduce_range" => self.activations.reduce_range = boolean()?,
+            "include_nodes" | "exclude_nodes" | "exclude_tensors" => {
+                let globs = list();
+                build_globset(key, &globs)?;
+                let target = match key {
+                    "include_nodes" => &mut self.include_nodes,
+                    "exclude_nodes" => &mut self.exclude_nodes,
+                    _ => &mut self.exclude_tensors,
+                };
+                target.extend(globs);
+            }
+            "strict" => self.strict = boolean()?,
+            _ => return Err(Error::UnknownOption { key: key.to_string(), valid: KEYS.join(", ") }),
+        }
+        Ok(())
+    }
+
+    /// One `key = value` line per option, in [`KEYS`] order (values as [`Policy::set`] takes them).
+    pub fn describe(&self) -> String {
+        let b = |v: bool| if v { "true" } else { "false" };
+        let acts = match (self.activations.qtype, self.activations.symmetric) {
+            (QuantType::Int8, true) => "int8-symmetric",
+            (QuantType::UInt8, false) => "uint8-asymmetric",
+            (QuantType::Int8, false) => "int8-asymmetric",
+            (QuantType::UInt8, true) => "uint8-symmetric",
+        };
+        let lines = [
+            ("preset", self.preset.clone()),
+            ("op_types", self.op_types.join(",")),
+            ("matmul_const_b_only", b(self.matmul_const_b_only).into()),
+            ("residual_add", if self.residual_add == ResidualAdd::Quantize { "quantize" } else { "skip" }.into()),
+            ("dedicated_pairs", b(self.dedicated_pairs).into()),
+            ("quantize_outputs", b(self.quantize_outputs).into()),
+            ("activations", acts.into()),
+            ("per_channel", b(self.per_channel).into()),
+            ("weights", if self.weights == WeightStorage::QdqPair { "qdq-pair" } else { "int8-initializer" }.into()),
+            ("reduce_range", b(self.activations.reduce_range).into()),
+            ("include_nodes", self.include_nodes.join(",")),
+            ("exclude_nodes", self.exclude_nodes.join(",")),
+            ("exclude_tensors", self.exclude_tensors.join(",")),
+            ("strict", b(self.strict).into()),
+        ];
+        lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
+    }
+
+    /// Weight quantization: symmetric int8 (per-channel or per-tensor per [`Policy::per_channel`]).
+    pub fn weight_spec(&self) -> QuantSpec {
+        QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: self.activations.reduce_range }
+    }
+
+    pub(crate) fn matchers(&self) -> Result<Matchers> {
+        Ok(Matchers {
+            include: build_globset("include_nodes", &self.include_nodes)?,
+            exclude: build_globset("exclude_nodes", &self.exclude_nodes)?,
+            tensors: build_globset("exclude_tensors", &self.exclude_tensors)?,
+        })
+    }
+}
+
+/// Compiled glob lists of a policy.
+pub(crate) struct Matchers {
+    pub include: Option<GlobSet>,
+    pub exclude: Option<GlobSet>,
+    pub tensors: Option<GlobSet>,
+}
+
+impl Matchers {
+    /// True if node `name` passes the include / exclude lists.
+    pub fn node_selected(&self, name: &str) -> bool {
+        self.include.as_ref().is_none_or(|g| g.is_match(name)) && !self.exclude.as_ref().is_some_and(|g| g.is_match(name))
+    }
+
+    /// True if tensor `name` is excluded.
+    pub fn tensor_excluded(&self, name: &str) -> bool {
+        self.tensors.as_ref().is_some_and(|g| g.is_match(name))
+    }
+}
+
+/// Exact names and globs: a pattern without glob metacharacters matches only itself.
+fn build_globset(key: &str, patterns: &[String]) -> Result<Option<GlobSet>> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        let glob = Glob::new(p).map_err(|e| Error::BadOptionValue {
+            key: key.to_string(),
+            value: p.clone(),
+            expected: format!("a valid glob ({e})"),
+        })?;
+        b.add(glob);
+    }
+    b.build().map(Some).map_err(|e| Error::BadOptionValue {
+        key: key.to_string(),
+        value: patterns.join(","),
+        expected: format!("valid globs ({e})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_option_lists_valid_keys() {
+        let mut p = Policy::preset("tensorrt").unwrap();
+        let e = p.set("dedicated_pair", "true").unwrap_err().to_string();
+        assert!(e.contains("dedicated_pair") && e.contains("dedicated_pairs") && e.contains("exclude_tensors"), "{e}");
+        let e = Policy::preset("tensor-rt").unwrap_err().to_string();
+        assert!(e.contains("tensor-rt") && e.contains("migraphx"), "{e}");
+        let e = p.set("residual_add", "maybe").unwrap_err().to_string();
+        assert!(e.contains("quantize or skip"), "{e}");
+        assert!(p.set("exclude_nodes", "a[").is_err());
+        assert!(p.set("op_types", "Conv").is_err());
+    }
+
+    #[test]
+    fn set_then_describe_round_trips() {
+        let mut p = Policy::preset("tensorrt").unwrap();
+        p.set("residual_add", "skip").unwrap();
+        p.set("activations", "uint8-asymmetric").unwrap();
+        p.set("exclude_nodes", "/bert/pooler/*, /qa_outputs/MatMul").unwrap();
+        p.set("strict", "yes").unwrap();
+        let d = p.describe();
+        let mut q = Policy::preset("tensorrt").unwrap();
+        for line in d.lines().filter(|l| !l.starts_with("preset")) {
+            let (k, v) = line.split_once(" = ").unwrap();
+            if !v.is_empty() {
+                q.set(k, v).unwrap();
+            }
+        }
+        assert_eq!(q.describe(), d);
+        assert!(d.contains("residual_add = skip\n"));
+        let m = q.matchers().unwrap();
+        assert!(!m.node_selected("/bert/pooler/dense/MatMul"));
+        assert!(!m.node_selected("/qa_outputs/MatMul"));
+        assert!(m.node_selected("/qa_outputs/MatMul_1"));
+    }
+
+    #[test]
+    fn presets_differ_where_documented() {
+        let trt = Policy::preset("tensorrt").unwrap();
+        let ort = Policy::preset("ort-compatible").unwrap();
+        assert_eq!(trt.describe().replace("tensorrt", "x"), ort.describe().replace("ort-compatible", "x"));
+        let cpu = Policy::preset("cpu").unwrap();
+        assert_eq!(cpu.activations.qtype, QuantType::UInt8);
+        assert_eq!(cpu.weights, WeightStorage::Int8Initializer);
+    }
+}

@@ -1,0 +1,163 @@
+//! Scale / zero-point maths, matching `onnxruntime.quantization.quant_utils.compute_scale_zp`.
+//!
+//! Facts reproduced (not code): the range is first widened to contain 0; symmetric
+//! quantization uses `absmax = max(|min|, |max|)` on both sides and the symmetric integer
+//! range (int8: [-127, 127]); `reduce_range` uses the 7-bit ranges (uint8 [0, 127],
+//! int8 [-64, 64]); scale = (max - min) / (qmax - qmin) computed in f64 and stored as f32;
+//! a scale below `f32::MIN_POSITIVE` becomes 1 with zero point 0; the asymmetric zero point is
+//! `round(qmin - min / scale)` with ties to even (numpy's `round`).
+
+use serde::{Deserialize, Serialize};
+
+/// Integer type a tensor is quantized to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QuantType {
+    /// Signed 8-bit (`INT8`).
+    Int8,
+    /// Unsigned 8-bit (`UINT8`).
+    UInt8,
+}
+
+impl QuantType {
+    /// `(qmin, qmax)` for this type; `symmetric` selects the symmetric int8 range [-127, 127]
+    /// and `reduce_range` the 7-bit range (which takes precedence, as in ORT).
+    pub fn range(self, symmetric: bool, reduce_range: bool) -> (i32, i32) {
+        match (self, reduce_range, symmetric) {
+            (QuantType::Int8, true, _) => (-64, 64),
+            (QuantType::UInt8, true, _) => (0, 127),
+            (QuantType::Int8, false, true) => (-127, 127),
+            (QuantType::Int8, false, false) => (-128, 127),
+            (QuantType::UInt8, false, _) => (0, 255),
+        }
+    }
+
+    /// ONNX `TensorProto.DataType` code (INT8 = 3, UINT8 = 2).
+    pub fn onnx_code(self) -> i32 {
+        match self {
+            QuantType::Int8 => 3,
+            QuantType::UInt8 => 2,
+        }
+    }
+}
+
+/// How a range is turned into a scale and zero point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuantSpec {
+    /// Target integer type.
+    pub qtype: QuantType,
+    /// Symmetric range around 0 (zero point at the middle of the integer range).
+    pub symmetric: bool,
+    /// 7-bit range (for hardware without VNNI-style saturation safety).
+    pub reduce_range: bool,
+}
+
+/// Scale and zero point for one tensor (or one channel).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScaleZp {
+    /// Quantization step; always finite and > 0.
+    pub scale: f32,
+    /// Zero point, inside the integer range of the type.
+    pub zero_point: i32,
+    /// True when the range was empty or too small and scale 1 / zero point 0 was used.
+    pub degenerate: bool,
+}
+
+/// Computes scale and zero point for the real range `[min, max]` (see module docs).
+///
+/// Non-finite or inverted ranges are the caller's problem to reject; here `min > max` is
+/// treated like the ORT code does (the range is still widened to contain 0).
+pub fn compute_scale_zp(min: f32, max: f32, spec: QuantSpec) -> ScaleZp {
+    let (qmin, qmax) = spec.qtype.range(spec.symmetric, spec.reduce_range);
+    let mut rmin = min.min(0.0);
+    let mut rmax = max.max(0.0);
+    if spec.symmetric {
+        let absmax = rmin.abs().max(rmax.abs());
+        rmin = -absmax;
+        rmax = absmax;
+    }
+    let scale = (f64::from(rmax) - f64::from(rmin)) / (f64::from(qmax) - f64::from(qmin));
+    if !(scale >= f64::from(f32::MIN_POSITIVE)) {
+        return ScaleZp { scale: 1.0, zero_point: 0, degenerate: true };
+    }
+    let zero_point = if spec.symmetric {
+        // (qmin + qmax) / 2 is an integer or .5 exactly; ORT rounds it half-to-even.
+        (f64::from(qmin + qmax) / 2.0).round_ties_even() as i32
+    } else {
+        (f64::from(qmin) - f64::from(rmin) / scale).round_ties_even().clamp(f64::from(qmin), f64::from(qmax)) as i32
+    };
+    ScaleZp { scale: scale as f32, zero_point, degenerate: false }
+}
+
+/// Quantizes one value: `clamp(round_ties_even(x / scale) + zp, qmin, qmax)`.
+pub fn quantize_value(x: f32, p: ScaleZp, qmin: i32, qmax: i32) -> i32 {
+    let q = (f64::from(x) / f64::from(p.scale)).round_ties_even() + f64::from(p.zero_point);
+    q.clamp(f64::from(qmin), f64::from(qmax)) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYM_I8: QuantSpec = QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false };
+    const ASYM_U8: QuantSpec = QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false };
+
+    #[test]
+    fn symmetric_int8_uses_absmax_over_127() {
+        let p = compute_scale_zp(-2.54, 1.0, SYM_I8);
+        assert!((p.scale - 0.02).abs() < 1e-7, "{p:?}");
+        assert_eq!(p.zero_point, 0);
+        let p = compute_scale_zp(-0.5, 12.7, SYM_I8);
+        assert!((p.scale - 0.1).abs() < 1e-7);
+    }
+
+    #[test]
+    fn range_is_widened_to_contain_zero() {
+        // [2, 5.1] becomes [0, 5.1]: scale 5.1/255 = 0.02, zero point 0.
+        let p = compute_scale_zp(2.0, 5.1, ASYM_U8);
+        assert!((p.scale - 0.02).abs() < 1e-7);
+        assert_eq!(p.zero_point, 0);
+        // [-5.1, -1] becomes [-5.1, 0]: zero point at the top.
+        let p = compute_scale_zp(-5.1, -1.0, ASYM_U8);
+        assert_eq!(p.zero_point, 255);
+    }
+
+    #[test]
+    fn asymmetric_uint8_zero_point() {
+        // [-1, 3]: scale 4/255, zp = round(255/4) = round(63.75) = 64.
+        let p = compute_scale_zp(-1.0, 3.0, ASYM_U8);
+        assert!((f64::from(p.scale) - 4.0 / 255.0).abs() < 1e-9);
+        assert_eq!(p.zero_point, 64);
+        // [-1, 1]: zp = round(127.5) = 128 (ties to even).
+        assert_eq!(compute_scale_zp(-1.0, 1.0, ASYM_U8).zero_point, 128);
+        // [-3, 1] with 255 steps: zp = round(191.25) = 191.
+        assert_eq!(compute_scale_zp(-3.0, 1.0, ASYM_U8).zero_point, 191);
+    }
+
+    #[test]
+    fn reduce_range_uses_seven_bits() {
+        let p = compute_scale_zp(-6.4, 6.4, QuantSpec { reduce_range: true, ..SYM_I8 });
+        assert!((p.scale - 0.1).abs() < 1e-7); // 12.8 / 128
+        assert_eq!(p.zero_point, 0);
+        let p = compute_scale_zp(0.0, 12.7, QuantSpec { reduce_range: true, ..ASYM_U8 });
+        assert!((p.scale - 0.1).abs() < 1e-7);
+    }
+
+    #[test]
+    fn zero_range_gives_unit_scale() {
+        let p = compute_scale_zp(0.0, 0.0, SYM_I8);
+        assert_eq!((p.scale, p.zero_point, p.degenerate), (1.0, 0, true));
+        let p = compute_scale_zp(0.0, 1e-40, ASYM_U8);
+        assert!(p.degenerate);
+        let p = compute_scale_zp(f32::NAN, 1.0, ASYM_U8);
+        assert!(p.scale.is_finite());
+    }
+
+    #[test]
+    fn quantize_rounds_half_to_even_and_clamps() {
+        let p = ScaleZp { scale: 0.5, zero_point: 0, degenerate: false };
+        assert_eq!(quantize_value(0.25, p, -127, 127), 0); // 0.5 -> 0
+        assert_eq!(quantize_value(0.75, p, -127, 127), 2); // 1.5 -> 2
+        assert_eq!(quantize_value(1000.0, p, -127, 127), 127);
+        assert_eq!(quantize_value(-1000.0, p, -127, 127), -127);
+    }
+}
