@@ -1,1 +1,29 @@
-//! calib (not built yet).
+//! `calib`: calibration statistics and range algorithms for post-training INT8 quantization.
+//!
+//! Pure math over `f32` slices; knows nothing of ONNX or ONNX Runtime. The flow is:
+//! [`CalibState::observe`] / [`CalibState::observe_batch`] stream activations batch by batch into per-tensor
+//! collectors (min/max, optional moving average, optional per-channel min/max, signed and/or absolute
+//! histograms); [`compute_ranges`] / [`compute_all`] turn one collection into a [`RangeTable`] per [`Method`];
+//! [`tables`] reads and writes `calibration.json`, ONNX Runtime's flatbuffers table (TensorRT / MIGraphX EPs)
+//! and TensorRT's native calibration cache.
+//!
+//! Invariants:
+//! * NaN and ±Inf never enter any statistic; they are counted per tensor ([`CalibState::non_finite`]).
+//! * Histograms have a fixed number of bins per side of zero and a power-of-two bin width that is a pure
+//!   function of the largest finite `|x|` seen so far (see [`hist`]). Growing the range halves the resolution by
+//!   merging bin pairs, which is exact, so collecting shards separately and [`CalibState::merge`]-ing them gives
+//!   bit-identical state and ranges to one pass, whatever the batch order.
+//! * Every error is a typed [`Error`] naming the tensor, field, file or line at fault; nothing panics on user input
+//!   and every written file is written to a temporary sibling first and then renamed.
+
+mod error;
+pub mod hist;
+mod method;
+mod ranges;
+mod state;
+pub mod tables;
+
+pub use error::{Error, Result};
+pub use method::Method;
+pub use ranges::{DistributionStats, Range, RangeTable, compute_all, compute_ranges};
+pub use state::{CalibState, CollectOptions, NonFiniteCounts, TensorState};

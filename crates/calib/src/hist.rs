@@ -1,0 +1,264 @@
+//! Mergeable streaming histograms on a power-of-two grid aligned on zero.
+//!
+//! A [`Histogram`] has a fixed number of bins per side of zero (`per_side`): a *signed* histogram counts `x` in
+//! `2 * per_side` bins `[k w, (k + 1) w)` for `k` in `-per_side..per_side`; an *absolute* histogram counts `|x|`
+//! in `per_side` bins `k` in `0..per_side`. The bin width `w = 2^e` is a pure function of the largest finite
+//! `|x|` seen so far, `t`: the smallest power of two (not below [`MIN_WIDTH_LOG2`]) with `t < per_side * w`.
+//!
+//! When a batch raises `t` past the covered range, the width doubles (as many times as needed) and each pair of
+//! bins `2j, 2j + 1` merges into bin `j`. Because `floor(floor(x / w) / 2) == floor(x / (2 w))` and every
+//! bin index is computed exactly (`x * 2^-e` is exact in `f64`), the counts only depend on the multiset of
+//! values seen, never on batch order or sharding: [`Histogram::merge`] is exact. The covered range
+//! `per_side * w` always lies in `(t, 2 t]`, so at least `per_side / 2` bins span `[0, t]`.
+//!
+//! An all-zero first batch gets the minimum width `2^MIN_WIDTH_LOG2` (never 0); the width grows as soon as a
+//! non-zero value arrives.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// log2 of the smallest bin width (used when every value seen is 0).
+pub const MIN_WIDTH_LOG2: i32 = -120;
+/// Batches larger than this are binned in parallel chunks.
+const PAR_CHUNK: usize = 1 << 18;
+
+/// Streaming histogram of `x` (signed) or `|x|` (absolute); see the module docs for the grid.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Histogram {
+    signed: bool,
+    per_side: usize,
+    /// log2 of the bin width; `None` until a finite value was seen.
+    width_log2: Option<i32>,
+    /// `2 * per_side` (signed) or `per_side` (absolute) counts once a value was seen, else empty.
+    counts: Vec<u64>,
+    total: u64,
+    max_abs: f32,
+}
+
+/// Smallest `e >= MIN_WIDTH_LOG2` with `t < per_side * 2^e`.
+pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
+    let t = f64::from(t.abs());
+    let n = per_side.max(1) as f64;
+    let covers = |e: i32| n * 2f64.powi(e) > t;
+    let mut e = if t > 0.0 { ((t / n).log2().floor() as i32).max(MIN_WIDTH_LOG2) } else { MIN_WIDTH_LOG2 };
+    while e > MIN_WIDTH_LOG2 && covers(e - 1) {
+        e -= 1;
+    }
+    while !covers(e) {
+        e += 1;
+    }
+    e
+}
+
+impl Histogram {
+    /// Empty histogram with `per_side` bins per side of zero (must be >= 1).
+    pub fn new(signed: bool, per_side: usize) -> Self {
+        Histogram { signed, per_side: per_side.max(1), width_log2: None, counts: Vec::new(), total: 0, max_abs: 0.0 }
+    }
+
+    /// Whether this counts `x` (true) or `|x|` (false).
+    pub fn is_signed(&self) -> bool {
+        self.signed
+    }
+    /// Bins per side of zero.
+    pub fn per_side(&self) -> usize {
+        self.per_side
+    }
+    /// Bin width, `None` before the first finite value.
+    pub fn width(&self) -> Option<f64> {
+        self.width_log2.map(|e| 2f64.powi(e))
+    }
+    /// log2 of the bin width, `None` before the first finite value.
+    pub fn width_log2(&self) -> Option<i32> {
+        self.width_log2
+    }
+    /// Counts; index `i` is bin `k = i - per_side` (signed) or `k = i` (absolute), covering `[k w, (k + 1) w)`.
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+    /// Number of finite values counted.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+    /// Largest finite `|x|` counted.
+    pub fn max_abs(&self) -> f32 {
+        self.max_abs
+    }
+    /// Bin number `k` of the bin at index `i` (see [`Histogram::counts`]).
+    pub fn bin_of_index(&self, i: usize) -> i64 {
+        if self.signed { i as i64 - self.per_side as i64 } else { i as i64 }
+    }
+
+    fn len(&self) -> usize {
+        if self.signed { 2 * self.per_side } else { self.per_side }
+    }
+
+    /// Coarsen to width `2^e` (no-op if already at least that coarse).
+    fn coarsen_to(&mut self, e: i32) {
+        let Some(cur) = self.width_log2 else {
+            self.width_log2 = Some(e);
+            self.counts = vec![0; self.len()];
+            return;
+        };
+        let offset = if self.signed { self.per_side as i64 } else { 0 };
+        for _ in cur..e {
+            let mut next = vec![0u64; self.counts.len()];
+            for (i, &c) in self.counts.iter().enumerate() {
+                if c == 0 {
+                    continue;
+                }
+                let k = i as i64 - offset;
+                if let Some(slot) = next.get_mut((k.div_euclid(2) + offset) as usize) {
+                    *slot += c;
+                }
+            }
+            self.counts = next;
+        }
+        self.width_log2 = Some(cur.max(e));
+    }
+
+    /// Count the finite values of `data`; `batch_max_abs` must be the largest finite `|x|` in `data` and
+    /// `finite` the number of finite values (the caller computes both in its own pass).
+    pub fn observe(&mut self, data: &[f32], batch_max_abs: f32, finite: u64) {
+        if finite == 0 {
+            return;
+        }
+        let t = self.max_abs.max(batch_max_abs);
+        self.coarsen_to(width_log2_for(t, self.per_side));
+        self.max_abs = t;
+        self.total += finite;
+        let e = self.width_log2.unwrap_or(MIN_WIDTH_LOG2);
+        let inv_w = 2f64.powi(-e);
+        let offset = if self.signed { self.per_side as i64 } else { 0 };
+        let signed = self.signed;
+        if data.len() <= PAR_CHUNK {
+            accumulate(&mut self.counts, data, inv_w, offset, signed);
+        } else {
+            let len = self.counts.len();
+            let partial = data
+                .par_chunks(PAR_CHUNK)
+                .fold(
+                    || vec![0u64; len],
+                    |mut acc, chunk| {
+                        accumulate(&mut acc, chunk, inv_w, offset, signed);
+                        acc
+                    },
+                )
+                .reduce(
+                    || vec![0u64; len],
+                    |mut a, b| {
+                        add_into(&mut a, &b);
+                        a
+                    },
+                );
+            add_into(&mut self.counts, &partial);
+        }
+    }
+
+    /// Add `other`'s counts; exact (see module docs). Both must have the same kind and `per_side`
+    /// (checked by the caller, which knows the tensor name; returns false if they differ).
+    pub fn merge(&mut self, other: &Histogram) -> bool {
+        if self.signed != other.signed || self.per_side != other.per_side {
+            return false;
+        }
+        let Some(oe) = other.width_log2 else { return true };
+        let mut theirs = other.clone();
+        let e = self.width_log2.unwrap_or(oe).max(oe);
+        self.coarsen_to(e);
+        theirs.coarsen_to(e);
+        add_into(&mut self.counts, &theirs.counts);
+        self.total += theirs.total;
+        self.max_abs = self.max_abs.max(theirs.max_abs);
+        true
+    }
+}
+
+fn add_into(a: &mut [u64], b: &[u64]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += *y;
+    }
+}
+
+/// Hot loop: bin index by multiplying with the exact power-of-two `1 / w`, floor without a libm call.
+fn accumulate(counts: &mut [u64], data: &[f32], inv_w: f64, offset: i64, signed: bool) {
+    // Four interleaved sub-histograms break the store-to-load dependency on repeated bins.
+    let len = counts.len();
+    let mut sub = vec![0u64; 4 * len];
+    let (s01, s23) = sub.split_at_mut(2 * len);
+    let (s0, s1) = s01.split_at_mut(len);
+    let (s2, s3) = s23.split_at_mut(len);
+    let bin = |x: f32| -> Option<usize> {
+        if !x.is_finite() {
+            return None;
+        }
+        let v = if signed { f64::from(x) } else { f64::from(x).abs() };
+        let y = v * inv_w;
+        let mut k = y as i64;
+        if (k as f64) > y {
+            k -= 1;
+        }
+        usize::try_from(k + offset).ok()
+    };
+    let mut quads = data.chunks_exact(4);
+    for q in &mut quads {
+        if let [a, b, c, d] = *q {
+            if let Some(s) = bin(a).and_then(|i| s0.get_mut(i)) {
+                *s += 1;
+            }
+            if let Some(s) = bin(b).and_then(|i| s1.get_mut(i)) {
+                *s += 1;
+            }
+            if let Some(s) = bin(c).and_then(|i| s2.get_mut(i)) {
+                *s += 1;
+            }
+            if let Some(s) = bin(d).and_then(|i| s3.get_mut(i)) {
+                *s += 1;
+            }
+        }
+    }
+    for &x in quads.remainder() {
+        if let Some(s) = bin(x).and_then(|i| s0.get_mut(i)) {
+            *s += 1;
+        }
+    }
+    for (i, c) in counts.iter_mut().enumerate() {
+        *c += s0[i] + s1[i] + s2[i] + s3[i];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn width_is_smallest_covering_power_of_two() {
+        // t = 1, 4 bins per side: need 4 w > 1 -> w = 0.5 (4 * 0.25 = 1 is not > 1)
+        assert_eq!(width_log2_for(1.0, 4), -1);
+        assert_eq!(width_log2_for(0.99, 4), -2);
+        assert_eq!(width_log2_for(0.0, 4), MIN_WIDTH_LOG2);
+        assert_eq!(width_log2_for(-3.0, 1), 2);
+    }
+
+    #[test]
+    fn signed_bins_hand_computed() {
+        let mut h = Histogram::new(true, 2);
+        // t = 1.5, 2 per side -> w = 1; bins k=-2..1 cover [-2,2)
+        let data = [-1.5f32, -0.25, 0.0, 0.5, 1.0, 1.5, f32::NAN];
+        h.observe(&data, 1.5, 6);
+        assert_eq!(h.width(), Some(1.0));
+        assert_eq!(h.counts(), &[1, 1, 2, 2]);
+        // growth to t = 3 -> w = 2: pairs (-2,-1)->-1, (0,1)->0; new layout k=-2..1
+        h.observe(&[3.0], 3.0, 1);
+        assert_eq!(h.width(), Some(2.0));
+        assert_eq!(h.counts(), &[0, 2, 4, 1]);
+        assert_eq!(h.total(), 7);
+    }
+
+    #[test]
+    fn abs_bins_hand_computed() {
+        let mut h = Histogram::new(false, 4);
+        h.observe(&[-1.0, 0.1, 0.6, -0.75], 1.0, 4);
+        // w = 0.5: |x| = 1.0 -> bin 2, 0.1 -> 0, 0.6 -> 1, 0.75 -> 1
+        assert_eq!(h.counts(), &[1, 2, 1, 0]);
+    }
+}

@@ -1,0 +1,376 @@
+use std::collections::BTreeMap;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::hist::Histogram;
+use crate::{CalibState, Error, Method, Result, TensorState};
+
+/// A closed real range `[min, max]`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct Range {
+    pub min: f32,
+    pub max: f32,
+}
+
+impl Range {
+    /// `max(|min|, |max|)`.
+    pub fn amax(&self) -> f32 {
+        self.min.abs().max(self.max.abs())
+    }
+    /// `[-amax, amax]`.
+    pub fn symmetric(&self) -> Range {
+        let a = self.amax();
+        Range { min: -a, max: a }
+    }
+    /// Both ends clamped into `bounds` (so the result is inside `bounds` and never inverted).
+    pub fn clamp_to(&self, bounds: Range) -> Range {
+        let c = |x: f32| x.max(bounds.min).min(bounds.max);
+        Range { min: c(self.min), max: c(self.max) }
+    }
+}
+
+/// Mean and standard deviation of a tensor's histogram ([`Method::Distribution`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+pub struct DistributionStats {
+    pub mean: f32,
+    pub std: f32,
+}
+
+/// Ranges of every tensor for one method (what `calibration.json` holds).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RangeTable {
+    /// [`Method::name`].
+    pub method: String,
+    /// [`Method::options_json`].
+    pub options: BTreeMap<String, serde_json::Value>,
+    /// Per-tensor range (always present for every tensor with at least one finite value).
+    pub ranges: BTreeMap<String, Range>,
+    /// Per-channel ranges (MinMax with per-channel collection only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, Vec<Range>>,
+    /// Histogram mean/std ([`Method::Distribution`] only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub distribution: BTreeMap<String, DistributionStats>,
+}
+
+/// Number of standard deviations each side of the mean in [`Method::Distribution`]'s INT8 range.
+pub const DISTRIBUTION_NUM_STD: f64 = 4.0;
+/// Smoothing constant of the KL search (as TensorRT / ONNX Runtime).
+const KL_EPS: f64 = 1e-4;
+
+struct TensorResult {
+    range: Range,
+    channels: Option<Vec<Range>>,
+    distribution: Option<DistributionStats>,
+}
+
+/// Ranges of every tensor of `state` for `method`, in parallel across tensors. Tensors without any finite value
+/// are left out (see [`CalibState::non_finite`]).
+pub fn compute_ranges(state: &CalibState, method: &Method) -> Result<RangeTable> {
+    method.validate()?;
+    let names: Vec<&str> = state.tensors().collect();
+    let results: Vec<(String, Option<TensorResult>)> = names
+        .par_iter()
+        .map(|&name| {
+            let t = state.tensor(name).ok_or_else(|| Error::Shape {
+                tensor: name.to_string(),
+                message: "vanished from the state".into(),
+            })?;
+            Ok((name.to_string(), tensor_range(name, t, state, method)?))
+        })
+        .collect::<Result<_>>()?;
+    let mut table = RangeTable {
+        method: method.name().to_string(),
+        options: method.options_json(),
+        ranges: BTreeMap::new(),
+        channels: BTreeMap::new(),
+        distribution: BTreeMap::new(),
+    };
+    for (name, r) in results {
+        let Some(r) = r else { continue };
+        if let Some(c) = r.channels {
+            table.channels.insert(name.clone(), c);
+        }
+        if let Some(d) = r.distribution {
+            table.distribution.insert(name.clone(), d);
+        }
+        table.ranges.insert(name, r.range);
+    }
+    Ok(table)
+}
+
+/// One table per method from the same collection.
+pub fn compute_all(state: &CalibState, methods: &[Method]) -> Result<Vec<RangeTable>> {
+    methods.iter().map(|m| compute_ranges(state, m)).collect()
+}
+
+fn need<'a>(h: &'a Option<Histogram>, tensor: &str, method: &Method, needs: &'static str) -> Result<&'a Histogram> {
+    h.as_ref().ok_or_else(|| Error::NotCollected { tensor: tensor.to_string(), method: method.name(), needs })
+}
+
+fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method) -> Result<Option<TensorResult>> {
+    let Some(observed) = t.minmax else { return Ok(None) };
+    let plain = |range: Range| Ok(Some(TensorResult { range, channels: None, distribution: None }));
+    match *method {
+        Method::MinMax { symmetric } => {
+            let base = if state.options().moving_average.is_some() { t.moving.unwrap_or(observed) } else { observed };
+            let sym = |r: Range| if symmetric { r.symmetric() } else { r };
+            let channels = t
+                .channels
+                .as_ref()
+                .map(|c| c.iter().map(|r| sym(r.unwrap_or(Range { min: 0.0, max: 0.0 }))).collect());
+            Ok(Some(TensorResult { range: sym(base), channels, distribution: None }))
+        }
+        Method::Percentile { percentile, symmetric: true } => {
+            let h = need(&t.abs, name, method, "absolute histogram")?;
+            let thr = abs_percentile(h, percentile / 100.0);
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+        }
+        Method::Percentile { percentile, symmetric: false } => {
+            let h = need(&t.signed, name, method, "signed histogram")?;
+            plain(signed_percentile(h, percentile / 100.0).clamp_to(observed))
+        }
+        Method::Entropy { num_quantized_bins } => {
+            let h = need(&t.signed, name, method, "signed histogram")?;
+            let thr = entropy_threshold(h, num_quantized_bins);
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+        }
+        Method::Distribution => {
+            let h = need(&t.signed, name, method, "signed histogram")?;
+            let (mean, std) = histogram_mean_std(h);
+            let k = DISTRIBUTION_NUM_STD;
+            let range = Range { min: (mean - k * std) as f32, max: (mean + k * std) as f32 }.clamp_to(observed);
+            Ok(Some(TensorResult {
+                range,
+                channels: None,
+                distribution: Some(DistributionStats { mean: mean as f32, std: std as f32 }),
+            }))
+        }
+        Method::Mse => {
+            let h = need(&t.abs, name, method, "absolute histogram")?;
+            let thr = mse_threshold(h);
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+        }
+    }
+}
+
+/// Upper edge of the first bin where the CDF of `|x|` reaches `p` (fraction), capped at max|x|.
+pub fn abs_percentile(h: &Histogram, p: f64) -> f32 {
+    let (Some(w), total) = (h.width(), h.total()) else { return 0.0 };
+    let target = p * total as f64;
+    let mut cum = 0u64;
+    for (i, &c) in h.counts().iter().enumerate() {
+        cum += c;
+        if c > 0 && cum as f64 >= target {
+            return ((h.bin_of_index(i) + 1) as f64 * w).min(f64::from(h.max_abs())) as f32;
+        }
+    }
+    h.max_abs()
+}
+
+/// Cut `(1 - p) / 2` of the mass from each tail: lower edge of the bin where the CDF first exceeds the cut,
+/// upper edge of the bin where it reaches `1 - cut` (both conservative to the bin).
+pub fn signed_percentile(h: &Histogram, p: f64) -> Range {
+    let (Some(w), total) = (h.width(), h.total()) else { return Range { min: 0.0, max: 0.0 } };
+    let cut = (1.0 - p) / 2.0 * total as f64;
+    let (mut lo, mut hi) = (None, None);
+    let mut cum = 0u64;
+    for (i, &c) in h.counts().iter().enumerate() {
+        cum += c;
+        if c == 0 {
+            continue;
+        }
+        if lo.is_none() && cum as f64 > cut {
+            lo = Some(h.bin_of_index(i) as f64 * w);
+        }
+        if cum as f64 >= total as f64 - cut {
+            hi = Some((h.bin_of_index(i) + 1) as f64 * w);
+            break;
+        }
+    }
+    let m = f64::from(h.max_abs());
+    Range { min: lo.unwrap_or(-m) as f32, max: hi.unwrap_or(m) as f32 }
+}
+
+/// Mean and standard deviation of the histogram, each value at its bin centre (as ONNX Runtime).
+pub fn histogram_mean_std(h: &Histogram) -> (f64, f64) {
+    let (Some(w), total) = (h.width(), h.total()) else { return (0.0, 0.0) };
+    if total == 0 {
+        return (0.0, 0.0);
+    }
+    let n = total as f64;
+    let centre = |i: usize| (h.bin_of_index(i) as f64 + 0.5) * w;
+    let mean = h.counts().iter().enumerate().map(|(i, &c)| c as f64 * centre(i)).sum::<f64>() / n;
+    let var = h.counts().iter().enumerate().map(|(i, &c)| c as f64 * (centre(i) - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// Symmetric INT8 threshold `T` (a bin edge) minimising the expected squared error: values inside `[-T, T]`
+/// contribute the rounding noise `(T / 127)^2 / 12`, values outside the clipping error `(|x| - T)^2` (at bin
+/// centres). O(bins) with suffix sums.
+pub fn mse_threshold(h: &Histogram) -> f32 {
+    let Some(w) = h.width() else { return 0.0 };
+    let counts = h.counts();
+    let Some(last) = counts.iter().rposition(|&c| c > 0) else { return 0.0 };
+    let n = last + 1;
+    // suffix sums over bins >= k of count, count*centre, count*centre^2
+    let (mut s0, mut s1, mut s2) = (vec![0f64; n + 1], vec![0f64; n + 1], vec![0f64; n + 1]);
+    for k in (0..n).rev() {
+        let c = counts.get(k).copied().unwrap_or(0) as f64;
+        let x = (k as f64 + 0.5) * w;
+        s0[k] = s0[k + 1] + c;
+        s1[k] = s1[k + 1] + c * x;
+        s2[k] = s2[k + 1] + c * x * x;
+    }
+    let total = s0[0];
+    let mut best = (f64::INFINITY, n);
+    for k in 1..=n {
+        let t = k as f64 * w;
+        let clip = s2[k] - 2.0 * t * s1[k] + t * t * s0[k];
+        let step = t / 127.0;
+        let err = clip.max(0.0) + (total - s0[k]) * step * step / 12.0;
+        if err < best.0 {
+            best = (err, k);
+        }
+    }
+    ((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32
+}
+
+/// TensorRT's entropy calibration on a signed histogram: for each candidate half-width `i` (in bins) from
+/// `ceil(nq / 2)` to the extent of the data, take the centred slice `[-i, i)`, fold the outliers into its edge
+/// bins (reference `p`), merge the slice (without outliers) into `nq` groups, spread each group's mass evenly
+/// over its bins where `p` is non-zero (`q`), smooth both with eps = 1e-4 and compute KL(p || q). Returns the
+/// threshold `i * w` of the smallest divergence (the first on ties).
+///
+/// Cost: O(i) per candidate for the `p ln p` term plus O(nq) for the groups, with prefix sums and no
+/// allocation per candidate.
+pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
+    let Some(w) = h.width() else { return 0.0 };
+    let counts = h.counts();
+    let half = h.per_side();
+    let nq = num_quantized_bins.max(2);
+    // extent: smallest m with every non-zero bin inside [-m, m)
+    let extent = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(i, _)| {
+            let k = h.bin_of_index(i);
+            if k >= 0 { k + 1 } else { -k }
+        })
+        .max()
+        .unwrap_or(0) as usize;
+    let first = nq.div_ceil(2);
+    if extent <= first {
+        return (first as f64 * w).min(f64::from(h.max_abs())) as f32;
+    }
+    // prefix sums over the full array: counts and non-zero flags
+    let mut pc = vec![0f64; counts.len() + 1];
+    let mut pnz = vec![0usize; counts.len() + 1];
+    for (i, &c) in counts.iter().enumerate() {
+        pc[i + 1] = pc[i] + c as f64;
+        pnz[i + 1] = pnz[i] + usize::from(c > 0);
+    }
+    let total = pc[counts.len()];
+    let cnt = |i: usize| counts.get(i).copied().unwrap_or(0) as f64;
+    let mut best = (f64::INFINITY, extent);
+    for i in first..=extent.min(half) {
+        let (a, b) = (half - i, half + i); // slice [a, b) of the array
+        let n = b - a;
+        let left = pc[a];
+        let right = total - pc[b];
+        let sliced_total = pc[b] - pc[a];
+        // p at the edges includes the outliers
+        let p_first = cnt(a) + left;
+        let p_last = cnt(b - 1) + right;
+        let nz = |lo: usize, hi: usize| -> usize {
+            // non-zero p count in array range [lo, hi)
+            let mut z = pnz[hi] - pnz[lo];
+            if lo == a && cnt(a) == 0.0 && left > 0.0 {
+                z += 1;
+            }
+            if hi == b && cnt(b - 1) == 0.0 && right > 0.0 {
+                z += 1;
+            }
+            z
+        };
+        let nnz_p = nz(a, b);
+        if nnz_p == 0 || sliced_total <= 0.0 {
+            continue;
+        }
+        let e_p = KL_EPS * (n - nnz_p) as f64 / nnz_p as f64;
+        let m = n / nq;
+        // first pass over groups: q's non-zero count
+        let group = |j: usize| {
+            let lo = a + j * m;
+            let hi = if j + 1 == nq { b } else { lo + m };
+            (lo, hi)
+        };
+        let mut nnz_q = 0usize;
+        for j in 0..nq {
+            let (lo, hi) = group(j);
+            if pc[hi] - pc[lo] > 0.0 {
+                nnz_q += nz(lo, hi);
+            }
+        }
+        if nnz_q == 0 {
+            continue;
+        }
+        let e_q = KL_EPS * (n - nnz_q) as f64 / nnz_q as f64;
+        // sum over groups of (sum of p' in group) * ln q'
+        let mut cross = 0f64;
+        let mut valid = true;
+        for j in 0..nq {
+            let (lo, hi) = group(j);
+            let z = nz(lo, hi);
+            if z == 0 {
+                continue;
+            }
+            let mut s = pc[hi] - pc[lo];
+            if lo == a {
+                s += left;
+            }
+            if hi == b {
+                s += right;
+            }
+            let qmass = pc[hi] - pc[lo];
+            let lnq = if qmass > 0.0 {
+                let q = qmass / z as f64 - e_q;
+                if q <= 0.0 {
+                    valid = false;
+                    break;
+                }
+                q.ln()
+            } else {
+                KL_EPS.ln()
+            };
+            cross += (s - e_p * z as f64) * lnq;
+        }
+        // sum of p' ln p' over non-zero p
+        let f = |p: f64| {
+            let v = p - e_p;
+            if v > 0.0 { v * v.ln() } else { f64::NAN }
+        };
+        let mut self_term = 0f64;
+        for k in a + 1..b - 1 {
+            let c = cnt(k);
+            if c > 0.0 {
+                self_term += f(c);
+            }
+        }
+        for p in [p_first, p_last] {
+            if p > 0.0 {
+                self_term += f(p);
+            }
+        }
+        if !valid || !self_term.is_finite() {
+            continue;
+        }
+        let kl = (self_term - cross) / total + (sliced_total / total).ln();
+        if kl < best.0 {
+            best = (kl, i);
+        }
+    }
+    ((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32
+}

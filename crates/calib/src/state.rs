@@ -1,0 +1,397 @@
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::hist::Histogram;
+use crate::{Error, Method, Range, Result};
+
+/// What to collect per tensor. Min/max is always collected (it is cheap).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CollectOptions {
+    /// Histogram resolution: bins per side of zero of the signed histogram, and half the bins of the absolute
+    /// histogram, so that both resolve `[0, max|x|]` into more than `num_bins / 2` and `num_bins` bins
+    /// respectively (see [`crate::hist`]). Default 2048.
+    pub num_bins: usize,
+    /// Min/max; always collected whatever this says.
+    pub minmax: bool,
+    /// Collect the signed histogram (entropy, distribution, asymmetric percentile).
+    pub signed_histogram: bool,
+    /// Collect the absolute-value histogram (symmetric percentile, mse).
+    pub abs_histogram: bool,
+    /// Moving-average min/max with coefficient `c` in (0, 1]: `new = old + c (batch - old)`.
+    pub moving_average: Option<f32>,
+    /// Also collect min/max per channel along this axis of each batch's shape.
+    pub per_channel_axis: Option<usize>,
+}
+
+impl Default for CollectOptions {
+    fn default() -> Self {
+        CollectOptions {
+            num_bins: 2048,
+            minmax: true,
+            signed_histogram: false,
+            abs_histogram: false,
+            moving_average: None,
+            per_channel_axis: None,
+        }
+    }
+}
+
+impl CollectOptions {
+    /// Options collecting only what `methods` need, with `num_bins` histogram bins.
+    pub fn for_methods(methods: &[Method], num_bins: usize) -> Self {
+        CollectOptions {
+            num_bins,
+            signed_histogram: methods.iter().any(Method::needs_signed_histogram),
+            abs_histogram: methods.iter().any(Method::needs_abs_histogram),
+            ..Default::default()
+        }
+    }
+
+    /// Check the values: `num_bins` in 2..=1<<22, `moving_average` in (0, 1].
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=1 << 22).contains(&self.num_bins) {
+            return Err(Error::Options {
+                field: "num_bins",
+                message: format!("must be in 2..=4194304, got {}", self.num_bins),
+            });
+        }
+        if let Some(c) = self.moving_average
+            && !(c > 0.0 && c <= 1.0)
+        {
+            return Err(Error::Options { field: "moving_average", message: format!("must be in (0, 1], got {c}") });
+        }
+        Ok(())
+    }
+}
+
+/// How many NaN / +Inf / -Inf values a tensor had (they are excluded from every statistic).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NonFiniteCounts {
+    pub nan: u64,
+    pub pos_inf: u64,
+    pub neg_inf: u64,
+}
+
+impl NonFiniteCounts {
+    /// Total non-finite values.
+    pub fn total(&self) -> u64 {
+        self.nan + self.pos_inf + self.neg_inf
+    }
+}
+
+/// Everything collected for one tensor.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TensorState {
+    /// Number of finite values seen.
+    pub count: u64,
+    /// Observed min/max of the finite values; `None` until one was seen.
+    pub minmax: Option<Range>,
+    /// Moving-average min/max (only with [`CollectOptions::moving_average`]).
+    pub moving: Option<Range>,
+    /// Per-channel min/max (only with [`CollectOptions::per_channel_axis`]); `None` for a channel without
+    /// finite values.
+    pub channels: Option<Vec<Option<Range>>>,
+    /// Signed histogram, if collected.
+    pub signed: Option<Histogram>,
+    /// Absolute-value histogram, if collected.
+    pub abs: Option<Histogram>,
+    /// Non-finite values seen.
+    pub non_finite: NonFiniteCounts,
+}
+
+impl TensorState {
+    fn new(opts: &CollectOptions) -> Self {
+        TensorState {
+            count: 0,
+            minmax: None,
+            moving: None,
+            channels: None,
+            signed: opts.signed_histogram.then(|| Histogram::new(true, opts.num_bins)),
+            abs: opts.abs_histogram.then(|| Histogram::new(false, 2 * opts.num_bins)),
+            non_finite: NonFiniteCounts::default(),
+        }
+    }
+}
+
+/// One pass over a slice: min, max, max|x| of the finite values, and counts.
+#[derive(Default)]
+struct Scan {
+    min: f32,
+    max: f32,
+    finite: u64,
+    non_finite: NonFiniteCounts,
+}
+
+fn scan(data: &[f32]) -> Scan {
+    let (mut min, mut max, mut finite) = (f32::INFINITY, f32::NEG_INFINITY, 0u64);
+    let mut nf = NonFiniteCounts::default();
+    for &x in data {
+        if x.is_finite() {
+            min = min.min(x);
+            max = max.max(x);
+            finite += 1;
+        } else if x.is_nan() {
+            nf.nan += 1;
+        } else if x > 0.0 {
+            nf.pos_inf += 1;
+        } else {
+            nf.neg_inf += 1;
+        }
+    }
+    Scan { min, max, finite, non_finite: nf }
+}
+
+fn union(a: Option<Range>, b: Option<Range>) -> Option<Range> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(Range { min: a.min.min(b.min), max: a.max.max(b.max) }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Per-tensor calibration statistics, streamed batch by batch; serde-serialisable and exactly mergeable
+/// (except moving averages, which depend on batch order).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CalibState {
+    options: CollectOptions,
+    tensors: BTreeMap<String, TensorState>,
+}
+
+/// Checked view of one observation: the number of channels and the inner block size when per-channel.
+struct Checked {
+    channels: Option<(usize, usize)>,
+}
+
+impl CalibState {
+    /// Empty state. Invalid options are reported by [`CalibState::try_new`]; `new` clamps `num_bins` to
+    /// at least 2 and drops an out-of-range moving-average coefficient.
+    pub fn new(opts: CollectOptions) -> Self {
+        let mut opts = opts;
+        opts.num_bins = opts.num_bins.clamp(2, 1 << 22);
+        if opts.moving_average.is_some_and(|c| !(c > 0.0 && c <= 1.0)) {
+            opts.moving_average = None;
+        }
+        CalibState { options: opts, tensors: BTreeMap::new() }
+    }
+
+    /// Empty state after validating `opts`.
+    pub fn try_new(opts: CollectOptions) -> Result<Self> {
+        opts.validate()?;
+        Ok(CalibState { options: opts, tensors: BTreeMap::new() })
+    }
+
+    /// The collection options.
+    pub fn options(&self) -> &CollectOptions {
+        &self.options
+    }
+
+    /// The state of one tensor.
+    pub fn tensor(&self, name: &str) -> Option<&TensorState> {
+        self.tensors.get(name)
+    }
+
+    /// Names of the observed tensors, sorted.
+    pub fn tensors(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// Tensors that had NaN or ±Inf values, with their counts.
+    pub fn non_finite(&self) -> BTreeMap<String, NonFiniteCounts> {
+        self.tensors
+            .iter()
+            .filter(|(_, t)| t.non_finite.total() > 0)
+            .map(|(n, t)| (n.clone(), t.non_finite))
+            .collect()
+    }
+
+    fn check(&self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<Checked> {
+        let shape_err = |message: String| Error::Shape { tensor: tensor.to_string(), message };
+        let elements = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if !shape.is_empty() && elements != Some(data.len()) {
+            return Err(shape_err(format!("shape {shape:?} does not match {} values", data.len())));
+        }
+        let Some(axis) = self.options.per_channel_axis else { return Ok(Checked { channels: None }) };
+        let Some(&channels) = shape.get(axis) else {
+            return Err(shape_err(format!("per-channel axis {axis} is out of range for shape {shape:?}")));
+        };
+        let inner: usize = shape.iter().skip(axis + 1).product();
+        if let Some(Some(prev)) = self.tensors.get(tensor).map(|t| t.channels.as_ref())
+            && prev.len() != channels
+        {
+            return Err(shape_err(format!(
+                "axis {axis} has {channels} channels, earlier batches had {}",
+                prev.len()
+            )));
+        }
+        Ok(Checked { channels: Some((channels, inner)) })
+    }
+
+    fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
+        let s = scan(data);
+        t.non_finite.nan += s.non_finite.nan;
+        t.non_finite.pos_inf += s.non_finite.pos_inf;
+        t.non_finite.neg_inf += s.non_finite.neg_inf;
+        if let Some((channels, inner)) = checked.channels {
+            let ch = t.channels.get_or_insert_with(|| vec![None; channels]);
+            if inner > 0 {
+                for (i, block) in data.chunks_exact(inner).enumerate() {
+                    let b = scan(block);
+                    if b.finite > 0
+                        && let Some(slot) = ch.get_mut(i % channels.max(1))
+                    {
+                        *slot = union(*slot, Some(Range { min: b.min, max: b.max }));
+                    }
+                }
+            }
+        }
+        if s.finite == 0 {
+            return;
+        }
+        let batch = Range { min: s.min, max: s.max };
+        t.count += s.finite;
+        t.minmax = union(t.minmax, Some(batch));
+        if let Some(c) = opts.moving_average {
+            t.moving = Some(match t.moving {
+                None => batch,
+                Some(m) => Range { min: m.min + c * (batch.min - m.min), max: m.max + c * (batch.max - m.max) },
+            });
+        }
+        let max_abs = s.min.abs().max(s.max.abs());
+        if let Some(h) = t.signed.as_mut() {
+            h.observe(data, max_abs, s.finite);
+        }
+        if let Some(h) = t.abs.as_mut() {
+            h.observe(data, max_abs, s.finite);
+        }
+    }
+
+    /// Add one batch of `tensor`. `shape` must describe `data` (an empty shape means "flat"); shapes may differ
+    /// between batches except along the per-channel axis.
+    pub fn observe(&mut self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<()> {
+        let checked = self.check(tensor, data, shape)?;
+        let opts = &self.options;
+        let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
+        Self::apply(opts, t, data, &checked);
+        Ok(())
+    }
+
+    /// Add one batch of many tensors, in parallel across tensors. All items are checked first, so on error
+    /// nothing is added. A tensor named twice gets both batches, in order.
+    pub fn observe_batch(&mut self, batch: &[(&str, &[f32], &[usize])]) -> Result<()> {
+        let mut by_tensor: BTreeMap<&str, Vec<(&[f32], Checked)>> = BTreeMap::new();
+        for &(name, data, shape) in batch {
+            let checked = self.check(name, data, shape)?;
+            if let (Some((channels, _)), Some(first)) = (checked.channels, by_tensor.get(name).and_then(|v| v.first()))
+                && first.1.channels.map(|c| c.0) != Some(channels)
+            {
+                return Err(Error::Shape {
+                    tensor: name.to_string(),
+                    message: "per-channel axis length differs within one batch".into(),
+                });
+            }
+            by_tensor.entry(name).or_default().push((data, checked));
+        }
+        for name in by_tensor.keys() {
+            if !self.tensors.contains_key(*name) {
+                self.tensors.insert(name.to_string(), TensorState::new(&self.options));
+            }
+        }
+        let opts = &self.options;
+        self.tensors.par_iter_mut().for_each(|(name, t)| {
+            if let Some(items) = by_tensor.get(name.as_str()) {
+                for (data, checked) in items {
+                    Self::apply(opts, t, data, checked);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Add `other`'s statistics. Options must be equal (the error names the differing field). Histograms merge
+    /// exactly; moving averages cannot be merged (error) when both states saw the same tensor.
+    pub fn merge(&mut self, other: &CalibState) -> Result<()> {
+        let (a, b) = (&self.options, &other.options);
+        let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch { field, ours, theirs };
+        if a.num_bins != b.num_bins {
+            return Err(mismatch("num_bins", a.num_bins.to_string(), b.num_bins.to_string()));
+        }
+        if a.signed_histogram != b.signed_histogram {
+            return Err(mismatch("signed_histogram", a.signed_histogram.to_string(), b.signed_histogram.to_string()));
+        }
+        if a.abs_histogram != b.abs_histogram {
+            return Err(mismatch("abs_histogram", a.abs_histogram.to_string(), b.abs_histogram.to_string()));
+        }
+        if a.moving_average != b.moving_average {
+            return Err(mismatch(
+                "moving_average",
+                format!("{:?}", a.moving_average),
+                format!("{:?}", b.moving_average),
+            ));
+        }
+        if a.per_channel_axis != b.per_channel_axis {
+            return Err(mismatch(
+                "per_channel_axis",
+                format!("{:?}", a.per_channel_axis),
+                format!("{:?}", b.per_channel_axis),
+            ));
+        }
+        let mut merged = self.tensors.clone();
+        for (name, theirs) in &other.tensors {
+            let Some(ours) = merged.get_mut(name) else {
+                merged.insert(name.clone(), theirs.clone());
+                continue;
+            };
+            if ours.moving.is_some() && theirs.moving.is_some() {
+                return Err(Error::NotMergeable(format!(
+                    "tensor `{name}`: moving-average min/max depends on batch order"
+                )));
+            }
+            ours.moving = ours.moving.or(theirs.moving);
+            ours.count += theirs.count;
+            ours.minmax = union(ours.minmax, theirs.minmax);
+            ours.non_finite.nan += theirs.non_finite.nan;
+            ours.non_finite.pos_inf += theirs.non_finite.pos_inf;
+            ours.non_finite.neg_inf += theirs.non_finite.neg_inf;
+            match (ours.channels.as_mut(), theirs.channels.as_ref()) {
+                (Some(x), Some(y)) if x.len() != y.len() => {
+                    return Err(Error::Shape {
+                        tensor: name.clone(),
+                        message: format!("{} channels vs {} in the other state", x.len(), y.len()),
+                    });
+                }
+                (Some(x), Some(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p = union(*p, *q)),
+                (None, Some(y)) => ours.channels = Some(y.clone()),
+                _ => {}
+            }
+            for (h, o) in [(&mut ours.signed, &theirs.signed), (&mut ours.abs, &theirs.abs)] {
+                if let (Some(h), Some(o)) = (h.as_mut(), o.as_ref())
+                    && !h.merge(o)
+                {
+                    return Err(Error::Shape { tensor: name.clone(), message: "histogram layouts differ".into() });
+                }
+            }
+        }
+        self.tensors = merged;
+        Ok(())
+    }
+
+    /// Write the state as JSON (to a temporary sibling, then renamed).
+    pub fn save_json(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let bytes =
+            serde_json::to_vec(self).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+        crate::tables::write_atomic(path, &bytes)
+    }
+
+    /// Read a state written by [`CalibState::save_json`]; its options are validated.
+    pub fn load_json(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let state: CalibState =
+            serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+        state.options.validate()?;
+        Ok(state)
+    }
+}
