@@ -296,6 +296,8 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
         let receivers = sel.receivers.get(&t).map(Vec::as_slice).unwrap_or_default();
         let pairs = if kind == TensorKind::Activation && policy.dedicated_pairs && receivers.len() > 1 {
             receivers.iter().map(|&r| all.iter().filter(|c| c.node == r).cloned().collect()).collect()
+        } else if kind == TensorKind::Activation && !policy.shared_pair_feeds_all {
+            vec![all.into_iter().filter(|c| receivers.contains(&c.node)).collect()]
         } else {
             vec![all]
         };

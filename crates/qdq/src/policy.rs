@@ -14,6 +14,7 @@ pub const KEYS: &[&str] = &[
     "matmul_const_b_only",
     "residual_add",
     "dedicated_pairs",
+    "shared_pair_feeds_all",
     "quantize_outputs",
     "activations",
     "per_channel",
@@ -61,6 +62,9 @@ pub struct Policy {
     pub residual_add: ResidualAdd,
     /// One Q/DQ pair per quantized consumer (TensorRT cannot share a pair) instead of one shared.
     pub dedicated_pairs: bool,
+    /// A shared pair (one quantized reader, or `dedicated_pairs` off) also feeds the tensor's
+    /// readers that are not quantized, as ORT does; off, those keep reading the FP32 tensor.
+    pub shared_pair_feeds_all: bool,
     /// Also put Q/DQ on the outputs of quantized nodes (needs their ranges).
     pub quantize_outputs: bool,
     /// Activation quantization.
@@ -94,6 +98,7 @@ impl Policy {
             matmul_const_b_only: false,
             residual_add: ResidualAdd::Quantize,
             dedicated_pairs: true,
+            shared_pair_feeds_all: true,
             quantize_outputs: false,
             activations: QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false },
             per_channel: true,
@@ -148,6 +153,7 @@ impl Policy {
                 }
             }
             "dedicated_pairs" => self.dedicated_pairs = boolean()?,
+            "shared_pair_feeds_all" => self.shared_pair_feeds_all = boolean()?,
             "quantize_outputs" => self.quantize_outputs = boolean()?,
             "activations" => {
                 let reduce_range = self.activations.reduce_range;
@@ -197,6 +203,7 @@ impl Policy {
             ("matmul_const_b_only", b(self.matmul_const_b_only).into()),
             ("residual_add", if self.residual_add == ResidualAdd::Quantize { "quantize" } else { "skip" }.into()),
             ("dedicated_pairs", b(self.dedicated_pairs).into()),
+            ("shared_pair_feeds_all", b(self.shared_pair_feeds_all).into()),
             ("quantize_outputs", b(self.quantize_outputs).into()),
             ("activations", acts.into()),
             ("per_channel", b(self.per_channel).into()),

@@ -1,0 +1,178 @@
+//! Exact Q/DQ placement on tiny BERT under the TensorRT preset, and ORT execution of every preset.
+mod common;
+use std::collections::{BTreeSet, HashMap};
+
+use common::*;
+use onnx_ir::Model;
+use qdq::{Policy, PRESETS};
+
+const LAYER: &str = "/bert/encoder/layer.0";
+
+fn ranges_for(model: &Model, policy: &Policy) -> qdq::Ranges {
+    let tensors = qdq::tensors_to_calibrate(model, policy).unwrap();
+    observed_ranges(model, &tensors)
+}
+
+/// Producer op type of every tensor.
+fn producers(m: &Model) -> HashMap<String, String> {
+    m.graph().node.iter().flat_map(|n| n.output.iter().map(|o| (o.clone(), n.op_type().to_string()))).collect()
+}
+
+fn node<'a>(m: &'a Model, name: &str) -> &'a onnx_ir::proto::NodeProto {
+    m.graph().node.iter().find(|n| n.name() == name).unwrap_or_else(|| panic!("no node {name}"))
+}
+
+fn input_is_dq(m: &Model, node_name: &str, slot: usize) -> bool {
+    let p = producers(m);
+    p.get(&node(m, node_name).input[slot]).map(String::as_str) == Some("DequantizeLinear")
+}
+
+#[test]
+fn tensorrt_placement_on_tiny_bert() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let policy = Policy::preset("tensorrt").unwrap();
+        let ranges = ranges_for(&fp32, &policy);
+        let (q, plan) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+        q.validate().unwrap();
+        assert!(plan.skipped.is_empty(), "{plan}");
+        let cov = qdq::coverage(&q);
+
+        // Weights: one pair each, per-channel on axis 1 with one scale per output column.
+        let weights: Vec<_> = cov.pairs.iter().filter(|p| p.tensor.ends_with(".weight")).collect();
+        let expect_cols = [
+            ("attention/self/query.weight", HIDDEN),
+            ("attention/self/key.weight", HIDDEN),
+            ("attention/self/value.weight", HIDDEN),
+            ("attention/output/dense.weight", HIDDEN),
+            ("intermediate/dense.weight", FFN),
+            ("output/dense.weight", HIDDEN),
+        ];
+        for (w, cols) in expect_cols {
+            let p = weights.iter().find(|p| p.tensor == format!("{LAYER}/{w}")).unwrap_or_else(|| panic!("{w}"));
+            assert_eq!((p.axis, p.scales.len(), p.zero_points.iter().all(|&z| z == 0)), (Some(1), cols, true), "{w}");
+            assert_eq!(p.consumers.len(), 1);
+            assert!(p.quantize_node.is_some(), "TensorRT keeps FP32 weight + Q/DQ pair");
+        }
+        let qa = weights.iter().find(|p| p.tensor == "/qa_outputs.weight").unwrap();
+        assert_eq!(qa.scales.len(), 2);
+
+        // Bias Adds: no input behind a DQ. Residual Adds (feeding LayerNorm): both inputs are.
+        for dense in ["attention/self/query", "attention/self/key", "attention/self/value", "attention/output/dense", "intermediate/dense", "output/dense"] {
+            let add = format!("{LAYER}/{dense}/Add");
+            assert!(!input_is_dq(&q, &add, 0) && !input_is_dq(&q, &add, 1), "{add}");
+            assert!(input_is_dq(&q, &format!("{LAYER}/{dense}/MatMul"), 0));
+            assert!(input_is_dq(&q, &format!("{LAYER}/{dense}/MatMul"), 1));
+        }
+        assert!(!input_is_dq(&q, "/qa_outputs/Add", 0) && !input_is_dq(&q, "/qa_outputs/Add", 1));
+        for residual in [format!("{LAYER}/attention/output/Add"), format!("{LAYER}/output/Add"), "/bert/embeddings/Add".into()] {
+            assert!(input_is_dq(&q, &residual, 0) && input_is_dq(&q, &residual, 1), "{residual}");
+        }
+        // Attention MatMuls take two activations, both quantized.
+        for mm in ["MatMul", "MatMul_1"] {
+            let n = format!("{LAYER}/attention/self/{mm}");
+            assert!(input_is_dq(&q, &n, 0) && input_is_dq(&q, &n, 1), "{n}");
+        }
+
+        // Dedicated pairs: the embeddings LayerNorm output feeds Q, K, V and the residual Add,
+        // each through its own pair with one consumer.
+        let ln0 = if ln == Ln::Fused { "/bert/embeddings/LayerNorm/LayerNormalization_output_0" } else { "/bert/embeddings/LayerNorm/Add_1_output_0" };
+        let ln0_pairs: Vec<_> = cov.pairs.iter().filter(|p| p.tensor == ln0).collect();
+        assert_eq!(ln0_pairs.len(), 4);
+        assert!(ln0_pairs.iter().all(|p| p.consumers.len() == 1));
+        let readers: BTreeSet<&str> = ln0_pairs.iter().map(|p| p.consumers[0].0.as_str()).collect();
+        assert_eq!(readers.len(), 4);
+
+        // No output quantization: outputs of quantized MatMul/Add get a pair only when another
+        // quantized node reads them (ctx MatMul_1 -> dense MatMul); these feed float ops only.
+        let float_fed = [
+            format!("{LAYER}/attention/self/MatMul_output_0"),
+            format!("{LAYER}/attention/output/Add_output_0"),
+            format!("{LAYER}/output/Add_output_0"),
+            "/bert/embeddings/Add_output_0".to_string(),
+            "/qa_outputs/MatMul_output_0".to_string(),
+        ];
+        for t in &float_fed {
+            assert!(!cov.pairs.iter().any(|p| &p.tensor == t), "{t} is quantized");
+        }
+        let mut with_outputs = policy.clone();
+        with_outputs.set("quantize_outputs", "true").unwrap();
+        let more = ranges_for(&fp32, &with_outputs);
+        let (q2, _) = qdq::quantize(&fp32, &more, &with_outputs).unwrap();
+        let cov2 = qdq::coverage(&q2);
+        for t in &float_fed {
+            assert!(cov2.pairs.iter().any(|p| &p.tensor == t), "{t} not quantized with quantize_outputs");
+        }
+
+        // Everything the plan quantizes from ranges is exactly what tensors_to_calibrate asked for.
+        let calibrated: BTreeSet<String> = qdq::tensors_to_calibrate(&fp32, &policy).unwrap().into_iter().collect();
+        let activations: BTreeSet<String> = cov.pairs.iter().filter(|p| !p.is_initializer).map(|p| p.tensor.clone()).collect();
+        assert_eq!(calibrated, activations);
+        // 7 weights + position embeddings + 11 distinct activations; LN outputs have 4/2/1 pairs.
+        assert_eq!(cov.pairs.len(), 24, "{plan}");
+    }
+}
+
+#[test]
+fn residual_add_skip_and_exclusions() {
+    let fp32 = tiny_bert(Ln::Fused);
+    let mut policy = Policy::preset("tensorrt").unwrap();
+    policy.set("residual_add", "skip").unwrap();
+    policy.set("shared_pair_feeds_all", "false").unwrap();
+    policy.set("exclude_nodes", "/qa_outputs/*").unwrap();
+    policy.set("exclude_tensors", "*Softmax_output_0").unwrap();
+    let ranges = ranges_for(&fp32, &Policy::preset("tensorrt").unwrap());
+    let (q, plan) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+    for residual in [format!("{LAYER}/attention/output/Add"), format!("{LAYER}/output/Add")] {
+        assert!(!input_is_dq(&q, &residual, 0) && !input_is_dq(&q, &residual, 1), "{residual}");
+    }
+    assert!(!input_is_dq(&q, "/qa_outputs/MatMul", 0) && !input_is_dq(&q, "/qa_outputs/MatMul", 1));
+    assert!(!input_is_dq(&q, &format!("{LAYER}/attention/self/MatMul_1"), 0));
+    assert!(input_is_dq(&q, &format!("{LAYER}/attention/self/MatMul_1"), 1));
+    assert!(plan.skipped.iter().any(|s| s.tensor.ends_with("Softmax_output_0") && s.reason.contains("exclude_tensors")));
+    // Without the residual Add, the LN output only has 3 quantized readers (Q, K, V).
+    let ln0 = qdq::coverage(&q).pairs.iter().filter(|p| p.tensor == "/bert/embeddings/LayerNorm/LayerNormalization_output_0").count();
+    assert_eq!(ln0, 3);
+    let text = plan.to_string();
+    assert!(text.contains("skipped:") && text.contains("weight"), "{text}");
+}
+
+#[test]
+fn missing_range_is_skipped_or_strict_error() {
+    let fp32 = tiny_bert(Ln::Fused);
+    let mut policy = Policy::preset("tensorrt").unwrap();
+    let mut ranges = ranges_for(&fp32, &policy);
+    let gone = format!("{LAYER}/attention/self/Softmax_output_0");
+    ranges.remove(&gone);
+    let plan = qdq::plan(&fp32, &ranges, &policy).unwrap();
+    assert!(plan.skipped.iter().any(|s| s.tensor == gone && s.reason.contains("no calibration range")));
+    policy.set("strict", "true").unwrap();
+    let e = qdq::plan(&fp32, &ranges, &policy).unwrap_err().to_string();
+    assert!(e.contains(&gone) && e.contains("MatMul_1") && e.contains("strict"), "{e}");
+}
+
+/// Max |a - b| and max |b| over all elements.
+fn max_err(a: &ndarray::ArrayD<f32>, b: &ndarray::ArrayD<f32>) -> (f32, f32) {
+    let e = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    (e, b.iter().map(|v| v.abs()).fold(0.0, f32::max))
+}
+
+#[test]
+fn every_preset_runs_in_ort_close_to_fp32() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let reference = run(&fp32, &["start_logits"]).remove(0);
+        for preset in PRESETS {
+            let policy = Policy::preset(preset).unwrap();
+            let ranges = ranges_for(&fp32, &policy);
+            let (q, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+            q.validate().unwrap();
+            let out = run(&q, &["start_logits"]).remove(0);
+            assert!(out.iter().all(|v| v.is_finite()));
+            let (err, mag) = max_err(&out, &reference);
+            eprintln!("{preset} {ln:?}: max |int8 - fp32| = {err:.4} (max |fp32| = {mag:.3})");
+            assert!(err <= 0.25 * mag, "{preset} {ln:?}: error {err} vs magnitude {mag}");
+            assert!(err > 0.0, "{preset}: quantization had no effect");
+        }
+    }
+}
