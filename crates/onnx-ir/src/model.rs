@@ -1,0 +1,393 @@
+//! [`Model`]: loading, external data, saving.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::LazyLock;
+
+use prost::Message;
+
+use crate::error::{Error, Result};
+use crate::proto::tensor_proto::DataLocation;
+use crate::proto::{
+    AttributeProto, GraphProto, ModelProto, SparseTensorProto, StringStringEntryProto, TensorProto,
+};
+use crate::tensor::check_tensor;
+
+/// Largest serialized protobuf message (2 GiB - 1).
+pub const PROTOBUF_LIMIT: u64 = i32::MAX as u64;
+
+/// Alignment of tensors in an external data file (page size, so runtimes can mmap them).
+pub const EXTERNAL_ALIGNMENT: u64 = 4096;
+
+/// An ONNX model held fully in memory.
+///
+/// Invariant after [`Model::load`] / [`Model::from_bytes`]: every tensor's data is inline
+/// (external data was read into `raw_data`), dims are non-negative, and data lengths match.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// The decoded protobuf.
+    pub proto: ModelProto,
+    dir: Option<PathBuf>,
+}
+
+/// How [`Model::save_with`] writes a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// Move large tensors to a side file next to the model; `None` keeps everything inline.
+    pub external_data: Option<ExternalDataOptions>,
+}
+
+/// Where and which tensors [`Model::save_with`] writes to an external data file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalDataOptions {
+    /// Plain file name (no directories) of the side file, created next to the model.
+    pub file_name: String,
+    /// Tensors whose raw data has at least this many bytes go to the side file.
+    pub size_threshold: usize,
+}
+
+impl ExternalDataOptions {
+    /// Side file `file_name` with the default 1024-byte threshold.
+    pub fn new(file_name: &str) -> Self {
+        ExternalDataOptions { file_name: file_name.to_string(), size_threshold: 1024 }
+    }
+}
+
+static EMPTY_GRAPH: LazyLock<GraphProto> = LazyLock::new(GraphProto::default);
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+/// Calls `f` on every tensor in a graph: initializers, sparse initializers, attribute tensors,
+/// and all nested subgraphs.
+fn walk_graph(g: &mut GraphProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+    g.initializer.iter_mut().try_for_each(&mut *f)?;
+    for s in &mut g.sparse_initializer {
+        walk_sparse(s, f)?;
+    }
+    for n in &mut g.node {
+        walk_attrs(&mut n.attribute, f)?;
+    }
+    Ok(())
+}
+
+fn walk_sparse(s: &mut SparseTensorProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+    s.values.iter_mut().chain(s.indices.iter_mut()).try_for_each(f)
+}
+
+fn walk_attrs(attrs: &mut [AttributeProto], f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+    for a in attrs {
+        a.t.iter_mut().chain(a.tensors.iter_mut()).try_for_each(&mut *f)?;
+        for s in a.sparse_tensor.iter_mut().chain(a.sparse_tensors.iter_mut()) {
+            walk_sparse(s, f)?;
+        }
+        for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+            walk_graph(g, f)?;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f` on every tensor of the model (main graph, training info, functions).
+pub(crate) fn walk_model(m: &mut ModelProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
+    if let Some(g) = &mut m.graph {
+        walk_graph(g, f)?;
+    }
+    for ti in &mut m.training_info {
+        for g in ti.initialization.iter_mut().chain(ti.algorithm.iter_mut()) {
+            walk_graph(g, f)?;
+        }
+    }
+    for func in &mut m.functions {
+        walk_attrs(&mut func.attribute_proto, f)?;
+        for n in &mut func.node {
+            walk_attrs(&mut n.attribute, f)?;
+        }
+    }
+    Ok(())
+}
+
+fn entry(key: &str, value: String) -> StringStringEntryProto {
+    StringStringEntryProto { key: Some(key.to_string()), value: Some(value) }
+}
+
+/// Checks that `location` is a relative path staying inside the model directory.
+fn check_location(tensor: &str, location: &str) -> Result<()> {
+    let bad = |reason: &str| Error::ExternalData {
+        tensor: tensor.to_string(),
+        location: location.to_string(),
+        reason: reason.to_string(),
+    };
+    if location.is_empty() {
+        return Err(bad("empty location"));
+    }
+    for c in Path::new(location).components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => return Err(bad("contains '..'; it must stay inside the model's directory")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(bad("is absolute; it must be relative to the model's directory"));
+            }
+        }
+    }
+    if location.contains('\\') && cfg!(not(windows)) && location.split('\\').any(|p| p == "..") {
+        return Err(bad("contains '..'; it must stay inside the model's directory"));
+    }
+    Ok(())
+}
+
+/// Reads the external data of `t` from below `dir`.
+fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
+    let tensor = t.name().to_string();
+    let mut location = None;
+    let mut offset: u64 = 0;
+    let mut length: Option<u64> = None;
+    let loc_str = |l: &Option<&str>| l.unwrap_or("").to_string();
+    for e in &t.external_data {
+        let parse = |v: &str| {
+            v.parse::<u64>().map_err(|_| Error::ExternalData {
+                tensor: tensor.clone(),
+                location: String::new(),
+                reason: format!("'{}' entry is not a non-negative integer: '{v}'", e.key()),
+            })
+        };
+        match e.key() {
+            "location" => location = Some(e.value()),
+            "offset" => offset = parse(e.value())?,
+            "length" => length = Some(parse(e.value())?),
+            _ => {}
+        }
+    }
+    let bad = |reason: String| Error::ExternalData { tensor: tensor.clone(), location: loc_str(&location), reason };
+    let Some(loc) = location else {
+        return Err(bad("the tensor is marked EXTERNAL but has no 'location' entry".into()));
+    };
+    check_location(&tensor, loc)?;
+    let full = dir.join(loc);
+    let canon_dir = dir.canonicalize().map_err(|e| bad(format!("model directory {}: {e}", dir.display())))?;
+    let canon = full.canonicalize().map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
+    if !canon.starts_with(&canon_dir) {
+        return Err(bad(format!("resolves to {} outside the model's directory", canon.display())));
+    }
+    let mut file = File::open(&canon).map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
+    let size = file.metadata().map_err(|e| bad(format!("{}: {e}", full.display())))?.len();
+    let end = match length {
+        Some(l) => offset.checked_add(l),
+        None => Some(size),
+    };
+    let end = end.filter(|&e| e <= size && e >= offset).ok_or_else(|| {
+        bad(format!(
+            "offset {offset} + length {} is past the end of {} ({size} bytes)",
+            length.map_or("?".into(), |l| l.to_string()),
+            full.display()
+        ))
+    })?;
+    let len = usize::try_from(end - offset).map_err(|_| bad("length does not fit in memory".into()))?;
+    let mut buf = vec![0u8; len];
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_exact(&mut buf))
+        .map_err(|e| bad(format!("reading {}: {e}", full.display())))?;
+    Ok(buf)
+}
+
+/// A temporary file next to its destination, removed on drop unless committed.
+struct TempFile {
+    tmp: PathBuf,
+    dest: PathBuf,
+    writer: Option<BufWriter<File>>,
+}
+
+impl TempFile {
+    fn create(dest: &Path) -> Result<Self> {
+        let dir = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let fname = dest.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = dir.join(format!(".{fname}.tmp-{}", std::process::id()));
+        let file = File::create(&tmp).map_err(io_err(&tmp))?;
+        Ok(TempFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)) })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        match &mut self.writer {
+            Some(w) => w.write_all(bytes).map_err(io_err(&self.tmp)),
+            None => Ok(()),
+        }
+    }
+
+    fn commit(mut self) -> Result<()> {
+        if let Some(w) = self.writer.take() {
+            let file = w.into_inner().map_err(|e| Error::Io { path: self.tmp.clone(), source: e.into_error() })?;
+            file.sync_all().map_err(io_err(&self.tmp))?;
+        }
+        std::fs::rename(&self.tmp, &self.dest).map_err(io_err(&self.dest))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if self.tmp.exists() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+fn encode_limited(proto: &ModelProto, what: &str, limit: u64, hint: &str) -> Result<Vec<u8>> {
+    let size = proto.encoded_len() as u64;
+    if size > limit {
+        return Err(Error::TooLarge { what: what.to_string(), size, hint: hint.to_string() });
+    }
+    Ok(proto.encode_to_vec())
+}
+
+const INLINE_HINT: &str =
+    "save with SaveOptions { external_data: Some(ExternalDataOptions::new(\"model.onnx.data\")) }";
+
+impl Model {
+    /// Wraps a protobuf built in memory (no directory; it has no external data to resolve).
+    pub fn new(proto: ModelProto) -> Self {
+        Model { proto, dir: None }
+    }
+
+    /// Reads, decodes and checks a model file, loading all external data into memory.
+    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(io_err(path))?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Self::decode(&bytes, &path.display().to_string(), Some(dir))
+    }
+
+    /// Decodes a model from memory; `name_for_errors` names it in errors. External data is
+    /// rejected (there is no directory to resolve it against).
+    pub fn from_bytes(bytes: &[u8], name_for_errors: &str) -> Result<Model> {
+        Self::decode(bytes, name_for_errors, None)
+    }
+
+    fn decode(bytes: &[u8], what: &str, dir: Option<PathBuf>) -> Result<Model> {
+        let mut proto =
+            ModelProto::decode(bytes).map_err(|source| Error::Decode { what: what.to_string(), source })?;
+        if proto.graph.is_none() {
+            return Err(Error::Graph { reason: format!("{what}: the model has no graph") });
+        }
+        walk_model(&mut proto, &mut |t| {
+            if t.data_location() == DataLocation::External {
+                let Some(dir) = &dir else {
+                    return Err(Error::ExternalData {
+                        tensor: t.name().to_string(),
+                        location: t
+                            .external_data
+                            .iter()
+                            .find(|e| e.key() == "location")
+                            .map(|e| e.value().to_string())
+                            .unwrap_or_default(),
+                        reason: format!("{what} was given as bytes, so there is no directory to read it from"),
+                    });
+                };
+                t.raw_data = Some(read_external(dir, t)?);
+                t.external_data.clear();
+                t.data_location = None;
+            }
+            check_tensor(t, what)
+        })?;
+        Ok(Model { proto, dir })
+    }
+
+    /// Directory the model was loaded from, if any.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Serializes the model with all data inline; errors if over 2 GiB.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        encode_limited(&self.proto, "the model", PROTOBUF_LIMIT, INLINE_HINT)
+    }
+
+    /// Writes the model with all data inline (temp file + rename; never truncates `path`
+    /// in place, so saving over the loaded file is safe).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.save_with(path, &SaveOptions::default())
+    }
+
+    /// Writes the model per `opts`, optionally moving large tensors to a side file.
+    pub fn save_with(&self, path: impl AsRef<Path>, opts: &SaveOptions) -> Result<()> {
+        self.save_limited(path.as_ref(), opts, PROTOBUF_LIMIT)
+    }
+
+    pub(crate) fn save_limited(&self, path: &Path, opts: &SaveOptions, limit: u64) -> Result<()> {
+        let what = path.display().to_string();
+        let Some(ext) = &opts.external_data else {
+            let bytes = encode_limited(&self.proto, &what, limit, INLINE_HINT)?;
+            let mut tmp = TempFile::create(path)?;
+            tmp.write(&bytes)?;
+            return tmp.commit();
+        };
+        let name = ext.file_name.as_str();
+        let plain = matches!(Path::new(name).components().collect::<Vec<_>>().as_slice(), [Component::Normal(_)]);
+        if !plain {
+            return Err(Error::Options {
+                reason: format!("external data file name '{name}' must be a plain file name without directories"),
+            });
+        }
+        if path.file_name().is_some_and(|f| f == name) {
+            return Err(Error::Options { reason: format!("external data file '{name}' is the model file itself") });
+        }
+        let side_path = path.parent().map_or_else(|| PathBuf::from(name), |d| d.join(name));
+        let mut side = TempFile::create(&side_path)?;
+        let mut proto = self.proto.clone();
+        let mut offset: u64 = 0;
+        walk_model(&mut proto, &mut |t| {
+            let big = t.raw_data.as_ref().is_some_and(|r| r.len() >= ext.size_threshold);
+            if !big {
+                return Ok(());
+            }
+            let raw = t.raw_data.take().unwrap_or_default();
+            let pad = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
+            side.write(&vec![0u8; pad as usize])?;
+            offset += pad;
+            side.write(&raw)?;
+            t.data_location = Some(DataLocation::External as i32);
+            t.external_data = vec![
+                entry("location", name.to_string()),
+                entry("offset", offset.to_string()),
+                entry("length", raw.len().to_string()),
+            ];
+            offset += raw.len() as u64;
+            Ok(())
+        })?;
+        let bytes = encode_limited(&proto, &what, limit, "lower ExternalDataOptions::size_threshold")?;
+        let mut tmp = TempFile::create(path)?;
+        tmp.write(&bytes)?;
+        side.commit()?;
+        tmp.commit()
+    }
+
+    /// The main graph (an empty graph if the proto has none).
+    pub fn graph(&self) -> &GraphProto {
+        self.proto.graph.as_ref().unwrap_or(&EMPTY_GRAPH)
+    }
+
+    /// The main graph, mutably (created empty if missing).
+    pub fn graph_mut(&mut self) -> &mut GraphProto {
+        self.proto.graph.get_or_insert_with(GraphProto::default)
+    }
+
+    /// Imported version of operator set `domain` ("" and "ai.onnx" both mean the default).
+    pub fn opset(&self, domain: &str) -> Option<i64> {
+        let norm = |d: &str| if d == "ai.onnx" { String::new() } else { d.to_string() };
+        let want = norm(domain);
+        self.proto.opset_import.iter().find(|o| norm(o.domain()) == want).map(|o| o.version())
+    }
+
+    /// Re-checks every tensor (dims, data lengths) and the graph structure.
+    pub fn validate(&self) -> Result<()> {
+        let mut proto = self.proto.clone();
+        walk_model(&mut proto, &mut |t| check_tensor(t, ""))?;
+        crate::GraphExt::validate(self.graph())
+    }
+}

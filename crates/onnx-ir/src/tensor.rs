@@ -1,0 +1,230 @@
+//! Tensor storage rules and conversions between [`TensorProto`] and `ndarray`.
+
+use half::f16;
+use ndarray::{ArrayD, IxDyn};
+
+use crate::error::{Result, tensor_err};
+use crate::proto::TensorProto;
+use crate::proto::tensor_proto::{DataLocation, DataType};
+
+/// Storage size of `count` elements of `data_type` in raw_data, in bytes.
+///
+/// `None` for types without a fixed size (STRING, UNDEFINED, unknown codes) or on overflow.
+pub fn raw_byte_len(data_type: i32, count: u64) -> Option<u64> {
+    use DataType as D;
+    let dt = D::try_from(data_type).ok()?;
+    match dt {
+        D::Undefined | D::String => None,
+        D::Uint4 | D::Int4 | D::Float4e2m1 => Some(count.div_ceil(2)),
+        D::Uint2 | D::Int2 => Some(count.div_ceil(4)),
+        D::Uint8 | D::Int8 | D::Bool => Some(count),
+        D::Float8e4m3fn | D::Float8e4m3fnuz | D::Float8e5m2 | D::Float8e5m2fnuz | D::Float8e8m0 => {
+            Some(count)
+        }
+        D::Uint16 | D::Int16 | D::Float16 | D::Bfloat16 => count.checked_mul(2),
+        D::Float | D::Int32 | D::Uint32 => count.checked_mul(4),
+        D::Int64 | D::Uint64 | D::Double | D::Complex64 => count.checked_mul(8),
+        D::Complex128 => count.checked_mul(16),
+    }
+}
+
+/// Name of a data type code for messages ("FLOAT", "INT64", or the number if unknown).
+pub fn data_type_name(data_type: i32) -> String {
+    DataType::try_from(data_type)
+        .map(|d| d.as_str_name().to_string())
+        .unwrap_or_else(|_| format!("unknown data type {data_type}"))
+}
+
+/// Shape of a tensor as `usize` dims plus its element count, overflow-checked.
+///
+/// Errors on negative dims or a product that does not fit in 64 bits.
+pub fn tensor_shape(t: &TensorProto) -> Result<(Vec<usize>, u64)> {
+    let mut count: u64 = 1;
+    let mut shape = Vec::with_capacity(t.dims.len());
+    for (axis, &d) in t.dims.iter().enumerate() {
+        let du = u64::try_from(d)
+            .map_err(|_| tensor_err(t.name(), format!("dim {axis} is negative ({d})")))?;
+        count = count.checked_mul(du).ok_or_else(|| {
+            tensor_err(t.name(), format!("element count overflows at dim {axis} (dims {:?})", t.dims))
+        })?;
+        shape.push(usize::try_from(du).map_err(|_| tensor_err(t.name(), format!("dim {axis} too large")))?);
+    }
+    Ok((shape, count))
+}
+
+/// Number of entries the typed repeated field for `data_type` must hold, and that field's
+/// current length; `None` for types this check does not cover.
+fn typed_field_len(t: &TensorProto, count: u64) -> Option<(u64, usize, &'static str)> {
+    use DataType as D;
+    let dt = D::try_from(t.data_type()).ok()?;
+    let double = count.checked_mul(2)?;
+    Some(match dt {
+        D::Float => (count, t.float_data.len(), "float_data"),
+        D::Complex64 => (double, t.float_data.len(), "float_data"),
+        D::Int64 => (count, t.int64_data.len(), "int64_data"),
+        D::Double => (count, t.double_data.len(), "double_data"),
+        D::Complex128 => (double, t.double_data.len(), "double_data"),
+        D::Uint32 | D::Uint64 => (count, t.uint64_data.len(), "uint64_data"),
+        D::String => (count, t.string_data.len(), "string_data"),
+        D::Uint4 | D::Int4 | D::Float4e2m1 => (count.div_ceil(2), t.int32_data.len(), "int32_data"),
+        D::Uint2 | D::Int2 => (count.div_ceil(4), t.int32_data.len(), "int32_data"),
+        D::Undefined => return None,
+        _ => (count, t.int32_data.len(), "int32_data"),
+    })
+}
+
+/// Checks an in-memory (non-external, non-segmented) tensor: dims, and that its data length
+/// matches the element count. `context` (e.g. the file) is appended to error messages.
+pub(crate) fn check_tensor(t: &TensorProto, context: &str) -> Result<()> {
+    let label = || if context.is_empty() { t.name().to_string() } else { format!("{}' in '{context}", t.name()) };
+    let (_, count) = tensor_shape(t).map_err(|e| match e {
+        crate::Error::BadTensor { reason, .. } => tensor_err(label(), reason),
+        other => other,
+    })?;
+    if t.segment.is_some() || t.data_location() == DataLocation::External {
+        return Ok(());
+    }
+    if let Some(raw) = &t.raw_data {
+        if let Some(want) = raw_byte_len(t.data_type(), count)
+            && raw.len() as u64 != want
+        {
+            return Err(tensor_err(
+                label(),
+                format!(
+                    "raw_data has {} bytes but {} elements of {} need {want}",
+                    raw.len(),
+                    count,
+                    data_type_name(t.data_type())
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    if let Some((want, have, field)) = typed_field_len(t, count)
+        && have as u64 != want
+    {
+        return Err(tensor_err(
+            label(),
+            format!("{field} has {have} entries but dims {:?} of {} need {want}", t.dims, data_type_name(t.data_type())),
+        ));
+    }
+    Ok(())
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Element types convertible between ndarray and [`TensorProto`]: f32, f16, i64, i32, i8, u8.
+pub trait Element: Copy + sealed::Sealed + 'static {
+    /// The ONNX data type of this element.
+    const DATA_TYPE: DataType;
+    /// Bytes per element in raw_data.
+    const SIZE: usize;
+    /// Decodes one element from exactly `SIZE` little-endian bytes.
+    fn from_le(bytes: &[u8]) -> Self;
+    /// Appends the little-endian bytes of `self`.
+    fn put_le(self, out: &mut Vec<u8>);
+    /// Values from the typed repeated field ONNX uses for this type.
+    fn from_typed(t: &TensorProto) -> Vec<Self>;
+}
+
+macro_rules! element {
+    ($t:ty, $dt:ident, $size:expr, |$tp:ident| $typed:expr, |$b:ident| $from:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DATA_TYPE: DataType = DataType::$dt;
+            const SIZE: usize = $size;
+            fn from_le($b: &[u8]) -> Self {
+                let mut a = [0u8; $size];
+                a.copy_from_slice(&$b[..$size]);
+                $from(a)
+            }
+            fn put_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn from_typed($tp: &TensorProto) -> Vec<Self> {
+                $typed
+            }
+        }
+    };
+}
+
+element!(f32, Float, 4, |t| t.float_data.clone(), |b| f32::from_le_bytes);
+element!(i64, Int64, 8, |t| t.int64_data.clone(), |b| i64::from_le_bytes);
+element!(i32, Int32, 4, |t| t.int32_data.clone(), |b| i32::from_le_bytes);
+// Per the ONNX spec, 8-bit integers live in int32_data as their values and float16 as
+// its bit pattern in the low 16 bits; truncating casts are the defined meaning.
+element!(i8, Int8, 1, |t| t.int32_data.iter().map(|&v| v as i8).collect(), |b| i8::from_le_bytes);
+element!(u8, Uint8, 1, |t| t.int32_data.iter().map(|&v| v as u8).collect(), |b| u8::from_le_bytes);
+element!(
+    f16,
+    Float16,
+    2,
+    |t| t.int32_data.iter().map(|&v| f16::from_bits(v as u16)).collect(),
+    |b| f16::from_le_bytes
+);
+
+/// Reads a tensor into an array of `T`.
+///
+/// Accepts raw_data (little-endian) or the typed repeated field. Errors, naming the tensor,
+/// if the data type is not `T`'s, the data length does not match the dims, or the data is
+/// still external.
+pub fn tensor_to_array<T: Element>(t: &TensorProto) -> Result<ArrayD<T>> {
+    let name = t.name();
+    if t.data_type() != T::DATA_TYPE as i32 {
+        return Err(tensor_err(
+            name,
+            format!("expected data type {}, found {}", T::DATA_TYPE.as_str_name(), data_type_name(t.data_type())),
+        ));
+    }
+    if t.data_location() == DataLocation::External {
+        return Err(tensor_err(name, "data is in an external file that was not loaded"));
+    }
+    let (shape, count) = tensor_shape(t)?;
+    let values: Vec<T> = match &t.raw_data {
+        Some(raw) => {
+            let want = count.checked_mul(T::SIZE as u64);
+            if want != Some(raw.len() as u64) {
+                return Err(tensor_err(
+                    name,
+                    format!("raw_data has {} bytes, expected {count} x {} bytes", raw.len(), T::SIZE),
+                ));
+            }
+            raw.chunks_exact(T::SIZE).map(T::from_le).collect()
+        }
+        None => {
+            let v = T::from_typed(t);
+            if v.len() as u64 != count {
+                return Err(tensor_err(
+                    name,
+                    format!("typed data has {} values, expected {count} for dims {:?}", v.len(), t.dims),
+                ));
+            }
+            v
+        }
+    };
+    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|e| tensor_err(name, e.to_string()))
+}
+
+/// Builds a tensor named `name` from an array, storing the data as little-endian raw_data.
+pub fn array_to_tensor<T: Element>(name: &str, a: &ArrayD<T>) -> TensorProto {
+    let mut raw = Vec::with_capacity(a.len() * T::SIZE);
+    for &v in a.iter() {
+        v.put_le(&mut raw);
+    }
+    TensorProto {
+        name: Some(name.to_string()),
+        dims: a.shape().iter().map(|&d| d as i64).collect(),
+        data_type: Some(T::DATA_TYPE as i32),
+        raw_data: Some(raw),
+        ..Default::default()
+    }
+}
+
+/// Builds a tensor from a shape and row-major values; errors if their sizes disagree.
+pub fn tensor_from_vec<T: Element>(name: &str, shape: &[usize], values: Vec<T>) -> Result<TensorProto> {
+    let a = ArrayD::from_shape_vec(IxDyn(shape), values)
+        .map_err(|e| tensor_err(name, format!("shape {shape:?} does not match the values: {e}")))?;
+    Ok(array_to_tensor(name, &a))
+}

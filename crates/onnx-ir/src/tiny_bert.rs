@@ -1,0 +1,1 @@
+//! Tiny BERT builder (milestone 2).
