@@ -55,6 +55,8 @@ pub struct PlannedTensor {
     pub axis: Option<usize>,
     /// Weight stored as int8 initializer (+ DQ only) instead of FP32 + Q + DQ.
     pub int8_initializer: bool,
+    /// Weight quantized to the 7-bit range.
+    pub reduce_range: bool,
     /// One entry per Q/DQ pair: the inputs that read that pair's DQ output.
     pub pairs: Vec<Vec<Consumer>>,
 }
@@ -309,6 +311,7 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
             zero_points: params.iter().map(|p| p.zero_point).collect(),
             axis,
             int8_initializer: kind == TensorKind::Weight && policy.weights == WeightStorage::Int8Initializer,
+            reduce_range: kind == TensorKind::Weight && policy.reduce_range,
             pairs,
         });
     }
@@ -327,9 +330,9 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
     })
 }
 
-fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor) -> Result<TensorProto> {
+fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
     let a = onnx_ir::tensor_to_array::<f32>(w)?;
-    let (qmin, qmax) = p.qtype.range(true, false);
+    let (qmin, qmax) = p.qtype.range(true, reduce_range);
     let shape = a.shape().to_vec();
     let cols = shape.get(1).copied().unwrap_or(1);
     let values: Vec<i8> = a
@@ -396,7 +399,7 @@ impl Plan {
             let q_source = if t.int8_initializer {
                 let w = g.initializer(name).ok_or_else(|| Error::PlanMismatch { reason: format!("initializer '{name}' is missing") })?;
                 let qname = names.fresh(&format!("{name}_quantized"));
-                let qw = quantized_weight(&qname, w, t)?;
+                let qw = quantized_weight(&qname, w, t, t.reduce_range)?;
                 g.add_initializer(qw);
                 Some(qname)
             } else {
