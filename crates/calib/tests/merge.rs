@@ -1,0 +1,107 @@
+//! Sharded collection + merge is identical to one pass; JSON state round trip.
+mod common;
+use calib::*;
+use common::all_methods;
+use proptest::prelude::*;
+
+fn batches() -> impl Strategy<Value = Vec<Vec<f32>>> {
+    // values spanning many magnitudes (and exact zeros) so shards start from very different bin widths
+    let value = prop_oneof![
+        Just(0.0f32),
+        (-1.0f32..1.0).prop_map(|x| x * 1e-3),
+        -1.0f32..1.0,
+        (-1.0f32..1.0).prop_map(|x| x * 300.0),
+    ];
+    prop::collection::vec(prop::collection::vec(value, 0..40), 1..8)
+}
+
+fn collect(batches: &[Vec<f32>], opts: &CollectOptions) -> CalibState {
+    let mut s = CalibState::new(opts.clone());
+    for b in batches {
+        s.observe("t", b, &[b.len()]).unwrap();
+    }
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn shards_merged_equal_one_pass(batches in batches(), split in 0usize..8, reverse: bool) {
+        let opts = CollectOptions::for_methods(&all_methods(), 16);
+        let one = collect(&batches, &opts);
+        let split = split.min(batches.len());
+        let (a, b) = batches.split_at(split);
+        let (mut first, second) = if reverse {
+            (collect(b, &opts), collect(a, &opts))
+        } else {
+            (collect(a, &opts), collect(b, &opts))
+        };
+        first.merge(&second).unwrap();
+        prop_assert_eq!(&first, &one);
+        for m in all_methods() {
+            prop_assert_eq!(compute_ranges(&first, &m).unwrap(), compute_ranges(&one, &m).unwrap());
+        }
+        // batch order does not matter either
+        let mut rev = batches.clone();
+        rev.reverse();
+        prop_assert_eq!(collect(&rev, &opts), one);
+    }
+}
+
+#[test]
+fn merge_mismatch_names_the_field() {
+    let a = CalibState::new(CollectOptions { num_bins: 64, ..Default::default() });
+    let mut b = CalibState::new(CollectOptions { num_bins: 128, ..Default::default() });
+    let e = b.merge(&a).unwrap_err();
+    assert!(matches!(e, Error::MergeMismatch { field: "num_bins", .. }), "{e}");
+    let a = CalibState::new(CollectOptions { abs_histogram: true, ..Default::default() });
+    let e = CalibState::new(CollectOptions::default()).merge(&a).unwrap_err();
+    assert!(e.to_string().contains("abs_histogram"), "{e}");
+}
+
+#[test]
+fn moving_average_states_do_not_merge() {
+    let opts = CollectOptions { moving_average: Some(0.1), ..Default::default() };
+    let mut a = CalibState::new(opts.clone());
+    a.observe("t", &[1.0], &[1]).unwrap();
+    let mut b = CalibState::new(opts);
+    b.observe("t", &[2.0], &[1]).unwrap();
+    let before = a.clone();
+    assert!(matches!(a.merge(&b), Err(Error::NotMergeable(_))));
+    assert_eq!(a, before, "a failed merge leaves the state untouched");
+}
+
+#[test]
+fn json_round_trip_and_bad_file() {
+    let dir = std::env::temp_dir().join(format!("calib-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 32));
+    s.observe("x", &[1.0, -2.0, f32::NAN, 0.0], &[2, 2]).unwrap();
+    let path = dir.join("state.json");
+    s.save_json(&path).unwrap();
+    assert_eq!(CalibState::load_json(&path).unwrap(), s);
+    std::fs::write(dir.join("bad.json"), b"{\"options\": 3}").unwrap();
+    let e = CalibState::load_json(dir.join("bad.json")).unwrap_err();
+    assert!(matches!(e, Error::Json { .. }) && e.to_string().contains("bad.json"), "{e}");
+    let e = CalibState::load_json(dir.join("missing.json")).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }) && e.to_string().contains("missing.json"), "{e}");
+    // no temporary files left behind
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn large_parallel_batch_equals_small_batches() {
+    // > 2^18 values takes the parallel chunked path
+    let data = common::normal(300_000, 0.5, 2.0, 21);
+    let opts = CollectOptions::for_methods(&all_methods(), 256);
+    let mut big = CalibState::new(opts.clone());
+    big.observe("t", &data, &[data.len()]).unwrap();
+    let mut small = CalibState::new(opts);
+    for c in data.chunks(10_007) {
+        small.observe("t", c, &[c.len()]).unwrap();
+    }
+    assert_eq!(big, small);
+    assert_eq!(big.tensor("t").unwrap().signed.as_ref().unwrap().total(), 300_000);
+}

@@ -1,0 +1,245 @@
+//! Range algorithms against analytic answers.
+mod common;
+use calib::*;
+use common::*;
+
+fn close(got: f32, want: f32, tol: f32) {
+    assert!((got - want).abs() <= tol, "got {got}, want {want} ± {tol}");
+}
+
+#[test]
+fn minmax_uniform_is_exact_observed_range() {
+    let data = uniform(50_000, -1.0, 3.0, 1);
+    let lo = data.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = data.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let r = range_of(&data, &Method::MinMax { symmetric: false }, 7_000);
+    assert_eq!((r.min, r.max), (lo, hi));
+    let r = range_of(&data, &Method::MinMax { symmetric: true }, 7_000);
+    assert_eq!((r.min, r.max), (-hi, hi));
+}
+
+#[test]
+fn asymmetric_percentile_of_uniform_cuts_each_tail() {
+    // 98 % kept: 1 % cut from each tail of U(-1, 3) -> [-0.96, 2.96]
+    let data = uniform(200_000, -1.0, 3.0, 2);
+    let r = range_of(&data, &Method::Percentile { percentile: 98.0, symmetric: false }, 50_000);
+    close(r.min, -0.96, 0.01);
+    close(r.max, 2.96, 0.01);
+}
+
+#[test]
+fn symmetric_percentile_of_gaussian() {
+    // P(|X| <= 2.5758) = 0.99 for X ~ N(0, 1)
+    let data = normal(200_000, 0.0, 1.0, 3);
+    let r = range_of(&data, &Method::Percentile { percentile: 99.0, symmetric: true }, 30_000);
+    close(r.max, 2.5758, 0.03);
+    close(r.min, -2.5758, 0.03);
+    // P(|X| <= 1.96) = 0.95
+    let r = range_of(&data, &Method::Percentile { percentile: 95.0, symmetric: true }, 30_000);
+    close(r.max, 1.96, 0.03);
+}
+
+#[test]
+fn percentile_100_is_clamped_to_observed() {
+    let data = uniform(10_000, 0.5, 2.0, 4);
+    let hi = data.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lo = data.iter().copied().fold(f32::INFINITY, f32::min);
+    let r = range_of(&data, &Method::Percentile { percentile: 100.0, symmetric: true }, 10_000);
+    // symmetric threshold >= max, then clamped to the observed range (all positive)
+    assert_eq!((r.min, r.max), (lo, hi));
+    let r = range_of(&data, &Method::Percentile { percentile: 100.0, symmetric: false }, 10_000);
+    assert!(r.min >= lo && r.min <= lo + 2.0 / 2048.0 * 2.0, "{r:?}");
+    assert_eq!(r.max, hi);
+}
+
+#[test]
+fn distribution_recovers_mean_and_std() {
+    let data = normal(100_000, 2.0, 0.5, 5);
+    let mut s = CalibState::new(CollectOptions::for_methods(&[Method::Distribution], 2048));
+    s.observe("t", &data, &[data.len()]).unwrap();
+    let t = compute_ranges(&s, &Method::Distribution).unwrap();
+    let d = t.distribution["t"];
+    close(d.mean, 2.0, 0.01);
+    close(d.std, 0.5, 0.01);
+    // mean ± 4 std = [0, 4], clamped to the observed range
+    let r = t.ranges["t"];
+    let lo = data.iter().copied().fold(f32::INFINITY, f32::min);
+    close(r.min, lo.max(0.0), 0.03);
+    close(r.max, 4.0, 0.03);
+}
+
+#[test]
+fn entropy_clips_outliers_far_below_max() {
+    let mut data = normal(100_000, 0.0, 1.0, 6);
+    data.extend([100.0f32; 5]);
+    data.extend([-80.0f32; 5]);
+    for nq in [128, 255] {
+        let r = range_of(&data, &Method::Entropy { num_quantized_bins: nq }, 25_000);
+        // bin width is 1/16 here (max 100, 2048 bins per side); the search must clip to a small fraction
+        // of the max yet keep the Gaussian bulk
+        assert!(r.max < 15.0 && r.max > 3.0, "nq {nq}: {r:?}");
+        assert_eq!(r.min, -r.max);
+    }
+}
+
+#[test]
+fn entropy_keeps_the_whole_uniform_range() {
+    // no tail: clipping a uniform folds a lot of mass into the edge bins, so the search keeps ~all of it
+    let data = uniform(100_000, -1.0, 1.0, 7);
+    let r = range_of(&data, &Method::Entropy { num_quantized_bins: 128 }, 100_000);
+    assert!(r.max >= 0.9 && r.max <= 1.0, "{r:?}");
+}
+
+#[test]
+fn mse_threshold_matches_aciq_for_gaussian_and_keeps_uniform() {
+    // ACIQ (Banner et al.): the MSE-optimal 8-bit clip of N(0, 1) is about 3.9 sigma
+    let data = normal(200_000, 0.0, 1.0, 8);
+    let r = range_of(&data, &Method::Mse, 200_000);
+    assert!(r.max > 3.3 && r.max < 4.6, "{r:?}");
+    let data = uniform(100_000, -1.0, 1.0, 9);
+    let r = range_of(&data, &Method::Mse, 100_000);
+    assert!(r.max >= 0.97, "{r:?}");
+}
+
+#[test]
+fn zero_and_single_value_tensors() {
+    for v in [0.0f32, 3.5, -2.25] {
+        let data = vec![v; 1000];
+        for m in all_methods() {
+            let r = range_of(&data, &m, 300);
+            let want = match m {
+                Method::MinMax { symmetric: true } => Range { min: -v.abs(), max: v.abs() },
+                _ => Range { min: v, max: v },
+            };
+            assert_eq!(r, want, "value {v}, method {m:?}");
+        }
+    }
+}
+
+#[test]
+fn all_zero_first_batch_then_growth() {
+    let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 64));
+    s.observe("t", &[0.0; 100], &[100]).unwrap();
+    let h = s.tensor("t").unwrap().signed.as_ref().unwrap();
+    assert!(h.width().unwrap() > 0.0);
+    s.observe("t", &[-1.0, 1.0], &[2]).unwrap();
+    let h = s.tensor("t").unwrap().signed.as_ref().unwrap();
+    // 64 bins per side, t = 1 -> w = 1/32
+    assert_eq!(h.width(), Some(1.0 / 32.0));
+    assert_eq!(h.total(), 102);
+    assert_eq!(h.counts()[64], 100);
+    let r = compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap().ranges["t"];
+    assert_eq!(r, Range { min: -1.0, max: 1.0 });
+}
+
+#[test]
+fn nan_and_inf_are_counted_and_excluded() {
+    let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 128));
+    let data = [1.0, f32::NAN, -2.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.5];
+    s.observe("a", &data, &[7]).unwrap();
+    s.observe("b", &[1.0, 2.0], &[]).unwrap();
+    let nf = s.non_finite();
+    assert_eq!(nf.len(), 1);
+    assert_eq!(nf["a"], NonFiniteCounts { nan: 2, pos_inf: 1, neg_inf: 1 });
+    let t = s.tensor("a").unwrap();
+    assert_eq!(t.count, 3);
+    assert_eq!(t.signed.as_ref().unwrap().total(), 3);
+    assert_eq!(t.abs.as_ref().unwrap().counts().iter().sum::<u64>(), 3);
+    for m in all_methods() {
+        let r = compute_ranges(&s, &m).unwrap().ranges["a"];
+        assert!(r.min >= -2.0 && r.max <= 2.0 && r.min <= r.max, "{m:?}: {r:?}");
+    }
+    // an all-NaN tensor has no range
+    s.observe("c", &[f32::NAN], &[1]).unwrap();
+    assert!(!compute_ranges(&s, &Method::Mse).unwrap().ranges.contains_key("c"));
+}
+
+#[test]
+fn moving_average_hand_computed() {
+    let opts = CollectOptions { moving_average: Some(0.5), ..Default::default() };
+    let mut s = CalibState::try_new(opts).unwrap();
+    s.observe("t", &[-1.0, 1.0], &[2]).unwrap();
+    s.observe("t", &[-5.0, 3.0], &[2]).unwrap();
+    s.observe("t", &[0.0, 1.0], &[2]).unwrap();
+    // max: 1 -> 1 + .5 (3 - 1) = 2 -> 2 + .5 (1 - 2) = 1.5; min: -1 -> -3 -> -1.5
+    let r = compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap().ranges["t"];
+    assert_eq!(r, Range { min: -1.5, max: 1.5 });
+}
+
+#[test]
+fn per_channel_minmax_hand_computed() {
+    let opts = CollectOptions { per_channel_axis: Some(1), ..Default::default() };
+    let mut s = CalibState::try_new(opts).unwrap();
+    // shape [2, 3, 2]: channel c holds elements (o, c, *)
+    let data = [1.0, 2.0, -3.0, 0.0, 5.0, 6.0, -1.0, 0.5, 4.0, 4.0, 7.0, -7.0];
+    s.observe("t", &data, &[2, 3, 2]).unwrap();
+    // a second batch with another leading dimension
+    s.observe("t", &[10.0, 10.0, 0.0, 0.0, 0.0, 0.0], &[1, 3, 2]).unwrap();
+    let t = compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap();
+    let want = [Range { min: -1.0, max: 10.0 }, Range { min: -3.0, max: 4.0 }, Range { min: -7.0, max: 7.0 }];
+    assert_eq!(t.channels["t"], want);
+    assert_eq!(t.ranges["t"], Range { min: -7.0, max: 10.0 });
+    let err = s.observe("t", &[0.0; 8], &[2, 4]).unwrap_err();
+    assert!(err.to_string().contains("`t`") && err.to_string().contains("4 channels"), "{err}");
+}
+
+#[test]
+fn shape_errors_name_the_tensor_and_batch_is_atomic() {
+    let mut s = CalibState::new(CollectOptions::default());
+    let err = s.observe("x", &[1.0; 5], &[2, 3]).unwrap_err();
+    assert!(matches!(err, Error::Shape { ref tensor, .. } if tensor == "x"), "{err}");
+    let ok = [1.0f32, 2.0];
+    let bad = [1.0f32; 3];
+    let batch: Vec<(&str, &[f32], &[usize])> = vec![("a", &ok, &[2]), ("b", &bad, &[2])];
+    let err = s.observe_batch(&batch).unwrap_err();
+    assert!(err.to_string().contains("`b`"), "{err}");
+    assert_eq!(s.tensors().count(), 0);
+}
+
+#[test]
+fn observe_batch_equals_sequential_observe() {
+    let a = normal(3000, 0.0, 1.0, 10);
+    let b = uniform(2000, -4.0, 1.0, 11);
+    let opts = CollectOptions::for_methods(&all_methods(), 256);
+    let mut seq = CalibState::new(opts.clone());
+    seq.observe("a", &a[..1000], &[1000]).unwrap();
+    seq.observe("b", &b, &[2, 1000]).unwrap();
+    seq.observe("a", &a[1000..], &[2000]).unwrap();
+    let mut par = CalibState::new(opts);
+    let batch: Vec<(&str, &[f32], &[usize])> =
+        vec![("a", &a[..1000], &[1000]), ("b", &b, &[2, 1000]), ("a", &a[1000..], &[2000])];
+    par.observe_batch(&batch).unwrap();
+    assert_eq!(seq, par);
+}
+
+#[test]
+fn missing_statistic_is_a_typed_error() {
+    let mut s = CalibState::new(CollectOptions::default());
+    s.observe("t", &[1.0], &[1]).unwrap();
+    let err = compute_ranges(&s, &Method::Entropy { num_quantized_bins: 128 }).unwrap_err();
+    assert!(matches!(err, Error::NotCollected { ref tensor, needs: "signed histogram", .. } if tensor == "t"));
+}
+
+#[test]
+fn for_methods_collects_only_what_is_needed() {
+    let o = CollectOptions::for_methods(&[Method::MinMax { symmetric: true }], 2048);
+    assert!(!o.signed_histogram && !o.abs_histogram);
+    let o = CollectOptions::for_methods(&[Method::Mse], 512);
+    assert!(!o.signed_histogram && o.abs_histogram && o.num_bins == 512);
+    let o = CollectOptions::for_methods(&[Method::Entropy { num_quantized_bins: 128 }], 2048);
+    assert!(o.signed_histogram && !o.abs_histogram);
+}
+
+#[test]
+fn compute_all_gives_one_table_per_method() {
+    let data = normal(5000, 0.0, 1.0, 12);
+    let methods = all_methods();
+    let mut s = CalibState::new(CollectOptions::for_methods(&methods, 512));
+    s.observe("t", &data, &[5000]).unwrap();
+    let tables = compute_all(&s, &methods).unwrap();
+    assert_eq!(tables.len(), methods.len());
+    for (t, m) in tables.iter().zip(&methods) {
+        assert_eq!(t.method, m.name());
+        assert_eq!(t, &compute_ranges(&s, m).unwrap());
+    }
+}

@@ -1,0 +1,136 @@
+//! Table formats: round trips, an independent flatbuffers decoder, TensorRT cache bits, reader errors.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use calib::tables::*;
+use calib::*;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("calib-tables-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn sample() -> RangeTable {
+    let mut ranges = BTreeMap::new();
+    ranges.insert("b/out".to_string(), Range { min: -0.5, max: 2.0 });
+    ranges.insert("a:0".to_string(), Range { min: -3.25, max: 1.0 });
+    ranges.insert("zero".to_string(), Range { min: 0.0, max: 0.0 });
+    RangeTable {
+        method: "minmax".into(),
+        options: Method::MinMax { symmetric: false }.options_json(),
+        ranges,
+        channels: BTreeMap::new(),
+        distribution: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn json_round_trip_and_validation() {
+    let d = dir("json");
+    let p = d.join("calibration.json");
+    write_json(&p, &sample()).unwrap();
+    assert_eq!(read_json(&p).unwrap(), sample());
+    std::fs::write(&p, r#"{"method":"minmax","options":{},"ranges":{"t":{"min":2.0,"max":1.0}}}"#).unwrap();
+    let e = read_json(&p).unwrap_err().to_string();
+    assert!(e.contains("calibration.json") && e.contains("ranges.t"), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Independent little-endian flatbuffers walk: root -> table -> vtable -> fields.
+fn table_field(buf: &[u8], table: usize, slot: usize) -> Option<usize> {
+    let u32_at = |p: usize| u32::from_le_bytes(buf[p..p + 4].try_into().unwrap()) as usize;
+    let i32_at = |p: usize| i32::from_le_bytes(buf[p..p + 4].try_into().unwrap()) as i64;
+    let u16_at = |p: usize| u16::from_le_bytes(buf[p..p + 2].try_into().unwrap()) as usize;
+    let vtable = (table as i64 - i32_at(table)) as usize;
+    let vt_len = u16_at(vtable);
+    if slot >= vt_len {
+        return None;
+    }
+    let off = u16_at(vtable + slot);
+    (off != 0).then(|| {
+        let field = table + off;
+        field + u32_at(field) // all our fields are offsets (string / vector / table)
+    })
+}
+
+fn string_at(buf: &[u8], p: usize) -> String {
+    let len = u32::from_le_bytes(buf[p..p + 4].try_into().unwrap()) as usize;
+    assert_eq!(buf[p + 4 + len], 0, "strings are NUL-terminated");
+    String::from_utf8(buf[p + 4..p + 4 + len].to_vec()).unwrap()
+}
+
+#[test]
+fn ort_flatbuffers_layout_decoded_by_hand() {
+    let amax = amax_map(&sample());
+    let buf = encode_ort_flatbuffers(&amax);
+    let root = u32::from_le_bytes(buf[0..4].try_into().unwrap()) as usize;
+    let dict = table_field(&buf, root, 4).expect("TrtTable.dict at slot 4");
+    let n = u32::from_le_bytes(buf[dict..dict + 4].try_into().unwrap()) as usize;
+    let mut got = Vec::new();
+    for i in 0..n {
+        let p = dict + 4 + 4 * i;
+        let kv = p + u32::from_le_bytes(buf[p..p + 4].try_into().unwrap()) as usize;
+        let key = string_at(&buf, table_field(&buf, kv, 4).expect("key at slot 4"));
+        let value = string_at(&buf, table_field(&buf, kv, 6).expect("value at slot 6"));
+        got.push((key, value));
+    }
+    // sorted by key, value = max(|min|, |max|) in decimal
+    let want = vec![
+        ("a:0".to_string(), "3.25".to_string()),
+        ("b/out".to_string(), "2".to_string()),
+        ("zero".to_string(), "0".to_string()),
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn ort_flatbuffers_round_trip_and_errors() {
+    let d = dir("fb");
+    let p = d.join("calibration.flatbuffers");
+    write_ort_flatbuffers(&p, &sample()).unwrap();
+    let back = read_ort_flatbuffers(&p).unwrap();
+    assert_eq!(back, amax_map(&sample()));
+    assert_eq!(back["a:0"], 3.25);
+    std::fs::write(&p, b"\x01\x02\x03").unwrap();
+    let e = read_ort_flatbuffers(&p).unwrap_err().to_string();
+    assert!(e.contains("calibration.flatbuffers") && e.contains("TrtTable"), "{e}");
+    let mut bad = BTreeMap::new();
+    bad.insert("t".to_string(), f32::NAN);
+    let e = decode_ort_flatbuffers(&encode_ort_flatbuffers(&bad), &memory_path()).unwrap_err().to_string();
+    assert!(e.contains("`t`"), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn trt_cache_bits_and_round_trip() {
+    let mut amax = BTreeMap::new();
+    amax.insert("in".to_string(), 127.0f32); // scale 1.0 = 0x3f800000
+    amax.insert("out".to_string(), 63.5f32); // scale 0.5 = 0x3f000000
+    let text = encode_trt_cache(&amax, 8601);
+    assert_eq!(text, "TRT-8601-EntropyCalibration2\nin: 3f800000\nout: 3f000000\n");
+    let cache = decode_trt_cache(&text, &memory_path()).unwrap();
+    assert_eq!(cache.version, "8601");
+    assert_eq!(cache.calibrator, "EntropyCalibration2");
+    assert_eq!(cache.amax(), amax);
+
+    let d = dir("trt");
+    let p = d.join("cache");
+    write_trt_cache(&p, &sample(), DEFAULT_TRT_VERSION).unwrap();
+    let back = read_trt_cache(&p).unwrap().amax();
+    for (k, r) in &sample().ranges {
+        assert!((back[k] - r.amax()).abs() <= r.amax() * 1e-6, "{k}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn trt_cache_errors_name_the_line() {
+    let p = memory_path();
+    let e = decode_trt_cache("hello\n", &p).unwrap_err().to_string();
+    assert!(e.contains("line 1"), "{e}");
+    let e = decode_trt_cache("TRT-8601-EntropyCalibration2\na: 3f800000\nb: xyz\n", &p).unwrap_err().to_string();
+    assert!(e.contains("line 3") && e.contains("`b`"), "{e}");
+    let e = decode_trt_cache("TRT-8601-EntropyCalibration2\nno colon here\n", &p).unwrap_err().to_string();
+    assert!(e.contains("line 2"), "{e}");
+}
