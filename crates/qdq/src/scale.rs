@@ -76,7 +76,8 @@ pub fn compute_scale_zp(min: f32, max: f32, spec: QuantSpec) -> ScaleZp {
         rmax = absmax;
     }
     let scale = (f64::from(rmax) - f64::from(rmin)) / (f64::from(qmax) - f64::from(qmin));
-    if !(scale >= f64::from(f32::MIN_POSITIVE)) {
+    // NaN-safe: a NaN scale also takes the degenerate branch.
+    if scale.is_nan() || scale < f64::from(f32::MIN_POSITIVE) {
         return ScaleZp { scale: 1.0, zero_point: 0, degenerate: true };
     }
     let zero_point = if spec.symmetric {

@@ -157,6 +157,10 @@ fn max_err(a: &ndarray::ArrayD<f32>, b: &ndarray::ArrayD<f32>) -> (f32, f32) {
     (e, b.iter().map(|v| v.abs()).fold(0.0, f32::max))
 }
 
+/// Q/DQ placement is judged with graph optimizations off (ORT evaluates Q -> DQ exactly, i.e.
+/// fake quantization); with opt level All the CPU EP's integer kernels add their own error
+/// (u8s8/s8s8 saturation without VNNI, which `reduce_range` avoids), so there we only require
+/// finite outputs.
 #[test]
 fn every_preset_runs_in_ort_close_to_fp32() {
     for ln in [Ln::Decomposed, Ln::Fused] {
@@ -167,12 +171,19 @@ fn every_preset_runs_in_ort_close_to_fp32() {
             let ranges = ranges_for(&fp32, &policy);
             let (q, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
             q.validate().unwrap();
-            let out = run(&q, &["start_logits"]).remove(0);
-            assert!(out.iter().all(|v| v.is_finite()));
-            let (err, mag) = max_err(&out, &reference);
-            eprintln!("{preset} {ln:?}: max |int8 - fp32| = {err:.4} (max |fp32| = {mag:.3})");
-            assert!(err <= 0.25 * mag, "{preset} {ln:?}: error {err} vs magnitude {mag}");
-            assert!(err > 0.0, "{preset}: quantization had no effect");
+            for opt in [runtime::OptLevel::Disable, runtime::OptLevel::All] {
+                let cfg = runtime::SessionConfig { opt_level: opt, ..Default::default() };
+                let mut s = session(&q, &cfg);
+                let out = s.run(&[("input_ids", input_ids().view())], &["start_logits"]).unwrap().remove(0);
+                assert!(out.iter().all(|v| v.is_finite()));
+                let (err, mag) = max_err(&out, &reference);
+                eprintln!("{preset} {ln:?} {opt:?}: max |int8 - fp32| = {err:.4} (max |fp32| = {mag:.3})");
+                if opt == runtime::OptLevel::Disable {
+                    // 8-bit steps on ~10 quantized tensors in sequence: a few % of the magnitude.
+                    assert!(err <= 0.05 * mag, "{preset} {ln:?}: error {err} vs magnitude {mag}");
+                    assert!(err > 0.0, "{preset}: quantization had no effect");
+                }
+            }
         }
     }
 }
