@@ -319,7 +319,14 @@ impl Model {
         self.save_limited(path.as_ref(), opts, PROTOBUF_LIMIT)
     }
 
-    pub(crate) fn save_limited(&self, path: &Path, opts: &SaveOptions, limit: u64) -> Result<()> {
+    /// [`Model::save_with`] with a custom size limit instead of 2 GiB, so tests can exercise
+    /// the over-the-limit paths without gigabytes of data.
+    #[doc(hidden)]
+    pub fn save_limited_for_test(&self, path: impl AsRef<Path>, opts: &SaveOptions, limit: u64) -> Result<()> {
+        self.save_limited(path.as_ref(), opts, limit)
+    }
+
+    fn save_limited(&self, path: &Path, opts: &SaveOptions, limit: u64) -> Result<()> {
         let what = path.display().to_string();
         let Some(ext) = &opts.external_data else {
             let bytes = encode_limited(&self.proto, &what, limit, INLINE_HINT)?;

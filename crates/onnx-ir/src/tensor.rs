@@ -15,6 +15,7 @@ pub fn raw_byte_len(data_type: i32, count: u64) -> Option<u64> {
     let dt = D::try_from(data_type).ok()?;
     match dt {
         D::Undefined | D::String => None,
+        D::Float6e2m3 | D::Float6e3m2 => count.div_ceil(4).checked_mul(3),
         D::Uint4 | D::Int4 | D::Float4e2m1 => Some(count.div_ceil(2)),
         D::Uint2 | D::Int2 => Some(count.div_ceil(4)),
         D::Uint8 | D::Int8 | D::Bool => Some(count),
@@ -68,7 +69,7 @@ fn typed_field_len(t: &TensorProto, count: u64) -> Option<(u64, usize, &'static 
         D::String => (count, t.string_data.len(), "string_data"),
         D::Uint4 | D::Int4 | D::Float4e2m1 => (count.div_ceil(2), t.int32_data.len(), "int32_data"),
         D::Uint2 | D::Int2 => (count.div_ceil(4), t.int32_data.len(), "int32_data"),
-        D::Undefined => return None,
+        D::Undefined | D::Float6e2m3 | D::Float6e3m2 => return None,
         _ => (count, t.int32_data.len(), "int32_data"),
     })
 }

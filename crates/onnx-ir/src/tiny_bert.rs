@@ -1,1 +1,268 @@
-//! Tiny BERT builder (milestone 2).
+//! A seeded, deterministic tiny BERT-for-question-answering model for tests.
+//!
+//! The graph mirrors a Hugging Face `BertForQuestionAnswering` ONNX export: same inputs and
+//! outputs, same op patterns (bias `Add` with the bias first, Erf GELU, additive attention
+//! mask, Split + Squeeze QA head) and HF-style node names, at a size that runs in
+//! milliseconds.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::graph::{GraphExt, value_info};
+use crate::proto::{GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto};
+use crate::tensor::tensor_from_vec;
+use crate::{DataType, Model, NodeExt, attr_float, attr_int, attr_ints, node};
+
+/// How LayerNorm is expressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerNormKind {
+    /// Opset 14: ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul, Add.
+    Decomposed,
+    /// Opset 17: one `LayerNormalization` node.
+    Fused,
+}
+
+/// Shape and seed of the tiny model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TinyBertConfig {
+    /// Encoder layers.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Attention heads (clamped down to a divisor of `hidden`).
+    pub heads: usize,
+    /// FFN inner size.
+    pub intermediate: usize,
+    /// Rows of the word-embedding table.
+    pub vocab_size: usize,
+    /// Rows of the position-embedding table (longest sequence the model accepts).
+    pub max_positions: usize,
+    /// Rows of the token-type embedding table.
+    pub type_vocab: usize,
+    /// LayerNorm form (also picks the opset: 14 or 17).
+    pub layer_norm: LayerNormKind,
+    /// Weight seed.
+    pub seed: u64,
+}
+
+impl Default for TinyBertConfig {
+    fn default() -> Self {
+        TinyBertConfig {
+            layers: 2,
+            hidden: 32,
+            heads: 2,
+            intermediate: 64,
+            vocab_size: 1000,
+            max_positions: 128,
+            type_vocab: 2,
+            layer_norm: LayerNormKind::Decomposed,
+            seed: 0,
+        }
+    }
+}
+
+/// LayerNorm epsilon used by BERT.
+pub const LAYER_NORM_EPS: f32 = 1e-12;
+
+struct Builder {
+    g: GraphProto,
+    rng: StdRng,
+    ln: LayerNormKind,
+}
+
+impl Builder {
+    fn normal(&mut self, std: f32) -> f32 {
+        // Box-Muller; 1 - u keeps the log argument in (0, 1].
+        let u1: f64 = 1.0 - self.rng.random::<f64>();
+        let u2: f64 = self.rng.random::<f64>();
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32 * std
+    }
+
+    fn init<T: crate::Element>(&mut self, name: &str, shape: &[usize], values: Vec<T>) -> String {
+        // shape and values always agree here; an impossible mismatch leaves the tensor out
+        // and validate() then reports the missing initializer.
+        if let Ok(t) = tensor_from_vec(name, shape, values) {
+            self.g.add_initializer(t);
+        }
+        name.to_string()
+    }
+
+    fn weight(&mut self, name: &str, shape: &[usize], mean: f32, std: f32) -> String {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| mean + self.normal(std)).collect();
+        self.init(name, shape, v)
+    }
+
+    fn scalar(&mut self, name: &str, v: f32) -> String {
+        self.init(name, &[], vec![v])
+    }
+
+    fn ints(&mut self, name: &str, v: &[i64]) -> String {
+        self.init(name, &[v.len()], v.to_vec())
+    }
+
+    /// Adds a node named `name` with output `name + "_output_0"`; returns the output.
+    fn op(&mut self, op: &str, name: &str, inputs: &[&str]) -> String {
+        let out = format!("{name}_output_0");
+        self.g.push_node(node(op, name, inputs, &[&out]));
+        out
+    }
+
+    fn op_with(&mut self, op: &str, name: &str, inputs: &[&str], attrs: Vec<crate::proto::AttributeProto>) -> String {
+        let out = self.op(op, name, inputs);
+        if let Some(n) = self.g.node.last_mut() {
+            n.attribute.extend(attrs);
+        }
+        out
+    }
+
+    /// `x @ W + b` as MatMul then Add(bias, matmul) like HF exports.
+    fn dense(&mut self, x: &str, prefix: &str, weight_name: &str, k: usize, n: usize) -> String {
+        let w = self.weight(&format!("{weight_name}.weight"), &[k, n], 0.0, 0.02);
+        let b = self.weight(&format!("{weight_name}.bias"), &[n], 0.0, 0.02);
+        let mm = self.op("MatMul", &format!("{prefix}/MatMul"), &[x, &w]);
+        self.op("Add", &format!("{prefix}/Add"), &[&b, &mm])
+    }
+
+    fn layer_norm(&mut self, x: &str, prefix: &str, param: &str, hidden: usize) -> String {
+        let gamma = self.weight(&format!("{param}.weight"), &[hidden], 1.0, 0.02);
+        let beta = self.weight(&format!("{param}.bias"), &[hidden], 0.0, 0.02);
+        match self.ln {
+            LayerNormKind::Fused => self.op_with(
+                "LayerNormalization",
+                &format!("{prefix}/LayerNormalization"),
+                &[x, &gamma, &beta],
+                vec![attr_int("axis", -1), attr_float("epsilon", LAYER_NORM_EPS)],
+            ),
+            LayerNormKind::Decomposed => {
+                let red = || vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)];
+                let mean = self.op_with("ReduceMean", &format!("{prefix}/ReduceMean"), &[x], red());
+                let d = self.op("Sub", &format!("{prefix}/Sub"), &[x, &mean]);
+                let two = self.scalar(&format!("{prefix}/Constant_two"), 2.0);
+                let sq = self.op("Pow", &format!("{prefix}/Pow"), &[&d, &two]);
+                let var = self.op_with("ReduceMean", &format!("{prefix}/ReduceMean_1"), &[&sq], red());
+                let eps = self.scalar(&format!("{prefix}/Constant_eps"), LAYER_NORM_EPS);
+                let ve = self.op("Add", &format!("{prefix}/Add"), &[&var, &eps]);
+                let sd = self.op("Sqrt", &format!("{prefix}/Sqrt"), &[&ve]);
+                let norm = self.op("Div", &format!("{prefix}/Div"), &[&d, &sd]);
+                let scaled = self.op("Mul", &format!("{prefix}/Mul"), &[&norm, &gamma]);
+                self.op("Add", &format!("{prefix}/Add_1"), &[&scaled, &beta])
+            }
+        }
+    }
+}
+
+/// Builds the model. Sizes of 0 are raised to 1 and `heads` is lowered to the largest
+/// divisor of `hidden` not above it, so every config gives a valid model.
+pub fn build(cfg: &TinyBertConfig) -> Model {
+    let hidden = cfg.hidden.max(1);
+    let heads = (1..=cfg.heads.clamp(1, hidden)).rev().find(|h| hidden.is_multiple_of(*h)).unwrap_or(1);
+    let head_dim = hidden / heads;
+    let inter = cfg.intermediate.max(1);
+    let mut b = Builder {
+        g: GraphProto { name: Some("main_graph".into()), ..Default::default() },
+        rng: StdRng::seed_from_u64(cfg.seed),
+        ln: cfg.layer_norm,
+    };
+    let bs = [Err("batch"), Err("sequence")];
+    for name in ["input_ids", "attention_mask", "token_type_ids"] {
+        b.g.input.push(value_info(name, DataType::Int64, Some(&bs)));
+    }
+
+    // Embeddings.
+    let e = "/bert/embeddings";
+    let word = b.weight("bert.embeddings.word_embeddings.weight", &[cfg.vocab_size.max(1), hidden], 0.0, 0.02);
+    let maxpos = cfg.max_positions.max(1);
+    let pos_table = b.weight("bert.embeddings.position_embeddings.weight", &[maxpos, hidden], 0.0, 0.02);
+    let tt_table = b.weight("bert.embeddings.token_type_embeddings.weight", &[cfg.type_vocab.max(1), hidden], 0.0, 0.02);
+    let pos_ids = b.init("bert.embeddings.position_ids", &[1, maxpos], (0..maxpos as i64).collect());
+    let shape = b.op("Shape", &format!("{e}/Shape"), &["input_ids"]);
+    let (c0, c1, c2) = (b.ints("/bert/Constant_0", &[0]), b.ints("/bert/Constant_1", &[1]), b.ints("/bert/Constant_2", &[2]));
+    let seq = b.op("Slice", &format!("{e}/Slice"), &[&shape, &c1, &c2, &c0]);
+    let pos = b.op("Slice", &format!("{e}/Slice_1"), &[&pos_ids, &c0, &seq, &c1]);
+    let we = b.op("Gather", &format!("{e}/word_embeddings/Gather"), &[&word, "input_ids"]);
+    let te = b.op("Gather", &format!("{e}/token_type_embeddings/Gather"), &[&tt_table, "token_type_ids"]);
+    let s1 = b.op("Add", &format!("{e}/Add"), &[&we, &te]);
+    let pe = b.op("Gather", &format!("{e}/position_embeddings/Gather"), &[&pos_table, &pos]);
+    let s2 = b.op("Add", &format!("{e}/Add_1"), &[&s1, &pe]);
+    let mut x = b.layer_norm(&s2, &format!("{e}/LayerNorm"), "bert.embeddings.LayerNorm", hidden);
+
+    // Extended attention mask: (1 - mask) * -10000, shape [batch, 1, 1, sequence].
+    let axes12 = b.ints("/bert/Constant_axes_1_2", &[1, 2]);
+    let um = b.op("Unsqueeze", "/bert/Unsqueeze", &["attention_mask", &axes12]);
+    let cm = b.op_with("Cast", "/bert/Cast", &[&um], vec![attr_int("to", DataType::Float as i64)]);
+    let one = b.scalar("/bert/Constant_one", 1.0);
+    let inv = b.op("Sub", "/bert/Sub", &[&one, &cm]);
+    let big = b.scalar("/bert/Constant_neg", -10000.0);
+    let mask = b.op("Mul", "/bert/Mul", &[&inv, &big]);
+
+    let split_shape = b.ints("/bert/Constant_heads_shape", &[0, 0, heads as i64, head_dim as i64]);
+    let merge_shape = b.ints("/bert/Constant_hidden_shape", &[0, 0, hidden as i64]);
+    let scale = b.scalar("/bert/Constant_sqrt_head_dim", (head_dim as f32).sqrt());
+    let sqrt2 = b.scalar("/bert/Constant_sqrt2", std::f32::consts::SQRT_2);
+    let half = b.scalar("/bert/Constant_half", 0.5);
+
+    for l in 0..cfg.layers {
+        let p = format!("/bert/encoder/layer.{l}");
+        let w = format!("bert.encoder.layer.{l}");
+        let a = format!("{p}/attention/self");
+        let heads_of = |b: &mut Builder, which: &str, perm: &[i64]| {
+            let y = b.dense(&x, &format!("{a}/{which}"), &format!("{w}.attention.self.{which}"), hidden, hidden);
+            let r = b.op("Reshape", &format!("{a}/{which}/Reshape"), &[&y, &split_shape]);
+            b.op_with("Transpose", &format!("{a}/{which}/Transpose"), &[&r], vec![attr_ints("perm", perm)])
+        };
+        let q = heads_of(&mut b, "query", &[0, 2, 1, 3]);
+        let k = heads_of(&mut b, "key", &[0, 2, 3, 1]);
+        let v = heads_of(&mut b, "value", &[0, 2, 1, 3]);
+        let scores = b.op("MatMul", &format!("{a}/MatMul"), &[&q, &k]);
+        let scaled = b.op("Div", &format!("{a}/Div"), &[&scores, &scale]);
+        let masked = b.op("Add", &format!("{a}/Add"), &[&scaled, &mask]);
+        let probs = b.op_with("Softmax", &format!("{a}/Softmax"), &[&masked], vec![attr_int("axis", -1)]);
+        let ctx = b.op("MatMul", &format!("{a}/MatMul_1"), &[&probs, &v]);
+        let ctx_t = b.op_with("Transpose", &format!("{a}/Transpose_3"), &[&ctx], vec![attr_ints("perm", &[0, 2, 1, 3])]);
+        let merged = b.op("Reshape", &format!("{a}/Reshape_3"), &[&ctx_t, &merge_shape]);
+        let o = format!("{p}/attention/output");
+        let dense = b.dense(&merged, &format!("{o}/dense"), &format!("{w}.attention.output.dense"), hidden, hidden);
+        let res = b.op("Add", &format!("{o}/Add"), &[&dense, &x]);
+        x = b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.attention.output.LayerNorm"), hidden);
+
+        let i = format!("{p}/intermediate");
+        let h = b.dense(&x, &format!("{i}/dense"), &format!("{w}.intermediate.dense"), hidden, inter);
+        let g = format!("{i}/intermediate_act_fn");
+        let d = b.op("Div", &format!("{g}/Div"), &[&h, &sqrt2]);
+        let erf = b.op("Erf", &format!("{g}/Erf"), &[&d]);
+        let e1 = b.op("Add", &format!("{g}/Add"), &[&erf, &one]);
+        let m = b.op("Mul", &format!("{g}/Mul"), &[&h, &e1]);
+        let gelu = b.op("Mul", &format!("{g}/Mul_1"), &[&m, &half]);
+        let o = format!("{p}/output");
+        let f = b.dense(&gelu, &format!("{o}/dense"), &format!("{w}.output.dense"), inter, hidden);
+        let res = b.op("Add", &format!("{o}/Add"), &[&f, &x]);
+        x = b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.output.LayerNorm"), hidden);
+    }
+
+    // QA head: [batch, sequence, 2] -> two [batch, sequence] logits.
+    let logits = b.dense(&x, "/qa_outputs", "qa_outputs", hidden, 2);
+    let split = b.ints("/Constant_split", &[1, 1]);
+    let last = b.ints("/Constant_last_axis", &[-1]);
+    b.g.push_node(
+        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"]).with_attr(attr_int("axis", -1)),
+    );
+    b.g.push_node(node("Squeeze", "/Squeeze", &["/Split_output_0", &last], &["start_logits"]));
+    b.g.push_node(node("Squeeze", "/Squeeze_1", &["/Split_output_1", &last], &["end_logits"]));
+    for name in ["start_logits", "end_logits"] {
+        b.g.output.push(value_info(name, DataType::Float, Some(&bs)));
+    }
+
+    let opset = match cfg.layer_norm {
+        LayerNormKind::Decomposed => 14,
+        LayerNormKind::Fused => 17,
+    };
+    Model::new(ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+        producer_name: Some("onnx-ir tiny_bert".into()),
+        graph: Some(b.g),
+        metadata_props: vec![StringStringEntryProto { key: Some("seed".into()), value: Some(cfg.seed.to_string()) }],
+        ..Default::default()
+    })
+}
