@@ -179,50 +179,60 @@ fn add_into(a: &mut [u64], b: &[u64]) {
     }
 }
 
-/// Hot loop: bin index by multiplying with the exact power-of-two `1 / w`, floor without a libm call.
+/// Hot loop: bin index by multiplying with the exact power-of-two `1 / w` in `f32` (exact while the product is
+/// normal; a negative value whose product underflows to -0 still lands in bin -1), floor without a libm call,
+/// four interleaved sub-histograms to break store-to-load chains on repeated bins.
 fn accumulate(counts: &mut [u64], data: &[f32], inv_w: f64, offset: i64, signed: bool) {
-    // Four interleaved sub-histograms break the store-to-load dependency on repeated bins.
     let len = counts.len();
-    let mut sub = vec![0u64; 4 * len];
-    let (s01, s23) = sub.split_at_mut(2 * len);
-    let (s0, s1) = s01.split_at_mut(len);
-    let (s2, s3) = s23.split_at_mut(len);
-    let bin = |x: f32| -> Option<usize> {
-        if !x.is_finite() {
-            return None;
-        }
+    let inv = inv_w as f32;
+    // 1/w may not be representable in f32 (widths outside 2^-126..2^127): fall back to exact f64.
+    let f32_exact = inv.is_normal() && f64::from(inv) == inv_w;
+    let off = offset as i32;
+    let dropped = 4 * len; // index past every sub-histogram, even after adding a lane offset
+    let mut sub = vec![0u32; 4 * len];
+    let bin_f32 = |x: f32| -> usize {
+        let v = if signed { x } else { x.abs() };
+        let y = v * inv;
+        let mut k = y as i32;
+        k = k.wrapping_sub(i32::from((k as f32) > y || (y == 0.0 && v < 0.0)));
+        let i = k.wrapping_add(off) as u32 as usize;
+        if x.is_finite() && i < len { i } else { dropped }
+    };
+    let bin_f64 = |x: f32| -> usize {
         let v = if signed { f64::from(x) } else { f64::from(x).abs() };
         let y = v * inv_w;
         let mut k = y as i64;
-        if (k as f64) > y {
-            k -= 1;
+        k = k.wrapping_sub(i64::from((k as f64) > y));
+        match usize::try_from(k.wrapping_add(offset)) {
+            Ok(i) if x.is_finite() && i < len => i,
+            _ => dropped,
         }
-        usize::try_from(k + offset).ok()
     };
-    let mut quads = data.chunks_exact(4);
-    for q in &mut quads {
-        if let [a, b, c, d] = *q {
-            if let Some(s) = bin(a).and_then(|i| s0.get_mut(i)) {
-                *s += 1;
+    // u32 sub-counts are flushed every 2^30 values so they cannot overflow
+    for block in data.chunks(1 << 30) {
+        let mut quads = block.chunks_exact(4);
+        for q in &mut quads {
+            for (lane, &x) in q.iter().enumerate() {
+                let i = if f32_exact { bin_f32(x) } else { bin_f64(x) };
+                if let Some(s) = sub.get_mut(lane * len + i) {
+                    *s += 1;
+                }
             }
-            if let Some(s) = bin(b).and_then(|i| s1.get_mut(i)) {
-                *s += 1;
-            }
-            if let Some(s) = bin(c).and_then(|i| s2.get_mut(i)) {
-                *s += 1;
-            }
-            if let Some(s) = bin(d).and_then(|i| s3.get_mut(i)) {
+        }
+        for &x in quads.remainder() {
+            let i = if f32_exact { bin_f32(x) } else { bin_f64(x) };
+            if let Some(s) = sub.get_mut(i) {
                 *s += 1;
             }
         }
-    }
-    for &x in quads.remainder() {
-        if let Some(s) = bin(x).and_then(|i| s0.get_mut(i)) {
-            *s += 1;
+        for (i, c) in counts.iter_mut().enumerate() {
+            for lane in 0..4 {
+                if let Some(s) = sub.get_mut(lane * len + i) {
+                    *c += u64::from(*s);
+                    *s = 0;
+                }
+            }
         }
-    }
-    for (i, c) in counts.iter_mut().enumerate() {
-        *c += s0[i] + s1[i] + s2[i] + s3[i];
     }
 }
 
@@ -252,6 +262,15 @@ mod tests {
         assert_eq!(h.width(), Some(2.0));
         assert_eq!(h.counts(), &[0, 2, 4, 1]);
         assert_eq!(h.total(), 7);
+    }
+
+    #[test]
+    fn tiny_negatives_land_in_bin_minus_one() {
+        let mut h = Histogram::new(true, 2);
+        // w = 2: the smallest subnormal times 1/2 underflows to -0 in f32, yet floor(x / w) = -1
+        h.observe(&[-f32::from_bits(1), -1e-30, 0.0, 3.0], 3.0, 4);
+        assert_eq!(h.width(), Some(2.0));
+        assert_eq!(h.counts(), &[0, 2, 1, 1]);
     }
 
     #[test]

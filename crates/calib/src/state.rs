@@ -126,6 +126,29 @@ struct Scan {
 }
 
 fn scan(data: &[f32]) -> Scan {
+    // Fast path: 8 lanes of min/max (NaN compares false and is skipped) plus a count of non-finite values,
+    // which the compiler vectorises. Only if something was non-finite, a careful second pass.
+    let (mut mn, mut mx, mut bad) = ([f32::INFINITY; 8], [f32::NEG_INFINITY; 8], [0u32; 8]);
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        for l in 0..8 {
+            let x = c[l];
+            mn[l] = if x < mn[l] { x } else { mn[l] };
+            mx[l] = if x > mx[l] { x } else { mx[l] };
+            bad[l] += u32::from(!x.is_finite());
+        }
+    }
+    let mut min = mn.iter().copied().fold(f32::INFINITY, f32::min);
+    let mut max = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut non_finite = bad.iter().map(|&b| u64::from(b)).sum::<u64>();
+    for &x in chunks.remainder() {
+        min = if x < min { x } else { min };
+        max = if x > max { x } else { max };
+        non_finite += u64::from(!x.is_finite());
+    }
+    if non_finite == 0 {
+        return Scan { min, max, finite: data.len() as u64, non_finite: NonFiniteCounts::default() };
+    }
     let (mut min, mut max, mut finite) = (f32::INFINITY, f32::NEG_INFINITY, 0u64);
     let mut nf = NonFiniteCounts::default();
     for &x in data {

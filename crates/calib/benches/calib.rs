@@ -1,0 +1,90 @@
+//! Collection throughput, merge, and range-search speed. `cargo bench -p calib`.
+use std::hint::black_box;
+use std::time::Duration;
+
+use calib::hist::Histogram;
+use calib::*;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+
+fn normal(n: usize) -> Vec<f32> {
+    let d = Normal::new(0.0f32, 1.0).unwrap();
+    let mut r = rand::rngs::StdRng::seed_from_u64(7);
+    (0..n).map(|_| d.sample(&mut r)).collect()
+}
+
+fn collect(c: &mut Criterion) {
+    let mut g = c.benchmark_group("collect");
+    for n in [1usize << 20, 16 << 20] {
+        let data = normal(n);
+        let max_abs = data.iter().fold(0f32, |a, x| a.max(x.abs()));
+        g.throughput(Throughput::Elements(n as u64));
+        for signed in [true, false] {
+            let name = format!("{}_hist_2048/{}M", if signed { "signed" } else { "abs" }, n >> 20);
+            g.bench_function(&name, |b| {
+                b.iter(|| {
+                    let mut h = Histogram::new(signed, 2048);
+                    h.observe(black_box(&data), max_abs, n as u64);
+                    h
+                })
+            });
+        }
+        let name = format!("observe_minmax_signed_abs/{}M", n >> 20);
+        g.bench_function(&name, |b| {
+            let opts = CollectOptions { signed_histogram: true, abs_histogram: true, ..Default::default() };
+            b.iter(|| {
+                let mut s = CalibState::new(opts.clone());
+                s.observe("t", black_box(&data), &[n]).unwrap();
+                s
+            })
+        });
+    }
+    g.finish();
+}
+
+fn state_with(num_bins: usize, tensors: usize) -> CalibState {
+    let data = normal(100_000);
+    let methods = [Method::Entropy { num_quantized_bins: 128 }, Method::Mse, Method::Percentile {
+        percentile: 99.999,
+        symmetric: true,
+    }];
+    let mut s = CalibState::new(CollectOptions::for_methods(&methods, num_bins));
+    for t in 0..tensors {
+        s.observe(&format!("t{t}"), &data, &[data.len()]).unwrap();
+    }
+    s
+}
+
+fn ranges(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ranges");
+    let s2048 = state_with(2048, 1);
+    let s8001 = state_with(8001, 1);
+    g.bench_function("entropy_2048bins_nq128", |b| {
+        b.iter(|| compute_ranges(&s2048, &Method::Entropy { num_quantized_bins: 128 }).unwrap())
+    });
+    g.bench_function("entropy_8001bins_nq255", |b| {
+        b.iter(|| compute_ranges(&s8001, &Method::Entropy { num_quantized_bins: 255 }).unwrap())
+    });
+    g.bench_function("percentile_2048bins", |b| {
+        b.iter(|| compute_ranges(&s2048, &Method::Percentile { percentile: 99.999, symmetric: true }).unwrap())
+    });
+    g.bench_function("mse_2048bins", |b| b.iter(|| compute_ranges(&s2048, &Method::Mse).unwrap()));
+    let mut other = s2048.clone();
+    other.observe("t0", &normal(1000).iter().map(|x| x * 50.0).collect::<Vec<_>>(), &[1000]).unwrap();
+    g.bench_function("merge_2048bins_1tensor", |b| {
+        b.iter(|| {
+            let mut a = s2048.clone();
+            a.merge(black_box(&other)).unwrap();
+            a
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = collect, ranges
+}
+criterion_main!(benches);
