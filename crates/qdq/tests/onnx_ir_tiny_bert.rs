@@ -1,0 +1,95 @@
+//! Generic placement invariants on onnx-ir's HF-shaped tiny BERT (2 layers, multi-head
+//! attention with Reshape/Transpose, Erf GELU, Split QA head), both LayerNorm forms.
+use std::collections::HashMap;
+
+use ndarray::Array2;
+use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
+use onnx_ir::{DataType, GraphExt, Model};
+use qdq::Policy;
+
+const SEQ: usize = 12;
+
+fn run(model: &Model, outputs: &[&str], opt: runtime::OptLevel) -> Vec<ndarray::ArrayD<f32>> {
+    let cfg = runtime::SessionConfig { opt_level: opt, ..Default::default() };
+    let mut s = runtime::Session::from_bytes(&model.to_bytes().unwrap(), "tiny_bert", &cfg).unwrap();
+    let ids = Array2::from_shape_fn((1, SEQ), |(_, j)| ((j * 37 + 11) % 1000) as i64);
+    let mask = Array2::from_elem((1, SEQ), 1i64);
+    let types = Array2::from_shape_fn((1, SEQ), |(_, j)| i64::from(j >= SEQ / 2));
+    s.run(&[("input_ids", ids.view()), ("attention_mask", mask.view()), ("token_type_ids", types.view())], outputs)
+        .unwrap()
+}
+
+fn observed(model: &Model, tensors: &[String]) -> qdq::Ranges {
+    let mut m = model.clone();
+    for t in tensors {
+        m.graph_mut().add_output(t, DataType::Float);
+    }
+    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
+    let outs = run(&m, &names, runtime::OptLevel::Disable);
+    tensors
+        .iter()
+        .zip(outs)
+        .map(|(t, a)| {
+            let lo = a.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = a.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            (t.clone(), (lo * 1.1, hi * 1.1))
+        })
+        .collect()
+}
+
+#[test]
+fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
+    for kind in [LayerNormKind::Decomposed, LayerNormKind::Fused] {
+        let fp32 = build(&TinyBertConfig { layer_norm: kind, ..Default::default() });
+        let reference = run(&fp32, &["start_logits"], runtime::OptLevel::Disable).remove(0);
+        let policy = Policy::preset("tensorrt").unwrap();
+        let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+        let (q, plan) = qdq::quantize(&fp32, &observed(&fp32, &tensors), &policy).unwrap();
+        q.validate().unwrap();
+        assert!(plan.skipped.is_empty(), "{plan}");
+        let g = q.graph();
+        let producer: HashMap<&str, &str> =
+            g.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n.op_type()))).collect();
+        let is_dq = |t: &str| producer.get(t) == Some(&"DequantizeLinear");
+        let (mut weighted, mut residual) = (0, 0);
+        for n in &fp32.graph().node {
+            let qn = g.node.iter().find(|m| m.name() == n.name()).unwrap();
+            let has_bias = n.input.iter().any(|i| i.ends_with(".bias"));
+            match n.op_type() {
+                "MatMul" => {
+                    assert!(qn.input.iter().all(|i| is_dq(i)), "{} not fully quantized", n.name());
+                    weighted += usize::from(fp32.graph().is_initializer(&n.input[1]));
+                }
+                "Add" if has_bias => assert!(!qn.input.iter().any(|i| is_dq(i)), "bias Add {} quantized", n.name()),
+                "Add" => {
+                    let feeds_ln = fp32.graph().consumers_of(&n.output[0]).iter().any(|&(c, _)| {
+                        matches!(fp32.graph().node[c].op_type(), "ReduceMean" | "LayerNormalization")
+                    });
+                    assert_eq!(qn.input.iter().all(|i| is_dq(i)), feeds_ln, "Add {}", n.name());
+                    residual += usize::from(feeds_ln);
+                }
+                _ => {}
+            }
+        }
+        // 2 layers x 6 dense + QA head; embeddings Add chain + 2 residuals per layer.
+        assert_eq!(weighted, 13);
+        assert_eq!(residual, 5); // embeddings Add_1 + 2 per layer
+        for p in qdq::coverage(&q).pairs.iter().filter(|p| p.is_initializer && p.tensor.ends_with(".weight") && p.axis.is_some()) {
+            let w = fp32.graph().initializer(&p.tensor).unwrap();
+            assert_eq!(p.scales.len() as i64, w.dims[1], "{}", p.tensor);
+        }
+        let out = run(&q, &["start_logits"], runtime::OptLevel::Disable).remove(0);
+        let err = out.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        let mag = reference.iter().map(|v| v.abs()).fold(0.0, f32::max);
+        eprintln!("{kind:?}: max |int8 - fp32| = {err:.5}, max |fp32| = {mag:.5}");
+        assert!(err <= 0.05 * mag && err > 0.0, "{err} vs {mag}");
+        for preset in qdq::PRESETS {
+            let p = Policy::preset(preset).unwrap();
+            let t = qdq::tensors_to_calibrate(&fp32, &p).unwrap();
+            let (q, _) = qdq::quantize(&fp32, &observed(&fp32, &t), &p).unwrap();
+            q.validate().unwrap();
+            let out = run(&q, &["start_logits", "end_logits"], runtime::OptLevel::All);
+            assert!(out.iter().all(|a| a.iter().all(|v| v.is_finite())), "{preset}");
+        }
+    }
+}
