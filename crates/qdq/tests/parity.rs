@@ -28,6 +28,23 @@ fn tiny_fused_matches_ort() {
     check(&tiny_bert(Ln::Fused), &ranges, "ort_reference_tiny_fused.json");
 }
 
+fn onnx_ir_tiny(kind: onnx_ir::tiny_bert::LayerNormKind) -> onnx_ir::Model {
+    onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig { layer_norm: kind, ..Default::default() })
+}
+
+#[test]
+fn onnx_ir_tiny_bert_decomposed_matches_ort() {
+    let ranges = load_ranges(&testdata("ranges_tiny_bert_decomposed.json"));
+    let m = onnx_ir_tiny(onnx_ir::tiny_bert::LayerNormKind::Decomposed);
+    check(&m, &ranges, "ort_reference_tiny_bert_decomposed.json");
+}
+
+#[test]
+fn onnx_ir_tiny_bert_fused_matches_ort() {
+    let ranges = load_ranges(&testdata("ranges_tiny_bert_fused.json"));
+    check(&onnx_ir_tiny(onnx_ir::tiny_bert::LayerNormKind::Fused), &ranges, "ort_reference_tiny_bert_fused.json");
+}
+
 /// `QDQ_REAL_MODEL=/path/to/minilm-l6-squad/model.onnx cargo test -p qdq --test parity real`
 #[test]
 fn real_model_matches_ort_when_given() {
