@@ -60,54 +60,71 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
-/// Calls `f` on every tensor in a graph: initializers, sparse initializers, attribute tensors,
-/// and all nested subgraphs.
-fn walk_graph(g: &mut GraphProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
-    g.initializer.iter_mut().try_for_each(&mut *f)?;
-    for s in &mut g.sparse_initializer {
-        walk_sparse(s, f)?;
-    }
-    for n in &mut g.node {
-        walk_attrs(&mut n.attribute, f)?;
-    }
-    Ok(())
+/// Defines a tensor walker over a model: `$walk_model` calls `f` on every tensor (main graph,
+/// nested subgraphs, attribute and sparse tensors, training info, functions). Instantiated
+/// once for shared and once for mutable access.
+macro_rules! tensor_walker {
+    ($walk_model:ident, $walk_graph:ident, $walk_sparse:ident, $walk_attrs:ident, $iter:ident, $($m:ident)?) => {
+        fn $walk_graph(g: &$($m)? GraphProto, f: &mut dyn FnMut(&$($m)? TensorProto) -> Result<()>) -> Result<()> {
+            g.initializer.$iter().try_for_each(&mut *f)?;
+            for s in g.sparse_initializer.$iter() {
+                $walk_sparse(s, f)?;
+            }
+            for n in g.node.$iter() {
+                $walk_attrs(&$($m)? n.attribute, f)?;
+            }
+            Ok(())
+        }
+
+        fn $walk_sparse(
+            s: &$($m)? SparseTensorProto,
+            f: &mut dyn FnMut(&$($m)? TensorProto) -> Result<()>,
+        ) -> Result<()> {
+            s.values.$iter().chain(s.indices.$iter()).try_for_each(f)
+        }
+
+        fn $walk_attrs(
+            attrs: &$($m)? [AttributeProto],
+            f: &mut dyn FnMut(&$($m)? TensorProto) -> Result<()>,
+        ) -> Result<()> {
+            for a in attrs.$iter() {
+                a.t.$iter().chain(a.tensors.$iter()).try_for_each(&mut *f)?;
+                for s in a.sparse_tensor.$iter().chain(a.sparse_tensors.$iter()) {
+                    $walk_sparse(s, f)?;
+                }
+                for g in a.g.$iter().chain(a.graphs.$iter()) {
+                    $walk_graph(g, f)?;
+                }
+            }
+            Ok(())
+        }
+
+        #[allow(dead_code)]
+        pub(crate) fn $walk_model(
+            m: &$($m)? ModelProto,
+            f: &mut dyn FnMut(&$($m)? TensorProto) -> Result<()>,
+        ) -> Result<()> {
+            for g in m.graph.$iter() {
+                $walk_graph(g, f)?;
+            }
+            for ti in m.training_info.$iter() {
+                for g in ti.initialization.$iter().chain(ti.algorithm.$iter()) {
+                    $walk_graph(g, f)?;
+                }
+            }
+            for func in m.functions.$iter() {
+                $walk_attrs(&$($m)? func.attribute_proto, f)?;
+                for n in func.node.$iter() {
+                    $walk_attrs(&$($m)? n.attribute, f)?;
+                }
+            }
+            Ok(())
+        }
+    };
 }
 
-fn walk_sparse(s: &mut SparseTensorProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
-    s.values.iter_mut().chain(s.indices.iter_mut()).try_for_each(f)
-}
-
-fn walk_attrs(attrs: &mut [AttributeProto], f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
-    for a in attrs {
-        a.t.iter_mut().chain(a.tensors.iter_mut()).try_for_each(&mut *f)?;
-        for s in a.sparse_tensor.iter_mut().chain(a.sparse_tensors.iter_mut()) {
-            walk_sparse(s, f)?;
-        }
-        for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
-            walk_graph(g, f)?;
-        }
-    }
-    Ok(())
-}
-
-/// Calls `f` on every tensor of the model (main graph, training info, functions).
-pub(crate) fn walk_model(m: &mut ModelProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<()>) -> Result<()> {
-    if let Some(g) = &mut m.graph {
-        walk_graph(g, f)?;
-    }
-    for ti in &mut m.training_info {
-        for g in ti.initialization.iter_mut().chain(ti.algorithm.iter_mut()) {
-            walk_graph(g, f)?;
-        }
-    }
-    for func in &mut m.functions {
-        walk_attrs(&mut func.attribute_proto, f)?;
-        for n in &mut func.node {
-            walk_attrs(&mut n.attribute, f)?;
-        }
-    }
-    Ok(())
-}
+tensor_walker!(walk_model, walk_graph, walk_sparse, walk_attrs, iter_mut, mut);
+tensor_walker!(visit_model, visit_graph, visit_sparse, visit_attrs, iter,);
 
 fn entry(key: &str, value: String) -> StringStringEntryProto {
     StringStringEntryProto { key: Some(key.to_string()), value: Some(value) }
@@ -393,8 +410,7 @@ impl Model {
 
     /// Re-checks every tensor (dims, data lengths) and the graph structure.
     pub fn validate(&self) -> Result<()> {
-        let mut proto = self.proto.clone();
-        walk_model(&mut proto, &mut |t| check_tensor(t, ""))?;
+        visit_model(&self.proto, &mut |t| check_tensor(t, ""))?;
         crate::GraphExt::validate(self.graph())
     }
 }
