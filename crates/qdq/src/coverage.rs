@@ -1,6 +1,7 @@
 //! What a model contains in terms of Q/DQ (for `qdq inspect` and parity checks).
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 
 use onnx_ir::proto::{GraphProto, TensorProto};
 use onnx_ir::{DataType, GraphExt, Model};
@@ -119,4 +120,29 @@ pub fn coverage(model: &Model) -> Coverage {
     }
     cov.pairs.sort_by(|a, b| (&a.tensor, &a.consumers).cmp(&(&b.tensor, &b.consumers)));
     cov
+}
+
+impl fmt::Display for Coverage {
+    /// Per-op coverage table, then one line per DQ (tensor, scale or channel count, zero point, axis, readers).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:<24} {:>6} {:>8}", "op type", "nodes", "behind DQ")?;
+        for (op, c) in &self.by_op {
+            writeln!(f, "{op:<24} {:>6} {:>8}", c.nodes, c.covered)?;
+        }
+        writeln!(f, "{} DequantizeLinear nodes:", self.pairs.len())?;
+        for p in &self.pairs {
+            let scale = match p.scales.as_slice() {
+                [s] => format!("{s:.6e}"),
+                s => format!("{} chans", s.len()),
+            };
+            let zp = match p.zero_points.as_slice() {
+                [z] => z.to_string(),
+                _ => "-".into(),
+            };
+            let axis = p.axis.map_or("-".into(), |a| a.to_string());
+            let readers: Vec<String> = p.consumers.iter().map(|(n, s)| format!("{n}[{s}]")).collect();
+            writeln!(f, "  {:<48} {scale:>12} zp {zp:>4} axis {axis:>2} -> {}", p.tensor, readers.join(" "))?;
+        }
+        Ok(())
+    }
 }

@@ -201,7 +201,8 @@ fn select(g: &GraphProto, policy: &Policy) -> Result<Selection> {
 }
 
 /// The activation tensors that need calibration ranges under `policy`, in graph order of their
-/// first quantized consumer (the pipeline exposes exactly these as extra outputs).
+/// first quantized consumer (the pipeline exposes exactly these as extra outputs). Errors like
+/// [`plan`] does for malformed selected nodes or a model without the policy's op types.
 pub fn tensors_to_calibrate(model: &Model, policy: &Policy) -> Result<Vec<String>> {
     let g = model.graph();
     let sel = select(g, policy)?;
@@ -254,7 +255,12 @@ fn weight_params(w: &TensorProto, per_channel: bool, spec: QuantSpec) -> Result<
 /// Mirrors ORT's QDQQuantizer: selected nodes mark their inputs (and outputs if
 /// `quantize_outputs`); with `dedicated_pairs` an activation read by more than one selected node
 /// gets one pair per selected reader, otherwise a single pair feeds every reader of the tensor
-/// (selected or not). Weights always get one pair feeding all their readers.
+/// (selected or not, unless `shared_pair_feeds_all` is off). Weights always get one pair feeding
+/// all their readers. Difference from ORT: a quantized tensor that is also a graph output stays
+/// the FP32 graph output (ORT renames the producer's output and makes the DQ output the graph
+/// output); it does not occur in BERT graphs.
+///
+/// Tensors without a range are listed in [`Plan::skipped`] (an error under `strict`).
 pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     let g = model.graph();
     let sel = select(g, policy)?;

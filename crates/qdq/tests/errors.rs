@@ -94,6 +94,8 @@ fn int8_initializer_weights_and_opset_bump() {
     let xp = cov.pairs.iter().find(|p| p.tensor == "x").unwrap();
     assert!((xp.scales[0] - 0.01).abs() < 1e-7 && xp.zero_points == vec![0]);
     assert_eq!(cov.by_op.get("MatMul").map(|c| (c.nodes, c.covered)), Some((1, 1)));
+    let text = cov.to_string();
+    assert!(text.contains("3 chans") && text.contains("2 DequantizeLinear nodes") && text.contains("mm[1]"), "{text}");
 }
 
 #[test]
