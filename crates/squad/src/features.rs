@@ -103,7 +103,8 @@ fn max_context_window(spans: &[(usize, usize)], pos: usize) -> Option<usize> {
 }
 
 /// Builds the features of one example from its query token ids and its context tokens. Ids are numbered from
-/// `first_id`. The config must be [valid](FeatureConfig::validate).
+/// `first_id`. The config should be [valid](FeatureConfig::validate); a context token without an offset is treated
+/// like a non-context token (never part of an answer).
 pub fn build_features(
     config: &FeatureConfig,
     cls_id: u32,
@@ -130,9 +131,9 @@ pub fn build_features(
             input_ids.push(i64::from(sep_id));
             token_offsets.resize(input_ids.len(), None);
             token_is_max_context.resize(input_ids.len(), false);
-            for pos in start..start + len {
-                input_ids.push(i64::from(context.ids[pos]));
-                token_offsets.push(Some(context.offsets[pos]));
+            for (pos, &id) in context.ids.iter().enumerate().skip(start).take(len) {
+                input_ids.push(i64::from(id));
+                token_offsets.push(context.offsets.get(pos).copied());
                 token_is_max_context.push(max_context_window(&spans, pos) == Some(w));
             }
             input_ids.push(i64::from(sep_id));

@@ -181,8 +181,9 @@ impl<'a> PredictionAccumulator<'a> {
             });
         }
         for (f, (s, e)) in batch.features.iter().zip(start.rows().into_iter().zip(end.rows())) {
-            let (s, e) = (s.to_vec(), e.to_vec());
-            if let Some(p) = self.push(f, &s, &e)? {
+            let (s, e) = (s.as_standard_layout(), e.as_standard_layout());
+            let (s, e) = (s.as_slice().unwrap_or(&[]), e.as_slice().unwrap_or(&[]));
+            if let Some(p) = self.push(f, s, e)? {
                 self.ready.push(p);
             }
         }
