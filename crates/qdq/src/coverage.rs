@@ -131,18 +131,23 @@ impl fmt::Display for Coverage {
         }
         writeln!(f, "{} DequantizeLinear nodes:", self.pairs.len())?;
         for p in &self.pairs {
-            let scale = match p.scales.as_slice() {
-                [s] => format!("{s:.6e}"),
-                s => format!("{} chans", s.len()),
-            };
-            let zp = match p.zero_points.as_slice() {
-                [z] => z.to_string(),
-                _ => "-".into(),
-            };
-            let axis = p.axis.map_or("-".into(), |a| a.to_string());
+            let (scale, zp, axis) = param_columns(&p.scales, &p.zero_points, p.axis);
             let readers: Vec<String> = p.consumers.iter().map(|(n, s)| format!("{n}[{s}]")).collect();
             writeln!(f, "  {:<48} {scale:>12} zp {zp:>4} axis {axis:>2} -> {}", p.tensor, readers.join(" "))?;
         }
         Ok(())
     }
+}
+
+/// Display columns shared by the plan and coverage tables: scale (or channel count), zero point, axis.
+pub(crate) fn param_columns(scales: &[f32], zero_points: &[i32], axis: Option<impl ToString>) -> (String, String, String) {
+    let scale = match scales {
+        [s] => format!("{s:.6e}"),
+        s => format!("{} chans", s.len()),
+    };
+    let zp = match zero_points {
+        [z] => z.to_string(),
+        _ => "-".into(),
+    };
+    (scale, zp, axis.map_or("-".into(), |a| a.to_string()))
 }

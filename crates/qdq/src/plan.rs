@@ -479,15 +479,7 @@ impl fmt::Display for Plan {
                 (TensorKind::Constant, _) => "constant",
             };
             let qt = if t.qtype == QuantType::Int8 { "int8" } else { "uint8" };
-            let scale = match t.scales.as_slice() {
-                [s] => format!("{s:.6e}"),
-                s => format!("{} chans", s.len()),
-            };
-            let zp = match t.zero_points.as_slice() {
-                [z] => z.to_string(),
-                _ => "-".into(),
-            };
-            let axis = t.axis.map_or("-".to_string(), |a| a.to_string());
+            let (scale, zp, axis) = crate::coverage::param_columns(&t.scales, &t.zero_points, t.axis);
             let pairs: Vec<String> = t
                 .pairs
                 .iter()
