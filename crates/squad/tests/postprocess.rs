@@ -295,3 +295,47 @@ fn writes_prediction_files_atomically_in_order() {
     assert_eq!(std::fs::read_dir(dir2.path()).unwrap().count(), 1);
     assert!(write_predictions(dir.path().join("no/such/dir"), &plain).is_err());
 }
+
+/// v2.0 fixture end to end: unanswerable questions get a high `[CLS]` score, answerable ones peak on the gold span;
+/// the predictions then score 100 with the official v2.0 rules.
+#[test]
+fn v2_fixture_end_to_end_scores_perfectly() {
+    let d = load_squad(fixture("tiny-v2.0.json")).unwrap();
+    let t = tokenizer();
+    let cfg = PostProcessConfig { version_2: true, ..Default::default() };
+    let mut acc = PredictionAccumulator::new(&d.examples, None, cfg).unwrap();
+    let mut preds = Vec::new();
+    let small = FeatureConfig { max_seq_len: 24, doc_stride: 4, max_query_len: 12 };
+    for b in FeatureStream::new(&d.examples, &t, small, 2, Padding::Fixed(30)).unwrap() {
+        let b = b.unwrap();
+        let mut start = Array2::from_elem(b.input_ids.dim(), LOW);
+        let mut end = start.clone();
+        for (r, f) in b.features.iter().enumerate() {
+            let ex = &d.examples[f.example_index];
+            if ex.is_impossible {
+                start[[r, 0]] = 10.0;
+                end[[r, 0]] = 10.0;
+                continue;
+            }
+            let (gs, ge) = gold_bytes(ex);
+            for (c, off) in f.token_offsets.iter().enumerate() {
+                if let Some((a, z)) = off {
+                    if *a <= gs && gs < *z {
+                        start[[r, c]] = 10.0;
+                    }
+                    if *a < ge && ge <= *z {
+                        end[[r, c]] = 10.0;
+                    }
+                }
+            }
+        }
+        acc.push_batch(&b, start.view(), end.view()).unwrap();
+        preds.extend(acc.take_ready());
+    }
+    let texts: Vec<&str> = preds.iter().map(|p| p.text.as_str()).collect();
+    assert_eq!(texts, ["nine in the morning", "", "on Sundays", ""]);
+    let map = preds.iter().map(|p| (p.id.clone(), p.text.clone())).collect();
+    let dataset = squad_metrics::load_dataset(fixture("tiny-v2.0.json")).unwrap();
+    let m = squad_metrics::evaluate_v2(&dataset, &map, None, 1.0);
+    assert_eq!((m.exact, m.f1, m.missing), (100.0, 100.0, 0));
+}
