@@ -89,7 +89,8 @@ fn fresh_in(taken: &HashSet<String>, base: &str) -> String {
 pub trait GraphExt {
     /// Index of the node producing `tensor`, if any.
     fn producer_of(&self, tensor: &str) -> Option<usize>;
-    /// `(node index, input slot)` of every node reading `tensor`, in node order.
+    /// `(node index, input slot)` of every node reading `tensor`, in node order (direct
+    /// inputs of this graph's nodes; reads from inside subgraphs are not listed).
     fn consumers_of(&self, tensor: &str) -> Vec<(usize, usize)>;
     /// The dense initializer named `name`.
     fn initializer(&self, name: &str) -> Option<&TensorProto>;

@@ -223,7 +223,9 @@ impl TempFile {
             _ => PathBuf::from("."),
         };
         let fname = dest.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = dir.join(format!(".{fname}.tmp-{}", std::process::id()));
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{fname}.tmp-{}-{n}", std::process::id()));
         let file = File::create(&tmp).map_err(io_err(&tmp))?;
         Ok(TempFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)) })
     }

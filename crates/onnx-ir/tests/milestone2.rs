@@ -32,6 +32,9 @@ fn onnx_written_fixture_reencodes_byte_identically() {
     let f16t = tensor_to_array::<half::f16>(m.graph().initializer("f16_typed").unwrap()).unwrap();
     assert_eq!(f16t.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), vec![0.5, -1.0]);
     m.graph().validate().unwrap();
+    // names inside If/Loop bodies count as taken
+    assert_eq!(m.graph().fresh_name("then_out"), "then_out_1");
+    assert_eq!(m.graph().fresh_name("body_add"), "body_add_1");
 }
 
 #[test]
