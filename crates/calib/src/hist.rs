@@ -194,9 +194,9 @@ fn accumulate(counts: &mut [u64], data: &[f32], inv_w: f64, offset: i64, signed:
         let v = if signed { x } else { x.abs() };
         let y = v * inv;
         let mut k = y as i32;
-        k = k.wrapping_sub(i32::from((k as f32) > y || (y == 0.0 && v < 0.0)));
+        k = k.wrapping_sub(i32::from(((k as f32) > y) | ((y == 0.0) & (v < 0.0))));
         let i = k.wrapping_add(off) as u32 as usize;
-        if x.is_finite() && i < len { i } else { dropped }
+        if x.is_finite() & (i < len) { i } else { dropped }
     };
     let bin_f64 = |x: f32| -> usize {
         let v = if signed { f64::from(x) } else { f64::from(x).abs() };

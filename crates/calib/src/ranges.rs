@@ -58,6 +58,8 @@ pub struct RangeTable {
 pub const DISTRIBUTION_NUM_STD: f64 = 4.0;
 /// Smoothing constant of the KL search (as TensorRT / ONNX Runtime).
 const KL_EPS: f64 = 1e-4;
+/// Below this smoothing shift the `p ln p` term uses the prefix-sum series (error < 1e-9 per bin).
+const SERIES_MAX_EPS: f64 = 1e-2;
 
 struct TensorResult {
     range: Range,
@@ -243,8 +245,8 @@ pub fn mse_threshold(h: &Histogram) -> f32 {
 /// over its bins where `p` is non-zero (`q`), smooth both with eps = 1e-4 and compute KL(p || q). Returns the
 /// threshold `i * w` of the smallest divergence (the first on ties).
 ///
-/// Cost: O(i) per candidate for the `p ln p` term plus O(nq) for the groups, with prefix sums and no
-/// allocation per candidate.
+/// Cost: O(nq) per candidate with prefix sums and no allocation per candidate; the `p ln p` term of the
+/// smoothed reference uses a 4-term series in the smoothing shift (exact loop when the shift exceeds 0.01).
 pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
     let Some(w) = h.width() else { return 0.0 };
     let counts = h.counts();
@@ -271,6 +273,18 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
     for (i, &c) in counts.iter().enumerate() {
         pc[i + 1] = pc[i] + c as f64;
         pnz[i + 1] = pnz[i] + usize::from(c > 0);
+    }
+    // prefix sums over non-zero bins of c ln c, ln c, 1/c, 1/c^2 for the series of (c - e) ln(c - e)
+    let len = counts.len();
+    let (mut pcl, mut pln, mut pinv, mut pinv2) =
+        (vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1]);
+    for (i, &c) in counts.iter().enumerate() {
+        let c = c as f64;
+        let (a, b, d, e) = if c > 0.0 { (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c)) } else { (0.0, 0.0, 0.0, 0.0) };
+        pcl[i + 1] = pcl[i] + a;
+        pln[i + 1] = pln[i] + b;
+        pinv[i + 1] = pinv[i] + d;
+        pinv2[i + 1] = pinv2[i] + e;
     }
     let total = pc[counts.len()];
     let cnt = |i: usize| counts.get(i).copied().unwrap_or(0) as f64;
@@ -353,10 +367,19 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
             if v > 0.0 { v * v.ln() } else { f64::NAN }
         };
         let mut self_term = 0f64;
-        for k in a + 1..b - 1 {
-            let c = cnt(k);
-            if c > 0.0 {
-                self_term += f(c);
+        let (lo, hi) = (a + 1, b - 1);
+        if e_p <= SERIES_MAX_EPS {
+            // (c - e) ln(c - e) = c ln c - e ln c - e + e^2 / 2c + e^3 / 6c^2 + O(e^4 / c^3), c >= 1
+            let nzc = (pnz[hi] - pnz[lo]) as f64;
+            self_term = (pcl[hi] - pcl[lo]) - e_p * (pln[hi] - pln[lo]) - e_p * nzc
+                + e_p * e_p / 2.0 * (pinv[hi] - pinv[lo])
+                + e_p.powi(3) / 6.0 * (pinv2[hi] - pinv2[lo]);
+        } else {
+            for k in lo..hi {
+                let c = cnt(k);
+                if c > 0.0 {
+                    self_term += f(c);
+                }
             }
         }
         for p in [p_first, p_last] {

@@ -243,3 +243,65 @@ fn compute_all_gives_one_table_per_method() {
         assert_eq!(t, &compute_ranges(&s, m).unwrap());
     }
 }
+
+/// Straightforward TensorRT-style KL search, materialising p and q for every candidate.
+fn naive_entropy(h: &hist::Histogram, nq: usize) -> f32 {
+    let c: Vec<f64> = h.counts().iter().map(|&x| x as f64).collect();
+    let half = h.per_side();
+    let w = h.width().unwrap();
+    let extent = (0..c.len()).filter(|&i| c[i] > 0.0).map(|i| {
+        let k = h.bin_of_index(i);
+        if k >= 0 { k + 1 } else { -k }
+    });
+    let extent = extent.max().unwrap() as usize;
+    let smooth = |v: &[f64]| -> Vec<f64> {
+        let nz = v.iter().filter(|&&x| x > 0.0).count() as f64;
+        let e1 = 1e-4 * (v.len() as f64 - nz) / nz;
+        v.iter().map(|&x| if x > 0.0 { x - e1 } else { 1e-4 }).collect()
+    };
+    let mut best = (f64::INFINITY, extent);
+    for i in nq.div_ceil(2)..=extent {
+        let (a, b) = (half - i, half + i);
+        let sliced = &c[a..b];
+        let mut p = sliced.to_vec();
+        p[0] += c[..a].iter().sum::<f64>();
+        *p.last_mut().unwrap() += c[b..].iter().sum::<f64>();
+        let m = p.len() / nq;
+        let mut q = vec![0.0; p.len()];
+        for j in 0..nq {
+            let (lo, hi) = (j * m, if j + 1 == nq { p.len() } else { (j + 1) * m });
+            let mass: f64 = sliced[lo..hi].iter().sum();
+            let nz = p[lo..hi].iter().filter(|&&x| x > 0.0).count();
+            for k in lo..hi {
+                if p[k] > 0.0 && nz > 0 {
+                    q[k] = mass / nz as f64;
+                }
+            }
+        }
+        let (p, q) = (smooth(&p), smooth(&q));
+        let (sp, sq): (f64, f64) = (p.iter().sum(), q.iter().sum());
+        let kl: f64 = p.iter().zip(&q).map(|(x, y)| x / sp * ((x / sp) / (y / sq)).ln()).sum();
+        if kl < best.0 {
+            best = (kl, i);
+        }
+    }
+    ((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32
+}
+
+#[test]
+fn entropy_matches_naive_reference() {
+    for (seed, nq) in [(30u64, 16usize), (31, 8), (32, 33)] {
+        let mut data = normal(20_000, 0.3, 1.0, seed);
+        data.extend(uniform(50, 5.0, 9.0, seed + 100));
+        let m = Method::Entropy { num_quantized_bins: nq };
+        let mut s = CalibState::new(CollectOptions::for_methods(std::slice::from_ref(&m), 128));
+        s.observe("t", &data, &[data.len()]).unwrap();
+        let h = s.tensor("t").unwrap().signed.as_ref().unwrap();
+        let want = naive_entropy(h, nq);
+        assert_eq!(hist_entropy(h, nq), want, "seed {seed} nq {nq}");
+    }
+}
+
+fn hist_entropy(h: &hist::Histogram, nq: usize) -> f32 {
+    calib::entropy_threshold(h, nq)
+}
