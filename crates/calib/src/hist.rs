@@ -40,7 +40,11 @@ pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
     let t = f64::from(t.abs());
     let n = per_side.max(1) as f64;
     let covers = |e: i32| n * 2f64.powi(e) > t;
-    let mut e = if t > 0.0 { ((t / n).log2().floor() as i32).max(MIN_WIDTH_LOG2) } else { MIN_WIDTH_LOG2 };
+    let mut e = if t > 0.0 {
+        ((t / n).log2().floor() as i32).max(MIN_WIDTH_LOG2)
+    } else {
+        MIN_WIDTH_LOG2
+    };
     while e > MIN_WIDTH_LOG2 && covers(e - 1) {
         e -= 1;
     }
@@ -53,7 +57,14 @@ pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
 impl Histogram {
     /// Empty histogram with `per_side` bins per side of zero (must be >= 1).
     pub fn new(signed: bool, per_side: usize) -> Self {
-        Histogram { signed, per_side: per_side.max(1), width_log2: None, counts: Vec::new(), total: 0, max_abs: 0.0 }
+        Histogram {
+            signed,
+            per_side: per_side.max(1),
+            width_log2: None,
+            counts: Vec::new(),
+            total: 0,
+            max_abs: 0.0,
+        }
     }
 
     /// Whether this counts `x` (true) or `|x|` (false).
@@ -86,11 +97,35 @@ impl Histogram {
     }
     /// Bin number `k` of the bin at index `i` (see [`Histogram::counts`]).
     pub fn bin_of_index(&self, i: usize) -> i64 {
-        if self.signed { i as i64 - self.per_side as i64 } else { i as i64 }
+        if self.signed {
+            i as i64 - self.per_side as i64
+        } else {
+            i as i64
+        }
+    }
+
+    /// Whether the internal layout is consistent (counts length, total, width); checked on load.
+    pub fn is_consistent(&self) -> bool {
+        let sum: u64 = self.counts.iter().sum();
+        let max_ok = self.max_abs.is_finite() && self.max_abs >= 0.0;
+        match self.width_log2 {
+            None => self.counts.is_empty() && self.total == 0,
+            Some(e) => {
+                self.counts.len() == self.len()
+                    && sum == self.total
+                    && max_ok
+                    && (MIN_WIDTH_LOG2..=200).contains(&e)
+                    && e >= width_log2_for(self.max_abs, self.per_side)
+            }
+        }
     }
 
     fn len(&self) -> usize {
-        if self.signed { 2 * self.per_side } else { self.per_side }
+        if self.signed {
+            2 * self.per_side
+        } else {
+            self.per_side
+        }
     }
 
     /// Coarsen to width `2^e` (no-op if already at least that coarse).
@@ -161,7 +196,9 @@ impl Histogram {
         if self.signed != other.signed || self.per_side != other.per_side {
             return false;
         }
-        let Some(oe) = other.width_log2 else { return true };
+        let Some(oe) = other.width_log2 else {
+            return true;
+        };
         let mut theirs = other.clone();
         let e = self.width_log2.unwrap_or(oe).max(oe);
         self.coarsen_to(e);
@@ -196,10 +233,18 @@ fn accumulate(counts: &mut [u64], data: &[f32], inv_w: f64, offset: i64, signed:
         let mut k = y as i32;
         k = k.wrapping_sub(i32::from(((k as f32) > y) | ((y == 0.0) & (v < 0.0))));
         let i = k.wrapping_add(off) as u32 as usize;
-        if x.is_finite() & (i < len) { i } else { dropped }
+        if x.is_finite() & (i < len) {
+            i
+        } else {
+            dropped
+        }
     };
     let bin_f64 = |x: f32| -> usize {
-        let v = if signed { f64::from(x) } else { f64::from(x).abs() };
+        let v = if signed {
+            f64::from(x)
+        } else {
+            f64::from(x).abs()
+        };
         let y = v * inv_w;
         let mut k = y as i64;
         k = k.wrapping_sub(i64::from((k as f64) > y));

@@ -59,10 +59,18 @@ impl Method {
             "entropy" => ("entropy", &["num_quantized_bins"]),
             "distribution" => ("distribution", &[]),
             "mse" => ("mse", &[]),
-            _ => return Err(Error::UnknownMethod { name: name.to_string() }),
+            _ => {
+                return Err(Error::UnknownMethod {
+                    name: name.to_string(),
+                });
+            }
         };
         if let Some(bad) = options.keys().find(|k| !valid.contains(&k.as_str())) {
-            let list = if valid.is_empty() { "none".to_string() } else { valid.join(", ") };
+            let list = if valid.is_empty() {
+                "none".to_string()
+            } else {
+                valid.join(", ")
+            };
             return Err(Error::MethodOption {
                 method,
                 option: bad.clone(),
@@ -84,7 +92,10 @@ impl Method {
                     })?,
                     None => DEFAULT_PERCENTILE,
                 };
-                Method::Percentile { percentile, symmetric }
+                Method::Percentile {
+                    percentile,
+                    symmetric,
+                }
             }
             "entropy" => {
                 let num_quantized_bins = match options.get("num_quantized_bins") {
@@ -114,11 +125,13 @@ impl Method {
                     message: format!("must be in (0, 100], got {percentile}"),
                 })
             }
-            Method::Entropy { num_quantized_bins } if num_quantized_bins < 2 => Err(Error::MethodOption {
-                method: self.name(),
-                option: "num_quantized_bins".into(),
-                message: format!("must be >= 2, got {num_quantized_bins}"),
-            }),
+            Method::Entropy { num_quantized_bins } if num_quantized_bins < 2 => {
+                Err(Error::MethodOption {
+                    method: self.name(),
+                    option: "num_quantized_bins".into(),
+                    message: format!("must be >= 2, got {num_quantized_bins}"),
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -141,7 +154,10 @@ impl Method {
             Method::MinMax { symmetric } => {
                 m.insert("symmetric".into(), symmetric.into());
             }
-            Method::Percentile { percentile, symmetric } => {
+            Method::Percentile {
+                percentile,
+                symmetric,
+            } => {
                 m.insert("percentile".into(), percentile.into());
                 m.insert("symmetric".into(), symmetric.into());
             }
@@ -155,11 +171,26 @@ impl Method {
 
     /// Whether this method reads the signed histogram.
     pub fn needs_signed_histogram(&self) -> bool {
-        matches!(self, Method::Entropy { .. } | Method::Distribution | Method::Percentile { symmetric: false, .. })
+        matches!(
+            self,
+            Method::Entropy { .. }
+                | Method::Distribution
+                | Method::Percentile {
+                    symmetric: false,
+                    ..
+                }
+        )
     }
 
     /// Whether this method reads the absolute-value histogram.
     pub fn needs_abs_histogram(&self) -> bool {
-        matches!(self, Method::Mse | Method::Percentile { symmetric: true, .. })
+        matches!(
+            self,
+            Method::Mse
+                | Method::Percentile {
+                    symmetric: true,
+                    ..
+                }
+        )
     }
 }

@@ -26,7 +26,10 @@ impl Range {
     /// Both ends clamped into `bounds` (so the result is inside `bounds` and never inverted).
     pub fn clamp_to(&self, bounds: Range) -> Range {
         let c = |x: f32| x.max(bounds.min).min(bounds.max);
-        Range { min: c(self.min), max: c(self.max) }
+        Range {
+            min: c(self.min),
+            max: c(self.max),
+        }
     }
 }
 
@@ -107,59 +110,123 @@ pub fn compute_all(state: &CalibState, methods: &[Method]) -> Result<Vec<RangeTa
     methods.iter().map(|m| compute_ranges(state, m)).collect()
 }
 
-fn need<'a>(h: &'a Option<Histogram>, tensor: &str, method: &Method, needs: &'static str) -> Result<&'a Histogram> {
-    h.as_ref().ok_or_else(|| Error::NotCollected { tensor: tensor.to_string(), method: method.name(), needs })
+fn need<'a>(
+    h: &'a Option<Histogram>,
+    tensor: &str,
+    method: &Method,
+    needs: &'static str,
+) -> Result<&'a Histogram> {
+    h.as_ref().ok_or_else(|| Error::NotCollected {
+        tensor: tensor.to_string(),
+        method: method.name(),
+        needs,
+    })
 }
 
-fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method) -> Result<Option<TensorResult>> {
-    let Some(observed) = t.minmax else { return Ok(None) };
-    let plain = |range: Range| Ok(Some(TensorResult { range, channels: None, distribution: None }));
+fn tensor_range(
+    name: &str,
+    t: &TensorState,
+    state: &CalibState,
+    method: &Method,
+) -> Result<Option<TensorResult>> {
+    let Some(observed) = t.minmax else {
+        return Ok(None);
+    };
+    let plain = |range: Range| {
+        Ok(Some(TensorResult {
+            range,
+            channels: None,
+            distribution: None,
+        }))
+    };
     match *method {
         Method::MinMax { symmetric } => {
-            let base = if state.options().moving_average.is_some() { t.moving.unwrap_or(observed) } else { observed };
+            let base = if state.options().moving_average.is_some() {
+                t.moving.unwrap_or(observed)
+            } else {
+                observed
+            };
             let sym = |r: Range| if symmetric { r.symmetric() } else { r };
-            let channels = t
-                .channels
-                .as_ref()
-                .map(|c| c.iter().map(|r| sym(r.unwrap_or(Range { min: 0.0, max: 0.0 }))).collect());
-            Ok(Some(TensorResult { range: sym(base), channels, distribution: None }))
+            let channels = t.channels.as_ref().map(|c| {
+                c.iter()
+                    .map(|r| sym(r.unwrap_or(Range { min: 0.0, max: 0.0 })))
+                    .collect()
+            });
+            Ok(Some(TensorResult {
+                range: sym(base),
+                channels,
+                distribution: None,
+            }))
         }
-        Method::Percentile { percentile, symmetric: true } => {
+        Method::Percentile {
+            percentile,
+            symmetric: true,
+        } => {
             let h = need(&t.abs, name, method, "absolute histogram")?;
             let thr = abs_percentile(h, percentile / 100.0);
-            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+            plain(
+                Range {
+                    min: -thr,
+                    max: thr,
+                }
+                .clamp_to(observed),
+            )
         }
-        Method::Percentile { percentile, symmetric: false } => {
+        Method::Percentile {
+            percentile,
+            symmetric: false,
+        } => {
             let h = need(&t.signed, name, method, "signed histogram")?;
             plain(signed_percentile(h, percentile / 100.0).clamp_to(observed))
         }
         Method::Entropy { num_quantized_bins } => {
             let h = need(&t.signed, name, method, "signed histogram")?;
             let thr = entropy_threshold(h, num_quantized_bins);
-            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+            plain(
+                Range {
+                    min: -thr,
+                    max: thr,
+                }
+                .clamp_to(observed),
+            )
         }
         Method::Distribution => {
             let h = need(&t.signed, name, method, "signed histogram")?;
             let (mean, std) = histogram_mean_std(h);
             let k = DISTRIBUTION_NUM_STD;
-            let range = Range { min: (mean - k * std) as f32, max: (mean + k * std) as f32 }.clamp_to(observed);
+            let range = Range {
+                min: (mean - k * std) as f32,
+                max: (mean + k * std) as f32,
+            }
+            .clamp_to(observed);
             Ok(Some(TensorResult {
                 range,
                 channels: None,
-                distribution: Some(DistributionStats { mean: mean as f32, std: std as f32 }),
+                distribution: Some(DistributionStats {
+                    mean: mean as f32,
+                    std: std as f32,
+                }),
             }))
         }
         Method::Mse => {
             let h = need(&t.abs, name, method, "absolute histogram")?;
             let thr = mse_threshold(h);
-            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+            plain(
+                Range {
+                    min: -thr,
+                    max: thr,
+                }
+                .clamp_to(observed),
+            )
         }
     }
 }
 
 /// Upper edge of the first bin where the CDF of `|x|` reaches `p` (fraction), capped at max|x|.
 pub fn abs_percentile(h: &Histogram, p: f64) -> f32 {
-    let (Some(w), total) = (h.width(), h.total()) else { return 0.0 };
+    let (Some(w), total) = (h.width(), h.total()) else {
+        return 0.0;
+    };
     let target = p * total as f64;
     let mut cum = 0u64;
     for (i, &c) in h.counts().iter().enumerate() {
@@ -174,7 +241,9 @@ pub fn abs_percentile(h: &Histogram, p: f64) -> f32 {
 /// Cut `(1 - p) / 2` of the mass from each tail: lower edge of the bin where the CDF first exceeds the cut,
 /// upper edge of the bin where it reaches `1 - cut` (both conservative to the bin).
 pub fn signed_percentile(h: &Histogram, p: f64) -> Range {
-    let (Some(w), total) = (h.width(), h.total()) else { return Range { min: 0.0, max: 0.0 } };
+    let (Some(w), total) = (h.width(), h.total()) else {
+        return Range { min: 0.0, max: 0.0 };
+    };
     let cut = (1.0 - p) / 2.0 * total as f64;
     let (mut lo, mut hi) = (None, None);
     let mut cum = 0u64;
@@ -192,19 +261,36 @@ pub fn signed_percentile(h: &Histogram, p: f64) -> Range {
         }
     }
     let m = f64::from(h.max_abs());
-    Range { min: lo.unwrap_or(-m) as f32, max: hi.unwrap_or(m) as f32 }
+    Range {
+        min: lo.unwrap_or(-m) as f32,
+        max: hi.unwrap_or(m) as f32,
+    }
 }
 
 /// Mean and standard deviation of the histogram, each value at its bin centre (as ONNX Runtime).
 pub fn histogram_mean_std(h: &Histogram) -> (f64, f64) {
-    let (Some(w), total) = (h.width(), h.total()) else { return (0.0, 0.0) };
+    let (Some(w), total) = (h.width(), h.total()) else {
+        return (0.0, 0.0);
+    };
     if total == 0 {
         return (0.0, 0.0);
     }
     let n = total as f64;
     let centre = |i: usize| (h.bin_of_index(i) as f64 + 0.5) * w;
-    let mean = h.counts().iter().enumerate().map(|(i, &c)| c as f64 * centre(i)).sum::<f64>() / n;
-    let var = h.counts().iter().enumerate().map(|(i, &c)| c as f64 * (centre(i) - mean).powi(2)).sum::<f64>() / n;
+    let mean = h
+        .counts()
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| c as f64 * centre(i))
+        .sum::<f64>()
+        / n;
+    let var = h
+        .counts()
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| c as f64 * (centre(i) - mean).powi(2))
+        .sum::<f64>()
+        / n;
     (mean, var.sqrt())
 }
 
@@ -214,7 +300,9 @@ pub fn histogram_mean_std(h: &Histogram) -> (f64, f64) {
 pub fn mse_threshold(h: &Histogram) -> f32 {
     let Some(w) = h.width() else { return 0.0 };
     let counts = h.counts();
-    let Some(last) = counts.iter().rposition(|&c| c > 0) else { return 0.0 };
+    let Some(last) = counts.iter().rposition(|&c| c > 0) else {
+        return 0.0;
+    };
     let n = last + 1;
     // suffix sums over bins >= k of count, count*centre, count*centre^2
     let (mut s0, mut s1, mut s2) = (vec![0f64; n + 1], vec![0f64; n + 1], vec![0f64; n + 1]);
@@ -276,11 +364,19 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
     }
     // prefix sums over non-zero bins of c ln c, ln c, 1/c, 1/c^2 for the series of (c - e) ln(c - e)
     let len = counts.len();
-    let (mut pcl, mut pln, mut pinv, mut pinv2) =
-        (vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1]);
+    let (mut pcl, mut pln, mut pinv, mut pinv2) = (
+        vec![0f64; len + 1],
+        vec![0f64; len + 1],
+        vec![0f64; len + 1],
+        vec![0f64; len + 1],
+    );
     for (i, &c) in counts.iter().enumerate() {
         let c = c as f64;
-        let (a, b, d, e) = if c > 0.0 { (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c)) } else { (0.0, 0.0, 0.0, 0.0) };
+        let (a, b, d, e) = if c > 0.0 {
+            (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c))
+        } else {
+            (0.0, 0.0, 0.0, 0.0)
+        };
         pcl[i + 1] = pcl[i] + a;
         pln[i + 1] = pln[i] + b;
         pinv[i + 1] = pinv[i] + d;

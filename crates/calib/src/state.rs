@@ -61,7 +61,10 @@ impl CollectOptions {
         if let Some(c) = self.moving_average
             && !(c > 0.0 && c <= 1.0)
         {
-            return Err(Error::Options { field: "moving_average", message: format!("must be in (0, 1], got {c}") });
+            return Err(Error::Options {
+                field: "moving_average",
+                message: format!("must be in (0, 1], got {c}"),
+            });
         }
         Ok(())
     }
@@ -109,8 +112,12 @@ impl TensorState {
             minmax: None,
             moving: None,
             channels: None,
-            signed: opts.signed_histogram.then(|| Histogram::new(true, opts.num_bins)),
-            abs: opts.abs_histogram.then(|| Histogram::new(false, 2 * opts.num_bins)),
+            signed: opts
+                .signed_histogram
+                .then(|| Histogram::new(true, opts.num_bins)),
+            abs: opts
+                .abs_histogram
+                .then(|| Histogram::new(false, 2 * opts.num_bins)),
             non_finite: NonFiniteCounts::default(),
         }
     }
@@ -147,7 +154,12 @@ fn scan(data: &[f32]) -> Scan {
         non_finite += u64::from(!x.is_finite());
     }
     if non_finite == 0 {
-        return Scan { min, max, finite: data.len() as u64, non_finite: NonFiniteCounts::default() };
+        return Scan {
+            min,
+            max,
+            finite: data.len() as u64,
+            non_finite: NonFiniteCounts::default(),
+        };
     }
     let (mut min, mut max, mut finite) = (f32::INFINITY, f32::NEG_INFINITY, 0u64);
     let mut nf = NonFiniteCounts::default();
@@ -164,12 +176,20 @@ fn scan(data: &[f32]) -> Scan {
             nf.neg_inf += 1;
         }
     }
-    Scan { min, max, finite, non_finite: nf }
+    Scan {
+        min,
+        max,
+        finite,
+        non_finite: nf,
+    }
 }
 
 fn union(a: Option<Range>, b: Option<Range>) -> Option<Range> {
     match (a, b) {
-        (Some(a), Some(b)) => Some(Range { min: a.min.min(b.min), max: a.max.max(b.max) }),
+        (Some(a), Some(b)) => Some(Range {
+            min: a.min.min(b.min),
+            max: a.max.max(b.max),
+        }),
         (a, b) => a.or(b),
     }
 }
@@ -196,13 +216,19 @@ impl CalibState {
         if opts.moving_average.is_some_and(|c| !(c > 0.0 && c <= 1.0)) {
             opts.moving_average = None;
         }
-        CalibState { options: opts, tensors: BTreeMap::new() }
+        CalibState {
+            options: opts,
+            tensors: BTreeMap::new(),
+        }
     }
 
     /// Empty state after validating `opts`.
     pub fn try_new(opts: CollectOptions) -> Result<Self> {
         opts.validate()?;
-        Ok(CalibState { options: opts, tensors: BTreeMap::new() })
+        Ok(CalibState {
+            options: opts,
+            tensors: BTreeMap::new(),
+        })
     }
 
     /// The collection options.
@@ -230,14 +256,24 @@ impl CalibState {
     }
 
     fn check(&self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<Checked> {
-        let shape_err = |message: String| Error::Shape { tensor: tensor.to_string(), message };
+        let shape_err = |message: String| Error::Shape {
+            tensor: tensor.to_string(),
+            message,
+        };
         let elements = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         if !shape.is_empty() && elements != Some(data.len()) {
-            return Err(shape_err(format!("shape {shape:?} does not match {} values", data.len())));
+            return Err(shape_err(format!(
+                "shape {shape:?} does not match {} values",
+                data.len()
+            )));
         }
-        let Some(axis) = self.options.per_channel_axis else { return Ok(Checked { channels: None }) };
+        let Some(axis) = self.options.per_channel_axis else {
+            return Ok(Checked { channels: None });
+        };
         let Some(&channels) = shape.get(axis) else {
-            return Err(shape_err(format!("per-channel axis {axis} is out of range for shape {shape:?}")));
+            return Err(shape_err(format!(
+                "per-channel axis {axis} is out of range for shape {shape:?}"
+            )));
         };
         let inner: usize = shape.iter().skip(axis + 1).product();
         if let Some(Some(prev)) = self.tensors.get(tensor).map(|t| t.channels.as_ref())
@@ -248,7 +284,9 @@ impl CalibState {
                 prev.len()
             )));
         }
-        Ok(Checked { channels: Some((channels, inner)) })
+        Ok(Checked {
+            channels: Some((channels, inner)),
+        })
     }
 
     fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
@@ -264,7 +302,13 @@ impl CalibState {
                     if b.finite > 0
                         && let Some(slot) = ch.get_mut(i % channels.max(1))
                     {
-                        *slot = union(*slot, Some(Range { min: b.min, max: b.max }));
+                        *slot = union(
+                            *slot,
+                            Some(Range {
+                                min: b.min,
+                                max: b.max,
+                            }),
+                        );
                     }
                 }
             }
@@ -272,13 +316,19 @@ impl CalibState {
         if s.finite == 0 {
             return;
         }
-        let batch = Range { min: s.min, max: s.max };
+        let batch = Range {
+            min: s.min,
+            max: s.max,
+        };
         t.count += s.finite;
         t.minmax = union(t.minmax, Some(batch));
         if let Some(c) = opts.moving_average {
             t.moving = Some(match t.moving {
                 None => batch,
-                Some(m) => Range { min: m.min + c * (batch.min - m.min), max: m.max + c * (batch.max - m.max) },
+                Some(m) => Range {
+                    min: m.min + c * (batch.min - m.min),
+                    max: m.max + c * (batch.max - m.max),
+                },
             });
         }
         let max_abs = s.min.abs().max(s.max.abs());
@@ -295,7 +345,10 @@ impl CalibState {
     pub fn observe(&mut self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<()> {
         let checked = self.check(tensor, data, shape)?;
         let opts = &self.options;
-        let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
+        let t = self
+            .tensors
+            .entry(tensor.to_string())
+            .or_insert_with(|| TensorState::new(opts));
         Self::apply(opts, t, data, &checked);
         Ok(())
     }
@@ -306,8 +359,10 @@ impl CalibState {
         let mut by_tensor: BTreeMap<&str, Vec<(&[f32], Checked)>> = BTreeMap::new();
         for &(name, data, shape) in batch {
             let checked = self.check(name, data, shape)?;
-            if let (Some((channels, _)), Some(first)) = (checked.channels, by_tensor.get(name).and_then(|v| v.first()))
-                && first.1.channels.map(|c| c.0) != Some(channels)
+            if let (Some((channels, _)), Some(first)) = (
+                checked.channels,
+                by_tensor.get(name).and_then(|v| v.first()),
+            ) && first.1.channels.map(|c| c.0) != Some(channels)
             {
                 return Err(Error::Shape {
                     tensor: name.to_string(),
@@ -318,7 +373,8 @@ impl CalibState {
         }
         for name in by_tensor.keys() {
             if !self.tensors.contains_key(*name) {
-                self.tensors.insert(name.to_string(), TensorState::new(&self.options));
+                self.tensors
+                    .insert(name.to_string(), TensorState::new(&self.options));
             }
         }
         let opts = &self.options;
@@ -336,15 +392,31 @@ impl CalibState {
     /// exactly; moving averages cannot be merged (error) when both states saw the same tensor.
     pub fn merge(&mut self, other: &CalibState) -> Result<()> {
         let (a, b) = (&self.options, &other.options);
-        let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch { field, ours, theirs };
+        let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch {
+            field,
+            ours,
+            theirs,
+        };
         if a.num_bins != b.num_bins {
-            return Err(mismatch("num_bins", a.num_bins.to_string(), b.num_bins.to_string()));
+            return Err(mismatch(
+                "num_bins",
+                a.num_bins.to_string(),
+                b.num_bins.to_string(),
+            ));
         }
         if a.signed_histogram != b.signed_histogram {
-            return Err(mismatch("signed_histogram", a.signed_histogram.to_string(), b.signed_histogram.to_string()));
+            return Err(mismatch(
+                "signed_histogram",
+                a.signed_histogram.to_string(),
+                b.signed_histogram.to_string(),
+            ));
         }
         if a.abs_histogram != b.abs_histogram {
-            return Err(mismatch("abs_histogram", a.abs_histogram.to_string(), b.abs_histogram.to_string()));
+            return Err(mismatch(
+                "abs_histogram",
+                a.abs_histogram.to_string(),
+                b.abs_histogram.to_string(),
+            ));
         }
         if a.moving_average != b.moving_average {
             return Err(mismatch(
@@ -388,11 +460,17 @@ impl CalibState {
                 (None, Some(y)) => ours.channels = Some(y.clone()),
                 _ => {}
             }
-            for (h, o) in [(&mut ours.signed, &theirs.signed), (&mut ours.abs, &theirs.abs)] {
+            for (h, o) in [
+                (&mut ours.signed, &theirs.signed),
+                (&mut ours.abs, &theirs.abs),
+            ] {
                 if let (Some(h), Some(o)) = (h.as_mut(), o.as_ref())
                     && !h.merge(o)
                 {
-                    return Err(Error::Shape { tensor: name.clone(), message: "histogram layouts differ".into() });
+                    return Err(Error::Shape {
+                        tensor: name.clone(),
+                        message: "histogram layouts differ".into(),
+                    });
                 }
             }
         }
@@ -403,18 +481,45 @@ impl CalibState {
     /// Write the state as JSON (to a temporary sibling, then renamed).
     pub fn save_json(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let bytes =
-            serde_json::to_vec(self).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+        let bytes = serde_json::to_vec(self).map_err(|source| Error::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
         crate::tables::write_atomic(path, &bytes)
     }
 
     /// Read a state written by [`CalibState::save_json`]; its options are validated.
     pub fn load_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        let state: CalibState =
-            serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let state: CalibState = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
         state.options.validate()?;
+        for (name, t) in &state.tensors {
+            let layouts = [
+                (&t.signed, true, state.options.num_bins),
+                (&t.abs, false, 2 * state.options.num_bins),
+            ];
+            for (h, signed, per_side) in layouts {
+                if let Some(h) = h
+                    && !(h.is_signed() == signed && h.per_side() == per_side && h.is_consistent())
+                {
+                    return Err(Error::Shape {
+                        tensor: name.clone(),
+                        message: format!(
+                            "{}: inconsistent {} histogram",
+                            path.display(),
+                            if signed { "signed" } else { "absolute" }
+                        ),
+                    });
+                }
+            }
+        }
         Ok(state)
     }
 }

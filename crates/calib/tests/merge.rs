@@ -50,18 +50,41 @@ proptest! {
 
 #[test]
 fn merge_mismatch_names_the_field() {
-    let a = CalibState::new(CollectOptions { num_bins: 64, ..Default::default() });
-    let mut b = CalibState::new(CollectOptions { num_bins: 128, ..Default::default() });
+    let a = CalibState::new(CollectOptions {
+        num_bins: 64,
+        ..Default::default()
+    });
+    let mut b = CalibState::new(CollectOptions {
+        num_bins: 128,
+        ..Default::default()
+    });
     let e = b.merge(&a).unwrap_err();
-    assert!(matches!(e, Error::MergeMismatch { field: "num_bins", .. }), "{e}");
-    let a = CalibState::new(CollectOptions { abs_histogram: true, ..Default::default() });
-    let e = CalibState::new(CollectOptions::default()).merge(&a).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::MergeMismatch {
+                field: "num_bins",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let a = CalibState::new(CollectOptions {
+        abs_histogram: true,
+        ..Default::default()
+    });
+    let e = CalibState::new(CollectOptions::default())
+        .merge(&a)
+        .unwrap_err();
     assert!(e.to_string().contains("abs_histogram"), "{e}");
 }
 
 #[test]
 fn moving_average_states_do_not_merge() {
-    let opts = CollectOptions { moving_average: Some(0.1), ..Default::default() };
+    let opts = CollectOptions {
+        moving_average: Some(0.1),
+        ..Default::default()
+    };
     let mut a = CalibState::new(opts.clone());
     a.observe("t", &[1.0], &[1]).unwrap();
     let mut b = CalibState::new(opts);
@@ -76,17 +99,33 @@ fn json_round_trip_and_bad_file() {
     let dir = std::env::temp_dir().join(format!("calib-merge-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 32));
-    s.observe("x", &[1.0, -2.0, f32::NAN, 0.0], &[2, 2]).unwrap();
+    s.observe("x", &[1.0, -2.0, f32::NAN, 0.0], &[2, 2])
+        .unwrap();
     let path = dir.join("state.json");
     s.save_json(&path).unwrap();
     assert_eq!(CalibState::load_json(&path).unwrap(), s);
     std::fs::write(dir.join("bad.json"), b"{\"options\": 3}").unwrap();
     let e = CalibState::load_json(dir.join("bad.json")).unwrap_err();
-    assert!(matches!(e, Error::Json { .. }) && e.to_string().contains("bad.json"), "{e}");
+    assert!(
+        matches!(e, Error::Json { .. }) && e.to_string().contains("bad.json"),
+        "{e}"
+    );
     let e = CalibState::load_json(dir.join("missing.json")).unwrap_err();
-    assert!(matches!(e, Error::Io { .. }) && e.to_string().contains("missing.json"), "{e}");
+    assert!(
+        matches!(e, Error::Io { .. }) && e.to_string().contains("missing.json"),
+        "{e}"
+    );
+    // a tampered histogram is rejected instead of panicking later
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    v["tensors"]["x"]["signed"]["counts"] = serde_json::json!([1, 2]);
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = CalibState::load_json(&path).unwrap_err().to_string();
+    assert!(e.contains("`x`") && e.contains("signed histogram"), "{e}");
     // no temporary files left behind
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 2, "{names:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -103,5 +142,8 @@ fn large_parallel_batch_equals_small_batches() {
         small.observe("t", c, &[c.len()]).unwrap();
     }
     assert_eq!(big, small);
-    assert_eq!(big.tensor("t").unwrap().signed.as_ref().unwrap().total(), 300_000);
+    assert_eq!(
+        big.tensor("t").unwrap().signed.as_ref().unwrap().total(),
+        300_000
+    );
 }
