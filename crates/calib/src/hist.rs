@@ -253,21 +253,25 @@ fn accumulate(counts: &mut [u64], data: &[f32], inv_w: f64, offset: i64, signed:
             _ => dropped,
         }
     };
-    // u32 sub-counts are flushed every 2^30 values so they cannot overflow
+    // u32 sub-counts are flushed every 2^30 values so they cannot overflow. Indices are computed for 256
+    // values at a time (a loop the compiler vectorises), then scattered into four sub-histograms.
+    let mut idx = [0usize; 256];
     for block in data.chunks(1 << 30) {
-        let mut quads = block.chunks_exact(4);
-        for q in &mut quads {
-            for (lane, &x) in q.iter().enumerate() {
-                let i = if f32_exact { bin_f32(x) } else { bin_f64(x) };
-                if let Some(s) = sub.get_mut(lane * len + i) {
+        for piece in block.chunks(256) {
+            let idx = &mut idx[..piece.len()];
+            if f32_exact {
+                idx.iter_mut()
+                    .zip(piece)
+                    .for_each(|(o, &x)| *o = bin_f32(x));
+            } else {
+                idx.iter_mut()
+                    .zip(piece)
+                    .for_each(|(o, &x)| *o = bin_f64(x));
+            }
+            for (j, &i) in idx.iter().enumerate() {
+                if let Some(s) = sub.get_mut((j & 3) * len + i) {
                     *s += 1;
                 }
-            }
-        }
-        for &x in quads.remainder() {
-            let i = if f32_exact { bin_f32(x) } else { bin_f64(x) };
-            if let Some(s) = sub.get_mut(i) {
-                *s += 1;
             }
         }
         for (i, c) in counts.iter_mut().enumerate() {
