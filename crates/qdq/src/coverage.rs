@@ -7,7 +7,7 @@ use onnx_ir::proto::{GraphProto, TensorProto};
 use onnx_ir::{DataType, GraphExt, Model};
 
 /// Per op type: how many nodes there are and how many read only dequantized float inputs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct OpCoverage {
     /// Nodes of this op type.
     pub nodes: usize,
@@ -16,7 +16,7 @@ pub struct OpCoverage {
 }
 
 /// One DequantizeLinear node and the tensor behind it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PairInfo {
     /// The quantized float tensor (input of the feeding QuantizeLinear), or the integer
     /// initializer read directly by the DQ.
@@ -31,6 +31,8 @@ pub struct PairInfo {
     pub scales: Vec<f32>,
     /// Zero points (empty if absent or not an int8/uint8 initializer).
     pub zero_points: Vec<i32>,
+    /// True if the zero point is uint8 (else int8, the default when it is absent).
+    pub unsigned: bool,
     /// `axis` attribute of the DQ, if set.
     pub axis: Option<i64>,
     /// `(node name, input slot)` of every reader of the DQ output, sorted.
@@ -38,7 +40,7 @@ pub struct PairInfo {
 }
 
 /// Summary of Q/DQ in a model.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Coverage {
     /// Op type -> counts (QuantizeLinear / DequantizeLinear themselves excluded).
     pub by_op: BTreeMap<String, OpCoverage>,
@@ -102,6 +104,7 @@ pub fn coverage(model: &Model) -> Coverage {
                     .map(|a| a.iter().copied().collect())
                     .unwrap_or_default(),
                 zero_points: init(2).map(int_values).unwrap_or_default(),
+                unsigned: init(2).is_some_and(|t| t.data_type() == DataType::Uint8 as i32),
                 axis: onnx_ir::get_attr_int(n, "axis").ok().flatten(),
                 consumers,
             });
@@ -136,6 +139,17 @@ impl fmt::Display for Coverage {
             writeln!(f, "  {:<48} {scale:>12} zp {zp:>4} axis {axis:>2} -> {}", p.tensor, readers.join(" "))?;
         }
         Ok(())
+    }
+}
+
+impl PairInfo {
+    /// The float range the pair can represent, `[(qmin - zp) * scale, (qmax - zp) * scale]`, for a per-tensor pair
+    /// with a known scale.
+    pub fn range(&self) -> Option<(f32, f32)> {
+        let [scale] = self.scales[..] else { return None };
+        let zp = self.zero_points.first().copied().unwrap_or(0);
+        let (qmin, qmax) = if self.unsigned { (0, 255) } else { (-128, 127) };
+        Some(((qmin - zp) as f32 * scale, (qmax - zp) as f32 * scale))
     }
 }
 

@@ -85,6 +85,13 @@ impl SquadData {
 /// the bad field.
 pub fn load_squad(path: impl AsRef<Path>) -> Result<SquadData> {
     let path = path.as_ref();
+    SquadData::from_dataset(read_dataset(path)?, path)
+}
+
+/// Parses a SQuAD JSON file into the official data model (with the gold answers, for scoring). Malformed JSON is an
+/// [`Error::Json`] naming the file and the JSON path of the bad field.
+pub fn read_dataset(path: impl AsRef<Path>) -> Result<Dataset> {
+    let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     let dataset: Dataset = serde_path_to_error::deserialize(de).map_err(|e| Error::Json {
@@ -92,7 +99,7 @@ pub fn load_squad(path: impl AsRef<Path>) -> Result<SquadData> {
         json_path: e.path().to_string(),
         message: e.into_inner().to_string(),
     })?;
-    SquadData::from_dataset(dataset, path)
+    Ok(dataset)
 }
 
 /// BERT's whitespace tokens of a context, as the original `read_squad_examples` builds them.

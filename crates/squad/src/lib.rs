@@ -22,7 +22,7 @@ mod postprocess;
 mod tokenizer;
 
 pub use batch::{Batch, FeatureStream, Padding};
-pub use dataset::{DocTokens, Example, SquadData, load_squad};
+pub use dataset::{DocTokens, Example, SquadData, load_squad, read_dataset};
 pub use error::{Error, Result};
 pub use features::{Feature, FeatureConfig, ModelIo, build_features, windows};
 pub use postprocess::{

@@ -78,6 +78,36 @@ impl SquadTokenizer {
         Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size, max_token_id })
     }
 
+    /// Loads a Hugging Face `tokenizer.json` (e.g. one saved with a fine-tuned model). Its normalizer,
+    /// pre-tokenizer and model are used as they are; its post-processor, padding and truncation are dropped
+    /// ([`build_features`](crate::build_features) adds `[CLS]`/`[SEP]` and windows the text itself). Errors name the
+    /// file when it cannot be parsed or lacks `[CLS]`, `[SEP]`, `[PAD]` or `[UNK]`.
+    pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let vocab_err = |message: String| Error::Vocab { path: path.to_owned(), message };
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+        let mut inner: Tokenizer =
+            text.parse().map_err(|e: tokenizers::Error| vocab_err(format!("not a tokenizer.json: {e}")))?;
+        inner.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+        inner.with_padding(None);
+        inner.with_truncation(None).map_err(|e| vocab_err(e.to_string()))?;
+        let vocab = inner.get_vocab(true);
+        if vocab.is_empty() {
+            return Err(vocab_err("the tokenizer has no tokens".into()));
+        }
+        let special = |t: &str| vocab.get(t).copied().ok_or_else(|| vocab_err(format!("missing special token {t}")));
+        let (cls_id, sep_id, pad_id, unk_id) = (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
+        let max_token_id = vocab.values().copied().max().unwrap_or(0);
+        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size: vocab.len(), max_token_id })
+    }
+
+    /// Saves this tokenizer as a Hugging Face `tokenizer.json`.
+    pub fn save_tokenizer_json(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let json = self.inner.to_string(true).map_err(|e| Error::Vocab { path: path.to_owned(), message: e.to_string() })?;
+        std::fs::write(path, json).map_err(|source| Error::Io { path: path.to_owned(), source })
+    }
+
     /// Number of distinct tokens in the vocab.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size

@@ -93,3 +93,23 @@ fn doc_tokens_like_bert() {
     assert_eq!(d.char_to_word, [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2]);
     assert_eq!(d.word_at_byte(10), 1);
 }
+
+#[test]
+fn a_saved_tokenizer_json_tokenizes_like_the_vocab_it_came_from() {
+    let t = tokenizer();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tokenizer.json");
+    t.save_tokenizer_json(&p).unwrap();
+    let j = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    assert_eq!((j.vocab_size(), j.max_token_id()), (t.vocab_size(), t.max_token_id()));
+    assert_eq!((j.pad_id, j.unk_id, j.cls_id, j.sep_id), (t.pad_id, t.unk_id, t.cls_id, t.sep_id));
+    let data = load_squad(fixture("tiny-v1.1.json")).unwrap();
+    for ex in &data.examples {
+        for text in [ex.question.as_str(), &ex.context] {
+            assert_eq!(j.tokenize(text, "q").unwrap(), t.tokenize(text, "q").unwrap(), "{text}");
+        }
+    }
+    std::fs::write(&p, "{\"not\": \"a tokenizer\"}").unwrap();
+    let e = SquadTokenizer::from_tokenizer_json(&p).unwrap_err().to_string();
+    assert!(e.contains("tokenizer.json"), "{e}");
+}

@@ -1,0 +1,242 @@
+//! The `qdq` binary on onnx-ir's tiny BERT and the SQuAD fixtures: the main job, its outputs, and one clear error
+//! line for each kind of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use onnx_ir::tiny_bert::{TinyBertConfig, build};
+
+fn testdata(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
+}
+
+fn qdq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qdq")).args(args).output().expect("qdq runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The error lines (`qdq: error: ...`) of a failed run; asserts there is exactly one and returns it.
+fn one_error(o: &Output) -> String {
+    assert!(!o.status.success(), "expected failure; stdout: {}", String::from_utf8_lossy(&o.stdout));
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("qdq: error:")).collect();
+    assert_eq!(lines.len(), 1, "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    lines[0].to_owned()
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    model: PathBuf,
+}
+
+fn fixture(cfg: TinyBertConfig) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.onnx");
+    build(&cfg).save(&model).unwrap();
+    Fixture { dir, model }
+}
+
+fn tiny() -> Fixture {
+    fixture(TinyBertConfig { max_positions: 64, ..Default::default() })
+}
+
+fn e2e_args<'a>(f: &'a Fixture, out: &'a str, vocab: &'a str, dataset: &'a str) -> Vec<String> {
+    [
+        "e2e",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--vocab",
+        vocab,
+        "--dataset",
+        dataset,
+        "--out",
+        f.dir.path().join(out).to_str().unwrap(),
+        "--seq_len",
+        "64",
+        "--query_len",
+        "16",
+        "--doc_stride",
+        "24",
+        "--cal_num",
+        "4",
+        "--batch",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run(args: &[String]) -> Output {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    qdq(&refs)
+}
+
+#[test]
+fn e2e_prints_the_table_and_writes_every_output() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "out", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--calibrate-method", "entropy", "--num-bins", "1024", "--num_quantized_bins", "128"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("| FP32 | cpu |") && stdout.contains("| INT8 (QDQ) | cpu |"), "{stdout}");
+    let out = f.dir.path().join("out");
+    for file in [
+        "model_qdq.onnx",
+        "calibration.json",
+        "calibration.flatbuffers",
+        "calibration.cache",
+        "predictions_fp32.json",
+        "predictions_int8.json",
+        "results.json",
+        "report.md",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["calibration"]["method"], "entropy");
+    assert_eq!(results["calibration"]["questions"], 4);
+    assert_eq!(results["int8"]["questions"], 9);
+    assert_eq!(results["quantization"]["policy"], "tensorrt");
+
+    // inspect reads the QDQ model back.
+    let o = qdq(&["inspect", out.join("model_qdq.onnx").to_str().unwrap(), "--ranges"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("MatMul") && text.contains("DequantizeLinear") && text.contains("start_logits"), "{text}");
+}
+
+#[test]
+fn a_config_file_supplies_settings_and_the_command_line_wins() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let cfg = f.dir.path().join("run.toml");
+    std::fs::write(&cfg, "no_eval = true\ncal_num = 2\ncalibrate-method = \"minmax\"\nseq-len = 999\n").unwrap();
+    let mut args = e2e_args(&f, "cfg_out", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--config".into(), cfg.to_str().unwrap().into()]);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = f.dir.path().join("cfg_out");
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["calibration"]["method"], "minmax");
+    // --cal_num 4 on the command line beats cal_num = 2 in the file; seq-len 64 beats 999.
+    assert_eq!(results["calibration"]["questions"], 4);
+    assert!(results["fp32"].is_null() && !out.join("predictions_fp32.json").exists());
+
+    std::fs::write(&cfg, "seq_lenn = 128\n").unwrap();
+    let e = one_error(&qdq(&["e2e", "--config", cfg.to_str().unwrap()]));
+    assert!(e.contains("run.toml") && e.contains("seq_lenn") && e.contains("seq-len"), "{e}");
+}
+
+#[test]
+fn bad_inputs_each_give_one_clear_error_line() {
+    let f = tiny();
+    let vocab = testdata("squad/vocab.txt");
+    let data = testdata("squad/tiny-v1.1.json");
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+
+    // Missing model.
+    let mut args = e2e_args(&f, "o1", vocab, data);
+    args[2] = f.dir.path().join("nope.onnx").to_string_lossy().into_owned();
+    let e = one_error(&run(&args));
+    assert!(e.contains("nope.onnx"), "{e}");
+
+    // A model that is not ONNX.
+    let junk = f.dir.path().join("junk.onnx");
+    std::fs::write(&junk, b"\x0a\xff\xff\xff\xff\x0fjunk").unwrap();
+    args[2] = junk.to_string_lossy().into_owned();
+    let e = one_error(&run(&args));
+    assert!(e.contains("junk.onnx"), "{e}");
+
+    // Wrong input names.
+    let mut args = e2e_args(&f, "o2", vocab, data);
+    args.extend(["--io-names".into(), "nvidia".into()]);
+    let e = one_error(&run(&args));
+    assert!(e.contains("tiny.onnx") && e.contains("input_mask") && e.contains("--io-names"), "{e}");
+
+    // Vocabulary that does not belong to the model.
+    let small = fixture(TinyBertConfig { vocab_size: 50, max_positions: 64, ..Default::default() });
+    let e = one_error(&run(&e2e_args(&small, "o3", vocab, data)));
+    assert!(e.contains("vocab.txt") && e.contains("50"), "{e}");
+
+    // Unreadable SQuAD file.
+    let bad = f.dir.path().join("broken.json");
+    std::fs::write(&bad, "{\"version\": \"1.1\", \"data\": [{\"title\": \"x\", \"paragraphs\": [{\"context\": 5}]}]}").unwrap();
+    let e = one_error(&run(&e2e_args(&f, "o4", vocab, bad.to_str().unwrap())));
+    assert!(e.contains("broken.json") && e.contains("context"), "{e}");
+    let e = one_error(&run(&e2e_args(&f, "o5", vocab, f.dir.path().join("absent.json").to_str().unwrap())));
+    assert!(e.contains("absent.json"), "{e}");
+
+    // Bad option values name the option.
+    let mut args = e2e_args(&f, "o6", vocab, data);
+    args.extend(["--calibrate-method".into(), "kl-div".into()]);
+    let e = one_error(&run(&args));
+    assert!(e.contains("kl-div") && e.contains("entropy"), "{e}");
+    let mut args = e2e_args(&f, "o7", vocab, data);
+    args.extend(["--policy-option".into(), "residual_adds=skip".into()]);
+    let e = one_error(&run(&args));
+    assert!(e.contains("residual_adds") && e.contains("residual_add"), "{e}");
+
+    // Nothing was written for any of them.
+    for o in ["o1", "o2", "o3", "o4", "o5", "o6", "o7"] {
+        assert!(!f.dir.path().join(o).join("calibration.json").exists(), "{o}");
+    }
+}
+
+#[test]
+fn a_mistyped_option_is_rejected_with_a_suggestion() {
+    let o = qdq(&["e2e", "--seq-length", "128"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("--seq-length") && err.contains("--seq-len"), "{err}");
+}
+
+#[test]
+fn tensorrt_here_fails_before_any_work_with_the_way_to_get_it() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "trt", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--ep", "tensorrt", "--int8", "--fp16"].map(String::from));
+    let info = runtime::init(None).unwrap();
+    if info.providers.iter().any(|p| p == "TensorrtExecutionProvider") {
+        eprintln!("skipped: this ONNX Runtime has TensorRT");
+        return;
+    }
+    let e = one_error(&run(&args));
+    for needle in ["TensorrtExecutionProvider", "CPUExecutionProvider", "cargo xtask setup --gpu"] {
+        assert!(e.contains(needle), "`{needle}` missing: {e}");
+    }
+    assert!(!f.dir.path().join("trt").join("calibration.json").exists());
+}
+
+#[test]
+fn e2e_help_documents_every_seed_flag() {
+    let o = qdq(&["e2e", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for flag in [
+        "--fp16", "--int8", "--ep", "--cal_ep", "--model", "--vocab", "--token", "--version", "--no_eval",
+        "--ort_verbose", "--ort_quant", "--save_load", "--batch", "--seq_len", "--query_len", "--doc_stride",
+        "--cal_num", "--samples", "--verbose", "--calibrate-method", "--percentile", "--num-bins",
+        "--num-quantized-bins", "--policy", "--out", "--config",
+    ] {
+        assert!(help.contains(flag), "{flag} not in qdq e2e --help");
+    }
+    for default in ["[default: 384]", "[default: 64]", "[default: 128]", "[default: 100]"] {
+        assert!(help.contains(default), "{default} not in help");
+    }
+}
+
+#[test]
+fn providers_lists_what_the_library_has() {
+    let o = qdq(&["providers"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("1.31.1") && s.contains("CPUExecutionProvider"), "{s}");
+}

@@ -1,0 +1,156 @@
+//! The whole job: calibrate → quantize → evaluate FP32 and INT8 → output directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use onnx_ir::Model;
+use runtime::{Ep, OptLevel, SessionConfig};
+
+use crate::calibrate::{CalibrateOptions, calibrate, write_tables};
+use crate::data::{Corpus, DataConfig};
+use crate::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
+use crate::{Error, Progress, Result, write_atomic};
+
+/// Everything an e2e run needs. The CLI fills it from flags and the config file.
+#[derive(Debug, Clone)]
+pub struct E2eConfig {
+    pub model: PathBuf,
+    pub dataset: PathBuf,
+    pub calibration_data: PathBuf,
+    pub out: PathBuf,
+    pub data: DataConfig,
+    /// Questions to evaluate (0 = all).
+    pub samples: usize,
+    /// Calibration questions.
+    pub cal_num: usize,
+    pub calibrate: CalibrateOptions,
+    pub policy: qdq::Policy,
+    pub policy_name: String,
+    /// Session settings of the FP32 evaluation; the INT8 one derives from it (see [`int8_session`]).
+    pub eval: EvalOptions,
+    pub no_eval: bool,
+}
+
+/// The INT8 leg's session: the EP's INT8 mode (TensorRT/MIGraphX, with our calibration table) when asked for, and
+/// no graph optimisation on those EPs unless the user chose a level (they read the Q/DQ pairs themselves).
+pub fn int8_session(fp32: &SessionConfig, int8_mode: bool, opt_level_given: bool, table: &Path) -> SessionConfig {
+    let mut s = fp32.clone();
+    match &mut s.ep {
+        Ep::TensorRt(o) => {
+            o.int8 = o.int8 || int8_mode;
+            if o.int8 {
+                o.calibration_table = Some(table.to_path_buf());
+            }
+        }
+        Ep::MiGraphX(o) => {
+            o.int8 = o.int8 || int8_mode;
+            if o.int8 {
+                o.calibration_table = Some(table.to_path_buf());
+            }
+        }
+        _ => {}
+    }
+    if !opt_level_given && matches!(s.ep, Ep::TensorRt(_) | Ep::MiGraphX(_)) {
+        s.opt_level = OptLevel::Disable;
+    }
+    s
+}
+
+fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
+    ModelResult {
+        model: model.display().to_string(),
+        model_bytes: bytes,
+        ep: e.ep.clone(),
+        exact_match: e.exact_match,
+        f1: e.f1,
+        questions: e.questions,
+        missing_predictions: e.missing,
+        latency: e.latency.clone(),
+    }
+}
+
+fn write_predictions(path: &Path, p: &std::collections::HashMap<String, String>) -> Result<()> {
+    let sorted: BTreeMap<&String, &String> = p.iter().collect();
+    let json = serde_json::to_vec_pretty(&sorted)
+        .map_err(|e| Error::Output { path: path.to_path_buf(), reason: e.to_string() })?;
+    write_atomic(path, &json)
+}
+
+/// Runs the whole job. `int8_session` is the INT8 leg's session settings.
+pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
+    std::fs::create_dir_all(&cfg.out)
+        .map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
+    let model = Model::load(&cfg.model)?;
+    let tokenizer = cfg.data.tokenizer()?;
+    let eval_data = if cfg.no_eval {
+        None
+    } else {
+        let mut d = Corpus::load(&cfg.dataset, &cfg.data, &tokenizer, cfg.samples)?;
+        d.fit_model(&model, &cfg.model)?;
+        Some(d)
+    };
+    let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
+    cal_data.fit_model(&model, &cfg.model)?;
+
+    // 1. calibrate
+    let tensors = qdq::tensors_to_calibrate(&model, &cfg.policy)?;
+    let cal = calibrate(&model, &tensors, &cal_data, &cfg.calibrate, progress)?;
+    write_tables(&cal, &cfg.out)?;
+    let non_finite: Vec<String> =
+        cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
+
+    // 2. quantize
+    let main = &cal.tables[0];
+    let ranges: BTreeMap<String, (f32, f32)> = main.ranges.iter().map(|(k, r)| (k.clone(), (r.min, r.max))).collect();
+    let (qmodel, plan) = qdq::quantize(&model, &ranges, &cfg.policy)?;
+    let count = |op: &str| qmodel.graph().node.iter().filter(|n| n.op_type() == op).count();
+    let (q_nodes, dq_nodes) = (count("QuantizeLinear"), count("DequantizeLinear"));
+    let qpath = cfg.out.join("model_qdq.onnx");
+    qmodel.save(&qpath)?;
+    let qbytes = qmodel.to_bytes()?;
+    drop(qmodel);
+
+    let mut results = E2eResults {
+        qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
+        dataset: cfg.dataset.display().to_string(),
+        calibration: CalibrationSummary {
+            data: cfg.calibration_data.display().to_string(),
+            questions: cal.questions,
+            features: cal.features,
+            tensors: cal.tensors.len(),
+            method: main.method.clone(),
+            seconds: cal.seconds,
+            non_finite_tensors: non_finite,
+        },
+        quantization: QuantizationSummary {
+            policy: cfg.policy_name.clone(),
+            quantized_tensors: plan.tensors.len(),
+            quantize_nodes: q_nodes,
+            dequantize_nodes: dq_nodes,
+            skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
+        },
+        fp32: None,
+        int8: None,
+    };
+
+    // 3. evaluate
+    if let Some(data) = &eval_data {
+        let fbytes = model.to_bytes()?;
+        drop(model);
+        let fp32 = evaluate(&fbytes, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
+        write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
+        results.fp32 = Some(model_result(&fp32, &cfg.model, file_len(&cfg.model)));
+        drop(fbytes);
+        let int8_opts = EvalOptions { batch: cfg.eval.batch, session: int8_session.clone() };
+        let int8 = evaluate(&qbytes, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
+        write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
+        results.int8 = Some(model_result(&int8, &qpath, file_len(&qpath)));
+    }
+    results.write(&cfg.out)?;
+    Ok(results)
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}

@@ -1,0 +1,101 @@
+//! Evaluation: run a model over SQuAD features, turn logits into answers, score them.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use runtime::{Session, SessionConfig};
+
+use crate::calibrate::questions_done;
+use crate::data::Corpus;
+use crate::report::Latency;
+use crate::{Progress, Result};
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// Features per batch.
+    pub batch: usize,
+    pub session: SessionConfig,
+}
+
+/// Predictions, scores and timing of one model.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    /// Question id -> answer text.
+    pub predictions: HashMap<String, String>,
+    pub exact_match: f64,
+    pub f1: f64,
+    pub questions: usize,
+    pub missing: usize,
+    pub latency: Latency,
+    /// The EP the model ran on (cpu after an allowed fallback).
+    pub ep: String,
+    /// Why the EP fell back to CPU, when --allow-fallback allowed it.
+    pub fallback: Option<String>,
+}
+
+/// Evaluates the model in `model_bytes` (`name` is used in messages) on `data`.
+pub fn evaluate(
+    model_bytes: &[u8],
+    name: &str,
+    data: &Corpus,
+    opts: &EvalOptions,
+    stage: &str,
+    progress: &dyn Progress,
+) -> Result<Evaluation> {
+    let mut session = Session::from_bytes(model_bytes, name, &opts.session)?;
+    if let Some(why) = session.fallback() {
+        progress.note(why);
+    }
+    let io = data.io();
+    let outputs = [io.start_logits.as_str(), io.end_logits.as_str()];
+    let mut acc = data.accumulator()?;
+    let mut predictions = HashMap::with_capacity(data.questions());
+    let mut timings = Vec::new();
+    progress.start(stage, Some(data.questions() as u64));
+    for batch in data.batches(opts.batch)? {
+        let batch = batch?;
+        let inputs = batch.inputs(io);
+        let n = batch.len();
+        let t0 = Instant::now();
+        session.run_with(&inputs, &outputs, |outs| {
+            timings.push((t0.elapsed().as_secs_f64(), n));
+            let (start, end) = (&outs[0], &outs[1]);
+            if start.shape.len() != 2 || start.shape != end.shape || start.shape[0] != n {
+                return Err(runtime::Error::BadOutput {
+                    model: name.to_owned(),
+                    output: outputs[0].to_owned(),
+                    reason: format!(
+                        "expected [batch {n}, sequence] logits, got {:?} and {:?}",
+                        start.shape, end.shape
+                    ),
+                });
+            }
+            let width = start.shape[1];
+            for (row, f) in batch.features.iter().enumerate() {
+                let s = &start.data[row * width..(row + 1) * width];
+                let e = &end.data[row * width..(row + 1) * width];
+                if let Some(p) = acc
+                    .push(f, s, e)
+                    .map_err(|err| runtime::Error::Run { model: name.to_owned(), reason: err.to_string() })?
+                {
+                    predictions.insert(p.id, p.text);
+                }
+            }
+            Ok(())
+        })?;
+        progress.advance(questions_done(&batch));
+    }
+    progress.finish();
+    let metrics = data.score(&predictions);
+    Ok(Evaluation {
+        predictions,
+        exact_match: metrics.exact_match,
+        f1: metrics.f1,
+        questions: metrics.total,
+        missing: metrics.missing,
+        latency: Latency::from_batches(&timings),
+        ep: session.ep().short_name().to_owned(),
+        fallback: session.fallback().map(str::to_owned),
+    })
+}

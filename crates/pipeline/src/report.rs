@@ -1,0 +1,191 @@
+//! results.json and report.md of an e2e run.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Result, write_atomic};
+
+/// Latency of an evaluation. Per-feature numbers divide each batch's wall time by its features.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub features: usize,
+    pub batches: usize,
+    pub total_seconds: f64,
+    pub ms_per_feature: f64,
+    pub features_per_second: f64,
+    /// Median over batches of (batch wall time / features in the batch), in ms.
+    pub p50_ms_per_feature: f64,
+    /// 90th percentile over batches of (batch wall time / features in the batch), in ms.
+    pub p90_ms_per_feature: f64,
+}
+
+impl Latency {
+    /// Builds the summary from per-batch (seconds, features) pairs.
+    pub fn from_batches(batches: &[(f64, usize)]) -> Latency {
+        let features: usize = batches.iter().map(|b| b.1).sum();
+        let total: f64 = batches.iter().map(|b| b.0).sum();
+        let mut per: Vec<f64> =
+            batches.iter().filter(|b| b.1 > 0).map(|(s, n)| s * 1000.0 / *n as f64).collect();
+        per.sort_by(f64::total_cmp);
+        let pct = |p: f64| -> f64 {
+            if per.is_empty() {
+                return 0.0;
+            }
+            // nearest-rank percentile
+            let rank = ((p / 100.0) * per.len() as f64).ceil().max(1.0) as usize;
+            per[rank.min(per.len()) - 1]
+        };
+        Latency {
+            features,
+            batches: batches.len(),
+            total_seconds: total,
+            ms_per_feature: if features > 0 { total * 1000.0 / features as f64 } else { 0.0 },
+            features_per_second: if total > 0.0 { features as f64 / total } else { 0.0 },
+            p50_ms_per_feature: pct(50.0),
+            p90_ms_per_feature: pct(90.0),
+        }
+    }
+}
+
+/// One evaluated model in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelResult {
+    pub model: String,
+    pub model_bytes: u64,
+    pub ep: String,
+    pub exact_match: f64,
+    pub f1: f64,
+    pub questions: usize,
+    pub missing_predictions: usize,
+    pub latency: Latency,
+}
+
+/// Calibration summary in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CalibrationSummary {
+    pub data: String,
+    pub questions: usize,
+    pub features: usize,
+    pub tensors: usize,
+    pub method: String,
+    pub seconds: f64,
+    /// Tensors in which NaN or infinite values were seen (excluded from the statistics).
+    pub non_finite_tensors: Vec<String>,
+}
+
+/// Quantization summary in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QuantizationSummary {
+    pub policy: String,
+    pub quantized_tensors: usize,
+    pub quantize_nodes: usize,
+    pub dequantize_nodes: usize,
+    /// Tensors the policy wanted but that had no usable range, with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// Everything an e2e run measured: results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct E2eResults {
+    pub qdq_version: String,
+    pub dataset: String,
+    pub calibration: CalibrationSummary,
+    pub quantization: QuantizationSummary,
+    pub fp32: Option<ModelResult>,
+    pub int8: Option<ModelResult>,
+}
+
+impl E2eResults {
+    pub fn delta_f1(&self) -> Option<f64> {
+        Some(self.int8.as_ref()?.f1 - self.fp32.as_ref()?.f1)
+    }
+
+    /// The FP32 vs INT8 table, as printed and as in report.md.
+    pub fn table(&self) -> String {
+        let mut t = String::new();
+        let _ = writeln!(t, "| model | EP | EM | F1 | dF1 | ms/feature | p50 | p90 | features/s | size (MB) |");
+        let _ = writeln!(t, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (name, r) in [("FP32", &self.fp32), ("INT8 (QDQ)", &self.int8)] {
+            let Some(r) = r else { continue };
+            let d = match (&self.fp32, name) {
+                (Some(f), "INT8 (QDQ)") => format!("{:+.2}", r.f1 - f.f1),
+                _ => "".to_owned(),
+            };
+            let _ = writeln!(
+                t,
+                "| {name} | {} | {:.2} | {:.2} | {d} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} |",
+                r.ep,
+                r.exact_match,
+                r.f1,
+                r.latency.ms_per_feature,
+                r.latency.p50_ms_per_feature,
+                r.latency.p90_ms_per_feature,
+                r.latency.features_per_second,
+                r.model_bytes as f64 / 1e6
+            );
+        }
+        t
+    }
+
+    /// report.md: the table plus how the numbers were made.
+    pub fn markdown(&self) -> String {
+        let c = &self.calibration;
+        let q = &self.quantization;
+        let mut md = String::new();
+        let _ = writeln!(md, "# qdq e2e report\n");
+        let _ = writeln!(md, "Dataset: `{}`\n", self.dataset);
+        md.push_str(&self.table());
+        let _ = writeln!(md, "\n## Calibration\n");
+        let _ = writeln!(
+            md,
+            "- data: `{}` ({} questions, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s",
+            c.data, c.questions, c.features, c.method, c.tensors, c.seconds
+        );
+        if !c.non_finite_tensors.is_empty() {
+            let _ = writeln!(md, "- tensors with NaN/Inf values (excluded): {}", c.non_finite_tensors.join(", "));
+        }
+        let _ = writeln!(md, "\n## Quantization\n");
+        let _ = writeln!(
+            md,
+            "- policy: {}\n- quantized tensors: {}\n- QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
+            q.policy, q.quantized_tensors, q.quantize_nodes, q.dequantize_nodes
+        );
+        if !q.skipped.is_empty() {
+            let _ = writeln!(md, "- skipped ({}):", q.skipped.len());
+            for s in &q.skipped {
+                let _ = writeln!(md, "  - {s}");
+            }
+        }
+        md
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| crate::Error::Output {
+            path: dir.join("results.json"),
+            reason: e.to_string(),
+        })?;
+        write_atomic(&dir.join("results.json"), &json)?;
+        write_atomic(&dir.join("report.md"), self.markdown().as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_use_nearest_rank_per_feature() {
+        // per-feature ms: 10, 20, 30, 40 (batch of 2 taking 0.08 s = 40 ms/feature)
+        let l = Latency::from_batches(&[(0.010, 1), (0.020, 1), (0.030, 1), (0.080, 2)]);
+        assert_eq!(l.features, 5);
+        assert_eq!(l.batches, 4);
+        assert!((l.total_seconds - 0.14).abs() < 1e-12);
+        assert!((l.ms_per_feature - 28.0).abs() < 1e-9);
+        assert!((l.p50_ms_per_feature - 20.0).abs() < 1e-9);
+        assert!((l.p90_ms_per_feature - 40.0).abs() < 1e-9);
+        assert!((l.features_per_second - 5.0 / 0.14).abs() < 1e-9);
+        assert_eq!(Latency::from_batches(&[]), Latency::default());
+    }
+}

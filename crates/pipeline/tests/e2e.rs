@@ -1,0 +1,186 @@
+//! The whole job on onnx-ir's tiny BERT and the SQuAD fixtures: calibrate -> quantize -> evaluate, every output file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
+use pipeline::{CalibrateOptions, Corpus, DataConfig, E2eConfig, E2eResults, EvalOptions, NoProgress};
+use runtime::SessionConfig;
+
+fn testdata(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
+}
+
+fn data_config() -> DataConfig {
+    DataConfig::new(testdata("squad/vocab.txt"), None, true, "1.1", 64, 16, 24, "hf", false).unwrap()
+}
+
+fn methods() -> Vec<calib::Method> {
+    ["percentile", "minmax", "entropy"].iter().map(|m| calib::Method::parse(m, &BTreeMap::new()).unwrap()).collect()
+}
+
+fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
+    E2eConfig {
+        model,
+        dataset: testdata("squad/tiny-v1.1.json"),
+        calibration_data: testdata("squad/tiny-v1.1.json"),
+        out,
+        data: data_config(),
+        samples: 0,
+        cal_num: 5,
+        calibrate: CalibrateOptions { batch: 2, methods: methods(), num_bins: 512, session: SessionConfig::default() },
+        policy: qdq::Policy::preset(policy).unwrap(),
+        policy_name: policy.to_owned(),
+        eval: EvalOptions { batch: 3, session: SessionConfig::default() },
+        no_eval: false,
+    }
+}
+
+fn questions_in(path: &Path) -> usize {
+    squad_metrics::load_dataset(path).unwrap().num_questions()
+}
+
+#[test]
+fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in [LayerNormKind::Decomposed, LayerNormKind::Fused] {
+        let model_path = dir.path().join(format!("tiny_{kind:?}.onnx"));
+        build(&TinyBertConfig { layer_norm: kind, max_positions: 64, ..Default::default() }).save(&model_path).unwrap();
+        let out = dir.path().join(format!("out_{kind:?}"));
+        let cfg = config(model_path.clone(), out.clone(), "tensorrt");
+        let results = pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+
+        for f in [
+            "model_qdq.onnx",
+            "calibration.json",
+            "calibration_minmax.json",
+            "calibration_entropy.json",
+            "calibration.flatbuffers",
+            "calibration.cache",
+            "calib_state.json",
+            "predictions_fp32.json",
+            "predictions_int8.json",
+            "results.json",
+            "report.md",
+        ] {
+            assert!(out.join(f).is_file(), "{kind:?}: {f} missing");
+        }
+        // No temporary files left behind.
+        let names: Vec<String> =
+            std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.starts_with(".tmp")), "{names:?}");
+
+        let on_disk: E2eResults = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+        assert_eq!(on_disk, results);
+        let total = questions_in(&cfg.dataset);
+        let gold = squad_metrics::load_dataset(&cfg.dataset).unwrap();
+        for (r, file) in [(&results.fp32, "predictions_fp32.json"), (&results.int8, "predictions_int8.json")] {
+            let r = r.as_ref().unwrap();
+            assert_eq!((r.questions, r.missing_predictions), (total, 0), "{kind:?} {file}");
+            let preds = squad_metrics::load_predictions(out.join(file)).unwrap();
+            assert_eq!(preds.len(), total);
+            // The reported score is the official score of the written predictions.
+            let m = squad_metrics::evaluate_v1(&gold, &preds);
+            assert!((m.f1 - r.f1).abs() < 1e-9 && (m.exact_match - r.exact_match).abs() < 1e-9, "{kind:?} {file}");
+            // Every answer is a span of its context.
+            for a in gold.data.iter().flat_map(|a| &a.paragraphs) {
+                for q in &a.qas {
+                    assert!(a.context.contains(preds[&q.id].as_str()), "{kind:?}: {:?}", preds[&q.id]);
+                }
+            }
+            assert!(r.latency.features >= total && r.latency.features_per_second > 0.0);
+        }
+
+        // Calibration saw cal_num questions and every tensor the policy quantizes got a finite range.
+        assert_eq!(results.calibration.questions, 5);
+        let table = calib::tables::read_json(out.join("calibration.json")).unwrap();
+        let model = onnx_ir::Model::load(&model_path).unwrap();
+        let wanted = qdq::tensors_to_calibrate(&model, &cfg.policy).unwrap();
+        assert_eq!(results.calibration.tensors, wanted.len());
+        for t in &wanted {
+            let r = table.ranges.get(t).unwrap_or_else(|| panic!("{kind:?}: no range for {t}"));
+            assert!(r.min.is_finite() && r.max.is_finite() && r.min <= r.max, "{t}: {r:?}");
+        }
+        assert_eq!(calib::tables::read_ort_flatbuffers(out.join("calibration.flatbuffers")).unwrap().len(), table.ranges.len());
+
+        // The QDQ model on disk is the one evaluated: every MatMul reads only dequantized inputs.
+        let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+        let cov = qdq::coverage(&q);
+        let mm = &cov.by_op["MatMul"];
+        assert_eq!(mm.nodes, mm.covered, "{kind:?}");
+        let dq = q.graph().node.iter().filter(|n| n.op_type() == "DequantizeLinear").count();
+        assert_eq!(results.quantization.dequantize_nodes, dq);
+        assert!(results.quantization.skipped.is_empty(), "{:?}", results.quantization.skipped);
+        assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("| FP32 | cpu |"));
+    }
+}
+
+#[test]
+fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let mut cfg = data_config();
+    cfg.padding = squad::Padding::Fixed(64);
+    let tok = cfg.tokenizer().unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    data.fit_model(&model, &dir.path().join("tiny.onnx")).unwrap();
+    let policy = qdq::Policy::preset("tensorrt").unwrap();
+    let tensors = qdq::tensors_to_calibrate(&model, &policy).unwrap();
+    let ranges = |batch| {
+        let opts = CalibrateOptions { batch, methods: methods(), num_bins: 256, session: SessionConfig::default() };
+        pipeline::calibrate(&model, &tensors, &data, &opts, &NoProgress).unwrap()
+    };
+    let (one, four) = (ranges(1), ranges(4));
+    assert_eq!(one.features, four.features);
+    assert_eq!(one.questions, 9);
+    for (a, b) in one.tables.iter().zip(&four.tables) {
+        assert_eq!(a.method, b.method);
+        for (t, ra) in &a.ranges {
+            let rb = &b.ranges[t];
+            let tol = 1e-5 * (1.0 + ra.max.abs().max(ra.min.abs()));
+            assert!((ra.min - rb.min).abs() <= tol && (ra.max - rb.max).abs() <= tol, "{} {t}: {ra:?} vs {rb:?}", a.method);
+        }
+    }
+}
+
+#[test]
+fn model_data_mismatches_are_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.onnx");
+    let model = build(&TinyBertConfig::default());
+    let cfg = data_config();
+    let tok = cfg.tokenizer().unwrap();
+
+    // Names of another export.
+    let nvidia = DataConfig::new(testdata("squad/vocab.txt"), None, true, "1.1", 64, 16, 24, "nvidia", false).unwrap();
+    let mut d = Corpus::load(&testdata("squad/tiny-v1.1.json"), &nvidia, &tok, 0).unwrap();
+    let e = d.fit_model(&model, &path).unwrap_err().to_string();
+    assert!(e.contains("tiny.onnx") && e.contains("input_mask") && e.contains("attention_mask"), "{e}");
+
+    // A vocabulary larger than the model's embedding.
+    let small = build(&TinyBertConfig { vocab_size: 100, ..Default::default() });
+    let mut d = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    let e = d.fit_model(&small, &path).unwrap_err().to_string();
+    assert!(e.contains("vocab.txt") && e.contains("100"), "{e}");
+
+    // A model without segment ids is fed without them.
+    let mut no_tt = model.clone();
+    no_tt.graph_mut().input.retain(|i| i.name() != "token_type_ids");
+    let mut d = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    d.fit_model(&no_tt, &path).unwrap();
+    assert_eq!(d.io().token_type_ids, None);
+
+    // Unreadable and empty SQuAD files.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, b"{\"data\": [ {\"paragraphs\": 3} ]}").unwrap();
+    let e = Corpus::load(&bad, &cfg, &tok, 0).unwrap_err().to_string();
+    assert!(e.contains("bad.json") && e.contains("paragraphs"), "{e}");
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, b"{\"version\": \"1.1\", \"data\": []}").unwrap();
+    let e = Corpus::load(&empty, &cfg, &tok, 0).unwrap_err().to_string();
+    assert!(e.contains("empty.json") && e.contains("no questions"), "{e}");
+
+    // Bad settings.
+    assert!(DataConfig::new(testdata("squad/vocab.txt"), None, true, "3.0", 64, 16, 24, "hf", false).is_err());
+    assert!(DataConfig::new(testdata("squad/vocab.txt"), None, true, "1.1", 16, 16, 24, "hf", false).is_err());
+}
