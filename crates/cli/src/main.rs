@@ -29,10 +29,27 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("qdq: error: {e:#}");
+            eprintln!("qdq: error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the line already holds (library errors
+/// often print their source themselves).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
 }
 
 fn init_logging(verbose: bool) {

@@ -109,6 +109,7 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
     let Some(main) = cal.tables.first() else {
         return Err(Error::Config("no range table to write".into()));
     };
+    std::fs::create_dir_all(dir).map_err(|e| Error::Output { path: dir.to_path_buf(), reason: e.to_string() })?;
     calib::tables::write_json(dir.join("calibration.json"), main)?;
     for t in &cal.tables[1..] {
         calib::tables::write_json(dir.join(format!("calibration_{}.json", t.method)), t)?;

@@ -290,7 +290,10 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
                 (TensorKind::Constant, policy.activations.qtype, vec![scale_zp(&t, lo, hi, policy.activations)], None)
             }
         } else {
-            let Some(&range) = ranges.get(&t) else {
+            let softmax_out = policy.softmax_full_range
+                && g.producer_of(&t).is_some_and(|i| g.node[i].op_type() == "Softmax");
+            let range = if softmax_out { Some((0.0, 1.0)) } else { ranges.get(&t).copied() };
+            let Some(range) = range else {
                 if policy.strict {
                     return Err(Error::MissingRange { tensor: t, node: node_label(&g.node[first], first) });
                 }

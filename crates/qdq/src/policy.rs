@@ -20,6 +20,7 @@ pub const KEYS: &[&str] = &[
     "per_channel",
     "weights",
     "reduce_range",
+    "softmax_range",
     "include_nodes",
     "exclude_nodes",
     "exclude_tensors",
@@ -76,6 +77,9 @@ pub struct Policy {
     /// 7-bit weights (int8 [-64, 64]), as ORT's `reduce_range`: avoids u8s8 saturation in
     /// ORT's CPU integer kernels on x86 without VNNI. Activations keep the full range.
     pub reduce_range: bool,
+    /// Give Softmax outputs their analytic range [0, 1] instead of the calibrated one. A calibrator that clips
+    /// attention probabilities (entropy, MSE, percentile) saturates the few large ones that carry the attention.
+    pub softmax_full_range: bool,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -110,13 +114,24 @@ impl Policy {
             per_channel: true,
             weights: WeightStorage::QdqPair,
             reduce_range: false,
+            softmax_full_range: false,
             include_nodes: vec![],
             exclude_nodes: vec![],
             exclude_tensors: vec![],
             strict: false,
         };
         match name {
-            "ort-compatible" | "tensorrt" | "migraphx" => Ok(base),
+            "ort-compatible" => Ok(base),
+            // The seed placement, with the two changes that keep this kind of model within 1 F1 of FP32 (see
+            // docs/QUANTIZATION.md): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8
+            // cannot hold) stay in float, and so do the non-MatMul readers of a quantized tensor; Softmax outputs
+            // get [0, 1]. Every MatMul still reads only quantized inputs.
+            "tensorrt" | "migraphx" => Ok(Policy {
+                residual_add: ResidualAdd::Skip,
+                shared_pair_feeds_all: false,
+                softmax_full_range: true,
+                ..base
+            }),
             "cpu" => Ok(Policy {
                 op_types: vec!["MatMul".into()],
                 residual_add: ResidualAdd::Skip,
@@ -125,6 +140,7 @@ impl Policy {
                 activations: QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false },
                 weights: WeightStorage::Int8Initializer,
                 reduce_range: true,
+                softmax_full_range: true,
                 ..base
             }),
             _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
@@ -180,6 +196,13 @@ impl Policy {
                 }
             }
             "reduce_range" => self.reduce_range = boolean()?,
+            "softmax_range" => {
+                self.softmax_full_range = match value {
+                    "full" => true,
+                    "calibrated" => false,
+                    _ => return Err(bad("full or calibrated")),
+                }
+            }
             "include_nodes" | "exclude_nodes" | "exclude_tensors" => {
                 let globs = list();
                 build_globset(key, &globs)?;
@@ -217,6 +240,7 @@ impl Policy {
             ("per_channel", b(self.per_channel).into()),
             ("weights", if self.weights == WeightStorage::QdqPair { "qdq-pair" } else { "int8-initializer" }.into()),
             ("reduce_range", b(self.reduce_range).into()),
+            ("softmax_range", if self.softmax_full_range { "full" } else { "calibrated" }.into()),
             ("include_nodes", self.include_nodes.join(",")),
             ("exclude_nodes", self.exclude_nodes.join(",")),
             ("exclude_tensors", self.exclude_tensors.join(",")),
@@ -323,7 +347,19 @@ mod tests {
     fn presets_differ_where_documented() {
         let trt = Policy::preset("tensorrt").unwrap();
         let ort = Policy::preset("ort-compatible").unwrap();
-        assert_eq!(trt.describe().replace("tensorrt", "x"), ort.describe().replace("ort-compatible", "x"));
+        assert_eq!(ort.residual_add, ResidualAdd::Quantize);
+        assert!(ort.shared_pair_feeds_all && !ort.softmax_full_range);
+        assert_eq!(trt.residual_add, ResidualAdd::Skip);
+        assert!(!trt.shared_pair_feeds_all && trt.softmax_full_range);
+        // tensorrt = ort-compatible + exactly those three settings.
+        let mut seed = ort.clone();
+        for (k, v) in [("residual_add", "skip"), ("shared_pair_feeds_all", "false"), ("softmax_range", "full")] {
+            seed.set(k, v).unwrap();
+        }
+        assert_eq!(trt.describe().replace("tensorrt", "x"), seed.describe().replace("ort-compatible", "x"));
+        let mig = Policy::preset("migraphx").unwrap();
+        assert_eq!(mig.describe().replace("migraphx", "x"), trt.describe().replace("tensorrt", "x"));
+        assert!(Policy::preset("tensorrt").unwrap().set("softmax_range", "clipped").is_err());
         let cpu = Policy::preset("cpu").unwrap();
         assert_eq!(cpu.activations.qtype, QuantType::UInt8);
         assert_eq!(cpu.weights, WeightStorage::Int8Initializer);

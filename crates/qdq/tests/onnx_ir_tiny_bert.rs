@@ -37,12 +37,21 @@ fn observed(model: &Model, tensors: &[String]) -> qdq::Ranges {
         .collect()
 }
 
+fn producer_op<'a>(m: &'a Model, tensor: &str) -> Option<&'a str> {
+    m.graph().producer_of(tensor).map(|i| m.graph().node[i].op_type())
+}
+
 #[test]
 fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
-    for kind in [LayerNormKind::Decomposed, LayerNormKind::Fused] {
+    for (kind, preset) in [LayerNormKind::Decomposed, LayerNormKind::Fused]
+        .into_iter()
+        .flat_map(|k| [(k, "ort-compatible"), (k, "tensorrt")])
+    {
+        // ort-compatible (the seeds' placement) quantizes the residual Adds; tensorrt leaves them in float.
+        let residual_quantized = preset == "ort-compatible";
         let fp32 = build(&TinyBertConfig { layer_norm: kind, ..Default::default() });
         let reference = run(&fp32, &["start_logits"], runtime::OptLevel::Disable).remove(0);
-        let policy = Policy::preset("tensorrt").unwrap();
+        let policy = Policy::preset(preset).unwrap();
         let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
         let (q, plan) = qdq::quantize(&fp32, &observed(&fp32, &tensors), &policy).unwrap();
         q.validate().unwrap();
@@ -65,7 +74,11 @@ fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
                     let feeds_ln = fp32.graph().consumers_of(&n.output[0]).iter().any(|&(c, _)| {
                         matches!(fp32.graph().node[c].op_type(), "ReduceMean" | "LayerNormalization")
                     });
-                    assert_eq!(qn.input.iter().all(|i| is_dq(i)), feeds_ln, "Add {}", n.name());
+                    if residual_quantized {
+                        assert_eq!(qn.input.iter().all(|i| is_dq(i)), feeds_ln, "{preset}: Add {}", n.name());
+                    } else {
+                        assert!(!qn.input.iter().any(|i| is_dq(i)), "{preset}: Add {} reads a DQ", n.name());
+                    }
                     residual += usize::from(feeds_ln);
                 }
                 _ => {}
@@ -74,6 +87,14 @@ fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
         // 2 layers x 6 dense + QA head; embeddings Add chain + 2 residuals per layer.
         assert_eq!(weighted, 13);
         assert_eq!(residual, 5); // embeddings Add_1 + 2 per layer
+        // tensorrt gives Softmax outputs their full [0, 1] range: scale 1/127 whatever was calibrated.
+        let cov = qdq::coverage(&q);
+        let softmax: Vec<_> = cov.pairs.iter().filter(|p| producer_op(&fp32, &p.tensor) == Some("Softmax")).collect();
+        assert_eq!(softmax.len(), 2, "{preset}");
+        for p in softmax {
+            let full = (p.scales[0] - 1.0 / 127.0).abs() < 1e-7;
+            assert_eq!(full, !residual_quantized, "{preset}: {} scale {}", p.tensor, p.scales[0]);
+        }
         for p in qdq::coverage(&q).pairs.iter().filter(|p| p.is_initializer && p.tensor.ends_with(".weight") && p.axis.is_some()) {
             let w = fp32.graph().initializer(&p.tensor).unwrap();
             assert_eq!(p.scales.len() as i64, w.dims[1], "{}", p.tensor);
