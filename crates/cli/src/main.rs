@@ -334,7 +334,12 @@ fn eval(a: args::EvalArgs) -> Result<()> {
     data.fit_model(&model, &a.model)?;
     let bytes = model.to_bytes()?;
     drop(model);
-    let mut s = session(&a.runtime, None, "eval")?;
+    // --save-load: the optimised model goes beside the evaluated one (model_eval_optimized.onnx).
+    let model_dir = a.model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut s = session(&a.runtime, Some(model_dir), "eval")?;
+    if let Some(p) = &s.optimized_model_path {
+        pipeline::Progress::note(&bars, &format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
+    }
     if a.runtime.int8 {
         s = pipeline::int8_session(&s, true, a.runtime.opt_level.is_some(), Path::new("calibration.flatbuffers"));
     }
