@@ -250,11 +250,11 @@ pub struct CalibrateArgs {
 #[derive(Debug, Args)]
 pub struct QuantizeArgs {
     /// The FP32 ONNX model.
-    #[arg(long, value_name = "FILE")]
-    pub model: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
+    pub model: Option<PathBuf>,
     /// Ranges: calibration.json from `qdq calibrate`, ORT's flatbuffers table, or a TensorRT calibration cache.
-    #[arg(long, value_name = "FILE")]
-    pub ranges: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
+    pub ranges: Option<PathBuf>,
     /// Where to write the QDQ model.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,

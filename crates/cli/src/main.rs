@@ -289,8 +289,11 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
         return Ok(());
     }
     let (policy, _) = policy(&a.policy)?;
-    let model = onnx_ir::Model::load(&a.model)?;
-    let ranges = read_ranges(&a.ranges)?;
+    let (Some(model_path), Some(ranges_path)) = (&a.model, &a.ranges) else {
+        bail!("qdq quantize needs --model FILE and --ranges FILE");
+    };
+    let model = onnx_ir::Model::load(model_path)?;
+    let ranges = read_ranges(ranges_path)?;
     let plan = qdq::plan(&model, &ranges, &policy)?;
     if a.dry_run {
         println!("{plan}");

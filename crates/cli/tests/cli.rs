@@ -240,3 +240,46 @@ fn providers_lists_what_the_library_has() {
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(s.contains("1.31.1") && s.contains("CPUExecutionProvider"), "{s}");
 }
+
+#[test]
+fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let cal = f.dir.path().join("cal");
+    let o = qdq(&[
+        "calibrate", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap(),
+        "--calibration-data", data.to_str().unwrap(), "--seq-len", "64", "--query-len", "16", "--doc-stride", "24",
+        "--out", cal.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut scales = Vec::new();
+    for table in ["calibration.json", "calibration.flatbuffers", "calibration.cache"] {
+        let out = f.dir.path().join(format!("q_{table}.onnx"));
+        let ranges = cal.join(table);
+        let args = ["quantize", "--model", f.model.to_str().unwrap(), "--ranges", ranges.to_str().unwrap()];
+        let dry = qdq(&[&args[..], &["--dry-run"]].concat());
+        assert!(dry.status.success(), "{table}: {}", stderr(&dry));
+        assert!(String::from_utf8_lossy(&dry.stdout).contains("Q/DQ pairs"), "{table}");
+        assert!(!out.exists());
+        let o = qdq(&[&args[..], &["-o", out.to_str().unwrap()]].concat());
+        assert!(o.status.success(), "{table}: {}", stderr(&o));
+        let q = onnx_ir::Model::load(&out).unwrap();
+        let cov = qdq::coverage(&q);
+        assert_eq!(cov.by_op["MatMul"].nodes, cov.by_op["MatMul"].covered, "{table}");
+        let mut s: Vec<(String, f32)> = cov.pairs.iter().filter(|p| !p.is_initializer).map(|p| (p.tensor.clone(), p.scales[0])).collect();
+        s.sort_by(|a, b| a.0.cmp(&b.0));
+        scales.push(s);
+    }
+    // The mse ranges are symmetric, so the three formats (two of which hold only amax) give the same scales.
+    for other in &scales[1..] {
+        assert_eq!(other.len(), scales[0].len());
+        for ((ta, a), (tb, b)) in scales[0].iter().zip(other) {
+            assert_eq!(ta, tb);
+            assert!((a - b).abs() <= 1e-6 * a.abs(), "{ta}: {a} vs {b}");
+        }
+    }
+    let o = qdq(&["quantize", "--list-policies"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("tensorrt:") && text.contains("residual_add = skip") && text.contains("softmax_range"), "{text}");
+}
