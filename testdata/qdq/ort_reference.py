@@ -106,21 +106,13 @@ def listing(model: onnx.ModelProto) -> list:
     return entries
 
 
-def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[2] == "--synth-ranges":
-        model = onnx.load(sys.argv[1])
-        Path(sys.argv[3]).write_text(json.dumps(synth_ranges(model), indent=1, sort_keys=True) + "\n")
-        return
-    if len(sys.argv) != 4:
-        raise SystemExit(__doc__)
-    model_path, ranges_path, out_path = sys.argv[1:4]
-
+def quantize_seed001(model_path, ranges: dict, out_model) -> list:
+    """Quantizes MODEL_PATH into OUT_MODEL with ONNX Runtime's quantize_static and the seed-001 options, taking
+    RANGES (tensor name -> [min, max]) as its calibration cache. Returns the names of the excluded Add nodes."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
-    ranges = json.loads(Path(ranges_path).read_text())
-    model = onnx.load(model_path)
-    exclude = seed001_nodes_to_exclude(model)
+    exclude = seed001_nodes_to_exclude(onnx.load(model_path))
     data = TensorsData(
         CalibrationMethod.MinMax,
         {k: (np.float32(v[0]), np.float32(v[1])) for k, v in ranges.items()},
@@ -128,7 +120,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "calib.json"
         save_tensors_data(data, cache)
-        out_model = Path(tmp) / "q.onnx"
         quantize_static(
             model_path,
             out_model,
@@ -150,6 +141,22 @@ def main() -> None:
             },
             calibration_cache_path=cache,
         )
+    return exclude
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[2] == "--synth-ranges":
+        model = onnx.load(sys.argv[1])
+        Path(sys.argv[3]).write_text(json.dumps(synth_ranges(model), indent=1, sort_keys=True) + "\n")
+        return
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__)
+    model_path, ranges_path, out_path = sys.argv[1:4]
+
+    ranges = json.loads(Path(ranges_path).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        out_model = Path(tmp) / "q.onnx"
+        exclude = quantize_seed001(model_path, ranges, out_model)
         q = onnx.load(out_model)
     opset = next(o.version for o in q.opset_import if o.domain in ("", "ai.onnx"))
     result = {
