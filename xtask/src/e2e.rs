@@ -41,30 +41,17 @@ pub fn e2e(raw: &[String]) -> Result<()> {
     rest.retain(|a| a != "--check");
     let args = E2eArgs { download: download_args, check, passthrough: rest };
 
-    // A GPU build installed with `cargo xtask setup --gpu` wins; otherwise the CPU build is provisioned.
-    let gpu_lib = library_path(&install_dir(true));
-    let lib = if gpu_lib.is_file() { gpu_lib } else { setup(&SetupArgs::default())? };
-    let assets = download(&args.download)?;
+    let lib = ort_library()?;
+    let assets = Assets::download(&args.download)?;
+    let exe = build_qdq()?;
 
-    eprintln!("xtask: building qdq (release)");
-    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-cli"]))?;
-    let exe = target_dir().join("release").join(format!("qdq{}", std::env::consts::EXE_SUFFIX));
-
-    let model_dir = match args.download.set() {
-        "minilm" => "models/minilm-l6-squad",
-        _ => "models/distilbert-squad",
-    };
-    let calib_file = match args.download.set() {
-        "minilm" => "squad/train-v1.1-calib.json",
-        _ => "squad/train-v1.1.json",
-    };
     let mut cmd = Command::new(&exe);
     cmd.arg("e2e").env(LIBRARY_ENV, &lib);
     let defaults: [(&[&str], PathBuf); 5] = [
-        (&["--model"], assets.join(model_dir).join("model.onnx")),
-        (&["--vocab"], assets.join(model_dir).join("vocab.txt")),
-        (&["--dataset"], assets.join("squad/dev-v1.1.json")),
-        (&["--calibration-data", "--calibration_data"], assets.join(calib_file)),
+        (&["--model"], assets.model.clone()),
+        (&["--vocab"], assets.vocab.clone()),
+        (&["--dataset"], assets.dataset.clone()),
+        (&["--calibration-data", "--calibration_data"], assets.calibration.clone()),
         (&["--out"], root().join("out/e2e")),
     ];
     for (names, value) in &defaults {
@@ -81,12 +68,56 @@ pub fn e2e(raw: &[String]) -> Result<()> {
     if args.check {
         let out = flag_value(&args.passthrough, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
         let samples = flag_value(&args.passthrough, &["--samples"]).unwrap_or_else(|| "1000".into());
-        check_results(&out.join("results.json"), &assets.join(model_dir).join("reference_metrics.json"), &samples)?;
+        check_results(&out.join("results.json"), &assets.reference_metrics, &samples)?;
     }
     Ok(())
 }
 
-fn target_dir() -> PathBuf {
+/// The files of the downloaded asset set.
+pub struct Assets {
+    pub model: PathBuf,
+    pub vocab: PathBuf,
+    /// SQuAD dev set (evaluation).
+    pub dataset: PathBuf,
+    /// SQuAD train questions (calibration).
+    pub calibration: PathBuf,
+    pub reference_metrics: PathBuf,
+}
+
+impl Assets {
+    /// Fetches the chosen set (see [`download`]) and names its files.
+    pub fn download(args: &DownloadArgs) -> Result<Assets> {
+        let root = download(args)?;
+        let (model_dir, calib_file) = match args.set() {
+            "minilm" => ("models/minilm-l6-squad", "squad/train-v1.1-calib.json"),
+            _ => ("models/distilbert-squad", "squad/train-v1.1.json"),
+        };
+        let model_dir = root.join(model_dir);
+        Ok(Assets {
+            model: model_dir.join("model.onnx"),
+            vocab: model_dir.join("vocab.txt"),
+            dataset: root.join("squad/dev-v1.1.json"),
+            calibration: root.join(calib_file),
+            reference_metrics: model_dir.join("reference_metrics.json"),
+        })
+    }
+}
+
+/// The ONNX Runtime library `qdq` should load: a GPU build installed with `cargo xtask setup --gpu` wins; otherwise
+/// the CPU build is provisioned.
+pub fn ort_library() -> Result<PathBuf> {
+    let gpu_lib = library_path(&install_dir(true));
+    if gpu_lib.is_file() { Ok(gpu_lib) } else { setup(&SetupArgs::default()) }
+}
+
+/// Builds `qdq` in release and returns the path of the binary.
+pub fn build_qdq() -> Result<PathBuf> {
+    eprintln!("xtask: building qdq (release)");
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-cli"]))?;
+    Ok(target_dir().join("release").join(format!("qdq{}", std::env::consts::EXE_SUFFIX)))
+}
+
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 

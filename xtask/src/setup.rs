@@ -53,7 +53,7 @@ fn installed_version(dir: &Path, package: &str) -> Option<String> {
     })
 }
 
-fn python() -> Result<String> {
+pub fn python() -> Result<String> {
     for candidate in ["python3", "python"] {
         let ok = Command::new(candidate)
             .args(["-m", "pip", "--version"])
