@@ -1,9 +1,10 @@
-//! `cargo xtask bench`: criterion benchmarks plus the end-to-end timing, summarised in out/bench/summary.md.
+//! `cargo xtask bench`: criterion benchmarks plus the end-to-end timing, summarised in out/bench/summary.md;
+//! `--vs-python` runs the comparison with ONNX Runtime's Python tools instead (see `vs_python`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::{cargo, root, run_cmd};
 
@@ -15,11 +16,13 @@ struct BenchArgs {
 }
 
 pub fn bench(raw: &[String]) -> Result<()> {
+    if raw.iter().any(|a| a == "--vs-python") {
+        return crate::vs_python::vs_python(raw);
+    }
     let mut args = BenchArgs { no_e2e: false, e2e: Vec::new() };
     for a in raw {
         match a.as_str() {
             "--no-e2e" => args.no_e2e = true,
-            "--vs-python" => bail!("bench --vs-python: not built yet (issue: side-by-side benchmark against ORT's Python tools)"),
             _ => args.e2e.push(a.clone()),
         }
     }

@@ -1,18 +1,21 @@
 //! `cargo xtask`: the project's automation, in Rust, with no dependencies beyond `anyhow` so it builds in seconds.
 //!
 //! Commands: `setup`, `test`, `download`, `e2e`, `bench`. Run `cargo xtask help` for details.
+//! (`bench --vs-python` also uses the `squad` crate, to featurize exactly as `qdq` does, and `libc` for `wait4`.)
 
 mod bench;
 mod download;
 mod e2e;
+mod npy;
 mod setup;
+mod vs_python;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-const HELP: &str = "\
+const HELP_TEMPLATE: &str = "\
 cargo xtask <command> [options]
 
 Commands:
@@ -30,8 +33,12 @@ Commands:
                             within 0.1 and INT8 F1 is within 1.0 of FP32. Other flags go to `qdq e2e`.
   bench [--no-e2e] [e2e options...]
                             criterion benchmarks of calib, then an e2e run for timing; writes out/bench/summary.md.
-  help                      This text.
+{VS_PYTHON}  help                      This text.
 ";
+
+fn help() -> String {
+    HELP_TEMPLATE.replace("{VS_PYTHON}", vs_python::USAGE)
+}
 
 fn main() {
     if let Err(e) = run() {
@@ -60,10 +67,10 @@ fn run() -> Result<()> {
         "e2e" => e2e::e2e(&rest),
         "bench" => bench::bench(&rest),
         "help" | "--help" | "-h" => {
-            print!("{HELP}");
+            print!("{}", help());
             Ok(())
         }
-        other => bail!("unknown command `{other}`\n\n{HELP}"),
+        other => bail!("unknown command `{other}`\n\n{}", help()),
     }
 }
 
@@ -80,6 +87,15 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
         bail!("{line} failed with {status}");
     }
     Ok(())
+}
+
+/// Writes `bytes` to a temporary sibling of `path` and renames it into place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 pub fn cargo() -> Command {

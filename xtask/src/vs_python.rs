@@ -1,0 +1,1584 @@
+//! `cargo xtask bench --vs-python`: our pipeline against ONNX Runtime's Python quantization tools, side by side on
+//! the same model and byte-identical calibration features.
+//!
+//! Steps: (1) featurize the first `--cal-num` calibration questions with the `squad` crate exactly as `qdq calibrate`
+//! does (fixed padding) and write them as `.npy`; (2) per method, `qdq calibrate` and `xtask/python/vs_ort.py
+//! calibrate` (create_calibrator on the same tensors), each a child process measured the same way (wall time, peak
+//! RSS from `wait4`); (3) compare the ranges; (4) quantize both tables (ours with `--policy ort-compatible`, ORT's
+//! with `quantize_static` and the seed-001 options) and evaluate both INT8 models with `qdq eval`; (5) memory at two
+//! calibration sizes; (6) micro-benchmarks of histogram collection and entropy search against numpy / ORT on
+//! identical arrays and histograms. Results: `<out>/vs_python.json` and `<out>/vs_python.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::download::DownloadArgs;
+use crate::e2e::{Assets, build_qdq, ort_library, target_dir};
+use crate::setup::{LIBRARY_ENV, ORT_VERSION, python};
+use crate::{cargo, npy, root, run_cmd};
+
+/// Python packages of the benchmark venv (ORT's quantization tools need onnx and numpy).
+const PY_PACKAGES: [&str; 3] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6"];
+const VENV: &str = ".venv-bench";
+const METHODS: [&str; 3] = ["minmax", "percentile", "entropy"];
+/// Values of the micro-benchmark arrays (standard normal float32).
+const MICRO_SIZES: [(usize, &str); 2] = [(1 << 20, "normal_1m"), (16 << 20, "normal_16m")];
+/// Bins per side of our signed histogram in the micro-benchmarks; numpy and ORT get twice as many in total: 8000
+/// (the size of the seeds' 8001-bin entropy histograms) and 2048 (ORT's default for percentile).
+const MICRO_BINS_PER_SIDE: [usize; 2] = [4000, 1024];
+
+pub const USAGE: &str = "  bench --vs-python [--model F] [--vocab F] [--dataset F] [--calibration-data F] [--out DIR]
+        [--cal-num N] [--memory-cal-num N] [--samples K] [--methods LIST] [--seq-len N] [--doc-stride N]
+        [--stride N] [--micro-repeat R] [--full] [--no-wait] [--mirror DIR] [--assets minilm|distilbert]
+                            Our calibration against ONNX Runtime's Python tools (onnxruntime==1.31.1, onnx, numpy
+                            in a .venv-bench/ venv, installed with pip) on the same model and byte-identical
+                            features: per method (minmax, percentile 99.999 / 2048 bins, entropy 8001 / 255 bins)
+                            wall time and peak RSS of each calibration, agreement of the ranges, F1 of both INT8
+                            models (seed-001 placement) on the first K dev questions (default 300), peak RSS at
+                            --memory-cal-num (10) and --cal-num (100) questions, and histogram / entropy-search
+                            micro-benchmarks against numpy and ORT on identical data. Defaults: the minilm assets
+                            in .assets/ (fetched from --mirror if missing), sequence length 384 (stride 128),
+                            features padded to it, ORT fed 10 questions per collect_data call as in its TensorRT
+                            BERT example (--stride). Before each timed step, waits until no other `qdq
+                            eval|e2e|calibrate` or busy process runs (--no-wait skips). ORT's entropy calibration
+                            (~15 min: ~14 s of threshold search per tensor) runs only with --full; the default
+                            run takes ~10 min. Writes out/bench/vs_python.{json,md}; work files in
+                            out/bench/vs_python/.
+";
+
+/// Options of `bench --vs-python`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opts {
+    pub model: Option<PathBuf>,
+    pub vocab: Option<PathBuf>,
+    pub dataset: Option<PathBuf>,
+    pub calibration_data: Option<PathBuf>,
+    pub out: PathBuf,
+    pub cal_num: usize,
+    pub memory_cal_num: usize,
+    pub samples: usize,
+    pub methods: Vec<String>,
+    pub seq_len: usize,
+    pub doc_stride: usize,
+    /// Questions per `collect_data` call on the ORT side.
+    pub stride: usize,
+    pub micro_repeat: usize,
+    pub wait: bool,
+    /// Also run ORT's entropy calibration (its threshold search alone takes ~15 minutes on 2 cores).
+    pub full: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            model: None,
+            vocab: None,
+            dataset: None,
+            calibration_data: None,
+            out: root().join("out/bench"),
+            cal_num: 100,
+            memory_cal_num: 10,
+            samples: 300,
+            methods: METHODS.iter().map(|m| (*m).to_owned()).collect(),
+            seq_len: 384,
+            doc_stride: 128,
+            stride: 10,
+            micro_repeat: 5,
+            wait: true,
+            full: false,
+        }
+    }
+}
+
+impl Opts {
+    /// Parses the options (download options must have been taken out already).
+    pub fn parse(args: &[String]) -> Result<Opts> {
+        let mut o = Opts::default();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (key, inline) = match arg.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_owned())),
+                None => (arg.as_str(), None),
+            };
+            if key == "--vs-python" {
+                continue;
+            }
+            if key == "--no-wait" || key == "--full" {
+                o.wait &= key != "--no-wait";
+                o.full |= key == "--full";
+                continue;
+            }
+            let mut value = || -> Result<String> {
+                match &inline {
+                    Some(v) => Ok(v.clone()),
+                    None => it.next().cloned().with_context(|| format!("{key} needs a value")),
+                }
+            };
+            let number = |v: String| -> Result<usize> {
+                v.parse().with_context(|| format!("{key} expects a whole number, got `{v}`"))
+            };
+            match key {
+                "--model" => o.model = Some(value()?.into()),
+                "--vocab" => o.vocab = Some(value()?.into()),
+                "--dataset" => o.dataset = Some(value()?.into()),
+                "--calibration-data" | "--calibration_data" => o.calibration_data = Some(value()?.into()),
+                "--out" => o.out = value()?.into(),
+                "--cal-num" | "--cal_num" => o.cal_num = number(value()?)?,
+                "--memory-cal-num" => o.memory_cal_num = number(value()?)?,
+                "--samples" => o.samples = number(value()?)?,
+                "--seq-len" | "--seq_len" => o.seq_len = number(value()?)?,
+                "--doc-stride" | "--doc_stride" => o.doc_stride = number(value()?)?,
+                "--stride" => o.stride = number(value()?)?,
+                "--micro-repeat" => o.micro_repeat = number(value()?)?,
+                "--methods" => {
+                    o.methods = value()?.split(',').map(|m| m.trim().to_ascii_lowercase()).filter(|m| !m.is_empty()).collect();
+                    if let Some(bad) = o.methods.iter().find(|m| !METHODS.contains(&m.as_str())) {
+                        bail!("--methods: unknown method `{bad}` (valid: {})", METHODS.join(", "));
+                    }
+                }
+                other => bail!("bench --vs-python: unknown option `{other}`\n\n{USAGE}"),
+            }
+        }
+        if o.methods.is_empty() {
+            bail!("--methods needs at least one of {}", METHODS.join(", "));
+        }
+        if o.cal_num == 0 || o.memory_cal_num == 0 || o.samples == 0 || o.micro_repeat == 0 {
+            bail!("--cal-num, --memory-cal-num, --samples and --micro-repeat must be at least 1");
+        }
+        Ok(o)
+    }
+}
+
+/// How each tool is told to use a method (the seeds' settings; our `--num-bins` is per side of zero for the signed
+/// histogram, ORT's is the total).
+fn method_flags(method: &str) -> (Vec<&'static str>, Vec<&'static str>) {
+    match method {
+        "minmax" => (vec!["--calibrate-method", "minmax"], vec!["--method", "minmax"]),
+        "percentile" => (
+            vec!["--calibrate-method", "percentile", "--percentile", "99.999", "--num-bins", "2048", "--symmetric"],
+            vec!["--method", "percentile", "--percentile", "99.999", "--num-bins", "2048"],
+        ),
+        _ => (
+            vec!["--calibrate-method", "entropy", "--num-bins", "8001", "--num-quantized-bins", "255"],
+            vec!["--method", "entropy", "--num-bins", "8001", "--num-quantized-bins", "255"],
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Child processes, measured
+
+/// One measured child process.
+#[derive(Debug, Clone)]
+struct Run {
+    wall_s: f64,
+    peak_rss_mb: f64,
+    /// Exit code (None if killed by a signal).
+    code: Option<i32>,
+    /// 1-minute load average just before the start.
+    load1: f64,
+    log: PathBuf,
+}
+
+impl Run {
+    fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+    fn json(&self) -> Value {
+        json!({
+            "wall_s": self.wall_s,
+            "peak_rss_mb": self.peak_rss_mb,
+            "exit_code": self.code,
+            "load1_before": self.load1,
+            "log": self.log,
+        })
+    }
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// Runs `cmd` in the workspace root with stdout and stderr going to `log`, and reaps it with `wait4` to get its
+/// own peak resident set size (`ru_maxrss`) and wall time. Both tools are measured this way.
+fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<Run> {
+    commands.push(format!("{cmd:?}"));
+    let file = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    cmd.current_dir(root()).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    let load1 = load_average();
+    let started = Instant::now();
+    let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+    let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: valid pointers to locals; the child is ours and not reaped elsewhere (the Child handle is never
+        // waited on).
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err).with_context(|| format!("wait4 on {cmd:?}"));
+        }
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    drop(child);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    // ru_maxrss is in KiB on Linux.
+    Ok(Run { wall_s, peak_rss_mb: usage.ru_maxrss as f64 / 1024.0, code, load1, log: log.to_path_buf() })
+}
+
+/// Like [`measure`], but a failure is an error quoting the end of the log.
+fn measure_ok(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<Run> {
+    let run = measure(cmd, log, commands)?;
+    if !run.ok() {
+        bail!("{cmd:?} failed ({:?}); end of {}:\n{}", run.code, log.display(), tail(&run.log_text(), 15));
+    }
+    Ok(run)
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// A quiet machine
+
+/// Whether a command line is a `qdq eval|e2e|calibrate` run.
+fn is_qdq_run(argv: &[String]) -> bool {
+    let exe = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a)).unwrap_or("");
+    exe == "qdq" && argv.get(1).is_some_and(|c| matches!(c.as_str(), "eval" | "e2e" | "calibrate"))
+}
+
+/// utime + stime (clock ticks) from the text of `/proc/<pid>/stat`.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); utime and stime are fields 14 and 15.
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+fn processes() -> BTreeMap<u32, (u64, Vec<String>)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let (Ok(stat), Ok(cmdline)) =
+            (std::fs::read_to_string(e.path().join("stat")), std::fs::read(e.path().join("cmdline")))
+        else {
+            continue;
+        };
+        let argv = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if let Some(t) = cpu_ticks(&stat) {
+            out.insert(pid, (t, argv));
+        }
+    }
+    out
+}
+
+/// Other processes that would disturb the timings: `qdq eval|e2e|calibrate` runs, and anything that used more than
+/// half a core over a one-second sample.
+fn disturbers() -> Vec<String> {
+    let me = std::process::id();
+    let before = processes();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut out = Vec::new();
+    for (pid, (ticks, argv)) in processes() {
+        if pid == me {
+            continue;
+        }
+        let used = before.get(&pid).map_or(0, |(t, _)| ticks.saturating_sub(*t)) as f64 / hz;
+        if is_qdq_run(&argv) || used > 0.5 {
+            out.push(format!("pid {pid} ({:.0}% cpu): {}", used * 100.0, argv.join(" ").chars().take(160).collect::<String>()));
+        }
+    }
+    out
+}
+
+/// Waits (polling every 20 s) until [`disturbers`] finds nothing; returns the seconds waited.
+fn wait_quiet(enabled: bool) -> f64 {
+    if !enabled {
+        return 0.0;
+    }
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let busy = disturbers();
+        if busy.is_empty() {
+            if said {
+                eprintln!("xtask: quiet again after {:.0} s", started.elapsed().as_secs_f64());
+            }
+            return started.elapsed().as_secs_f64();
+        }
+        if !said {
+            eprintln!("xtask: waiting for a quiet machine before timing (--no-wait skips); busy:\n  {}", busy.join("\n  "));
+            said = true;
+        }
+        std::thread::sleep(Duration::from_secs(20));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Inputs
+
+/// Writes the features of the first `questions` questions as `qdq calibrate` builds them (WordPiece, lower case,
+/// query 64 tokens, padded to `seq_len`): input_ids, attention_mask, token_type_ids `[features, seq_len]` and
+/// example_index `[features]`, all int64. Returns the number of features.
+fn export_features(calibration: &Path, vocab: &Path, questions: usize, seq_len: usize, doc_stride: usize, dir: &Path) -> Result<usize> {
+    let mut data = squad::load_squad(calibration)?;
+    data.limit(questions);
+    let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
+    let config = squad::FeatureConfig { max_seq_len: seq_len, doc_stride, ..Default::default() };
+    let (mut ids, mut mask, mut types, mut example) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for batch in squad::FeatureStream::new(&data.examples, &tok, config, 64, squad::Padding::Fixed(seq_len))? {
+        let b = batch?;
+        ids.extend(b.input_ids.iter().copied());
+        mask.extend(b.attention_mask.iter().copied());
+        types.extend(b.token_type_ids.iter().copied());
+        example.extend(b.features.iter().map(|f| f.example_index as i64));
+    }
+    let n = example.len();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, values) in [("input_ids", &ids), ("attention_mask", &mask), ("token_type_ids", &types)] {
+        npy::write(&dir.join(format!("{name}.npy")), &[n, seq_len], values)?;
+    }
+    npy::write(&dir.join("example_index.npy"), &[n], &example)?;
+    Ok(n)
+}
+
+/// `n` standard normal float32 values from a fixed seed (SplitMix64 and Box-Muller), identical on every machine.
+fn normal_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        // 53 random bits in (0, 1]
+        (((z ^ (z >> 31)) >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    };
+    let mut out = Vec::with_capacity(n + 1);
+    while out.len() < n {
+        let (u, v) = (next(), next());
+        let r = (-2.0 * u.ln()).sqrt();
+        let a = std::f64::consts::TAU * v;
+        out.push((r * a.cos()) as f32);
+        out.push((r * a.sin()) as f32);
+    }
+    out.truncate(n);
+    out
+}
+
+/// Creates (once) the venv with [`PY_PACKAGES`] and returns its interpreter.
+fn ensure_venv() -> Result<PathBuf> {
+    let dir = root().join(VENV);
+    let py = dir.join("bin/python");
+    let check = format!(
+        "import onnxruntime, onnx, numpy; import sys; sys.exit(0 if (onnxruntime.__version__, onnx.__version__, \
+         numpy.__version__) == ('{ORT_VERSION}', '{}', '{}') else 1)",
+        PY_PACKAGES[1].trim_start_matches("onnx=="),
+        PY_PACKAGES[2].trim_start_matches("numpy==")
+    );
+    let ready = || Command::new(&py).args(["-c", &check]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if py.is_file() && ready() {
+        eprintln!("xtask: {VENV}/ ready ({})", PY_PACKAGES.join(", "));
+        return Ok(py);
+    }
+    if !py.is_file() {
+        eprintln!("xtask: creating {VENV}/");
+        run_cmd(Command::new(python()?).args(["-m", "venv"]).arg(&dir))
+            .context("cannot create the benchmark venv (on Debian/Ubuntu: apt-get install python3-venv)")?;
+    }
+    eprintln!("xtask: installing {} into {VENV}/ from PyPI", PY_PACKAGES.join(" "));
+    run_cmd(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PY_PACKAGES))?;
+    if !ready() {
+        bail!("{VENV}/ still lacks {} after pip install", PY_PACKAGES.join(", "));
+    }
+    Ok(py)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading results
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+/// `{tensor: [min, max]}` (ORT side) or `{tensor: {"min", "max"}}` (our calibration.json) as `{tensor: amax}`.
+fn amax_table(ranges: &Value) -> BTreeMap<String, f64> {
+    let Some(map) = ranges.as_object() else { return BTreeMap::new() };
+    map.iter()
+        .filter_map(|(k, v)| {
+            let (lo, hi) = match v {
+                Value::Array(a) => (a.first()?.as_f64()?, a.get(1)?.as_f64()?),
+                _ => (v["min"].as_f64()?, v["max"].as_f64()?),
+            };
+            Some((k.clone(), lo.abs().max(hi.abs())))
+        })
+        .collect()
+}
+
+/// Agreement of two range tables on amax: per tensor `|ours - ort| / ort`; the largest, the median, the worst
+/// tensor, and tensors only one side has.
+fn compare_ranges(ours: &Value, ort: &Value) -> Value {
+    let (a, b) = (amax_table(ours), amax_table(ort));
+    let mut rel: Vec<(f64, &str)> = a
+        .iter()
+        .filter_map(|(k, &x)| {
+            let y = *b.get(k)?;
+            let d = (x - y).abs();
+            Some((if d == 0.0 { 0.0 } else { d / y.abs().max(f64::MIN_POSITIVE) }, k.as_str()))
+        })
+        .collect();
+    rel.sort_by(|p, q| p.0.total_cmp(&q.0));
+    let only = |x: &BTreeMap<String, f64>, y: &BTreeMap<String, f64>| -> Vec<String> { x.keys().filter(|k| !y.contains_key(*k)).cloned().collect() };
+    let worst = rel.last().map(|&(r, k)| json!({"tensor": k, "rel_diff": r, "ours_amax": a[k], "ort_amax": b[k]}));
+    json!({
+        "tensors": rel.len(),
+        "max_rel_diff": rel.last().map(|r| r.0),
+        "median_rel_diff": rel.get(rel.len() / 2).map(|r| r.0),
+        "within_1pct": rel.iter().filter(|r| r.0 <= 0.01).count(),
+        "worst": worst,
+        "only_ours": only(&a, &b),
+        "only_ort": only(&b, &a),
+    })
+}
+
+/// EM and F1 from `qdq eval`'s summary line (`...: EM 66.67 F1 73.14 on 300 questions ...`).
+fn parse_eval(output: &str) -> Option<(f64, f64)> {
+    output.lines().rev().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |key: &str| words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)?.parse::<f64>().ok());
+        Some((at("EM")?, at("F1")?))
+    })
+}
+
+/// `ms/feature` from `qdq eval`'s summary line.
+fn parse_ms_per_feature(output: &str) -> Option<f64> {
+    output.lines().rev().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words.iter().position(|w| *w == "ms/feature,")?;
+        words.get(i.checked_sub(1)?)?.parse().ok()
+    })
+}
+
+/// The seconds `qdq calibrate` reports for its own pass (`Calibrated ... in 12.3 s; tables in ...`).
+fn parse_calibrate_seconds(output: &str) -> Option<f64> {
+    output.lines().rev().find_map(|line| {
+        let rest = line.strip_prefix("Calibrated ")?;
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let i = words.iter().position(|w| *w == "in")?;
+        words.get(i + 1)?.parse().ok()
+    })
+}
+
+/// Finite values our calibration observed (sum of the per-tensor counts of calib_state.json).
+fn values_observed(state: &Value) -> u64 {
+    state["tensors"].as_object().map_or(0, |t| t.values().filter_map(|s| s["count"].as_u64()).sum())
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Targets and the report
+
+#[derive(Debug, Clone, PartialEq)]
+struct Target {
+    name: &'static str,
+    goal: &'static str,
+    /// The measured figure, e.g. "7.9x (worst: normal_16m)"; None when nothing was measured.
+    measured: Option<String>,
+    pass: Option<bool>,
+}
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn div(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? / b?).filter(|r| r.is_finite())
+}
+
+/// `v[path[0]][path[1]]...`
+fn at<'a>(v: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter().fold(v, |v, k| &v[*k])
+}
+
+/// A target on a ratio `numerator / denominator` over the rows of a list of the report; judged on the worst row.
+struct Spec {
+    name: &'static str,
+    goal: &'static str,
+    rows: &'static [&'static str],
+    label: fn(&Value) -> String,
+    numerator: &'static [&'static str],
+    denominator: &'static [&'static str],
+    /// The ratio must be at least (true) or at most (false) `limit`.
+    at_least: bool,
+    limit: f64,
+}
+
+const TARGETS: [Spec; 4] = [
+    Spec {
+        name: "histogram collection vs numpy np.histogram",
+        goal: ">= 5x",
+        rows: &["micro", "collection"],
+        label: |c| format!("{}, {} bins", c["array"].as_str().unwrap_or("?"), c["bins"]),
+        numerator: &["np_histogram_s"],
+        denominator: &["ours_observe_s"],
+        at_least: true,
+        limit: 5.0,
+    },
+    Spec {
+        name: "entropy search vs ORT get_entropy_threshold",
+        goal: ">= 100x",
+        rows: &["micro", "entropy"],
+        label: |e| e["name"].as_str().unwrap_or("?").to_owned(),
+        numerator: &["ort_s"],
+        denominator: &["ours_s"],
+        at_least: true,
+        limit: 100.0,
+    },
+    Spec {
+        name: "whole calibration wall time, ours / ORT",
+        goal: "<= 0.5x",
+        rows: &["methods"],
+        label: |m| m["method"].as_str().unwrap_or("?").to_owned(),
+        numerator: &["ours", "wall_s"],
+        denominator: &["ort", "wall_s"],
+        at_least: false,
+        limit: 0.5,
+    },
+    Spec {
+        name: "our peak RSS at --cal-num / at --memory-cal-num",
+        goal: "<= 1.2x",
+        rows: &["memory"],
+        label: |m| m["method"].as_str().unwrap_or("?").to_owned(),
+        numerator: &["ours_large", "peak_rss_mb"],
+        denominator: &["ours_small", "peak_rss_mb"],
+        at_least: false,
+        limit: 1.2,
+    },
+];
+
+/// The four targets of the issue, from the report's numbers.
+fn targets(report: &Value) -> Vec<Target> {
+    TARGETS
+        .iter()
+        .map(|t| {
+            let rows = at(report, t.rows).as_array().map(Vec::as_slice).unwrap_or_default();
+            let worse = |a: f64, b: f64| if t.at_least { a < b } else { a > b };
+            let worst = rows
+                .iter()
+                .filter_map(|row| Some(((t.label)(row), div(f(at(row, t.numerator)), f(at(row, t.denominator)))?)))
+                .reduce(|w, x| if worse(x.1, w.1) { x } else { w });
+            match worst {
+                Some((label, r)) => Target {
+                    name: t.name,
+                    goal: t.goal,
+                    measured: Some(format!("{r:.2}x (worst: {label})")),
+                    pass: Some(if t.at_least { r >= t.limit } else { r <= t.limit }),
+                },
+                None => Target { name: t.name, goal: t.goal, measured: None, pass: None },
+            }
+        })
+        .collect()
+}
+
+fn num(v: &Value, digits: usize) -> String {
+    v.as_f64().map_or_else(|| "—".to_owned(), |x| format!("{x:.digits$}"))
+}
+
+fn pct(v: &Value) -> String {
+    v.as_f64().map_or_else(|| "—".to_owned(), |x| format!("{:.3} %", x * 100.0))
+}
+
+fn verdict(pass: Option<bool>) -> &'static str {
+    match pass {
+        Some(true) => "PASS",
+        Some(false) => "MISS",
+        None => "not measured",
+    }
+}
+
+/// The markdown report.
+fn render_markdown(r: &Value) -> String {
+    let mut md = String::new();
+    let s = &r["setup"];
+    let _ = writeln!(md, "# qdq vs ONNX Runtime's Python quantization\n");
+    let _ = writeln!(md, "Command: `{}`\n", r["command"].as_str().unwrap_or(""));
+    let _ = writeln!(
+        md,
+        "Model `{}`; calibration on the first {} questions of `{}` ({} features, sequence length {} padded, doc \
+         stride {}, batch 1); F1 on the first {} questions of `{}`. ORT {} (Python {}, numpy {}, onnx {}), fed {} \
+         questions per collect_data call; ORT's calibrators limited to the {} tensors `qdq calibrate --policy \
+         ort-compatible` collects; both tables quantized with ORT's seed-001 placement. {} \
+         CPUs; git {}.\n",
+        s["model"].as_str().unwrap_or("?"),
+        s["cal_num"],
+        s["calibration_data"].as_str().unwrap_or("?"),
+        s["features"],
+        s["seq_len"],
+        s["doc_stride"],
+        s["samples"],
+        s["dataset"].as_str().unwrap_or("?"),
+        s["versions"]["onnxruntime"].as_str().unwrap_or("?"),
+        s["versions"]["python"].as_str().unwrap_or("?"),
+        s["versions"]["numpy"].as_str().unwrap_or("?"),
+        s["versions"]["onnx"].as_str().unwrap_or("?"),
+        s["stride"],
+        s["tensors"],
+        s["cpus"],
+        s["git"].as_str().unwrap_or("?"),
+    );
+
+    let _ = writeln!(md, "## Targets\n\n| target | goal | measured | verdict |\n|---|---|---|---|");
+    for t in targets(r) {
+        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.goal, t.measured.as_deref().unwrap_or("—"), verdict(t.pass));
+    }
+
+    let _ = writeln!(
+        md,
+        "\n## Calibration, per method ({} questions)\n\n| method | ours wall s | ORT wall s | ours / ORT | ours peak RSS MB | ORT peak RSS MB | ranges: max rel. diff of amax (worst tensor) | median | INT8 F1 ours | INT8 F1 ORT |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        s["cal_num"]
+    );
+    let (mut errors, mut skipped) = (Vec::new(), Vec::new());
+    for m in r["methods"].as_array().into_iter().flatten() {
+        let name = m["method"].as_str().unwrap_or("?");
+        let est = f(&m["ort"]["estimated_wall_s"]);
+        let ratio = match (div(f(&m["ours"]["wall_s"]), f(&m["ort"]["wall_s"])), div(f(&m["ours"]["wall_s"]), est)) {
+            (Some(x), _) => format!("{x:.2}x"),
+            (None, Some(x)) => format!("≈ {x:.2}x (est.)"),
+            _ => "—".to_owned(),
+        };
+        let ort_wall = match (f(&m["ort"]["wall_s"]), est) {
+            (Some(w), _) => format!("{w:.1}"),
+            (None, Some(e)) => format!("skipped (≈ {e:.0} est.)"),
+            _ => "—".to_owned(),
+        };
+        let worst = &m["ranges"]["worst"];
+        let ranges = if worst.is_object() {
+            format!("{} (`{}`: {} vs {})", pct(&m["ranges"]["max_rel_diff"]), worst["tensor"].as_str().unwrap_or("?"), num(&worst["ours_amax"], 4), num(&worst["ort_amax"], 4))
+        } else {
+            "—".to_owned()
+        };
+        let f1 = |v: &Value| match (f(&v["em"]), f(&v["f1"])) {
+            (Some(em), Some(f1)) => format!("{f1:.2} (EM {em:.2})"),
+            _ => "—".to_owned(),
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {ort_wall} | {ratio} | {} | {} | {ranges} | {} | {} | {} |",
+            num(&m["ours"]["wall_s"], 1),
+            num(&m["ours"]["peak_rss_mb"], 0),
+            num(&m["ort"]["peak_rss_mb"], 0),
+            pct(&m["ranges"]["median_rel_diff"]),
+            f1(&m["f1"]["ours"]),
+            f1(&m["f1"]["ort"]),
+        );
+        if let Some(e) = m["ort"]["error"].as_str() {
+            errors.push(format!("- ORT {name}: `{e}`"));
+        }
+        if let Some(why) = m["ort"]["skipped"].as_str() {
+            let est = m["ort"]["estimate"].as_str().map(|e| format!(" Estimate: {e}.")).unwrap_or_default();
+            skipped.push(format!("- ORT {name}: {why}.{est}"));
+        }
+    }
+    if let Some(fp32) = r["fp32"]["f1"].as_f64() {
+        let _ = writeln!(md, "\nFP32 on the same questions: F1 {fp32:.2} (EM {}).", num(&r["fp32"]["em"], 2));
+    }
+    if let Some(one) = r["one_pass"].as_object() {
+        let _ = writeln!(
+            md,
+            "Ours, all methods from one pass (`{}`): {} s, peak RSS {} MB.",
+            one.get("flags").and_then(Value::as_str).unwrap_or(""),
+            num(&one["wall_s"], 1),
+            num(&one["peak_rss_mb"], 0)
+        );
+    }
+    if !errors.is_empty() {
+        let _ = writeln!(md, "\nErrors of ORT's tools (recorded, not fatal):\n\n{}", errors.join("\n"));
+    }
+    if !skipped.is_empty() {
+        let _ = writeln!(md, "\nNot run:\n\n{}", skipped.join("\n"));
+    }
+    let _ = writeln!(md, "\nORT's phases (seconds inside its script):\n\n| method | create_calibrator | inference (session.run) | collect_data other (copies, histograms) | compute_data |\n|---|---:|---:|---:|---:|");
+    for m in r["methods"].as_array().into_iter().flatten() {
+        let p = &m["ort"]["phases"];
+        let other = div(f(&p["collect_data"]).zip(f(&p["inference"])).map(|(a, b)| a - b), Some(1.0));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            m["method"].as_str().unwrap_or("?"),
+            num(&p["create_calibrator"], 1),
+            num(&p["inference"], 1),
+            other.map_or("—".to_owned(), |x| format!("{x:.1}")),
+            num(&p["compute_data"], 1)
+        );
+    }
+
+    let _ = writeln!(md, "\n## Memory: calibration peak RSS (MB)\n\n| method | ours @{0} | ours @{1} | ours ratio | ORT @{0} | ORT @{1} | ORT ratio |\n|---|---:|---:|---:|---:|---:|---:|", s["memory_cal_num"], s["cal_num"]);
+    for m in r["memory"].as_array().into_iter().flatten() {
+        let ratio = |a: &Value, b: &Value| div(f(&b["peak_rss_mb"]), f(&a["peak_rss_mb"])).map_or("—".to_owned(), |x| format!("{x:.2}x"));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            m["method"].as_str().unwrap_or("?"),
+            num(&m["ours_small"]["peak_rss_mb"], 0),
+            num(&m["ours_large"]["peak_rss_mb"], 0),
+            ratio(&m["ours_small"], &m["ours_large"]),
+            num(&m["ort_small"]["peak_rss_mb"], 0),
+            num(&m["ort_large"]["peak_rss_mb"], 0),
+            ratio(&m["ort_small"], &m["ort_large"]),
+        );
+    }
+
+    let micro = &r["micro"];
+    let _ = writeln!(
+        md,
+        "\n## Micro-benchmarks (median of {} runs)\n\nHistogram collection of standard normal float32 values (the same .npy \
+         file for both): ours = `CalibState::observe` (min/max scan + signed histogram, {} rayon threads; `1 thread` = \
+         RAYON_NUM_THREADS=1), `min/max scan` = the same collecting min/max only, `histogram only` = \
+         `Histogram::observe`; numpy = `np.histogram(x, bins, range=(-t, t))`; ORT = `HistogramCollector.collect_value` \
+         (nanmin, nanmax, np.histogram).\n\n| array | values | bins | ours ms | ours 1 thread ms | ours min/max scan ms | ours histogram only ms (1 thread) | numpy ms | ORT collect_value ms | numpy / ours |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        s["micro_repeat"], micro["threads"]
+    );
+    let ms = |v: &Value| v.as_f64().map_or("—".to_owned(), |x| format!("{:.2}", x * 1e3));
+    for c in micro["collection"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |",
+            c["array"].as_str().unwrap_or("?"),
+            c["values"],
+            c["bins"],
+            ms(&c["ours_observe_s"]),
+            ms(&c["ours_observe_1t_s"]),
+            ms(&c["ours_minmax_only_s"]),
+            ms(&c["ours_histogram_only_s"]),
+            ms(&c["ours_histogram_only_1t_s"]),
+            ms(&c["np_histogram_s"]),
+            ms(&c["ort_collect_value_s"]),
+            div(f(&c["np_histogram_s"]), f(&c["ours_observe_s"])).map_or("—".to_owned(), |x| format!("{x:.1}x")),
+        );
+    }
+    let _ = writeln!(md, "\nEntropy threshold search (num_quantized_bins 255) on identical histograms (ours exported):\n\n| histogram | bins | ours candidates | ours ms | ORT candidates | ORT s | ORT / ours | ours threshold | ORT threshold |\n|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for e in micro["entropy"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | [{}, {}] |",
+            e["name"].as_str().unwrap_or("?"),
+            e["bins"],
+            num(&e["ours_candidates"], 0),
+            ms(&e["ours_s"]),
+            num(&e["ort_candidates"], 0),
+            num(&e["ort_s"], 2),
+            div(f(&e["ort_s"]), f(&e["ours_s"])).map_or("—".to_owned(), |x| format!("{x:.0}x")),
+            num(&e["ours_threshold"], 4),
+            num(&e["ort_threshold"][0], 4),
+            num(&e["ort_threshold"][1], 4),
+        );
+    }
+    if let Some(notes) = r["analysis"].as_array().filter(|a| !a.is_empty()) {
+        let _ = writeln!(md, "\n## What limits a missed target\n");
+        for n in notes {
+            let _ = writeln!(md, "- {}", n.as_str().unwrap_or(""));
+        }
+    }
+    md
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The run
+
+struct Paths {
+    model: PathBuf,
+    vocab: PathBuf,
+    dataset: PathBuf,
+    calibration: PathBuf,
+}
+
+fn resolve_paths(o: &Opts, download: &DownloadArgs) -> Result<Paths> {
+    let given = [&o.model, &o.vocab, &o.dataset, &o.calibration_data];
+    let assets = if given.iter().all(|p| p.is_some()) { None } else { Some(Assets::download(download)?) };
+    let pick = |given: &Option<PathBuf>, default: fn(&Assets) -> &PathBuf| -> PathBuf {
+        given.clone().or_else(|| assets.as_ref().map(|a| default(a).clone())).unwrap_or_default()
+    };
+    let p = Paths {
+        model: pick(&o.model, |a| &a.model),
+        vocab: pick(&o.vocab, |a| &a.vocab),
+        dataset: pick(&o.dataset, |a| &a.dataset),
+        calibration: pick(&o.calibration_data, |a| &a.calibration),
+    };
+    for f in [&p.model, &p.vocab, &p.dataset, &p.calibration] {
+        if !f.is_file() {
+            bail!("{} does not exist", f.display());
+        }
+    }
+    Ok(p)
+}
+
+struct Ctx {
+    opts: Opts,
+    paths: Paths,
+    qdq: PathBuf,
+    lib: PathBuf,
+    py: PathBuf,
+    script: PathBuf,
+    work: PathBuf,
+    features: PathBuf,
+    commands: Vec<String>,
+    waited_s: f64,
+}
+
+impl Ctx {
+    fn qdq(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.qdq);
+        c.arg(sub).env(LIBRARY_ENV, &self.lib);
+        c
+    }
+    fn python(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.py);
+        c.arg(&self.script).arg(sub);
+        c
+    }
+    fn log(&self, name: &str) -> PathBuf {
+        self.work.join("logs").join(format!("{name}.log"))
+    }
+    fn data_flags(&self) -> Vec<String> {
+        vec![
+            "--vocab".into(),
+            self.paths.vocab.display().to_string(),
+            "--seq-len".into(),
+            self.opts.seq_len.to_string(),
+            "--doc-stride".into(),
+            self.opts.doc_stride.to_string(),
+        ]
+    }
+    fn quiet(&mut self) {
+        self.waited_s += wait_quiet(self.opts.wait);
+    }
+
+    /// `qdq calibrate` of `method` on the first `cal_num` questions into `dir`.
+    fn ours_calibrate(&mut self, method_flags: &[&str], cal_num: usize, dir: &Path, log: &str) -> Result<Run> {
+        let mut cmd = self.qdq("calibrate");
+        cmd.arg("--model").arg(&self.paths.model).args(self.data_flags()).arg("--calibration-data").arg(&self.paths.calibration);
+        // The tensors the ort-compatible placement quantizes: both INT8 models get ORT's seed-001 layout.
+        cmd.args(["--policy", "ort-compatible", "--cal-num", &cal_num.to_string(), "--batch", "1", "--pad-to-max"]);
+        cmd.args(method_flags).arg("--out").arg(dir);
+        self.quiet();
+        let log = self.log(log);
+        measure_ok(&mut cmd, &log, &mut self.commands)
+    }
+
+    /// vs_ort.py calibrate; the run and the JSON it wrote (ranges, phases or the error).
+    fn ort_calibrate(&mut self, method_flags: &[&str], cal_num: usize, tensors: &Path, out: &Path, log: &str) -> Result<(Run, Value)> {
+        let mut cmd = self.python("calibrate");
+        cmd.arg("--model").arg(&self.paths.model).arg("--features").arg(&self.features).arg("--tensors").arg(tensors);
+        cmd.args(method_flags).args(["--cal-num", &cal_num.to_string(), "--stride", &self.opts.stride.to_string(), "--batch", "1"]);
+        cmd.arg("--out").arg(out);
+        let _ = std::fs::remove_file(out);
+        self.quiet();
+        let log = self.log(log);
+        let run = measure(&mut cmd, &log, &mut self.commands)?;
+        let result = read_json(out).unwrap_or_else(|_| json!({"error": format!("no result; end of the log:\n{}", tail(&run.log_text(), 5))}));
+        Ok((run, result))
+    }
+
+    /// `qdq eval` of `model` on the first `samples` questions of `dataset`; the log's EM/F1 (or the error).
+    fn eval(&mut self, model: &Path, dataset: &Path, samples: usize, extra: &[&str], log: &str) -> Result<(Value, String)> {
+        let mut cmd = self.qdq("eval");
+        cmd.arg("--model").arg(model).arg("--dataset").arg(dataset).args(["--samples", &samples.to_string()]).args(self.data_flags()).args(extra);
+        let log = self.log(log);
+        let run = measure(&mut cmd, &log, &mut self.commands)?;
+        let text = run.log_text();
+        let v = match (run.ok(), parse_eval(&text)) {
+            (true, Some((em, f1))) => json!({"em": em, "f1": f1}),
+            _ => json!({"error": tail(&text, 3)}),
+        };
+        eprintln!("xtask:   {} -> {}", model.display(), v);
+        Ok((v, text))
+    }
+}
+
+fn ort_summary(run: &Run, result: &Value) -> Value {
+    let mut v = run.json();
+    v["phases"] = result["phases"].clone();
+    v["features"] = result["features"].clone();
+    if let Some(e) = result["error"].as_str() {
+        v["error"] = e.lines().last().unwrap_or(e).into();
+    } else if !run.ok() {
+        v["error"] = format!("exit code {:?}", run.code).into();
+    }
+    v
+}
+
+pub fn vs_python(raw: &[String]) -> Result<()> {
+    let mut rest = raw.to_vec();
+    let mut download = DownloadArgs::extract(&mut rest)?;
+    // The project's reference model by default, even without a mirror once it is in .assets/.
+    download.set.get_or_insert_with(|| "minilm".to_owned());
+    let opts = Opts::parse(&rest)?;
+    let command = format!("cargo xtask bench {}", raw.join(" "));
+
+    let paths = resolve_paths(&opts, &download)?;
+    let lib = ort_library()?;
+    let py = ensure_venv()?;
+    let qdq = build_qdq()?;
+    eprintln!("xtask: building calib's microbench example (release)");
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "calib", "--example", "microbench"]))?;
+    let microbench = target_dir().join("release/examples/microbench");
+
+    let work = opts.out.join("vs_python");
+    for d in [work.join("logs"), work.join("micro")] {
+        std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let features = work.join("features");
+    let questions = opts.cal_num.max(opts.memory_cal_num);
+    eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
+    let n_features = export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
+    let mut cx = Ctx { opts, paths, qdq, lib, py, script: root().join("xtask/python/vs_ort.py"), work, features, commands: Vec::new(), waited_s: 0.0 };
+    let o = cx.opts.clone();
+
+    // Calibration, per method.
+    let mut methods = Vec::new();
+    let mut models = Vec::new();
+    let mut tensors = 0usize;
+    let mut ort_versions = Value::Null;
+    for method in &o.methods {
+        let (ours_flags, ort_flags) = method_flags(method);
+        let dir = cx.work.join(format!("ours_{method}"));
+        eprintln!("xtask: [{method}] qdq calibrate");
+        let ours = cx.ours_calibrate(&ours_flags, o.cal_num, &dir, &format!("ours_calibrate_{method}"))?;
+        let table = read_json(&dir.join("calibration.json"))?;
+        tensors = table["ranges"].as_object().map_or(0, |m| m.len());
+        let mut ours_v = ours.json();
+        ours_v["pipeline_s"] = parse_calibrate_seconds(&ours.log_text()).into();
+        ours_v["values_observed"] = read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
+        let ort_json = cx.work.join(format!("ort_{method}.json"));
+        let (ort_v, ort_result) = if method == "entropy" && !o.full {
+            eprintln!("xtask: [{method}] ORT skipped (its threshold search takes ~15 minutes; --full runs it)");
+            (json!({"skipped": "not run: ORT's entropy threshold search takes ~14 s per tensor here; --full runs it"}), Value::Null)
+        } else {
+            eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
+            let (ort, ort_result) = cx.ort_calibrate(&ort_flags, o.cal_num, &dir.join("calibration.json"), &ort_json, &format!("ort_calibrate_{method}"))?;
+            (ort_summary(&ort, &ort_result), ort_result)
+        };
+        if ort_versions.is_null() {
+            ort_versions = ort_result["versions"].clone();
+        }
+        let ranges = if ort_result["ranges"].is_object() { compare_ranges(&table["ranges"], &ort_result["ranges"]) } else { Value::Null };
+        eprintln!(
+            "xtask: [{method}] ours {:.1} s / {:.0} MB, ORT {} s / {} MB{}",
+            ours.wall_s,
+            ours.peak_rss_mb,
+            num(&ort_v["wall_s"], 1),
+            num(&ort_v["peak_rss_mb"], 0),
+            ort_v["error"].as_str().map(|e| format!(" (ORT failed: {e})")).unwrap_or_default()
+        );
+
+        // Quantize both tables.
+        let ours_q = cx.work.join(format!("ours_{method}_qdq.onnx"));
+        let mut cmd = cx.qdq("quantize");
+        cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(dir.join("calibration.json")).args(["--policy", "ort-compatible", "--strict", "-o"]).arg(&ours_q);
+        let log = cx.log(&format!("ours_quantize_{method}"));
+        measure_ok(&mut cmd, &log, &mut cx.commands)?;
+        models.push((method.clone(), "ours", ours_q));
+        if ranges.is_object() {
+            let ort_q = cx.work.join(format!("ort_{method}_qdq.onnx"));
+            let mut cmd = cx.python("quantize");
+            cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(&ort_json).arg("--out").arg(&ort_q);
+            let log = cx.log(&format!("ort_quantize_{method}"));
+            if measure(&mut cmd, &log, &mut cx.commands)?.ok() {
+                models.push((method.clone(), "ort", ort_q));
+            }
+        }
+        methods.push(json!({
+            "method": method,
+            "ours_flags": ours_flags.join(" "),
+            "ort_flags": ort_flags.join(" "),
+            "ours": ours_v,
+            "ort": ort_v,
+            "ranges": ranges,
+            "f1": {},
+        }));
+    }
+
+    // Ours, every method from one pass.
+    let mut flags = vec!["--calibrate-method", o.methods[0].as_str()];
+    let compare = o.methods[1..].join(",");
+    if !compare.is_empty() {
+        flags.extend(["--compare-methods", compare.as_str()]);
+    }
+    flags.extend(["--percentile", "99.999", "--symmetric", "--num-bins", "8001", "--num-quantized-bins", "255"]);
+    eprintln!("xtask: ours, all methods in one pass");
+    let one = cx.ours_calibrate(&flags, o.cal_num, &cx.work.join("ours_one_pass"), "ours_calibrate_one_pass")?;
+    let mut one_pass = one.json();
+    one_pass["flags"] = flags.join(" ").into();
+
+    // Memory at two sizes (minmax and percentile: ORT's entropy search alone takes many minutes).
+    let mut memory = Vec::new();
+    for method in o.methods.iter().filter(|m| *m != "entropy") {
+        let (ours_flags, ort_flags) = method_flags(method);
+        eprintln!("xtask: [{method}] memory at {} questions", o.memory_cal_num);
+        let small = cx.ours_calibrate(&ours_flags, o.memory_cal_num, &cx.work.join(format!("ours_{method}_small")), &format!("ours_calibrate_{method}_small"))?;
+        let tensors_file = cx.work.join(format!("ours_{method}/calibration.json"));
+        let (ort_small, ort_small_result) = cx.ort_calibrate(&ort_flags, o.memory_cal_num, &tensors_file, &cx.work.join(format!("ort_{method}_small.json")), &format!("ort_calibrate_{method}_small"))?;
+        let large = methods.iter().find(|m| m["method"] == method.as_str()).cloned().unwrap_or_default();
+        memory.push(json!({
+            "method": method,
+            "ours_small": small.json(),
+            "ours_large": large["ours"],
+            "ort_small": ort_summary(&ort_small, &ort_small_result),
+            "ort_large": large["ort"],
+        }));
+    }
+
+    // Inference alone on the calibration features (no extra outputs, no statistics): the floor of a calibration.
+    eprintln!("xtask: FP32 inference alone on the calibration features");
+    cx.quiet();
+    let model = cx.paths.model.clone();
+    let calibration = cx.paths.calibration.clone();
+    let (_, text) = cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
+    let inference = json!({"ms_per_feature": parse_ms_per_feature(&text), "features": n_features_for(&cx.features, o.cal_num)});
+
+    // F1 of every model on the first K dev questions.
+    eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
+    let dataset = cx.paths.dataset.clone();
+    let (fp32, _) = cx.eval(&model, &dataset, o.samples, &[], "eval_fp32")?;
+    for (method, tool, path) in &models {
+        let (v, _) = cx.eval(path, &dataset, o.samples, &[], &format!("eval_{tool}_{method}"))?;
+        if let Some(m) = methods.iter_mut().find(|m| m["method"] == method.as_str()) {
+            m["f1"][*tool] = v;
+        }
+    }
+
+    // Micro-benchmarks.
+    let micro = micro_benchmarks(&mut cx, &microbench)?;
+
+    let mut report = json!({
+        "command": command,
+        "setup": {
+            "model": cx.paths.model, "vocab": cx.paths.vocab, "dataset": cx.paths.dataset,
+            "calibration_data": cx.paths.calibration,
+            "cal_num": o.cal_num, "memory_cal_num": o.memory_cal_num, "samples": o.samples,
+            "seq_len": o.seq_len, "doc_stride": o.doc_stride, "stride": o.stride, "micro_repeat": o.micro_repeat,
+            "features": n_features_for(&cx.features, o.cal_num), "features_exported": n_features, "tensors": tensors,
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "versions": if ort_versions.is_null() { micro["versions"].clone() } else { ort_versions }, "git": git_head(), "waited_for_quiet_s": cx.waited_s,
+            "quiet_check": o.wait,
+        },
+        "methods": methods,
+        "one_pass": one_pass,
+        "memory": memory,
+        "fp32": fp32,
+        "inference_on_calibration_features": inference,
+        "micro": micro,
+        "commands": cx.commands,
+    });
+    estimate_skipped(&mut report);
+    report["analysis"] = analysis(&report).into();
+    report["targets"] = targets(&report)
+        .iter()
+        .map(|t| json!({"target": t.name, "goal": t.goal, "measured": t.measured, "pass": t.pass}))
+        .collect::<Vec<_>>()
+        .into();
+    let md = render_markdown(&report);
+    crate::write_atomic(&o.out.join("vs_python.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
+    crate::write_atomic(&o.out.join("vs_python.md"), md.as_bytes())?;
+    print!("{md}");
+    eprintln!("xtask: report written to {} and vs_python.json", o.out.join("vs_python.md").display());
+    Ok(())
+}
+
+/// Features of the first `questions` questions in the exported set.
+fn n_features_for(features: &Path, questions: usize) -> Value {
+    // example_index.npy is int64 after a 128-byte header (our own writer's layout for a 1-D array).
+    let Ok(bytes) = std::fs::read(features.join("example_index.npy")) else { return Value::Null };
+    let Some(&[lo, hi]) = bytes.get(8..10) else { return Value::Null };
+    let data = bytes.get(10 + usize::from(u16::from_le_bytes([lo, hi]))..).unwrap_or_default();
+    data.chunks_exact(8).filter(|c| i64::from_le_bytes((*c).try_into().unwrap_or([0; 8])) < questions as i64).count().into()
+}
+
+fn git_head() -> Option<String> {
+    let out = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(root()).output().ok()?;
+    let dirty = Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).current_dir(root()).output().ok()?;
+    let head = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Some(if dirty.stdout.is_empty() { head } else { format!("{head} (with uncommitted changes)") })
+}
+
+/// Our microbench (default threads and one thread) and vs_ort.py micro on the same arrays and histograms.
+fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Value> {
+    let dir = cx.work.join("micro");
+    let mut arrays = Vec::new();
+    for (i, (n, name)) in MICRO_SIZES.iter().enumerate() {
+        let path = dir.join(format!("{name}.npy"));
+        npy::write(&path, &[*n], &normal_values(*n, 0x5eed + i as u64))?;
+        arrays.push(path.display().to_string());
+    }
+    let arrays = arrays.join(",");
+    let histograms = dir.join("histograms.json");
+    let state = cx.work.join("ours_entropy/calib_state.json");
+    let repeat = cx.opts.micro_repeat.to_string();
+    let list = |scale: usize| MICRO_BINS_PER_SIDE.iter().map(|b| (scale * b).to_string()).collect::<Vec<_>>().join(",");
+    let bins = list(1);
+    let mut ours = Vec::new();
+    for threads in [None, Some("1")] {
+        let mut cmd = Command::new(microbench);
+        cmd.args(["--arrays", &arrays, "--num-bins", &bins, "--repeat", &repeat, "--num-quantized-bins", "255", "--tensors", "1"]);
+        cmd.arg("--histograms-out").arg(&histograms);
+        if state.is_file() {
+            cmd.arg("--state").arg(&state);
+        }
+        if let Some(t) = threads {
+            cmd.env("RAYON_NUM_THREADS", t);
+        }
+        cx.quiet();
+        let log = cx.log(&format!("microbench_threads_{}", threads.unwrap_or("default")));
+        let run = measure_ok(&mut cmd, &log, &mut cx.commands)?;
+        let text = run.log_text();
+        let start = text.find('{').context("microbench printed no JSON")?;
+        ours.push(serde_json::from_str::<Value>(&text[start..]).context("microbench printed bad JSON")?);
+    }
+    let py_out = dir.join("python.json");
+    let mut cmd = cx.python("micro");
+    cmd.args(["--arrays", &arrays, "--bins", &list(2), "--repeat", &repeat, "--num-quantized-bins", "255"]);
+    cmd.arg("--histograms").arg(&histograms).arg("--out").arg(&py_out);
+    cx.quiet();
+    eprintln!("xtask: micro-benchmarks: numpy and ORT's entropy search (ORT takes ~10-60 s per histogram)");
+    let log = cx.log("micro_python");
+    measure_ok(&mut cmd, &log, &mut cx.commands)?;
+    let py = read_json(&py_out)?;
+    Ok(merge_micro(&ours[0], &ours[1], &py))
+}
+
+/// One row per array and per histogram, from our two runs (default threads, one thread) and Python's.
+fn merge_micro(ours: &Value, ours_1t: &Value, py: &Value) -> Value {
+    let find = |v: &Value, list: &str, keys: &[&str], like: &Value| -> Value {
+        let same = |x: &&Value| keys.iter().all(|k| x[*k] == like[*k]);
+        v[list].as_array().and_then(|a| a.iter().find(same)).cloned().unwrap_or(Value::Null)
+    };
+    let collection: Vec<Value> = ours["collection"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let one = find(ours_1t, "collection", &["array", "bins"], c);
+            let p = find(py, "collection", &["array", "bins"], c);
+            json!({
+                "array": c["array"], "values": c["values"], "bins": c["bins"],
+                "ours_observe_s": c["observe_s"], "ours_histogram_only_s": c["histogram_only_s"],
+                "ours_minmax_only_s": c["minmax_only_s"], "ours_minmax_only_1t_s": one["minmax_only_s"],
+                "ours_observe_1t_s": one["observe_s"], "ours_histogram_only_1t_s": one["histogram_only_s"],
+                "np_histogram_s": p["np_histogram_s"], "ort_collect_value_s": p["ort_collect_value_s"],
+            })
+        })
+        .collect();
+    let entropy: Vec<Value> = ours["entropy"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let p = find(py, "entropy", &["name"], e);
+            json!({
+                "name": e["name"], "bins": e["bins"],
+                "ours_s": e["seconds"], "ours_candidates": e["candidates"], "ours_threshold": e["threshold"],
+                "ort_s": p["seconds"], "ort_candidates": p["candidates"], "ort_threshold": p["threshold"],
+            })
+        })
+        .collect();
+    json!({"threads": ours["threads"], "versions": py["versions"], "collection": collection, "entropy": entropy})
+}
+
+/// The collection row of the largest array at the largest bin count (the seeds' entropy histogram size).
+fn main_collection_row(r: &Value) -> Option<&Value> {
+    let rows = r["micro"]["collection"].as_array()?;
+    rows.iter().max_by_key(|c| (c["values"].as_u64().unwrap_or(0), c["bins"].as_u64().unwrap_or(0)))
+}
+
+/// Nanoseconds per value of a timing `key` in a collection row.
+fn ns_per_value(row: &Value, key: &str) -> Option<f64> {
+    div(f(&row[key]).map(|s| s * 1e9), f(&row["values"]))
+}
+
+/// For a method whose ORT calibration was skipped: ORT's wall time estimated as its percentile run's time outside
+/// compute_data (the same histogram collection) plus one threshold search per tensor at the time ORT took on the
+/// micro-benchmark's normal histogram of the same size.
+fn estimate_skipped(r: &mut Value) {
+    let tensors = f(&r["setup"]["tensors"]);
+    let search = r["micro"]["entropy"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["name"].as_str().is_some_and(|n| n.starts_with("normal"))))
+        .and_then(|e| f(&e["ort_s"]));
+    let base = r["methods"].as_array().and_then(|m| m.iter().find(|m| m["method"] == "percentile")).and_then(|m| {
+        let ort = &m["ort"];
+        Some(f(&ort["wall_s"])? - f(&ort["phases"]["compute_data"])?)
+    });
+    let (Some(tensors), Some(search)) = (tensors, search) else { return };
+    for m in r["methods"].as_array_mut().into_iter().flatten() {
+        if m["ort"]["skipped"].is_string() {
+            m["ort"]["estimated_wall_s"] = (base.unwrap_or(0.0) + tensors * search).into();
+            m["ort"]["estimate"] = format!(
+                "{tensors} tensors x {search:.1} s per threshold search (micro-benchmark){}",
+                base.map(|b| format!(" + {b:.1} s of collection as in ORT's percentile run")).unwrap_or_default()
+            )
+            .into();
+        }
+    }
+}
+
+/// Where a target is missed, what limits it, in numbers; and where the two tools' ranges disagree, why.
+fn analysis(r: &Value) -> Vec<String> {
+    let mut notes = Vec::new();
+    let inf = &r["inference_on_calibration_features"];
+    let floor = div(f(&inf["ms_per_feature"]).zip(f(&inf["features"])).map(|(ms, n)| ms * n / 1e3), Some(1.0));
+    let row = main_collection_row(r);
+    for m in r["methods"].as_array().into_iter().flatten() {
+        let (ours, ort) = (&m["ours"], &m["ort"]);
+        let name = m["method"].as_str().unwrap_or("?");
+        let Some(ratio) = div(f(&ours["wall_s"]), f(&ort["wall_s"])) else { continue };
+        if ratio <= 0.5 {
+            continue;
+        }
+        let (wall, total) = (f(&ours["wall_s"]).unwrap_or(f64::NAN), f(&ort["wall_s"]).unwrap_or(f64::NAN));
+        let key = if name == "minmax" { "ours_minmax_only_s" } else { "ours_observe_s" };
+        let stats = row.and_then(|row| ns_per_value(row, key)).zip(f(&ours["values_observed"])).map(|(ns, n)| ns * n / 1e9);
+        let mut s = format!("whole calibration, {name}: ours {wall:.1} s vs ORT {total:.1} s ({ratio:.2}x).");
+        if let Some(p) = f(&ours["pipeline_s"]) {
+            let _ = write!(s, " Ours: {p:.1} s in the calibration pass and {:.1} s around it (model load, tokenization, ONNX Runtime load, writing tables).", wall - p);
+            if let Some(fl) = floor {
+                let _ = write!(s, " Within the pass, FP32 inference alone on the same features takes {fl:.1} s (`qdq eval`, {} ms/feature)", num(&inf["ms_per_feature"], 1));
+                match stats {
+                    Some(c) => {
+                        let _ = write!(
+                            s,
+                            ", the statistics about {c:.1} s ({:.2e} values at the micro-benchmark's rate)",
+                            f(&ours["values_observed"]).unwrap_or(0.0)
+                        );
+                        let rest = p - fl - c;
+                        if rest > 0.0 {
+                            let _ = write!(s, ", and the remaining {rest:.1} s is the cost of running the augmented model (every calibrated tensor an extra output, graph optimisation `basic`) and of computing the ranges.");
+                        } else {
+                            s.push_str(", which together already exceed the pass: they overlap or the estimates are high.");
+                        }
+                    }
+                    None => s.push('.'),
+                }
+            }
+        }
+        let ph = &ort["phases"];
+        if let Some(run) = f(&ph["inference"]) {
+            let _ = write!(
+                s,
+                " ORT: {run:.1} s in session.run (its augmented model, optimisation disabled), {} s in the rest of collect_data, {} s in compute_data, {} s outside both (Python start-up and imports, create_calibrator, writing).",
+                div(f(&ph["collect_data"]).map(|c| c - run), Some(1.0)).map_or("?".into(), |x| format!("{x:.1}")),
+                num(&ph["compute_data"], 1),
+                div(f(&ph["collect_data"]).zip(f(&ph["compute_data"])).map(|(c, d)| total - c - d), Some(1.0)).map_or("?".into(), |x| format!("{x:.1}")),
+            );
+        }
+        if let Some(fl) = floor {
+            let share = fl / total;
+            let _ = write!(s, " FP32 inference alone is {share:.2}x of ORT's whole run");
+            if share > 0.5 {
+                s.push_str(": with free statistics and no overhead ours would still miss 0.5x; the model's inference, which both tools leave to ONNX Runtime, is what limits it.");
+            } else {
+                let _ = write!(s, ", so {:.1} s of ours above 0.5x of ORT's run are in the augmented model, the statistics and the process around the pass.", wall - 0.5 * total);
+            }
+        }
+        notes.push(s);
+    }
+    let targets = targets(r);
+    if targets[0].pass == Some(false)
+        && let Some(row) = row
+    {
+        let ns = |k: &str| ns_per_value(row, k).map_or("?".to_owned(), |x| format!("{x:.2}"));
+        let best = ns_per_value(row, "ours_minmax_only_1t_s")
+            .zip(ns_per_value(row, "ours_histogram_only_1t_s"))
+            .map(|(a, b)| (a + b) / f(&r["micro"]["threads"]).unwrap_or(1.0).max(1.0));
+        let mut s = format!(
+            "histogram collection: {} (numpy {} ns/value, one thread). Ours on {} values, {} bins: {} ns/value with {} threads, {} ns/value on one thread, of which the min/max scan is {} and the binning {} ns/value (one thread).",
+            targets[0].measured.as_deref().unwrap_or("?"),
+            ns("np_histogram_s"),
+            row["values"],
+            row["bins"],
+            ns("ours_observe_s"),
+            r["micro"]["threads"],
+            ns("ours_observe_1t_s"),
+            ns("ours_minmax_only_1t_s"),
+            ns("ours_histogram_only_1t_s"),
+        );
+        if let (Some(b), Some(np)) = (best, ns_per_value(row, "np_histogram_s")) {
+            let _ = write!(
+                s,
+                " Even with perfect scaling over these threads the step would take {b:.2} ns/value, {:.1}x numpy: the per-value cost of the binning (bin index and a scattered increment per value) on one core is what limits it; 5x needs {:.2} ns/value per step.",
+                np / b,
+                np / 5.0
+            );
+        }
+        notes.push(s);
+    }
+    if targets[1].pass == Some(false) {
+        notes.push(format!("entropy search: {} against >= 100x (see the micro-benchmark table for the candidates each side searches).", targets[1].measured.as_deref().unwrap_or("?")));
+    }
+    if targets[3].pass == Some(false) {
+        for m in r["memory"].as_array().into_iter().flatten() {
+            let (a, b) = (f(&m["ours_small"]["peak_rss_mb"]), f(&m["ours_large"]["peak_rss_mb"]));
+            if let (Some(a), Some(b)) = (a, b) {
+                notes.push(format!(
+                    "peak RSS, {}: {a:.0} MB at {} questions, {b:.0} MB at {} (+{:.0} MB).",
+                    m["method"].as_str().unwrap_or("?"),
+                    r["setup"]["memory_cal_num"],
+                    r["setup"]["cal_num"],
+                    b - a
+                ));
+            }
+        }
+    }
+    for m in r["methods"].as_array().into_iter().flatten() {
+        let worst = &m["ranges"]["worst"];
+        if m["method"] == "entropy" && f(&m["ranges"]["max_rel_diff"]).is_some_and(|d| d > 0.05) {
+            let mut s = format!(
+                "entropy ranges: ours and ORT's differ by up to {} (`{}`: {} vs {}), median {}.",
+                pct(&m["ranges"]["max_rel_diff"]),
+                worst["tensor"].as_str().unwrap_or("?"),
+                num(&worst["ours_amax"], 4),
+                num(&worst["ort_amax"], 4),
+                pct(&m["ranges"]["median_rel_diff"])
+            );
+            if let Some(e) = r["micro"]["entropy"].as_array().and_then(|e| e.iter().find(|e| !e["name"].as_str().unwrap_or("").starts_with("normal"))) {
+                let _ = write!(
+                    s,
+                    " The searches differ even on an identical histogram (`{}`: ours {}, ORT [{}, {}]):",
+                    e["name"].as_str().unwrap_or("?"),
+                    num(&e["ours_threshold"], 4),
+                    num(&e["ort_threshold"][0], 4),
+                    num(&e["ort_threshold"][1], 4)
+                );
+            }
+            s.push_str(
+                " ORT's get_entropy_threshold expands the merged distribution q into an int64 array (each bin's share is truncated to an integer), leaves q at zero on the bins past the last whole group, and slices 2i+1 bins around the zero bin; ours keeps q fractional. Its histograms also differ (ORT: 8001 bins over [-max|x|, max|x|], widened as batches arrive; ours: 8001 bins per side on a power-of-two grid).",
+            );
+            notes.push(s);
+        }
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn options_parse_with_both_spellings_and_reject_unknowns() {
+        let o = Opts::parse(&strings(&["--vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy, minmax", "--no-wait", "--model", "m.onnx"])).unwrap();
+        assert_eq!(o.cal_num, 20);
+        assert_eq!(o.samples, 50);
+        assert_eq!(o.methods, ["entropy", "minmax"]);
+        assert!(!o.wait);
+        assert_eq!(o.model.as_deref(), Some(Path::new("m.onnx")));
+        assert_eq!(o.memory_cal_num, 10);
+        assert!(Opts::parse(&strings(&["--methods", "kl"])).unwrap_err().to_string().contains("unknown method `kl`"));
+        assert!(Opts::parse(&strings(&["--frobnicate"])).unwrap_err().to_string().contains("unknown option"));
+        assert!(Opts::parse(&strings(&["--samples"])).unwrap_err().to_string().contains("needs a value"));
+        assert!(Opts::parse(&strings(&["--cal-num", "x"])).unwrap_err().to_string().contains("whole number"));
+        assert!(Opts::parse(&strings(&["--cal-num", "0"])).is_err());
+    }
+
+    #[test]
+    fn ranges_compare_on_amax_relative_to_ort() {
+        let ours = json!({"a": {"min": -2.0, "max": 1.0}, "b": {"min": 0.0, "max": 4.0}, "c": {"min": -1.0, "max": 1.0}});
+        let ort = json!({"a": [-1.0, 2.0], "b": [0.0, 5.0], "d": [0.0, 1.0]});
+        let c = compare_ranges(&ours, &ort);
+        assert_eq!(c["tensors"], 2);
+        assert_eq!(c["max_rel_diff"], 0.2); // b: |4 - 5| / 5; a has amax 2 on both sides
+        assert_eq!(c["worst"]["tensor"], "b");
+        assert_eq!(c["worst"]["ours_amax"], 4.0);
+        assert_eq!(c["within_1pct"], 1);
+        assert_eq!(c["only_ours"], json!(["c"]));
+        assert_eq!(c["only_ort"], json!(["d"]));
+    }
+
+    #[test]
+    fn qdq_output_lines_parse() {
+        let eval = "\u{1b}[2m2026\u{1b}[0m INFO evaluating...\nq.onnx: EM 66.67 F1 73.14 on 300 questions (0 missing) | 41.20 ms/feature, p50 40.00, p90 45.00, 24.3 features/s on cpu\n";
+        assert_eq!(parse_eval(eval), Some((66.67, 73.14)));
+        assert_eq!(parse_ms_per_feature(eval), Some(41.2));
+        assert_eq!(parse_eval("qdq: error: no model"), None);
+        let cal = "Calibrated 63 tensors on 105 features (100 questions) in 12.5 s; tables in out\n";
+        assert_eq!(parse_calibrate_seconds(cal), Some(12.5));
+        let state = json!({"tensors": {"a": {"count": 10}, "b": {"count": 5}}});
+        assert_eq!(values_observed(&state), 15);
+    }
+
+    #[test]
+    fn quiet_check_recognises_qdq_runs_and_reads_cpu_ticks() {
+        assert!(is_qdq_run(&strings(&["target/release/qdq", "eval", "--model", "m"])));
+        assert!(is_qdq_run(&strings(&["qdq", "calibrate"])));
+        assert!(!is_qdq_run(&strings(&["qdq", "inspect", "m"])));
+        assert!(!is_qdq_run(&strings(&["grep", "qdq eval"])));
+        let stat = "1234 (qdq (x) y) R 1 1234 1234 0 -1 4194304 100 0 0 0 250 17 0 0 20 0 3 0 100 0 0";
+        assert_eq!(cpu_ticks(stat), Some(267));
+        assert_eq!(cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn normal_values_are_deterministic_and_standard() {
+        let a = normal_values(200_001, 1);
+        assert_eq!(a.len(), 200_001);
+        assert_eq!(a, normal_values(200_001, 1));
+        assert_ne!(a[..10], normal_values(10, 2)[..]);
+        let n = a.len() as f64;
+        let mean = a.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let var = a.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n;
+        assert!(mean.abs() < 0.01, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.02, "variance {var}");
+        assert!(a.iter().all(|x| x.is_finite()));
+    }
+
+    fn sample_report() -> Value {
+        json!({
+            "command": "cargo xtask bench --vs-python",
+            "setup": {"model": "m.onnx", "cal_num": 100, "memory_cal_num": 10, "features": 105, "seq_len": 384,
+                      "doc_stride": 128, "samples": 300, "stride": 10, "tensors": 63, "cpus": 2, "micro_repeat": 5,
+                      "versions": {"onnxruntime": "1.31.1"}},
+            "methods": [
+                {"method": "minmax", "ours": {"wall_s": 10.0, "peak_rss_mb": 400.0, "pipeline_s": 8.0, "values_observed": 1e9},
+                 "ort": {"wall_s": 30.0, "peak_rss_mb": 900.0, "phases": {"inference": 20.0, "collect_data": 22.0, "compute_data": 0.5}},
+                 "ranges": {"max_rel_diff": 1e-6, "median_rel_diff": 0.0, "worst": {"tensor": "t1", "ours_amax": 1.0, "ort_amax": 1.0}},
+                 "f1": {"ours": {"em": 60.0, "f1": 72.5}, "ort": {"em": 60.0, "f1": 72.4}}},
+                {"method": "percentile", "ours": {"wall_s": 30.0, "peak_rss_mb": 480.0, "pipeline_s": 27.0, "values_observed": 5e8},
+                 "ort": {"wall_s": 50.0, "peak_rss_mb": 1200.0, "phases": {"inference": 20.0, "collect_data": 45.0, "compute_data": 0.5}},
+                 "ranges": {"max_rel_diff": 0.03, "median_rel_diff": 0.001, "worst": {"tensor": "t2", "ours_amax": 3.5, "ort_amax": 3.4}},
+                 "f1": {"ours": {"em": 61.0, "f1": 73.0}, "ort": {"em": 61.0, "f1": 72.9}}},
+                {"method": "entropy", "ours": {"wall_s": 12.0, "peak_rss_mb": 420.0},
+                 "ort": {"skipped": "not run: slow; --full runs it"}, "ranges": null, "f1": {"ours": {"em": 11.0, "f1": 22.0}}}
+            ],
+            "memory": [
+                {"method": "minmax", "ours_small": {"peak_rss_mb": 380.0}, "ours_large": {"peak_rss_mb": 400.0},
+                 "ort_small": {"peak_rss_mb": 700.0}, "ort_large": {"peak_rss_mb": 900.0}},
+                {"method": "percentile", "ours_small": {"peak_rss_mb": 380.0}, "ours_large": {"peak_rss_mb": 480.0},
+                 "ort_small": {"peak_rss_mb": 800.0}, "ort_large": {"peak_rss_mb": 1200.0}}
+            ],
+            "inference_on_calibration_features": {"ms_per_feature": 200.0, "features": 105},
+            "micro": {"threads": 2,
+                "collection": [
+                    {"array": "normal_1m.npy", "values": 1048576, "bins": 8000, "ours_observe_s": 0.001, "np_histogram_s": 0.012},
+                    {"array": "normal_16m.npy", "values": 16777216, "bins": 8000, "ours_observe_s": 0.1, "ours_observe_1t_s": 0.16,
+                     "ours_minmax_only_s": 0.015, "ours_minmax_only_1t_s": 0.02, "ours_histogram_only_s": 0.08,
+                     "ours_histogram_only_1t_s": 0.12, "np_histogram_s": 0.2, "ort_collect_value_s": 0.25}],
+                "entropy": [
+                    {"name": "normal normal_16m", "bins": 8000, "ours_s": 0.02, "ours_candidates": 2682, "ort_s": 14.0, "ort_candidates": 3874, "ours_threshold": 4.72, "ort_threshold": [-4.74, 4.74]},
+                    {"name": "t3", "bins": 16002, "ours_s": 0.05, "ort_s": 40.0, "ours_threshold": 14.35, "ort_threshold": [-10.7, 10.7]}]},
+        })
+    }
+
+    #[test]
+    fn targets_pick_the_worst_case_and_judge_it() {
+        let t = targets(&sample_report());
+        assert_eq!(t.len(), 4);
+        assert_eq!(t[0].measured.as_deref(), Some("2.00x (worst: normal_16m.npy, 8000 bins)")); // 1m is 12x
+        assert_eq!(t[0].pass, Some(false));
+        assert_eq!(t[1].measured.as_deref(), Some("700.00x (worst: normal normal_16m)"));
+        assert_eq!(t[1].pass, Some(true));
+        assert_eq!(t[2].measured.as_deref(), Some("0.60x (worst: percentile)")); // skipped entropy does not count
+        assert_eq!(t[2].pass, Some(false));
+        assert_eq!(t[3].measured.as_deref(), Some("1.26x (worst: percentile)"));
+        assert_eq!(t[3].pass, Some(false));
+        let empty = targets(&json!({}));
+        assert!(empty.iter().all(|t| t.pass.is_none() && t.measured.is_none()));
+    }
+
+    #[test]
+    fn skipped_ort_runs_get_an_estimate() {
+        let mut r = sample_report();
+        estimate_skipped(&mut r);
+        let ort = &r["methods"][2]["ort"];
+        assert_eq!(ort["estimated_wall_s"], 63.0 * 14.0 + 49.5); // tensors x search + percentile's run without compute
+        assert!(ort["estimate"].as_str().unwrap().starts_with("63 tensors x 14.0 s per threshold search"));
+        assert!(r["methods"][0]["ort"]["estimated_wall_s"].is_null());
+    }
+
+    #[test]
+    fn analysis_explains_each_miss_with_its_numbers() {
+        let notes = analysis(&sample_report());
+        // whole calibration: only percentile is over 0.5x; 200 ms x 105 features = 21 s of inference
+        let wall = notes.iter().find(|n| n.starts_with("whole calibration")).unwrap();
+        assert!(wall.starts_with("whole calibration, percentile: ours 30.0 s vs ORT 50.0 s (0.60x)."), "{wall}");
+        assert!(wall.contains("FP32 inference alone on the same features takes 21.0 s"), "{wall}");
+        assert!(wall.contains("the statistics about 3.0 s (5.00e8 values"), "{wall}"); // at 5.96 ns/value
+        assert!(wall.contains("the remaining 3.0 s is the cost of running the augmented model"), "{wall}");
+        assert!(wall.contains("25.0 s in the rest of collect_data"), "{wall}");
+        assert!(wall.contains("FP32 inference alone is 0.42x of ORT's whole run, so 5.0 s of ours"), "{wall}");
+        assert_eq!(notes.iter().filter(|n| n.starts_with("whole calibration")).count(), 1);
+        // collection: 11.92 ns/value numpy; best case (1.19 + 7.15) / 2 = 4.17 ns -> 2.9x; 5x needs 2.38 ns
+        let hist = notes.iter().find(|n| n.starts_with("histogram collection")).unwrap();
+        for part in ["numpy 11.92 ns/value", "min/max scan is 1.19 and the binning 7.15", "4.17 ns/value, 2.9x numpy", "5x needs 2.38"] {
+            assert!(hist.contains(part), "`{part}` not in {hist}");
+        }
+        let mut r = sample_report();
+        r["methods"][1]["ours"]["values_observed"] = 1.6e9.into();
+        assert!(analysis(&r)[0].contains("together already exceed the pass"));
+        let rss = notes.iter().find(|n| n.starts_with("peak RSS, percentile")).unwrap();
+        assert_eq!(rss, "peak RSS, percentile: 380 MB at 10 questions, 480 MB at 100 (+100 MB).");
+        assert!(!notes.iter().any(|n| n.starts_with("entropy")));
+    }
+
+    #[test]
+    fn entropy_disagreement_is_explained() {
+        let mut r = sample_report();
+        r["methods"][2]["ort"] = json!({"wall_s": 900.0});
+        r["methods"][2]["ranges"] = json!({"max_rel_diff": 4.85, "median_rel_diff": 0.05, "worst": {"tensor": "sm", "ours_amax": 0.1865, "ort_amax": 0.0319}});
+        let notes = analysis(&r);
+        let note = notes.iter().find(|n| n.starts_with("entropy ranges")).unwrap();
+        assert!(note.contains("up to 485.000 % (`sm`: 0.1865 vs 0.0319)"), "{note}");
+        assert!(note.contains("identical histogram (`t3`: ours 14.3500, ORT [-10.7000, 10.7000])"), "{note}");
+        assert!(note.contains("int64"), "{note}");
+    }
+
+    #[test]
+    fn markdown_has_every_section_and_number() {
+        let mut r = sample_report();
+        r["methods"][0]["ort"]["error"] = "ValueError: Too many bins for data range".into();
+        estimate_skipped(&mut r);
+        r["analysis"] = analysis(&r).into();
+        let md = render_markdown(&r);
+        for needle in [
+            "| histogram collection vs numpy np.histogram | >= 5x | 2.00x (worst: normal_16m.npy, 8000 bins) | MISS |",
+            "| entropy search vs ORT get_entropy_threshold | >= 100x | 700.00x (worst: normal normal_16m) | PASS |",
+            "| minmax | 10.0 | 30.0 | 0.33x | 400 | 900 | 0.000 % (`t1`: 1.0000 vs 1.0000) | 0.000 % | 72.50 (EM 60.00) | 72.40 (EM 60.00) |",
+            "| entropy | 12.0 | skipped (≈ 932 est.) | ≈ 0.01x (est.) | 420 | — | — | — | 22.00 (EM 11.00) | — |",
+            "- ORT minmax: `ValueError: Too many bins for data range`",
+            "- ORT entropy: not run: slow; --full runs it. Estimate: 63 tensors x 14.0 s",
+            "| minmax | 380 | 400 | 1.05x | 700 | 900 | 1.29x |",
+            "| percentile | 380 | 480 | 1.26x | 800 | 1200 | 1.50x |",
+            "| normal_16m.npy | 16777216 | 8000 | 100.00 | 160.00 | 15.00 | 80.00 (120.00) | 200.00 | 250.00 | 2.0x |",
+            "| minmax | — | 20.0 | 2.0 | 0.5 |",
+            "| `t3` | 16002 | — | 50.00 | — | 40.00 | 800x | 14.3500 | [-10.7000, 10.7000] |",
+            "## What limits a missed target",
+            "- whole calibration, percentile: ours 30.0 s",
+        ] {
+            assert!(md.contains(needle), "missing `{needle}` in\n{md}");
+        }
+    }
+}
