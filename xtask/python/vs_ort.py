@@ -33,6 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "testdata" / "qdq"))
+sys.dont_write_bytecode = True  # no __pycache__ beside ort_reference.py in the work tree
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
