@@ -184,6 +184,8 @@ struct Run {
     code: Option<i32>,
     /// 1-minute load average just before the start.
     load1: f64,
+    /// CPU seconds other processes used while it ran (a disturbed measurement has a large share).
+    other_cpu_s: f64,
     log: PathBuf,
 }
 
@@ -197,6 +199,7 @@ impl Run {
             "peak_rss_mb": self.peak_rss_mb,
             "exit_code": self.code,
             "load1_before": self.load1,
+            "other_cpu_s": self.other_cpu_s,
             "log": self.log,
         })
     }
@@ -219,6 +222,7 @@ fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<
     let file = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     cmd.current_dir(root()).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
     let load1 = load_average();
+    let before = processes();
     let started = Instant::now();
     let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
     let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
@@ -238,10 +242,11 @@ fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<
         }
     }
     let wall_s = started.elapsed().as_secs_f64();
+    let other_cpu_s = cpu_between(&before, &processes(), std::process::id()).iter().map(|(_, s, _)| s).sum();
     drop(child);
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
     // ru_maxrss is in KiB on Linux.
-    Ok(Run { wall_s, peak_rss_mb: usage.ru_maxrss as f64 / 1024.0, code, load1, log: log.to_path_buf() })
+    Ok(Run { wall_s, peak_rss_mb: usage.ru_maxrss as f64 / 1024.0, code, load1, other_cpu_s, log: log.to_path_buf() })
 }
 
 /// Like [`measure`], but a failure is an error quoting the end of the log.
@@ -276,7 +281,10 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
-fn processes() -> BTreeMap<u32, (u64, Vec<String>)> {
+/// Per process: CPU clock ticks used so far and the command line.
+type Snapshot = BTreeMap<u32, (u64, Vec<String>)>;
+
+fn processes() -> Snapshot {
     let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else { return out };
     for e in dir.flatten() {
@@ -297,22 +305,50 @@ fn processes() -> BTreeMap<u32, (u64, Vec<String>)> {
 /// Other processes that would disturb the timings: `qdq eval|e2e|calibrate` runs, and anything that used more than
 /// half a core over a one-second sample.
 fn disturbers() -> Vec<String> {
-    let me = std::process::id();
     let before = processes();
     std::thread::sleep(Duration::from_secs(1));
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let after = processes();
     let mut out = Vec::new();
-    for (pid, (ticks, argv)) in processes() {
-        if pid == me {
-            continue;
-        }
-        let used = before.get(&pid).map_or(0, |(t, _)| ticks.saturating_sub(*t)) as f64 / hz;
-        if is_qdq_run(&argv) || used > 0.5 {
-            out.push(format!("pid {pid} ({:.0}% cpu): {}", used * 100.0, argv.join(" ").chars().take(160).collect::<String>()));
+    for (pid, used, line) in cpu_between(&before, &after, std::process::id()) {
+        let qdq = after.get(&pid).is_some_and(|(_, argv)| is_qdq_run(argv));
+        if qdq || used > 0.5 {
+            out.push(format!("pid {pid} ({:.0}% cpu): {line}", used * 100.0));
         }
     }
     out
+}
+
+/// CPU seconds each process other than `me` used between two snapshots (a process that started in between counts
+/// whole), with its command line; processes that used nothing are left out.
+fn cpu_between(before: &Snapshot, after: &Snapshot, me: u32) -> Vec<(u32, f64, String)> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    after
+        .iter()
+        .filter(|(pid, _)| **pid != me)
+        .filter_map(|(&pid, (ticks, argv))| {
+            let used = ticks.saturating_sub(before.get(&pid).map_or(0, |(t, _)| *t));
+            (used > 0).then(|| (pid, used as f64 / hz, argv.join(" ").chars().take(160).collect()))
+        })
+        .collect()
+}
+
+/// Timed runs during which other processes used more than a tenth of the wall time in CPU: `log: X CPU-s during
+/// Y s`, found anywhere in the report.
+fn disturbed(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let (Some(wall), Some(other)) = (f(&v["wall_s"]), f(&v["other_cpu_s"]))
+                && other > 0.1 * wall
+            {
+                let log = v["log"].as_str().and_then(|l| Path::new(l).file_stem()?.to_str()).unwrap_or("?");
+                out.push(format!("{log}: other processes used {other:.1} CPU-s during its {wall:.1} s"));
+            }
+            m.values().for_each(|x| disturbed(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| disturbed(x, out)),
+        _ => {}
+    }
 }
 
 /// Waits (polling every 20 s) until [`disturbers`] finds nothing; returns the seconds waited.
@@ -655,6 +691,15 @@ fn render_markdown(r: &Value) -> String {
         let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.goal, t.measured.as_deref().unwrap_or("—"), verdict(t.pass));
     }
 
+    let mut noisy = Vec::new();
+    disturbed(r, &mut noisy);
+    noisy.sort();
+    noisy.dedup();
+    if noisy.is_empty() {
+        let _ = writeln!(md, "\nNo other process used more than a tenth of any timed step's wall time in CPU.");
+    } else {
+        let _ = writeln!(md, "\nDisturbed timings (other processes busy while they ran):\n\n- {}", noisy.join("\n- "));
+    }
     let _ = writeln!(
         md,
         "\n## Calibration, per method ({} questions)\n\n| method | ours wall s | ORT wall s | ours / ORT | ours peak RSS MB | ORT peak RSS MB | ranges: max rel. diff of amax (worst tensor) | median | INT8 F1 ours | INT8 F1 ORT |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
@@ -1443,6 +1488,23 @@ mod tests {
     }
 
     #[test]
+    fn other_processes_cpu_is_counted_and_flagged() {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let snap = |v: &[(u32, u64, &str)]| -> Snapshot { v.iter().map(|&(p, t, c)| (p, (t, strings(&[c])))).collect() };
+        let before = snap(&[(1, 100, "idle"), (2, 0, "busy"), (9, 5, "me")]);
+        let after = snap(&[(1, 100, "idle"), (2, 3 * hz, "busy"), (3, hz / 2, "new"), (9, 500, "me")]);
+        let used = cpu_between(&before, &after, 9);
+        assert_eq!(used, vec![(2, 3.0, "busy".to_owned()), (3, 0.5, "new".to_owned())]);
+
+        let report = json!({"a": {"wall_s": 10.0, "other_cpu_s": 2.5, "log": "/x/logs/ours_calibrate_minmax.log"},
+                            "b": [{"wall_s": 10.0, "other_cpu_s": 0.5, "log": "/x/logs/quiet.log"}]});
+        let mut out = Vec::new();
+        disturbed(&report, &mut out);
+        assert_eq!(out, ["ours_calibrate_minmax: other processes used 2.5 CPU-s during its 10.0 s"]);
+    }
+
+    #[test]
     fn normal_values_are_deterministic_and_standard() {
         let a = normal_values(200_001, 1);
         assert_eq!(a.len(), 200_001);
@@ -1577,6 +1639,7 @@ mod tests {
             "| `t3` | 16002 | — | 50.00 | — | 40.00 | 800x | 14.3500 | [-10.7000, 10.7000] |",
             "## What limits a missed target",
             "- whole calibration, percentile: ours 30.0 s",
+            "No other process used more than a tenth of any timed step's wall time in CPU.",
         ] {
             assert!(md.contains(needle), "missing `{needle}` in\n{md}");
         }
