@@ -56,7 +56,12 @@ fn init_logging(verbose: bool) {
     let default = if verbose { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("QDQ_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},ort=warn")));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
 }
 
 fn run(cli: Cli) -> Result<()> {
