@@ -160,34 +160,41 @@ impl Histogram {
         }
         let t = self.max_abs.max(batch_max_abs);
         self.coarsen_to(width_log2_for(t, self.per_side));
+        if data.len() <= PAR_CHUNK {
+            let fresh = Histogram::new(self.signed, self.per_side);
+            let mut filler = Filler::new(std::mem::replace(self, fresh));
+            filler.add(data, batch_max_abs, finite);
+            *self = filler.finish();
+            return;
+        }
+        // Every chunk is binned on the grid `self` already has (its own max is at most `t`), so the partial
+        // counts add without coarsening.
+        let template = Histogram {
+            counts: vec![0; self.counts.len()],
+            total: 0,
+            max_abs: 0.0,
+            ..self.clone()
+        };
+        let partial = data
+            .par_chunks(PAR_CHUNK)
+            .fold(
+                || Filler::new(template.clone()),
+                |mut f, chunk| {
+                    f.add_on_grid(chunk);
+                    f
+                },
+            )
+            .map(Filler::finish)
+            .reduce(
+                || template.clone(),
+                |mut a, b| {
+                    add_into(&mut a.counts, &b.counts);
+                    a
+                },
+            );
+        add_into(&mut self.counts, &partial.counts);
         self.max_abs = t;
         self.total += finite;
-        let e = self.width_log2.unwrap_or(MIN_WIDTH_LOG2);
-        let inv_w = 2f64.powi(-e);
-        let offset = if self.signed { self.per_side as i64 } else { 0 };
-        let signed = self.signed;
-        if data.len() <= PAR_CHUNK {
-            accumulate(&mut self.counts, data, inv_w, offset, signed);
-        } else {
-            let len = self.counts.len();
-            let partial = data
-                .par_chunks(PAR_CHUNK)
-                .fold(
-                    || vec![0u64; len],
-                    |mut acc, chunk| {
-                        accumulate(&mut acc, chunk, inv_w, offset, signed);
-                        acc
-                    },
-                )
-                .reduce(
-                    || vec![0u64; len],
-                    |mut a, b| {
-                        add_into(&mut a, &b);
-                        a
-                    },
-                );
-            add_into(&mut self.counts, &partial);
-        }
     }
 
     /// Add `other`'s counts; exact (see module docs). Both must have the same kind and `per_side`
@@ -216,72 +223,224 @@ fn add_into(a: &mut [u64], b: &[u64]) {
     }
 }
 
-/// Hot loop: bin index by multiplying with the exact power-of-two `1 / w` in `f32` (exact while the product is
-/// normal; a negative value whose product underflows to -0 still lands in bin -1), floor without a libm call,
-/// four interleaved sub-histograms to break store-to-load chains on repeated bins.
-fn accumulate(counts: &mut [u64], data: &[f32], inv_w: f64, offset: i64, signed: bool) {
-    let len = counts.len();
-    let inv = inv_w as f32;
-    // 1/w may not be representable in f32 (widths outside 2^-126..2^127): fall back to exact f64.
-    let f32_exact = inv.is_normal() && f64::from(inv) == inv_w;
-    let off = offset as i32;
-    let dropped = 4 * len; // index past every sub-histogram, even after adding a lane offset
-    let mut sub = vec![0u32; 4 * len];
-    let bin_f32 = |x: f32| -> usize {
+/// Sub-histogram lanes of a [`Filler`]: consecutive values go to different lanes, which breaks the
+/// store-to-load chains of values that repeat a bin (common in activations: zeros after ReLU-like ops, saturated
+/// softmax).
+const LANES: usize = 4;
+/// Values binned between two flushes of the `u32` lanes into the `u64` counts, so a lane cannot overflow.
+const FLUSH_EVERY: u64 = 1 << 31;
+
+/// Fills one [`Histogram`] from one thread, block after block: bin indices are computed for a block at a time
+/// (a loop the compiler vectorises) and scattered into `LANES` interleaved `u32` sub-histograms, which are
+/// flushed into the histogram's counts before its grid changes, every [`FLUSH_EVERY`] values and at the end.
+/// Each lane has one extra slot at its end that collects non-finite and out-of-grid values and is discarded.
+pub(crate) struct Filler {
+    hist: Histogram,
+    sub: Vec<u32>,
+    pending: u64,
+    idx: Vec<u32>,
+}
+
+impl Filler {
+    /// Starts from `hist` (its counts are kept and added to).
+    pub(crate) fn new(hist: Histogram) -> Self {
+        Filler {
+            hist,
+            sub: Vec::new(),
+            pending: 0,
+            idx: Vec::new(),
+        }
+    }
+
+    /// Counts the finite values of `block`, whose largest finite `|x|` is `block_max_abs` and which has `finite`
+    /// finite values; coarsens the grid first if the block reaches past it.
+    pub(crate) fn add(&mut self, block: &[f32], block_max_abs: f32, finite: u64) {
+        if finite == 0 {
+            return;
+        }
+        let t = self.hist.max_abs.max(block_max_abs);
+        let e = width_log2_for(t, self.hist.per_side);
+        if self.hist.width_log2 != Some(e) {
+            self.flush();
+            self.hist.coarsen_to(e);
+        }
+        self.hist.max_abs = t;
+        self.hist.total += finite;
+        self.add_on_grid(block);
+    }
+
+    /// Bins `block` on the current grid without touching `max_abs` or `total` (the caller accounts for them).
+    fn add_on_grid(&mut self, block: &[f32]) {
+        let Some(e) = self.hist.width_log2 else {
+            return;
+        };
+        let len = self.hist.counts.len();
+        if self.sub.len() != LANES * (len + 1) {
+            self.sub = vec![0; LANES * (len + 1)];
+        }
+        let grid = Grid::new(
+            e,
+            if self.hist.signed {
+                self.hist.per_side
+            } else {
+                0
+            },
+            self.hist.signed,
+            len,
+        );
+        for piece in block.chunks(BLOCK) {
+            if self.pending + piece.len() as u64 > FLUSH_EVERY {
+                self.flush();
+            }
+            self.pending += piece.len() as u64;
+            self.idx.resize(piece.len(), 0);
+            grid.indices(piece, &mut self.idx);
+            let stride = len + 1;
+            let mut lanes = self.sub.chunks_exact_mut(stride);
+            let (Some(l0), Some(l1), Some(l2), Some(l3)) =
+                (lanes.next(), lanes.next(), lanes.next(), lanes.next())
+            else {
+                return;
+            };
+            let mut quads = self.idx.chunks_exact(LANES);
+            for q in &mut quads {
+                // Every index is at most `len` (the discard slot), so none of these can miss.
+                if let Some(c) = l0.get_mut(q[0] as usize) {
+                    *c += 1;
+                }
+                if let Some(c) = l1.get_mut(q[1] as usize) {
+                    *c += 1;
+                }
+                if let Some(c) = l2.get_mut(q[2] as usize) {
+                    *c += 1;
+                }
+                if let Some(c) = l3.get_mut(q[3] as usize) {
+                    *c += 1;
+                }
+            }
+            for &i in quads.remainder() {
+                if let Some(c) = l0.get_mut(i as usize) {
+                    *c += 1;
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        let stride = self.hist.counts.len() + 1;
+        for lane in self.sub.chunks_exact_mut(stride) {
+            for (c, s) in self.hist.counts.iter_mut().zip(lane.iter()) {
+                *c += u64::from(*s);
+            }
+            lane.fill(0);
+        }
+        self.pending = 0;
+    }
+
+    /// The histogram with everything added.
+    pub(crate) fn finish(mut self) -> Histogram {
+        self.flush();
+        self.hist
+    }
+}
+
+/// Values per block of index computation: the indices of a block stay in L1 for the scatter.
+const BLOCK: usize = 2048;
+
+/// The bin-index function of one grid.
+struct Grid {
+    inv: f32,
+    inv_w: f64,
+    /// `1 / w` is exact in `f32` (widths inside `2^-126..2^127`); otherwise indices are computed in `f64`.
+    f32_exact: bool,
+    offset: i64,
+    signed: bool,
+    len: usize,
+    /// The CPU has AVX2 (and so SSE4.1's vector floor): the `f32` indices take the vectorised path.
+    avx2: bool,
+}
+
+impl Grid {
+    fn new(width_log2: i32, offset: usize, signed: bool, len: usize) -> Self {
+        let inv_w = 2f64.powi(-width_log2);
+        let inv = inv_w as f32;
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
+        Grid {
+            inv,
+            inv_w,
+            f32_exact: inv.is_normal() && f64::from(inv) == inv_w,
+            offset: offset as i64,
+            signed,
+            len,
+            avx2,
+        }
+    }
+
+    /// `out[j]` = index of `data[j]`'s bin, or `len` (the discard slot) for a non-finite or out-of-grid value.
+    /// The bin is `floor(x / w)`, computed by multiplying with the exact power of two `1 / w` (exact while the
+    /// product is normal; a negative value whose product underflows to -0 still lands in bin -1).
+    fn indices(&self, data: &[f32], out: &mut [u32]) {
+        let len = self.len as u32;
+        let (inv, off, signed) = (self.inv, self.offset as i32, self.signed);
+        if self.f32_exact {
+            #[cfg(target_arch = "x86_64")]
+            if self.avx2 {
+                // SAFETY: the CPU supports AVX2, checked at run time in `Grid::new`.
+                unsafe { indices_avx2(inv, off, signed, len, data, out) };
+                return;
+            }
+            for (o, &x) in out.iter_mut().zip(data) {
+                let v = if signed { x } else { x.abs() };
+                let y = v * inv;
+                // floor without a libm call (baseline x86-64 has no vector floor)
+                let mut k = y as i32;
+                k = k.wrapping_sub(i32::from(((k as f32) > y) | ((y == 0.0) & (v < 0.0))));
+                let i = k.wrapping_add(off) as u32;
+                *o = if x.is_finite() & (i < len) { i } else { len };
+            }
+        } else {
+            let (inv_w, offset) = (self.inv_w, self.offset);
+            for (o, &x) in out.iter_mut().zip(data) {
+                let v = if signed {
+                    f64::from(x)
+                } else {
+                    f64::from(x).abs()
+                };
+                let y = v * inv_w;
+                let mut k = y as i64;
+                k = k.wrapping_sub(i64::from((k as f64) > y));
+                *o = match u32::try_from(k.wrapping_add(offset)) {
+                    Ok(i) if x.is_finite() && i < len => i,
+                    _ => len,
+                };
+            }
+        }
+    }
+}
+
+/// [`Grid::indices`] for an exact `f32` inverse width, compiled for AVX2: a vector floor, and a float-to-int
+/// conversion without saturation fix-ups (the value is clamped first).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn indices_avx2(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out: &mut [u32]) {
+    for (o, &x) in out.iter_mut().zip(data) {
         let v = if signed { x } else { x.abs() };
         let y = v * inv;
-        let mut k = y as i32;
-        k = k.wrapping_sub(i32::from(((k as f32) > y) | ((y == 0.0) & (v < 0.0))));
-        let i = k.wrapping_add(off) as u32 as usize;
-        if x.is_finite() & (i < len) {
-            i
-        } else {
-            dropped
-        }
-    };
-    let bin_f64 = |x: f32| -> usize {
-        let v = if signed {
-            f64::from(x)
-        } else {
-            f64::from(x).abs()
-        };
-        let y = v * inv_w;
-        let mut k = y as i64;
-        k = k.wrapping_sub(i64::from((k as f64) > y));
-        match usize::try_from(k.wrapping_add(offset)) {
-            Ok(i) if x.is_finite() && i < len => i,
-            _ => dropped,
-        }
-    };
-    // u32 sub-counts are flushed every 2^30 values so they cannot overflow. Indices are computed for 256
-    // values at a time (a loop the compiler vectorises), then scattered into four sub-histograms.
-    let mut idx = [0usize; 256];
-    for block in data.chunks(1 << 30) {
-        for piece in block.chunks(256) {
-            let idx = &mut idx[..piece.len()];
-            if f32_exact {
-                idx.iter_mut()
-                    .zip(piece)
-                    .for_each(|(o, &x)| *o = bin_f32(x));
-            } else {
-                idx.iter_mut()
-                    .zip(piece)
-                    .for_each(|(o, &x)| *o = bin_f64(x));
-            }
-            for (j, &i) in idx.iter().enumerate() {
-                if let Some(s) = sub.get_mut((j & 3) * len + i) {
-                    *s += 1;
-                }
-            }
-        }
-        for (i, c) in counts.iter_mut().enumerate() {
-            for lane in 0..4 {
-                if let Some(s) = sub.get_mut(lane * len + i) {
-                    *c += u64::from(*s);
-                    *s = 0;
-                }
-            }
-        }
+        let f = y.floor() - f32::from(u8::from((y == 0.0) & (v < 0.0)));
+        // `max` returns the non-NaN operand, so `c` is finite and within +-2e9 whatever `x` was (`clamp` would
+        // pass a NaN through).
+        #[allow(clippy::manual_clamp)]
+        let c = f.max(-2e9).min(2e9);
+        // SAFETY: `c` is finite and inside the range of i32 (see above).
+        let k = unsafe { c.to_int_unchecked::<i32>() };
+        let i = k.wrapping_add(off) as u32;
+        *o = if x.is_finite() & (i < len) { i } else { len };
     }
 }
 
@@ -320,6 +479,69 @@ mod tests {
         h.observe(&[-f32::from_bits(1), -1e-30, 0.0, 3.0], 3.0, 4);
         assert_eq!(h.width(), Some(2.0));
         assert_eq!(h.counts(), &[0, 2, 1, 1]);
+    }
+
+    #[test]
+    fn vectorised_and_portable_indices_agree() {
+        // Bin edges, values just inside and outside them, signed zeros, subnormals, non-finite values and values
+        // past the grid, on a signed and an absolute grid; the AVX2 path runs only where the CPU has it.
+        let mut data = vec![
+            0.0f32,
+            -0.0,
+            f32::from_bits(1),
+            -f32::from_bits(1),
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+        ];
+        for k in -40i32..40 {
+            let edge = k as f32 * 0.125;
+            data.extend([
+                edge,
+                f32::from_bits(edge.to_bits() + 1),
+                f32::from_bits(edge.to_bits().wrapping_sub(1)),
+                edge + 0.06,
+            ]);
+        }
+        for signed in [true, false] {
+            for e in [-3, 0, 5, -130] {
+                let len = if signed { 64 } else { 32 };
+                let mut portable = Grid::new(e, if signed { 32 } else { 0 }, signed, len);
+                portable.avx2 = false;
+                let vector = Grid {
+                    avx2: true,
+                    ..Grid::new(e, if signed { 32 } else { 0 }, signed, len)
+                };
+                let (mut a, mut b) = (vec![0u32; data.len()], vec![0u32; data.len()]);
+                portable.indices(&data, &mut a);
+                // Expected from the definition, in f64: floor(x / w) + offset, or the discard slot.
+                let want: Vec<u32> = data
+                    .iter()
+                    .map(|&x| {
+                        let v = if signed {
+                            f64::from(x)
+                        } else {
+                            f64::from(x).abs()
+                        };
+                        let k = (v / 2f64.powi(e)).floor() + if signed { 32.0 } else { 0.0 };
+                        if x.is_finite() && k >= 0.0 && k < len as f64 {
+                            k as u32
+                        } else {
+                            len as u32
+                        }
+                    })
+                    .collect();
+                assert_eq!(a, want, "portable, signed {signed}, width 2^{e}");
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    vector.indices(&data, &mut b);
+                    assert_eq!(b, want, "avx2, signed {signed}, width 2^{e}");
+                }
+                let _ = (&vector, &mut b);
+            }
+        }
     }
 
     #[test]

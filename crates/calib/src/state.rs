@@ -4,7 +4,7 @@ use std::path::Path;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::hist::Histogram;
+use crate::hist::{Filler, Histogram};
 use crate::{Error, Method, Range, Result};
 
 /// What to collect per tensor. Min/max is always collected (it is cheap).
@@ -132,22 +132,43 @@ struct Scan {
     non_finite: NonFiniteCounts,
 }
 
-fn scan(data: &[f32]) -> Scan {
-    // Fast path: 8 lanes of min/max (NaN compares false and is skipped) plus a count of non-finite values,
-    // which the compiler vectorises. Only if something was non-finite, a careful second pass.
-    let (mut mn, mut mx, mut bad) = ([f32::INFINITY; 8], [f32::NEG_INFINITY; 8], [0u32; 8]);
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        for l in 0..8 {
+/// Min, max (NaN ignored) and number of non-finite values of the whole 16-value chunks of `data`.
+#[inline(always)]
+fn scan_lanes(data: &[f32]) -> (f32, f32, u64) {
+    let (mut mn, mut mx, mut bad) = ([f32::INFINITY; 16], [f32::NEG_INFINITY; 16], [0u32; 16]);
+    for c in data.chunks_exact(16) {
+        for l in 0..16 {
             let x = c[l];
-            mn[l] = if x < mn[l] { x } else { mn[l] };
-            mx[l] = if x > mx[l] { x } else { mx[l] };
-            bad[l] += u32::from(!x.is_finite());
+            mn[l] = mn[l].min(x);
+            mx[l] = mx[l].max(x);
+            bad[l] += u32::from((x.to_bits() & 0x7f80_0000) == 0x7f80_0000);
         }
     }
-    let mut min = mn.iter().copied().fold(f32::INFINITY, f32::min);
-    let mut max = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut non_finite = bad.iter().map(|&b| u64::from(b)).sum::<u64>();
+    let min = mn.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (min, max, bad.iter().map(|&b| u64::from(b)).sum())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn scan_lanes_avx2(data: &[f32]) -> (f32, f32, u64) {
+    scan_lanes(data)
+}
+
+fn scan(data: &[f32]) -> Scan {
+    // Fast path: 16 lanes of min/max (`f32::min` ignores NaN) plus a count of non-finite values (exponent bits
+    // all ones), which the compiler vectorises (for AVX2 too when the CPU has it). Only if something was
+    // non-finite, a careful second pass. (u32 lane counts: blocks are far below 2^32 values per lane.)
+    #[cfg(target_arch = "x86_64")]
+    let (mut min, mut max, mut non_finite) = if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { scan_lanes_avx2(data) }
+    } else {
+        scan_lanes(data)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let (mut min, mut max, mut non_finite) = scan_lanes(data);
+    let chunks = data.chunks_exact(16);
     for &x in chunks.remainder() {
         min = if x < min { x } else { min };
         max = if x > max { x } else { max };
@@ -182,6 +203,105 @@ fn scan(data: &[f32]) -> Scan {
         finite,
         non_finite: nf,
     }
+}
+
+impl Scan {
+    fn empty() -> Self {
+        Scan {
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            finite: 0,
+            non_finite: NonFiniteCounts::default(),
+        }
+    }
+
+    fn join(mut self, b: Scan) -> Scan {
+        self.min = self.min.min(b.min);
+        self.max = self.max.max(b.max);
+        self.finite += b.finite;
+        self.non_finite.nan += b.non_finite.nan;
+        self.non_finite.pos_inf += b.non_finite.pos_inf;
+        self.non_finite.neg_inf += b.non_finite.neg_inf;
+        self
+    }
+}
+
+/// Values per parallel task of [`collect`].
+const PAR_CHUNK: usize = 1 << 18;
+/// Values per block of [`collect`]'s fused loop: scanned, then binned while still in L1.
+const FUSED_BLOCK: usize = 4096;
+
+/// One batch's scan and partial histograms (of the same kinds and sizes as the tensor's).
+struct Collected {
+    scan: Scan,
+    signed: Option<Filler>,
+    abs: Option<Filler>,
+}
+
+impl Collected {
+    fn new(signed: Option<(bool, usize)>, abs: Option<(bool, usize)>) -> Self {
+        let filler = |k: Option<(bool, usize)>| k.map(|(s, n)| Filler::new(Histogram::new(s, n)));
+        Collected {
+            scan: Scan::empty(),
+            signed: filler(signed),
+            abs: filler(abs),
+        }
+    }
+
+    /// Scans `data` block by block, binning each block right after its scan, so the data is read from memory
+    /// once. Each partial histogram's grid follows its own running max; merging partials (and the tensor's
+    /// histogram) is exact, so the result does not depend on how the batch was cut.
+    fn add(mut self, data: &[f32]) -> Self {
+        for block in data.chunks(FUSED_BLOCK) {
+            let b = scan(block);
+            let max_abs = if b.finite > 0 {
+                b.min.abs().max(b.max.abs())
+            } else {
+                0.0
+            };
+            for f in [self.signed.as_mut(), self.abs.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                f.add(block, max_abs, b.finite);
+            }
+            self.scan = self.scan.join(b);
+        }
+        self
+    }
+}
+
+/// Scan of `data` and its signed / absolute histograms (the kinds and sizes given), in parallel chunks when
+/// `data` is large.
+fn collect(
+    data: &[f32],
+    signed: Option<(bool, usize)>,
+    abs: Option<(bool, usize)>,
+) -> (Scan, Option<Histogram>, Option<Histogram>) {
+    let finish = |c: Collected| {
+        (
+            c.scan,
+            c.signed.map(Filler::finish),
+            c.abs.map(Filler::finish),
+        )
+    };
+    if data.len() <= PAR_CHUNK {
+        return finish(Collected::new(signed, abs).add(data));
+    }
+    let join_hist = |a: Option<Histogram>, b: Option<Histogram>| match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.merge(&b);
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    };
+    data.par_chunks(PAR_CHUNK)
+        .fold(|| Collected::new(signed, abs), Collected::add)
+        .map(finish)
+        .reduce(
+            || (Scan::empty(), None, None),
+            |a, b| (a.0.join(b.0), join_hist(a.1, b.1), join_hist(a.2, b.2)),
+        )
 }
 
 fn union(a: Option<Range>, b: Option<Range>) -> Option<Range> {
@@ -290,7 +410,8 @@ impl CalibState {
     }
 
     fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
-        let s = scan(data);
+        let kind = |h: &Option<Histogram>| h.as_ref().map(|h| (h.is_signed(), h.per_side()));
+        let (s, signed, abs) = collect(data, kind(&t.signed), kind(&t.abs));
         t.non_finite.nan += s.non_finite.nan;
         t.non_finite.pos_inf += s.non_finite.pos_inf;
         t.non_finite.neg_inf += s.non_finite.neg_inf;
@@ -331,12 +452,12 @@ impl CalibState {
                 },
             });
         }
-        let max_abs = s.min.abs().max(s.max.abs());
-        if let Some(h) = t.signed.as_mut() {
-            h.observe(data, max_abs, s.finite);
-        }
-        if let Some(h) = t.abs.as_mut() {
-            h.observe(data, max_abs, s.finite);
+        // Same kinds and sizes, so the merges cannot be refused.
+        for (h, part) in [(t.signed.as_mut(), signed), (t.abs.as_mut(), abs)] {
+            if let (Some(h), Some(part)) = (h, part) {
+                let merged = h.merge(&part);
+                debug_assert!(merged);
+            }
         }
     }
 

@@ -147,3 +147,67 @@ fn large_parallel_batch_equals_small_batches() {
         300_000
     );
 }
+
+/// Counts of the signed (`x`) and absolute (`|x|`) histograms computed directly from their definition:
+/// bin `floor(x / w)` with `w = 2^width_log2_for(max|x|)`, non-finite values left out.
+fn naive_counts(data: &[f32], per_side: usize, signed: bool) -> Vec<u64> {
+    let finite: Vec<f64> = data
+        .iter()
+        .filter(|x| x.is_finite())
+        .map(|&x| f64::from(x))
+        .collect();
+    let t = finite.iter().fold(0f64, |a, x| a.max(x.abs())) as f32;
+    let w = 2f64.powi(hist::width_log2_for(t, per_side));
+    let (len, offset) = if signed {
+        (2 * per_side, per_side as i64)
+    } else {
+        (per_side, 0)
+    };
+    let mut counts = vec![0u64; len];
+    for x in finite {
+        let v = if signed { x } else { x.abs() };
+        counts[((v / w).floor() as i64 + offset) as usize] += 1;
+    }
+    counts
+}
+
+#[test]
+fn one_large_batch_matches_the_histogram_definition() {
+    // More than two parallel chunks (2^18 values each), magnitudes growing along the batch so every chunk
+    // starts on a finer grid than the final one, plus non-finite values and exact zeros scattered through it.
+    let mut data = common::normal(700_000, -0.25, 1.0, 5);
+    for (i, x) in data.iter_mut().enumerate() {
+        *x *= 1.0 + (i as f32 / 700_000.0) * 40.0;
+        match i % 9973 {
+            0 => *x = f32::NAN,
+            1 => *x = f32::INFINITY,
+            2 => *x = f32::NEG_INFINITY,
+            3 => *x = 0.0,
+            _ => {}
+        }
+    }
+    let opts = CollectOptions {
+        signed_histogram: true,
+        abs_histogram: true,
+        num_bins: 1000,
+        ..Default::default()
+    };
+    let mut s = CalibState::new(opts);
+    s.observe("t", &data, &[data.len()]).unwrap();
+    let t = s.tensor("t").unwrap();
+    let (signed, abs) = (t.signed.as_ref().unwrap(), t.abs.as_ref().unwrap());
+    assert_eq!(signed.counts(), naive_counts(&data, 1000, true).as_slice());
+    assert_eq!(abs.counts(), naive_counts(&data, 2000, false).as_slice());
+    let finite = data.iter().filter(|x| x.is_finite()).count() as u64;
+    assert_eq!(
+        (signed.total(), abs.total(), t.count),
+        (finite, finite, finite)
+    );
+    let nf = s.non_finite()["t"];
+    assert_eq!((nf.nan, nf.pos_inf, nf.neg_inf), (71, 71, 71));
+    let max_abs = data
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0f32, |a, x| a.max(x.abs()));
+    assert_eq!(signed.max_abs(), max_abs);
+}
