@@ -151,10 +151,10 @@ pub fn download(args: &DownloadArgs) -> Result<PathBuf> {
              assets) or set {MIRROR_ENV}; or use --assets distilbert with internet"
         );
     }
-    if let Some(m) = &args.mirror {
-        if !m.is_dir() {
-            bail!("mirror directory {} does not exist", m.display());
-        }
+    if let Some(m) = &args.mirror
+        && !m.is_dir()
+    {
+        bail!("mirror directory {} does not exist", m.display());
     }
     for asset in MANIFEST.iter().filter(|a| a.set == set || a.set == "squad") {
         fetch(asset, args.mirror.as_deref(), &dest)?;
@@ -204,10 +204,10 @@ fn fetch(asset: &Asset, mirror: Option<&Path>, dest: &Path) -> Result<()> {
 
 fn verify(asset: &Asset, file: &Path) -> Result<()> {
     let len = std::fs::metadata(file).with_context(|| format!("cannot stat {}", file.display()))?.len();
-    if let Some(size) = asset.size {
-        if len != size {
-            bail!("{}: {} bytes, expected {size}", file.display(), len);
-        }
+    if let Some(size) = asset.size
+        && len != size
+    {
+        bail!("{}: {} bytes, expected {size}", file.display(), len);
     }
     let digest = sha256_file(file)?;
     match asset.sha256 {

@@ -36,7 +36,7 @@ const MICRO_BINS_PER_SIDE: [usize; 2] = [4000, 1024];
 
 pub const USAGE: &str = "  bench --vs-python [--model F] [--vocab F] [--dataset F] [--calibration-data F] [--out DIR]
         [--cal-num N] [--memory-cal-num N] [--samples K] [--methods LIST] [--seq-len N] [--doc-stride N]
-        [--stride N] [--micro-repeat R] [--full] [--no-wait] [--mirror DIR] [--assets minilm|distilbert] [--render]
+        [--stride N] [--micro-repeat R] [--quick] [--no-wait] [--mirror DIR] [--assets minilm|distilbert] [--render]
                             Our calibration against ONNX Runtime's Python tools (onnxruntime==1.31.1, onnx, numpy
                             in a .venv-bench/ venv, installed with pip) on the same model and byte-identical
                             features: per method (minmax, percentile 99.999 / 2048 bins, entropy 8001 / 255 bins)
@@ -47,9 +47,10 @@ pub const USAGE: &str = "  bench --vs-python [--model F] [--vocab F] [--dataset 
                             in .assets/ (fetched from --mirror if missing), sequence length 384 (stride 128),
                             features padded to it, ORT fed 10 questions per collect_data call as in its TensorRT
                             BERT example (--stride). Before each timed step, waits until no other `qdq
-                            eval|e2e|calibrate` or busy process runs (--no-wait skips). ORT's entropy calibration
-                            (~15 min: ~14 s of threshold search per tensor) runs only with --full; the default
-                            run takes ~10 min. Writes out/bench/vs_python.{json,md}; work files in
+                            eval|e2e|calibrate` or busy process runs (--no-wait skips). The whole run takes
+                            ~16 min on 2 cores, 6 of them in ORT's entropy threshold search (~4 s per tensor);
+                            --quick skips ORT's entropy calibration and reports an estimate of its time instead
+                            (~10 min). Writes out/bench/vs_python.{json,md}; work files in
                             out/bench/vs_python/. --render only rewrites the markdown from the JSON.
 ";
 
@@ -71,8 +72,8 @@ pub struct Opts {
     pub stride: usize,
     pub micro_repeat: usize,
     pub wait: bool,
-    /// Also run ORT's entropy calibration (its threshold search alone takes ~15 minutes on 2 cores).
-    pub full: bool,
+    /// Skip ORT's entropy calibration (its threshold search alone takes ~6 minutes on 2 cores); report an estimate.
+    pub quick: bool,
     /// Only rewrite vs_python.md (and the targets and notes of vs_python.json) from an existing vs_python.json.
     pub render: bool,
 }
@@ -94,7 +95,7 @@ impl Default for Opts {
             stride: 10,
             micro_repeat: 5,
             wait: true,
-            full: false,
+            quick: false,
             render: false,
         }
     }
@@ -113,9 +114,9 @@ impl Opts {
             if key == "--vs-python" {
                 continue;
             }
-            if matches!(key, "--no-wait" | "--full" | "--render") {
+            if matches!(key, "--no-wait" | "--quick" | "--render") {
                 o.wait &= key != "--no-wait";
-                o.full |= key == "--full";
+                o.quick |= key == "--quick";
                 o.render |= key == "--render";
                 continue;
             }
@@ -1026,9 +1027,9 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
         ours_v["pipeline_s"] = parse_calibrate_seconds(&ours.log_text()).into();
         ours_v["values_observed"] = read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
         let ort_json = cx.work.join(format!("ort_{method}.json"));
-        let (ort_v, ort_result) = if method == "entropy" && !o.full {
-            eprintln!("xtask: [{method}] ORT skipped (its threshold search takes ~15 minutes; --full runs it)");
-            (json!({"skipped": "not run: ORT's entropy threshold search takes ~14 s per tensor here; --full runs it"}), Value::Null)
+        let (ort_v, ort_result) = if method == "entropy" && o.quick {
+            eprintln!("xtask: [{method}] ORT skipped (--quick; its threshold search takes ~4 s per tensor)");
+            (json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~4 s per tensor here"}), Value::Null)
         } else {
             eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
             let (ort, ort_result) = cx.ort_calibrate(&ort_flags, o.cal_num, &dir.join("calibration.json"), &ort_json, &format!("ort_calibrate_{method}"))?;
@@ -1471,8 +1472,8 @@ mod tests {
 
     #[test]
     fn options_parse_with_both_spellings_and_reject_unknowns() {
-        let o = Opts::parse(&strings(&["--vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy, minmax", "--no-wait", "--model", "m.onnx", "--full"])).unwrap();
-        assert!(o.full && !o.render);
+        let o = Opts::parse(&strings(&["--vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy, minmax", "--no-wait", "--model", "m.onnx", "--quick"])).unwrap();
+        assert!(o.quick && !o.render);
         assert_eq!(o.cal_num, 20);
         assert_eq!(o.samples, 50);
         assert_eq!(o.methods, ["entropy", "minmax"]);
@@ -1570,7 +1571,7 @@ mod tests {
                  "ranges": {"max_rel_diff": 0.03, "median_rel_diff": 0.001, "worst": {"tensor": "t2", "ours_amax": 3.5, "ort_amax": 3.4}},
                  "f1": {"ours": {"em": 61.0, "f1": 73.0}, "ort": {"em": 61.0, "f1": 72.9}}},
                 {"method": "entropy", "ours": {"wall_s": 12.0, "peak_rss_mb": 420.0},
-                 "ort": {"skipped": "not run: slow; --full runs it"}, "ranges": null, "f1": {"ours": {"em": 11.0, "f1": 22.0}}}
+                 "ort": {"skipped": "not run (--quick): slow"}, "ranges": null, "f1": {"ours": {"em": 11.0, "f1": 22.0}}}
             ],
             "memory": [
                 {"method": "minmax", "ours_small": {"peak_rss_mb": 380.0}, "ours_large": {"peak_rss_mb": 400.0},
@@ -1676,7 +1677,7 @@ mod tests {
             "| minmax | 10.0 | 30.0 | 0.33x | 400 | 900 | 0.000 % (`t1`: 1.0000 vs 1.0000) | 0.000 % | 72.50 (EM 60.00) | 72.40 (EM 60.00) |",
             "| entropy | 12.0 | skipped (≈ 932 est.) | ≈ 0.01x (est.) | 420 | — | — | — | 22.00 (EM 11.00) | — |",
             "- ORT minmax: `ValueError: Too many bins for data range`",
-            "- ORT entropy: not run: slow; --full runs it. Estimate: 63 tensors x 14.0 s",
+            "- ORT entropy: not run (--quick): slow. Estimate: 63 tensors x 14.0 s",
             "| minmax | 380 | 400 | 1.05x | 700 | 900 | 1.29x |",
             "| percentile | 380 | 480 | 1.26x | 800 | 1200 | 1.50x |",
             "| normal_16m.npy | 16777216 | 8000 | 100.00 | 160.00 | 15.00 | 80.00 (120.00) | 200.00 | 250.00 | 2.0x |",
