@@ -48,9 +48,9 @@ pub const USAGE: &str = "  bench --vs-python [--model F] [--vocab F] [--dataset 
                             features padded to it, ORT fed 10 questions per collect_data call as in its TensorRT
                             BERT example (--stride). Before each timed step, waits until no other `qdq
                             eval|e2e|calibrate` or busy process runs (--no-wait skips). The whole run takes
-                            ~16 min on 2 cores, 6 of them in ORT's entropy threshold search (~4 s per tensor);
-                            --quick skips ORT's entropy calibration and reports an estimate of its time instead
-                            (~10 min). Writes out/bench/vs_python.{json,md}; work files in
+                            ~10 min on 2 cores once built, 5 of them in ORT's entropy threshold search (~5 s per
+                            tensor); --quick skips ORT's entropy calibration and reports an estimate of its time
+                            instead. Writes out/bench/vs_python.{json,md}; work files in
                             out/bench/vs_python/. --render only rewrites the markdown from the JSON.
 ";
 
@@ -72,7 +72,7 @@ pub struct Opts {
     pub stride: usize,
     pub micro_repeat: usize,
     pub wait: bool,
-    /// Skip ORT's entropy calibration (its threshold search alone takes ~6 minutes on 2 cores); report an estimate.
+    /// Skip ORT's entropy calibration (its threshold search alone takes ~5 minutes on 2 cores); report an estimate.
     pub quick: bool,
     /// Only rewrite vs_python.md (and the targets and notes of vs_python.json) from an existing vs_python.json.
     pub render: bool,
@@ -1028,8 +1028,8 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
         ours_v["values_observed"] = read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
         let ort_json = cx.work.join(format!("ort_{method}.json"));
         let (ort_v, ort_result) = if method == "entropy" && o.quick {
-            eprintln!("xtask: [{method}] ORT skipped (--quick; its threshold search takes ~4 s per tensor)");
-            (json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~4 s per tensor here"}), Value::Null)
+            eprintln!("xtask: [{method}] ORT skipped (--quick; its threshold search takes ~5 s per tensor)");
+            (json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~5 s per tensor here"}), Value::Null)
         } else {
             eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
             let (ort, ort_result) = cx.ort_calibrate(&ort_flags, o.cal_num, &dir.join("calibration.json"), &ort_json, &format!("ort_calibrate_{method}"))?;
