@@ -65,6 +65,13 @@ pub const MANIFEST: &[Asset] = &[
         size: Some(428),
     },
     Asset {
+        set: "minilm",
+        path: "models/minilm-l6-squad/predictions_dev.json",
+        url: None,
+        sha256: Some("e0587bdb2464177fe6b20f7ccf7727c04ff0c203023a51665682833be541d9f1"),
+        size: Some(567_952),
+    },
+    Asset {
         set: "distilbert",
         path: "squad/train-v1.1.json",
         url: Some("https://rajpurkar.github.io/SQuAD-explorer/dataset/train-v1.1.json"),

@@ -43,6 +43,11 @@ pub fn e2e(raw: &[String]) -> Result<()> {
 
     let lib = ort_library()?;
     let assets = Assets::download(&args.download)?;
+    if args.check
+        && let Some(predictions) = &assets.reference_predictions
+    {
+        check_scorer(&assets.dataset, predictions, &assets.reference_metrics)?;
+    }
     let exe = build_qdq()?;
 
     let mut cmd = Command::new(&exe);
@@ -82,6 +87,8 @@ pub struct Assets {
     /// SQuAD train questions (calibration).
     pub calibration: PathBuf,
     pub reference_metrics: PathBuf,
+    /// The reference pipeline's predictions on the whole dev set, when the set has them (minilm).
+    pub reference_predictions: Option<PathBuf>,
 }
 
 impl Assets {
@@ -99,6 +106,7 @@ impl Assets {
             dataset: root.join("squad/dev-v1.1.json"),
             calibration: root.join(calib_file),
             reference_metrics: model_dir.join("reference_metrics.json"),
+            reference_predictions: Some(model_dir.join("predictions_dev.json")).filter(|p| p.is_file()),
         })
     }
 }
@@ -132,6 +140,34 @@ fn number(v: &serde_json::Value, path: &[&str], file: &Path) -> Result<f64> {
         cur = cur.get(key).with_context(|| format!("{}: missing `{}`", file.display(), path.join(".")))?;
     }
     cur.as_f64().with_context(|| format!("{}: `{}` is not a number", file.display(), path.join(".")))
+}
+
+/// Scorer parity: the reference pipeline's predictions, scored by `squad-metrics`, must give the reference EM and F1
+/// (measured with the official evaluate-v1.1 script) to 1e-9, on the whole dev set and on its first 1,000 and 300
+/// questions.
+fn check_scorer(dataset: &Path, predictions: &Path, reference: &Path) -> Result<()> {
+    let data = squad_metrics::load_dataset(dataset)?;
+    let preds = squad_metrics::load_predictions(predictions)?;
+    let refs = read_json(reference)?;
+    for (key, first) in [("all_10570", None), ("first_1000", Some(1000)), ("first_300", Some(300))] {
+        let subset = first.map(|n| data.first_n(n));
+        let m = squad_metrics::evaluate_v1(subset.as_ref().unwrap_or(&data), &preds);
+        let (em, f1) = (number(&refs, &[key, "exact_match"], reference)?, number(&refs, &[key, "f1"], reference)?);
+        println!(
+            "check: squad-metrics on the reference predictions, {key}: EM {} F1 {} (reference EM {em} F1 {f1}, tolerance 1e-9)",
+            m.exact_match, m.f1
+        );
+        if m.missing > 0 || (m.exact_match - em).abs() > 1e-9 || (m.f1 - f1).abs() > 1e-9 {
+            bail!(
+                "{key}: squad-metrics scores {} as EM {} F1 {} ({} questions without a prediction), the reference says EM {em} F1 {f1}",
+                predictions.display(),
+                m.exact_match,
+                m.f1,
+                m.missing
+            );
+        }
+    }
+    Ok(())
 }
 
 /// FP32 F1 must match the reference within 0.1; INT8 F1 must be within 1.0 of FP32.

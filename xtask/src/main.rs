@@ -1,7 +1,8 @@
 //! `cargo xtask`: the project's automation, in Rust, with no dependencies beyond `anyhow` so it builds in seconds.
 //!
 //! Commands: `setup`, `test`, `download`, `e2e`, `bench`. Run `cargo xtask help` for details.
-//! (`bench --vs-python` also uses the `squad` crate, to featurize exactly as `qdq` does, and `libc` for `wait4`.)
+//! (`bench --vs-python` also uses the `squad` crate, to featurize exactly as `qdq` does, and `libc` for `wait4`;
+//! `e2e --check` uses `squad-metrics` to score the reference predictions.)
 
 mod bench;
 mod download;
@@ -30,7 +31,9 @@ Commands:
   e2e [--mirror DIR] [--check] [qdq e2e flags...]
                             setup + download, build qdq in release, run `qdq e2e` on the assets (default
                             --samples 1000, --out out/e2e). --check fails unless FP32 F1 matches the reference
-                            within 0.1 and INT8 F1 is within 1.0 of FP32. Other flags go to `qdq e2e`.
+                            within 0.1 and INT8 F1 is within 1.0 of FP32, and (minilm set) unless squad-metrics
+                            scores the reference predictions exactly as the official script did (1e-9). Other
+                            flags go to `qdq e2e`.
   bench [--no-e2e] [e2e options...]
                             criterion benchmarks of calib, then an e2e run for timing; writes out/bench/summary.md.
 {VS_PYTHON}  help                      This text.
