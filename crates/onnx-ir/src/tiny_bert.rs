@@ -37,7 +37,8 @@ pub struct TinyBertConfig {
     pub vocab_size: usize,
     /// Rows of the position-embedding table (longest sequence the model accepts).
     pub max_positions: usize,
-    /// Rows of the token-type embedding table.
+    /// Rows of the token-type embedding table; 0 builds a model without `token_type_ids` and without token-type
+    /// embeddings (DistilBERT's inputs).
     pub type_vocab: usize,
     /// LayerNorm form (also picks the opset: 14 or 17).
     pub layer_norm: LayerNormKind,
@@ -165,7 +166,12 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         ln: cfg.layer_norm,
     };
     let bs = [Err("batch"), Err("sequence")];
-    for name in ["input_ids", "attention_mask", "token_type_ids"] {
+    let inputs: &[&str] = if cfg.type_vocab == 0 {
+        &["input_ids", "attention_mask"]
+    } else {
+        &["input_ids", "attention_mask", "token_type_ids"]
+    };
+    for name in inputs {
         b.g.input.push(value_info(name, DataType::Int64, Some(&bs)));
     }
 
@@ -174,15 +180,21 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
     let word = b.weight("bert.embeddings.word_embeddings.weight", &[cfg.vocab_size.max(1), hidden], 0.0, 0.02);
     let maxpos = cfg.max_positions.max(1);
     let pos_table = b.weight("bert.embeddings.position_embeddings.weight", &[maxpos, hidden], 0.0, 0.02);
-    let tt_table = b.weight("bert.embeddings.token_type_embeddings.weight", &[cfg.type_vocab.max(1), hidden], 0.0, 0.02);
+    let tt_table = (cfg.type_vocab > 0)
+        .then(|| b.weight("bert.embeddings.token_type_embeddings.weight", &[cfg.type_vocab, hidden], 0.0, 0.02));
     let pos_ids = b.init("bert.embeddings.position_ids", &[1, maxpos], (0..maxpos as i64).collect());
     let shape = b.op("Shape", &format!("{e}/Shape"), &["input_ids"]);
     let (c0, c1, c2) = (b.ints("/bert/Constant_0", &[0]), b.ints("/bert/Constant_1", &[1]), b.ints("/bert/Constant_2", &[2]));
     let seq = b.op("Slice", &format!("{e}/Slice"), &[&shape, &c1, &c2, &c0]);
     let pos = b.op("Slice", &format!("{e}/Slice_1"), &[&pos_ids, &c0, &seq, &c1]);
     let we = b.op("Gather", &format!("{e}/word_embeddings/Gather"), &[&word, "input_ids"]);
-    let te = b.op("Gather", &format!("{e}/token_type_embeddings/Gather"), &[&tt_table, "token_type_ids"]);
-    let s1 = b.op("Add", &format!("{e}/Add"), &[&we, &te]);
+    let s1 = match &tt_table {
+        Some(table) => {
+            let te = b.op("Gather", &format!("{e}/token_type_embeddings/Gather"), &[table, "token_type_ids"]);
+            b.op("Add", &format!("{e}/Add"), &[&we, &te])
+        }
+        None => we,
+    };
     let pe = b.op("Gather", &format!("{e}/position_embeddings/Gather"), &[&pos_table, &pos]);
     let s2 = b.op("Add", &format!("{e}/Add_1"), &[&s1, &pe]);
     let mut x = b.layer_norm(&s2, &format!("{e}/LayerNorm"), "bert.embeddings.LayerNorm", hidden);

@@ -116,6 +116,25 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
 }
 
 #[test]
+fn a_model_without_token_type_ids_runs_end_to_end() {
+    // DistilBERT's inputs: input_ids and attention_mask only. The pipeline must feed just those.
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("tiny_no_tt.onnx");
+    let model = build(&TinyBertConfig { type_vocab: 0, max_positions: 64, ..Default::default() });
+    assert!(model.graph().input.iter().all(|i| i.name() != "token_type_ids"));
+    model.save(&model_path).unwrap();
+    let out = dir.path().join("out");
+    let cfg = config(model_path, out.clone(), "tensorrt");
+    let results = pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    let total = questions_in(&cfg.dataset);
+    for r in [&results.fp32, &results.int8] {
+        let r = r.as_ref().unwrap();
+        assert_eq!((r.questions, r.missing_predictions), (total, 0));
+    }
+    assert!(out.join("model_qdq.onnx").is_file() && out.join("predictions_int8.json").is_file());
+}
+
+#[test]
 fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed() {
     let dir = tempfile::tempdir().unwrap();
     let model = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
