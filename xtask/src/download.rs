@@ -131,6 +131,10 @@ impl DownloadArgs {
         if out.mirror.is_none() {
             out.mirror = std::env::var_os(MIRROR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
         }
+        if out.mirror.is_none() {
+            // The shared assets beside the checkout (how this project's machines and CI hold them).
+            out.mirror = root().parent().map(|p| p.join("shared/assets")).filter(|p| p.is_dir());
+        }
         Ok(out)
     }
 

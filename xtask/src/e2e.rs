@@ -36,25 +36,30 @@ fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
     })
 }
 
+/// Removes `--flag V` / `--flag=V` from `args` and returns `V`; a flag without a value is an error.
+fn take_flag_value(args: &mut Vec<String>, name: &str) -> Result<Option<String>> {
+    let Some(i) = args.iter().position(|a| a == name || a.starts_with(&format!("{name}="))) else {
+        return Ok(None);
+    };
+    let flag = args.remove(i);
+    match flag.split_once('=') {
+        Some((_, v)) => Ok(Some(v.to_owned())),
+        None if i < args.len() => Ok(Some(args.remove(i))),
+        None => bail!("{name} needs a value"),
+    }
+}
+
 pub fn e2e(raw: &[String]) -> Result<()> {
     let mut rest = raw.to_vec();
     let download_args = DownloadArgs::extract(&mut rest)?;
     let check = rest.iter().any(|a| a == "--check");
     rest.retain(|a| a != "--check");
-    let int8_tolerance = match flag_value(&rest, &["--int8-tolerance"]) {
-        Some(v) => {
-            let t: f64 = v.parse().map_err(|_| anyhow::anyhow!("--int8-tolerance expects F1 points, got `{v}`"))?;
-            if !(t.is_finite() && t >= 0.0) {
-                bail!("--int8-tolerance expects a non-negative number of F1 points, got `{v}`");
-            }
-            if !check {
-                bail!("--int8-tolerance only applies with --check");
-            }
-            let i = rest.iter().position(|a| a == "--int8-tolerance" || a.starts_with("--int8-tolerance=")).unwrap_or(0);
-            let n = if rest[i].contains('=') { 1 } else { 2 };
-            rest.drain(i..(i + n).min(rest.len()));
-            t
-        }
+    let int8_tolerance = match take_flag_value(&mut rest, "--int8-tolerance")? {
+        Some(_) if !check => bail!("--int8-tolerance only applies with --check"),
+        Some(v) => match v.parse::<f64>() {
+            Ok(t) if t.is_finite() && t >= 0.0 => t,
+            _ => bail!("--int8-tolerance expects a non-negative number of F1 points, got `{v}`"),
+        },
         None => 1.0,
     };
     let args = E2eArgs { download: download_args, check, int8_tolerance, passthrough: rest };
@@ -212,4 +217,26 @@ fn check_results(results: &Path, reference: &Path, samples: &str, int8_tolerance
         bail!("INT8 F1 {int8:.3} is more than {int8_tolerance} below FP32 {fp32:.3}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flag_values_are_taken_out_in_both_spellings() {
+        let mut args = strings(&["--samples", "10", "--int8-tolerance", "2", "--ep", "cpu"]);
+        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap().as_deref(), Some("2"));
+        assert_eq!(args, strings(&["--samples", "10", "--ep", "cpu"]));
+        let mut args = strings(&["--int8-tolerance=1.5", "--check"]);
+        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap().as_deref(), Some("1.5"));
+        assert_eq!(args, strings(&["--check"]));
+        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap(), None);
+        let e = take_flag_value(&mut strings(&["--check", "--int8-tolerance"]), "--int8-tolerance").unwrap_err();
+        assert!(e.to_string().contains("needs a value"), "{e}");
+    }
 }

@@ -26,8 +26,9 @@ Commands:
                             setup, then run every test of the workspace.
   download [--mirror DIR] [--dest DIR] [--assets minilm|distilbert]
                             Fetch SQuAD files, vocab and model into .assets/, checking sizes and SHA-256. With
-                            --mirror DIR (or QDQ_ASSETS_MIRROR) files are taken from a local copy instead; the
-                            `minilm` set (default with a mirror) exists only there, `distilbert` needs internet.
+                            --mirror DIR (or QDQ_ASSETS_MIRROR, else ../shared/assets if it exists) files are
+                            taken from a local copy instead; the `minilm` set (default with a mirror) exists only
+                            there, `distilbert` needs internet.
   e2e [--mirror DIR] [--check [--int8-tolerance F1]] [qdq e2e flags...]
                             setup + download, build qdq in release, run `qdq e2e` on the assets (default
                             --samples 1000, --out out/e2e). --check fails unless FP32 F1 matches the reference

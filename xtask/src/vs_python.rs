@@ -44,7 +44,7 @@ pub const USAGE: &str = "  bench --vs-python [--model F] [--vocab F] [--dataset 
                             models (seed-001 placement) on the first K dev questions (default 300), peak RSS at
                             --memory-cal-num (10) and --cal-num (100) questions, and histogram / entropy-search
                             micro-benchmarks against numpy and ORT on identical data. Defaults: the minilm assets
-                            in .assets/ (missing files from --mirror, else ../shared/assets), sequence length 384
+                            in .assets/ (missing files from the mirror, see download), sequence length 384
                             (stride 128), features padded to it, ORT fed 10 questions per collect_data call as in
                             its TensorRT BERT example (--stride). Before each timed step, waits until no other `qdq
                             eval|e2e|calibrate` or busy process runs (--no-wait skips). The whole run takes
@@ -983,14 +983,8 @@ fn ort_summary(run: &Run, result: &Value) -> Value {
 pub fn vs_python(raw: &[String]) -> Result<()> {
     let mut rest = raw.to_vec();
     let mut download = DownloadArgs::extract(&mut rest)?;
-    // The project's reference model by default, even without a mirror once it is in .assets/; missing files come
-    // from ../shared/assets (beside the checkout) when no mirror is given and that folder exists.
+    // The project's reference model by default, even without a mirror once it is in .assets/.
     download.set.get_or_insert_with(|| "minilm".to_owned());
-    if download.mirror.is_none()
-        && let Some(shared) = root().parent().map(|p| p.join("shared/assets")).filter(|p| p.is_dir())
-    {
-        download.mirror = Some(shared);
-    }
     let opts = Opts::parse(&rest)?;
     let command = format!("cargo xtask bench {}", raw.join(" "));
     if opts.render {
