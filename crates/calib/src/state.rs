@@ -22,8 +22,9 @@ pub struct CollectOptions {
     pub abs_histogram: bool,
     /// Moving-average min/max with coefficient `c` in (0, 1]: `new = old + c (batch - old)`.
     pub moving_average: Option<f32>,
-    /// Also collect min/max per channel along this axis of each batch's shape.
-    pub per_channel_axis: Option<usize>,
+    /// Also collect min/max per channel along this axis of each batch's shape; negative counts from the end
+    /// (-1 = the last axis), as ONNX axes do.
+    pub per_channel_axis: Option<isize>,
 }
 
 impl Default for CollectOptions {
@@ -387,12 +388,17 @@ impl CalibState {
                 data.len()
             )));
         }
-        let Some(axis) = self.options.per_channel_axis else {
+        let Some(given) = self.options.per_channel_axis else {
             return Ok(Checked { channels: None });
         };
-        let Some(&channels) = shape.get(axis) else {
+        let resolved = if given < 0 {
+            shape.len().checked_sub(given.unsigned_abs())
+        } else {
+            Some(given as usize)
+        };
+        let Some((axis, &channels)) = resolved.and_then(|a| Some((a, shape.get(a)?))) else {
             return Err(shape_err(format!(
-                "per-channel axis {axis} is out of range for shape {shape:?}"
+                "per-channel axis {given} is out of range for shape {shape:?}"
             )));
         };
         let inner: usize = shape.iter().skip(axis + 1).product();
@@ -417,7 +423,24 @@ impl CalibState {
         t.non_finite.neg_inf += s.non_finite.neg_inf;
         if let Some((channels, inner)) = checked.channels {
             let ch = t.channels.get_or_insert_with(|| vec![None; channels]);
-            if inner > 0 {
+            if inner == 1 && channels > 0 {
+                // Channels on the last axis: one running min/max per channel over the rows.
+                let mut lo = vec![f32::INFINITY; channels];
+                let mut hi = vec![f32::NEG_INFINITY; channels];
+                for row in data.chunks_exact(channels) {
+                    for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(row) {
+                        if v.is_finite() {
+                            *l = l.min(v);
+                            *h = h.max(v);
+                        }
+                    }
+                }
+                for ((slot, l), h) in ch.iter_mut().zip(lo).zip(hi) {
+                    if l <= h {
+                        *slot = union(*slot, Some(Range { min: l, max: h }));
+                    }
+                }
+            } else if inner > 0 {
                 for (i, block) in data.chunks_exact(inner).enumerate() {
                     let b = scan(block);
                     if b.finite > 0

@@ -452,3 +452,48 @@ fn entropy_matches_naive_reference() {
 fn hist_entropy(h: &hist::Histogram, nq: usize) -> f32 {
     calib::entropy_threshold(h, nq)
 }
+
+#[test]
+fn per_channel_last_axis_matches_explicit_axis_and_skips_non_finite() {
+    // shape [2, 3, 4]: axis -1 resolves to axis 2; the values are checked against the definition below.
+    let data: Vec<f32> = (0..24)
+        .map(|i| match i {
+            5 => f32::NAN,
+            10 => f32::INFINITY,
+            _ => ((i * 7) % 11) as f32 - 5.0,
+        })
+        .collect();
+    let run = |axis: isize| {
+        let mut s = CalibState::try_new(CollectOptions {
+            per_channel_axis: Some(axis),
+            ..Default::default()
+        })
+        .unwrap();
+        s.observe("t", &data, &[2, 3, 4]).unwrap();
+        s.observe("t", &[9.0, -9.0, 0.0, 0.0], &[1, 1, 4]).unwrap();
+        compute_ranges(&s, &Method::MinMax { symmetric: false })
+            .unwrap()
+            .channels["t"]
+            .clone()
+    };
+    let last = run(-1);
+    assert_eq!(last, run(2));
+    // Channel c holds elements i with i % 4 == c, plus the second batch's value c.
+    for (c, r) in last.iter().enumerate() {
+        let vals: Vec<f32> = (0..24)
+            .filter(|i| i % 4 == c && *i != 5 && *i != 10)
+            .map(|i| ((i * 7) % 11) as f32 - 5.0)
+            .chain([[9.0, -9.0, 0.0, 0.0][c]])
+            .collect();
+        let lo = vals.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!((r.min, r.max), (lo, hi), "channel {c}");
+    }
+    let mut s = CalibState::try_new(CollectOptions {
+        per_channel_axis: Some(-4),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = s.observe("t", &data, &[2, 3, 4]).unwrap_err().to_string();
+    assert!(err.contains("-4") && err.contains("out of range"), "{err}");
+}
