@@ -234,9 +234,11 @@ pub struct CalibrateArgs {
     /// Also merge these statistics files (calib_state.json of earlier or parallel runs) into the result.
     #[arg(long, value_name = "FILE")]
     pub merge: Vec<PathBuf>,
-    /// Placement preset that decides which tensors need ranges.
-    #[arg(long, default_value = "tensorrt", value_name = "PRESET")]
-    pub policy: String,
+    /// Placement policy: decides which tensors need ranges and, with its `smooth` option (on in the tensorrt and
+    /// migraphx presets), whether the LayerNorm outputs are smoothed first; the smoothed model is then written as
+    /// model_smoothed.onnx next to the tables, and that is the model to pass to `qdq quantize`.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     #[arg(long, short)]
     pub verbose: bool,
     #[command(flatten)]

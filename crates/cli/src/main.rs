@@ -251,8 +251,7 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
     let file = a.calib.calibration_data.clone().context("qdq calibrate needs --calibration-data FILE")?;
     let mut data = pipeline::Corpus::load(&file, &data_cfg, &tokenizer, a.calib.cal_num)?;
     data.fit_model(&model, &a.model)?;
-    let policy = qdq::Policy::preset(&a.policy)?;
-    let tensors = qdq::tensors_to_calibrate(&model, &policy)?;
+    let (policy, _) = policy(&a.policy)?;
     let opts = pipeline::CalibrateOptions {
         batch: a.batch,
         methods: methods(&a.calib)?,
@@ -264,6 +263,20 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
             ..Default::default()
         },
     };
+    let (model, smoothing) = pipeline::smooth_model(model, &policy, &data, &opts, &bars)?;
+    if let Some(s) = &smoothing {
+        if !a.merge.is_empty() {
+            bail!(
+                "--merge cannot be combined with smoothing: each run smooths with its own statistics, so their \
+                 ranges describe different models; pass --policy-option smooth=off to every run"
+            );
+        }
+        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+        let path = a.out.join("model_smoothed.onnx");
+        model.save(&path)?;
+        println!("{}; wrote {} (quantize this model with these tables)", s.describe(), path.display());
+    }
+    let tensors = qdq::tensors_to_calibrate(&model, &policy)?;
     let mut cal = pipeline::calibrate(&model, &tensors, &data, &opts, &bars)?;
     for m in &a.merge {
         let other = calib::CalibState::load_json(m)?;
@@ -298,6 +311,17 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
         bail!("qdq quantize needs --model FILE and --ranges FILE");
     };
     let model = onnx_ir::Model::load(model_path)?;
+    if let Some(alpha) = policy.smooth
+        && qdq::smoothing_record(&model).is_none()
+        && !qdq::smoothing_sites(&model, &policy)?.is_empty()
+    {
+        bail!(
+            "{}: the policy smooths LayerNorm outputs (smooth={alpha}) but this model is not smoothed; pass the \
+             model_smoothed.onnx that `qdq calibrate` wrote next to the ranges, or --policy-option smooth=off with \
+             ranges calibrated without smoothing",
+            model_path.display()
+        );
+    }
     let ranges = read_ranges(ranges_path)?;
     let plan = qdq::plan(&model, &ranges, &policy)?;
     if a.dry_run {
@@ -390,6 +414,7 @@ fn inspect(a: args::InspectArgs) -> Result<()> {
             "nodes": g.node.len(),
             "initializers": g.initializer.len(),
             "parameters": params,
+            "smoothing": qdq::smoothing_record(&model),
             "coverage": coverage,
             "ranges": coverage.pairs.iter().filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1]))).collect::<std::collections::BTreeMap<_, _>>(),
         });
@@ -406,7 +431,11 @@ fn inspect(a: args::InspectArgs) -> Result<()> {
     );
     println!("  inputs:  {}", io(&g.input).join(", "));
     println!("  outputs: {}", io(&g.output).join(", "));
-    println!("  {} nodes, {} initializers, {} parameters\n", g.node.len(), g.initializer.len(), params);
+    println!("  {} nodes, {} initializers, {} parameters", g.node.len(), g.initializer.len(), params);
+    if let Some(r) = qdq::smoothing_record(&model) {
+        println!("  smoothed LayerNorm outputs (SmoothQuant): {r}");
+    }
+    println!();
     let qnodes = g.node.iter().filter(|n| n.op_type() == "QuantizeLinear").count();
     let dqnodes = g.node.iter().filter(|n| n.op_type() == "DequantizeLinear").count();
     println!("Q/DQ: {qnodes} QuantizeLinear, {dqnodes} DequantizeLinear");

@@ -252,11 +252,19 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
         "--out", cal.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The default preset smooths the LayerNorm outputs: calibration writes the smoothed model its tables describe,
+    // and quantizing the raw model with them is refused with the way out.
+    let smoothed = cal.join("model_smoothed.onnx");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("model_smoothed.onnx"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(qdq::smoothing_record(&onnx_ir::Model::load(&smoothed).unwrap()).is_some());
+    let raw = qdq(&["quantize", "--model", f.model.to_str().unwrap(), "--ranges", cal.join("calibration.json").to_str().unwrap(), "--dry-run"]);
+    let e = one_error(&raw);
+    assert!(e.contains("not smoothed") && e.contains("model_smoothed.onnx") && e.contains("smooth=off"), "{e}");
     let mut scales = Vec::new();
     for table in ["calibration.json", "calibration.flatbuffers", "calibration.cache"] {
         let out = f.dir.path().join(format!("q_{table}.onnx"));
         let ranges = cal.join(table);
-        let args = ["quantize", "--model", f.model.to_str().unwrap(), "--ranges", ranges.to_str().unwrap()];
+        let args = ["quantize", "--model", smoothed.to_str().unwrap(), "--ranges", ranges.to_str().unwrap()];
         let dry = qdq(&[&args[..], &["--dry-run"]].concat());
         assert!(dry.status.success(), "{table}: {}", stderr(&dry));
         assert!(String::from_utf8_lossy(&dry.stdout).contains("Q/DQ pairs"), "{table}");

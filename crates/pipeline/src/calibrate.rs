@@ -50,6 +50,104 @@ pub fn calibrate(
         return Err(Error::Config("calibration needs at least one range method".into()));
     }
     let started = Instant::now();
+    let collect = CollectOptions::for_methods(&opts.methods, opts.num_bins);
+    let (state, features) = collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
+    let tables = calib::compute_all(&state, &opts.methods)?;
+    Ok(Calibration {
+        state,
+        tables,
+        tensors: tensors.to_vec(),
+        questions: data.questions(),
+        features,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What the smoothing step did (see [`smooth_model`]).
+#[derive(Debug, Clone)]
+pub struct Smoothing {
+    /// Migration strength α.
+    pub alpha: f32,
+    /// One entry per smoothed LayerNorm output.
+    pub sites: Vec<qdq::SmoothedSite>,
+    /// Wall time of the per-channel pass and the rewrite.
+    pub seconds: f64,
+}
+
+impl Smoothing {
+    /// One line for logs and reports: sites, α and how much the channel spread shrank.
+    pub fn describe(&self) -> String {
+        let ln = self.sites.iter().filter(|s| s.site.form != qdq::SmoothForm::ScaleNode).count();
+        let other = self.sites.len() - ln;
+        let matmuls: usize = self.sites.iter().map(|s| s.site.matmuls.len()).sum();
+        let worst = |f: fn(&qdq::SmoothedSite) -> f32| self.sites.iter().map(f).fold(0.0f32, f32::max);
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let what = if other == 0 {
+            format!("{ln} LayerNorm output{}", plural(ln))
+        } else {
+            format!("{ln} LayerNorm output{} and {other} other MatMul input{}", plural(ln), plural(other))
+        };
+        format!(
+            "{what} smoothed into {matmuls} MatMul{} (alpha {}): largest channel max / median {:.1}x -> {:.1}x",
+            plural(matmuls),
+            self.alpha,
+            worst(|s| s.spread_before),
+            worst(|s| s.spread_after),
+        )
+    }
+}
+
+/// Applies the policy's SmoothQuant-style migration ([`qdq::smooth`]): one pass over `data` collects the
+/// per-channel min/max (last axis) of every [`qdq::smoothing_sites`] tensor, then the LayerNorm parameters and the
+/// MatMul weights are rescaled. Returns the model unchanged and `None` when the policy does not smooth or the model
+/// has no site. The main calibration must then run on the returned model.
+pub fn smooth_model(
+    model: Model,
+    policy: &qdq::Policy,
+    data: &Corpus,
+    opts: &CalibrateOptions,
+    progress: &dyn Progress,
+) -> Result<(Model, Option<Smoothing>)> {
+    let Some(alpha) = policy.smooth else { return Ok((model, None)) };
+    if let Some(record) = qdq::smoothing_record(&model) {
+        return Err(Error::Config(format!(
+            "the model is already smoothed ({record}); quantize it with policy option smooth=off, or start from the \
+             original model"
+        )));
+    }
+    let started = Instant::now();
+    let sites = qdq::smoothing_sites(&model, policy)?;
+    if sites.is_empty() {
+        return Ok((model, None));
+    }
+    let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+    let collect = CollectOptions { per_channel_axis: Some(-1), ..Default::default() };
+    let (state, _) = collect_stats(&model, &tensors, data, opts.batch, &opts.session, collect, "smoothing", progress)?;
+    let mut absmax = std::collections::BTreeMap::new();
+    for t in &tensors {
+        let channels = state.tensor(t).and_then(|s| s.channels.as_ref()).ok_or_else(|| {
+            Error::Config(format!("smoothing: no per-channel statistics were collected for tensor '{t}'"))
+        })?;
+        let m: Vec<f32> = channels.iter().map(|r| r.map_or(0.0, |r| r.min.abs().max(r.max.abs()))).collect();
+        absmax.insert(t.clone(), m);
+    }
+    let (smoothed, sites) = qdq::smooth(&model, policy, &absmax, alpha)?;
+    Ok((smoothed, Some(Smoothing { alpha, sites, seconds: started.elapsed().as_secs_f64() })))
+}
+
+/// Streams `data` through `model` with `tensors` exposed as extra outputs and folds every batch into a
+/// [`CalibState`] collecting what `collect` asks for. Returns the state and the number of features seen.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_stats(
+    model: &Model,
+    tensors: &[String],
+    data: &Corpus,
+    batch_size: usize,
+    session: &SessionConfig,
+    collect: CollectOptions,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<(CalibState, usize)> {
     let mut augmented = model.clone();
     let graph_outputs: Vec<String> = augmented.graph().output.iter().map(|o| o.name().to_owned()).collect();
     for t in tensors {
@@ -59,18 +157,18 @@ pub fn calibrate(
     }
     let bytes = augmented.to_bytes()?;
     drop(augmented);
-    let mut session = Session::from_bytes(&bytes, "augmented calibration model", &opts.session)?;
+    let mut session = Session::from_bytes(&bytes, "augmented calibration model", session)?;
     drop(bytes);
     if let Some(why) = session.fallback() {
         progress.note(why);
     }
 
-    let mut state = CalibState::new(CollectOptions::for_methods(&opts.methods, opts.num_bins));
+    let mut state = CalibState::try_new(collect)?;
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
     let io = data.io();
-    progress.start("calibrating", Some(data.questions() as u64));
+    progress.start(label, Some(data.questions() as u64));
     let mut features = 0usize;
-    for batch in data.batches(opts.batch)? {
+    for batch in data.batches(batch_size)? {
         let batch = batch?;
         let inputs = batch.inputs(io);
         session.run_with(&inputs, &names, |outs| {
@@ -87,15 +185,7 @@ pub fn calibrate(
     if features == 0 {
         return Err(Error::Config("calibration data produced no features".into()));
     }
-    let tables = calib::compute_all(&state, &opts.methods)?;
-    Ok(Calibration {
-        state,
-        tables,
-        tensors: tensors.to_vec(),
-        questions: data.questions(),
-        features,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    Ok((state, features))
 }
 
 /// Questions whose last window is in `batch`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use onnx_ir::Model;
 use runtime::{Ep, OptLevel, SessionConfig};
 
-use crate::calibrate::{CalibrateOptions, calibrate, write_tables};
+use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
@@ -93,9 +93,20 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
     cal_data.fit_model(&model, &cfg.model)?;
 
-    // 1. calibrate
-    let tensors = qdq::tensors_to_calibrate(&model, &cfg.policy)?;
-    let cal = calibrate(&model, &tensors, &cal_data, &cfg.calibrate, progress)?;
+    // 1. calibrate (after smoothing, when the policy asks for it: the ranges are those of the smoothed model)
+    // FP32 is evaluated on the original model, not the (equivalent in exact arithmetic) smoothed one.
+    let (smoothed, smoothing) = if cfg.policy.smooth.is_some() {
+        let (m, s) = smooth_model(model.clone(), &cfg.policy, &cal_data, &cfg.calibrate, progress)?;
+        (Some(m).filter(|_| s.is_some()), s)
+    } else {
+        (None, None)
+    };
+    let to_quantize = smoothed.as_ref().unwrap_or(&model);
+    if let Some(s) = &smoothing {
+        progress.note(&s.describe());
+    }
+    let tensors = qdq::tensors_to_calibrate(to_quantize, &cfg.policy)?;
+    let cal = calibrate(to_quantize, &tensors, &cal_data, &cfg.calibrate, progress)?;
     write_tables(&cal, &cfg.out)?;
     let non_finite: Vec<String> =
         cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
@@ -103,7 +114,8 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     // 2. quantize
     let main = &cal.tables[0];
     let ranges: BTreeMap<String, (f32, f32)> = main.ranges.iter().map(|(k, r)| (k.clone(), (r.min, r.max))).collect();
-    let (qmodel, plan) = qdq::quantize(&model, &ranges, &cfg.policy)?;
+    let (qmodel, plan) = qdq::quantize(to_quantize, &ranges, &cfg.policy)?;
+    drop(smoothed);
     let count = |op: &str| qmodel.graph().node.iter().filter(|n| n.op_type() == op).count();
     let (q_nodes, dq_nodes) = (count("QuantizeLinear"), count("DequantizeLinear"));
     let qpath = cfg.out.join("model_qdq.onnx");
@@ -128,6 +140,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             quantized_tensors: plan.tensors.len(),
             quantize_nodes: q_nodes,
             dequantize_nodes: dq_nodes,
+            smoothing: smoothing.as_ref().map(|s| s.describe()),
             skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         },
         fp32: None,

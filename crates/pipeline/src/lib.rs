@@ -16,7 +16,7 @@ mod evaluate;
 mod progress;
 mod report;
 
-pub use calibrate::{CalibrateOptions, Calibration, calibrate, write_tables};
+pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
 pub use data::{Corpus, DataConfig, Score};
 pub use e2e::{E2eConfig, e2e, int8_session};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};

@@ -82,6 +82,9 @@ pub struct QuantizationSummary {
     pub quantized_tensors: usize,
     pub quantize_nodes: usize,
     pub dequantize_nodes: usize,
+    /// SmoothQuant-style migration applied before calibration (one line), if any.
+    #[serde(default)]
+    pub smoothing: Option<String>,
     /// Tensors the policy wanted but that had no usable range, with the reason.
     pub skipped: Vec<String>,
 }
@@ -152,6 +155,9 @@ impl E2eResults {
             "- policy: {}\n- quantized tensors: {}\n- QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
             q.policy, q.quantized_tensors, q.quantize_nodes, q.dequantize_nodes
         );
+        if let Some(s) = &q.smoothing {
+            let _ = writeln!(md, "- smoothing: {s}");
+        }
         if !q.skipped.is_empty() {
             let _ = writeln!(md, "- skipped ({}):", q.skipped.len());
             for s in &q.skipped {

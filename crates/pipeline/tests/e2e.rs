@@ -95,7 +95,20 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         assert_eq!(results.calibration.questions, 5);
         let table = calib::tables::read_json(out.join("calibration.json")).unwrap();
         let model = onnx_ir::Model::load(&model_path).unwrap();
-        let wanted = qdq::tensors_to_calibrate(&model, &cfg.policy).unwrap();
+        // The tensorrt preset smooths the LayerNorm outputs first: the ranges are those of the smoothed model, whose
+        // LayerNorms write `<tensor>_smoothed` for the MatMuls (the original name survives only where a float
+        // reader still needs it).
+        let sites = qdq::smoothing_sites(&model, &cfg.policy).unwrap();
+        // 5 LayerNorm outputs (embeddings + 2 per layer) and, per layer, the attention context and the FFN
+        // activation: every MatMul with a constant weight.
+        assert_eq!(sites.len(), 9, "{kind:?}");
+        let smoothing = results.quantization.smoothing.as_deref().unwrap_or_default();
+        assert!(smoothing.starts_with("5 LayerNorm outputs and 4 other MatMul inputs smoothed into 13 MatMuls"), "{smoothing}");
+        let wanted: Vec<String> = qdq::tensors_to_calibrate(&model, &cfg.policy)
+            .unwrap()
+            .into_iter()
+            .map(|t| if sites.iter().any(|s| s.tensor == t) { format!("{t}_smoothed") } else { t })
+            .collect();
         assert_eq!(results.calibration.tensors, wanted.len());
         for t in &wanted {
             let r = table.ranges.get(t).unwrap_or_else(|| panic!("{kind:?}: no range for {t}"));
@@ -105,6 +118,7 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
 
         // The QDQ model on disk is the one evaluated: every MatMul reads only dequantized inputs.
         let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+        assert_eq!(qdq::smoothing_record(&q), Some(format!("alpha={}; tensors=9", qdq::DEFAULT_SMOOTH_ALPHA).as_str()));
         let cov = qdq::coverage(&q);
         let mm = &cov.by_op["MatMul"];
         assert_eq!(mm.nodes, mm.covered, "{kind:?}");

@@ -4,7 +4,9 @@
 //!
 //! Flow: [`tensors_to_calibrate`] names the activations needing ranges; [`plan`] turns ranges
 //! into per-tensor scales / zero points and placements; [`Plan::apply`] edits the model;
-//! [`coverage`] reports what a (quantized) model contains.
+//! [`coverage`] reports what a (quantized) model contains. Before calibration, [`smooth`] can migrate the
+//! LayerNorm outputs' outlier channels into the weights of the MatMuls that read them (SmoothQuant), given each
+//! channel's calibrated max; [`smoothing_sites`] names the tensors whose per-channel max it needs.
 //!
 //! Invariants:
 //! - Scales are finite and > 0; zero points lie in the integer range of their type.
@@ -19,11 +21,13 @@ mod error;
 mod plan;
 mod policy;
 mod scale;
+mod smooth;
 
 pub use coverage::{Coverage, OpCoverage, PairInfo, coverage};
 pub use error::{Error, Result};
 pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
 };
-pub use policy::{KEYS, PRESETS, Policy, ResidualAdd, WeightStorage};
+pub use policy::{DEFAULT_SMOOTH_ALPHA, KEYS, PRESETS, Policy, ResidualAdd, SmoothTargets, SoftmaxRange, WeightStorage};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
+pub use smooth::{SmoothForm, SMOOTH_METADATA_KEY, SmoothSite, SmoothedSite, smooth, smoothing_record, smoothing_sites};

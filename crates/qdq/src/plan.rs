@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
-use onnx_ir::{DataType, GraphExt, Model, NameSet, attr_int, node};
+use onnx_ir::{DataType, GraphExt, Model, NameSet, NodeExt, attr_int, node};
 
 use crate::error::{Error, Result};
-use crate::policy::{Policy, ResidualAdd, WeightStorage};
+use crate::policy::{Policy, ResidualAdd, SoftmaxRange, WeightStorage};
 use crate::scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 
 /// Lowest default-domain opset with per-channel (`axis`) QuantizeLinear / DequantizeLinear.
@@ -59,7 +59,13 @@ pub struct PlannedTensor {
     pub reduce_range: bool,
     /// One entry per Q/DQ pair: the inputs that read that pair's DQ output.
     pub pairs: Vec<Vec<Consumer>>,
+    /// `Some(c)`: the pair quantizes `tensor - c` (shifted Softmax output); each reading MatMul's output gets
+    /// `c · Σ_k B[.., k, :]` added back (see [`SoftmaxRange::Shifted`]).
+    pub shift: Option<f32>,
 }
+
+/// Offset subtracted from Softmax outputs under [`SoftmaxRange::Shifted`].
+pub const SOFTMAX_SHIFT: f32 = 0.5;
 
 /// A tensor the policy wanted to quantize but that was left alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,6 +282,7 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     }
     let mut plan = Plan { tensors: vec![], skipped: sel.skipped, opset_bump: None, node_count: g.node.len() };
     for (t, first) in sel.tensors {
+        let mut shift = None;
         let all: Vec<Consumer> = consumers.get(t.as_str()).cloned().unwrap_or_default();
         let (kind, qtype, params, axis) = if let Some(init) = g.initializer(&t) {
             let is_weight = sel.receivers.get(&t).is_some_and(|r| r.iter().any(|&i| g.node[i].op_type() == "MatMul"));
@@ -290,9 +297,30 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
                 (TensorKind::Constant, policy.activations.qtype, vec![scale_zp(&t, lo, hi, policy.activations)], None)
             }
         } else {
-            let softmax_out = policy.softmax_full_range
-                && g.producer_of(&t).is_some_and(|i| g.node[i].op_type() == "Softmax");
-            let range = if softmax_out { Some((0.0, 1.0)) } else { ranges.get(&t).copied() };
+            let softmax_out = g.producer_of(&t).is_some_and(|i| g.node[i].op_type() == "Softmax");
+            // Shifting is exact only when every quantized reader is a MatMul reading it as A.
+            let receivers = sel.receivers.get(&t).map(Vec::as_slice).unwrap_or_default();
+            let as_matmul_a = !receivers.is_empty()
+                && receivers.iter().all(|&r| g.node[r].op_type() == "MatMul" && g.node[r].input[0] == t && g.node[r].input[1] != t);
+            let range = match policy.softmax_range {
+                SoftmaxRange::Shifted if softmax_out => {
+                    if !policy.activations.symmetric {
+                        return Err(Error::BadOptionValue {
+                            key: "softmax_range".into(),
+                            value: "shifted".into(),
+                            expected: "full or calibrated with asymmetric activations (shifting only helps symmetric ones)".into(),
+                        });
+                    }
+                    if as_matmul_a {
+                        shift = Some(SOFTMAX_SHIFT);
+                        Some((-SOFTMAX_SHIFT, 1.0 - SOFTMAX_SHIFT))
+                    } else {
+                        Some((0.0, 1.0))
+                    }
+                }
+                SoftmaxRange::Full | SoftmaxRange::Shifted if softmax_out => Some((0.0, 1.0)),
+                _ => ranges.get(&t).copied(),
+            };
             let Some(range) = range else {
                 if policy.strict {
                     return Err(Error::MissingRange { tensor: t, node: node_label(&g.node[first], first) });
@@ -322,6 +350,7 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
             int8_initializer: kind == TensorKind::Weight && policy.weights == WeightStorage::Int8Initializer,
             reduce_range: kind == TensorKind::Weight && policy.reduce_range,
             pairs,
+            shift,
         });
     }
     let opset = model.opset("").unwrap_or(1);
@@ -394,6 +423,8 @@ impl Plan {
         let mut names = NameSet::from_graph(g);
         // (insert before node index, nodes); applied from the back so indices stay valid.
         let mut inserts: Vec<(usize, Vec<NodeProto>)> = vec![];
+        // (MatMuls reading a shifted pair, the shift constant): their outputs are corrected once every pair is wired.
+        let mut shifts: Vec<(Vec<Consumer>, String)> = vec![];
         for t in &self.tensors {
             let name = &t.tensor;
             let shape: Vec<usize> = if t.axis.is_some() { vec![t.scales.len()] } else { vec![] };
@@ -425,7 +456,19 @@ impl Plan {
                     None => {
                         let q_out = names.fresh(&format!("{name}_QuantizeLinear_Output{sfx}"));
                         let q_name = names.fresh(&format!("{name}_QuantizeLinear{sfx}"));
-                        nodes.push(with_axis(node("QuantizeLinear", &q_name, &[name, &scale, &zp], &[&q_out])));
+                        let q_in = match t.shift {
+                            Some(c) => {
+                                let cname = names.fresh(&format!("{name}_shift"));
+                                g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&cname, &[], vec![c])?);
+                                let shifted = names.fresh(&format!("{name}_shifted{sfx}"));
+                                let sub = names.fresh(&format!("{name}_Shift{sfx}"));
+                                nodes.push(node("Sub", &sub, &[name, &cname], &[&shifted]));
+                                shifts.push((pair.clone(), cname));
+                                shifted
+                            }
+                            None => name.clone(),
+                        };
+                        nodes.push(with_axis(node("QuantizeLinear", &q_name, &[&q_in, &scale, &zp], &[&q_out])));
                         q_out
                     }
                 };
@@ -437,9 +480,38 @@ impl Plan {
                 inserts.push((at, nodes));
             }
         }
+        // A·B with A = DQ(Q(P - c)): add c · Σ_k B[.., k, :] (B as the MatMul reads it, i.e. dequantized), so the
+        // output is exactly DQ(Q(P - c))·B + c·1·B.
+        let has_shifts = !shifts.is_empty();
+        if has_shifts {
+            let axes = names.fresh("softmax_shift_reduce_axes");
+            g.add_initializer(onnx_ir::tensor_from_vec::<i64>(&axes, &[1], vec![-2])?);
+            for (pair, c) in shifts {
+                for consumer in pair {
+                    let mm = &g.node[consumer.node];
+                    let (b, out) = (mm.input[1].clone(), mm.output[0].clone());
+                    let product = names.fresh(&format!("{out}_shifted"));
+                    let sum = names.fresh(&format!("{out}_shift_sum"));
+                    let scaled = names.fresh(&format!("{out}_shift_correction"));
+                    let base = &consumer.node_name;
+                    let nodes = vec![
+                        node("ReduceSum", &names.fresh(&format!("{base}_ShiftSum")), &[&b, &axes], &[&sum])
+                            .with_attr(attr_int("keepdims", 1)),
+                        node("Mul", &names.fresh(&format!("{base}_ShiftScale")), &[&sum, &c], &[&scaled]),
+                        node("Add", &names.fresh(&format!("{base}_ShiftCorrect")), &[&product, &scaled], &[&out]),
+                    ];
+                    g.node[consumer.node].output[0] = product;
+                    inserts.push((consumer.node + 1, nodes));
+                }
+            }
+        }
         inserts.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
         for (at, nodes) in inserts {
             g.insert_nodes(at, nodes);
+        }
+        if has_shifts {
+            // The correction reads B's DequantizeLinear, inserted before the MatMul: restore a topological order.
+            g.sort_nodes()?;
         }
         if self.tensors.iter().any(|t| t.int8_initializer) {
             g.remove_unused_initializers();
@@ -478,6 +550,7 @@ impl fmt::Display for Plan {
             let kind = match (t.kind, t.int8_initializer) {
                 (TensorKind::Weight, true) => "weight-i8",
                 (TensorKind::Weight, false) => "weight",
+                (TensorKind::Activation, _) if t.shift.is_some() => "shifted",
                 (TensorKind::Activation, _) => "activation",
                 (TensorKind::Constant, _) => "constant",
             };

@@ -8,6 +8,10 @@ use crate::scale::{QuantSpec, QuantType};
 /// Names accepted by [`Policy::preset`].
 pub const PRESETS: &[&str] = &["ort-compatible", "tensorrt", "migraphx", "cpu"];
 
+/// Migration strength of the `tensorrt` / `migraphx` presets' smoothing (see [`crate::smooth`]); chosen on the
+/// SQuAD dev set, see docs/QUANTIZATION.md.
+pub const DEFAULT_SMOOTH_ALPHA: f32 = 1.0;
+
 /// Keys accepted by [`Policy::set`].
 pub const KEYS: &[&str] = &[
     "op_types",
@@ -21,6 +25,8 @@ pub const KEYS: &[&str] = &[
     "weights",
     "reduce_range",
     "softmax_range",
+    "smooth",
+    "smooth_targets",
     "include_nodes",
     "exclude_nodes",
     "exclude_tensors",
@@ -36,6 +42,31 @@ pub enum ResidualAdd {
     Quantize,
     /// Leave residual Adds in float.
     Skip,
+}
+
+/// How Softmax outputs (attention probabilities) are quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftmaxRange {
+    /// The calibrated range, like any activation (ORT's behaviour). A calibrator that clips attention probabilities
+    /// (entropy, MSE, percentile) saturates the few large ones that carry the attention.
+    Calibrated,
+    /// The analytic range [0, 1]: with symmetric int8 only 128 levels (steps of 1/127) are used.
+    Full,
+    /// `p - 0.5` quantized over [-0.5, 0.5]: all 255 symmetric int8 levels (steps of 1/254) on [0, 1], so half
+    /// the rounding error and far fewer small probabilities rounded to zero. The MatMul `P·V` stays int8; its output
+    /// gets `0.5 · Σ_k V[k, :]` added back in float, computed from the same dequantized `V`, so the result is
+    /// exactly `DQ(P)·DQ(V)`. Needs symmetric activations.
+    Shifted,
+}
+
+/// Which activations SmoothQuant-style smoothing rescales (see [`crate::smooth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmoothTargets {
+    /// LayerNorm outputs only: γ / β absorb the division, no node is added on their path.
+    LayerNorm,
+    /// Also every other activation read by a constant-weight MatMul (GELU outputs, attention context), divided by
+    /// an explicit `Mul` in front of the MatMuls.
+    All,
 }
 
 /// How a constant weight is represented after quantization.
@@ -77,9 +108,14 @@ pub struct Policy {
     /// 7-bit weights (int8 [-64, 64]), as ORT's `reduce_range`: avoids u8s8 saturation in
     /// ORT's CPU integer kernels on x86 without VNNI. Activations keep the full range.
     pub reduce_range: bool,
-    /// Give Softmax outputs their analytic range [0, 1] instead of the calibrated one. A calibrator that clips
-    /// attention probabilities (entropy, MSE, percentile) saturates the few large ones that carry the attention.
-    pub softmax_full_range: bool,
+    /// Range of Softmax outputs (attention probabilities).
+    pub softmax_range: SoftmaxRange,
+    /// SmoothQuant-style migration strength α in [0, 1] for LayerNorm outputs read by MatMuls (see
+    /// [`crate::smooth`]); `None` = off. Needs per-channel calibration of those outputs first, which the pipeline
+    /// does before the main calibration.
+    pub smooth: Option<f32>,
+    /// Which MatMul inputs smoothing rescales.
+    pub smooth_targets: SmoothTargets,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -114,7 +150,9 @@ impl Policy {
             per_channel: true,
             weights: WeightStorage::QdqPair,
             reduce_range: false,
-            softmax_full_range: false,
+            softmax_range: SoftmaxRange::Calibrated,
+            smooth: None,
+            smooth_targets: SmoothTargets::LayerNorm,
             include_nodes: vec![],
             exclude_nodes: vec![],
             exclude_tensors: vec![],
@@ -126,10 +164,14 @@ impl Policy {
             // 0.5-1.4 below (see docs/QUANTIZATION.md): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8
             // cannot hold) stay in float, and so do the non-MatMul readers of a quantized tensor; Softmax outputs
             // get [0, 1]. Every MatMul still reads only quantized inputs.
+            // Then two changes that halve what is left: SmoothQuant-style smoothing (alpha DEFAULT_SMOOTH_ALPHA) of
+            // every constant-weight MatMul input, and Softmax outputs shifted by -0.5 to use all int8 levels.
             "tensorrt" | "migraphx" => Ok(Policy {
                 residual_add: ResidualAdd::Skip,
                 shared_pair_feeds_all: false,
-                softmax_full_range: true,
+                softmax_range: SoftmaxRange::Shifted,
+                smooth: Some(DEFAULT_SMOOTH_ALPHA),
+                smooth_targets: SmoothTargets::All,
                 ..base
             }),
             "cpu" => Ok(Policy {
@@ -140,7 +182,7 @@ impl Policy {
                 activations: QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false },
                 weights: WeightStorage::Int8Initializer,
                 reduce_range: true,
-                softmax_full_range: true,
+                softmax_range: SoftmaxRange::Full,
                 ..base
             }),
             _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
@@ -197,10 +239,27 @@ impl Policy {
             }
             "reduce_range" => self.reduce_range = boolean()?,
             "softmax_range" => {
-                self.softmax_full_range = match value {
-                    "full" => true,
-                    "calibrated" => false,
-                    _ => return Err(bad("full or calibrated")),
+                self.softmax_range = match value {
+                    "calibrated" => SoftmaxRange::Calibrated,
+                    "full" => SoftmaxRange::Full,
+                    "shifted" => SoftmaxRange::Shifted,
+                    _ => return Err(bad("calibrated, full or shifted")),
+                }
+            }
+            "smooth" => {
+                self.smooth = match value {
+                    "off" | "none" | "false" => None,
+                    v => match v.parse::<f32>() {
+                        Ok(a) if (0.0..=1.0).contains(&a) => Some(a),
+                        _ => return Err(bad("off or a migration strength in [0, 1], e.g. 0.5")),
+                    },
+                }
+            }
+            "smooth_targets" => {
+                self.smooth_targets = match value {
+                    "layernorm" => SmoothTargets::LayerNorm,
+                    "all" => SmoothTargets::All,
+                    _ => return Err(bad("layernorm or all")),
                 }
             }
             "include_nodes" | "exclude_nodes" | "exclude_tensors" => {
@@ -240,7 +299,17 @@ impl Policy {
             ("per_channel", b(self.per_channel).into()),
             ("weights", if self.weights == WeightStorage::QdqPair { "qdq-pair" } else { "int8-initializer" }.into()),
             ("reduce_range", b(self.reduce_range).into()),
-            ("softmax_range", if self.softmax_full_range { "full" } else { "calibrated" }.into()),
+            (
+                "softmax_range",
+                match self.softmax_range {
+                    SoftmaxRange::Calibrated => "calibrated",
+                    SoftmaxRange::Full => "full",
+                    SoftmaxRange::Shifted => "shifted",
+                }
+                .into(),
+            ),
+            ("smooth", self.smooth.map_or_else(|| "off".to_string(), |a| a.to_string())),
+            ("smooth_targets", if self.smooth_targets == SmoothTargets::All { "all" } else { "layernorm" }.into()),
             ("include_nodes", self.include_nodes.join(",")),
             ("exclude_nodes", self.exclude_nodes.join(",")),
             ("exclude_tensors", self.exclude_tensors.join(",")),
@@ -348,12 +417,19 @@ mod tests {
         let trt = Policy::preset("tensorrt").unwrap();
         let ort = Policy::preset("ort-compatible").unwrap();
         assert_eq!(ort.residual_add, ResidualAdd::Quantize);
-        assert!(ort.shared_pair_feeds_all && !ort.softmax_full_range);
+        assert!(ort.shared_pair_feeds_all && ort.softmax_range == SoftmaxRange::Calibrated);
         assert_eq!(trt.residual_add, ResidualAdd::Skip);
-        assert!(!trt.shared_pair_feeds_all && trt.softmax_full_range);
-        // tensorrt = ort-compatible + exactly those three settings.
+        assert!(!trt.shared_pair_feeds_all && trt.softmax_range == SoftmaxRange::Shifted);
+        // tensorrt = ort-compatible + exactly those five settings.
         let mut seed = ort.clone();
-        for (k, v) in [("residual_add", "skip"), ("shared_pair_feeds_all", "false"), ("softmax_range", "full")] {
+        let alpha = DEFAULT_SMOOTH_ALPHA.to_string();
+        for (k, v) in [
+            ("residual_add", "skip"),
+            ("shared_pair_feeds_all", "false"),
+            ("softmax_range", "shifted"),
+            ("smooth", alpha.as_str()),
+            ("smooth_targets", "all"),
+        ] {
             seed.set(k, v).unwrap();
         }
         assert_eq!(trt.describe().replace("tensorrt", "x"), seed.describe().replace("ort-compatible", "x"));

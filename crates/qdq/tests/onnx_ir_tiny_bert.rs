@@ -87,13 +87,21 @@ fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
         // 2 layers x 6 dense + QA head; embeddings Add chain + 2 residuals per layer.
         assert_eq!(weighted, 13);
         assert_eq!(residual, 5); // embeddings Add_1 + 2 per layer
-        // tensorrt gives Softmax outputs their full [0, 1] range: scale 1/127 whatever was calibrated.
+        // tensorrt quantizes Softmax outputs shifted by -0.5 over [-0.5, 0.5]: scale 0.5/127 whatever was
+        // calibrated, the pair reading a Sub of the Softmax output; ort-compatible uses the calibrated range.
         let cov = qdq::coverage(&q);
-        let softmax: Vec<_> = cov.pairs.iter().filter(|p| producer_op(&fp32, &p.tensor) == Some("Softmax")).collect();
+        let reads_softmax = |t: &str| {
+            producer_op(&fp32, t) == Some("Softmax")
+                || g.producer_of(t).is_some_and(|i| {
+                    g.node[i].op_type() == "Sub" && producer_op(&fp32, &g.node[i].input[0]) == Some("Softmax")
+                })
+        };
+        let softmax: Vec<_> = cov.pairs.iter().filter(|p| reads_softmax(&p.tensor)).collect();
         assert_eq!(softmax.len(), 2, "{preset}");
         for p in softmax {
-            let full = (p.scales[0] - 1.0 / 127.0).abs() < 1e-7;
-            assert_eq!(full, !residual_quantized, "{preset}: {} scale {}", p.tensor, p.scales[0]);
+            let shifted = (p.scales[0] - 0.5 / 127.0).abs() < 1e-9;
+            assert_eq!(shifted, !residual_quantized, "{preset}: {} scale {}", p.tensor, p.scales[0]);
+            assert_eq!(p.tensor.ends_with("_shifted"), shifted, "{preset}: {}", p.tensor);
         }
         for p in qdq::coverage(&q).pairs.iter().filter(|p| p.is_initializer && p.tensor.ends_with(".weight") && p.axis.is_some()) {
             let w = fp32.graph().initializer(&p.tensor).unwrap();
@@ -112,5 +120,61 @@ fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
             let out = run(&q, &["start_logits", "end_logits"], runtime::OptLevel::All);
             assert!(out.iter().all(|a| a.iter().all(|v| v.is_finite())), "{preset}");
         }
+    }
+}
+
+/// The shifted Softmax pair plus its correction computes exactly `Σ_k (DQ(Q(P - 0.5)) + 0.5) · V`.
+#[test]
+fn shifted_softmax_product_is_exact_for_the_quantized_probabilities() {
+    for kind in [LayerNormKind::Decomposed, LayerNormKind::Fused] {
+        let fp32 = build(&TinyBertConfig { layer_norm: kind, layers: 1, ..Default::default() });
+        let g = fp32.graph();
+        let pv = g
+            .node
+            .iter()
+            .find(|n| n.op_type() == "MatMul" && producer_op(&fp32, &n.input[0]) == Some("Softmax"))
+            .unwrap();
+        let (p_name, v_name, ctx_name) = (pv.input[0].clone(), pv.input[1].clone(), pv.output[0].clone());
+        // Quantize only the Softmax output: V and everything else stay float.
+        let mut policy = Policy::preset("tensorrt").unwrap();
+        policy.set("smooth", "off").unwrap();
+        policy.set("include_nodes", pv.name()).unwrap();
+        policy.set("exclude_tensors", &v_name).unwrap();
+        let (q, plan) = qdq::quantize(&fp32, &qdq::Ranges::new(), &policy).unwrap();
+        q.validate().unwrap();
+        assert_eq!(plan.tensors.len(), 1, "{plan}");
+        assert_eq!(plan.tensors[0].shift, Some(0.5));
+        assert!(plan.to_string().contains("shifted"), "{plan}");
+
+        let mut probe = fp32.clone();
+        for t in [&p_name, &v_name] {
+            probe.graph_mut().add_output(t, onnx_ir::DataType::Float);
+        }
+        let o = run(&probe, &[&p_name, &v_name], runtime::OptLevel::Disable);
+        let (p, v) = (&o[0], &o[1]);
+        let mut qm = q.clone();
+        qm.graph_mut().add_output(&ctx_name, onnx_ir::DataType::Float);
+        let ctx = run(&qm, &[&ctx_name], runtime::OptLevel::Disable).remove(0);
+        // p: [b, h, s, s], v: [b, h, s, d]
+        let (sh, dv) = (p.shape().to_vec(), v.shape().to_vec());
+        let (bh, s, d) = (sh[0] * sh[1], sh[2], dv[3]);
+        let scale = 0.5f32 / 127.0;
+        let (pf, vf, cf): (Vec<f32>, Vec<f32>, Vec<f32>) =
+            (p.iter().copied().collect(), v.iter().copied().collect(), ctx.iter().copied().collect());
+        let mut worst = 0f32;
+        for h in 0..bh {
+            for i in 0..s {
+                for c in 0..d {
+                    let mut want = 0f32;
+                    for k in 0..s {
+                        let pk = pf[(h * s + i) * s + k];
+                        let q = ((pk - 0.5) / scale).round_ties_even().clamp(-127.0, 127.0);
+                        want += (q * scale + 0.5) * vf[(h * s + k) * d + c];
+                    }
+                    worst = worst.max((want - cf[(h * s + i) * d + c]).abs());
+                }
+            }
+        }
+        assert!(worst < 1e-4, "{kind:?}: max |expected - ORT| = {worst}");
     }
 }

@@ -1,0 +1,243 @@
+//! SmoothQuant-style smoothing on tiny BERT (both LayerNorm forms): which sites are found, that the smoothed model
+//! computes the same function, that the LayerNorm outputs' channel spread shrinks by the factors, and that an
+//! outlier channel then costs less accuracy once quantized.
+mod common;
+use std::collections::BTreeMap;
+
+use common::*;
+use onnx_ir::{GraphExt, Model, tensor_from_vec};
+use qdq::{Policy, SmoothForm};
+
+const EMB_LN: &str = "/bert/embeddings/LayerNorm";
+const OUTLIER: usize = 3;
+
+/// tiny BERT whose embedding LayerNorm has one channel 40x larger than the others (γ and β), as BERT's residual
+/// stream does.
+fn with_outlier(ln: Ln) -> Model {
+    let mut m = tiny_bert(ln);
+    let g = m.graph_mut();
+    for (name, v) in [(format!("{EMB_LN}.weight"), 40.0f32), (format!("{EMB_LN}.bias"), 8.0)] {
+        let t = g.initializer(&name).unwrap().clone();
+        let mut vals = onnx_ir::tensor_to_array::<f32>(&t).unwrap().into_iter().collect::<Vec<_>>();
+        vals[OUTLIER] = v;
+        g.add_initializer(tensor_from_vec::<f32>(&name, &[HIDDEN], vals).unwrap());
+    }
+    m
+}
+
+/// Per-channel max |x| (last axis) of each tensor, from running the model.
+fn channel_absmax(model: &Model, tensors: &[String]) -> BTreeMap<String, Vec<f32>> {
+    let mut m = model.clone();
+    for t in tensors {
+        m.graph_mut().add_output(t, onnx_ir::DataType::Float);
+    }
+    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
+    tensors
+        .iter()
+        .zip(run(&m, &names))
+        .map(|(t, a)| {
+            let c = *a.shape().last().unwrap();
+            let mut mx = vec![0f32; c];
+            for (i, v) in a.iter().enumerate() {
+                mx[i % c] = mx[i % c].max(v.abs());
+            }
+            (t.clone(), mx)
+        })
+        .collect()
+}
+
+fn logits(m: &Model) -> Vec<f32> {
+    run(m, &["start_logits"]).remove(0).into_iter().collect()
+}
+
+const QUERY: &str = "/bert/encoder/layer.0/attention/self/query/MatMul_output_0";
+
+/// The output of the first MatMul reading the outlier LayerNorm, and the logits.
+fn query_and_logits(m: &Model) -> (Vec<f32>, Vec<f32>) {
+    let mut m = m.clone();
+    m.graph_mut().add_output(QUERY, onnx_ir::DataType::Float);
+    let mut o = run(&m, &[QUERY, "start_logits"]);
+    let l = o.remove(1).into_iter().collect();
+    (o.remove(0).into_iter().collect(), l)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// The tensorrt preset smoothing LayerNorm outputs only, with strength `alpha`.
+fn smoothing_policy(alpha: f32) -> Policy {
+    let mut p = Policy::preset("tensorrt").unwrap();
+    p.set("smooth", &alpha.to_string()).unwrap();
+    p.set("smooth_targets", "layernorm").unwrap();
+    p
+}
+
+#[test]
+fn finds_layer_norm_outputs_read_by_constant_weight_matmuls() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = tiny_bert(ln);
+        let sites = qdq::smoothing_sites(&m, &smoothing_policy(0.5)).unwrap();
+        let got: Vec<(usize, bool)> = sites.iter().map(|s| (s.matmuls.len(), s.other_readers)).collect();
+        // embeddings LN -> Q, K, V (+ residual Add); attention-output LN -> intermediate (+ residual Add);
+        // output LN -> qa_outputs only.
+        assert_eq!(got, vec![(3, true), (1, true), (1, false)], "{ln:?}");
+        assert!(sites.iter().all(|s| s.channels == HIDDEN));
+        match (&sites[0].form, ln) {
+            (SmoothForm::LayerNorm, Ln::Fused) => {}
+            (SmoothForm::DecomposedLayerNorm { mul }, Ln::Decomposed) => assert_eq!(mul, &format!("{EMB_LN}/Mul")),
+            (f, _) => panic!("{ln:?}: form {f:?}"),
+        }
+        assert_eq!(sites[1].matmuls, vec!["/bert/encoder/layer.0/intermediate/dense/MatMul".to_string()]);
+
+        // The policy decides: an excluded tensor or MatMul is not smoothed into.
+        let mut p = smoothing_policy(0.5);
+        p.set("exclude_tensors", &sites[2].tensor).unwrap();
+        p.set("exclude_nodes", "*/query/MatMul").unwrap();
+        let fewer = qdq::smoothing_sites(&m, &p).unwrap();
+        assert_eq!(fewer.len(), 2);
+        assert_eq!(fewer[0].matmuls.len(), 2);
+        assert!(fewer[0].other_readers, "the excluded MatMul still reads the original tensor");
+    }
+}
+
+#[test]
+fn smoothed_model_computes_the_same_and_moves_the_spread_into_weights() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = with_outlier(ln);
+        let policy = smoothing_policy(0.5);
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+        let absmax = channel_absmax(&m, &tensors);
+        let (s, done) = qdq::smooth(&m, &policy, &absmax, 0.5).unwrap();
+        s.validate().unwrap();
+        assert_eq!(done.len(), 3);
+        assert_eq!(qdq::smoothing_record(&s), Some("alpha=0.5; tensors=3"));
+        assert_eq!(qdq::smoothing_record(&m), None);
+
+        // Same function: logits agree to float rounding.
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        assert!(max_abs_diff(&a, &b) <= 1e-4 * scale.max(1.0), "{ln:?}: {} vs scale {scale}", max_abs_diff(&a, &b));
+
+        // The smoothed tensors' channel maxima are the calibrated ones divided by the factors.
+        let smoothed: Vec<String> = done.iter().map(|d| d.smoothed_tensor.clone()).collect();
+        let after = channel_absmax(&s, &smoothed);
+        for d in &done {
+            let before = &absmax[&d.site.tensor];
+            for (j, ((x, f), y)) in before.iter().zip(&d.factors).zip(&after[&d.smoothed_tensor]).enumerate() {
+                assert!((x / f - y).abs() <= 1e-4 * (x / f).abs().max(1e-3), "{} channel {j}: {x}/{f} vs {y}", d.site.tensor);
+            }
+        }
+        let emb = &done[0];
+        assert!(emb.spread_before > 10.0, "the outlier channel dominates: {}", emb.spread_before);
+        assert!(emb.spread_after < emb.spread_before / 3.0, "{} -> {}", emb.spread_before, emb.spread_after);
+        // α = 0.5: s_j = sqrt(max|X_j| / max|W_j|), so the outlier channel gets the largest factor.
+        let top = emb.factors.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+        assert_eq!(top, OUTLIER);
+
+        // The residual path still reads the original tensor (restored by one Mul), the last LN needs no Mul.
+        let g = s.graph();
+        let muls: Vec<_> = g.node.iter().filter(|n| n.name().ends_with("_unsmooth")).collect();
+        assert_eq!(muls.len(), 2);
+        assert_eq!(muls[0].output[0], emb.site.tensor);
+        assert!(g.producer_of(&done[2].site.tensor).is_none());
+        // Replaced originals are gone, so the model does not grow by a second copy of its weights.
+        assert_eq!(g.initializer.len(), m.graph().initializer.len() + 2);
+    }
+}
+
+#[test]
+fn smoothing_lowers_the_int8_error_of_an_outlier_channel() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = with_outlier(ln);
+        let (q_fp32, l_fp32) = query_and_logits(&m);
+        let plain = Policy::preset("tensorrt").unwrap();
+        let (q, _) = qdq::quantize(&m, &ranges(&m, &plain), &plain).unwrap();
+        let (q_plain, l_plain) = query_and_logits(&q);
+
+        let policy = smoothing_policy(0.5);
+        let tensors: Vec<String> = qdq::smoothing_sites(&m, &policy).unwrap().into_iter().map(|s| s.tensor).collect();
+        let (s, _) = qdq::smooth(&m, &policy, &channel_absmax(&m, &tensors), 0.5).unwrap();
+        let (qs, plan) = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap();
+        assert!(plan.skipped.is_empty(), "{plan}");
+        // Every MatMul still reads only dequantized inputs.
+        let cov = qdq::coverage(&qs);
+        let mm = &cov.by_op["MatMul"];
+        assert_eq!(mm.covered, mm.nodes, "{cov:?}");
+        let (q_smooth, l_smooth) = query_and_logits(&qs);
+        // The query projection reads the outlier LayerNorm directly: its INT8 error drops by more than half.
+        let (e_plain, e_smooth) = (max_abs_diff(&q_fp32, &q_plain), max_abs_diff(&q_fp32, &q_smooth));
+        assert!(e_smooth < e_plain * 0.5, "{ln:?}: query error {e_smooth} smoothed vs {e_plain} plain");
+        // And the logits, after every other quantized tensor, are closer too.
+        let (e_plain, e_smooth) = (max_abs_diff(&l_fp32, &l_plain), max_abs_diff(&l_fp32, &l_smooth));
+        assert!(e_smooth < e_plain, "{ln:?}: logit error {e_smooth} smoothed vs {e_plain} plain");
+    }
+}
+
+fn ranges(m: &Model, p: &Policy) -> qdq::Ranges {
+    let t = qdq::tensors_to_calibrate(m, p).unwrap();
+    observed_ranges(m, &t)
+}
+
+#[test]
+fn bad_statistics_and_strengths_are_errors_naming_the_tensor() {
+    let m = tiny_bert(Ln::Decomposed);
+    let policy = smoothing_policy(0.5);
+    let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+    let e = qdq::smooth(&m, &policy, &BTreeMap::new(), 0.5).unwrap_err().to_string();
+    assert!(e.contains(&sites[0].tensor), "{e}");
+    let short: BTreeMap<String, Vec<f32>> = sites.iter().map(|s| (s.tensor.clone(), vec![1.0; 3])).collect();
+    let e = qdq::smooth(&m, &policy, &short, 0.5).unwrap_err().to_string();
+    assert!(e.contains(&sites[0].tensor) && e.contains("3 channels") && e.contains(&HIDDEN.to_string()), "{e}");
+    let ok: BTreeMap<String, Vec<f32>> = sites.iter().map(|s| (s.tensor.clone(), vec![1.0; HIDDEN])).collect();
+    assert!(qdq::smooth(&m, &policy, &ok, 1.5).unwrap_err().to_string().contains("[0, 1]"));
+    let mut p = Policy::preset("tensorrt").unwrap();
+    let e = p.set("smooth", "lots").unwrap_err().to_string();
+    assert!(e.contains("smooth") && e.contains("[0, 1]"), "{e}");
+    p.set("smooth", "off").unwrap();
+    assert_eq!(p.smooth, None);
+}
+
+#[test]
+fn all_targets_add_an_explicit_scale_in_front_of_other_matmul_inputs() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = with_outlier(ln);
+        let mut policy = smoothing_policy(1.0);
+        policy.set("smooth_targets", "all").unwrap();
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        // The three LayerNorm outputs, plus the attention context (-> attention/output/dense) and the FFN activation
+        // (-> output/dense). Q·Kᵀ and probs·V read no constant weight and are not sites.
+        let forms: Vec<bool> = sites.iter().map(|s| s.form == SmoothForm::ScaleNode).collect();
+        assert_eq!(forms, vec![false, true, false, true, false], "{ln:?}: {sites:?}");
+        assert_eq!(sites[1].matmuls, vec!["/bert/encoder/layer.0/attention/output/dense/MatMul".to_string()]);
+        assert_eq!(sites[3].matmuls, vec!["/bert/encoder/layer.0/output/dense/MatMul".to_string()]);
+        assert!(sites[3].gamma.is_none() && sites[3].channels == FFN);
+
+        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+        let absmax = channel_absmax(&m, &tensors);
+        let (s, done) = qdq::smooth(&m, &policy, &absmax, 1.0).unwrap();
+        s.validate().unwrap();
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        assert!(max_abs_diff(&a, &b) <= 1e-4 * scale.max(1.0), "{ln:?}: {}", max_abs_diff(&a, &b));
+        // α = 1 makes every channel's max 1 (channels that were all zero keep factor 1).
+        let smoothed: Vec<String> = done.iter().map(|d| d.smoothed_tensor.clone()).collect();
+        for (t, maxes) in channel_absmax(&s, &smoothed) {
+            for (j, v) in maxes.iter().enumerate() {
+                assert!(*v == 0.0 || (v - 1.0).abs() < 1e-3, "{t} channel {j}: {v}");
+            }
+        }
+        // The explicit scale: one Mul reading the original tensor, the MatMul reading its output; the original
+        // tensor keeps its producer and name.
+        let g = s.graph();
+        let ctx = &done[1];
+        let mul = g.node.iter().find(|n| n.output.first() == Some(&ctx.smoothed_tensor)).unwrap();
+        assert_eq!((mul.op_type(), mul.input[0].as_str()), ("Mul", ctx.site.tensor.as_str()));
+        assert!(g.producer_of(&ctx.site.tensor).is_some());
+        let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
+        let cov = qdq::coverage(&quantized);
+        assert_eq!(cov.by_op["MatMul"].covered, cov.by_op["MatMul"].nodes);
+    }
+}
