@@ -173,7 +173,9 @@ pub struct PolicyArgs {
     /// Use ONNX Runtime's own QDQ layout (the `ort-compatible` preset), as the seeds' --ort_quant does.
     #[arg(long, visible_alias = "ort_quant")]
     pub ort_quant: bool,
-    /// Change one policy option: KEY=VALUE (repeatable). Unknown keys are errors listing the valid ones.
+    /// Change one policy option: KEY=VALUE (repeatable), e.g. `smooth=off` (no SmoothQuant-style smoothing before
+    /// calibration), `smooth=0.5` (its strength), `softmax_range=full`, `exclude_tensors=GLOB`. Unknown keys are errors
+    /// listing the valid ones; `qdq quantize --list-policies` shows every key and each preset's values.
     #[arg(long = "policy-option", value_name = "KEY=VALUE")]
     pub policy_options: Vec<String>,
     /// Do not quantize these nodes (exact name or glob; repeatable).
