@@ -14,6 +14,13 @@ use args::{CalibArgs, Cli, Command, DataArgs, PolicyArgs, RuntimeArgs};
 use runtime::{Ep, OptLevel, SessionConfig};
 
 fn main() -> ExitCode {
+    // `qdq inspect model.onnx | head` must end quietly when the reader goes away, as other Unix tools do, instead
+    // of panicking in println! on EPIPE (Rust ignores SIGPIPE by default).
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cmd = Cli::command();
     let cli = match config::expand(argv, &cmd).and_then(|argv| {
@@ -433,7 +440,7 @@ fn inspect(a: args::InspectArgs) -> Result<()> {
     println!("  outputs: {}", io(&g.output).join(", "));
     println!("  {} nodes, {} initializers, {} parameters", g.node.len(), g.initializer.len(), params);
     if let Some(r) = qdq::smoothing_record(&model) {
-        println!("  smoothed LayerNorm outputs (SmoothQuant): {r}");
+        println!("  smoothed MatMul inputs (SmoothQuant-style): {r}");
     }
     println!();
     let qnodes = g.node.iter().filter(|n| n.op_type() == "QuantizeLinear").count();
