@@ -12,7 +12,9 @@
 //! - Scales are finite and > 0; zero points lie in the integer range of their type.
 //! - Only `MatMul` and `Add` nodes are quantized; an `Add` only when its output feeds
 //!   `ReduceMean` or `LayerNormalization` (a residual Add), so bias Adds and biases stay FP32.
-//! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs.
+//! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs. The one exception is a
+//!   shifted Softmax pair (`softmax_range = shifted`): the `P·V` MatMul then writes a new tensor and an added `Add`
+//!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.
 //!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
 
