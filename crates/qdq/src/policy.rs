@@ -129,10 +129,11 @@ pub struct Policy {
 impl Policy {
     /// A named preset (see [`PRESETS`]).
     ///
-    /// `ort-compatible`, `tensorrt` and `migraphx` are currently identical: ORT's QDQQuantizer
-    /// with MatMul+Add, per-channel symmetric int8 weights as FP32 + Q/DQ pair, symmetric int8
-    /// activations, dedicated pairs, no output quantization and residual Adds quantized.
-    /// `cpu` quantizes MatMuls only, with asymmetric uint8 activations, shared pairs, 7-bit
+    /// `ort-compatible` is ORT's QDQQuantizer with the seeds' options: MatMul+Add, per-channel symmetric int8
+    /// weights as FP32 + Q/DQ pair, symmetric int8 activations, dedicated pairs, no output quantization and residual
+    /// Adds quantized. `tensorrt` and `migraphx` (identical) leave residual Adds in float, smooth every
+    /// constant-weight MatMul input and quantize Softmax outputs shifted (see docs/QUANTIZATION.md).
+    /// `cpu` quantizes MatMuls only (smoothed as in `tensorrt`), with asymmetric uint8 activations, shared pairs, 7-bit
     /// (`reduce_range`) int8 weight initializers and quantized MatMul outputs: ORT 1.31's CPU EP (opt level All) turns
     /// DQ -> MatMul -> Q into `QLinearMatMul` (tiny BERT: 8 of 9 MatMuls). Without output
     /// quantization ORT first fuses MatMul + bias Add into `Gemm`, and only the Gemms whose
@@ -183,6 +184,8 @@ impl Policy {
                 weights: WeightStorage::Int8Initializer,
                 reduce_range: true,
                 softmax_range: SoftmaxRange::Full,
+                smooth: Some(DEFAULT_SMOOTH_ALPHA),
+                smooth_targets: SmoothTargets::All,
                 ..base
             }),
             _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
@@ -439,5 +442,7 @@ mod tests {
         let cpu = Policy::preset("cpu").unwrap();
         assert_eq!(cpu.activations.qtype, QuantType::UInt8);
         assert_eq!(cpu.weights, WeightStorage::Int8Initializer);
+        // uint8 activations already use all 256 levels on [0, 1]: no shift, but the same smoothing.
+        assert_eq!((cpu.softmax_range, cpu.smooth, cpu.smooth_targets), (SoftmaxRange::Full, trt.smooth, SmoothTargets::All));
     }
 }
