@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{root, run_cmd};
+use crate::{root, run_cmd, take_flag_value};
 
 /// One file of the manifest. `path` is relative both to the destination and to a mirror directory.
 pub struct Asset {
@@ -106,27 +106,15 @@ impl DownloadArgs {
     /// Takes the download options out of `args`, leaving the rest (e2e passes them on to `qdq e2e`).
     pub fn extract(args: &mut Vec<String>) -> Result<DownloadArgs> {
         let mut out = DownloadArgs::default();
-        let mut i = 0;
-        while i < args.len() {
-            let (key, inline) = match args[i].split_once('=') {
-                Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
-                None => (args[i].clone(), None),
-            };
-            if !matches!(key.as_str(), "--mirror" | "--dest" | "--assets") {
-                i += 1;
-                continue;
-            }
-            args.remove(i);
-            let value = match inline {
-                Some(v) => v,
-                None if i < args.len() => args.remove(i),
-                None => bail!("{key} needs a value"),
-            };
-            match key.as_str() {
-                "--mirror" => out.mirror = Some(PathBuf::from(value)),
-                "--dest" => out.dest = Some(PathBuf::from(value)),
-                _ => out.set = Some(value),
-            }
+        // A repeated option: the last one wins.
+        while let Some(v) = take_flag_value(args, "--mirror")? {
+            out.mirror = Some(PathBuf::from(v));
+        }
+        while let Some(v) = take_flag_value(args, "--dest")? {
+            out.dest = Some(PathBuf::from(v));
+        }
+        while let Some(v) = take_flag_value(args, "--assets")? {
+            out.set = Some(v);
         }
         if out.mirror.is_none() {
             out.mirror = std::env::var_os(MIRROR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);

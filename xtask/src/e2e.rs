@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::download::{DownloadArgs, download};
 use crate::setup::{LIBRARY_ENV, SetupArgs, install_dir, library_path, setup};
-use crate::{cargo, root, run_cmd};
+use crate::{cargo, root, run_cmd, take_flag_value};
 
 /// Options of xtask itself; every other argument goes to `qdq e2e` unchanged.
 struct E2eArgs {
@@ -34,19 +34,6 @@ fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
             }
         })
     })
-}
-
-/// Removes `--flag V` / `--flag=V` from `args` and returns `V`; a flag without a value is an error.
-fn take_flag_value(args: &mut Vec<String>, name: &str) -> Result<Option<String>> {
-    let Some(i) = args.iter().position(|a| a == name || a.starts_with(&format!("{name}="))) else {
-        return Ok(None);
-    };
-    let flag = args.remove(i);
-    match flag.split_once('=') {
-        Some((_, v)) => Ok(Some(v.to_owned())),
-        None if i < args.len() => Ok(Some(args.remove(i))),
-        None => bail!("{name} needs a value"),
-    }
 }
 
 pub fn e2e(raw: &[String]) -> Result<()> {
@@ -217,26 +204,4 @@ fn check_results(results: &Path, reference: &Path, samples: &str, int8_tolerance
         bail!("INT8 F1 {int8:.3} is more than {int8_tolerance} below FP32 {fp32:.3}");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn flag_values_are_taken_out_in_both_spellings() {
-        let mut args = strings(&["--samples", "10", "--int8-tolerance", "2", "--ep", "cpu"]);
-        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap().as_deref(), Some("2"));
-        assert_eq!(args, strings(&["--samples", "10", "--ep", "cpu"]));
-        let mut args = strings(&["--int8-tolerance=1.5", "--check"]);
-        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap().as_deref(), Some("1.5"));
-        assert_eq!(args, strings(&["--check"]));
-        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap(), None);
-        let e = take_flag_value(&mut strings(&["--check", "--int8-tolerance"]), "--int8-tolerance").unwrap_err();
-        assert!(e.to_string().contains("needs a value"), "{e}");
-    }
 }

@@ -102,6 +102,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
+/// Removes `--flag V` / `--flag=V` from `args` and returns `V`; a flag without a value is an error.
+pub fn take_flag_value(args: &mut Vec<String>, name: &str) -> Result<Option<String>> {
+    let Some(i) = args.iter().position(|a| a == name || a.starts_with(&format!("{name}="))) else {
+        return Ok(None);
+    };
+    let flag = args.remove(i);
+    match flag.split_once('=') {
+        Some((_, v)) => Ok(Some(v.to_owned())),
+        None if i < args.len() => Ok(Some(args.remove(i))),
+        None => bail!("{name} needs a value"),
+    }
+}
+
 pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
@@ -112,4 +125,26 @@ fn test(rest: &[String]) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(rest).env(setup::LIBRARY_ENV, &lib);
     run_cmd(&mut cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flag_values_are_taken_out_in_both_spellings() {
+        let mut args = strings(&["--samples", "10", "--int8-tolerance", "2", "--ep", "cpu"]);
+        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap().as_deref(), Some("2"));
+        assert_eq!(args, strings(&["--samples", "10", "--ep", "cpu"]));
+        let mut args = strings(&["--int8-tolerance=1.5", "--check"]);
+        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap().as_deref(), Some("1.5"));
+        assert_eq!(args, strings(&["--check"]));
+        assert_eq!(take_flag_value(&mut args, "--int8-tolerance").unwrap(), None);
+        let e = take_flag_value(&mut strings(&["--check", "--int8-tolerance"]), "--int8-tolerance").unwrap_err();
+        assert!(e.to_string().contains("needs a value"), "{e}");
+    }
 }
