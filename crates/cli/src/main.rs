@@ -270,19 +270,22 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
             ..Default::default()
         },
     };
-    let (model, smoothing) = pipeline::smooth_model(model, &policy, &data, &opts, &bars)?;
-    if let Some(s) = &smoothing {
-        if !a.merge.is_empty() {
-            bail!(
-                "--merge cannot be combined with smoothing: each run smooths with its own statistics, so their \
-                 ranges describe different models; pass --policy-option smooth=off to every run"
-            );
-        }
-        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-        let path = a.out.join("model_smoothed.onnx");
-        model.save(&path)?;
-        println!("{}; wrote {} (quantize this model with these tables)", s.describe(), path.display());
+    if !a.merge.is_empty() && policy.smooth.is_some() && !qdq::smoothing_sites(&model, &policy)?.is_empty() {
+        bail!(
+            "--merge cannot be combined with smoothing: each run smooths with its own statistics, so their ranges \
+             describe different models; pass --policy-option smooth=off to every run"
+        );
     }
+    let model = match pipeline::smooth_model(&model, &policy, &data, &opts, &bars)? {
+        None => model,
+        Some((smoothed, s)) => {
+            std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+            let path = a.out.join("model_smoothed.onnx");
+            smoothed.save(&path)?;
+            println!("{}; wrote {} (quantize this model with these tables)", s.describe(), path.display());
+            smoothed
+        }
+    };
     let tensors = qdq::tensors_to_calibrate(&model, &policy)?;
     let mut cal = pipeline::calibrate(&model, &tensors, &data, &opts, &bars)?;
     for m in &a.merge {

@@ -260,6 +260,16 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let raw = qdq(&["quantize", "--model", f.model.to_str().unwrap(), "--ranges", cal.join("calibration.json").to_str().unwrap(), "--dry-run"]);
     let e = one_error(&raw);
     assert!(e.contains("not smoothed") && e.contains("model_smoothed.onnx") && e.contains("smooth=off"), "{e}");
+    // Merging statistics of smoothed runs would mix ranges of different models: refused before any inference.
+    let merged = f.dir.path().join("merged");
+    let o = qdq(&[
+        "calibrate", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap(),
+        "--calibration-data", data.to_str().unwrap(), "--seq-len", "64", "--query-len", "16", "--doc-stride", "24",
+        "--out", merged.to_str().unwrap(), "--merge", cal.join("calib_state.json").to_str().unwrap(),
+    ]);
+    let e = one_error(&o);
+    assert!(e.contains("--merge") && e.contains("smooth=off"), "{e}");
+    assert!(!merged.exists());
     let mut scales = Vec::new();
     for table in ["calibration.json", "calibration.flatbuffers", "calibration.cache"] {
         let out = f.dir.path().join(format!("q_{table}.onnx"));

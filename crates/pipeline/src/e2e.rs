@@ -95,16 +95,14 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
 
     // 1. calibrate (after smoothing, when the policy asks for it: the ranges are those of the smoothed model)
     // FP32 is evaluated on the original model, not the (equivalent in exact arithmetic) smoothed one.
-    let (smoothed, smoothing) = if cfg.policy.smooth.is_some() {
-        let (m, s) = smooth_model(model.clone(), &cfg.policy, &cal_data, &cfg.calibrate, progress)?;
-        (Some(m).filter(|_| s.is_some()), s)
-    } else {
-        (None, None)
+    let (smoothed, smoothing) = match smooth_model(&model, &cfg.policy, &cal_data, &cfg.calibrate, progress)? {
+        Some((m, s)) => {
+            progress.note(&s.describe());
+            (Some(m), Some(s))
+        }
+        None => (None, None),
     };
     let to_quantize = smoothed.as_ref().unwrap_or(&model);
-    if let Some(s) = &smoothing {
-        progress.note(&s.describe());
-    }
     let tensors = qdq::tensors_to_calibrate(to_quantize, &cfg.policy)?;
     let cal = calibrate(to_quantize, &tensors, &cal_data, &cfg.calibrate, progress)?;
     write_tables(&cal, &cfg.out)?;
