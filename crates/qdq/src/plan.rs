@@ -298,12 +298,15 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
             }
         } else {
             let softmax_out = g.producer_of(&t).is_some_and(|i| g.node[i].op_type() == "Softmax");
-            // Shifting is exact only when every quantized reader is a MatMul reading it as A.
-            let receivers = sel.receivers.get(&t).map(Vec::as_slice).unwrap_or_default();
-            let as_matmul_a = !receivers.is_empty()
-                && receivers.iter().all(|&r| g.node[r].op_type() == "MatMul" && g.node[r].input[0] == t && g.node[r].input[1] != t);
             let range = match policy.softmax_range {
                 SoftmaxRange::Shifted if softmax_out => {
+                    // Shifting is exact only when every quantized reader is a MatMul reading it as A.
+                    let receivers = sel.receivers.get(&t).map(Vec::as_slice).unwrap_or_default();
+                    let as_matmul_a = !receivers.is_empty()
+                        && receivers.iter().all(|&r| {
+                            let n = &g.node[r];
+                            n.op_type() == "MatMul" && n.input[0] == t && n.input[1] != t
+                        });
                     if !policy.activations.symmetric {
                         return Err(Error::BadOptionValue {
                             key: "softmax_range".into(),
@@ -510,7 +513,8 @@ impl Plan {
             g.insert_nodes(at, nodes);
         }
         if has_shifts {
-            // The correction reads B's DequantizeLinear, inserted before the MatMul: restore a topological order.
+            // A correction and the pair of the MatMul output's next reader can share an insertion index; whichever
+            // order they landed in, sorting makes it topological.
             g.sort_nodes()?;
         }
         if self.tensors.iter().any(|t| t.int8_initializer) {

@@ -8,7 +8,7 @@ use crate::scale::{QuantSpec, QuantType};
 /// Names accepted by [`Policy::preset`].
 pub const PRESETS: &[&str] = &["ort-compatible", "tensorrt", "migraphx", "cpu"];
 
-/// Migration strength of the `tensorrt` / `migraphx` presets' smoothing (see [`crate::smooth`]); chosen on the
+/// Migration strength of the `tensorrt`, `migraphx` and `cpu` presets' smoothing (see [`crate::smooth`]); chosen on the
 /// SQuAD dev set, see docs/QUANTIZATION.md.
 pub const DEFAULT_SMOOTH_ALPHA: f32 = 1.0;
 
@@ -110,8 +110,8 @@ pub struct Policy {
     pub reduce_range: bool,
     /// Range of Softmax outputs (attention probabilities).
     pub softmax_range: SoftmaxRange,
-    /// SmoothQuant-style migration strength α in [0, 1] for LayerNorm outputs read by MatMuls (see
-    /// [`crate::smooth`]); `None` = off. Needs per-channel calibration of those outputs first, which the pipeline
+    /// SmoothQuant-style migration strength α in [0, 1] for the MatMul inputs of [`Policy::smooth_targets`] (see
+    /// [`crate::smooth`]); `None` = off. Needs per-channel calibration of those inputs first, which the pipeline
     /// does before the main calibration.
     pub smooth: Option<f32>,
     /// Which MatMul inputs smoothing rescales.
@@ -161,12 +161,11 @@ impl Policy {
         };
         match name {
             "ort-compatible" => Ok(base),
-            // The seed placement, with the two changes that bring this kind of model from ~30 F1 below FP32 to
-            // 0.5-1.4 below (see docs/QUANTIZATION.md): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8
-            // cannot hold) stay in float, and so do the non-MatMul readers of a quantized tensor; Softmax outputs
-            // get [0, 1]. Every MatMul still reads only quantized inputs.
-            // Then two changes that halve what is left: SmoothQuant-style smoothing (alpha DEFAULT_SMOOTH_ALPHA) of
-            // every constant-weight MatMul input, and Softmax outputs shifted by -0.5 to use all int8 levels.
+            // The seed placement with four changes (docs/QUANTIZATION.md; whole dev set: from ~30 F1 below FP32 to
+            // 0.33 below): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8 cannot hold)
+            // stay in float, and so do the non-MatMul readers of a quantized tensor; every constant-weight MatMul
+            // input is smoothed into its weights (alpha DEFAULT_SMOOTH_ALPHA); Softmax outputs are quantized shifted
+            // by -0.5 to use all int8 levels. Every MatMul still reads only quantized inputs.
             "tensorrt" | "migraphx" => Ok(Policy {
                 residual_add: ResidualAdd::Skip,
                 shared_pair_feeds_all: false,

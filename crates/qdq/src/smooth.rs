@@ -10,11 +10,15 @@
 //! - the LayerNorm's other readers (the residual Add, graph outputs) read `X' · s` through one float `Mul`
 //!   that restores the original tensor under its original name.
 //!
+//! Other MatMul inputs (attention context, GELU output; `smooth_targets = all`) have no parameters to absorb the
+//! division: one `Mul` by `1/s` in front of their MatMuls does it ([`SmoothForm::ScaleNode`]).
+//!
 //! `s_j = max|X_j|^α / max|W_j|^(1-α)` (Xiao et al., SmoothQuant, 2023), with `max|X_j|` from calibration
 //! (per-channel min/max along the last axis) and `max|W_j|` over all the site's MatMuls. α = 0 leaves activations
 //! as they are relative to each other, α = 1 moves all of the spread into the weights.
 //!
-//! Invariants: only initializers owned by the site are rewritten (shared ones are copied first); graph inputs and
+//! Invariants: rescaled parameters are written as new initializers (an original still read elsewhere stays, one
+//! nothing reads any more is dropped); graph inputs and
 //! outputs keep their names and meaning; the model records what was done in its metadata
 //! ([`SMOOTH_METADATA_KEY`]) so a later `quantize` can tell a smoothed model from a raw one.
 
@@ -109,14 +113,22 @@ fn vector_init(g: &GraphProto, name: &str) -> Option<usize> {
     (last > 1 && dims[..dims.len() - 1].iter().all(|&d| d == 1)).then_some(last as usize)
 }
 
-/// How γ / β are found for a LayerNorm output, if `n` produces one: `(form, γ, β, channels)`.
+/// Where a LayerNorm output's γ / β live.
+struct LnParams {
+    form: SmoothForm,
+    gamma: String,
+    beta: Option<String>,
+    channels: usize,
+}
+
+/// γ / β of the LayerNorm output `n` produces, if it is one.
 fn layer_norm_params(
     g: &GraphProto,
     n: &onnx_ir::proto::NodeProto,
     producer: &HashMap<&str, usize>,
     readers: &HashMap<&str, Vec<usize>>,
     graph_outputs: &[&str],
-) -> Result<Option<(SmoothForm, String, Option<String>, usize)>> {
+) -> Result<Option<LnParams>> {
     match n.op_type() {
         "LayerNormalization" => {
             // Only normalisation over the last axis has per-channel γ / β along the axis MatMul contracts.
@@ -130,7 +142,7 @@ fn layer_norm_params(
             if beta.as_deref().is_some_and(|b| vector_init(g, b) != Some(c)) {
                 return Ok(None);
             }
-            Ok(Some((SmoothForm::LayerNorm, gamma.clone(), beta, c)))
+            Ok(Some(LnParams { form: SmoothForm::LayerNorm, gamma: gamma.clone(), beta, channels: c }))
         }
         "Add" if n.input.len() == 2 => {
             // Add(Mul(norm, γ), β) with γ, β constant vectors of the same length, the Mul read only here.
@@ -160,7 +172,7 @@ fn layer_norm_params(
                 return Ok(None);
             }
             let form = SmoothForm::DecomposedLayerNorm { mul: mul.name().to_string() };
-            Ok(Some((form, gamma.clone(), Some(beta.clone()), c)))
+            Ok(Some(LnParams { form, gamma: gamma.clone(), beta: Some(beta.clone()), channels: c }))
         }
         _ => Ok(None),
     }
@@ -202,7 +214,7 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
     let mut seen: Vec<&str> = Vec::new();
     let mut sites = Vec::new();
     for i in 0..g.node.len() {
-        let Some((x, _)) = eligible(i) else { continue };
+        let Some((x, weight_rows)) = eligible(i) else { continue };
         if seen.contains(&x) || m.tensor_excluded(x) {
             continue;
         }
@@ -212,11 +224,10 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
             None => None,
         };
         let (form, gamma, beta, channels, producer_name) = match ln {
-            Some((form, gamma, beta, c)) => (form, Some(gamma), beta, c, g.node[producer[x]].name().to_string()),
+            Some(p) => (p.form, Some(p.gamma), p.beta, p.channels, g.node[producer[x]].name().to_string()),
             None if policy.smooth_targets == SmoothTargets::All => {
-                let c = eligible(i).map_or(0, |e| e.1);
                 let name = producer.get(x).map(|&p| g.node[p].name().to_string()).unwrap_or_default();
-                (SmoothForm::ScaleNode, None, None, c, name)
+                (SmoothForm::ScaleNode, None, None, weight_rows, name)
             }
             None => continue,
         };
@@ -321,16 +332,20 @@ pub fn smooth(
                 ),
             });
         }
-        // max |W_j| over every MatMul of the site.
+        // max |W_j| over every MatMul of the site; each distinct weight is decoded once and kept for the rescale.
         let mut wmax = vec![0f32; site.channels];
+        let mut weights: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
         for mm in &site.matmuls {
-            let i = node_index(g, mm)?;
-            let (w, shape) = read_f32(g, &g.node[i].input[1].clone())?;
-            let cols = shape[1];
-            for (j, row) in w.chunks_exact(cols.max(1)).enumerate() {
+            let wname = g.node[node_index(g, mm)?].input[1].clone();
+            if weights.contains_key(&wname) {
+                continue;
+            }
+            let (w, shape) = read_f32(g, &wname)?;
+            for (j, row) in w.chunks_exact(shape[1].max(1)).enumerate() {
                 let m = row.iter().fold(0f32, |a, v| a.max(v.abs()));
                 wmax[j] = wmax[j].max(m);
             }
+            weights.insert(wname, (w, shape));
         }
         let factors: Vec<f32> = xmax
             .iter()
@@ -380,13 +395,16 @@ pub fn smooth(
             let wname = g.node[i].input[1].clone();
             if let Some(new) = rewritten.get(&wname) {
                 g.rewire_input(i, 1, &new.clone())?;
-            } else {
-                let (w, shape) = read_f32(g, &wname)?;
+            } else if let Some((mut w, shape)) = weights.remove(&wname) {
                 let cols = shape[1].max(1);
-                let scaled: Vec<f32> = w.iter().enumerate().map(|(k, v)| v * factors[k / cols]).collect();
-                replace_input(g, &mut names, i, 1, &wname, &shape, scaled)?;
+                for (row, s) in w.chunks_exact_mut(cols).zip(&factors) {
+                    row.iter_mut().for_each(|v| *v *= s);
+                }
+                replace_input(g, &mut names, i, 1, &wname, &shape, w)?;
                 rewritten.insert(wname.clone(), g.node[i].input[1].clone());
                 replaced.push(wname);
+            } else {
+                return Err(Error::PlanMismatch { reason: format!("weight '{wname}' of '{mm}' was not read") });
             }
             g.rewire_input(i, 0, &smoothed)?;
         }
