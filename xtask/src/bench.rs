@@ -29,11 +29,11 @@ pub fn bench(raw: &[String]) -> Result<()> {
     run_cmd(cargo().args(["bench", "--locked", "-p", "calib"]))?;
     let out = root().join("out/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut md = String::from("# qdq benchmarks\n\n## calib (criterion, median)\n\n| benchmark | time | throughput |\n|---|---:|---:|\n");
+    let mut md = String::from(
+        "# qdq benchmarks\n\n## calib (criterion, median)\n\n| benchmark | time | throughput |\n|---|---:|---:|\n",
+    );
     for (name, median_ns, elements) in criterion_results(&root().join("target/criterion"))? {
-        let thr = elements
-            .map(|n| format!("{:.1} M elem/s", n as f64 / median_ns * 1e3))
-            .unwrap_or_default();
+        let thr = elements.map(|n| format!("{:.1} M elem/s", n as f64 / median_ns * 1e3)).unwrap_or_default();
         let _ = writeln!(md, "| {name} | {} | {thr} |", human_ns(median_ns));
     }
     if !args.no_e2e {

@@ -191,7 +191,9 @@ fn fetch(asset: &Asset, mirror: Option<&Path>, dest: &Path) -> Result<()> {
             )
             .with_context(|| format!("downloading {url} failed (no internet? pass --mirror DIR)"))?;
         }
-        (Some(src), None) => bail!("{} is not in the mirror ({} missing) and has no public URL", asset.path, src.display()),
+        (Some(src), None) => {
+            bail!("{} is not in the mirror ({} missing) and has no public URL", asset.path, src.display())
+        }
         (None, None) => bail!("{} is available only from a mirror: pass --mirror DIR", asset.path),
     }
     if let Err(e) = verify(asset, &part) {

@@ -27,11 +27,7 @@ fn has_flag(args: &[String], names: &[&str]) -> bool {
 fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
     args.iter().enumerate().find_map(|(i, a)| {
         names.iter().find_map(|n| {
-            if a == n {
-                args.get(i + 1).cloned()
-            } else {
-                a.strip_prefix(&format!("{n}=")).map(str::to_owned)
-            }
+            if a == n { args.get(i + 1).cloned() } else { a.strip_prefix(&format!("{n}=")).map(str::to_owned) }
         })
     })
 }
@@ -81,7 +77,8 @@ pub fn e2e(raw: &[String]) -> Result<()> {
     run_cmd(&mut cmd)?;
 
     if args.check {
-        let out = flag_value(&args.passthrough, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
+        let out =
+            flag_value(&args.passthrough, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
         let samples = flag_value(&args.passthrough, &["--samples"]).unwrap_or_else(|| "1000".into());
         check_results(&out.join("results.json"), &assets.reference_metrics, &samples, args.int8_tolerance)?;
     }

@@ -62,7 +62,9 @@ fn run() -> Result<()> {
             let mut rest = rest;
             let args = download::DownloadArgs::extract(&mut rest)?;
             if let Some(extra) = rest.first() {
-                bail!("download: unknown option `{extra}` (valid: --mirror DIR, --dest DIR, --assets minilm|distilbert)");
+                bail!(
+                    "download: unknown option `{extra}` (valid: --mirror DIR, --dest DIR, --assets minilm|distilbert)"
+                );
             }
             let dest = download::download(&args)?;
             eprintln!("xtask: assets ready in {}", dest.display());

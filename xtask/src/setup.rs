@@ -55,10 +55,7 @@ fn installed_version(dir: &Path, package: &str) -> Option<String> {
 
 pub fn python() -> Result<String> {
     for candidate in ["python3", "python"] {
-        let ok = Command::new(candidate)
-            .args(["-m", "pip", "--version"])
-            .output()
-            .is_ok_and(|o| o.status.success());
+        let ok = Command::new(candidate).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success());
         if ok {
             return Ok(candidate.to_owned());
         }
@@ -89,12 +86,17 @@ pub fn setup(args: &SetupArgs) -> Result<PathBuf> {
         std::fs::remove_dir_all(&staging).with_context(|| format!("cannot remove {}", staging.display()))?;
     }
     eprintln!("xtask: installing {package}=={ORT_VERSION} from PyPI into {}", dir.display());
-    run_cmd(Command::new(python()?).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]).args(
-        ["--target".as_ref(), staging.as_os_str(), format!("{package}=={ORT_VERSION}").as_ref()],
-    ))?;
+    run_cmd(
+        Command::new(python()?)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
+            .args(["--target".as_ref(), staging.as_os_str(), format!("{package}=={ORT_VERSION}").as_ref()]),
+    )?;
     let staged_lib = library_path(&staging);
     if !staged_lib.is_file() {
-        bail!("{package}=={ORT_VERSION} installed, but {} is missing: the wheel's layout changed", staged_lib.display());
+        bail!(
+            "{package}=={ORT_VERSION} installed, but {} is missing: the wheel's layout changed",
+            staged_lib.display()
+        );
     }
     match installed_version(&staging, package) {
         Some(v) if v == ORT_VERSION => {}
@@ -103,7 +105,8 @@ pub fn setup(args: &SetupArgs) -> Result<PathBuf> {
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove old {}", dir.display()))?;
     }
-    std::fs::rename(&staging, &dir).with_context(|| format!("cannot move {} to {}", staging.display(), dir.display()))?;
+    std::fs::rename(&staging, &dir)
+        .with_context(|| format!("cannot move {} to {}", staging.display(), dir.display()))?;
     eprintln!("xtask: ONNX Runtime {ORT_VERSION} ready: {}", lib.display());
     Ok(lib)
 }

@@ -143,7 +143,8 @@ impl Opts {
                 "--stride" => o.stride = number(value()?)?,
                 "--micro-repeat" => o.micro_repeat = number(value()?)?,
                 "--methods" => {
-                    o.methods = value()?.split(',').map(|m| m.trim().to_ascii_lowercase()).filter(|m| !m.is_empty()).collect();
+                    o.methods =
+                        value()?.split(',').map(|m| m.trim().to_ascii_lowercase()).filter(|m| !m.is_empty()).collect();
                     if let Some(bad) = o.methods.iter().find(|m| !METHODS.contains(&m.as_str())) {
                         bail!("--methods: unknown method `{bad}` (valid: {})", METHODS.join(", "));
                     }
@@ -299,7 +300,11 @@ fn processes() -> Snapshot {
         else {
             continue;
         };
-        let argv = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let argv = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
         if let Some(t) = cpu_ticks(&stat) {
             out.insert(pid, (t, argv));
         }
@@ -372,7 +377,10 @@ fn wait_quiet(enabled: bool) -> f64 {
             return started.elapsed().as_secs_f64();
         }
         if !said {
-            eprintln!("xtask: waiting for a quiet machine before timing (--no-wait skips); busy:\n  {}", busy.join("\n  "));
+            eprintln!(
+                "xtask: waiting for a quiet machine before timing (--no-wait skips); busy:\n  {}",
+                busy.join("\n  ")
+            );
             said = true;
         }
         std::thread::sleep(Duration::from_secs(20));
@@ -385,7 +393,14 @@ fn wait_quiet(enabled: bool) -> f64 {
 /// Writes the features of the first `questions` questions as `qdq calibrate` builds them (WordPiece, lower case,
 /// query 64 tokens, padded to `seq_len`): input_ids, attention_mask, token_type_ids `[features, seq_len]` and
 /// example_index `[features]`, all int64. Returns the number of features.
-fn export_features(calibration: &Path, vocab: &Path, questions: usize, seq_len: usize, doc_stride: usize, dir: &Path) -> Result<usize> {
+fn export_features(
+    calibration: &Path,
+    vocab: &Path,
+    questions: usize,
+    seq_len: usize,
+    doc_stride: usize,
+    dir: &Path,
+) -> Result<usize> {
     let mut data = squad::load_squad(calibration)?;
     data.limit(questions);
     let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
@@ -451,7 +466,9 @@ fn ensure_venv() -> Result<PathBuf> {
             .context("cannot create the benchmark venv (on Debian/Ubuntu: apt-get install python3-venv)")?;
     }
     eprintln!("xtask: installing {} into {VENV}/ from PyPI", PY_PACKAGES.join(" "));
-    run_cmd(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PY_PACKAGES))?;
+    run_cmd(
+        Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PY_PACKAGES),
+    )?;
     if !ready() {
         bail!("{VENV}/ still lacks {} after pip install", PY_PACKAGES.join(", "));
     }
@@ -493,7 +510,9 @@ fn compare_ranges(ours: &Value, ort: &Value) -> Value {
         })
         .collect();
     rel.sort_by(|p, q| p.0.total_cmp(&q.0));
-    let only = |x: &BTreeMap<String, f64>, y: &BTreeMap<String, f64>| -> Vec<String> { x.keys().filter(|k| !y.contains_key(*k)).cloned().collect() };
+    let only = |x: &BTreeMap<String, f64>, y: &BTreeMap<String, f64>| -> Vec<String> {
+        x.keys().filter(|k| !y.contains_key(*k)).cloned().collect()
+    };
     let worst = rel.last().map(|&(r, k)| json!({"tensor": k, "rel_diff": r, "ours_amax": a[k], "ort_amax": b[k]}));
     json!({
         "tensors": rel.len(),
@@ -693,7 +712,14 @@ fn render_markdown(r: &Value) -> String {
 
     let _ = writeln!(md, "## Targets\n\n| target | goal | measured | verdict |\n|---|---|---|---|");
     for t in targets(r) {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.goal, t.measured.as_deref().unwrap_or("—"), verdict(t.pass));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            t.name,
+            t.goal,
+            t.measured.as_deref().unwrap_or("—"),
+            verdict(t.pass)
+        );
     }
 
     let mut noisy = Vec::new();
@@ -726,7 +752,13 @@ fn render_markdown(r: &Value) -> String {
         };
         let worst = &m["ranges"]["worst"];
         let ranges = if worst.is_object() {
-            format!("{} (`{}`: {} vs {})", pct(&m["ranges"]["max_rel_diff"]), worst["tensor"].as_str().unwrap_or("?"), num(&worst["ours_amax"], 4), num(&worst["ort_amax"], 4))
+            format!(
+                "{} (`{}`: {} vs {})",
+                pct(&m["ranges"]["max_rel_diff"]),
+                worst["tensor"].as_str().unwrap_or("?"),
+                num(&worst["ours_amax"], 4),
+                num(&worst["ort_amax"], 4)
+            )
         } else {
             "—".to_owned()
         };
@@ -770,7 +802,10 @@ fn render_markdown(r: &Value) -> String {
     if !skipped.is_empty() {
         let _ = writeln!(md, "\nNot run:\n\n{}", skipped.join("\n"));
     }
-    let _ = writeln!(md, "\nORT's phases (seconds inside its script):\n\n| method | create_calibrator | inference (session.run) | collect_data other (copies, histograms) | compute_data |\n|---|---:|---:|---:|---:|");
+    let _ = writeln!(
+        md,
+        "\nORT's phases (seconds inside its script):\n\n| method | create_calibrator | inference (session.run) | collect_data other (copies, histograms) | compute_data |\n|---|---:|---:|---:|---:|"
+    );
     for m in r["methods"].as_array().into_iter().flatten() {
         let p = &m["ort"]["phases"];
         let other = div(f(&p["collect_data"]).zip(f(&p["inference"])).map(|(a, b)| a - b), Some(1.0));
@@ -785,9 +820,15 @@ fn render_markdown(r: &Value) -> String {
         );
     }
 
-    let _ = writeln!(md, "\n## Memory: calibration peak RSS (MB)\n\n| method | ours @{0} | ours @{1} | ours ratio | ORT @{0} | ORT @{1} | ORT ratio |\n|---|---:|---:|---:|---:|---:|---:|", s["memory_cal_num"], s["cal_num"]);
+    let _ = writeln!(
+        md,
+        "\n## Memory: calibration peak RSS (MB)\n\n| method | ours @{0} | ours @{1} | ours ratio | ORT @{0} | ORT @{1} | ORT ratio |\n|---|---:|---:|---:|---:|---:|---:|",
+        s["memory_cal_num"], s["cal_num"]
+    );
     for m in r["memory"].as_array().into_iter().flatten() {
-        let ratio = |a: &Value, b: &Value| div(f(&b["peak_rss_mb"]), f(&a["peak_rss_mb"])).map_or("—".to_owned(), |x| format!("{x:.2}x"));
+        let ratio = |a: &Value, b: &Value| {
+            div(f(&b["peak_rss_mb"]), f(&a["peak_rss_mb"])).map_or("—".to_owned(), |x| format!("{x:.2}x"))
+        };
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -829,7 +870,10 @@ fn render_markdown(r: &Value) -> String {
             div(f(&c["np_histogram_s"]), f(&c["ours_observe_s"])).map_or("—".to_owned(), |x| format!("{x:.1}x")),
         );
     }
-    let _ = writeln!(md, "\nEntropy threshold search (num_quantized_bins 255) on identical histograms (ours exported):\n\n| histogram | bins | ours candidates | ours ms | ORT candidates | ORT s | ORT / ours | ours threshold | ORT threshold |\n|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        md,
+        "\nEntropy threshold search (num_quantized_bins 255) on identical histograms (ours exported):\n\n| histogram | bins | ours candidates | ours ms | ORT candidates | ORT s | ORT / ours | ours threshold | ORT threshold |\n|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
     for e in micro["entropy"].as_array().into_iter().flatten() {
         let _ = writeln!(
             md,
@@ -929,7 +973,11 @@ impl Ctx {
     /// `qdq calibrate` of `method` on the first `cal_num` questions into `dir`.
     fn ours_calibrate(&mut self, method_flags: &[&str], cal_num: usize, dir: &Path, log: &str) -> Result<Run> {
         let mut cmd = self.qdq("calibrate");
-        cmd.arg("--model").arg(&self.paths.model).args(self.data_flags()).arg("--calibration-data").arg(&self.paths.calibration);
+        cmd.arg("--model")
+            .arg(&self.paths.model)
+            .args(self.data_flags())
+            .arg("--calibration-data")
+            .arg(&self.paths.calibration);
         // The tensors the ort-compatible placement quantizes: both INT8 models get ORT's seed-001 layout.
         cmd.args(["--policy", "ort-compatible", "--cal-num", &cal_num.to_string(), "--batch", "1", "--pad-to-max"]);
         cmd.args(method_flags).arg("--out").arg(dir);
@@ -939,23 +987,51 @@ impl Ctx {
     }
 
     /// vs_ort.py calibrate; the run and the JSON it wrote (ranges, phases or the error).
-    fn ort_calibrate(&mut self, method_flags: &[&str], cal_num: usize, tensors: &Path, out: &Path, log: &str) -> Result<(Run, Value)> {
+    fn ort_calibrate(
+        &mut self,
+        method_flags: &[&str],
+        cal_num: usize,
+        tensors: &Path,
+        out: &Path,
+        log: &str,
+    ) -> Result<(Run, Value)> {
         let mut cmd = self.python("calibrate");
         cmd.arg("--model").arg(&self.paths.model).arg("--features").arg(&self.features).arg("--tensors").arg(tensors);
-        cmd.args(method_flags).args(["--cal-num", &cal_num.to_string(), "--stride", &self.opts.stride.to_string(), "--batch", "1"]);
+        cmd.args(method_flags).args([
+            "--cal-num",
+            &cal_num.to_string(),
+            "--stride",
+            &self.opts.stride.to_string(),
+            "--batch",
+            "1",
+        ]);
         cmd.arg("--out").arg(out);
         let _ = std::fs::remove_file(out);
         self.quiet();
         let log = self.log(log);
         let run = measure(&mut cmd, &log, &mut self.commands)?;
-        let result = read_json(out).unwrap_or_else(|_| json!({"error": format!("no result; end of the log:\n{}", tail(&run.log_text(), 5))}));
+        let result = read_json(out)
+            .unwrap_or_else(|_| json!({"error": format!("no result; end of the log:\n{}", tail(&run.log_text(), 5))}));
         Ok((run, result))
     }
 
     /// `qdq eval` of `model` on the first `samples` questions of `dataset`; the log's EM/F1 (or the error).
-    fn eval(&mut self, model: &Path, dataset: &Path, samples: usize, extra: &[&str], log: &str) -> Result<(Value, String)> {
+    fn eval(
+        &mut self,
+        model: &Path,
+        dataset: &Path,
+        samples: usize,
+        extra: &[&str],
+        log: &str,
+    ) -> Result<(Value, String)> {
         let mut cmd = self.qdq("eval");
-        cmd.arg("--model").arg(model).arg("--dataset").arg(dataset).args(["--samples", &samples.to_string()]).args(self.data_flags()).args(extra);
+        cmd.arg("--model")
+            .arg(model)
+            .arg("--dataset")
+            .arg(dataset)
+            .args(["--samples", &samples.to_string()])
+            .args(self.data_flags())
+            .args(extra);
         let log = self.log(log);
         let run = measure(&mut cmd, &log, &mut self.commands)?;
         let text = run.log_text();
@@ -1007,8 +1083,20 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
     let features = work.join("features");
     let questions = opts.cal_num.max(opts.memory_cal_num);
     eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
-    let n_features = export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
-    let mut cx = Ctx { opts, paths, qdq, lib, py, script: root().join("xtask/python/vs_ort.py"), work, features, commands: Vec::new(), waited_s: 0.0 };
+    let n_features =
+        export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
+    let mut cx = Ctx {
+        opts,
+        paths,
+        qdq,
+        lib,
+        py,
+        script: root().join("xtask/python/vs_ort.py"),
+        work,
+        features,
+        commands: Vec::new(),
+        waited_s: 0.0,
+    };
     let o = cx.opts.clone();
 
     // Calibration, per method.
@@ -1025,20 +1113,34 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
         tensors = table["ranges"].as_object().map_or(0, |m| m.len());
         let mut ours_v = ours.json();
         ours_v["pipeline_s"] = parse_calibrate_seconds(&ours.log_text()).into();
-        ours_v["values_observed"] = read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
+        ours_v["values_observed"] =
+            read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
         let ort_json = cx.work.join(format!("ort_{method}.json"));
         let (ort_v, ort_result) = if method == "entropy" && o.quick {
             eprintln!("xtask: [{method}] ORT skipped (--quick; its threshold search takes ~5 s per tensor)");
-            (json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~5 s per tensor here"}), Value::Null)
+            (
+                json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~5 s per tensor here"}),
+                Value::Null,
+            )
         } else {
             eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
-            let (ort, ort_result) = cx.ort_calibrate(&ort_flags, o.cal_num, &dir.join("calibration.json"), &ort_json, &format!("ort_calibrate_{method}"))?;
+            let (ort, ort_result) = cx.ort_calibrate(
+                &ort_flags,
+                o.cal_num,
+                &dir.join("calibration.json"),
+                &ort_json,
+                &format!("ort_calibrate_{method}"),
+            )?;
             (ort_summary(&ort, &ort_result), ort_result)
         };
         if ort_versions.is_null() {
             ort_versions = ort_result["versions"].clone();
         }
-        let ranges = if ort_result["ranges"].is_object() { compare_ranges(&table["ranges"], &ort_result["ranges"]) } else { Value::Null };
+        let ranges = if ort_result["ranges"].is_object() {
+            compare_ranges(&table["ranges"], &ort_result["ranges"])
+        } else {
+            Value::Null
+        };
         eprintln!(
             "xtask: [{method}] ours {:.1} s / {:.0} MB, ORT {} s / {} MB{}",
             ours.wall_s,
@@ -1051,7 +1153,12 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
         // Quantize both tables.
         let ours_q = cx.work.join(format!("ours_{method}_qdq.onnx"));
         let mut cmd = cx.qdq("quantize");
-        cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(dir.join("calibration.json")).args(["--policy", "ort-compatible", "--strict", "-o"]).arg(&ours_q);
+        cmd.arg("--model")
+            .arg(&cx.paths.model)
+            .arg("--ranges")
+            .arg(dir.join("calibration.json"))
+            .args(["--policy", "ort-compatible", "--strict", "-o"])
+            .arg(&ours_q);
         let log = cx.log(&format!("ours_quantize_{method}"));
         measure_ok(&mut cmd, &log, &mut cx.commands)?;
         models.push((method.clone(), "ours", ours_q));
@@ -1092,9 +1199,20 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
     for method in o.methods.iter().filter(|m| *m != "entropy") {
         let (ours_flags, ort_flags) = method_flags(method);
         eprintln!("xtask: [{method}] memory at {} questions", o.memory_cal_num);
-        let small = cx.ours_calibrate(&ours_flags, o.memory_cal_num, &cx.work.join(format!("ours_{method}_small")), &format!("ours_calibrate_{method}_small"))?;
+        let small = cx.ours_calibrate(
+            &ours_flags,
+            o.memory_cal_num,
+            &cx.work.join(format!("ours_{method}_small")),
+            &format!("ours_calibrate_{method}_small"),
+        )?;
         let tensors_file = cx.work.join(format!("ours_{method}/calibration.json"));
-        let (ort_small, ort_small_result) = cx.ort_calibrate(&ort_flags, o.memory_cal_num, &tensors_file, &cx.work.join(format!("ort_{method}_small.json")), &format!("ort_calibrate_{method}_small"))?;
+        let (ort_small, ort_small_result) = cx.ort_calibrate(
+            &ort_flags,
+            o.memory_cal_num,
+            &tensors_file,
+            &cx.work.join(format!("ort_{method}_small.json")),
+            &format!("ort_calibrate_{method}_small"),
+        )?;
         let large = methods.iter().find(|m| m["method"] == method.as_str()).cloned().unwrap_or_default();
         memory.push(json!({
             "method": method,
@@ -1110,8 +1228,10 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
     cx.quiet();
     let model = cx.paths.model.clone();
     let calibration = cx.paths.calibration.clone();
-    let (_, text) = cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
-    let inference = json!({"ms_per_feature": parse_ms_per_feature(&text), "features": n_features_for(&cx.features, o.cal_num)});
+    let (_, text) =
+        cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
+    let inference =
+        json!({"ms_per_feature": parse_ms_per_feature(&text), "features": n_features_for(&cx.features, o.cal_num)});
 
     // F1 of every model on the first K dev questions.
     eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
@@ -1173,12 +1293,19 @@ fn n_features_for(features: &Path, questions: usize) -> Value {
     let Ok(bytes) = std::fs::read(features.join("example_index.npy")) else { return Value::Null };
     let Some(&[lo, hi]) = bytes.get(8..10) else { return Value::Null };
     let data = bytes.get(10 + usize::from(u16::from_le_bytes([lo, hi]))..).unwrap_or_default();
-    data.chunks_exact(8).filter(|c| i64::from_le_bytes((*c).try_into().unwrap_or([0; 8])) < questions as i64).count().into()
+    data.chunks_exact(8)
+        .filter(|c| i64::from_le_bytes((*c).try_into().unwrap_or([0; 8])) < questions as i64)
+        .count()
+        .into()
 }
 
 fn git_head() -> Option<String> {
     let out = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(root()).output().ok()?;
-    let dirty = Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]).current_dir(root()).output().ok()?;
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .current_dir(root())
+        .output()
+        .ok()?;
     let head = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     Some(if dirty.stdout.is_empty() { head } else { format!("{head} (with uncommitted changes)") })
 }
@@ -1201,7 +1328,18 @@ fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Value> {
     let mut ours = Vec::new();
     for threads in [None, Some("1")] {
         let mut cmd = Command::new(microbench);
-        cmd.args(["--arrays", &arrays, "--num-bins", &bins, "--repeat", &repeat, "--num-quantized-bins", "255", "--tensors", "1"]);
+        cmd.args([
+            "--arrays",
+            &arrays,
+            "--num-bins",
+            &bins,
+            "--repeat",
+            &repeat,
+            "--num-quantized-bins",
+            "255",
+            "--tensors",
+            "1",
+        ]);
         cmd.arg("--histograms-out").arg(&histograms);
         if state.is_file() {
             cmd.arg("--state").arg(&state);
@@ -1318,12 +1456,21 @@ fn analysis(r: &Value) -> Vec<String> {
         }
         let (wall, total) = (f(&ours["wall_s"]).unwrap_or(f64::NAN), f(&ort["wall_s"]).unwrap_or(f64::NAN));
         let key = if name == "minmax" { "ours_minmax_only_s" } else { "ours_observe_s" };
-        let stats = row.and_then(|row| ns_per_value(row, key)).zip(f(&ours["values_observed"])).map(|(ns, n)| ns * n / 1e9);
+        let stats =
+            row.and_then(|row| ns_per_value(row, key)).zip(f(&ours["values_observed"])).map(|(ns, n)| ns * n / 1e9);
         let mut s = format!("whole calibration, {name}: ours {wall:.1} s vs ORT {total:.1} s ({ratio:.2}x).");
         if let Some(p) = f(&ours["pipeline_s"]) {
-            let _ = write!(s, " Ours: {p:.1} s in the calibration pass and {:.1} s around it (model load, tokenization, ONNX Runtime load, writing tables).", wall - p);
+            let _ = write!(
+                s,
+                " Ours: {p:.1} s in the calibration pass and {:.1} s around it (model load, tokenization, ONNX Runtime load, writing tables).",
+                wall - p
+            );
             if let Some(fl) = floor {
-                let _ = write!(s, " Within the pass, FP32 inference alone on the same features takes {fl:.1} s (`qdq eval`, {} ms/feature)", num(&inf["ms_per_feature"], 1));
+                let _ = write!(
+                    s,
+                    " Within the pass, FP32 inference alone on the same features takes {fl:.1} s (`qdq eval`, {} ms/feature)",
+                    num(&inf["ms_per_feature"], 1)
+                );
                 match stats {
                     Some(c) => {
                         let _ = write!(
@@ -1333,9 +1480,14 @@ fn analysis(r: &Value) -> Vec<String> {
                         );
                         let rest = p - fl - c;
                         if rest > 0.0 {
-                            let _ = write!(s, ", and the remaining {rest:.1} s is the cost of running the augmented model (every calibrated tensor an extra output, graph optimisation `basic`) and of computing the ranges.");
+                            let _ = write!(
+                                s,
+                                ", and the remaining {rest:.1} s is the cost of running the augmented model (every calibrated tensor an extra output, graph optimisation `basic`) and of computing the ranges."
+                            );
                         } else {
-                            s.push_str(", which together already exceed the pass: they overlap or the estimates are high.");
+                            s.push_str(
+                                ", which together already exceed the pass: they overlap or the estimates are high.",
+                            );
                         }
                     }
                     None => s.push('.'),
@@ -1349,7 +1501,8 @@ fn analysis(r: &Value) -> Vec<String> {
                 " ORT: {run:.1} s in session.run (its augmented model, optimisation disabled), {} s in the rest of collect_data, {} s in compute_data, {} s outside both (Python start-up and imports, create_calibrator, writing).",
                 div(f(&ph["collect_data"]).map(|c| c - run), Some(1.0)).map_or("?".into(), |x| format!("{x:.1}")),
                 num(&ph["compute_data"], 1),
-                div(f(&ph["collect_data"]).zip(f(&ph["compute_data"])).map(|(c, d)| total - c - d), Some(1.0)).map_or("?".into(), |x| format!("{x:.1}")),
+                div(f(&ph["collect_data"]).zip(f(&ph["compute_data"])).map(|(c, d)| total - c - d), Some(1.0))
+                    .map_or("?".into(), |x| format!("{x:.1}")),
             );
         }
         if let Some(fl) = floor {
@@ -1358,7 +1511,11 @@ fn analysis(r: &Value) -> Vec<String> {
             if share > 0.5 {
                 s.push_str(": with free statistics and no overhead ours would still miss 0.5x; the model's inference, which both tools leave to ONNX Runtime, is what limits it.");
             } else {
-                let _ = write!(s, ", so {:.1} s of ours above 0.5x of ORT's run are in the augmented model, the statistics and the process around the pass.", wall - 0.5 * total);
+                let _ = write!(
+                    s,
+                    ", so {:.1} s of ours above 0.5x of ORT's run are in the augmented model, the statistics and the process around the pass.",
+                    wall - 0.5 * total
+                );
             }
         }
         notes.push(s);
@@ -1392,14 +1549,21 @@ fn analysis(r: &Value) -> Vec<String> {
             );
         }
         if let Some(speedup) = div(f(&row["ours_observe_1t_s"]), f(&row["ours_observe_s"])) {
-            let _ = write!(s, " With {} threads the step runs at {speedup:.2}x the speed of one thread.", r["micro"]["threads"]);
+            let _ = write!(
+                s,
+                " With {} threads the step runs at {speedup:.2}x the speed of one thread.",
+                r["micro"]["threads"]
+            );
         }
         let small = r["micro"]["collection"]
             .as_array()
-            .and_then(|rows| rows.iter().filter(|c| c["array"] == row["array"]).min_by_key(|c| c["bins"].as_u64().unwrap_or(0)))
+            .and_then(|rows| {
+                rows.iter().filter(|c| c["array"] == row["array"]).min_by_key(|c| c["bins"].as_u64().unwrap_or(0))
+            })
             .filter(|c| c["bins"] != row["bins"]);
         if let Some(small) = small
-            && let (Some(a), Some(b)) = (ns_per_value(small, "ours_histogram_only_1t_s"), ns_per_value(row, "ours_histogram_only_1t_s"))
+            && let (Some(a), Some(b)) =
+                (ns_per_value(small, "ours_histogram_only_1t_s"), ns_per_value(row, "ours_histogram_only_1t_s"))
         {
             let _ = write!(
                 s,
@@ -1416,7 +1580,10 @@ fn analysis(r: &Value) -> Vec<String> {
         notes.push(s);
     }
     if targets[1].pass == Some(false) {
-        notes.push(format!("entropy search: {} against >= 100x (see the micro-benchmark table for the candidates each side searches).", targets[1].measured.as_deref().unwrap_or("?")));
+        notes.push(format!(
+            "entropy search: {} against >= 100x (see the micro-benchmark table for the candidates each side searches).",
+            targets[1].measured.as_deref().unwrap_or("?")
+        ));
     }
     if targets[3].pass == Some(false) {
         for m in r["memory"].as_array().into_iter().flatten() {
@@ -1443,7 +1610,10 @@ fn analysis(r: &Value) -> Vec<String> {
                 num(&worst["ort_amax"], 4),
                 pct(&m["ranges"]["median_rel_diff"])
             );
-            if let Some(e) = r["micro"]["entropy"].as_array().and_then(|e| e.iter().find(|e| !e["name"].as_str().unwrap_or("").starts_with("normal"))) {
+            if let Some(e) = r["micro"]["entropy"]
+                .as_array()
+                .and_then(|e| e.iter().find(|e| !e["name"].as_str().unwrap_or("").starts_with("normal")))
+            {
                 let _ = write!(
                     s,
                     " The searches differ even on an identical histogram (`{}`: ours {}, ORT [{}, {}]):",
@@ -1472,7 +1642,19 @@ mod tests {
 
     #[test]
     fn options_parse_with_both_spellings_and_reject_unknowns() {
-        let o = Opts::parse(&strings(&["--vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy, minmax", "--no-wait", "--model", "m.onnx", "--quick"])).unwrap();
+        let o = Opts::parse(&strings(&[
+            "--vs-python",
+            "--cal-num=20",
+            "--samples",
+            "50",
+            "--methods",
+            "Entropy, minmax",
+            "--no-wait",
+            "--model",
+            "m.onnx",
+            "--quick",
+        ]))
+        .unwrap();
         assert!(o.quick && !o.render);
         assert_eq!(o.cal_num, 20);
         assert_eq!(o.samples, 50);
@@ -1489,7 +1671,8 @@ mod tests {
 
     #[test]
     fn ranges_compare_on_amax_relative_to_ort() {
-        let ours = json!({"a": {"min": -2.0, "max": 1.0}, "b": {"min": 0.0, "max": 4.0}, "c": {"min": -1.0, "max": 1.0}});
+        let ours =
+            json!({"a": {"min": -2.0, "max": 1.0}, "b": {"min": 0.0, "max": 4.0}, "c": {"min": -1.0, "max": 1.0}});
         let ort = json!({"a": [-1.0, 2.0], "b": [0.0, 5.0], "d": [0.0, 1.0]});
         let c = compare_ranges(&ours, &ort);
         assert_eq!(c["tensors"], 2);
@@ -1528,7 +1711,8 @@ mod tests {
     fn other_processes_cpu_is_counted_and_flagged() {
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-        let snap = |v: &[(u32, u64, &str)]| -> Snapshot { v.iter().map(|&(p, t, c)| (p, (t, strings(&[c])))).collect() };
+        let snap =
+            |v: &[(u32, u64, &str)]| -> Snapshot { v.iter().map(|&(p, t, c)| (p, (t, strings(&[c])))).collect() };
         let before = snap(&[(1, 100, "idle"), (2, 0, "busy"), (9, 5, "me")]);
         let after = snap(&[(1, 100, "idle"), (2, 3 * hz, "busy"), (3, hz / 2, "new"), (9, 500, "me")]);
         let used = cpu_between(&before, &after, 9);

@@ -21,11 +21,7 @@ fn collect(c: &mut Criterion) {
         let max_abs = data.iter().fold(0f32, |a, x| a.max(x.abs()));
         g.throughput(Throughput::Elements(n as u64));
         for signed in [true, false] {
-            let name = format!(
-                "{}_hist_2048/{}M",
-                if signed { "signed" } else { "abs" },
-                n >> 20
-            );
+            let name = format!("{}_hist_2048/{}M", if signed { "signed" } else { "abs" }, n >> 20);
             g.bench_function(&name, |b| {
                 b.iter(|| {
                     let mut h = Histogram::new(signed, 2048);
@@ -36,11 +32,7 @@ fn collect(c: &mut Criterion) {
         }
         let name = format!("observe_minmax_signed_abs/{}M", n >> 20);
         g.bench_function(&name, |b| {
-            let opts = CollectOptions {
-                signed_histogram: true,
-                abs_histogram: true,
-                ..Default::default()
-            };
+            let opts = CollectOptions { signed_histogram: true, abs_histogram: true, ..Default::default() };
             b.iter(|| {
                 let mut s = CalibState::new(opts.clone());
                 s.observe("t", black_box(&data), &[n]).unwrap();
@@ -54,14 +46,9 @@ fn collect(c: &mut Criterion) {
 fn state_with(num_bins: usize, tensors: usize) -> CalibState {
     let data = normal(100_000);
     let methods = [
-        Method::Entropy {
-            num_quantized_bins: 128,
-        },
+        Method::Entropy { num_quantized_bins: 128 },
         Method::Mse,
-        Method::Percentile {
-            percentile: 99.999,
-            symmetric: true,
-        },
+        Method::Percentile { percentile: 99.999, symmetric: true },
     ];
     let mut s = CalibState::new(CollectOptions::for_methods(&methods, num_bins));
     for t in 0..tensors {
@@ -75,50 +62,17 @@ fn ranges(c: &mut Criterion) {
     let s2048 = state_with(2048, 1);
     let s8001 = state_with(8001, 1);
     g.bench_function("entropy_2048bins_nq128", |b| {
-        b.iter(|| {
-            compute_ranges(
-                &s2048,
-                &Method::Entropy {
-                    num_quantized_bins: 128,
-                },
-            )
-            .unwrap()
-        })
+        b.iter(|| compute_ranges(&s2048, &Method::Entropy { num_quantized_bins: 128 }).unwrap())
     });
     g.bench_function("entropy_8001bins_nq255", |b| {
-        b.iter(|| {
-            compute_ranges(
-                &s8001,
-                &Method::Entropy {
-                    num_quantized_bins: 255,
-                },
-            )
-            .unwrap()
-        })
+        b.iter(|| compute_ranges(&s8001, &Method::Entropy { num_quantized_bins: 255 }).unwrap())
     });
     g.bench_function("percentile_2048bins", |b| {
-        b.iter(|| {
-            compute_ranges(
-                &s2048,
-                &Method::Percentile {
-                    percentile: 99.999,
-                    symmetric: true,
-                },
-            )
-            .unwrap()
-        })
+        b.iter(|| compute_ranges(&s2048, &Method::Percentile { percentile: 99.999, symmetric: true }).unwrap())
     });
-    g.bench_function("mse_2048bins", |b| {
-        b.iter(|| compute_ranges(&s2048, &Method::Mse).unwrap())
-    });
+    g.bench_function("mse_2048bins", |b| b.iter(|| compute_ranges(&s2048, &Method::Mse).unwrap()));
     let mut other = s2048.clone();
-    other
-        .observe(
-            "t0",
-            &normal(1000).iter().map(|x| x * 50.0).collect::<Vec<_>>(),
-            &[1000],
-        )
-        .unwrap();
+    other.observe("t0", &normal(1000).iter().map(|x| x * 50.0).collect::<Vec<_>>(), &[1000]).unwrap();
     g.bench_function("merge_2048bins_1tensor", |b| {
         b.iter(|| {
             let mut a = s2048.clone();

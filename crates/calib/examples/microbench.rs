@@ -31,10 +31,8 @@ fn read_f32_npy(path: &Path) -> Result<Vec<f32>, Error> {
         return Err(bad("not a version 1 .npy file").into());
     }
     let header_end = 10 + usize::from(u16::from_le_bytes([bytes[8], bytes[9]]));
-    let header = bytes
-        .get(10..header_end)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .ok_or_else(|| bad("bad header"))?;
+    let header =
+        bytes.get(10..header_end).and_then(|h| std::str::from_utf8(h).ok()).ok_or_else(|| bad("bad header"))?;
     if !header.contains("'descr': '<f4'") || !header.contains("'fortran_order': False") {
         return Err(bad("expected little-endian float32 in C order").into());
     }
@@ -42,10 +40,7 @@ fn read_f32_npy(path: &Path) -> Result<Vec<f32>, Error> {
     if data.len() % 4 != 0 {
         return Err(bad("data is not a whole number of float32 values").into());
     }
-    Ok(data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    Ok(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
 /// Median wall time of `f` over `repeat` runs, in seconds.
@@ -81,12 +76,7 @@ struct Searched<'a> {
 
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let get = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let arrays = get("--arrays").ok_or("--arrays A.npy[,B.npy...] is required")?;
     let num_bins: Vec<usize> = get("--num-bins")
         .ok_or("--num-bins N[,M...] is required")?
@@ -106,23 +96,15 @@ fn main() -> Result<(), Error> {
     for path in arrays.split(',') {
         let data = read_f32_npy(Path::new(path))?;
         let n = data.len();
-        let array = Path::new(path)
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned());
+        let array = Path::new(path).file_name().map(|f| f.to_string_lossy().into_owned());
         // the min/max scan alone: what a collection step costs before any binning
         let minmax_only = median_seconds(repeat, || {
             let mut s = CalibState::new(CollectOptions::default());
             s.observe("t", &data, &[n]).map(|()| s)
         });
-        let max_abs = data
-            .iter()
-            .fold(0f32, |a, x| if x.is_finite() { a.max(x.abs()) } else { a });
+        let max_abs = data.iter().fold(0f32, |a, x| if x.is_finite() { a.max(x.abs()) } else { a });
         for &per_side in &num_bins {
-            let opts = CollectOptions {
-                num_bins: per_side,
-                signed_histogram: true,
-                ..Default::default()
-            };
+            let opts = CollectOptions { num_bins: per_side, signed_histogram: true, ..Default::default() };
             let observe = median_seconds(repeat, || {
                 let mut s = CalibState::new(opts.clone());
                 s.observe("t", &data, &[n]).map(|()| s)
@@ -141,19 +123,10 @@ fn main() -> Result<(), Error> {
                 "minmax_only_s": minmax_only,
             }));
         }
-        let mut s = CalibState::new(CollectOptions {
-            num_bins: num_bins[0],
-            signed_histogram: true,
-            ..Default::default()
-        });
+        let mut s =
+            CalibState::new(CollectOptions { num_bins: num_bins[0], signed_histogram: true, ..Default::default() });
         s.observe("t", &data, &[n])?;
-        let name = format!(
-            "normal {}",
-            Path::new(path)
-                .file_stem()
-                .map(|f| f.to_string_lossy())
-                .unwrap_or_default()
-        );
+        let name = format!("normal {}", Path::new(path).file_stem().map(|f| f.to_string_lossy()).unwrap_or_default());
         last = Some((name, s));
     }
 
@@ -162,12 +135,7 @@ fn main() -> Result<(), Error> {
         && let Some(t) = s.tensor("t")
         && let (Some(h), Some(r)) = (&t.signed, t.minmax)
     {
-        searched.push(Searched {
-            name: name.clone(),
-            hist: h,
-            min: r.min,
-            max: r.max,
-        });
+        searched.push(Searched { name: name.clone(), hist: h, min: r.min, max: r.max });
     }
     let state = get("--state").map(CalibState::load_json).transpose()?;
     if let Some(state) = &state {
@@ -176,12 +144,7 @@ fn main() -> Result<(), Error> {
             .filter_map(|name| {
                 let t = state.tensor(name)?;
                 let r = t.minmax?;
-                Some(Searched {
-                    name: name.to_owned(),
-                    hist: t.signed.as_ref()?,
-                    min: r.min,
-                    max: r.max,
-                })
+                Some(Searched { name: name.to_owned(), hist: t.signed.as_ref()?, min: r.min, max: r.max })
             })
             .collect();
         real.sort_by_key(|s| std::cmp::Reverse(extent(s.hist)));
@@ -193,8 +156,7 @@ fn main() -> Result<(), Error> {
     for s in &searched {
         let seconds = median_seconds(repeat.max(20), || entropy_threshold(s.hist, nq));
         let threshold = entropy_threshold(s.hist, nq);
-        let candidates =
-            (extent(s.hist).min(s.hist.per_side() as i64) - nq.div_ceil(2) as i64 + 1).max(0);
+        let candidates = (extent(s.hist).min(s.hist.per_side() as i64) - nq.div_ceil(2) as i64 + 1).max(0);
         entropy.push(json!({
             "name": s.name,
             "bins": s.hist.counts().len(),

@@ -11,58 +11,31 @@ pub enum Error {
     Shape { tensor: String, message: String },
     /// Two states cannot be merged; `field` names the option or statistic that differs.
     #[error("cannot merge calibration states: `{field}` differs ({ours} vs {theirs})")]
-    MergeMismatch {
-        field: &'static str,
-        ours: String,
-        theirs: String,
-    },
+    MergeMismatch { field: &'static str, ours: String, theirs: String },
     /// A state cannot be merged at all (e.g. the moving average depends on batch order).
     #[error("cannot merge calibration states: {0}")]
     NotMergeable(String),
     /// Unknown method name.
-    #[error(
-        "unknown calibration method `{name}`; valid: minmax, percentile, entropy, distribution, mse"
-    )]
+    #[error("unknown calibration method `{name}`; valid: minmax, percentile, entropy, distribution, mse")]
     UnknownMethod { name: String },
     /// Bad method option name or value.
     #[error("method `{method}`: option `{option}`: {message}")]
-    MethodOption {
-        method: &'static str,
-        option: String,
-        message: String,
-    },
+    MethodOption { method: &'static str, option: String, message: String },
     /// Invalid collection options.
     #[error("collect options: `{field}`: {message}")]
-    Options {
-        field: &'static str,
-        message: String,
-    },
+    Options { field: &'static str, message: String },
     /// A method needs a statistic that was not collected for a tensor.
     #[error(
         "tensor `{tensor}`: method `{method}` needs the {needs}, which was not collected (see CollectOptions::for_methods)"
     )]
-    NotCollected {
-        tensor: String,
-        method: &'static str,
-        needs: &'static str,
-    },
+    NotCollected { tensor: String, method: &'static str, needs: &'static str },
     /// File system error.
     #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     /// JSON (de)serialisation error.
     #[error("{}: invalid JSON: {source}", path.display())]
-    Json {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    Json { path: PathBuf, source: serde_json::Error },
     /// A calibration table file is malformed.
     #[error("{}: {location}: {message}", path.display())]
-    Table {
-        path: PathBuf,
-        location: String,
-        message: String,
-    },
+    Table { path: PathBuf, location: String, message: String },
 }

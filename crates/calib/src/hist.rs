@@ -40,11 +40,7 @@ pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
     let t = f64::from(t.abs());
     let n = per_side.max(1) as f64;
     let covers = |e: i32| n * 2f64.powi(e) > t;
-    let mut e = if t > 0.0 {
-        ((t / n).log2().floor() as i32).max(MIN_WIDTH_LOG2)
-    } else {
-        MIN_WIDTH_LOG2
-    };
+    let mut e = if t > 0.0 { ((t / n).log2().floor() as i32).max(MIN_WIDTH_LOG2) } else { MIN_WIDTH_LOG2 };
     while e > MIN_WIDTH_LOG2 && covers(e - 1) {
         e -= 1;
     }
@@ -57,14 +53,7 @@ pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
 impl Histogram {
     /// Empty histogram with `per_side` bins per side of zero (must be >= 1).
     pub fn new(signed: bool, per_side: usize) -> Self {
-        Histogram {
-            signed,
-            per_side: per_side.max(1),
-            width_log2: None,
-            counts: Vec::new(),
-            total: 0,
-            max_abs: 0.0,
-        }
+        Histogram { signed, per_side: per_side.max(1), width_log2: None, counts: Vec::new(), total: 0, max_abs: 0.0 }
     }
 
     /// Whether this counts `x` (true) or `|x|` (false).
@@ -97,11 +86,7 @@ impl Histogram {
     }
     /// Bin number `k` of the bin at index `i` (see [`Histogram::counts`]).
     pub fn bin_of_index(&self, i: usize) -> i64 {
-        if self.signed {
-            i as i64 - self.per_side as i64
-        } else {
-            i as i64
-        }
+        if self.signed { i as i64 - self.per_side as i64 } else { i as i64 }
     }
 
     /// Whether the internal layout is consistent (counts length, total, width); checked on load.
@@ -121,11 +106,7 @@ impl Histogram {
     }
 
     fn len(&self) -> usize {
-        if self.signed {
-            2 * self.per_side
-        } else {
-            self.per_side
-        }
+        if self.signed { 2 * self.per_side } else { self.per_side }
     }
 
     /// Coarsen to width `2^e` (no-op if already at least that coarse).
@@ -162,12 +143,7 @@ impl Histogram {
         self.coarsen_to(width_log2_for(t, self.per_side));
         // Every chunk is binned on the grid `self` now has (no value reaches past `t`), so the partial counts add
         // without coarsening.
-        let template = Histogram {
-            counts: vec![0; self.counts.len()],
-            total: 0,
-            max_abs: 0.0,
-            ..self.clone()
-        };
+        let template = Histogram { counts: vec![0; self.counts.len()], total: 0, max_abs: 0.0, ..self.clone() };
         let fill = |mut f: Filler, chunk: &[f32]| {
             f.add_on_grid(chunk);
             f
@@ -175,16 +151,13 @@ impl Histogram {
         let partial = if data.len() <= PAR_CHUNK {
             fill(Filler::new(template), data).finish()
         } else {
-            data.par_chunks(PAR_CHUNK)
-                .fold(|| Filler::new(template.clone()), fill)
-                .map(Filler::finish)
-                .reduce(
-                    || template.clone(),
-                    |mut a, b| {
-                        add_into(&mut a.counts, &b.counts);
-                        a
-                    },
-                )
+            data.par_chunks(PAR_CHUNK).fold(|| Filler::new(template.clone()), fill).map(Filler::finish).reduce(
+                || template.clone(),
+                |mut a, b| {
+                    add_into(&mut a.counts, &b.counts);
+                    a
+                },
+            )
         };
         add_into(&mut self.counts, &partial.counts);
         self.max_abs = t;
@@ -238,12 +211,7 @@ pub(crate) struct Filler {
 impl Filler {
     /// Starts from `hist` (its counts are kept and added to).
     pub(crate) fn new(hist: Histogram) -> Self {
-        Filler {
-            hist,
-            sub: Vec::new(),
-            pending: 0,
-            idx: Vec::new(),
-        }
+        Filler { hist, sub: Vec::new(), pending: 0, idx: Vec::new() }
     }
 
     /// Counts the finite values of `block`, whose largest finite `|x|` is `block_max_abs` and which has `finite`
@@ -272,16 +240,7 @@ impl Filler {
         if self.sub.len() != LANES * (len + 1) {
             self.sub = vec![0; LANES * (len + 1)];
         }
-        let grid = Grid::new(
-            e,
-            if self.hist.signed {
-                self.hist.per_side
-            } else {
-                0
-            },
-            self.hist.signed,
-            len,
-        );
+        let grid = Grid::new(e, if self.hist.signed { self.hist.per_side } else { 0 }, self.hist.signed, len);
         for piece in block.chunks(BLOCK) {
             if self.pending + piece.len() as u64 > FLUSH_EVERY {
                 self.flush();
@@ -291,8 +250,7 @@ impl Filler {
             grid.indices(piece, &mut self.idx);
             let stride = len + 1;
             let mut lanes = self.sub.chunks_exact_mut(stride);
-            let (Some(l0), Some(l1), Some(l2), Some(l3)) =
-                (lanes.next(), lanes.next(), lanes.next(), lanes.next())
+            let (Some(l0), Some(l1), Some(l2), Some(l3)) = (lanes.next(), lanes.next(), lanes.next(), lanes.next())
             else {
                 return;
             };
@@ -401,11 +359,7 @@ impl Grid {
         } else {
             let (inv_w, offset) = (self.inv_w, self.offset);
             for (o, &x) in out.iter_mut().zip(data) {
-                let v = if signed {
-                    f64::from(x)
-                } else {
-                    f64::from(x).abs()
-                };
+                let v = if signed { f64::from(x) } else { f64::from(x).abs() };
                 let y = v * inv_w;
                 let mut k = y as i64;
                 k = k.wrapping_sub(i64::from((k as f64) > y));
@@ -513,25 +467,13 @@ mod tests {
                 let want: Vec<u32> = data
                     .iter()
                     .map(|&x| {
-                        let v = if signed {
-                            f64::from(x)
-                        } else {
-                            f64::from(x).abs()
-                        };
+                        let v = if signed { f64::from(x) } else { f64::from(x).abs() };
                         let k = (v / 2f64.powi(e)).floor() + if signed { 32.0 } else { 0.0 };
-                        if x.is_finite() && k >= 0.0 && k < len as f64 {
-                            k as u32
-                        } else {
-                            len as u32
-                        }
+                        if x.is_finite() && k >= 0.0 && k < len as f64 { k as u32 } else { len as u32 }
                     })
                     .collect();
                 assert_eq!(a, want, "portable, signed {signed}, width 2^{e}");
-                assert_eq!(
-                    b, want,
-                    "avx2 {}, signed {signed}, width 2^{e}",
-                    detected.avx2
-                );
+                assert_eq!(b, want, "avx2 {}, signed {signed}, width 2^{e}", detected.avx2);
             }
         }
     }

@@ -26,7 +26,7 @@ pub mod tables;
 pub use error::{Error, Result};
 pub use method::Method;
 pub use ranges::{
-    DistributionStats, Range, RangeTable, abs_percentile, compute_all, compute_ranges,
-    entropy_threshold, histogram_mean_std, mse_threshold, signed_percentile,
+    DistributionStats, Range, RangeTable, abs_percentile, compute_all, compute_ranges, entropy_threshold,
+    histogram_mean_std, mse_threshold, signed_percentile,
 };
 pub use state::{CalibState, CollectOptions, NonFiniteCounts, TensorState};

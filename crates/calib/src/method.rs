@@ -60,17 +60,11 @@ impl Method {
             "distribution" => ("distribution", &[]),
             "mse" => ("mse", &[]),
             _ => {
-                return Err(Error::UnknownMethod {
-                    name: name.to_string(),
-                });
+                return Err(Error::UnknownMethod { name: name.to_string() });
             }
         };
         if let Some(bad) = options.keys().find(|k| !valid.contains(&k.as_str())) {
-            let list = if valid.is_empty() {
-                "none".to_string()
-            } else {
-                valid.join(", ")
-            };
+            let list = if valid.is_empty() { "none".to_string() } else { valid.join(", ") };
             return Err(Error::MethodOption {
                 method,
                 option: bad.clone(),
@@ -92,10 +86,7 @@ impl Method {
                     })?,
                     None => DEFAULT_PERCENTILE,
                 };
-                Method::Percentile {
-                    percentile,
-                    symmetric,
-                }
+                Method::Percentile { percentile, symmetric }
             }
             "entropy" => {
                 let num_quantized_bins = match options.get("num_quantized_bins") {
@@ -125,13 +116,11 @@ impl Method {
                     message: format!("must be in (0, 100], got {percentile}"),
                 })
             }
-            Method::Entropy { num_quantized_bins } if num_quantized_bins < 2 => {
-                Err(Error::MethodOption {
-                    method: self.name(),
-                    option: "num_quantized_bins".into(),
-                    message: format!("must be >= 2, got {num_quantized_bins}"),
-                })
-            }
+            Method::Entropy { num_quantized_bins } if num_quantized_bins < 2 => Err(Error::MethodOption {
+                method: self.name(),
+                option: "num_quantized_bins".into(),
+                message: format!("must be >= 2, got {num_quantized_bins}"),
+            }),
             _ => Ok(()),
         }
     }
@@ -154,10 +143,7 @@ impl Method {
             Method::MinMax { symmetric } => {
                 m.insert("symmetric".into(), symmetric.into());
             }
-            Method::Percentile {
-                percentile,
-                symmetric,
-            } => {
+            Method::Percentile { percentile, symmetric } => {
                 m.insert("percentile".into(), percentile.into());
                 m.insert("symmetric".into(), symmetric.into());
             }
@@ -171,26 +157,11 @@ impl Method {
 
     /// Whether this method reads the signed histogram.
     pub fn needs_signed_histogram(&self) -> bool {
-        matches!(
-            self,
-            Method::Entropy { .. }
-                | Method::Distribution
-                | Method::Percentile {
-                    symmetric: false,
-                    ..
-                }
-        )
+        matches!(self, Method::Entropy { .. } | Method::Distribution | Method::Percentile { symmetric: false, .. })
     }
 
     /// Whether this method reads the absolute-value histogram.
     pub fn needs_abs_histogram(&self) -> bool {
-        matches!(
-            self,
-            Method::Mse
-                | Method::Percentile {
-                    symmetric: true,
-                    ..
-                }
-        )
+        matches!(self, Method::Mse | Method::Percentile { symmetric: true, .. })
     }
 }

@@ -26,10 +26,7 @@ impl Range {
     /// Both ends clamped into `bounds` (so the result is inside `bounds` and never inverted).
     pub fn clamp_to(&self, bounds: Range) -> Range {
         let c = |x: f32| x.max(bounds.min).min(bounds.max);
-        Range {
-            min: c(self.min),
-            max: c(self.max),
-        }
+        Range { min: c(self.min), max: c(self.max) }
     }
 }
 
@@ -78,10 +75,9 @@ pub fn compute_ranges(state: &CalibState, method: &Method) -> Result<RangeTable>
     let results: Vec<(String, Option<TensorResult>)> = names
         .par_iter()
         .map(|&name| {
-            let t = state.tensor(name).ok_or_else(|| Error::Shape {
-                tensor: name.to_string(),
-                message: "vanished from the state".into(),
-            })?;
+            let t = state
+                .tensor(name)
+                .ok_or_else(|| Error::Shape { tensor: name.to_string(), message: "vanished from the state".into() })?;
             Ok((name.to_string(), tensor_range(name, t, state, method)?))
         })
         .collect::<Result<_>>()?;
@@ -110,114 +106,52 @@ pub fn compute_all(state: &CalibState, methods: &[Method]) -> Result<Vec<RangeTa
     methods.iter().map(|m| compute_ranges(state, m)).collect()
 }
 
-fn need<'a>(
-    h: &'a Option<Histogram>,
-    tensor: &str,
-    method: &Method,
-    needs: &'static str,
-) -> Result<&'a Histogram> {
-    h.as_ref().ok_or_else(|| Error::NotCollected {
-        tensor: tensor.to_string(),
-        method: method.name(),
-        needs,
-    })
+fn need<'a>(h: &'a Option<Histogram>, tensor: &str, method: &Method, needs: &'static str) -> Result<&'a Histogram> {
+    h.as_ref().ok_or_else(|| Error::NotCollected { tensor: tensor.to_string(), method: method.name(), needs })
 }
 
-fn tensor_range(
-    name: &str,
-    t: &TensorState,
-    state: &CalibState,
-    method: &Method,
-) -> Result<Option<TensorResult>> {
+fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method) -> Result<Option<TensorResult>> {
     let Some(observed) = t.minmax else {
         return Ok(None);
     };
-    let plain = |range: Range| {
-        Ok(Some(TensorResult {
-            range,
-            channels: None,
-            distribution: None,
-        }))
-    };
+    let plain = |range: Range| Ok(Some(TensorResult { range, channels: None, distribution: None }));
     match *method {
         Method::MinMax { symmetric } => {
-            let base = if state.options().moving_average.is_some() {
-                t.moving.unwrap_or(observed)
-            } else {
-                observed
-            };
+            let base = if state.options().moving_average.is_some() { t.moving.unwrap_or(observed) } else { observed };
             let sym = |r: Range| if symmetric { r.symmetric() } else { r };
-            let channels = t.channels.as_ref().map(|c| {
-                c.iter()
-                    .map(|r| sym(r.unwrap_or(Range { min: 0.0, max: 0.0 })))
-                    .collect()
-            });
-            Ok(Some(TensorResult {
-                range: sym(base),
-                channels,
-                distribution: None,
-            }))
+            let channels =
+                t.channels.as_ref().map(|c| c.iter().map(|r| sym(r.unwrap_or(Range { min: 0.0, max: 0.0 }))).collect());
+            Ok(Some(TensorResult { range: sym(base), channels, distribution: None }))
         }
-        Method::Percentile {
-            percentile,
-            symmetric: true,
-        } => {
+        Method::Percentile { percentile, symmetric: true } => {
             let h = need(&t.abs, name, method, "absolute histogram")?;
             let thr = abs_percentile(h, percentile / 100.0);
-            plain(
-                Range {
-                    min: -thr,
-                    max: thr,
-                }
-                .clamp_to(observed),
-            )
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
         }
-        Method::Percentile {
-            percentile,
-            symmetric: false,
-        } => {
+        Method::Percentile { percentile, symmetric: false } => {
             let h = need(&t.signed, name, method, "signed histogram")?;
             plain(signed_percentile(h, percentile / 100.0).clamp_to(observed))
         }
         Method::Entropy { num_quantized_bins } => {
             let h = need(&t.signed, name, method, "signed histogram")?;
             let thr = entropy_threshold(h, num_quantized_bins);
-            plain(
-                Range {
-                    min: -thr,
-                    max: thr,
-                }
-                .clamp_to(observed),
-            )
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
         }
         Method::Distribution => {
             let h = need(&t.signed, name, method, "signed histogram")?;
             let (mean, std) = histogram_mean_std(h);
             let k = DISTRIBUTION_NUM_STD;
-            let range = Range {
-                min: (mean - k * std) as f32,
-                max: (mean + k * std) as f32,
-            }
-            .clamp_to(observed);
+            let range = Range { min: (mean - k * std) as f32, max: (mean + k * std) as f32 }.clamp_to(observed);
             Ok(Some(TensorResult {
                 range,
                 channels: None,
-                distribution: Some(DistributionStats {
-                    mean: mean as f32,
-                    std: std as f32,
-                }),
+                distribution: Some(DistributionStats { mean: mean as f32, std: std as f32 }),
             }))
         }
         Method::Mse => {
             let h = need(&t.abs, name, method, "absolute histogram")?;
             let thr = mse_threshold(h);
-            plain(
-                Range {
-                    min: -thr,
-                    max: thr,
-                }
-                .clamp_to(observed),
-            )
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
         }
     }
 }
@@ -261,10 +195,7 @@ pub fn signed_percentile(h: &Histogram, p: f64) -> Range {
         }
     }
     let m = f64::from(h.max_abs());
-    Range {
-        min: lo.unwrap_or(-m) as f32,
-        max: hi.unwrap_or(m) as f32,
-    }
+    Range { min: lo.unwrap_or(-m) as f32, max: hi.unwrap_or(m) as f32 }
 }
 
 /// Mean and standard deviation of the histogram, each value at its bin centre (as ONNX Runtime).
@@ -277,20 +208,8 @@ pub fn histogram_mean_std(h: &Histogram) -> (f64, f64) {
     }
     let n = total as f64;
     let centre = |i: usize| (h.bin_of_index(i) as f64 + 0.5) * w;
-    let mean = h
-        .counts()
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| c as f64 * centre(i))
-        .sum::<f64>()
-        / n;
-    let var = h
-        .counts()
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| c as f64 * (centre(i) - mean).powi(2))
-        .sum::<f64>()
-        / n;
+    let mean = h.counts().iter().enumerate().map(|(i, &c)| c as f64 * centre(i)).sum::<f64>() / n;
+    let var = h.counts().iter().enumerate().map(|(i, &c)| c as f64 * (centre(i) - mean).powi(2)).sum::<f64>() / n;
     (mean, var.sqrt())
 }
 
@@ -364,19 +283,11 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
     }
     // prefix sums over non-zero bins of c ln c, ln c, 1/c, 1/c^2 for the series of (c - e) ln(c - e)
     let len = counts.len();
-    let (mut pcl, mut pln, mut pinv, mut pinv2) = (
-        vec![0f64; len + 1],
-        vec![0f64; len + 1],
-        vec![0f64; len + 1],
-        vec![0f64; len + 1],
-    );
+    let (mut pcl, mut pln, mut pinv, mut pinv2) =
+        (vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1]);
     for (i, &c) in counts.iter().enumerate() {
         let c = c as f64;
-        let (a, b, d, e) = if c > 0.0 {
-            (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c))
-        } else {
-            (0.0, 0.0, 0.0, 0.0)
-        };
+        let (a, b, d, e) = if c > 0.0 { (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c)) } else { (0.0, 0.0, 0.0, 0.0) };
         pcl[i + 1] = pcl[i] + a;
         pln[i + 1] = pln[i] + b;
         pinv[i + 1] = pinv[i] + d;

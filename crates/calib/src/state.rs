@@ -62,10 +62,7 @@ impl CollectOptions {
         if let Some(c) = self.moving_average
             && !(c > 0.0 && c <= 1.0)
         {
-            return Err(Error::Options {
-                field: "moving_average",
-                message: format!("must be in (0, 1], got {c}"),
-            });
+            return Err(Error::Options { field: "moving_average", message: format!("must be in (0, 1], got {c}") });
         }
         Ok(())
     }
@@ -113,12 +110,8 @@ impl TensorState {
             minmax: None,
             moving: None,
             channels: None,
-            signed: opts
-                .signed_histogram
-                .then(|| Histogram::new(true, opts.num_bins)),
-            abs: opts
-                .abs_histogram
-                .then(|| Histogram::new(false, 2 * opts.num_bins)),
+            signed: opts.signed_histogram.then(|| Histogram::new(true, opts.num_bins)),
+            abs: opts.abs_histogram.then(|| Histogram::new(false, 2 * opts.num_bins)),
             non_finite: NonFiniteCounts::default(),
         }
     }
@@ -176,12 +169,7 @@ fn scan(data: &[f32]) -> Scan {
         non_finite += u64::from(!x.is_finite());
     }
     if non_finite == 0 {
-        return Scan {
-            min,
-            max,
-            finite: data.len() as u64,
-            non_finite: NonFiniteCounts::default(),
-        };
+        return Scan { min, max, finite: data.len() as u64, non_finite: NonFiniteCounts::default() };
     }
     let (mut min, mut max, mut finite) = (f32::INFINITY, f32::NEG_INFINITY, 0u64);
     let mut nf = NonFiniteCounts::default();
@@ -198,22 +186,12 @@ fn scan(data: &[f32]) -> Scan {
             nf.neg_inf += 1;
         }
     }
-    Scan {
-        min,
-        max,
-        finite,
-        non_finite: nf,
-    }
+    Scan { min, max, finite, non_finite: nf }
 }
 
 impl Scan {
     fn empty() -> Self {
-        Scan {
-            min: f32::INFINITY,
-            max: f32::NEG_INFINITY,
-            finite: 0,
-            non_finite: NonFiniteCounts::default(),
-        }
+        Scan { min: f32::INFINITY, max: f32::NEG_INFINITY, finite: 0, non_finite: NonFiniteCounts::default() }
     }
 
     fn join(mut self, b: Scan) -> Scan {
@@ -242,11 +220,7 @@ struct Collected {
 impl Collected {
     fn new(signed: Option<(bool, usize)>, abs: Option<(bool, usize)>) -> Self {
         let filler = |k: Option<(bool, usize)>| k.map(|(s, n)| Filler::new(Histogram::new(s, n)));
-        Collected {
-            scan: Scan::empty(),
-            signed: filler(signed),
-            abs: filler(abs),
-        }
+        Collected { scan: Scan::empty(), signed: filler(signed), abs: filler(abs) }
     }
 
     /// Scans `data` block by block, binning each block right after its scan, so the data is read from memory
@@ -255,15 +229,8 @@ impl Collected {
     fn add(mut self, data: &[f32]) -> Self {
         for block in data.chunks(FUSED_BLOCK) {
             let b = scan(block);
-            let max_abs = if b.finite > 0 {
-                b.min.abs().max(b.max.abs())
-            } else {
-                0.0
-            };
-            for f in [self.signed.as_mut(), self.abs.as_mut()]
-                .into_iter()
-                .flatten()
-            {
+            let max_abs = if b.finite > 0 { b.min.abs().max(b.max.abs()) } else { 0.0 };
+            for f in [self.signed.as_mut(), self.abs.as_mut()].into_iter().flatten() {
                 f.add(block, max_abs, b.finite);
             }
             self.scan = self.scan.join(b);
@@ -279,13 +246,7 @@ fn collect(
     signed: Option<(bool, usize)>,
     abs: Option<(bool, usize)>,
 ) -> (Scan, Option<Histogram>, Option<Histogram>) {
-    let finish = |c: Collected| {
-        (
-            c.scan,
-            c.signed.map(Filler::finish),
-            c.abs.map(Filler::finish),
-        )
-    };
+    let finish = |c: Collected| (c.scan, c.signed.map(Filler::finish), c.abs.map(Filler::finish));
     if data.len() <= PAR_CHUNK {
         return finish(Collected::new(signed, abs).add(data));
     }
@@ -299,18 +260,12 @@ fn collect(
     data.par_chunks(PAR_CHUNK)
         .fold(|| Collected::new(signed, abs), Collected::add)
         .map(finish)
-        .reduce(
-            || (Scan::empty(), None, None),
-            |a, b| (a.0.join(b.0), join_hist(a.1, b.1), join_hist(a.2, b.2)),
-        )
+        .reduce(|| (Scan::empty(), None, None), |a, b| (a.0.join(b.0), join_hist(a.1, b.1), join_hist(a.2, b.2)))
 }
 
 fn union(a: Option<Range>, b: Option<Range>) -> Option<Range> {
     match (a, b) {
-        (Some(a), Some(b)) => Some(Range {
-            min: a.min.min(b.min),
-            max: a.max.max(b.max),
-        }),
+        (Some(a), Some(b)) => Some(Range { min: a.min.min(b.min), max: a.max.max(b.max) }),
         (a, b) => a.or(b),
     }
 }
@@ -337,19 +292,13 @@ impl CalibState {
         if opts.moving_average.is_some_and(|c| !(c > 0.0 && c <= 1.0)) {
             opts.moving_average = None;
         }
-        CalibState {
-            options: opts,
-            tensors: BTreeMap::new(),
-        }
+        CalibState { options: opts, tensors: BTreeMap::new() }
     }
 
     /// Empty state after validating `opts`.
     pub fn try_new(opts: CollectOptions) -> Result<Self> {
         opts.validate()?;
-        Ok(CalibState {
-            options: opts,
-            tensors: BTreeMap::new(),
-        })
+        Ok(CalibState { options: opts, tensors: BTreeMap::new() })
     }
 
     /// The collection options.
@@ -369,50 +318,29 @@ impl CalibState {
 
     /// Tensors that had NaN or ±Inf values, with their counts.
     pub fn non_finite(&self) -> BTreeMap<String, NonFiniteCounts> {
-        self.tensors
-            .iter()
-            .filter(|(_, t)| t.non_finite.total() > 0)
-            .map(|(n, t)| (n.clone(), t.non_finite))
-            .collect()
+        self.tensors.iter().filter(|(_, t)| t.non_finite.total() > 0).map(|(n, t)| (n.clone(), t.non_finite)).collect()
     }
 
     fn check(&self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<Checked> {
-        let shape_err = |message: String| Error::Shape {
-            tensor: tensor.to_string(),
-            message,
-        };
+        let shape_err = |message: String| Error::Shape { tensor: tensor.to_string(), message };
         let elements = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         if !shape.is_empty() && elements != Some(data.len()) {
-            return Err(shape_err(format!(
-                "shape {shape:?} does not match {} values",
-                data.len()
-            )));
+            return Err(shape_err(format!("shape {shape:?} does not match {} values", data.len())));
         }
         let Some(given) = self.options.per_channel_axis else {
             return Ok(Checked { channels: None });
         };
-        let resolved = if given < 0 {
-            shape.len().checked_sub(given.unsigned_abs())
-        } else {
-            Some(given as usize)
-        };
+        let resolved = if given < 0 { shape.len().checked_sub(given.unsigned_abs()) } else { Some(given as usize) };
         let Some((axis, &channels)) = resolved.and_then(|a| Some((a, shape.get(a)?))) else {
-            return Err(shape_err(format!(
-                "per-channel axis {given} is out of range for shape {shape:?}"
-            )));
+            return Err(shape_err(format!("per-channel axis {given} is out of range for shape {shape:?}")));
         };
         let inner: usize = shape.iter().skip(axis + 1).product();
         if let Some(Some(prev)) = self.tensors.get(tensor).map(|t| t.channels.as_ref())
             && prev.len() != channels
         {
-            return Err(shape_err(format!(
-                "axis {axis} has {channels} channels, earlier batches had {}",
-                prev.len()
-            )));
+            return Err(shape_err(format!("axis {axis} has {channels} channels, earlier batches had {}", prev.len())));
         }
-        Ok(Checked {
-            channels: Some((channels, inner)),
-        })
+        Ok(Checked { channels: Some((channels, inner)) })
     }
 
     fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
@@ -446,13 +374,7 @@ impl CalibState {
                     if b.finite > 0
                         && let Some(slot) = ch.get_mut(i % channels.max(1))
                     {
-                        *slot = union(
-                            *slot,
-                            Some(Range {
-                                min: b.min,
-                                max: b.max,
-                            }),
-                        );
+                        *slot = union(*slot, Some(Range { min: b.min, max: b.max }));
                     }
                 }
             }
@@ -460,19 +382,13 @@ impl CalibState {
         if s.finite == 0 {
             return;
         }
-        let batch = Range {
-            min: s.min,
-            max: s.max,
-        };
+        let batch = Range { min: s.min, max: s.max };
         t.count += s.finite;
         t.minmax = union(t.minmax, Some(batch));
         if let Some(c) = opts.moving_average {
             t.moving = Some(match t.moving {
                 None => batch,
-                Some(m) => Range {
-                    min: m.min + c * (batch.min - m.min),
-                    max: m.max + c * (batch.max - m.max),
-                },
+                Some(m) => Range { min: m.min + c * (batch.min - m.min), max: m.max + c * (batch.max - m.max) },
             });
         }
         // Same kinds and sizes, so the merges cannot be refused.
@@ -489,10 +405,7 @@ impl CalibState {
     pub fn observe(&mut self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<()> {
         let checked = self.check(tensor, data, shape)?;
         let opts = &self.options;
-        let t = self
-            .tensors
-            .entry(tensor.to_string())
-            .or_insert_with(|| TensorState::new(opts));
+        let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
         Self::apply(opts, t, data, &checked);
         Ok(())
     }
@@ -503,10 +416,8 @@ impl CalibState {
         let mut by_tensor: BTreeMap<&str, Vec<(&[f32], Checked)>> = BTreeMap::new();
         for &(name, data, shape) in batch {
             let checked = self.check(name, data, shape)?;
-            if let (Some((channels, _)), Some(first)) = (
-                checked.channels,
-                by_tensor.get(name).and_then(|v| v.first()),
-            ) && first.1.channels.map(|c| c.0) != Some(channels)
+            if let (Some((channels, _)), Some(first)) = (checked.channels, by_tensor.get(name).and_then(|v| v.first()))
+                && first.1.channels.map(|c| c.0) != Some(channels)
             {
                 return Err(Error::Shape {
                     tensor: name.to_string(),
@@ -517,8 +428,7 @@ impl CalibState {
         }
         for name in by_tensor.keys() {
             if !self.tensors.contains_key(*name) {
-                self.tensors
-                    .insert(name.to_string(), TensorState::new(&self.options));
+                self.tensors.insert(name.to_string(), TensorState::new(&self.options));
             }
         }
         let opts = &self.options;
@@ -536,31 +446,15 @@ impl CalibState {
     /// exactly; moving averages cannot be merged (error) when both states saw the same tensor.
     pub fn merge(&mut self, other: &CalibState) -> Result<()> {
         let (a, b) = (&self.options, &other.options);
-        let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch {
-            field,
-            ours,
-            theirs,
-        };
+        let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch { field, ours, theirs };
         if a.num_bins != b.num_bins {
-            return Err(mismatch(
-                "num_bins",
-                a.num_bins.to_string(),
-                b.num_bins.to_string(),
-            ));
+            return Err(mismatch("num_bins", a.num_bins.to_string(), b.num_bins.to_string()));
         }
         if a.signed_histogram != b.signed_histogram {
-            return Err(mismatch(
-                "signed_histogram",
-                a.signed_histogram.to_string(),
-                b.signed_histogram.to_string(),
-            ));
+            return Err(mismatch("signed_histogram", a.signed_histogram.to_string(), b.signed_histogram.to_string()));
         }
         if a.abs_histogram != b.abs_histogram {
-            return Err(mismatch(
-                "abs_histogram",
-                a.abs_histogram.to_string(),
-                b.abs_histogram.to_string(),
-            ));
+            return Err(mismatch("abs_histogram", a.abs_histogram.to_string(), b.abs_histogram.to_string()));
         }
         if a.moving_average != b.moving_average {
             return Err(mismatch(
@@ -604,17 +498,11 @@ impl CalibState {
                 (None, Some(y)) => ours.channels = Some(y.clone()),
                 _ => {}
             }
-            for (h, o) in [
-                (&mut ours.signed, &theirs.signed),
-                (&mut ours.abs, &theirs.abs),
-            ] {
+            for (h, o) in [(&mut ours.signed, &theirs.signed), (&mut ours.abs, &theirs.abs)] {
                 if let (Some(h), Some(o)) = (h.as_mut(), o.as_ref())
                     && !h.merge(o)
                 {
-                    return Err(Error::Shape {
-                        tensor: name.clone(),
-                        message: "histogram layouts differ".into(),
-                    });
+                    return Err(Error::Shape { tensor: name.clone(), message: "histogram layouts differ".into() });
                 }
             }
         }
@@ -625,30 +513,19 @@ impl CalibState {
     /// Write the state as JSON (to a temporary sibling, then renamed).
     pub fn save_json(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let bytes = serde_json::to_vec(self).map_err(|source| Error::Json {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = serde_json::to_vec(self).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
         crate::tables::write_atomic(path, &bytes)
     }
 
     /// Read a state written by [`CalibState::save_json`]; its options are validated.
     pub fn load_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let state: CalibState = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let state: CalibState =
+            serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
         state.options.validate()?;
         for (name, t) in &state.tensors {
-            let layouts = [
-                (&t.signed, true, state.options.num_bins),
-                (&t.abs, false, 2 * state.options.num_bins),
-            ];
+            let layouts = [(&t.signed, true, state.options.num_bins), (&t.abs, false, 2 * state.options.num_bins)];
             for (h, signed, per_side) in layouts {
                 if let Some(h) = h
                     && !(h.is_signed() == signed && h.per_side() == per_side && h.is_consistent())

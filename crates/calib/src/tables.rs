@@ -12,9 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use flatbuffers::{
-    FlatBufferBuilder, Follow, ForwardsUOffset, Table, Vector, Verifiable, Verifier, WIPOffset,
-};
+use flatbuffers::{FlatBufferBuilder, Follow, ForwardsUOffset, Table, Vector, Verifiable, Verifier, WIPOffset};
 
 use crate::{Error, RangeTable, Result};
 
@@ -23,14 +21,8 @@ pub const DEFAULT_TRT_VERSION: u32 = 8601;
 
 /// Write `bytes` to `path` through a temporary sibling and a rename.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     if let Err(e) = std::fs::write(&tmp, bytes) {
         let _ = std::fs::remove_file(&tmp);
@@ -43,50 +35,29 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
 
 fn table_err(path: &Path, location: impl Into<String>, message: impl Into<String>) -> Error {
-    Error::Table {
-        path: path.to_path_buf(),
-        location: location.into(),
-        message: message.into(),
-    }
+    Error::Table { path: path.to_path_buf(), location: location.into(), message: message.into() }
 }
 
 /// Write `calibration.json`.
 pub fn write_json(path: impl AsRef<Path>, table: &RangeTable) -> Result<()> {
     let path = path.as_ref();
-    let bytes = serde_json::to_vec_pretty(table).map_err(|source| Error::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = serde_json::to_vec_pretty(table).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
     write_atomic(path, &bytes)
 }
 
 /// Read `calibration.json`; every range must be finite with `min <= max`.
 pub fn read_json(path: impl AsRef<Path>) -> Result<RangeTable> {
     let path = path.as_ref();
-    let table: RangeTable = serde_json::from_slice(&read(path)?).map_err(|source| Error::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let all = table.ranges.iter().chain(
-        table
-            .channels
-            .iter()
-            .flat_map(|(k, v)| v.iter().map(move |r| (k, r))),
-    );
+    let table: RangeTable =
+        serde_json::from_slice(&read(path)?).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+    let all = table.ranges.iter().chain(table.channels.iter().flat_map(|(k, v)| v.iter().map(move |r| (k, r))));
     for (name, r) in all {
         if !(r.min.is_finite() && r.max.is_finite() && r.min <= r.max) {
-            return Err(table_err(
-                path,
-                format!("ranges.{name}"),
-                format!("expected finite min <= max, got {r:?}"),
-            ));
+            return Err(table_err(path, format!("ranges.{name}"), format!("expected finite min <= max, got {r:?}")));
         }
     }
     Ok(table)
@@ -94,11 +65,7 @@ pub fn read_json(path: impl AsRef<Path>) -> Result<RangeTable> {
 
 /// `tensor -> max(|min|, |max|)` of a table (what the flatbuffers table and the TensorRT cache carry).
 pub fn amax_map(table: &RangeTable) -> BTreeMap<String, f32> {
-    table
-        .ranges
-        .iter()
-        .map(|(k, r)| (k.clone(), r.amax()))
-        .collect()
+    table.ranges.iter().map(|(k, r)| (k.clone(), r.amax())).collect()
 }
 
 /// Encode ORT's flatbuffers calibration table.
@@ -133,15 +100,9 @@ pub fn decode_ort_flatbuffers(bytes: &[u8], path: &Path) -> Result<BTreeMap<Stri
     };
     for (i, kv) in dict.iter().enumerate() {
         let key = kv.key();
-        let value = kv
-            .value()
-            .ok_or_else(|| table_err(path, format!("dict[{i}] `{key}`"), "missing value"))?;
+        let value = kv.value().ok_or_else(|| table_err(path, format!("dict[{i}] `{key}`"), "missing value"))?;
         let amax: f32 = value.trim().parse().map_err(|_| {
-            table_err(
-                path,
-                format!("dict[{i}] `{key}`"),
-                format!("value `{value}` is not a decimal number"),
-            )
+            table_err(path, format!("dict[{i}] `{key}`"), format!("value `{value}` is not a decimal number"))
         })?;
         if !amax.is_finite() || amax < 0.0 {
             return Err(table_err(
@@ -180,10 +141,7 @@ pub struct TrtCache {
 impl TrtCache {
     /// Per-tensor amax (`scale * 127`).
     pub fn amax(&self) -> BTreeMap<String, f32> {
-        self.scales
-            .iter()
-            .map(|(k, s)| (k.clone(), s * 127.0))
-            .collect()
+        self.scales.iter().map(|(k, s)| (k.clone(), s * 127.0)).collect()
     }
 }
 
@@ -198,10 +156,7 @@ pub fn encode_trt_cache(amax: &BTreeMap<String, f32>, version: u32) -> String {
 
 /// Write a TensorRT calibration cache for `table`.
 pub fn write_trt_cache(path: impl AsRef<Path>, table: &RangeTable, version: u32) -> Result<()> {
-    write_atomic(
-        path.as_ref(),
-        encode_trt_cache(&amax_map(table), version).as_bytes(),
-    )
+    write_atomic(path.as_ref(), encode_trt_cache(&amax_map(table), version).as_bytes())
 }
 
 /// Parse a TensorRT calibration cache; `path` is only used in errors.
@@ -209,13 +164,8 @@ pub fn decode_trt_cache(text: &str, path: &Path) -> Result<TrtCache> {
     let mut lines = text.lines().enumerate();
     let header = lines.next().map(|(_, l)| l.trim()).unwrap_or_default();
     let mut parts = header.splitn(3, '-');
-    let (Some("TRT"), Some(version), Some(calibrator)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Err(table_err(
-            path,
-            "line 1",
-            format!("expected `TRT-<version>-<calibrator>`, got `{header}`"),
-        ));
+    let (Some("TRT"), Some(version), Some(calibrator)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(table_err(path, "line 1", format!("expected `TRT-<version>-<calibrator>`, got `{header}`")));
     };
     let mut scales = BTreeMap::new();
     for (i, line) in lines {
@@ -225,38 +175,19 @@ pub fn decode_trt_cache(text: &str, path: &Path) -> Result<TrtCache> {
         }
         let at = format!("line {}", i + 1);
         let Some((name, hex)) = line.rsplit_once(':') else {
-            return Err(table_err(
-                path,
-                at,
-                format!("expected `<tensor>: <8 hex digits>`, got `{line}`"),
-            ));
+            return Err(table_err(path, at, format!("expected `<tensor>: <8 hex digits>`, got `{line}`")));
         };
         let hex = hex.trim();
-        let bits = (hex.len() == 8)
-            .then(|| u32::from_str_radix(hex, 16).ok())
-            .flatten()
-            .ok_or_else(|| {
-                table_err(
-                    path,
-                    at.clone(),
-                    format!("tensor `{name}`: expected 8 hex digits, got `{hex}`"),
-                )
-            })?;
+        let bits = (hex.len() == 8).then(|| u32::from_str_radix(hex, 16).ok()).flatten().ok_or_else(|| {
+            table_err(path, at.clone(), format!("tensor `{name}`: expected 8 hex digits, got `{hex}`"))
+        })?;
         let scale = f32::from_bits(bits);
         if !scale.is_finite() || scale < 0.0 {
-            return Err(table_err(
-                path,
-                at,
-                format!("tensor `{name}`: scale {scale} is not finite and >= 0"),
-            ));
+            return Err(table_err(path, at, format!("tensor `{name}`: scale {scale} is not finite and >= 0")));
         }
         scales.insert(name.trim().to_string(), scale);
     }
-    Ok(TrtCache {
-        version: version.to_string(),
-        calibrator: calibrator.to_string(),
-        scales,
-    })
+    Ok(TrtCache { version: version.to_string(), calibrator: calibrator.to_string(), scales })
 }
 
 /// Read a TensorRT calibration cache.
@@ -283,11 +214,7 @@ impl<'a> KeyValue<'a> {
     /// The key (required; present in any verified buffer).
     pub fn key(&self) -> &'a str {
         // SAFETY: the buffer was verified by `flatbuffers::root`, which checked this slot is a string.
-        unsafe {
-            self.tab
-                .get::<ForwardsUOffset<&str>>(Self::VT_KEY, Some(""))
-        }
-        .unwrap_or("")
+        unsafe { self.tab.get::<ForwardsUOffset<&str>>(Self::VT_KEY, Some("")) }.unwrap_or("")
     }
     /// The value.
     pub fn value(&self) -> Option<&'a str> {
@@ -300,17 +227,12 @@ impl<'a> Follow<'a> for KeyValue<'a> {
     type Inner = KeyValue<'a>;
     unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
         // SAFETY: the caller guarantees `loc` is a table in `buf` (flatbuffers' contract).
-        KeyValue {
-            tab: unsafe { Table::new(buf, loc) },
-        }
+        KeyValue { tab: unsafe { Table::new(buf, loc) } }
     }
 }
 
 impl Verifiable for KeyValue<'_> {
-    fn run_verifier(
-        v: &mut Verifier,
-        pos: usize,
-    ) -> std::result::Result<(), flatbuffers::InvalidFlatbuffer> {
+    fn run_verifier(v: &mut Verifier, pos: usize) -> std::result::Result<(), flatbuffers::InvalidFlatbuffer> {
         v.visit_table(pos)?
             .visit_field::<ForwardsUOffset<&str>>("key", Self::VT_KEY, true)?
             .visit_field::<ForwardsUOffset<&str>>("value", Self::VT_VALUE, false)?
@@ -330,13 +252,7 @@ impl<'a> TrtTable<'a> {
     /// The entries.
     pub fn dict(&self) -> Option<Vector<'a, ForwardsUOffset<KeyValue<'a>>>> {
         // SAFETY: verified by `flatbuffers::root`.
-        unsafe {
-            self.tab
-                .get::<ForwardsUOffset<Vector<'a, ForwardsUOffset<KeyValue<'a>>>>>(
-                    Self::VT_DICT,
-                    None,
-                )
-        }
+        unsafe { self.tab.get::<ForwardsUOffset<Vector<'a, ForwardsUOffset<KeyValue<'a>>>>>(Self::VT_DICT, None) }
     }
 }
 
@@ -344,23 +260,14 @@ impl<'a> Follow<'a> for TrtTable<'a> {
     type Inner = TrtTable<'a>;
     unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
         // SAFETY: the caller guarantees `loc` is a table in `buf`.
-        TrtTable {
-            tab: unsafe { Table::new(buf, loc) },
-        }
+        TrtTable { tab: unsafe { Table::new(buf, loc) } }
     }
 }
 
 impl Verifiable for TrtTable<'_> {
-    fn run_verifier(
-        v: &mut Verifier,
-        pos: usize,
-    ) -> std::result::Result<(), flatbuffers::InvalidFlatbuffer> {
+    fn run_verifier(v: &mut Verifier, pos: usize) -> std::result::Result<(), flatbuffers::InvalidFlatbuffer> {
         v.visit_table(pos)?
-            .visit_field::<ForwardsUOffset<Vector<'_, ForwardsUOffset<KeyValue>>>>(
-                "dict",
-                Self::VT_DICT,
-                false,
-            )?
+            .visit_field::<ForwardsUOffset<Vector<'_, ForwardsUOffset<KeyValue>>>>("dict", Self::VT_DICT, false)?
             .finish();
         Ok(())
     }

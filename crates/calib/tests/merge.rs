@@ -50,41 +50,18 @@ proptest! {
 
 #[test]
 fn merge_mismatch_names_the_field() {
-    let a = CalibState::new(CollectOptions {
-        num_bins: 64,
-        ..Default::default()
-    });
-    let mut b = CalibState::new(CollectOptions {
-        num_bins: 128,
-        ..Default::default()
-    });
+    let a = CalibState::new(CollectOptions { num_bins: 64, ..Default::default() });
+    let mut b = CalibState::new(CollectOptions { num_bins: 128, ..Default::default() });
     let e = b.merge(&a).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::MergeMismatch {
-                field: "num_bins",
-                ..
-            }
-        ),
-        "{e}"
-    );
-    let a = CalibState::new(CollectOptions {
-        abs_histogram: true,
-        ..Default::default()
-    });
-    let e = CalibState::new(CollectOptions::default())
-        .merge(&a)
-        .unwrap_err();
+    assert!(matches!(e, Error::MergeMismatch { field: "num_bins", .. }), "{e}");
+    let a = CalibState::new(CollectOptions { abs_histogram: true, ..Default::default() });
+    let e = CalibState::new(CollectOptions::default()).merge(&a).unwrap_err();
     assert!(e.to_string().contains("abs_histogram"), "{e}");
 }
 
 #[test]
 fn moving_average_states_do_not_merge() {
-    let opts = CollectOptions {
-        moving_average: Some(0.1),
-        ..Default::default()
-    };
+    let opts = CollectOptions { moving_average: Some(0.1), ..Default::default() };
     let mut a = CalibState::new(opts.clone());
     a.observe("t", &[1.0], &[1]).unwrap();
     let mut b = CalibState::new(opts);
@@ -99,22 +76,15 @@ fn json_round_trip_and_bad_file() {
     let dir = std::env::temp_dir().join(format!("calib-merge-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 32));
-    s.observe("x", &[1.0, -2.0, f32::NAN, 0.0], &[2, 2])
-        .unwrap();
+    s.observe("x", &[1.0, -2.0, f32::NAN, 0.0], &[2, 2]).unwrap();
     let path = dir.join("state.json");
     s.save_json(&path).unwrap();
     assert_eq!(CalibState::load_json(&path).unwrap(), s);
     std::fs::write(dir.join("bad.json"), b"{\"options\": 3}").unwrap();
     let e = CalibState::load_json(dir.join("bad.json")).unwrap_err();
-    assert!(
-        matches!(e, Error::Json { .. }) && e.to_string().contains("bad.json"),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Json { .. }) && e.to_string().contains("bad.json"), "{e}");
     let e = CalibState::load_json(dir.join("missing.json")).unwrap_err();
-    assert!(
-        matches!(e, Error::Io { .. }) && e.to_string().contains("missing.json"),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Io { .. }) && e.to_string().contains("missing.json"), "{e}");
     // a tampered histogram is rejected instead of panicking later
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     v["tensors"]["x"]["signed"]["counts"] = serde_json::json!([1, 2]);
@@ -122,10 +92,7 @@ fn json_round_trip_and_bad_file() {
     let e = CalibState::load_json(&path).unwrap_err().to_string();
     assert!(e.contains("`x`") && e.contains("signed histogram"), "{e}");
     // no temporary files left behind
-    let names: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -142,27 +109,16 @@ fn large_parallel_batch_equals_small_batches() {
         small.observe("t", c, &[c.len()]).unwrap();
     }
     assert_eq!(big, small);
-    assert_eq!(
-        big.tensor("t").unwrap().signed.as_ref().unwrap().total(),
-        300_000
-    );
+    assert_eq!(big.tensor("t").unwrap().signed.as_ref().unwrap().total(), 300_000);
 }
 
 /// Counts of the signed (`x`) and absolute (`|x|`) histograms computed directly from their definition:
 /// bin `floor(x / w)` with `w = 2^width_log2_for(max|x|)`, non-finite values left out.
 fn naive_counts(data: &[f32], per_side: usize, signed: bool) -> Vec<u64> {
-    let finite: Vec<f64> = data
-        .iter()
-        .filter(|x| x.is_finite())
-        .map(|&x| f64::from(x))
-        .collect();
+    let finite: Vec<f64> = data.iter().filter(|x| x.is_finite()).map(|&x| f64::from(x)).collect();
     let t = finite.iter().fold(0f64, |a, x| a.max(x.abs())) as f32;
     let w = 2f64.powi(hist::width_log2_for(t, per_side));
-    let (len, offset) = if signed {
-        (2 * per_side, per_side as i64)
-    } else {
-        (per_side, 0)
-    };
+    let (len, offset) = if signed { (2 * per_side, per_side as i64) } else { (per_side, 0) };
     let mut counts = vec![0u64; len];
     for x in finite {
         let v = if signed { x } else { x.abs() };
@@ -186,12 +142,7 @@ fn one_large_batch_matches_the_histogram_definition() {
             _ => {}
         }
     }
-    let opts = CollectOptions {
-        signed_histogram: true,
-        abs_histogram: true,
-        num_bins: 1000,
-        ..Default::default()
-    };
+    let opts = CollectOptions { signed_histogram: true, abs_histogram: true, num_bins: 1000, ..Default::default() };
     let mut s = CalibState::new(opts);
     s.observe("t", &data, &[data.len()]).unwrap();
     let t = s.tensor("t").unwrap();
@@ -199,15 +150,9 @@ fn one_large_batch_matches_the_histogram_definition() {
     assert_eq!(signed.counts(), naive_counts(&data, 1000, true).as_slice());
     assert_eq!(abs.counts(), naive_counts(&data, 2000, false).as_slice());
     let finite = data.iter().filter(|x| x.is_finite()).count() as u64;
-    assert_eq!(
-        (signed.total(), abs.total(), t.count),
-        (finite, finite, finite)
-    );
+    assert_eq!((signed.total(), abs.total(), t.count), (finite, finite, finite));
     let nf = s.non_finite()["t"];
     assert_eq!((nf.nan, nf.pos_inf, nf.neg_inf), (71, 71, 71));
-    let max_abs = data
-        .iter()
-        .filter(|x| x.is_finite())
-        .fold(0f32, |a, x| a.max(x.abs()));
+    let max_abs = data.iter().filter(|x| x.is_finite()).fold(0f32, |a, x| a.max(x.abs()));
     assert_eq!(signed.max_abs(), max_abs);
 }

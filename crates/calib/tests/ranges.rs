@@ -22,14 +22,7 @@ fn minmax_uniform_is_exact_observed_range() {
 fn asymmetric_percentile_of_uniform_cuts_each_tail() {
     // 98 % kept: 1 % cut from each tail of U(-1, 3) -> [-0.96, 2.96]
     let data = uniform(200_000, -1.0, 3.0, 2);
-    let r = range_of(
-        &data,
-        &Method::Percentile {
-            percentile: 98.0,
-            symmetric: false,
-        },
-        50_000,
-    );
+    let r = range_of(&data, &Method::Percentile { percentile: 98.0, symmetric: false }, 50_000);
     close(r.min, -0.96, 0.01);
     close(r.max, 2.96, 0.01);
 }
@@ -38,25 +31,11 @@ fn asymmetric_percentile_of_uniform_cuts_each_tail() {
 fn symmetric_percentile_of_gaussian() {
     // P(|X| <= 2.5758) = 0.99 for X ~ N(0, 1)
     let data = normal(200_000, 0.0, 1.0, 3);
-    let r = range_of(
-        &data,
-        &Method::Percentile {
-            percentile: 99.0,
-            symmetric: true,
-        },
-        30_000,
-    );
+    let r = range_of(&data, &Method::Percentile { percentile: 99.0, symmetric: true }, 30_000);
     close(r.max, 2.5758, 0.03);
     close(r.min, -2.5758, 0.03);
     // P(|X| <= 1.96) = 0.95
-    let r = range_of(
-        &data,
-        &Method::Percentile {
-            percentile: 95.0,
-            symmetric: true,
-        },
-        30_000,
-    );
+    let r = range_of(&data, &Method::Percentile { percentile: 95.0, symmetric: true }, 30_000);
     close(r.max, 1.96, 0.03);
 }
 
@@ -65,24 +44,10 @@ fn percentile_100_is_clamped_to_observed() {
     let data = uniform(10_000, 0.5, 2.0, 4);
     let hi = data.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let lo = data.iter().copied().fold(f32::INFINITY, f32::min);
-    let r = range_of(
-        &data,
-        &Method::Percentile {
-            percentile: 100.0,
-            symmetric: true,
-        },
-        10_000,
-    );
+    let r = range_of(&data, &Method::Percentile { percentile: 100.0, symmetric: true }, 10_000);
     // symmetric threshold >= max, then clamped to the observed range (all positive)
     assert_eq!((r.min, r.max), (lo, hi));
-    let r = range_of(
-        &data,
-        &Method::Percentile {
-            percentile: 100.0,
-            symmetric: false,
-        },
-        10_000,
-    );
+    let r = range_of(&data, &Method::Percentile { percentile: 100.0, symmetric: false }, 10_000);
     assert!(r.min >= lo && r.min <= lo + 2.0 / 2048.0 * 2.0, "{r:?}");
     assert_eq!(r.max, hi);
 }
@@ -109,13 +74,7 @@ fn entropy_clips_outliers_far_below_max() {
     data.extend([100.0f32; 5]);
     data.extend([-80.0f32; 5]);
     for nq in [128, 255] {
-        let r = range_of(
-            &data,
-            &Method::Entropy {
-                num_quantized_bins: nq,
-            },
-            25_000,
-        );
+        let r = range_of(&data, &Method::Entropy { num_quantized_bins: nq }, 25_000);
         // bin width is 1/16 here (max 100, 2048 bins per side); the search must clip to a small fraction
         // of the max yet keep the Gaussian bulk
         assert!(r.max < 15.0 && r.max > 3.0, "nq {nq}: {r:?}");
@@ -127,13 +86,7 @@ fn entropy_clips_outliers_far_below_max() {
 fn entropy_keeps_the_whole_uniform_range() {
     // no tail: clipping a uniform folds a lot of mass into the edge bins, so the search keeps ~all of it
     let data = uniform(100_000, -1.0, 1.0, 7);
-    let r = range_of(
-        &data,
-        &Method::Entropy {
-            num_quantized_bins: 128,
-        },
-        100_000,
-    );
+    let r = range_of(&data, &Method::Entropy { num_quantized_bins: 128 }, 100_000);
     assert!(r.max >= 0.9 && r.max <= 1.0, "{r:?}");
 }
 
@@ -155,10 +108,7 @@ fn zero_and_single_value_tensors() {
         for m in all_methods() {
             let r = range_of(&data, &m, 300);
             let want = match m {
-                Method::MinMax { symmetric: true } => Range {
-                    min: -v.abs(),
-                    max: v.abs(),
-                },
+                Method::MinMax { symmetric: true } => Range { min: -v.abs(), max: v.abs() },
                 _ => Range { min: v, max: v },
             };
             assert_eq!(r, want, "value {v}, method {m:?}");
@@ -178,139 +128,66 @@ fn all_zero_first_batch_then_growth() {
     assert_eq!(h.width(), Some(1.0 / 32.0));
     assert_eq!(h.total(), 102);
     assert_eq!(h.counts()[64], 100);
-    let r = compute_ranges(&s, &Method::MinMax { symmetric: false })
-        .unwrap()
-        .ranges["t"];
-    assert_eq!(
-        r,
-        Range {
-            min: -1.0,
-            max: 1.0
-        }
-    );
+    let r = compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap().ranges["t"];
+    assert_eq!(r, Range { min: -1.0, max: 1.0 });
 }
 
 #[test]
 fn nan_and_inf_are_counted_and_excluded() {
     let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 128));
-    let data = [
-        1.0,
-        f32::NAN,
-        -2.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        0.5,
-    ];
+    let data = [1.0, f32::NAN, -2.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.5];
     s.observe("a", &data, &[7]).unwrap();
     s.observe("b", &[1.0, 2.0], &[]).unwrap();
     let nf = s.non_finite();
     assert_eq!(nf.len(), 1);
-    assert_eq!(
-        nf["a"],
-        NonFiniteCounts {
-            nan: 2,
-            pos_inf: 1,
-            neg_inf: 1
-        }
-    );
+    assert_eq!(nf["a"], NonFiniteCounts { nan: 2, pos_inf: 1, neg_inf: 1 });
     let t = s.tensor("a").unwrap();
     assert_eq!(t.count, 3);
     assert_eq!(t.signed.as_ref().unwrap().total(), 3);
     assert_eq!(t.abs.as_ref().unwrap().counts().iter().sum::<u64>(), 3);
     for m in all_methods() {
         let r = compute_ranges(&s, &m).unwrap().ranges["a"];
-        assert!(
-            r.min >= -2.0 && r.max <= 2.0 && r.min <= r.max,
-            "{m:?}: {r:?}"
-        );
+        assert!(r.min >= -2.0 && r.max <= 2.0 && r.min <= r.max, "{m:?}: {r:?}");
     }
     // an all-NaN tensor has no range
     s.observe("c", &[f32::NAN], &[1]).unwrap();
-    assert!(
-        !compute_ranges(&s, &Method::Mse)
-            .unwrap()
-            .ranges
-            .contains_key("c")
-    );
+    assert!(!compute_ranges(&s, &Method::Mse).unwrap().ranges.contains_key("c"));
 }
 
 #[test]
 fn moving_average_hand_computed() {
-    let opts = CollectOptions {
-        moving_average: Some(0.5),
-        ..Default::default()
-    };
+    let opts = CollectOptions { moving_average: Some(0.5), ..Default::default() };
     let mut s = CalibState::try_new(opts).unwrap();
     s.observe("t", &[-1.0, 1.0], &[2]).unwrap();
     s.observe("t", &[-5.0, 3.0], &[2]).unwrap();
     s.observe("t", &[0.0, 1.0], &[2]).unwrap();
     // max: 1 -> 1 + .5 (3 - 1) = 2 -> 2 + .5 (1 - 2) = 1.5; min: -1 -> -3 -> -1.5
-    let r = compute_ranges(&s, &Method::MinMax { symmetric: false })
-        .unwrap()
-        .ranges["t"];
-    assert_eq!(
-        r,
-        Range {
-            min: -1.5,
-            max: 1.5
-        }
-    );
+    let r = compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap().ranges["t"];
+    assert_eq!(r, Range { min: -1.5, max: 1.5 });
 }
 
 #[test]
 fn per_channel_minmax_hand_computed() {
-    let opts = CollectOptions {
-        per_channel_axis: Some(1),
-        ..Default::default()
-    };
+    let opts = CollectOptions { per_channel_axis: Some(1), ..Default::default() };
     let mut s = CalibState::try_new(opts).unwrap();
     // shape [2, 3, 2]: channel c holds elements (o, c, *)
-    let data = [
-        1.0, 2.0, -3.0, 0.0, 5.0, 6.0, -1.0, 0.5, 4.0, 4.0, 7.0, -7.0,
-    ];
+    let data = [1.0, 2.0, -3.0, 0.0, 5.0, 6.0, -1.0, 0.5, 4.0, 4.0, 7.0, -7.0];
     s.observe("t", &data, &[2, 3, 2]).unwrap();
     // a second batch with another leading dimension
-    s.observe("t", &[10.0, 10.0, 0.0, 0.0, 0.0, 0.0], &[1, 3, 2])
-        .unwrap();
+    s.observe("t", &[10.0, 10.0, 0.0, 0.0, 0.0, 0.0], &[1, 3, 2]).unwrap();
     let t = compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap();
-    let want = [
-        Range {
-            min: -1.0,
-            max: 10.0,
-        },
-        Range {
-            min: -3.0,
-            max: 4.0,
-        },
-        Range {
-            min: -7.0,
-            max: 7.0,
-        },
-    ];
+    let want = [Range { min: -1.0, max: 10.0 }, Range { min: -3.0, max: 4.0 }, Range { min: -7.0, max: 7.0 }];
     assert_eq!(t.channels["t"], want);
-    assert_eq!(
-        t.ranges["t"],
-        Range {
-            min: -7.0,
-            max: 10.0
-        }
-    );
+    assert_eq!(t.ranges["t"], Range { min: -7.0, max: 10.0 });
     let err = s.observe("t", &[0.0; 8], &[2, 4]).unwrap_err();
-    assert!(
-        err.to_string().contains("`t`") && err.to_string().contains("4 channels"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("`t`") && err.to_string().contains("4 channels"), "{err}");
 }
 
 #[test]
 fn shape_errors_name_the_tensor_and_batch_is_atomic() {
     let mut s = CalibState::new(CollectOptions::default());
     let err = s.observe("x", &[1.0; 5], &[2, 3]).unwrap_err();
-    assert!(
-        matches!(err, Error::Shape { ref tensor, .. } if tensor == "x"),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Shape { ref tensor, .. } if tensor == "x"), "{err}");
     let ok = [1.0f32, 2.0];
     let bad = [1.0f32; 3];
     let batch: Vec<(&str, &[f32], &[usize])> = vec![("a", &ok, &[2]), ("b", &bad, &[2])];
@@ -329,11 +206,8 @@ fn observe_batch_equals_sequential_observe() {
     seq.observe("b", &b, &[2, 1000]).unwrap();
     seq.observe("a", &a[1000..], &[2000]).unwrap();
     let mut par = CalibState::new(opts);
-    let batch: Vec<(&str, &[f32], &[usize])> = vec![
-        ("a", &a[..1000], &[1000]),
-        ("b", &b, &[2, 1000]),
-        ("a", &a[1000..], &[2000]),
-    ];
+    let batch: Vec<(&str, &[f32], &[usize])> =
+        vec![("a", &a[..1000], &[1000]), ("b", &b, &[2, 1000]), ("a", &a[1000..], &[2000])];
     par.observe_batch(&batch).unwrap();
     assert_eq!(seq, par);
 }
@@ -342,16 +216,8 @@ fn observe_batch_equals_sequential_observe() {
 fn missing_statistic_is_a_typed_error() {
     let mut s = CalibState::new(CollectOptions::default());
     s.observe("t", &[1.0], &[1]).unwrap();
-    let err = compute_ranges(
-        &s,
-        &Method::Entropy {
-            num_quantized_bins: 128,
-        },
-    )
-    .unwrap_err();
-    assert!(
-        matches!(err, Error::NotCollected { ref tensor, needs: "signed histogram", .. } if tensor == "t")
-    );
+    let err = compute_ranges(&s, &Method::Entropy { num_quantized_bins: 128 }).unwrap_err();
+    assert!(matches!(err, Error::NotCollected { ref tensor, needs: "signed histogram", .. } if tensor == "t"));
 }
 
 #[test]
@@ -360,12 +226,7 @@ fn for_methods_collects_only_what_is_needed() {
     assert!(!o.signed_histogram && !o.abs_histogram);
     let o = CollectOptions::for_methods(&[Method::Mse], 512);
     assert!(!o.signed_histogram && o.abs_histogram && o.num_bins == 512);
-    let o = CollectOptions::for_methods(
-        &[Method::Entropy {
-            num_quantized_bins: 128,
-        }],
-        2048,
-    );
+    let o = CollectOptions::for_methods(&[Method::Entropy { num_quantized_bins: 128 }], 2048);
     assert!(o.signed_histogram && !o.abs_histogram);
 }
 
@@ -396,9 +257,7 @@ fn naive_entropy(h: &hist::Histogram, nq: usize) -> f32 {
     let smooth = |v: &[f64]| -> Vec<f64> {
         let nz = v.iter().filter(|&&x| x > 0.0).count() as f64;
         let e1 = 1e-4 * (v.len() as f64 - nz) / nz;
-        v.iter()
-            .map(|&x| if x > 0.0 { x - e1 } else { 1e-4 })
-            .collect()
+        v.iter().map(|&x| if x > 0.0 { x - e1 } else { 1e-4 }).collect()
     };
     let mut best = (f64::INFINITY, extent);
     for i in nq.div_ceil(2)..=extent {
@@ -421,11 +280,7 @@ fn naive_entropy(h: &hist::Histogram, nq: usize) -> f32 {
         }
         let (p, q) = (smooth(&p), smooth(&q));
         let (sp, sq): (f64, f64) = (p.iter().sum(), q.iter().sum());
-        let kl: f64 = p
-            .iter()
-            .zip(&q)
-            .map(|(x, y)| x / sp * ((x / sp) / (y / sq)).ln())
-            .sum();
+        let kl: f64 = p.iter().zip(&q).map(|(x, y)| x / sp * ((x / sp) / (y / sq)).ln()).sum();
         if kl < best.0 {
             best = (kl, i);
         }
@@ -438,9 +293,7 @@ fn entropy_matches_naive_reference() {
     for (seed, nq) in [(30u64, 16usize), (31, 8), (32, 33)] {
         let mut data = normal(20_000, 0.3, 1.0, seed);
         data.extend(uniform(50, 5.0, 9.0, seed + 100));
-        let m = Method::Entropy {
-            num_quantized_bins: nq,
-        };
+        let m = Method::Entropy { num_quantized_bins: nq };
         let mut s = CalibState::new(CollectOptions::for_methods(std::slice::from_ref(&m), 128));
         s.observe("t", &data, &[data.len()]).unwrap();
         let h = s.tensor("t").unwrap().signed.as_ref().unwrap();
@@ -464,17 +317,10 @@ fn per_channel_last_axis_matches_explicit_axis_and_skips_non_finite() {
         })
         .collect();
     let run = |axis: isize| {
-        let mut s = CalibState::try_new(CollectOptions {
-            per_channel_axis: Some(axis),
-            ..Default::default()
-        })
-        .unwrap();
+        let mut s = CalibState::try_new(CollectOptions { per_channel_axis: Some(axis), ..Default::default() }).unwrap();
         s.observe("t", &data, &[2, 3, 4]).unwrap();
         s.observe("t", &[9.0, -9.0, 0.0, 0.0], &[1, 1, 4]).unwrap();
-        compute_ranges(&s, &Method::MinMax { symmetric: false })
-            .unwrap()
-            .channels["t"]
-            .clone()
+        compute_ranges(&s, &Method::MinMax { symmetric: false }).unwrap().channels["t"].clone()
     };
     let last = run(-1);
     assert_eq!(last, run(2));
@@ -489,11 +335,7 @@ fn per_channel_last_axis_matches_explicit_axis_and_skips_non_finite() {
         let hi = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         assert_eq!((r.min, r.max), (lo, hi), "channel {c}");
     }
-    let mut s = CalibState::try_new(CollectOptions {
-        per_channel_axis: Some(-4),
-        ..Default::default()
-    })
-    .unwrap();
+    let mut s = CalibState::try_new(CollectOptions { per_channel_axis: Some(-4), ..Default::default() }).unwrap();
     let err = s.observe("t", &data, &[2, 3, 4]).unwrap_err().to_string();
     assert!(err.contains("-4") && err.contains("out of range"), "{err}");
 }

@@ -13,20 +13,8 @@ fn dir(name: &str) -> PathBuf {
 
 fn sample() -> RangeTable {
     let mut ranges = BTreeMap::new();
-    ranges.insert(
-        "b/out".to_string(),
-        Range {
-            min: -0.5,
-            max: 2.0,
-        },
-    );
-    ranges.insert(
-        "a:0".to_string(),
-        Range {
-            min: -3.25,
-            max: 1.0,
-        },
-    );
+    ranges.insert("b/out".to_string(), Range { min: -0.5, max: 2.0 });
+    ranges.insert("a:0".to_string(), Range { min: -3.25, max: 1.0 });
     ranges.insert("zero".to_string(), Range { min: 0.0, max: 0.0 });
     RangeTable {
         method: "minmax".into(),
@@ -43,16 +31,9 @@ fn json_round_trip_and_validation() {
     let p = d.join("calibration.json");
     write_json(&p, &sample()).unwrap();
     assert_eq!(read_json(&p).unwrap(), sample());
-    std::fs::write(
-        &p,
-        r#"{"method":"minmax","options":{},"ranges":{"t":{"min":2.0,"max":1.0}}}"#,
-    )
-    .unwrap();
+    std::fs::write(&p, r#"{"method":"minmax","options":{},"ranges":{"t":{"min":2.0,"max":1.0}}}"#).unwrap();
     let e = read_json(&p).unwrap_err().to_string();
-    assert!(
-        e.contains("calibration.json") && e.contains("ranges.t"),
-        "{e}"
-    );
+    assert!(e.contains("calibration.json") && e.contains("ranges.t"), "{e}");
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -113,15 +94,10 @@ fn ort_flatbuffers_round_trip_and_errors() {
     assert_eq!(back["a:0"], 3.25);
     std::fs::write(&p, b"\x01\x02\x03").unwrap();
     let e = read_ort_flatbuffers(&p).unwrap_err().to_string();
-    assert!(
-        e.contains("calibration.flatbuffers") && e.contains("TrtTable"),
-        "{e}"
-    );
+    assert!(e.contains("calibration.flatbuffers") && e.contains("TrtTable"), "{e}");
     let mut bad = BTreeMap::new();
     bad.insert("t".to_string(), f32::NAN);
-    let e = decode_ort_flatbuffers(&encode_ort_flatbuffers(&bad), &memory_path())
-        .unwrap_err()
-        .to_string();
+    let e = decode_ort_flatbuffers(&encode_ort_flatbuffers(&bad), &memory_path()).unwrap_err().to_string();
     assert!(e.contains("`t`"), "{e}");
     std::fs::remove_dir_all(&d).unwrap();
 }
@@ -132,10 +108,7 @@ fn trt_cache_bits_and_round_trip() {
     amax.insert("in".to_string(), 127.0f32); // scale 1.0 = 0x3f800000
     amax.insert("out".to_string(), 63.5f32); // scale 0.5 = 0x3f000000
     let text = encode_trt_cache(&amax, 8601);
-    assert_eq!(
-        text,
-        "TRT-8601-EntropyCalibration2\nin: 3f800000\nout: 3f000000\n"
-    );
+    assert_eq!(text, "TRT-8601-EntropyCalibration2\nin: 3f800000\nout: 3f000000\n");
     let cache = decode_trt_cache(&text, &memory_path()).unwrap();
     assert_eq!(cache.version, "8601");
     assert_eq!(cache.calibrator, "EntropyCalibration2");
@@ -156,12 +129,8 @@ fn trt_cache_errors_name_the_line() {
     let p = memory_path();
     let e = decode_trt_cache("hello\n", &p).unwrap_err().to_string();
     assert!(e.contains("line 1"), "{e}");
-    let e = decode_trt_cache("TRT-8601-EntropyCalibration2\na: 3f800000\nb: xyz\n", &p)
-        .unwrap_err()
-        .to_string();
+    let e = decode_trt_cache("TRT-8601-EntropyCalibration2\na: 3f800000\nb: xyz\n", &p).unwrap_err().to_string();
     assert!(e.contains("line 3") && e.contains("`b`"), "{e}");
-    let e = decode_trt_cache("TRT-8601-EntropyCalibration2\nno colon here\n", &p)
-        .unwrap_err()
-        .to_string();
+    let e = decode_trt_cache("TRT-8601-EntropyCalibration2\nno colon here\n", &p).unwrap_err().to_string();
     assert!(e.contains("line 2"), "{e}");
 }

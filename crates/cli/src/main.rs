@@ -203,7 +203,10 @@ fn e2e(a: args::E2eArgs) -> Result<()> {
         int8.optimized_model_path = Some(a.out.join("model_int8_optimized.onnx"));
     }
     if a.runtime.int8 && matches!(int8.ep, Ep::Cpu) {
-        pipeline::Progress::note(&bars, "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses them");
+        pipeline::Progress::note(
+            &bars,
+            "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses them",
+        );
     }
     // Fail fast on an EP the library lacks, before minutes of calibration.
     for s in [&fp32_session, &int8] {
@@ -342,12 +345,7 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
     let mut model = model;
     plan.apply(&mut model)?;
     model.save(&output)?;
-    println!(
-        "Wrote {} ({} tensors quantized, {} skipped)",
-        output.display(),
-        plan.tensors.len(),
-        plan.skipped.len()
-    );
+    println!("Wrote {} ({} tensors quantized, {} skipped)", output.display(), plan.tensors.len(), plan.skipped.len());
     Ok(())
 }
 

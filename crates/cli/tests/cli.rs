@@ -81,7 +81,9 @@ fn e2e_prints_the_table_and_writes_every_output() {
     let f = tiny();
     let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let mut args = e2e_args(&f, "out", vocab.to_str().unwrap(), data.to_str().unwrap());
-    args.extend(["--calibrate-method", "entropy", "--num-bins", "1024", "--num_quantized_bins", "128"].map(String::from));
+    args.extend(
+        ["--calibrate-method", "entropy", "--num-bins", "1024", "--num_quantized_bins", "128"].map(String::from),
+    );
     let o = run(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -167,7 +169,8 @@ fn bad_inputs_each_give_one_clear_error_line() {
 
     // Unreadable SQuAD file.
     let bad = f.dir.path().join("broken.json");
-    std::fs::write(&bad, "{\"version\": \"1.1\", \"data\": [{\"title\": \"x\", \"paragraphs\": [{\"context\": 5}]}]}").unwrap();
+    std::fs::write(&bad, "{\"version\": \"1.1\", \"data\": [{\"title\": \"x\", \"paragraphs\": [{\"context\": 5}]}]}")
+        .unwrap();
     let e = one_error(&run(&e2e_args(&f, "o4", vocab, bad.to_str().unwrap())));
     assert!(e.contains("broken.json") && e.contains("context"), "{e}");
     let e = one_error(&run(&e2e_args(&f, "o5", vocab, f.dir.path().join("absent.json").to_str().unwrap())));
@@ -221,10 +224,32 @@ fn e2e_help_documents_every_seed_flag() {
     assert!(o.status.success());
     let help = String::from_utf8_lossy(&o.stdout);
     for flag in [
-        "--fp16", "--int8", "--ep", "--cal_ep", "--model", "--vocab", "--token", "--version", "--no_eval",
-        "--ort_verbose", "--ort_quant", "--save_load", "--batch", "--seq_len", "--query_len", "--doc_stride",
-        "--cal_num", "--samples", "--verbose", "--calibrate-method", "--percentile", "--num-bins",
-        "--num-quantized-bins", "--policy", "--out", "--config",
+        "--fp16",
+        "--int8",
+        "--ep",
+        "--cal_ep",
+        "--model",
+        "--vocab",
+        "--token",
+        "--version",
+        "--no_eval",
+        "--ort_verbose",
+        "--ort_quant",
+        "--save_load",
+        "--batch",
+        "--seq_len",
+        "--query_len",
+        "--doc_stride",
+        "--cal_num",
+        "--samples",
+        "--verbose",
+        "--calibrate-method",
+        "--percentile",
+        "--num-bins",
+        "--num-quantized-bins",
+        "--policy",
+        "--out",
+        "--config",
     ] {
         assert!(help.contains(flag), "{flag} not in qdq e2e --help");
     }
@@ -247,25 +272,62 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let cal = f.dir.path().join("cal");
     let o = qdq(&[
-        "calibrate", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap(),
-        "--calibration-data", data.to_str().unwrap(), "--seq-len", "64", "--query-len", "16", "--doc-stride", "24",
-        "--out", cal.to_str().unwrap(),
+        "calibrate",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--calibration-data",
+        data.to_str().unwrap(),
+        "--seq-len",
+        "64",
+        "--query-len",
+        "16",
+        "--doc-stride",
+        "24",
+        "--out",
+        cal.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     // The default preset smooths the LayerNorm outputs: calibration writes the smoothed model its tables describe,
     // and quantizing the raw model with them is refused with the way out.
     let smoothed = cal.join("model_smoothed.onnx");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("model_smoothed.onnx"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("model_smoothed.onnx"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert!(qdq::smoothing_record(&onnx_ir::Model::load(&smoothed).unwrap()).is_some());
-    let raw = qdq(&["quantize", "--model", f.model.to_str().unwrap(), "--ranges", cal.join("calibration.json").to_str().unwrap(), "--dry-run"]);
+    let raw = qdq(&[
+        "quantize",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--ranges",
+        cal.join("calibration.json").to_str().unwrap(),
+        "--dry-run",
+    ]);
     let e = one_error(&raw);
     assert!(e.contains("not smoothed") && e.contains("model_smoothed.onnx") && e.contains("smooth=off"), "{e}");
     // Merging statistics of smoothed runs would mix ranges of different models: refused before any inference.
     let merged = f.dir.path().join("merged");
     let o = qdq(&[
-        "calibrate", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap(),
-        "--calibration-data", data.to_str().unwrap(), "--seq-len", "64", "--query-len", "16", "--doc-stride", "24",
-        "--out", merged.to_str().unwrap(), "--merge", cal.join("calib_state.json").to_str().unwrap(),
+        "calibrate",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--calibration-data",
+        data.to_str().unwrap(),
+        "--seq-len",
+        "64",
+        "--query-len",
+        "16",
+        "--doc-stride",
+        "24",
+        "--out",
+        merged.to_str().unwrap(),
+        "--merge",
+        cal.join("calib_state.json").to_str().unwrap(),
     ]);
     let e = one_error(&o);
     assert!(e.contains("--merge") && e.contains("smooth=off"), "{e}");
@@ -284,7 +346,8 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
         let q = onnx_ir::Model::load(&out).unwrap();
         let cov = qdq::coverage(&q);
         assert_eq!(cov.by_op["MatMul"].nodes, cov.by_op["MatMul"].covered, "{table}");
-        let mut s: Vec<(String, f32)> = cov.pairs.iter().filter(|p| !p.is_initializer).map(|p| (p.tensor.clone(), p.scales[0])).collect();
+        let mut s: Vec<(String, f32)> =
+            cov.pairs.iter().filter(|p| !p.is_initializer).map(|p| (p.tensor.clone(), p.scales[0])).collect();
         s.sort_by(|a, b| a.0.cmp(&b.0));
         scales.push(s);
     }
@@ -299,5 +362,8 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let o = qdq(&["quantize", "--list-policies"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("tensorrt:") && text.contains("residual_add = skip") && text.contains("softmax_range"), "{text}");
+    assert!(
+        text.contains("tensorrt:") && text.contains("residual_add = skip") && text.contains("softmax_range"),
+        "{text}"
+    );
 }

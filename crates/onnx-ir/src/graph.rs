@@ -4,9 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::error::{Result, graph_err};
 use crate::proto::tensor_proto::DataType;
-use crate::proto::{
-    GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
-};
+use crate::proto::{GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto};
 
 /// Subgraphs held in a node's attributes (If branches, Loop/Scan bodies).
 pub fn subgraphs(node: &NodeProto) -> impl Iterator<Item = &GraphProto> {
@@ -79,10 +77,7 @@ fn fresh_in(taken: &HashSet<String>, base: &str) -> String {
     if !taken.contains(base) {
         return base.to_string();
     }
-    (1u64..)
-        .map(|i| format!("{base}_{i}"))
-        .find(|c| !taken.contains(c))
-        .unwrap_or_else(|| base.to_string())
+    (1u64..).map(|i| format!("{base}_{i}")).find(|c| !taken.contains(c)).unwrap_or_else(|| base.to_string())
 }
 
 /// Queries and edits on a [`GraphProto`]. Node references are indices into `graph.node`.
@@ -324,8 +319,7 @@ impl GraphExt for GraphProto {
         reads.extend(self.input.iter().map(|o| o.name()));
         let reads: HashSet<String> = reads.into_iter().map(str::to_string).collect();
         self.initializer.retain(|t| reads.contains(t.name()));
-        self.sparse_initializer
-            .retain(|s| s.values.as_ref().is_none_or(|v| reads.contains(v.name())));
+        self.sparse_initializer.retain(|s| s.values.as_ref().is_none_or(|v| reads.contains(v.name())));
         let mut existing: HashSet<String> = HashSet::new();
         existing.extend(self.initializer.iter().map(|t| t.name().to_string()));
         existing.extend(self.input.iter().map(|v| v.name().to_string()));

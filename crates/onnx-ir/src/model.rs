@@ -9,9 +9,7 @@ use prost::Message;
 
 use crate::error::{Error, Result};
 use crate::proto::tensor_proto::DataLocation;
-use crate::proto::{
-    AttributeProto, GraphProto, ModelProto, SparseTensorProto, StringStringEntryProto, TensorProto,
-};
+use crate::proto::{AttributeProto, GraphProto, ModelProto, SparseTensorProto, StringStringEntryProto, TensorProto};
 use crate::tensor::check_tensor;
 
 /// Largest serialized protobuf message (2 GiB - 1).
@@ -289,8 +287,7 @@ impl Model {
     }
 
     fn decode(bytes: &[u8], what: &str, dir: Option<PathBuf>) -> Result<Model> {
-        let mut proto =
-            ModelProto::decode(bytes).map_err(|source| Error::Decode { what: what.to_string(), source })?;
+        let mut proto = ModelProto::decode(bytes).map_err(|source| Error::Decode { what: what.to_string(), source })?;
         if proto.graph.is_none() {
             return Err(Error::Graph { reason: format!("{what}: the model has no graph") });
         }

@@ -19,9 +19,7 @@ pub fn raw_byte_len(data_type: i32, count: u64) -> Option<u64> {
         D::Uint4 | D::Int4 | D::Float4e2m1 => Some(count.div_ceil(2)),
         D::Uint2 | D::Int2 => Some(count.div_ceil(4)),
         D::Uint8 | D::Int8 | D::Bool => Some(count),
-        D::Float8e4m3fn | D::Float8e4m3fnuz | D::Float8e5m2 | D::Float8e5m2fnuz | D::Float8e8m0 => {
-            Some(count)
-        }
+        D::Float8e4m3fn | D::Float8e4m3fnuz | D::Float8e5m2 | D::Float8e5m2fnuz | D::Float8e8m0 => Some(count),
         D::Uint16 | D::Int16 | D::Float16 | D::Bfloat16 => count.checked_mul(2),
         D::Float | D::Int32 | D::Uint32 => count.checked_mul(4),
         D::Int64 | D::Uint64 | D::Double | D::Complex64 => count.checked_mul(8),
@@ -43,8 +41,7 @@ pub fn tensor_shape(t: &TensorProto) -> Result<(Vec<usize>, u64)> {
     let mut count: u64 = 1;
     let mut shape = Vec::with_capacity(t.dims.len());
     for (axis, &d) in t.dims.iter().enumerate() {
-        let du = u64::try_from(d)
-            .map_err(|_| tensor_err(t.name(), format!("dim {axis} is negative ({d})")))?;
+        let du = u64::try_from(d).map_err(|_| tensor_err(t.name(), format!("dim {axis} is negative ({d})")))?;
         count = count.checked_mul(du).ok_or_else(|| {
             tensor_err(t.name(), format!("element count overflows at dim {axis} (dims {:?})", t.dims))
         })?;
@@ -106,7 +103,11 @@ pub(crate) fn check_tensor(t: &TensorProto, context: &str) -> Result<()> {
     {
         return Err(tensor_err(
             label(),
-            format!("{field} has {have} entries but dims {:?} of {} need {want}", t.dims, data_type_name(t.data_type())),
+            format!(
+                "{field} has {have} entries but dims {:?} of {} need {want}",
+                t.dims,
+                data_type_name(t.data_type())
+            ),
         ));
     }
     Ok(())
@@ -158,13 +159,7 @@ element!(i32, Int32, 4, |t| t.int32_data.clone(), |b| i32::from_le_bytes);
 // its bit pattern in the low 16 bits; truncating casts are the defined meaning.
 element!(i8, Int8, 1, |t| t.int32_data.iter().map(|&v| v as i8).collect(), |b| i8::from_le_bytes);
 element!(u8, Uint8, 1, |t| t.int32_data.iter().map(|&v| v as u8).collect(), |b| u8::from_le_bytes);
-element!(
-    f16,
-    Float16,
-    2,
-    |t| t.int32_data.iter().map(|&v| f16::from_bits(v as u16)).collect(),
-    |b| f16::from_le_bytes
-);
+element!(f16, Float16, 2, |t| t.int32_data.iter().map(|&v| f16::from_bits(v as u16)).collect(), |b| f16::from_le_bytes);
 
 /// Reads a tensor into an array of `T`.
 ///

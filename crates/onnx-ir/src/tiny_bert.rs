@@ -184,7 +184,8 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         .then(|| b.weight("bert.embeddings.token_type_embeddings.weight", &[cfg.type_vocab, hidden], 0.0, 0.02));
     let pos_ids = b.init("bert.embeddings.position_ids", &[1, maxpos], (0..maxpos as i64).collect());
     let shape = b.op("Shape", &format!("{e}/Shape"), &["input_ids"]);
-    let (c0, c1, c2) = (b.ints("/bert/Constant_0", &[0]), b.ints("/bert/Constant_1", &[1]), b.ints("/bert/Constant_2", &[2]));
+    let (c0, c1, c2) =
+        (b.ints("/bert/Constant_0", &[0]), b.ints("/bert/Constant_1", &[1]), b.ints("/bert/Constant_2", &[2]));
     let seq = b.op("Slice", &format!("{e}/Slice"), &[&shape, &c1, &c2, &c0]);
     let pos = b.op("Slice", &format!("{e}/Slice_1"), &[&pos_ids, &c0, &seq, &c1]);
     let we = b.op("Gather", &format!("{e}/word_embeddings/Gather"), &[&word, "input_ids"]);
@@ -231,7 +232,8 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         let masked = b.op("Add", &format!("{a}/Add"), &[&scaled, &mask]);
         let probs = b.op_with("Softmax", &format!("{a}/Softmax"), &[&masked], vec![attr_int("axis", -1)]);
         let ctx = b.op("MatMul", &format!("{a}/MatMul_1"), &[&probs, &v]);
-        let ctx_t = b.op_with("Transpose", &format!("{a}/Transpose_3"), &[&ctx], vec![attr_ints("perm", &[0, 2, 1, 3])]);
+        let ctx_t =
+            b.op_with("Transpose", &format!("{a}/Transpose_3"), &[&ctx], vec![attr_ints("perm", &[0, 2, 1, 3])]);
         let merged = b.op("Reshape", &format!("{a}/Reshape_3"), &[&ctx_t, &merge_shape]);
         let o = format!("{p}/attention/output");
         let dense = b.dense(&merged, &format!("{o}/dense"), &format!("{w}.attention.output.dense"), hidden, hidden);
@@ -257,7 +259,8 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
     let split = b.ints("/Constant_split", &[1, 1]);
     let last = b.ints("/Constant_last_axis", &[-1]);
     b.g.push_node(
-        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"]).with_attr(attr_int("axis", -1)),
+        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"])
+            .with_attr(attr_int("axis", -1)),
     );
     b.g.push_node(node("Squeeze", "/Squeeze", &["/Split_output_0", &last], &["start_logits"]));
     b.g.push_node(node("Squeeze", "/Squeeze_1", &["/Split_output_1", &last], &["end_logits"]));

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use onnx_ir::proto::tensor_proto::DataLocation;
 use onnx_ir::proto::{StringStringEntryProto, TensorProto};
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
-use onnx_ir::{
-    DataType, Error, ExternalDataOptions, GraphExt, Model, SaveOptions, array_to_tensor, tensor_to_array,
-};
+use onnx_ir::{DataType, Error, ExternalDataOptions, GraphExt, Model, SaveOptions, array_to_tensor, tensor_to_array};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/onnx-ir")
@@ -234,8 +232,8 @@ fn tiny_bert_is_valid_deterministic_and_shaped_like_hf() {
         assert_eq!(g.node[q].name(), "/bert/encoder/layer.0/attention/self/query/MatMul");
         let (add, slot) = g.consumers_of(g.node[q].output[0].as_str())[0];
         assert_eq!((g.node[add].op_type(), slot), ("Add", 1), "bias is the first Add input");
-        let w = tensor_to_array::<f32>(g.initializer("bert.encoder.layer.0.attention.self.query.weight").unwrap())
-            .unwrap();
+        let w =
+            tensor_to_array::<f32>(g.initializer("bert.encoder.layer.0.attention.self.query.weight").unwrap()).unwrap();
         assert_eq!(w.shape(), &[32, 32]);
         let mean = w.mean().unwrap();
         let std = (w.mapv(|v| (v - mean) * (v - mean)).mean().unwrap()).sqrt();

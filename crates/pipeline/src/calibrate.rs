@@ -51,7 +51,8 @@ pub fn calibrate(
     }
     let started = Instant::now();
     let collect = CollectOptions::for_methods(&opts.methods, opts.num_bins);
-    let (state, features) = collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
+    let (state, features) =
+        collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
     let tables = calib::compute_all(&state, &opts.methods)?;
     Ok(Calibration {
         state,
@@ -172,11 +173,11 @@ pub fn collect_stats(
         let batch = batch?;
         let inputs = batch.inputs(io);
         session.run_with(&inputs, &names, |outs| {
-            let views: Vec<(&str, &[f32], &[usize])> = outs.iter().map(|o| (o.name, o.data, o.shape.as_slice())).collect();
-            state.observe_batch(&views).map_err(|e| runtime::Error::Run {
-                model: "augmented calibration model".into(),
-                reason: e.to_string(),
-            })
+            let views: Vec<(&str, &[f32], &[usize])> =
+                outs.iter().map(|o| (o.name, o.data, o.shape.as_slice())).collect();
+            state
+                .observe_batch(&views)
+                .map_err(|e| runtime::Error::Run { model: "augmented calibration model".into(), reason: e.to_string() })
         })?;
         features += batch.len();
         progress.advance(questions_done(&batch));

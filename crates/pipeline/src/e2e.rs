@@ -79,8 +79,7 @@ fn write_predictions(path: &Path, p: &std::collections::HashMap<String, String>)
 
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings.
 pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
-    std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
+    std::fs::create_dir_all(&cfg.out).map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
     let model = Model::load(&cfg.model)?;
     let tokenizer = cfg.data.tokenizer()?;
     let eval_data = if cfg.no_eval {

@@ -65,10 +65,7 @@ pub fn evaluate(
                 return Err(runtime::Error::BadOutput {
                     model: name.to_owned(),
                     output: outputs[0].to_owned(),
-                    reason: format!(
-                        "expected [batch {n}, sequence] logits, got {:?} and {:?}",
-                        start.shape, end.shape
-                    ),
+                    reason: format!("expected [batch {n}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
                 });
             }
             let width = start.shape[1];

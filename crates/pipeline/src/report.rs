@@ -26,8 +26,7 @@ impl Latency {
     pub fn from_batches(batches: &[(f64, usize)]) -> Latency {
         let features: usize = batches.iter().map(|b| b.1).sum();
         let total: f64 = batches.iter().map(|b| b.0).sum();
-        let mut per: Vec<f64> =
-            batches.iter().filter(|b| b.1 > 0).map(|(s, n)| s * 1000.0 / *n as f64).collect();
+        let mut per: Vec<f64> = batches.iter().filter(|b| b.1 > 0).map(|(s, n)| s * 1000.0 / *n as f64).collect();
         per.sort_by(f64::total_cmp);
         let pct = |p: f64| -> f64 {
             if per.is_empty() {
@@ -168,10 +167,8 @@ impl E2eResults {
     }
 
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| crate::Error::Output {
-            path: dir.join("results.json"),
-            reason: e.to_string(),
-        })?;
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| crate::Error::Output { path: dir.join("results.json"), reason: e.to_string() })?;
         write_atomic(&dir.join("results.json"), &json)?;
         write_atomic(&dir.join("report.md"), self.markdown().as_bytes())
     }

@@ -103,7 +103,10 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         // activation: every MatMul with a constant weight.
         assert_eq!(sites.len(), 9, "{kind:?}");
         let smoothing = results.quantization.smoothing.as_deref().unwrap_or_default();
-        assert!(smoothing.starts_with("5 LayerNorm outputs and 4 other MatMul inputs smoothed into 13 MatMuls"), "{smoothing}");
+        assert!(
+            smoothing.starts_with("5 LayerNorm outputs and 4 other MatMul inputs smoothed into 13 MatMuls"),
+            "{smoothing}"
+        );
         let wanted: Vec<String> = qdq::tensors_to_calibrate(&model, &cfg.policy)
             .unwrap()
             .into_iter()
@@ -114,7 +117,10 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
             let r = table.ranges.get(t).unwrap_or_else(|| panic!("{kind:?}: no range for {t}"));
             assert!(r.min.is_finite() && r.max.is_finite() && r.min <= r.max, "{t}: {r:?}");
         }
-        assert_eq!(calib::tables::read_ort_flatbuffers(out.join("calibration.flatbuffers")).unwrap().len(), table.ranges.len());
+        assert_eq!(
+            calib::tables::read_ort_flatbuffers(out.join("calibration.flatbuffers")).unwrap().len(),
+            table.ranges.len()
+        );
 
         // The QDQ model on disk is the one evaluated: every MatMul reads only dequantized inputs.
         let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
@@ -171,7 +177,11 @@ fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed()
         for (t, ra) in &a.ranges {
             let rb = &b.ranges[t];
             let tol = 1e-5 * (1.0 + ra.max.abs().max(ra.min.abs()));
-            assert!((ra.min - rb.min).abs() <= tol && (ra.max - rb.max).abs() <= tol, "{} {t}: {ra:?} vs {rb:?}", a.method);
+            assert!(
+                (ra.min - rb.min).abs() <= tol && (ra.max - rb.max).abs() <= tol,
+                "{} {t}: {ra:?} vs {rb:?}",
+                a.method
+            );
         }
     }
 }

@@ -154,7 +154,11 @@ impl PairInfo {
 }
 
 /// Display columns shared by the plan and coverage tables: scale (or channel count), zero point, axis.
-pub(crate) fn param_columns(scales: &[f32], zero_points: &[i32], axis: Option<impl ToString>) -> (String, String, String) {
+pub(crate) fn param_columns(
+    scales: &[f32],
+    zero_points: &[i32],
+    axis: Option<impl ToString>,
+) -> (String, String, String) {
     let scale = match scales {
         [s] => format!("{s:.6e}"),
         s => format!("{} chans", s.len()),

@@ -30,6 +30,10 @@ pub use error::{Error, Result};
 pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
 };
-pub use policy::{DEFAULT_SMOOTH_ALPHA, KEYS, PRESETS, Policy, ResidualAdd, SmoothTargets, SoftmaxRange, WeightStorage};
+pub use policy::{
+    DEFAULT_SMOOTH_ALPHA, KEYS, PRESETS, Policy, ResidualAdd, SmoothTargets, SoftmaxRange, WeightStorage,
+};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
-pub use smooth::{SmoothForm, SMOOTH_METADATA_KEY, SmoothSite, SmoothedSite, smooth, smoothing_record, smoothing_sites};
+pub use smooth::{
+    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, smooth, smoothing_record, smoothing_sites,
+};

@@ -139,7 +139,11 @@ fn select(g: &GraphProto, policy: &Policy) -> Result<Selection> {
             continue;
         }
         if n.input.len() != 2 || n.output.len() != 1 {
-            return Err(bad_node(n, i, format!("expected 2 inputs and 1 output, found {} and {}", n.input.len(), n.output.len())));
+            return Err(bad_node(
+                n,
+                i,
+                format!("expected 2 inputs and 1 output, found {} and {}", n.input.len(), n.output.len()),
+            ));
         }
         for inp in &n.input {
             if !produced.contains(inp.as_str()) {
@@ -239,7 +243,10 @@ fn min_max(values: impl Iterator<Item = f32>) -> (f32, f32) {
 fn weight_params(w: &TensorProto, per_channel: bool, spec: QuantSpec) -> Result<(Vec<ScaleZp>, Option<usize>)> {
     let a = onnx_ir::tensor_to_array::<f32>(w)?;
     if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
-        return Err(Error::BadWeight { tensor: w.name().to_string(), reason: format!("contains non-finite value {bad}") });
+        return Err(Error::BadWeight {
+            tensor: w.name().to_string(),
+            reason: format!("contains non-finite value {bad}"),
+        });
     }
     if per_channel && a.ndim() == 2 {
         let params = a
@@ -311,7 +318,9 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
                         return Err(Error::BadOptionValue {
                             key: "softmax_range".into(),
                             value: "shifted".into(),
-                            expected: "full or calibrated with asymmetric activations (shifting only helps symmetric ones)".into(),
+                            expected:
+                                "full or calibrated with asymmetric activations (shifting only helps symmetric ones)"
+                                    .into(),
                         });
                     }
                     if as_matmul_a {
@@ -405,9 +414,10 @@ impl Plan {
         }
         for t in &self.tensors {
             for c in t.pairs.iter().flatten() {
-                let ok = model.graph().node.get(c.node).is_some_and(|n| {
-                    n.name() == c.node_name && n.input.get(c.slot).is_some_and(|i| *i == t.tensor)
-                });
+                let ok =
+                    model.graph().node.get(c.node).is_some_and(|n| {
+                        n.name() == c.node_name && n.input.get(c.slot).is_some_and(|i| *i == t.tensor)
+                    });
                 if !ok {
                     return Err(Error::PlanMismatch {
                         reason: format!("input {} of node '{}' is not '{}'", c.slot, c.node_name, t.tensor),
@@ -419,7 +429,9 @@ impl Plan {
             let p = &mut model.proto;
             match p.opset_import.iter_mut().find(|o| o.domain().is_empty() || o.domain() == "ai.onnx") {
                 Some(o) => o.version = Some(to),
-                None => p.opset_import.push(onnx_ir::proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(to) }),
+                None => p
+                    .opset_import
+                    .push(onnx_ir::proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(to) }),
             }
         }
         let g = model.graph_mut();
@@ -440,7 +452,9 @@ impl Plan {
                 None => n,
             };
             let q_source = if t.int8_initializer {
-                let w = g.initializer(name).ok_or_else(|| Error::PlanMismatch { reason: format!("initializer '{name}' is missing") })?;
+                let w = g
+                    .initializer(name)
+                    .ok_or_else(|| Error::PlanMismatch { reason: format!("initializer '{name}' is missing") })?;
                 let qname = names.fresh(&format!("{name}_quantized"));
                 let qw = quantized_weight(&qname, w, t, t.reduce_range)?;
                 g.add_initializer(qw);
@@ -549,7 +563,11 @@ impl fmt::Display for Plan {
         if let Some((from, to)) = self.opset_bump {
             writeln!(f, "opset: default domain raised from {from} to {to}")?;
         }
-        writeln!(f, "{:<48} {:<10} {:<5} {:>12} {:>4} {:>5} consumers", "tensor", "kind", "type", "scale", "zp", "axis")?;
+        writeln!(
+            f,
+            "{:<48} {:<10} {:<5} {:>12} {:>4} {:>5} consumers",
+            "tensor", "kind", "type", "scale", "zp", "axis"
+        )?;
         for t in &self.tensors {
             let kind = match (t.kind, t.int8_initializer) {
                 (TensorKind::Weight, true) => "weight-i8",

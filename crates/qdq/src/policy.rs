@@ -344,7 +344,8 @@ pub(crate) struct Matchers {
 impl Matchers {
     /// True if node `name` passes the include / exclude lists.
     pub fn node_selected(&self, name: &str) -> bool {
-        self.include.as_ref().is_none_or(|g| g.is_match(name)) && !self.exclude.as_ref().is_some_and(|g| g.is_match(name))
+        self.include.as_ref().is_none_or(|g| g.is_match(name))
+            && !self.exclude.as_ref().is_some_and(|g| g.is_match(name))
     }
 
     /// True if tensor `name` is excluded.
@@ -442,6 +443,9 @@ mod tests {
         assert_eq!(cpu.activations.qtype, QuantType::UInt8);
         assert_eq!(cpu.weights, WeightStorage::Int8Initializer);
         // uint8 activations already use all 256 levels on [0, 1]: no shift, but the same smoothing.
-        assert_eq!((cpu.softmax_range, cpu.smooth, cpu.smooth_targets), (SoftmaxRange::Full, trt.smooth, SmoothTargets::All));
+        assert_eq!(
+            (cpu.softmax_range, cpu.smooth, cpu.smooth_targets),
+            (SoftmaxRange::Full, trt.smooth, SmoothTargets::All)
+        );
     }
 }

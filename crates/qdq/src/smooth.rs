@@ -318,10 +318,9 @@ pub fn smooth(
     let mut names = NameSet::from_graph(g);
     let mut replaced: Vec<String> = Vec::new();
     for site in sites {
-        let xmax = absmax.get(&site.tensor).ok_or_else(|| Error::MissingRange {
-            tensor: site.tensor.clone(),
-            node: site.matmuls[0].clone(),
-        })?;
+        let xmax = absmax
+            .get(&site.tensor)
+            .ok_or_else(|| Error::MissingRange { tensor: site.tensor.clone(), node: site.matmuls[0].clone() })?;
         if xmax.len() != site.channels {
             return Err(Error::BadWeight {
                 tensor: site.tensor.clone(),

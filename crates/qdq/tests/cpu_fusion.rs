@@ -22,7 +22,9 @@ fn optimized_op_counts(preset: &str, ln: Ln, set: &[(&str, &str)]) -> BTreeMap<S
     let opt = onnx_ir::Model::load(&path).unwrap();
     let mut counts = BTreeMap::new();
     for n in &opt.graph().node {
-        if std::env::var_os("QDQ_SHOW").is_some() { eprintln!("  {} {} {:?}", n.op_type(), n.name(), n.input); }
+        if std::env::var_os("QDQ_SHOW").is_some() {
+            eprintln!("  {} {} {:?}", n.op_type(), n.name(), n.input);
+        }
         *counts.entry(n.op_type().to_string()).or_insert(0) += 1;
     }
     eprintln!("{preset} {ln:?} {set:?}: {counts:?}");
@@ -44,7 +46,11 @@ fn cpu_preset_matmuls_become_integer_kernels() {
 #[test]
 #[ignore = "exploration: prints layouts"]
 fn explore_cpu_layouts() {
-    for set in [&[("quantize_outputs", "true")][..], &[("dedicated_pairs", "true")][..], &[("op_types", "MatMul,Add"), ("residual_add", "quantize"), ("quantize_outputs", "true")][..]] {
+    for set in [
+        &[("quantize_outputs", "true")][..],
+        &[("dedicated_pairs", "true")][..],
+        &[("op_types", "MatMul,Add"), ("residual_add", "quantize"), ("quantize_outputs", "true")][..],
+    ] {
         optimized_op_counts("cpu", Ln::Fused, set);
     }
 }

@@ -87,7 +87,8 @@ fn int8_initializer_weights_and_opset_bump() {
     for (got, want) in wp.scales.iter().zip([0.02f32, 0.01, 0.005]) {
         assert!((got - want).abs() < 1e-7, "{:?}", wp.scales);
     }
-    let qw = onnx_ir::tensor_to_array::<i8>(q.graph().initializer.iter().find(|t| t.name() == wp.tensor).unwrap()).unwrap();
+    let qw =
+        onnx_ir::tensor_to_array::<i8>(q.graph().initializer.iter().find(|t| t.name() == wp.tensor).unwrap()).unwrap();
     // 2.54/0.02=127, -1.27/0.01=-127, 0.3/0.005=60, -1/0.02=-50, 0.5/0.01=50, -0.635/0.005=-127
     assert_eq!(qw.iter().copied().collect::<Vec<_>>(), vec![127, -127, 60, -50, 50, -127]);
     assert!(q.graph().initializer.iter().all(|t| t.name() != "W"), "FP32 weight should be dropped");

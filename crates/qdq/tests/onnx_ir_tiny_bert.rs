@@ -71,9 +71,10 @@ fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
                 }
                 "Add" if has_bias => assert!(!qn.input.iter().any(|i| is_dq(i)), "bias Add {} quantized", n.name()),
                 "Add" => {
-                    let feeds_ln = fp32.graph().consumers_of(&n.output[0]).iter().any(|&(c, _)| {
-                        matches!(fp32.graph().node[c].op_type(), "ReduceMean" | "LayerNormalization")
-                    });
+                    let feeds_ln =
+                        fp32.graph().consumers_of(&n.output[0]).iter().any(|&(c, _)| {
+                            matches!(fp32.graph().node[c].op_type(), "ReduceMean" | "LayerNormalization")
+                        });
                     if residual_quantized {
                         assert_eq!(qn.input.iter().all(|i| is_dq(i)), feeds_ln, "{preset}: Add {}", n.name());
                     } else {
@@ -103,7 +104,11 @@ fn presets_place_pairs_by_policy_on_onnx_ir_tiny_bert() {
             assert_eq!(shifted, !residual_quantized, "{preset}: {} scale {}", p.tensor, p.scales[0]);
             assert_eq!(p.tensor.ends_with("_shifted"), shifted, "{preset}: {}", p.tensor);
         }
-        for p in qdq::coverage(&q).pairs.iter().filter(|p| p.is_initializer && p.tensor.ends_with(".weight") && p.axis.is_some()) {
+        for p in qdq::coverage(&q)
+            .pairs
+            .iter()
+            .filter(|p| p.is_initializer && p.tensor.ends_with(".weight") && p.axis.is_some())
+        {
             let w = fp32.graph().initializer(&p.tensor).unwrap();
             assert_eq!(p.scales.len() as i64, w.dims[1], "{}", p.tensor);
         }

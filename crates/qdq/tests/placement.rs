@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use common::*;
 use onnx_ir::Model;
-use qdq::{Policy, PRESETS};
+use qdq::{PRESETS, Policy};
 
 const LAYER: &str = "/bert/encoder/layer.0";
 
@@ -59,14 +59,23 @@ fn seed_placement_on_tiny_bert() {
         assert_eq!(qa.scales.len(), 2);
 
         // Bias Adds: no input behind a DQ. Residual Adds (feeding LayerNorm): both inputs are.
-        for dense in ["attention/self/query", "attention/self/key", "attention/self/value", "attention/output/dense", "intermediate/dense", "output/dense"] {
+        for dense in [
+            "attention/self/query",
+            "attention/self/key",
+            "attention/self/value",
+            "attention/output/dense",
+            "intermediate/dense",
+            "output/dense",
+        ] {
             let add = format!("{LAYER}/{dense}/Add");
             assert!(!input_is_dq(&q, &add, 0) && !input_is_dq(&q, &add, 1), "{add}");
             assert!(input_is_dq(&q, &format!("{LAYER}/{dense}/MatMul"), 0));
             assert!(input_is_dq(&q, &format!("{LAYER}/{dense}/MatMul"), 1));
         }
         assert!(!input_is_dq(&q, "/qa_outputs/Add", 0) && !input_is_dq(&q, "/qa_outputs/Add", 1));
-        for residual in [format!("{LAYER}/attention/output/Add"), format!("{LAYER}/output/Add"), "/bert/embeddings/Add".into()] {
+        for residual in
+            [format!("{LAYER}/attention/output/Add"), format!("{LAYER}/output/Add"), "/bert/embeddings/Add".into()]
+        {
             assert!(input_is_dq(&q, &residual, 0) && input_is_dq(&q, &residual, 1), "{residual}");
         }
         // Attention MatMuls take two activations, both quantized.
@@ -77,7 +86,11 @@ fn seed_placement_on_tiny_bert() {
 
         // Dedicated pairs: the embeddings LayerNorm output feeds Q, K, V and the residual Add,
         // each through its own pair with one consumer.
-        let ln0 = if ln == Ln::Fused { "/bert/embeddings/LayerNorm/LayerNormalization_output_0" } else { "/bert/embeddings/LayerNorm/Add_1_output_0" };
+        let ln0 = if ln == Ln::Fused {
+            "/bert/embeddings/LayerNorm/LayerNormalization_output_0"
+        } else {
+            "/bert/embeddings/LayerNorm/Add_1_output_0"
+        };
         let ln0_pairs: Vec<_> = cov.pairs.iter().filter(|p| p.tensor == ln0).collect();
         assert_eq!(ln0_pairs.len(), 4);
         assert!(ln0_pairs.iter().all(|p| p.consumers.len() == 1));
@@ -107,7 +120,8 @@ fn seed_placement_on_tiny_bert() {
 
         // Everything the plan quantizes from ranges is exactly what tensors_to_calibrate asked for.
         let calibrated: BTreeSet<String> = qdq::tensors_to_calibrate(&fp32, &policy).unwrap().into_iter().collect();
-        let activations: BTreeSet<String> = cov.pairs.iter().filter(|p| !p.is_initializer).map(|p| p.tensor.clone()).collect();
+        let activations: BTreeSet<String> =
+            cov.pairs.iter().filter(|p| !p.is_initializer).map(|p| p.tensor.clone()).collect();
         assert_eq!(calibrated, activations);
         // 7 weights + position embeddings + 11 distinct activations; LN outputs have 4/2/1 pairs.
         assert_eq!(cov.pairs.len(), 24, "{plan}");
@@ -130,9 +144,15 @@ fn residual_add_skip_and_exclusions() {
     assert!(!input_is_dq(&q, "/qa_outputs/MatMul", 0) && !input_is_dq(&q, "/qa_outputs/MatMul", 1));
     assert!(!input_is_dq(&q, &format!("{LAYER}/attention/self/MatMul_1"), 0));
     assert!(input_is_dq(&q, &format!("{LAYER}/attention/self/MatMul_1"), 1));
-    assert!(plan.skipped.iter().any(|s| s.tensor.ends_with("Softmax_output_0") && s.reason.contains("exclude_tensors")));
+    assert!(
+        plan.skipped.iter().any(|s| s.tensor.ends_with("Softmax_output_0") && s.reason.contains("exclude_tensors"))
+    );
     // Without the residual Add, the LN output only has 3 quantized readers (Q, K, V).
-    let ln0 = qdq::coverage(&q).pairs.iter().filter(|p| p.tensor == "/bert/embeddings/LayerNorm/LayerNormalization_output_0").count();
+    let ln0 = qdq::coverage(&q)
+        .pairs
+        .iter()
+        .filter(|p| p.tensor == "/bert/embeddings/LayerNorm/LayerNormalization_output_0")
+        .count();
     assert_eq!(ln0, 3);
     let text = plan.to_string();
     assert!(text.contains("skipped:") && text.contains("weight"), "{text}");

@@ -127,7 +127,11 @@ fn smoothed_model_computes_the_same_and_moves_the_spread_into_weights() {
         for d in &done {
             let before = &absmax[&d.site.tensor];
             for (j, ((x, f), y)) in before.iter().zip(&d.factors).zip(&after[&d.smoothed_tensor]).enumerate() {
-                assert!((x / f - y).abs() <= 1e-4 * (x / f).abs().max(1e-3), "{} channel {j}: {x}/{f} vs {y}", d.site.tensor);
+                assert!(
+                    (x / f - y).abs() <= 1e-4 * (x / f).abs().max(1e-3),
+                    "{} channel {j}: {x}/{f} vs {y}",
+                    d.site.tensor
+                );
             }
         }
         let emb = &done[0];

@@ -96,8 +96,8 @@ pub fn init(explicit: Option<&Path>) -> Result<OrtInfo> {
 
 fn load(explicit: Option<&Path>) -> Result<Loaded> {
     let path = locate_library(explicit)?;
-    let builder = ort::init_from(&path)
-        .map_err(|e| Error::LibraryLoad { path: path.clone(), reason: e.to_string() })?;
+    let builder =
+        ort::init_from(&path).map_err(|e| Error::LibraryLoad { path: path.clone(), reason: e.to_string() })?;
     let env = builder
         .with_name("qdq")
         .build()

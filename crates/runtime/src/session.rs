@@ -187,10 +187,8 @@ impl Session {
         commit: &impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
     ) -> Result<ort::session::Session> {
         let env = environment()?;
-        let mut b = ort::session::Session::builder(env).map_err(|e| Error::Session {
-            model: model.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let mut b = ort::session::Session::builder(env)
+            .map_err(|e| Error::Session { model: model.to_owned(), reason: e.to_string() })?;
         let level = match cfg.opt_level {
             OptLevel::Disable => GraphOptimizationLevel::Disable,
             OptLevel::Basic => GraphOptimizationLevel::Level1,
@@ -207,10 +205,9 @@ impl Session {
             b = b.with_optimized_model_path(p).map_err(builder_err(model))?;
         }
         if let Some(d) = ep.dispatch()? {
-            b = b.with_execution_providers([d]).map_err(|e| Error::EpRegistration {
-                ep: ep.ort_name().to_owned(),
-                reason: e.to_string(),
-            })?;
+            b = b
+                .with_execution_providers([d])
+                .map_err(|e| Error::EpRegistration { ep: ep.ort_name().to_owned(), reason: e.to_string() })?;
         }
         commit(&mut b).map_err(|e| Error::Session { model: model.to_owned(), reason: e.to_string() })
     }
@@ -293,7 +290,10 @@ impl Session {
             feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(*view)?.into()));
         }
         for (slot, arr) in &i32_copies {
-            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(arr.view())?.into()));
+            feeds.push((
+                Cow::Borrowed(self.inputs[*slot].name.as_str()),
+                TensorRef::from_array_view(arr.view())?.into(),
+            ));
         }
         let model = &self.model;
         let result = self.inner.run(feeds).map_err(|e| Error::Run { model: model.clone(), reason: e.to_string() })?;

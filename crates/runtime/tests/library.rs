@@ -16,7 +16,8 @@ fn an_ep_the_library_lacks_is_a_clear_error_not_a_fallback() {
         eprintln!("skipped: this library has TensorRT");
         return;
     }
-    let cfg = SessionConfig { ep: Ep::TensorRt(TensorRtOptions { int8: true, ..Default::default() }), ..Default::default() };
+    let cfg =
+        SessionConfig { ep: Ep::TensorRt(TensorRtOptions { int8: true, ..Default::default() }), ..Default::default() };
     let err = Session::from_bytes(b"not even a model", "model.onnx", &cfg).unwrap_err();
     assert!(matches!(err, Error::EpUnavailable { .. }), "{err:?}");
     let msg = err.to_string();

@@ -40,7 +40,8 @@ fn tiny_bert_runs_in_both_layer_norm_forms_and_masks_padding() {
             assert!(o.iter().all(|v| v.is_finite()), "{kind:?}");
         }
         assert_ne!(out[0], out[1], "{kind:?}: start and end heads must differ");
-        let spread = out[0].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) - out[0].iter().fold(f32::INFINITY, |m, &v| m.min(v));
+        let spread = out[0].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+            - out[0].iter().fold(f32::INFINITY, |m, &v| m.min(v));
         assert!(spread > 1e-4, "{kind:?}: constant logits");
 
         // The same sequence padded to 2*SEQ: the real positions must not see the padding.

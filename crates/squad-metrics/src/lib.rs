@@ -356,8 +356,7 @@ struct Scored<'a> {
 /// The official best-threshold search over questions sorted by na-prob (stable, so ties keep dataset order).
 fn best_thresh(scored: &[Scored], na_probs: &HashMap<String, f64>, score: impl Fn(&Scored) -> f64) -> (f64, f64) {
     let num_no_ans = scored.iter().filter(|s| !s.has_ans).count();
-    let mut order: Vec<(&Scored, f64)> =
-        scored.iter().filter_map(|s| na_probs.get(s.id).map(|&p| (s, p))).collect();
+    let mut order: Vec<(&Scored, f64)> = scored.iter().filter_map(|s| na_probs.get(s.id).map(|&p| (s, p))).collect();
     order.sort_by(|a, b| a.1.total_cmp(&b.1));
     let mut cur = num_no_ans as f64;
     let (mut best, mut thresh) = (cur, 0.0);
@@ -399,7 +398,10 @@ pub fn evaluate_v2(
         }
         let pred = predictions.get(&qa.id).map(String::as_str);
         let (exact, f1) = match pred {
-            Some(p) => (max_over(golds.iter().copied(), |g| exact_match(p, g)), max_over(golds.iter().copied(), |g| f1_v2(p, g))),
+            Some(p) => (
+                max_over(golds.iter().copied(), |g| exact_match(p, g)),
+                max_over(golds.iter().copied(), |g| f1_v2(p, g)),
+            ),
             None => {
                 missing += 1;
                 (0.0, 0.0)

@@ -7,7 +7,11 @@ fn fixture(name: &str) -> PathBuf {
 
 fn run(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_squad-eval")).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -51,7 +55,8 @@ fn v2_output_keys() {
     let na = dir.join("na.json");
     std::fs::write(&preds, r#"{"m-1": "nine in the morning", "m-2": "", "m-3": "free", "m-4": ""}"#).unwrap();
     std::fs::write(&na, r#"{"m-1": 0.1, "m-2": 0.9, "m-3": 0.3, "m-4": 0.8}"#).unwrap();
-    let (code, out, err) = run(&[fixture("tiny-v2.0.json").as_os_str(), preds.as_os_str(), "--na-prob".as_ref(), na.as_os_str()]);
+    let (code, out, err) =
+        run(&[fixture("tiny-v2.0.json").as_os_str(), preds.as_os_str(), "--na-prob".as_ref(), na.as_os_str()]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     // m-1 right, m-2/m-4 correctly empty, m-3 wrong: 75.

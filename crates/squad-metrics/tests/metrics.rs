@@ -118,8 +118,21 @@ fn v2_breakdown_and_threshold() {
     assert!((m.best_f1.unwrap() - 100.0 * (3.0 + 2.0 / 3.0) / 4.0).abs() < 1e-9);
     assert_eq!(m.best_f1_thresh, Some(0.2));
     let keys: Vec<String> = serde_json::to_value(&m).unwrap().as_object().unwrap().keys().cloned().collect();
-    for k in ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total", "NoAns_exact", "NoAns_f1",
-        "NoAns_total", "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"] {
+    for k in [
+        "exact",
+        "f1",
+        "total",
+        "HasAns_exact",
+        "HasAns_f1",
+        "HasAns_total",
+        "NoAns_exact",
+        "NoAns_f1",
+        "NoAns_total",
+        "best_exact",
+        "best_exact_thresh",
+        "best_f1",
+        "best_f1_thresh",
+    ] {
         assert!(keys.contains(&k.to_string()), "{k}");
     }
 }

@@ -15,7 +15,9 @@ fn bench(c: &mut Criterion) {
     let tok = SquadTokenizer::from_vocab(fixture("vocab.txt"), true).unwrap();
     let config = FeatureConfig { max_seq_len: 64, doc_stride: 16, max_query_len: 16 };
     let stream = || FeatureStream::new(&data.examples, &tok, config, 8, Padding::Longest).unwrap();
-    c.bench_function("featurize tiny-v1.1 (seq 64)", |b| b.iter(|| black_box(stream().map(|x| x.unwrap().len()).sum::<usize>())));
+    c.bench_function("featurize tiny-v1.1 (seq 64)", |b| {
+        b.iter(|| black_box(stream().map(|x| x.unwrap().len()).sum::<usize>()))
+    });
     let batches: Vec<Batch> = stream().map(Result::unwrap).collect();
     c.bench_function("post-process tiny-v1.1 (seq 64)", |b| {
         b.iter(|| {

@@ -54,7 +54,13 @@ impl Batch {
                 token_type_ids[[r, c]] = tt;
             }
         }
-        Ok(Batch { feature_ids: features.iter().map(|f| f.id).collect(), input_ids, attention_mask, token_type_ids, features })
+        Ok(Batch {
+            feature_ids: features.iter().map(|f| f.id).collect(),
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            features,
+        })
     }
 
     /// Number of rows.
@@ -69,7 +75,10 @@ impl Batch {
 
     /// The model inputs by name (the segment ids only when `io` names them).
     pub fn inputs<'a>(&'a self, io: &'a ModelIo) -> Vec<(&'a str, ArrayView2<'a, i64>)> {
-        let mut v = vec![(io.input_ids.as_str(), self.input_ids.view()), (io.attention_mask.as_str(), self.attention_mask.view())];
+        let mut v = vec![
+            (io.input_ids.as_str(), self.input_ids.view()),
+            (io.attention_mask.as_str(), self.attention_mask.view()),
+        ];
         if let Some(tt) = &io.token_type_ids {
             v.push((tt.as_str(), self.token_type_ids.view()));
         }
@@ -139,7 +148,8 @@ impl<'a> FeatureStream<'a> {
         let ctx = self.context_tokens(ex)?;
         let query = self.tokenizer.tokenize(&ex.question, &format!("question {}", ex.id))?;
         let t = self.tokenizer;
-        let feats = build_features(&self.config, t.cls_id, t.sep_id, &query.ids, &ctx, self.next_example, self.next_feature_id);
+        let feats =
+            build_features(&self.config, t.cls_id, t.sep_id, &query.ids, &ctx, self.next_example, self.next_feature_id);
         self.next_feature_id += feats.len();
         self.next_example += 1;
         self.pending.extend(feats);

@@ -107,7 +107,11 @@ pub struct PredictionAccumulator<'a> {
 
 impl<'a> PredictionAccumulator<'a> {
     /// An accumulator for `examples`. [`AnswerText::FinalText`] needs the tokenizer.
-    pub fn new(examples: &'a [Example], tokenizer: Option<&'a SquadTokenizer>, config: PostProcessConfig) -> Result<Self> {
+    pub fn new(
+        examples: &'a [Example],
+        tokenizer: Option<&'a SquadTokenizer>,
+        config: PostProcessConfig,
+    ) -> Result<Self> {
         if config.answer_text == AnswerText::FinalText && tokenizer.is_none() {
             return Err(Error::Config("AnswerText::FinalText needs the tokenizer".into()));
         }
@@ -157,7 +161,8 @@ impl<'a> PredictionAccumulator<'a> {
                 if !in_context(ei) || ei < si || ei - si + 1 > self.config.max_answer_len {
                     continue;
                 }
-                let (Some(Some(a)), Some(Some(b))) = (feature.token_offsets.get(si), feature.token_offsets.get(ei)) else {
+                let (Some(Some(a)), Some(Some(b))) = (feature.token_offsets.get(si), feature.token_offsets.get(ei))
+                else {
                     continue;
                 };
                 self.candidates.push(Candidate { start: *a, end: *b, start_logit: s[si], end_logit: e[ei] });
@@ -232,12 +237,18 @@ impl<'a> PredictionAccumulator<'a> {
         }
         let nbest = self.config.keep_nbest.then(|| {
             let max = nbest.iter().map(|(_, c)| c.start_logit + c.end_logit).fold(f32::NEG_INFINITY, f32::max);
-            let exps: Vec<f64> = nbest.iter().map(|(_, c)| f64::from(c.start_logit + c.end_logit - max).exp()).collect();
+            let exps: Vec<f64> =
+                nbest.iter().map(|(_, c)| f64::from(c.start_logit + c.end_logit - max).exp()).collect();
             let total: f64 = exps.iter().sum();
             nbest
                 .iter()
                 .zip(&exps)
-                .map(|((t, c), x)| NbestEntry { text: t.clone(), probability: x / total, start_logit: c.start_logit, end_logit: c.end_logit })
+                .map(|((t, c), x)| NbestEntry {
+                    text: t.clone(),
+                    probability: x / total,
+                    start_logit: c.start_logit,
+                    end_logit: c.end_logit,
+                })
                 .collect()
         });
         Ok(Prediction { id: ex.id.clone(), text, score, nbest, null_score: null })

@@ -7,7 +7,7 @@ use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::{
-    Normalizer, NormalizedString, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Tokenizer,
+    NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Tokenizer,
 };
 
 /// Token ids with the byte span of each token in the original text.
@@ -58,7 +58,8 @@ impl SquadTokenizer {
             return Err(vocab_err("the file has no tokens".into()));
         }
         let special = |t: &str| vocab.get(t).copied().ok_or_else(|| vocab_err(format!("missing special token {t}")));
-        let (cls_id, sep_id, pad_id, unk_id) = (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
+        let (cls_id, sep_id, pad_id, unk_id) =
+            (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         let vocab_size = vocab.len();
         let path_str = path.to_str().ok_or_else(|| vocab_err("path is not UTF-8".into()))?;
@@ -96,7 +97,8 @@ impl SquadTokenizer {
             return Err(vocab_err("the tokenizer has no tokens".into()));
         }
         let special = |t: &str| vocab.get(t).copied().ok_or_else(|| vocab_err(format!("missing special token {t}")));
-        let (cls_id, sep_id, pad_id, unk_id) = (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
+        let (cls_id, sep_id, pad_id, unk_id) =
+            (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size: vocab.len(), max_token_id })
     }
@@ -104,7 +106,8 @@ impl SquadTokenizer {
     /// Saves this tokenizer as a Hugging Face `tokenizer.json`.
     pub fn save_tokenizer_json(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let json = self.inner.to_string(true).map_err(|e| Error::Vocab { path: path.to_owned(), message: e.to_string() })?;
+        let json =
+            self.inner.to_string(true).map_err(|e| Error::Vocab { path: path.to_owned(), message: e.to_string() })?;
         std::fs::write(path, json).map_err(|source| Error::Io { path: path.to_owned(), source })
     }
 

@@ -45,8 +45,10 @@ fn stream_order_shapes_and_padding() {
     }
     let io = ModelIo { token_type_ids: None, ..ModelIo::default() };
     assert_eq!(batches[0].inputs(&io).len(), 2);
-    let fixed: Vec<Batch> =
-        FeatureStream::new(&d.examples, &t, small_config(), 4, Padding::Fixed(48)).unwrap().map(Result::unwrap).collect();
+    let fixed: Vec<Batch> = FeatureStream::new(&d.examples, &t, small_config(), 4, Padding::Fixed(48))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert!(fixed.iter().all(|b| b.input_ids.ncols() == 48));
     assert!(FeatureStream::new(&d.examples, &t, small_config(), 4, Padding::Fixed(39)).is_err());
     assert!(FeatureStream::new(&d.examples, &t, small_config(), 0, Padding::Longest).is_err());
@@ -247,8 +249,16 @@ fn final_text_maps_back_to_whitespace_words() {
     let ex = &d.examples[8..9]; // "Naïve Café: a short note."
     let mut ex = ex.to_vec();
     ex[0].context = Arc::from("(Naïve Café): a short note.");
-    let f = build_features(&FeatureConfig::default(), t.cls_id, t.sep_id, &[50], &t.tokenize(&ex[0].context, "c").unwrap(), 0, 0)
-        .remove(0);
+    let f = build_features(
+        &FeatureConfig::default(),
+        t.cls_id,
+        t.sep_id,
+        &[50],
+        &t.tokenize(&ex[0].context, "c").unwrap(),
+        0,
+        0,
+    )
+    .remove(0);
     // Tokens: [CLS] q [SEP] ( naive cafe ) : ...; choose "naive".."cafe" (positions 4 and 5).
     let mut s = vec![LOW; f.len()];
     let mut e = s.clone();

@@ -22,10 +22,7 @@ pub fn normal(n: usize, mean: f32, std: f32, seed: u64) -> Vec<f32> {
 
 /// Collect `data` (in batches of `batch`) for `method` and return the tensor's range.
 pub fn range_of(data: &[f32], method: &Method, batch: usize) -> Range {
-    let mut s = CalibState::new(CollectOptions::for_methods(
-        std::slice::from_ref(method),
-        2048,
-    ));
+    let mut s = CalibState::new(CollectOptions::for_methods(std::slice::from_ref(method), 2048));
     for chunk in data.chunks(batch) {
         s.observe("t", chunk, &[chunk.len()]).unwrap();
     }
@@ -40,17 +37,9 @@ pub fn all_methods() -> Vec<Method> {
     vec![
         Method::MinMax { symmetric: false },
         Method::MinMax { symmetric: true },
-        Method::Percentile {
-            percentile: 99.0,
-            symmetric: true,
-        },
-        Method::Percentile {
-            percentile: 98.0,
-            symmetric: false,
-        },
-        Method::Entropy {
-            num_quantized_bins: 8,
-        },
+        Method::Percentile { percentile: 99.0, symmetric: true },
+        Method::Percentile { percentile: 98.0, symmetric: false },
+        Method::Entropy { num_quantized_bins: 8 },
         Method::Distribution,
         Method::Mse,
     ]

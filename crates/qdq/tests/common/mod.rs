@@ -248,10 +248,16 @@ pub fn compare_with_reference(quantized: &Model, reference: &RefListing) -> Vec<
         let sum: f64 = p.scales.iter().map(|&s| f64::from(s)).sum();
         let listed_ok = r.scale.iter().zip(&p.scales).all(|(a, b)| rel_close(*a, f64::from(*b), 1e-6));
         if p.scales.len() != r.scale_count || !listed_ok || !rel_close(sum, r.scale_sum, 1e-6) {
-            diffs.push(format!("{k}: scales {:?}.. (n={}) vs ORT {:?}.. (n={})", &p.scales[..p.scales.len().min(4)], p.scales.len(), &r.scale[..r.scale.len().min(4)], r.scale_count));
+            diffs.push(format!(
+                "{k}: scales {:?}.. (n={}) vs ORT {:?}.. (n={})",
+                &p.scales[..p.scales.len().min(4)],
+                p.scales.len(),
+                &r.scale[..r.scale.len().min(4)],
+                r.scale_count
+            ));
         }
-        let zp_ok = r.zero_point.iter().zip(&p.zero_points).all(|(a, b)| a == b)
-            && p.zero_points.len() == r.scale_count;
+        let zp_ok =
+            r.zero_point.iter().zip(&p.zero_points).all(|(a, b)| a == b) && p.zero_points.len() == r.scale_count;
         if !zp_ok {
             diffs.push(format!("{k}: zero points differ"));
         }
