@@ -24,7 +24,7 @@ mod state;
 pub mod tables;
 
 pub use error::{Error, Result};
-pub use method::Method;
+pub use method::{Method, MethodKind, MethodOptions};
 pub use ranges::{
     DistributionStats, Range, RangeTable, abs_percentile, compute_all, compute_ranges, entropy_threshold,
     histogram_mean_std, mse_threshold, signed_percentile,

@@ -34,79 +34,104 @@ pub const DEFAULT_PERCENTILE: f64 = 99.999;
 /// Default quantized bins of [`Method::Entropy`].
 pub const DEFAULT_QUANTIZED_BINS: usize = 128;
 
-fn parse_bool(method: &'static str, option: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" => Ok(true),
-        "false" | "0" | "no" => Ok(false),
-        _ => Err(Error::MethodOption {
-            method,
-            option: option.to_string(),
-            message: format!("expected true or false, got `{value}`"),
-        }),
+/// The name of a range algorithm, without its options: what `--calibrate-method` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MethodKind {
+    MinMax,
+    Percentile,
+    Entropy,
+    Distribution,
+    Mse,
+}
+
+impl MethodKind {
+    /// Every kind, in the order help texts list them.
+    pub const ALL: [MethodKind; 5] =
+        [MethodKind::MinMax, MethodKind::Percentile, MethodKind::Entropy, MethodKind::Distribution, MethodKind::Mse];
+
+    /// The lower-case name (`minmax`, `percentile`, `entropy`, `distribution`, `mse`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MethodKind::MinMax => "minmax",
+            MethodKind::Percentile => "percentile",
+            MethodKind::Entropy => "entropy",
+            MethodKind::Distribution => "distribution",
+            MethodKind::Mse => "mse",
+        }
+    }
+}
+
+impl std::fmt::Display for MethodKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MethodKind {
+    type Err = Error;
+
+    /// Case-insensitive; an unknown name is an error listing the valid ones.
+    fn from_str(name: &str) -> Result<MethodKind> {
+        let lower = name.trim().to_ascii_lowercase();
+        MethodKind::ALL
+            .into_iter()
+            .find(|k| k.name() == lower)
+            .ok_or_else(|| Error::UnknownMethod { name: name.to_string() })
+    }
+}
+
+/// The options of every method, typed; each method reads the ones that apply to it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MethodOptions {
+    /// [`Method::Percentile`]'s percentile, in (0, 100].
+    pub percentile: f64,
+    /// `±max|x|` ranges for [`Method::MinMax`] and [`Method::Percentile`].
+    pub symmetric: bool,
+    /// [`Method::Entropy`]'s quantized bins, >= 2.
+    pub num_quantized_bins: usize,
+}
+
+impl Default for MethodOptions {
+    fn default() -> Self {
+        MethodOptions { percentile: DEFAULT_PERCENTILE, symmetric: false, num_quantized_bins: DEFAULT_QUANTIZED_BINS }
     }
 }
 
 impl Method {
-    /// Parse a method by name (`minmax`, `percentile`, `entropy`, `distribution`, `mse`; case-insensitive) with
-    /// string options. Options: minmax `symmetric` (default false); percentile `percentile` in (0, 100]
-    /// (default 99.999) and `symmetric` (default false); entropy `num_quantized_bins` >= 2 (default 128);
-    /// distribution and mse take none. Unknown options or bad values are errors listing the valid ones.
-    pub fn parse(name: &str, options: &BTreeMap<String, String>) -> Result<Method> {
-        let lower = name.trim().to_ascii_lowercase();
-        let (method, valid): (&'static str, &[&str]) = match lower.as_str() {
-            "minmax" => ("minmax", &["symmetric"]),
-            "percentile" => ("percentile", &["percentile", "symmetric"]),
-            "entropy" => ("entropy", &["num_quantized_bins"]),
-            "distribution" => ("distribution", &[]),
-            "mse" => ("mse", &[]),
-            _ => {
-                return Err(Error::UnknownMethod { name: name.to_string() });
-            }
-        };
-        if let Some(bad) = options.keys().find(|k| !valid.contains(&k.as_str())) {
-            let list = if valid.is_empty() { "none".to_string() } else { valid.join(", ") };
-            return Err(Error::MethodOption {
-                method,
-                option: bad.clone(),
-                message: format!("unknown option; valid options: {list}"),
-            });
-        }
-        let symmetric = match options.get("symmetric") {
-            Some(v) => parse_bool(method, "symmetric", v)?,
-            None => false,
-        };
-        let m = match method {
-            "minmax" => Method::MinMax { symmetric },
-            "percentile" => {
-                let percentile = match options.get("percentile") {
-                    Some(v) => v.trim().parse::<f64>().map_err(|_| Error::MethodOption {
-                        method,
-                        option: "percentile".into(),
-                        message: format!("expected a number in (0, 100], got `{v}`"),
-                    })?,
-                    None => DEFAULT_PERCENTILE,
-                };
-                Method::Percentile { percentile, symmetric }
-            }
-            "entropy" => {
-                let num_quantized_bins = match options.get("num_quantized_bins") {
-                    Some(v) => v.trim().parse::<usize>().map_err(|_| Error::MethodOption {
-                        method,
-                        option: "num_quantized_bins".into(),
-                        message: format!("expected an integer >= 2, got `{v}`"),
-                    })?,
-                    None => DEFAULT_QUANTIZED_BINS,
-                };
-                Method::Entropy { num_quantized_bins }
-            }
-            "distribution" => Method::Distribution,
-            _ => Method::Mse,
+    /// The method of `kind` with the options that apply to it, validated ([`Method::validate`]).
+    ///
+    /// ```
+    /// use calib::{Method, MethodKind, MethodOptions};
+    /// let opts = MethodOptions { percentile: 99.99, ..MethodOptions::default() };
+    /// let m = Method::new("Percentile".parse::<MethodKind>()?, &opts)?;
+    /// assert_eq!(m, Method::Percentile { percentile: 99.99, symmetric: false });
+    /// assert!(Method::new(MethodKind::Entropy, &MethodOptions { num_quantized_bins: 1, ..opts }).is_err());
+    /// # Ok::<(), calib::Error>(())
+    /// ```
+    pub fn new(kind: MethodKind, opts: &MethodOptions) -> Result<Method> {
+        let m = match kind {
+            MethodKind::MinMax => Method::MinMax { symmetric: opts.symmetric },
+            MethodKind::Percentile => Method::Percentile { percentile: opts.percentile, symmetric: opts.symmetric },
+            MethodKind::Entropy => Method::Entropy { num_quantized_bins: opts.num_quantized_bins },
+            MethodKind::Distribution => Method::Distribution,
+            MethodKind::Mse => Method::Mse,
         };
         m.validate()?;
         Ok(m)
     }
 
-    /// Check option values (also done by [`Method::parse`] and [`crate::compute_ranges`]).
+    /// Which kind of method this is.
+    pub fn kind(&self) -> MethodKind {
+        match self {
+            Method::MinMax { .. } => MethodKind::MinMax,
+            Method::Percentile { .. } => MethodKind::Percentile,
+            Method::Entropy { .. } => MethodKind::Entropy,
+            Method::Distribution => MethodKind::Distribution,
+            Method::Mse => MethodKind::Mse,
+        }
+    }
+
+    /// Check option values (also done by [`Method::new`] and [`crate::compute_ranges`]).
     pub fn validate(&self) -> Result<()> {
         match *self {
             Method::Percentile { percentile, .. } if !(percentile > 0.0 && percentile <= 100.0) => {
@@ -125,15 +150,9 @@ impl Method {
         }
     }
 
-    /// The method's name as accepted by [`Method::parse`].
+    /// The method's name ([`MethodKind::name`]).
     pub fn name(&self) -> &'static str {
-        match self {
-            Method::MinMax { .. } => "minmax",
-            Method::Percentile { .. } => "percentile",
-            Method::Entropy { .. } => "entropy",
-            Method::Distribution => "distribution",
-            Method::Mse => "mse",
-        }
+        self.kind().name()
     }
 
     /// The method's options as JSON values (what [`crate::RangeTable::options`] records).

@@ -54,6 +54,13 @@ pub struct RangeTable {
     pub distribution: BTreeMap<String, DistributionStats>,
 }
 
+impl RangeTable {
+    /// `tensor -> (min, max)` of the per-tensor ranges: what Q/DQ placement takes.
+    pub fn min_max(&self) -> BTreeMap<String, (f32, f32)> {
+        self.ranges.iter().map(|(k, r)| (k.clone(), (r.min, r.max))).collect()
+    }
+}
+
 /// Number of standard deviations each side of the mean in [`Method::Distribution`]'s INT8 range.
 pub const DISTRIBUTION_NUM_STD: f64 = 4.0;
 /// Smoothing constant of the KL search (as TensorRT / ONNX Runtime).

@@ -19,19 +19,14 @@ use crate::{Error, RangeTable, Result};
 /// Default TensorRT version number written in the cache header.
 pub const DEFAULT_TRT_VERSION: u32 = 8601;
 
-/// Write `bytes` to `path` through a temporary sibling and a rename.
+/// Writes `bytes` to `path` atomically (an unnamed temporary file in the same directory, synced, then linked into
+/// place; mode from the umask): readers see the old file or the whole new one, and a killed process leaves nothing.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
     let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    if let Err(e) = std::fs::write(&tmp, bytes) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    let mut file = atomic_write_file::AtomicWriteFile::options().open(path).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.commit().map_err(io)
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -61,6 +56,23 @@ pub fn read_json(path: impl AsRef<Path>) -> Result<RangeTable> {
         }
     }
     Ok(table)
+}
+
+/// Ranges `tensor -> (min, max)` from any table file qdq reads, told apart by content: `calibration.json` (qdq's own,
+/// the ranges as written), ONNX Runtime's flatbuffers table or a TensorRT calibration cache (these two hold one
+/// `amax` per tensor, read as the symmetric range `(-amax, amax)`).
+pub fn read_ranges(path: impl AsRef<Path>) -> Result<BTreeMap<String, (f32, f32)>> {
+    let path = path.as_ref();
+    let bytes = read(path)?;
+    let symmetric = |m: BTreeMap<String, f32>| m.into_iter().map(|(k, a)| (k, (-a, a))).collect();
+    if bytes.first() == Some(&b'{') {
+        Ok(read_json(path)?.min_max())
+    } else if bytes.starts_with(b"TRT-") {
+        let text = String::from_utf8(bytes).map_err(|_| table_err(path, "file", "a TensorRT cache is text; not UTF-8"))?;
+        Ok(symmetric(decode_trt_cache(&text, path)?.amax()))
+    } else {
+        Ok(symmetric(decode_ort_flatbuffers(&bytes, path)?))
+    }
 }
 
 /// `tensor -> max(|min|, |max|)` of a table (what the flatbuffers table and the TensorRT cache carry).

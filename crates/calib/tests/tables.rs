@@ -134,3 +134,25 @@ fn trt_cache_errors_name_the_line() {
     let e = decode_trt_cache("TRT-8601-EntropyCalibration2\nno colon here\n", &p).unwrap_err().to_string();
     assert!(e.contains("line 2"), "{e}");
 }
+
+#[test]
+fn read_ranges_tells_the_three_formats_apart() {
+    let d = dir("any");
+    let t = sample();
+    write_json(d.join("c.json"), &t).unwrap();
+    write_ort_flatbuffers(d.join("c.flatbuffers"), &t).unwrap();
+    write_trt_cache(d.join("c.cache"), &t, DEFAULT_TRT_VERSION).unwrap();
+    // qdq's own table keeps each range as written; the two amax-only formats read back symmetric.
+    assert_eq!(read_ranges(d.join("c.json")).unwrap(), t.min_max());
+    assert_eq!(read_ranges(d.join("c.json")).unwrap()["a:0"], (-3.25, 1.0));
+    assert_eq!(read_ranges(d.join("c.flatbuffers")).unwrap()["a:0"], (-3.25, 3.25));
+    let trt = read_ranges(d.join("c.cache")).unwrap();
+    assert!((trt["b/out"].1 - 2.0).abs() < 1e-6 && trt["b/out"].0 == -trt["b/out"].1, "{trt:?}");
+    assert_eq!(trt.keys().collect::<Vec<_>>(), t.ranges.keys().collect::<Vec<_>>());
+    // Anything else is reported as the flatbuffers table it is taken for, naming the file.
+    std::fs::write(d.join("junk"), b"\x01\x02").unwrap();
+    let e = read_ranges(d.join("junk")).unwrap_err().to_string();
+    assert!(e.contains("junk") && e.contains("TrtTable"), "{e}");
+    let e = read_ranges(d.join("missing.json")).unwrap_err().to_string();
+    assert!(e.contains("missing.json"), "{e}");
+}

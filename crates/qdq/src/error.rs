@@ -77,6 +77,30 @@ pub enum Error {
         /// The first difference found.
         reason: String,
     },
+    /// A smoothing policy was planned on a model it smooths that is not smoothed.
+    #[error(
+        "the policy smooths MatMul inputs (smooth={alpha}) but this model is not smoothed; pass the \
+         model_smoothed.onnx that `qdq calibrate` wrote next to the ranges, or --policy-option smooth=off with ranges \
+         calibrated without smoothing"
+    )]
+    NotSmoothed {
+        /// The policy's migration strength.
+        alpha: f32,
+    },
+    /// Calibration statistics were to be merged under a policy that smooths the model.
+    #[error(
+        "--merge cannot be combined with smoothing: each run smooths with its own statistics, so their ranges \
+         describe different models; pass --policy-option smooth=off to every run"
+    )]
+    MergeWithSmoothing,
+    /// A node or initializer the pass needs is not in the model (the model changed under it).
+    #[error("'{name}' ({what}) is missing from the model")]
+    Missing {
+        /// Node or initializer name.
+        name: String,
+        /// "node" or "initializer".
+        what: &'static str,
+    },
     /// An onnx-ir operation failed.
     #[error(transparent)]
     Ir(#[from] onnx_ir::Error),

@@ -273,8 +273,10 @@ fn weight_params(w: &TensorProto, per_channel: bool, spec: QuantSpec) -> Result<
 /// the FP32 graph output (ORT renames the producer's output and makes the DQ output the graph
 /// output); it does not occur in BERT graphs.
 ///
-/// Tensors without a range are listed in [`Plan::skipped`] (an error under `strict`).
+/// Tensors without a range are listed in [`Plan::skipped`] (an error under `strict`). A policy that smooths
+/// (`smooth` set) is refused on a model it would smooth that carries no smoothing record ([`Error::NotSmoothed`]).
 pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
+    crate::smooth::check_smoothed(model, policy)?;
     let g = model.graph();
     let sel = select(g, policy)?;
     let mut consumers: HashMap<&str, Vec<Consumer>> = HashMap::new();
@@ -454,7 +456,7 @@ impl Plan {
             let q_source = if t.int8_initializer {
                 let w = g
                     .initializer(name)
-                    .ok_or_else(|| Error::PlanMismatch { reason: format!("initializer '{name}' is missing") })?;
+                    .ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
                 let qname = names.fresh(&format!("{name}_quantized"));
                 let qw = quantized_weight(&qname, w, t, t.reduce_range)?;
                 g.add_initializer(qw);

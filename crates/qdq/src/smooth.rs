@@ -265,14 +265,14 @@ fn node_index(g: &GraphProto, name: &str) -> Result<usize> {
     g.node
         .iter()
         .position(|n| n.name() == name)
-        .ok_or_else(|| Error::PlanMismatch { reason: format!("node '{name}' is missing") })
+        .ok_or_else(|| Error::Missing { name: name.to_string(), what: "node" })
 }
 
 /// Reads a float initializer as a flat vector with its dims.
 fn read_f32(g: &GraphProto, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
     let t = g
         .initializer(name)
-        .ok_or_else(|| Error::PlanMismatch { reason: format!("initializer '{name}' is missing") })?;
+        .ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
     let a = tensor_to_array::<f32>(t)?;
     let shape = a.shape().to_vec();
     Ok((a.into_iter().collect(), shape))
@@ -454,6 +454,26 @@ pub fn smooth(
         });
     }
     Ok((out, done))
+}
+
+/// Refuses to plan a smoothing policy on a model it would smooth but that is not smoothed: the policy's ranges
+/// name the smoothed model's tensors, so the raw model would silently lose those MatMul inputs' pairs.
+pub(crate) fn check_smoothed(model: &Model, policy: &Policy) -> Result<()> {
+    match policy.smooth {
+        Some(alpha) if smoothing_record(model).is_none() && !smoothing_sites(model, policy)?.is_empty() => {
+            Err(Error::NotSmoothed { alpha })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Statistics of several calibration runs can be merged only when no run smooths `model`: each run smooths with its
+/// own statistics, so their ranges would describe different models.
+pub fn check_mergeable(model: &Model, policy: &Policy) -> Result<()> {
+    if policy.smooth.is_some() && !smoothing_sites(model, policy)?.is_empty() {
+        return Err(Error::MergeWithSmoothing);
+    }
+    Ok(())
 }
 
 /// The smoothing recorded in a model's metadata by [`smooth`], if any (e.g. `alpha=0.5; tensors=13`).

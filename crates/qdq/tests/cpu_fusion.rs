@@ -8,7 +8,7 @@ use qdq::Policy;
 
 fn optimized_op_counts(preset: &str, ln: Ln, set: &[(&str, &str)]) -> BTreeMap<String, usize> {
     let fp32 = tiny_bert(ln);
-    let mut policy = Policy::preset(preset).unwrap();
+    let mut policy = unsmoothed(preset);
     for (k, v) in set {
         policy.set(k, v).unwrap();
     }

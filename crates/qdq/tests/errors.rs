@@ -29,7 +29,7 @@ fn ranges(pairs: &[(&str, f32, f32)]) -> Ranges {
 #[test]
 fn undefined_matmul_input_is_named() {
     let m = matmul_model(14, "nowhere", None);
-    let e = qdq::plan(&m, &Ranges::new(), &Policy::preset("tensorrt").unwrap()).unwrap_err().to_string();
+    let e = qdq::plan(&m, &Ranges::new(), &unsmoothed("tensorrt")).unwrap_err().to_string();
     assert!(e.contains("'mm'") && e.contains("nowhere") && e.contains("neither"), "{e}");
 }
 
@@ -37,7 +37,7 @@ fn undefined_matmul_input_is_named() {
 fn model_without_quantizable_ops() {
     let mut m = matmul_model(14, "W", Some(vec![0.0; 6]));
     m.graph_mut().node[0].op_type = Some("Mul".into());
-    let e = qdq::plan(&m, &Ranges::new(), &Policy::preset("tensorrt").unwrap()).unwrap_err().to_string();
+    let e = qdq::plan(&m, &Ranges::new(), &unsmoothed("tensorrt")).unwrap_err().to_string();
     assert!(e.contains("MatMul/Add"), "{e}");
     assert!(qdq::tensors_to_calibrate(&m, &Policy::preset("cpu").unwrap()).is_err());
 }
@@ -45,7 +45,7 @@ fn model_without_quantizable_ops() {
 #[test]
 fn bad_ranges_are_rejected() {
     let m = matmul_model(14, "W", Some(vec![1.0; 6]));
-    let p = Policy::preset("tensorrt").unwrap();
+    let p = unsmoothed("tensorrt");
     for (lo, hi) in [(1.0, -1.0), (f32::NAN, 1.0), (0.0, f32::INFINITY)] {
         let e = qdq::plan(&m, &ranges(&[("x", lo, hi)]), &p).unwrap_err().to_string();
         assert!(e.contains("'x'") && e.contains("range"), "{e}");
@@ -55,14 +55,14 @@ fn bad_ranges_are_rejected() {
 #[test]
 fn weight_with_non_finite_value() {
     let m = matmul_model(14, "W", Some(vec![1.0, f32::NAN, 0.0, 0.0, 0.0, 0.0]));
-    let e = qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &Policy::preset("tensorrt").unwrap()).unwrap_err().to_string();
+    let e = qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &unsmoothed("tensorrt")).unwrap_err().to_string();
     assert!(e.contains("'W'") && e.contains("NaN"), "{e}");
 }
 
 #[test]
 fn plan_for_another_model_is_refused() {
     let m = matmul_model(14, "W", Some(vec![1.0; 6]));
-    let p = qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &Policy::preset("tensorrt").unwrap()).unwrap();
+    let p = qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &unsmoothed("tensorrt")).unwrap();
     let mut other = matmul_model(14, "W", Some(vec![1.0; 6]));
     other.graph_mut().node[0].name = Some("renamed".into());
     let e = p.apply(&mut other).unwrap_err().to_string();
@@ -75,7 +75,7 @@ fn plan_for_another_model_is_refused() {
 fn int8_initializer_weights_and_opset_bump() {
     let w = vec![2.54, -1.27, 0.3, -1.0, 0.5, -0.635];
     let m = matmul_model(11, "W", Some(w.clone()));
-    let mut p = Policy::preset("tensorrt").unwrap();
+    let mut p = unsmoothed("tensorrt");
     p.set("weights", "int8-initializer").unwrap();
     let (q, plan) = qdq::quantize(&m, &ranges(&[("x", -1.27, 0.5)]), &p).unwrap();
     assert_eq!(plan.opset_bump, Some((11, qdq::MIN_QDQ_OPSET)));
@@ -102,10 +102,10 @@ fn int8_initializer_weights_and_opset_bump() {
 #[test]
 fn matmul_const_b_only_skips_activation_matmuls() {
     let fp32 = tiny_bert(Ln::Fused);
-    let mut p = Policy::preset("tensorrt").unwrap();
+    let mut p = unsmoothed("tensorrt");
     p.set("matmul_const_b_only", "true").unwrap();
     let t = qdq::tensors_to_calibrate(&fp32, &p).unwrap();
     assert!(!t.iter().any(|t| t.ends_with("Softmax_output_0") || t.ends_with("Transpose_output_0")), "{t:?}");
-    let all = qdq::tensors_to_calibrate(&fp32, &Policy::preset("tensorrt").unwrap()).unwrap();
+    let all = qdq::tensors_to_calibrate(&fp32, &unsmoothed("tensorrt")).unwrap();
     assert_eq!(all.len(), t.len() + 4); // Softmax, Transpose, query/Add and value/Add outputs
 }

@@ -131,12 +131,12 @@ fn seed_placement_on_tiny_bert() {
 #[test]
 fn residual_add_skip_and_exclusions() {
     let fp32 = tiny_bert(Ln::Fused);
-    let mut policy = Policy::preset("tensorrt").unwrap();
+    let mut policy = unsmoothed("tensorrt");
     policy.set("residual_add", "skip").unwrap();
     policy.set("shared_pair_feeds_all", "false").unwrap();
     policy.set("exclude_nodes", "/qa_outputs/*").unwrap();
     policy.set("exclude_tensors", "*Softmax_output_0").unwrap();
-    let ranges = ranges_for(&fp32, &Policy::preset("tensorrt").unwrap());
+    let ranges = ranges_for(&fp32, &unsmoothed("tensorrt"));
     let (q, plan) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
     for residual in [format!("{LAYER}/attention/output/Add"), format!("{LAYER}/output/Add")] {
         assert!(!input_is_dq(&q, &residual, 0) && !input_is_dq(&q, &residual, 1), "{residual}");
@@ -161,7 +161,7 @@ fn residual_add_skip_and_exclusions() {
 #[test]
 fn missing_range_is_skipped_or_strict_error() {
     let fp32 = tiny_bert(Ln::Fused);
-    let mut policy = Policy::preset("tensorrt").unwrap();
+    let mut policy = unsmoothed("tensorrt");
     policy.set("softmax_range", "calibrated").unwrap(); // else the Softmax output needs no range
     let mut ranges = ranges_for(&fp32, &policy);
     let gone = format!("{LAYER}/attention/self/Softmax_output_0");
@@ -189,7 +189,7 @@ fn every_preset_runs_in_ort_close_to_fp32() {
         let fp32 = tiny_bert(ln);
         let reference = run(&fp32, &["start_logits"]).remove(0);
         for preset in PRESETS {
-            let policy = Policy::preset(preset).unwrap();
+            let policy = unsmoothed(preset);
             let ranges = ranges_for(&fp32, &policy);
             let (q, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
             q.validate().unwrap();

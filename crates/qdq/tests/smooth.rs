@@ -157,7 +157,7 @@ fn smoothing_lowers_the_int8_error_of_an_outlier_channel() {
     for ln in [Ln::Decomposed, Ln::Fused] {
         let m = with_outlier(ln);
         let (q_fp32, l_fp32) = query_and_logits(&m);
-        let plain = Policy::preset("tensorrt").unwrap();
+        let plain = unsmoothed("tensorrt");
         let (q, _) = qdq::quantize(&m, &ranges(&m, &plain), &plain).unwrap();
         let (q_plain, l_plain) = query_and_logits(&q);
 
@@ -243,5 +243,28 @@ fn all_targets_add_an_explicit_scale_in_front_of_other_matmul_inputs() {
         let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
         let cov = qdq::coverage(&quantized);
         assert_eq!(cov.by_op["MatMul"].covered, cov.by_op["MatMul"].nodes);
+    }
+}
+
+/// The two smoothing invariants live in qdq, so every caller of `plan` / `quantize` gets them: a smoothing
+/// policy's ranges are planned on the smoothed model only, and statistics of smoothing runs are not merged.
+#[test]
+fn smoothing_policy_needs_a_smoothed_model() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = with_outlier(ln);
+        let policy = Policy::preset("tensorrt").unwrap();
+        let e = qdq::plan(&m, &qdq::Ranges::new(), &policy).unwrap_err();
+        assert!(matches!(e, qdq::Error::NotSmoothed { alpha } if alpha == 1.0), "{e}");
+        assert!(e.to_string().contains("model_smoothed.onnx") && e.to_string().contains("smooth=off"), "{e}");
+        assert!(matches!(qdq::check_mergeable(&m, &policy), Err(qdq::Error::MergeWithSmoothing)));
+
+        let tensors: Vec<String> = qdq::smoothing_sites(&m, &policy).unwrap().into_iter().map(|s| s.tensor).collect();
+        let (s, _) = qdq::smooth(&m, &policy, &channel_absmax(&m, &tensors), 1.0).unwrap();
+        let plan = qdq::plan(&s, &ranges(&s, &policy), &policy).unwrap();
+        assert!(!plan.tensors.is_empty());
+        // Without smoothing in the policy, the raw model plans and merges as before.
+        let off = unsmoothed("tensorrt");
+        qdq::plan(&m, &ranges(&m, &off), &off).unwrap();
+        qdq::check_mergeable(&m, &off).unwrap();
     }
 }

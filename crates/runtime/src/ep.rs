@@ -50,43 +50,20 @@ fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "True" | "yes"))
 }
 
-impl TensorRtOptions {
-    /// Defaults taken from `ORT_TENSORRT_FP16_ENABLE` / `ORT_TENSORRT_INT8_ENABLE`, as the seed scripts set them.
-    /// Command-line flags are applied on top by the caller, so flags win.
-    pub fn from_env() -> Self {
-        TensorRtOptions {
-            fp16: env_flag("ORT_TENSORRT_FP16_ENABLE"),
-            int8: env_flag("ORT_TENSORRT_INT8_ENABLE"),
-            ..Default::default()
-        }
-    }
-}
-
-impl MiGraphXOptions {
-    /// Defaults taken from `ORT_MIGRAPHX_FP16_ENABLE` / `ORT_MIGRAPHX_INT8_ENABLE`.
-    pub fn from_env() -> Self {
-        MiGraphXOptions {
-            fp16: env_flag("ORT_MIGRAPHX_FP16_ENABLE"),
-            int8: env_flag("ORT_MIGRAPHX_INT8_ENABLE"),
-            ..Default::default()
-        }
-    }
-}
-
 impl Ep {
     /// Every name [`Ep::parse`] accepts, for help texts and errors.
     pub const NAMES: &'static [&'static str] = &["cpu", "cuda", "tensorrt", "migraphx", "rocm", "openvino"];
 
-    /// Parses an EP name case-insensitively (`TensorRT`, `tensorrt`, `trt`, `MIGraphX`, `CPU`, ...), with defaults
-    /// from the environment for TensorRT and MIGraphX.
+    /// Parses an EP name case-insensitively (`TensorRT`, `tensorrt`, `trt`, `MIGraphX`, `CPU`, ...) with default
+    /// options. Reads no environment: [`Ep::with_seed_env`] is the explicit step that does.
     pub fn parse(name: &str) -> Result<Ep> {
         let lower = name.trim().to_ascii_lowercase();
         let lower = lower.strip_suffix("executionprovider").unwrap_or(&lower);
         Ok(match lower {
             "cpu" => Ep::Cpu,
             "cuda" => Ep::Cuda { device_id: 0 },
-            "tensorrt" | "trt" => Ep::TensorRt(TensorRtOptions::from_env()),
-            "migraphx" => Ep::MiGraphX(MiGraphXOptions::from_env()),
+            "tensorrt" | "trt" => Ep::TensorRt(TensorRtOptions::default()),
+            "migraphx" => Ep::MiGraphX(MiGraphXOptions::default()),
             "rocm" => Ep::Rocm { device_id: 0 },
             "openvino" => Ep::OpenVino { device_type: "CPU".to_owned() },
             _ => {
@@ -151,6 +128,62 @@ impl Ep {
         }
     }
 
+    /// The precision switches TensorRT and MIGraphX share (the only EPs that have them): FP16, INT8, INT8 table.
+    fn precision_mut(&mut self) -> Option<(&mut bool, &mut bool, &mut Option<PathBuf>)> {
+        match self {
+            Ep::TensorRt(o) => Some((&mut o.fp16, &mut o.int8, &mut o.calibration_table)),
+            Ep::MiGraphX(o) => Some((&mut o.fp16, &mut o.int8, &mut o.calibration_table)),
+            _ => None,
+        }
+    }
+
+    /// Turns the seeds' environment switches (`ORT_TENSORRT_FP16_ENABLE`, `ORT_TENSORRT_INT8_ENABLE`,
+    /// `ORT_MIGRAPHX_FP16_ENABLE`, `ORT_MIGRAPHX_INT8_ENABLE` = 1) on for the EP they name; other EPs are returned
+    /// unchanged. Callers apply command-line flags after this, so flags add to what the environment set.
+    pub fn with_seed_env(mut self) -> Ep {
+        let prefix = match self {
+            Ep::TensorRt(_) => "ORT_TENSORRT",
+            Ep::MiGraphX(_) => "ORT_MIGRAPHX",
+            _ => return self,
+        };
+        let (fp16, int8) = (env_flag(&format!("{prefix}_FP16_ENABLE")), env_flag(&format!("{prefix}_INT8_ENABLE")));
+        self.set_precision(fp16, int8);
+        self
+    }
+
+    /// Turns the EP's FP16 / INT8 modes on (never off); no effect on EPs without them.
+    pub fn set_precision(&mut self, fp16: bool, int8: bool) {
+        if let Some((f, i, _)) = self.precision_mut() {
+            *f |= fp16;
+            *i |= int8;
+        }
+    }
+
+    /// The EP for an FP32 model: its INT8 mode off (INT8 is for the quantized model only).
+    pub fn without_int8(mut self) -> Ep {
+        if let Some((_, i, _)) = self.precision_mut() {
+            *i = false;
+        }
+        self
+    }
+
+    /// The EP for a quantized model: INT8 mode on when `int8` is set (or already on), and then reading `table` for
+    /// tensors without Q/DQ pairs.
+    pub fn for_int8_model(mut self, int8: bool, table: &std::path::Path) -> Ep {
+        if let Some((_, i, t)) = self.precision_mut() {
+            *i |= int8;
+            if *i {
+                *t = Some(table.to_path_buf());
+            }
+        }
+        self
+    }
+
+    /// TensorRT and MIGraphX read Q/DQ pairs themselves: ORT's graph optimisations would fold them first.
+    pub fn reads_qdq_itself(&self) -> bool {
+        matches!(self, Ep::TensorRt(_) | Ep::MiGraphX(_))
+    }
+
     /// Builds the `ort` dispatch, always with `error_on_failure` so a failed registration is an error, never a fallback.
     pub(crate) fn dispatch(&self) -> Result<Option<ExecutionProviderDispatch>> {
         let path_str = |p: &PathBuf, what: &str| -> Result<String> {
@@ -191,6 +224,14 @@ impl Ep {
             Ep::OpenVino { device_type } => ep::OpenVINO::default().with_device_type(device_type).build(),
         };
         Ok(Some(d.error_on_failure()))
+    }
+}
+
+impl std::str::FromStr for Ep {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Ep> {
+        Ep::parse(s)
     }
 }
 

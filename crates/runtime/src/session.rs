@@ -21,9 +21,18 @@ pub enum OptLevel {
     All,
 }
 
+impl std::str::FromStr for OptLevel {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<OptLevel> {
+        OptLevel::parse(s)
+    }
+}
+
 impl OptLevel {
     pub const NAMES: &'static [&'static str] = &["disable", "basic", "extended", "all"];
 
+    /// `disable`/`none`/`0`, `basic`/`1`, `extended`/`2`, `all`/`3`/`99`, case-insensitive.
     pub fn parse(s: &str) -> Result<OptLevel> {
         Ok(match s.to_ascii_lowercase().as_str() {
             "disable" | "none" | "0" => OptLevel::Disable,
@@ -69,6 +78,39 @@ impl Default for SessionConfig {
             optimized_model_path: None,
             library: None,
         }
+    }
+}
+
+impl SessionConfig {
+    /// The session for a quantized model derived from an FP32 one: the EP's INT8 mode when `int8` is set (TensorRT and
+    /// MIGraphX then read `table` for tensors without Q/DQ), and for those two EPs no graph optimisation unless the
+    /// user chose a level (`opt_level_given`): they read the Q/DQ pairs themselves.
+    pub fn for_int8_model(&self, int8: bool, opt_level_given: bool, table: &Path) -> SessionConfig {
+        let mut s = self.clone();
+        s.ep = s.ep.for_int8_model(int8, table);
+        if !opt_level_given && s.ep.reads_qdq_itself() {
+            s.opt_level = OptLevel::Disable;
+        }
+        s
+    }
+
+    /// Fails fast, before any work, when the loaded ONNX Runtime lacks this config's EP (unless fallback is allowed):
+    /// the error names the EP, the library, what it provides and how to get the missing one.
+    pub fn check_available(&self) -> Result<()> {
+        let info = init(self.library.as_deref())?;
+        if self.allow_fallback || info.providers.iter().any(|p| p == self.ep.ort_name()) {
+            return Ok(());
+        }
+        Err(unavailable(&info, &self.ep))
+    }
+}
+
+fn unavailable(info: &crate::OrtInfo, ep: &Ep) -> Error {
+    Error::EpUnavailable {
+        requested: ep.ort_name().to_owned(),
+        library: format!("{} {}", info.path.display(), info.version),
+        available: info.providers.join(", "),
+        hint: ep.install_hint().to_owned(),
     }
 }
 
@@ -154,12 +196,7 @@ impl Session {
         let mut fallback = None;
         let mut ep = cfg.ep.clone();
         if !info.providers.iter().any(|p| p == ep.ort_name()) {
-            let unavailable = Error::EpUnavailable {
-                requested: ep.ort_name().to_owned(),
-                library: format!("{} {}", info.path.display(), info.version),
-                available: info.providers.join(", "),
-                hint: ep.install_hint().to_owned(),
-            };
+            let unavailable = unavailable(&info, &ep);
             if !cfg.allow_fallback {
                 return Err(unavailable);
             }
@@ -234,12 +271,15 @@ impl Session {
     /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it.
     /// `int32` model inputs are converted. All requested outputs (which must be `float32`) are handed to `with`
     /// at once, without copying, in the order requested.
-    pub fn run_with<R>(
+    ///
+    /// `with` returns the caller's own error type (anything this crate's [`Error`] converts into), so a collector's
+    /// error reaches the caller unchanged instead of being flattened into a string.
+    pub fn run_with<R, E: From<Error>>(
         &mut self,
         inputs: &[(&str, ArrayView2<'_, i64>)],
         outputs: &[&str],
-        with: impl FnOnce(&[OutputRef<'_>]) -> Result<R>,
-    ) -> Result<R> {
+        with: impl FnOnce(&[OutputRef<'_>]) -> Result<R, E>,
+    ) -> Result<R, E> {
         for out in outputs {
             let info = self.outputs.iter().find(|o| o.name == *out).ok_or_else(|| Error::MissingOutput {
                 model: self.model.clone(),
@@ -251,7 +291,8 @@ impl Session {
                     model: self.model.clone(),
                     output: (*out).to_owned(),
                     reason: format!("expected float32, the model declares {:?}", info.kind),
-                });
+                }
+                .into());
             }
         }
         // int32 copies must outlive the feeds that borrow them.
@@ -265,7 +306,7 @@ impl Session {
             })?;
             let bad = |reason: String| Error::BadInput { model: self.model.clone(), input: info.name.clone(), reason };
             if arr.as_slice().is_none() {
-                return Err(bad("array is not contiguous".into()));
+                return Err(bad("array is not contiguous".into()).into());
             }
             match info.kind {
                 TensorKind::I64 => fed.push((slot, *arr)),
@@ -278,21 +319,21 @@ impl Session {
                         })
                     });
                     if overflow {
-                        return Err(bad("a value does not fit the model's int32 input".into()));
+                        return Err(bad("a value does not fit the model's int32 input".into()).into());
                     }
                     i32_copies.push((slot, converted));
                 }
-                ref k => return Err(bad(format!("expected an int64 or int32 input, the model declares {k:?}"))),
+                ref k => return Err(bad(format!("expected an int64 or int32 input, the model declares {k:?}")).into()),
             }
         }
         let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
         for (slot, view) in &fed {
-            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(*view)?.into()));
+            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(*view).map_err(Error::from)?.into()));
         }
         for (slot, arr) in &i32_copies {
             feeds.push((
                 Cow::Borrowed(self.inputs[*slot].name.as_str()),
-                TensorRef::from_array_view(arr.view())?.into(),
+                TensorRef::from_array_view(arr.view()).map_err(Error::from)?.into(),
             ));
         }
         let model = &self.model;

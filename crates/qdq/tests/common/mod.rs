@@ -273,3 +273,12 @@ pub fn compare_with_reference(quantized: &Model, reference: &RefListing) -> Vec<
 pub fn f32_init(name: &str, shape: &[usize], v: Vec<f32>) -> TensorProto {
     tensor_from_vec::<f32>(name, shape, v).unwrap()
 }
+
+/// A preset with smoothing off: these tests place pairs on raw (unsmoothed) models, which `qdq::plan` refuses for a
+/// policy that smooths (see `smoothing_policy_needs_a_smoothed_model`).
+#[allow(dead_code)]
+pub fn unsmoothed(preset: &str) -> qdq::Policy {
+    let mut p = qdq::Policy::preset(preset).unwrap();
+    p.set("smooth", "off").unwrap();
+    p
+}
