@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Args, Parser, Subcommand};
+use pipeline::{Ep, IoNames, MethodKind, OptLevel, SquadVersion};
 
 const ABOUT: &str = "Post-training INT8 quantization of BERT ONNX models in QDQ form, proved on SQuAD.";
 
@@ -21,6 +23,9 @@ ONNX Runtime is loaded from ORT_DYLIB_PATH, --ort-lib, or the copy `cargo xtask 
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// More log output (debug level; QDQ_LOG=<filter> sets any tracing filter).
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -61,7 +66,7 @@ pub struct RuntimeArgs {
     /// Execution provider: cpu, cuda, tensorrt, migraphx, rocm, openvino. An EP the loaded ONNX Runtime lacks is an
     /// error (see --allow-fallback).
     #[arg(long, default_value = "cpu", value_name = "EP")]
-    pub ep: String,
+    pub ep: Ep,
     /// Enable the EP's FP16 mode (TensorRT trt_fp16_enable / MIGraphX fp16; as ORT_*_FP16_ENABLE=1 in the seeds).
     #[arg(long)]
     pub fp16: bool,
@@ -82,7 +87,7 @@ pub struct RuntimeArgs {
     /// Graph optimisation level: disable, basic, extended, all. Default: all, except `disable` for QDQ models on
     /// TensorRT and MIGraphX (as the seeds do: those EPs read the Q/DQ pairs themselves).
     #[arg(long, value_name = "LEVEL")]
-    pub opt_level: Option<String>,
+    pub opt_level: Option<OptLevel>,
     /// Intra-op threads (default: one per core).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -108,8 +113,9 @@ pub struct DataArgs {
     #[arg(long)]
     pub cased: bool,
     /// SQuAD version of the dataset: 1.1 or 2.0.
-    #[arg(long, default_value = "1.1", value_parser = ["1.1", "2.0"])]
-    pub version: String,
+    #[arg(long, default_value = "1.1",
+          value_parser = PossibleValuesParser::new(["1.1", "2.0"]).try_map(|s| s.parse::<SquadVersion>()))]
+    pub version: SquadVersion,
     /// Sequence length of a feature (query + window + 3 special tokens).
     #[arg(long, default_value_t = 384, visible_alias = "seq_len", value_name = "N")]
     pub seq_len: usize,
@@ -121,8 +127,9 @@ pub struct DataArgs {
     pub doc_stride: usize,
     /// Model input/output names: `hf` (input_ids, attention_mask, token_type_ids -> start_logits, end_logits) or
     /// `nvidia` (input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits).
-    #[arg(long, default_value = "hf", value_parser = ["hf", "nvidia"])]
-    pub io_names: String,
+    #[arg(long, default_value = "hf",
+          value_parser = PossibleValuesParser::new(["hf", "nvidia"]).try_map(|s| s.parse::<IoNames>()))]
+    pub io_names: IoNames,
     /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines).
     #[arg(long)]
     pub pad_to_max: bool,
@@ -140,16 +147,16 @@ pub struct CalibArgs {
     pub cal_num: usize,
     /// Execution provider for calibration (runs the FP32 model with extra outputs).
     #[arg(long, default_value = "cpu", visible_alias = "cal_ep", value_name = "EP")]
-    pub cal_ep: String,
+    pub cal_ep: Ep,
     /// Range algorithm used for the Q/DQ scales: mse (the range minimising the expected quantization error; the
     /// default; MiniLM SQuAD with the tensorrt policy: 0.33 F1 below FP32 on the whole dev set), minmax, percentile,
     /// entropy (TensorRT's KL method) or distribution. Statistics for all of
     /// --compare-methods are collected in the same pass.
     #[arg(long, default_value = "mse", visible_alias = "calibrate_method", value_name = "METHOD")]
-    pub calibrate_method: String,
+    pub calibrate_method: MethodKind,
     /// Also compute ranges with these methods from the same statistics (written to calibration_<method>.json).
     #[arg(long, value_delimiter = ',', value_name = "METHOD,...")]
-    pub compare_methods: Vec<String>,
+    pub compare_methods: Vec<MethodKind>,
     /// Percentile for the percentile method.
     #[arg(long, default_value_t = 99.999, value_name = "P")]
     pub percentile: f64,
@@ -176,8 +183,8 @@ pub struct PolicyArgs {
     /// Change one policy option: KEY=VALUE (repeatable), e.g. `smooth=off` (no SmoothQuant-style smoothing before
     /// calibration), `smooth=0.5` (its strength), `softmax_range=full`, `exclude_tensors=GLOB`. Unknown keys are errors
     /// listing the valid ones; `qdq quantize --list-policies` shows every key and each preset's values.
-    #[arg(long = "policy-option", value_name = "KEY=VALUE")]
-    pub policy_options: Vec<String>,
+    #[arg(long = "policy-option", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub policy_options: Vec<(String, String)>,
     /// Do not quantize these nodes (exact name or glob; repeatable).
     #[arg(long, value_name = "NODE")]
     pub exclude_node: Vec<String>,
@@ -209,9 +216,6 @@ pub struct E2eArgs {
     /// TOML file with settings (keys = long option names); command-line options win.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// More log output (debug level).
-    #[arg(long, short)]
-    pub verbose: bool,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
     #[command(flatten)]
@@ -241,8 +245,6 @@ pub struct CalibrateArgs {
     /// then written as model_smoothed.onnx next to the tables, and that is the model to pass to `qdq quantize`.
     #[command(flatten)]
     pub policy: PolicyArgs,
-    #[arg(long, short)]
-    pub verbose: bool,
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
@@ -268,8 +270,6 @@ pub struct QuantizeArgs {
     /// Describe the presets and options, then exit.
     #[arg(long)]
     pub list_policies: bool,
-    #[arg(long, short)]
-    pub verbose: bool,
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
@@ -289,8 +289,6 @@ pub struct EvalArgs {
     /// Write predictions here (SQuAD predictions JSON).
     #[arg(long, value_name = "FILE")]
     pub predictions: Option<PathBuf>,
-    #[arg(long, short)]
-    pub verbose: bool,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
     #[command(flatten)]
@@ -313,4 +311,9 @@ pub struct InspectArgs {
 pub struct ProvidersArgs {
     #[arg(long, value_name = "FILE", help = "Path of libonnxruntime.so")]
     pub ort_lib: Option<PathBuf>,
+}
+
+/// `KEY=VALUE` of `--policy-option`.
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{s}` must be KEY=VALUE"))
 }

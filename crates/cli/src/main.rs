@@ -4,14 +4,13 @@ mod args;
 mod config;
 mod progress;
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{CommandFactory, FromArgMatches};
+use pipeline::{CalibSettings, DataSettings, MethodOptions, MethodSettings, PolicySettings, RuntimeSettings};
 
 use args::{CalibArgs, Cli, Command, DataArgs, PolicyArgs, RuntimeArgs};
-use runtime::{Ep, OptLevel, SessionConfig};
 
 fn main() -> ExitCode {
     // `qdq inspect model.onnx | head` must end quietly when the reader goes away, as other Unix tools do, instead
@@ -72,6 +71,7 @@ fn init_logging(verbose: bool) {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    init_logging(cli.verbose);
     match cli.command {
         Command::E2e(a) => e2e(*a),
         Command::Calibrate(a) => calibrate(*a),
@@ -82,393 +82,128 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn parse_ep(name: &str, fp16: bool, int8: bool) -> Result<Ep> {
-    let mut ep = Ep::parse(name)?;
-    match &mut ep {
-        Ep::TensorRt(o) => {
-            o.fp16 |= fp16;
-            o.int8 |= int8;
-        }
-        Ep::MiGraphX(o) => {
-            o.fp16 |= fp16;
-            o.int8 |= int8;
-        }
-        _ => {}
-    }
-    Ok(ep)
-}
+// Flags -> the pipeline's settings, group by group.
 
-/// The FP32 session: the EP's INT8 mode stays off (it is for the quantized model only).
-fn session(r: &RuntimeArgs, out: Option<&Path>, tag: &str) -> Result<SessionConfig> {
-    let mut ep = parse_ep(&r.ep, r.fp16, false)?;
-    if let Ep::TensorRt(o) = &mut ep {
-        o.int8 = false;
-        o.engine_cache_dir.clone_from(&r.trt_engine_cache);
-    }
-    if let Ep::MiGraphX(o) = &mut ep {
-        o.int8 = false;
-    }
-    Ok(SessionConfig {
-        ep,
+fn runtime(r: RuntimeArgs) -> RuntimeSettings {
+    RuntimeSettings {
+        ep: r.ep,
+        fp16: r.fp16,
+        int8: r.int8,
         allow_fallback: r.allow_fallback,
-        opt_level: r.opt_level.as_deref().map(OptLevel::parse).transpose()?.unwrap_or_default(),
-        intra_threads: r.threads,
-        verbose: r.ort_verbose,
-        optimized_model_path: match (r.save_load, out) {
-            (true, Some(dir)) => Some(dir.join(format!("model_{tag}_optimized.onnx"))),
-            _ => None,
-        },
-        library: r.ort_lib.clone(),
-    })
+        ort_verbose: r.ort_verbose,
+        save_load: r.save_load,
+        opt_level: r.opt_level,
+        threads: r.threads,
+        ort_lib: r.ort_lib,
+        trt_engine_cache: r.trt_engine_cache,
+    }
 }
 
-fn data_config(d: &DataArgs) -> Result<pipeline::DataConfig> {
-    Ok(pipeline::DataConfig::new(
-        d.vocab.clone(),
-        d.token.clone(),
-        !d.cased,
-        &d.version,
-        d.seq_len,
-        d.query_len,
-        d.doc_stride,
-        &d.io_names,
-        d.pad_to_max,
-    )?)
+fn data(d: DataArgs) -> DataSettings {
+    DataSettings {
+        vocab: d.vocab,
+        tokenizer_json: d.token,
+        lowercase: !d.cased,
+        version: d.version,
+        seq_len: d.seq_len,
+        query_len: d.query_len,
+        doc_stride: d.doc_stride,
+        io_names: d.io_names,
+        pad_to_max: d.pad_to_max,
+    }
 }
 
-fn methods(c: &CalibArgs) -> Result<Vec<calib::Method>> {
-    let mut names = vec![c.calibrate_method.clone()];
-    for m in &c.compare_methods {
-        if !names.contains(m) {
-            names.push(m.clone());
-        }
+fn calib(c: CalibArgs) -> CalibSettings {
+    let options =
+        MethodOptions { percentile: c.percentile, symmetric: c.symmetric, num_quantized_bins: c.num_quantized_bins };
+    CalibSettings {
+        calibration_data: c.calibration_data,
+        cal_num: c.cal_num,
+        ep: c.cal_ep,
+        methods: MethodSettings { method: c.calibrate_method, compare: c.compare_methods, options },
+        num_bins: c.num_bins,
     }
-    names
-        .iter()
-        .map(|name| {
-            let mut opts = std::collections::BTreeMap::new();
-            match name.as_str() {
-                "percentile" => {
-                    opts.insert("percentile".to_owned(), c.percentile.to_string());
-                    opts.insert("symmetric".to_owned(), c.symmetric.to_string());
-                }
-                "minmax" => {
-                    opts.insert("symmetric".to_owned(), c.symmetric.to_string());
-                }
-                "entropy" => {
-                    opts.insert("num_quantized_bins".to_owned(), c.num_quantized_bins.to_string());
-                }
-                _ => {}
-            }
-            calib::Method::parse(name, &opts).with_context(|| format!("--calibrate-method {name}"))
-        })
-        .collect()
 }
 
-fn policy(p: &PolicyArgs) -> Result<(qdq::Policy, String)> {
-    let name = if p.ort_quant { "ort-compatible".to_owned() } else { p.policy.clone() };
-    let mut policy = qdq::Policy::preset(&name)?;
-    for kv in &p.policy_options {
-        let (k, v) = kv.split_once('=').with_context(|| format!("--policy-option `{kv}` must be KEY=VALUE"))?;
-        policy.set(k.trim(), v.trim())?;
-    }
-    for n in &p.exclude_node {
-        policy.set("exclude_nodes", n)?;
-    }
-    if p.strict {
-        policy.set("strict", "true")?;
-    }
-    Ok((policy, name))
+fn policy(p: PolicyArgs) -> PolicySettings {
+    let preset = if p.ort_quant { "ort-compatible".to_owned() } else { p.policy };
+    PolicySettings { preset, options: p.policy_options, exclude_nodes: p.exclude_node, strict: p.strict }
 }
 
 fn e2e(a: args::E2eArgs) -> Result<()> {
-    init_logging(a.verbose);
-    let bars = progress::Bars::new();
-    let dataset = a.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", a.data.version)));
-    let fp32_session = session(&a.runtime, Some(&a.out), "fp32")?;
-    let cal_session = SessionConfig {
-        ep: parse_ep(&a.calib.cal_ep, false, false)?,
-        opt_level: OptLevel::Basic,
-        optimized_model_path: None,
-        ..fp32_session.clone()
-    };
-    let (policy, policy_name) = policy(&a.policy)?;
-    let mut int8 = pipeline::int8_session(
-        &fp32_session,
-        a.runtime.int8,
-        a.runtime.opt_level.is_some(),
-        &a.out.join("calibration.flatbuffers"),
-    );
-    if a.runtime.save_load {
-        int8.optimized_model_path = Some(a.out.join("model_int8_optimized.onnx"));
-    }
-    if a.runtime.int8 && matches!(int8.ep, Ep::Cpu) {
-        pipeline::Progress::note(
-            &bars,
-            "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses them",
-        );
-    }
-    // Fail fast on an EP the library lacks, before minutes of calibration.
-    for s in [&fp32_session, &int8] {
-        check_ep(s)?;
-    }
-    let cfg = pipeline::E2eConfig {
-        model: a.model.clone(),
-        calibration_data: a.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
-        dataset,
-        out: a.out.clone(),
-        data: data_config(&a.data)?,
+    let out = a.out.clone();
+    let job = pipeline::E2eJob {
+        model: a.model,
+        dataset: a.dataset,
+        out: a.out,
         samples: a.samples,
-        cal_num: a.calib.cal_num,
-        calibrate: pipeline::CalibrateOptions {
-            batch: a.batch,
-            methods: methods(&a.calib)?,
-            num_bins: a.calib.num_bins,
-            session: cal_session,
-        },
-        policy,
-        policy_name,
-        eval: pipeline::EvalOptions { batch: a.batch, session: fp32_session },
+        batch: a.batch,
         no_eval: a.no_eval,
+        data: data(a.data),
+        calib: calib(a.calib),
+        policy: policy(a.policy),
+        runtime: runtime(a.runtime),
     };
-    let results = pipeline::e2e(&cfg, &int8, &bars)?;
+    let results = pipeline::e2e_job(&job, &progress::Bars::new())?;
     println!("{}", results.table());
-    println!("Outputs written to {}", a.out.display());
+    println!("Outputs written to {}", out.display());
     Ok(())
 }
 
-/// An EP the loaded library lacks is reported before any work starts.
-fn check_ep(s: &SessionConfig) -> Result<()> {
-    let info = runtime::init(s.library.as_deref())?;
-    if s.allow_fallback || info.providers.iter().any(|p| p == s.ep.ort_name()) {
-        return Ok(());
-    }
-    Err(runtime::Error::EpUnavailable {
-        requested: s.ep.ort_name().to_owned(),
-        library: format!("{} {}", info.path.display(), info.version),
-        available: info.providers.join(", "),
-        hint: s.ep.install_hint().to_owned(),
-    }
-    .into())
-}
-
 fn calibrate(a: args::CalibrateArgs) -> Result<()> {
-    init_logging(a.verbose);
-    let bars = progress::Bars::new();
-    let model = onnx_ir::Model::load(&a.model)?;
-    let data_cfg = data_config(&a.data)?;
-    let tokenizer = data_cfg.tokenizer()?;
-    let file = a.calib.calibration_data.clone().context("qdq calibrate needs --calibration-data FILE")?;
-    let mut data = pipeline::Corpus::load(&file, &data_cfg, &tokenizer, a.calib.cal_num)?;
-    data.fit_model(&model, &a.model)?;
-    let (policy, _) = policy(&a.policy)?;
-    let opts = pipeline::CalibrateOptions {
+    let job = pipeline::CalibrateJob {
+        model: a.model,
         batch: a.batch,
-        methods: methods(&a.calib)?,
-        num_bins: a.calib.num_bins,
-        session: SessionConfig {
-            ep: parse_ep(&a.calib.cal_ep, false, false)?,
-            opt_level: OptLevel::Basic,
-            library: a.ort_lib.clone(),
-            ..Default::default()
-        },
+        out: a.out,
+        merge: a.merge,
+        data: data(a.data),
+        calib: calib(a.calib),
+        policy: policy(a.policy),
+        ort_lib: a.ort_lib,
     };
-    if !a.merge.is_empty() && policy.smooth.is_some() && !qdq::smoothing_sites(&model, &policy)?.is_empty() {
-        bail!(
-            "--merge cannot be combined with smoothing: each run smooths with its own statistics, so their ranges \
-             describe different models; pass --policy-option smooth=off to every run"
-        );
-    }
-    let model = match pipeline::smooth_model(&model, &policy, &data, &opts, &bars)? {
-        None => model,
-        Some((smoothed, s)) => {
-            std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-            let path = a.out.join("model_smoothed.onnx");
-            smoothed.save(&path)?;
-            println!("{}; wrote {} (quantize this model with these tables)", s.describe(), path.display());
-            smoothed
-        }
-    };
-    let tensors = qdq::tensors_to_calibrate(&model, &policy)?;
-    let mut cal = pipeline::calibrate(&model, &tensors, &data, &opts, &bars)?;
-    for m in &a.merge {
-        let other = calib::CalibState::load_json(m)?;
-        cal.state.merge(&other).with_context(|| format!("merging {}", m.display()))?;
-    }
-    if !a.merge.is_empty() {
-        cal.tables = calib::compute_all(&cal.state, &opts.methods)?;
-    }
-    pipeline::write_tables(&cal, &a.out)?;
-    println!(
-        "Calibrated {} tensors on {} features ({} questions) in {:.1} s; tables in {}",
-        cal.tensors.len(),
-        cal.features,
-        cal.questions,
-        cal.seconds,
-        a.out.display()
-    );
+    println!("{}", pipeline::calibrate_to_dir(&job, &progress::Bars::new())?);
     Ok(())
 }
 
 fn quantize(a: args::QuantizeArgs) -> Result<()> {
-    init_logging(a.verbose);
     if a.list_policies {
-        for name in qdq::PRESETS {
-            println!("{name}:\n{}\n", qdq::Policy::preset(name)?.describe());
-        }
-        println!("Options (--policy-option KEY=VALUE): {}", qdq::KEYS.join(", "));
+        println!("{}", pipeline::describe_policies()?);
         return Ok(());
     }
-    let (policy, _) = policy(&a.policy)?;
-    let (Some(model_path), Some(ranges_path)) = (&a.model, &a.ranges) else {
+    let (Some(model), Some(ranges)) = (a.model, a.ranges) else {
         bail!("qdq quantize needs --model FILE and --ranges FILE");
     };
-    let model = onnx_ir::Model::load(model_path)?;
-    if let Some(alpha) = policy.smooth
-        && qdq::smoothing_record(&model).is_none()
-        && !qdq::smoothing_sites(&model, &policy)?.is_empty()
-    {
-        bail!(
-            "{}: the policy smooths LayerNorm outputs (smooth={alpha}) but this model is not smoothed; pass the \
-             model_smoothed.onnx that `qdq calibrate` wrote next to the ranges, or --policy-option smooth=off with \
-             ranges calibrated without smoothing",
-            model_path.display()
-        );
-    }
-    let ranges = read_ranges(ranges_path)?;
-    let plan = qdq::plan(&model, &ranges, &policy)?;
-    if a.dry_run {
-        println!("{plan}");
-        return Ok(());
-    }
-    let Some(output) = a.output else { bail!("qdq quantize needs --output FILE (or --dry-run)") };
-    let mut model = model;
-    plan.apply(&mut model)?;
-    model.save(&output)?;
-    println!("Wrote {} ({} tensors quantized, {} skipped)", output.display(), plan.tensors.len(), plan.skipped.len());
+    let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: policy(a.policy) };
+    println!("{}", pipeline::quantize_file(&job)?);
     Ok(())
 }
 
-/// Ranges from calibration.json, ORT's flatbuffers table or a TensorRT cache (the last two hold amax only, so
-/// the range is symmetric).
-fn read_ranges(path: &Path) -> Result<qdq::Ranges> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read ranges file {}", path.display()))?;
-    let symmetric = |m: std::collections::BTreeMap<String, f32>| m.into_iter().map(|(k, a)| (k, (-a, a))).collect();
-    if bytes.first() == Some(&b'{') {
-        let table = calib::tables::read_json(path)?;
-        Ok(table.ranges.iter().map(|(k, r)| (k.clone(), (r.min, r.max))).collect())
-    } else if bytes.starts_with(b"TRT-") {
-        Ok(symmetric(calib::tables::read_trt_cache(path)?.amax()))
-    } else {
-        Ok(symmetric(calib::tables::read_ort_flatbuffers(path)?))
-    }
-}
-
 fn eval(a: args::EvalArgs) -> Result<()> {
-    init_logging(a.verbose);
-    let bars = progress::Bars::new();
-    let data_cfg = data_config(&a.data)?;
-    let tokenizer = data_cfg.tokenizer()?;
-    let model = onnx_ir::Model::load(&a.model)?;
-    let mut data = pipeline::Corpus::load(&a.dataset, &data_cfg, &tokenizer, a.samples)?;
-    data.fit_model(&model, &a.model)?;
-    let bytes = model.to_bytes()?;
-    drop(model);
-    // --save-load: the optimised model goes beside the evaluated one (model_eval_optimized.onnx).
-    let model_dir = a.model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut s = session(&a.runtime, Some(model_dir), "eval")?;
-    if let Some(p) = &s.optimized_model_path {
-        pipeline::Progress::note(&bars, &format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
-    }
-    if a.runtime.int8 {
-        s = pipeline::int8_session(&s, true, a.runtime.opt_level.is_some(), Path::new("calibration.flatbuffers"));
-    }
-    let opts = pipeline::EvalOptions { batch: a.batch, session: s };
-    let e = pipeline::evaluate(&bytes, &a.model.display().to_string(), &data, &opts, "evaluating", &bars)?;
-    if let Some(p) = &a.predictions {
-        let sorted: std::collections::BTreeMap<_, _> = e.predictions.iter().collect();
-        pipeline::write_atomic(p, &serde_json::to_vec_pretty(&sorted)?)?;
-    }
-    println!(
-        "{}: EM {:.2} F1 {:.2} on {} questions ({} missing) | {:.2} ms/feature, p50 {:.2}, p90 {:.2}, {:.1} features/s on {}",
-        a.model.display(),
-        e.exact_match,
-        e.f1,
-        e.questions,
-        e.missing,
-        e.latency.ms_per_feature,
-        e.latency.p50_ms_per_feature,
-        e.latency.p90_ms_per_feature,
-        e.latency.features_per_second,
-        e.ep
-    );
+    let job = pipeline::EvalJob {
+        model: a.model,
+        dataset: a.dataset,
+        samples: a.samples,
+        batch: a.batch,
+        predictions: a.predictions,
+        runtime: runtime(a.runtime),
+        data: data(a.data),
+    };
+    println!("{}", pipeline::evaluate_file(&job, &progress::Bars::new())?);
     Ok(())
 }
 
 fn inspect(a: args::InspectArgs) -> Result<()> {
-    let model = onnx_ir::Model::load(&a.model)?;
-    let coverage = qdq::coverage(&model);
-    let g = model.graph();
-    let io = |v: &[onnx_ir::proto::ValueInfoProto]| v.iter().map(|v| v.name().to_owned()).collect::<Vec<_>>();
-    let params: usize = g.initializer.iter().map(|t| t.dims.iter().product::<i64>().max(0) as usize).sum();
+    let inspection = pipeline::inspect(&a.model)?;
     if a.json {
-        let summary = serde_json::json!({
-            "model": a.model,
-            "ir_version": model.proto.ir_version(),
-            "opset": model.opset(""),
-            "producer": format!("{} {}", model.proto.producer_name(), model.proto.producer_version()).trim(),
-            "inputs": io(&g.input),
-            "outputs": io(&g.output),
-            "nodes": g.node.len(),
-            "initializers": g.initializer.len(),
-            "parameters": params,
-            "smoothing": qdq::smoothing_record(&model),
-            "coverage": coverage,
-            "ranges": coverage.pairs.iter().filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1]))).collect::<std::collections::BTreeMap<_, _>>(),
-        });
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-        return Ok(());
-    }
-    println!("{}", a.model.display());
-    println!(
-        "  IR {} | opset {} | producer {} {}",
-        model.proto.ir_version(),
-        model.opset("").map_or("?".into(), |v| v.to_string()),
-        model.proto.producer_name(),
-        model.proto.producer_version()
-    );
-    println!("  inputs:  {}", io(&g.input).join(", "));
-    println!("  outputs: {}", io(&g.output).join(", "));
-    println!("  {} nodes, {} initializers, {} parameters", g.node.len(), g.initializer.len(), params);
-    if let Some(r) = qdq::smoothing_record(&model) {
-        println!("  smoothed MatMul inputs (SmoothQuant-style): {r}");
-    }
-    println!();
-    let qnodes = g.node.iter().filter(|n| n.op_type() == "QuantizeLinear").count();
-    let dqnodes = g.node.iter().filter(|n| n.op_type() == "DequantizeLinear").count();
-    println!("Q/DQ: {qnodes} QuantizeLinear, {dqnodes} DequantizeLinear");
-    if a.ranges {
-        println!("{coverage}");
-        println!("Ranges encoded by per-tensor pairs (tensor: [min, max]):");
-        for p in &coverage.pairs {
-            if let Some((lo, hi)) = p.range() {
-                println!("  {}: [{lo:.6}, {hi:.6}]", p.tensor);
-            }
-        }
+        println!("{}", serde_json::to_string_pretty(&inspection.json())?);
     } else {
-        println!("{:<24} {:>6} {:>10}", "op type", "nodes", "behind DQ");
-        for (op, c) in &coverage.by_op {
-            println!("{op:<24} {:>6} {:>10}", c.nodes, c.covered);
-        }
-        if dqnodes > 0 {
-            println!("(--ranges lists every pair with its scale and range)");
-        }
+        print!("{}", inspection.text(a.ranges));
     }
     Ok(())
 }
 
 fn providers(a: args::ProvidersArgs) -> Result<()> {
-    let info = runtime::init(a.ort_lib.as_deref())?;
+    let info = pipeline::providers(a.ort_lib.as_deref())?;
     println!("ONNX Runtime {} ({})", info.version, info.path.display());
     for p in &info.providers {
         println!("  {p}");

@@ -179,8 +179,12 @@ fn bad_inputs_each_give_one_clear_error_line() {
     // Bad option values name the option.
     let mut args = e2e_args(&f, "o6", vocab, data);
     args.extend(["--calibrate-method".into(), "kl-div".into()]);
-    let e = one_error(&run(&args));
-    assert!(e.contains("kl-div") && e.contains("entropy"), "{e}");
+    let o = run(&args);
+    // A value the flag's type rejects is a usage error (exit 2) before any work, naming the value and the valid ones.
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--calibrate-method") && e.contains("kl-div") && e.contains("entropy"), "{e}");
+    assert!(!f.dir.path().join("o6").exists(), "nothing written on a usage error");
     let mut args = e2e_args(&f, "o7", vocab, data);
     args.extend(["--policy-option".into(), "residual_adds=skip".into()]);
     let e = one_error(&run(&args));

@@ -172,12 +172,10 @@ pub fn collect_stats(
     for batch in data.batches(batch_size)? {
         let batch = batch?;
         let inputs = batch.inputs(io);
-        session.run_with(&inputs, &names, |outs| {
+        session.run_with(&inputs, &names, |outs| -> Result<()> {
             let views: Vec<(&str, &[f32], &[usize])> =
                 outs.iter().map(|o| (o.name, o.data, o.shape.as_slice())).collect();
-            state
-                .observe_batch(&views)
-                .map_err(|e| runtime::Error::Run { model: "augmented calibration model".into(), reason: e.to_string() })
+            Ok(state.observe_batch(&views)?)
         })?;
         features += batch.len();
         progress.advance(questions_done(&batch));

@@ -30,35 +30,6 @@ pub struct DataConfig {
 }
 
 impl DataConfig {
-    /// Settings from the command line's spellings: `version` is "1.1" or "2.0", `io_names` "hf" or "nvidia".
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        vocab: PathBuf,
-        tokenizer_json: Option<PathBuf>,
-        lowercase: bool,
-        version: &str,
-        seq_len: usize,
-        query_len: usize,
-        doc_stride: usize,
-        io_names: &str,
-        pad_to_max: bool,
-    ) -> Result<DataConfig> {
-        let version_2 = match version.trim_start_matches('v') {
-            "1.1" | "1" => false,
-            "2.0" | "2" => true,
-            other => return Err(Error::Config(format!("SQuAD version `{other}` is not supported; use 1.1 or 2.0"))),
-        };
-        let io = match io_names {
-            "hf" | "huggingface" => ModelIo::huggingface(),
-            "nvidia" | "bert-tf" => ModelIo::bert_tf(),
-            other => return Err(Error::Config(format!("io names `{other}` are not known; use hf or nvidia"))),
-        };
-        let features = FeatureConfig { max_seq_len: seq_len, doc_stride, max_query_len: query_len };
-        features.validate()?;
-        let padding = if pad_to_max { Padding::Fixed(seq_len) } else { Padding::Longest };
-        Ok(DataConfig { vocab, tokenizer_json, lowercase, version_2, features, io, padding })
-    }
-
     /// Loads the tokenizer: [`DataConfig::tokenizer_json`] when given, else WordPiece from [`DataConfig::vocab`].
     pub fn tokenizer(&self) -> Result<Arc<SquadTokenizer>> {
         Ok(Arc::new(match &self.tokenizer_json {

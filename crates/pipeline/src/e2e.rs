@@ -1,16 +1,15 @@
 //! The whole job: calibrate → quantize → evaluate FP32 and INT8 → output directory.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onnx_ir::Model;
-use runtime::{Ep, OptLevel, SessionConfig};
+use runtime::SessionConfig;
 
 use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
-use crate::{Error, Progress, Result, write_atomic};
+use crate::{Error, Progress, Result, write_predictions};
 
 /// Everything an e2e run needs. The CLI fills it from flags and the config file.
 #[derive(Debug, Clone)]
@@ -27,34 +26,10 @@ pub struct E2eConfig {
     pub calibrate: CalibrateOptions,
     pub policy: qdq::Policy,
     pub policy_name: String,
-    /// Session settings of the FP32 evaluation; the INT8 one derives from it (see [`int8_session`]).
+    /// Session settings of the FP32 evaluation; the INT8 one is passed to [`e2e`] (see
+    /// [`crate::RuntimeSettings::int8_session`]).
     pub eval: EvalOptions,
     pub no_eval: bool,
-}
-
-/// The INT8 leg's session: the EP's INT8 mode (TensorRT/MIGraphX, with our calibration table) when asked for, and
-/// no graph optimisation on those EPs unless the user chose a level (they read the Q/DQ pairs themselves).
-pub fn int8_session(fp32: &SessionConfig, int8_mode: bool, opt_level_given: bool, table: &Path) -> SessionConfig {
-    let mut s = fp32.clone();
-    match &mut s.ep {
-        Ep::TensorRt(o) => {
-            o.int8 = o.int8 || int8_mode;
-            if o.int8 {
-                o.calibration_table = Some(table.to_path_buf());
-            }
-        }
-        Ep::MiGraphX(o) => {
-            o.int8 = o.int8 || int8_mode;
-            if o.int8 {
-                o.calibration_table = Some(table.to_path_buf());
-            }
-        }
-        _ => {}
-    }
-    if !opt_level_given && matches!(s.ep, Ep::TensorRt(_) | Ep::MiGraphX(_)) {
-        s.opt_level = OptLevel::Disable;
-    }
-    s
 }
 
 fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
@@ -68,13 +43,6 @@ fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
         missing_predictions: e.missing,
         latency: e.latency.clone(),
     }
-}
-
-fn write_predictions(path: &Path, p: &std::collections::HashMap<String, String>) -> Result<()> {
-    let sorted: BTreeMap<&String, &String> = p.iter().collect();
-    let json = serde_json::to_vec_pretty(&sorted)
-        .map_err(|e| Error::Output { path: path.to_path_buf(), reason: e.to_string() })?;
-    write_atomic(path, &json)
 }
 
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings.
@@ -110,11 +78,9 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
 
     // 2. quantize
     let main = &cal.tables[0];
-    let ranges: BTreeMap<String, (f32, f32)> = main.ranges.iter().map(|(k, r)| (k.clone(), (r.min, r.max))).collect();
-    let (qmodel, plan) = qdq::quantize(to_quantize, &ranges, &cfg.policy)?;
+    let (qmodel, plan) = qdq::quantize(to_quantize, &main.min_max(), &cfg.policy)?;
     drop(smoothed);
-    let count = |op: &str| qmodel.graph().node.iter().filter(|n| n.op_type() == op).count();
-    let (q_nodes, dq_nodes) = (count("QuantizeLinear"), count("DequantizeLinear"));
+    let counts = qdq::QdqCounts::of(&qmodel);
     let qpath = cfg.out.join("model_qdq.onnx");
     qmodel.save(&qpath)?;
     let qbytes = qmodel.to_bytes()?;
@@ -135,8 +101,8 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         quantization: QuantizationSummary {
             policy: cfg.policy_name.clone(),
             quantized_tensors: plan.tensors.len(),
-            quantize_nodes: q_nodes,
-            dequantize_nodes: dq_nodes,
+            quantize_nodes: counts.quantize,
+            dequantize_nodes: counts.dequantize,
             smoothing: smoothing.as_ref().map(|s| s.describe()),
             skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         },

@@ -13,16 +13,30 @@ mod calibrate;
 mod data;
 mod e2e;
 mod evaluate;
+mod jobs;
 mod progress;
 mod report;
+mod settings;
 
 pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
 pub use data::{Corpus, DataConfig, Score};
-pub use e2e::{E2eConfig, e2e, int8_session};
+pub use e2e::{E2eConfig, e2e};
+pub use jobs::{
+    CalibrateJob, CalibrateReport, E2eJob, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,
+    calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
+};
+pub use settings::{
+    CalibSettings, DataSettings, IoNames, MethodSettings, PolicySettings, RuntimeSettings, SquadVersion, calibration_session,
+    describe_policies,
+};
+// The types a caller of the jobs names: EPs and their options, range methods.
+pub use calib::{MethodKind, MethodOptions};
+pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};
 pub use progress::{NoProgress, Progress};
 pub use report::{CalibrationSummary, E2eResults, Latency, ModelResult, QuantizationSummary};
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -49,14 +63,27 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Writes `bytes` to a temporary file next to `path`, then renames it into place: readers never see a partial file.
+/// Writes `bytes` to `path` atomically (an unnamed temporary file in the target directory, synced, then linked into
+/// place; mode from the umask; missing directories created): readers see the old file or the whole new one, and a
+/// killed process leaves no temporary file behind.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let err = |reason: String| Error::Output { path: path.to_path_buf(), reason };
+    let err = |e: std::io::Error| Error::Output { path: path.to_path_buf(), reason: e.to_string() };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| err(e.to_string()))?;
-    tmp.write_all(bytes).map_err(|e| err(e.to_string()))?;
-    tmp.as_file().sync_all().map_err(|e| err(e.to_string()))?;
-    tmp.persist(path).map_err(|e| err(e.error.to_string()))?;
-    Ok(())
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let mut file = atomic_write_file::AtomicWriteFile::options().open(path).map_err(err)?;
+    file.write_all(bytes).map_err(err)?;
+    file.commit().map_err(err)
+}
+
+/// Writes SQuAD predictions (question id -> answer text, sorted by id) as pretty JSON, atomically.
+pub fn write_predictions(path: &Path, predictions: &HashMap<String, String>) -> Result<()> {
+    let sorted: BTreeMap<&String, &String> = predictions.iter().collect();
+    let json = serde_json::to_vec_pretty(&sorted)
+        .map_err(|e| Error::Output { path: path.to_path_buf(), reason: e.to_string() })?;
+    write_atomic(path, &json)
+}
+
+/// The ONNX Runtime library that would be loaded (`library`, else the default search) and its EPs.
+pub fn providers(library: Option<&Path>) -> Result<OrtInfo> {
+    Ok(runtime::init(library)?)
 }

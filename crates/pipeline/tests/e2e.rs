@@ -1,22 +1,39 @@
 //! The whole job on onnx-ir's tiny BERT and the SQuAD fixtures: calibrate -> quantize -> evaluate, every output file.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
-use pipeline::{CalibrateOptions, Corpus, DataConfig, E2eConfig, E2eResults, EvalOptions, NoProgress};
+use pipeline::{
+    CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, IoNames, MethodKind,
+    MethodOptions, MethodSettings, NoProgress, SquadVersion,
+};
 use runtime::SessionConfig;
 
 fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
 }
 
+fn data_settings() -> DataSettings {
+    DataSettings {
+        vocab: testdata("squad/vocab.txt"),
+        tokenizer_json: None,
+        lowercase: true,
+        version: SquadVersion::V1_1,
+        seq_len: 64,
+        query_len: 16,
+        doc_stride: 24,
+        io_names: IoNames::Hf,
+        pad_to_max: false,
+    }
+}
+
 fn data_config() -> DataConfig {
-    DataConfig::new(testdata("squad/vocab.txt"), None, true, "1.1", 64, 16, 24, "hf", false).unwrap()
+    data_settings().config().unwrap()
 }
 
 fn methods() -> Vec<calib::Method> {
-    ["percentile", "minmax", "entropy"].iter().map(|m| calib::Method::parse(m, &BTreeMap::new()).unwrap()).collect()
+    let compare = vec![MethodKind::MinMax, MethodKind::Entropy, MethodKind::Percentile];
+    MethodSettings { method: MethodKind::Percentile, compare, options: MethodOptions::default() }.methods().unwrap()
 }
 
 fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
@@ -195,7 +212,7 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     let tok = cfg.tokenizer().unwrap();
 
     // Names of another export.
-    let nvidia = DataConfig::new(testdata("squad/vocab.txt"), None, true, "1.1", 64, 16, 24, "nvidia", false).unwrap();
+    let nvidia = DataSettings { io_names: IoNames::Nvidia, ..data_settings() }.config().unwrap();
     let mut d = Corpus::load(&testdata("squad/tiny-v1.1.json"), &nvidia, &tok, 0).unwrap();
     let e = d.fit_model(&model, &path).unwrap_err().to_string();
     assert!(e.contains("tiny.onnx") && e.contains("input_mask") && e.contains("attention_mask"), "{e}");
@@ -224,6 +241,8 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     assert!(e.contains("empty.json") && e.contains("no questions"), "{e}");
 
     // Bad settings.
-    assert!(DataConfig::new(testdata("squad/vocab.txt"), None, true, "3.0", 64, 16, 24, "hf", false).is_err());
-    assert!(DataConfig::new(testdata("squad/vocab.txt"), None, true, "1.1", 16, 16, 24, "hf", false).is_err());
+    let e = "3.0".parse::<SquadVersion>().unwrap_err().to_string();
+    assert!(e.contains("3.0") && e.contains("1.1 or 2.0"), "{e}");
+    assert!("tf".parse::<IoNames>().unwrap_err().to_string().contains("hf or nvidia"));
+    assert!(DataSettings { seq_len: 16, ..data_settings() }.config().is_err());
 }

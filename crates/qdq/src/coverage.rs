@@ -66,6 +66,21 @@ fn is_non_float_constant(g: &GraphProto, name: &str) -> bool {
     elem.is_some_and(|e| e != DataType::Float as i32)
 }
 
+/// How many QuantizeLinear and DequantizeLinear nodes a model's main graph has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QdqCounts {
+    pub quantize: usize,
+    pub dequantize: usize,
+}
+
+impl QdqCounts {
+    /// Counts the nodes of `model`.
+    pub fn of(model: &Model) -> QdqCounts {
+        let count = |op: &str| model.graph().node.iter().filter(|n| n.op_type() == op).count();
+        QdqCounts { quantize: count("QuantizeLinear"), dequantize: count("DequantizeLinear") }
+    }
+}
+
 /// Counts Q/DQ coverage per op type and lists every DQ with its parameters.
 pub fn coverage(model: &Model) -> Coverage {
     let g = model.graph();

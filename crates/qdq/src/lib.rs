@@ -25,7 +25,7 @@ mod policy;
 mod scale;
 mod smooth;
 
-pub use coverage::{Coverage, OpCoverage, PairInfo, coverage};
+pub use coverage::{Coverage, OpCoverage, PairInfo, QdqCounts, coverage};
 pub use error::{Error, Result};
 pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,

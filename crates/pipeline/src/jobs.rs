@@ -1,0 +1,376 @@
+//! The jobs behind the `qdq` commands, one function each: the binary fills a job from its flags, calls it, and prints
+//! the report it gets back (each report's `Display` is the command's text output).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use onnx_ir::Model;
+use runtime::{Ep, SessionConfig};
+
+use crate::calibrate::{calibrate, smooth_model, write_tables};
+use crate::data::Corpus;
+use crate::e2e::{E2eConfig, e2e};
+use crate::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::report::E2eResults;
+use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings};
+use crate::{Error, Progress, Result, write_predictions};
+
+/// `qdq calibrate`: smooth (when the policy does), then one statistics pass, tables into `out`.
+#[derive(Debug, Clone)]
+pub struct CalibrateJob {
+    pub model: PathBuf,
+    pub batch: usize,
+    pub out: PathBuf,
+    /// calib_state.json files of other runs merged into the result.
+    pub merge: Vec<PathBuf>,
+    pub data: DataSettings,
+    /// `calibration_data` is required here.
+    pub calib: CalibSettings,
+    pub policy: PolicySettings,
+    pub ort_lib: Option<PathBuf>,
+}
+
+/// What [`calibrate_to_dir`] did.
+#[derive(Debug, Clone)]
+pub struct CalibrateReport {
+    /// The smoothing summary and where the smoothed model went, when the policy smoothed.
+    pub smoothed: Option<(String, PathBuf)>,
+    pub tensors: usize,
+    pub features: usize,
+    pub questions: usize,
+    pub seconds: f64,
+    pub out: PathBuf,
+}
+
+impl fmt::Display for CalibrateReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((summary, path)) = &self.smoothed {
+            writeln!(f, "{summary}; wrote {} (quantize this model with these tables)", path.display())?;
+        }
+        write!(
+            f,
+            "Calibrated {} tensors on {} features ({} questions) in {:.1} s; tables in {}",
+            self.tensors,
+            self.features,
+            self.questions,
+            self.seconds,
+            self.out.display()
+        )
+    }
+}
+
+/// Runs [`CalibrateJob`]: model_smoothed.onnx (when smoothing), calibration.json, calibration_<method>.json,
+/// calibration.flatbuffers, calibration.cache and calib_state.json into `job.out`.
+pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<CalibrateReport> {
+    let Some(calibration_data) = &job.calib.calibration_data else {
+        return Err(Error::Config("qdq calibrate needs --calibration-data FILE".into()));
+    };
+    let model = Model::load(&job.model)?;
+    let data_cfg = job.data.config()?;
+    let tokenizer = data_cfg.tokenizer()?;
+    let mut data = Corpus::load(calibration_data, &data_cfg, &tokenizer, job.calib.cal_num)?;
+    data.fit_model(&model, &job.model)?;
+    let policy = job.policy.policy()?;
+    let base = SessionConfig { library: job.ort_lib.clone(), ..SessionConfig::default() };
+    let opts = job.calib.options(job.batch, &base)?;
+    if !job.merge.is_empty() {
+        qdq::check_mergeable(&model, &policy)?;
+    }
+    let (model, smoothed) = match smooth_model(&model, &policy, &data, &opts, progress)? {
+        None => (model, None),
+        Some((smoothed, s)) => {
+            std::fs::create_dir_all(&job.out)
+                .map_err(|e| Error::Output { path: job.out.clone(), reason: e.to_string() })?;
+            let path = job.out.join("model_smoothed.onnx");
+            smoothed.save(&path)?;
+            (smoothed, Some((s.describe(), path)))
+        }
+    };
+    let tensors = qdq::tensors_to_calibrate(&model, &policy)?;
+    let mut cal = calibrate(&model, &tensors, &data, &opts, progress)?;
+    for m in &job.merge {
+        let other = calib::CalibState::load_json(m)?;
+        cal.state.merge(&other).map_err(|e| Error::Input { path: m.clone(), reason: format!("merging: {e}") })?;
+    }
+    if !job.merge.is_empty() {
+        cal.tables = calib::compute_all(&cal.state, &opts.methods)?;
+    }
+    write_tables(&cal, &job.out)?;
+    Ok(CalibrateReport {
+        smoothed,
+        tensors: cal.tensors.len(),
+        features: cal.features,
+        questions: cal.questions,
+        seconds: cal.seconds,
+        out: job.out.clone(),
+    })
+}
+
+/// `qdq quantize`: Q/DQ pairs into a model, with ranges from any table qdq reads.
+#[derive(Debug, Clone)]
+pub struct QuantizeJob {
+    pub model: PathBuf,
+    /// calibration.json, ONNX Runtime's flatbuffers table or a TensorRT cache ([`calib::tables::read_ranges`]).
+    pub ranges: PathBuf,
+    /// Where the QDQ model goes; `None` only with `dry_run`.
+    pub output: Option<PathBuf>,
+    /// Plan only, write nothing.
+    pub dry_run: bool,
+    pub policy: PolicySettings,
+}
+
+/// What [`quantize_file`] did: the plan (dry run) or the model it wrote.
+#[derive(Debug, Clone)]
+pub enum QuantizeReport {
+    Planned(qdq::Plan),
+    Written { output: PathBuf, tensors: usize, skipped: usize },
+}
+
+impl fmt::Display for QuantizeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantizeReport::Planned(plan) => write!(f, "{plan}"),
+            QuantizeReport::Written { output, tensors, skipped } => {
+                write!(f, "Wrote {} ({tensors} tensors quantized, {skipped} skipped)", output.display())
+            }
+        }
+    }
+}
+
+/// Runs [`QuantizeJob`]. A smoothing policy on an unsmoothed model is an error naming the model file.
+pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
+    let policy = job.policy.policy()?;
+    let model = Model::load(&job.model)?;
+    let ranges = calib::tables::read_ranges(&job.ranges)?;
+    let plan = qdq::plan(&model, &ranges, &policy).map_err(|e| match e {
+        e @ qdq::Error::NotSmoothed { .. } => Error::Input { path: job.model.clone(), reason: e.to_string() },
+        e => e.into(),
+    })?;
+    if job.dry_run {
+        return Ok(QuantizeReport::Planned(plan));
+    }
+    let Some(output) = &job.output else {
+        return Err(Error::Config("qdq quantize needs --output FILE (or --dry-run)".into()));
+    };
+    let mut model = model;
+    plan.apply(&mut model)?;
+    model.save(output)?;
+    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped: plan.skipped.len() })
+}
+
+/// `qdq eval`: one model on SQuAD.
+#[derive(Debug, Clone)]
+pub struct EvalJob {
+    pub model: PathBuf,
+    pub dataset: PathBuf,
+    /// Questions (the first N; 0 = all).
+    pub samples: usize,
+    pub batch: usize,
+    /// Write the predictions here.
+    pub predictions: Option<PathBuf>,
+    pub runtime: RuntimeSettings,
+    pub data: DataSettings,
+}
+
+/// An evaluation and the model it was of.
+#[derive(Debug, Clone)]
+pub struct EvalReport {
+    pub model: PathBuf,
+    pub evaluation: Evaluation,
+}
+
+impl fmt::Display for EvalReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (e, l) = (&self.evaluation, &self.evaluation.latency);
+        write!(
+            f,
+            "{}: EM {:.2} F1 {:.2} on {} questions ({} missing) | {:.2} ms/feature, p50 {:.2}, p90 {:.2}, {:.1} \
+             features/s on {}",
+            self.model.display(),
+            e.exact_match,
+            e.f1,
+            e.questions,
+            e.missing,
+            l.ms_per_feature,
+            l.p50_ms_per_feature,
+            l.p90_ms_per_feature,
+            l.features_per_second,
+            e.ep
+        )
+    }
+}
+
+/// Runs [`EvalJob`]. With `save_load` the optimised model goes beside the evaluated one
+/// (model_eval_optimized.onnx); with `int8` TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
+pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalReport> {
+    let data_cfg = job.data.config()?;
+    let tokenizer = data_cfg.tokenizer()?;
+    let model = Model::load(&job.model)?;
+    let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.samples)?;
+    data.fit_model(&model, &job.model)?;
+    let bytes = model.to_bytes()?;
+    drop(model);
+    let model_dir = job.model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut session = job.runtime.fp32_session(Some(model_dir), "eval");
+    if let Some(p) = &session.optimized_model_path {
+        progress.note(&format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
+    }
+    if job.runtime.int8 {
+        session = job.runtime.int8_session(&session, Path::new("calibration.flatbuffers"));
+    }
+    let opts = EvalOptions { batch: job.batch, session };
+    let evaluation = evaluate(&bytes, &job.model.display().to_string(), &data, &opts, "evaluating", progress)?;
+    if let Some(p) = &job.predictions {
+        write_predictions(p, &evaluation.predictions)?;
+    }
+    Ok(EvalReport { model: job.model.clone(), evaluation })
+}
+
+/// `qdq e2e`: calibrate, quantize, evaluate FP32 and INT8, everything into `out`.
+#[derive(Debug, Clone)]
+pub struct E2eJob {
+    pub model: PathBuf,
+    /// Default: squad/dev-v<version>.json.
+    pub dataset: Option<PathBuf>,
+    pub out: PathBuf,
+    pub samples: usize,
+    pub batch: usize,
+    pub no_eval: bool,
+    pub data: DataSettings,
+    pub calib: CalibSettings,
+    pub policy: PolicySettings,
+    pub runtime: RuntimeSettings,
+}
+
+/// Runs [`E2eJob`]. Every EP is checked against the loaded ONNX Runtime before any work.
+pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eResults> {
+    let dataset = job.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", job.data.version)));
+    let fp32 = job.runtime.fp32_session(Some(&job.out), "fp32");
+    let mut int8 = job.runtime.int8_session(&fp32, &job.out.join("calibration.flatbuffers"));
+    if job.runtime.save_load {
+        int8.optimized_model_path = Some(job.out.join("model_int8_optimized.onnx"));
+    }
+    if job.runtime.int8 && matches!(int8.ep, Ep::Cpu) {
+        progress.note(
+            "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses them",
+        );
+    }
+    for s in [&fp32, &int8] {
+        s.check_available()?;
+    }
+    let cfg = E2eConfig {
+        model: job.model.clone(),
+        calibration_data: job.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
+        dataset,
+        out: job.out.clone(),
+        data: job.data.config()?,
+        samples: job.samples,
+        cal_num: job.calib.cal_num,
+        calibrate: job.calib.options(job.batch, &fp32)?,
+        policy: job.policy.policy()?,
+        policy_name: job.policy.preset.clone(),
+        eval: EvalOptions { batch: job.batch, session: fp32 },
+        no_eval: job.no_eval,
+    };
+    e2e(&cfg, &int8, progress)
+}
+
+/// Everything `qdq inspect` reports of a model.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    pub path: PathBuf,
+    pub ir_version: i64,
+    pub opset: Option<i64>,
+    pub producer: (String, String),
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub nodes: usize,
+    pub initializers: usize,
+    pub parameters: usize,
+    pub smoothing: Option<String>,
+    pub counts: qdq::QdqCounts,
+    pub coverage: qdq::Coverage,
+}
+
+/// Reads the model at `path` and summarises it.
+pub fn inspect(path: &Path) -> Result<Inspection> {
+    let model = Model::load(path)?;
+    let g = model.graph();
+    let names = |v: &[onnx_ir::proto::ValueInfoProto]| v.iter().map(|v| v.name().to_owned()).collect::<Vec<_>>();
+    Ok(Inspection {
+        path: path.to_path_buf(),
+        ir_version: model.proto.ir_version(),
+        opset: model.opset(""),
+        producer: (model.proto.producer_name().to_owned(), model.proto.producer_version().to_owned()),
+        inputs: names(&g.input),
+        outputs: names(&g.output),
+        nodes: g.node.len(),
+        initializers: g.initializer.len(),
+        parameters: g.initializer.iter().map(|t| t.dims.iter().product::<i64>().max(0) as usize).sum(),
+        smoothing: qdq::smoothing_record(&model).map(str::to_owned),
+        counts: qdq::QdqCounts::of(&model),
+        coverage: qdq::coverage(&model),
+    })
+}
+
+impl Inspection {
+    /// The JSON document of `qdq inspect --json`.
+    pub fn json(&self) -> serde_json::Value {
+        let ranges: std::collections::BTreeMap<_, _> = self
+            .coverage
+            .pairs
+            .iter()
+            .filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1])))
+            .collect();
+        serde_json::json!({
+            "model": self.path,
+            "ir_version": self.ir_version,
+            "opset": self.opset,
+            "producer": format!("{} {}", self.producer.0, self.producer.1).trim(),
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "nodes": self.nodes,
+            "initializers": self.initializers,
+            "parameters": self.parameters,
+            "smoothing": self.smoothing,
+            "coverage": self.coverage,
+            "ranges": ranges,
+        })
+    }
+
+    /// The text of `qdq inspect` (`with_ranges`: every pair's range instead of the per-op table).
+    pub fn text(&self, with_ranges: bool) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let opset = self.opset.map_or("?".into(), |v| v.to_string());
+        let _ = writeln!(s, "{}", self.path.display());
+        let _ = writeln!(s, "  IR {} | opset {opset} | producer {} {}", self.ir_version, self.producer.0, self.producer.1);
+        let _ = writeln!(s, "  inputs:  {}", self.inputs.join(", "));
+        let _ = writeln!(s, "  outputs: {}", self.outputs.join(", "));
+        let _ = writeln!(s, "  {} nodes, {} initializers, {} parameters", self.nodes, self.initializers, self.parameters);
+        if let Some(r) = &self.smoothing {
+            let _ = writeln!(s, "  smoothed MatMul inputs (SmoothQuant-style): {r}");
+        }
+        let _ = writeln!(s);
+        let (q, dq) = (self.counts.quantize, self.counts.dequantize);
+        let _ = writeln!(s, "Q/DQ: {q} QuantizeLinear, {dq} DequantizeLinear");
+        if with_ranges {
+            let _ = writeln!(s, "{}", self.coverage);
+            let _ = writeln!(s, "Ranges encoded by per-tensor pairs (tensor: [min, max]):");
+            for p in &self.coverage.pairs {
+                if let Some((lo, hi)) = p.range() {
+                    let _ = writeln!(s, "  {}: [{lo:.6}, {hi:.6}]", p.tensor);
+                }
+            }
+        } else {
+            let _ = writeln!(s, "{:<24} {:>6} {:>10}", "op type", "nodes", "behind DQ");
+            for (op, c) in &self.coverage.by_op {
+                let _ = writeln!(s, "{op:<24} {:>6} {:>10}", c.nodes, c.covered);
+            }
+            if dq > 0 {
+                let _ = writeln!(s, "(--ranges lists every pair with its scale and range)");
+            }
+        }
+        s
+    }
+}
