@@ -68,7 +68,8 @@ pub fn read_ranges(path: impl AsRef<Path>) -> Result<BTreeMap<String, (f32, f32)
     if bytes.first() == Some(&b'{') {
         Ok(read_json(path)?.min_max())
     } else if bytes.starts_with(b"TRT-") {
-        let text = String::from_utf8(bytes).map_err(|_| table_err(path, "file", "a TensorRT cache is text; not UTF-8"))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| table_err(path, "file", "a TensorRT cache is text; not UTF-8"))?;
         Ok(symmetric(decode_trt_cache(&text, path)?.amax()))
     } else {
         Ok(symmetric(decode_ort_flatbuffers(&bytes, path)?))

@@ -316,12 +316,8 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
 impl Inspection {
     /// The JSON document of `qdq inspect --json`.
     pub fn json(&self) -> serde_json::Value {
-        let ranges: std::collections::BTreeMap<_, _> = self
-            .coverage
-            .pairs
-            .iter()
-            .filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1])))
-            .collect();
+        let ranges: std::collections::BTreeMap<_, _> =
+            self.coverage.pairs.iter().filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1]))).collect();
         serde_json::json!({
             "model": self.path,
             "ir_version": self.ir_version,
@@ -344,10 +340,12 @@ impl Inspection {
         let mut s = String::new();
         let opset = self.opset.map_or("?".into(), |v| v.to_string());
         let _ = writeln!(s, "{}", self.path.display());
-        let _ = writeln!(s, "  IR {} | opset {opset} | producer {} {}", self.ir_version, self.producer.0, self.producer.1);
+        let _ =
+            writeln!(s, "  IR {} | opset {opset} | producer {} {}", self.ir_version, self.producer.0, self.producer.1);
         let _ = writeln!(s, "  inputs:  {}", self.inputs.join(", "));
         let _ = writeln!(s, "  outputs: {}", self.outputs.join(", "));
-        let _ = writeln!(s, "  {} nodes, {} initializers, {} parameters", self.nodes, self.initializers, self.parameters);
+        let _ =
+            writeln!(s, "  {} nodes, {} initializers, {} parameters", self.nodes, self.initializers, self.parameters);
         if let Some(r) = &self.smoothing {
             let _ = writeln!(s, "  smoothed MatMul inputs (SmoothQuant-style): {r}");
         }

@@ -26,15 +26,15 @@ pub use jobs::{
     calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
 };
 pub use settings::{
-    CalibSettings, DataSettings, IoNames, MethodSettings, PolicySettings, RuntimeSettings, SquadVersion, calibration_session,
-    describe_policies,
+    CalibSettings, DataSettings, IoNames, MethodSettings, PolicySettings, RuntimeSettings, SquadVersion,
+    calibration_session, describe_policies,
 };
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};
-pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};
 pub use progress::{NoProgress, Progress};
 pub use report::{CalibrationSummary, E2eResults, Latency, ModelResult, QuantizationSummary};
+pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;

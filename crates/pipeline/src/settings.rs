@@ -246,12 +246,16 @@ impl PolicySettings {
     }
 }
 
-/// Every preset with its settings and the options they take: what `qdq quantize --list-policies` prints.
+/// Every preset with its settings, then what each option does and takes: what `qdq quantize --list-policies`
+/// prints.
 pub fn describe_policies() -> Result<String> {
     let mut out = String::new();
     for name in qdq::PRESETS {
-        out.push_str(&format!("{name}:\n{}\n\n", qdq::Policy::preset(name)?.describe()));
+        out.push_str(&format!("{name}:\n{}\n", qdq::Policy::preset(name)?.describe()));
     }
-    out.push_str(&format!("Options (--policy-option KEY=VALUE): {}", qdq::KEYS.join(", ")));
-    Ok(out)
+    out.push_str("Options (--policy-option KEY=VALUE, repeatable; later ones win):\n");
+    for o in qdq::OPTIONS {
+        out.push_str(&format!("  {:<22} {}\n  {:<22} values: {}\n", o.key, o.doc, "", o.values));
+    }
+    Ok(out.trim_end().to_owned())
 }

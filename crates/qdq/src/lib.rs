@@ -31,7 +31,8 @@ pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
 };
 pub use policy::{
-    DEFAULT_SMOOTH_ALPHA, KEYS, PRESETS, Policy, ResidualAdd, SmoothTargets, SoftmaxRange, WeightStorage,
+    Activations, DEFAULT_SMOOTH_ALPHA, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd, SmoothTargets,
+    SoftmaxRange, WeightStorage,
 };
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{

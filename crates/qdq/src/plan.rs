@@ -303,7 +303,12 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
                 let a = onnx_ir::tensor_to_array::<f32>(init)?;
                 let (lo, hi) = min_max(a.iter().copied());
                 check_range(&t, (lo, hi))?;
-                (TensorKind::Constant, policy.activations.qtype, vec![scale_zp(&t, lo, hi, policy.activations)], None)
+                (
+                    TensorKind::Constant,
+                    policy.activations.spec().qtype,
+                    vec![scale_zp(&t, lo, hi, policy.activations.spec())],
+                    None,
+                )
             }
         } else {
             let softmax_out = g.producer_of(&t).is_some_and(|i| g.node[i].op_type() == "Softmax");
@@ -316,7 +321,7 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
                             let n = &g.node[r];
                             n.op_type() == "MatMul" && n.input[0] == t && n.input[1] != t
                         });
-                    if !policy.activations.symmetric {
+                    if !policy.activations.spec().symmetric {
                         return Err(Error::BadOptionValue {
                             key: "softmax_range".into(),
                             value: "shifted".into(),
@@ -343,8 +348,8 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
                 continue;
             };
             check_range(&t, range)?;
-            let p = scale_zp(&t, range.0, range.1, policy.activations);
-            (TensorKind::Activation, policy.activations.qtype, vec![p], None)
+            let p = scale_zp(&t, range.0, range.1, policy.activations.spec());
+            (TensorKind::Activation, policy.activations.spec().qtype, vec![p], None)
         };
         let receivers = sel.receivers.get(&t).map(Vec::as_slice).unwrap_or_default();
         let pairs = if kind == TensorKind::Activation && policy.dedicated_pairs && receivers.len() > 1 {

@@ -12,72 +12,302 @@ pub const PRESETS: &[&str] = &["ort-compatible", "tensorrt", "migraphx", "cpu"];
 /// SQuAD dev set, see docs/QUANTIZATION.md.
 pub const DEFAULT_SMOOTH_ALPHA: f32 = 1.0;
 
-/// Keys accepted by [`Policy::set`].
-pub const KEYS: &[&str] = &[
-    "op_types",
-    "matmul_const_b_only",
-    "residual_add",
-    "dedicated_pairs",
-    "shared_pair_feeds_all",
-    "quantize_outputs",
-    "activations",
-    "per_channel",
-    "weights",
-    "reduce_range",
-    "softmax_range",
-    "smooth",
-    "smooth_targets",
-    "include_nodes",
-    "exclude_nodes",
-    "exclude_tensors",
-    "strict",
+/// "a, b or c": how errors and help texts list a closed set of values.
+fn or_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+/// An option whose values are keywords: the enum, its names, `Display` and `FromStr` from one list, so the names
+/// `set` accepts and the names `describe` prints cannot drift apart.
+macro_rules! keywords {
+    ($(#[$m:meta])* $t:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $t { $($(#[$vm])* $v),+ }
+
+        impl $t {
+            /// Every value's name, as [`Policy::set`] takes it.
+            pub const NAMES: &'static [&'static str] = &[$($s),+];
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self { $($t::$v => $s),+ })
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            /// What is accepted ("a, b or c").
+            type Err = String;
+
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                match s { $($s => Ok($t::$v),)+ _ => Err(or_list($t::NAMES)) }
+            }
+        }
+    };
+}
+
+keywords! {
+    /// Treatment of `Add` nodes whose output feeds `ReduceMean` (LayerNorm decomposed, opset <= 16)
+    /// or `LayerNormalization` (opset >= 17): the residual Adds. Other Adds (bias Adds, ...) are
+    /// never quantized.
+    ResidualAdd {
+        /// Put Q/DQ on both inputs of residual Adds (what ORT does with the seed-001 exclusions).
+        Quantize = "quantize",
+        /// Leave residual Adds in float.
+        Skip = "skip",
+    }
+}
+
+keywords! {
+    /// How Softmax outputs (attention probabilities) are quantized.
+    SoftmaxRange {
+        /// The calibrated range, like any activation (ORT's behaviour). A calibrator that clips attention
+        /// probabilities (entropy, MSE, percentile) saturates the few large ones that carry the attention.
+        Calibrated = "calibrated",
+        /// The analytic range [0, 1]: with symmetric int8 only 128 levels (steps of 1/127) are used.
+        Full = "full",
+        /// `p - 0.5` quantized over [-0.5, 0.5]: all 255 symmetric int8 levels (steps of 1/254) on [0, 1], so half
+        /// the rounding error and far fewer small probabilities rounded to zero. The MatMul `P·V` stays int8; its
+        /// output gets `0.5 · Σ_k V[k, :]` added back in float, computed from the same dequantized `V`, so the
+        /// result is exactly `DQ(P)·DQ(V)`. Needs symmetric activations.
+        Shifted = "shifted",
+    }
+}
+
+keywords! {
+    /// Which activations SmoothQuant-style smoothing rescales (see [`crate::smooth`]).
+    SmoothTargets {
+        /// LayerNorm outputs only: γ / β absorb the division, no node is added on their path.
+        LayerNorm = "layernorm",
+        /// Also every other activation read by a constant-weight MatMul (GELU outputs, attention context), divided
+        /// by an explicit `Mul` in front of the MatMuls.
+        All = "all",
+    }
+}
+
+keywords! {
+    /// How a constant weight is represented after quantization.
+    WeightStorage {
+        /// Keep the FP32 initializer followed by QuantizeLinear -> DequantizeLinear (TensorRT style,
+        /// ORT's `AddQDQPairToWeight`).
+        QdqPair = "qdq-pair",
+        /// Store an int8 initializer read by a DequantizeLinear.
+        Int8Initializer = "int8-initializer",
+    }
+}
+
+keywords! {
+    /// How activations are quantized.
+    Activations {
+        /// int8 with zero point 0 (TensorRT, MIGraphX).
+        Int8Symmetric = "int8-symmetric",
+        /// uint8 with a zero point (ONNX Runtime's CPU integer kernels).
+        Uint8Asymmetric = "uint8-asymmetric",
+    }
+}
+
+impl Activations {
+    /// The integer type and symmetry.
+    pub fn spec(self) -> QuantSpec {
+        match self {
+            Activations::Int8Symmetric => QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false },
+            Activations::Uint8Asymmetric => {
+                QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false }
+            }
+        }
+    }
+}
+
+/// One policy option: its key, one sentence on what it does, the values it takes, how to read and write it.
+/// [`OPTIONS`] is the only list of them: [`Policy::set`], [`Policy::describe`], [`KEYS`] and the CLI's
+/// `--list-policies` all read it.
+pub struct PolicyOption {
+    /// The key of `--policy-option KEY=VALUE`.
+    pub key: &'static str,
+    /// What the option does, one sentence.
+    pub doc: &'static str,
+    /// The values it takes.
+    pub values: &'static str,
+    get: fn(&Policy) -> String,
+    set: fn(&mut Policy, &str) -> std::result::Result<(), String>,
+}
+
+fn boolean(v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err("true or false".into()),
+    }
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+}
+
+/// Appends globs to one of the policy's glob lists after checking they compile.
+fn globs(target: &mut Vec<String>, v: &str) -> std::result::Result<(), String> {
+    let new = list(v);
+    for p in &new {
+        Glob::new(p).map_err(|e| format!("a valid glob ({e})"))?;
+    }
+    target.extend(new);
+    Ok(())
+}
+
+/// Every option, in the order `describe` prints them.
+pub const OPTIONS: &[PolicyOption] = &[
+    PolicyOption {
+        key: "op_types",
+        doc: "op types whose inputs get Q/DQ pairs",
+        values: "a comma-separated subset of MatMul,Add",
+        get: |p| p.op_types.join(","),
+        set: |p, v| {
+            let ops = list(v);
+            if ops.is_empty() || ops.iter().any(|o| o != "MatMul" && o != "Add") {
+                return Err("a comma-separated subset of MatMul,Add".into());
+            }
+            p.op_types = ops;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "matmul_const_b_only",
+        doc: "quantize a MatMul only when its second input is a constant weight",
+        values: "true or false",
+        get: |p| p.matmul_const_b_only.to_string(),
+        set: |p, v| Ok(p.matmul_const_b_only = boolean(v)?),
+    },
+    PolicyOption {
+        key: "residual_add",
+        doc: "the residual Adds (those feeding a LayerNorm): Q/DQ on both inputs, or left in float",
+        values: "quantize or skip",
+        get: |p| p.residual_add.to_string(),
+        set: |p, v| Ok(p.residual_add = v.parse()?),
+    },
+    PolicyOption {
+        key: "dedicated_pairs",
+        doc: "one Q/DQ pair per quantized reader of an activation (TensorRT cannot share one) instead of a shared pair",
+        values: "true or false",
+        get: |p| p.dedicated_pairs.to_string(),
+        set: |p, v| Ok(p.dedicated_pairs = boolean(v)?),
+    },
+    PolicyOption {
+        key: "shared_pair_feeds_all",
+        doc: "a shared pair also feeds the tensor's readers that are not quantized, as ONNX Runtime does",
+        values: "true or false",
+        get: |p| p.shared_pair_feeds_all.to_string(),
+        set: |p, v| Ok(p.shared_pair_feeds_all = boolean(v)?),
+    },
+    PolicyOption {
+        key: "quantize_outputs",
+        doc: "also Q/DQ on the outputs of quantized nodes (ONNX Runtime's CPU EP then fuses QLinearMatMul)",
+        values: "true or false",
+        get: |p| p.quantize_outputs.to_string(),
+        set: |p, v| Ok(p.quantize_outputs = boolean(v)?),
+    },
+    PolicyOption {
+        key: "activations",
+        doc: "activation quantization: int8 with zero point 0, or uint8 with a zero point",
+        values: "int8-symmetric or uint8-asymmetric",
+        get: |p| p.activations.to_string(),
+        set: |p, v| Ok(p.activations = v.parse()?),
+    },
+    PolicyOption {
+        key: "per_channel",
+        doc: "one scale per output column of each MatMul weight instead of one per tensor",
+        values: "true or false",
+        get: |p| p.per_channel.to_string(),
+        set: |p, v| Ok(p.per_channel = boolean(v)?),
+    },
+    PolicyOption {
+        key: "weights",
+        doc: "weight storage: float initializer + Q + DQ, or int8 initializer + DQ (a smaller file)",
+        values: "qdq-pair or int8-initializer",
+        get: |p| p.weights.to_string(),
+        set: |p, v| Ok(p.weights = v.parse()?),
+    },
+    PolicyOption {
+        key: "reduce_range",
+        doc: "7-bit weights, avoiding u8s8 saturation in ONNX Runtime's CPU kernels on x86 without VNNI",
+        values: "true or false",
+        get: |p| p.reduce_range.to_string(),
+        set: |p, v| Ok(p.reduce_range = boolean(v)?),
+    },
+    PolicyOption {
+        key: "softmax_range",
+        doc: "range of Softmax outputs: calibrated, [0, 1], or P - 0.5 over [-0.5, 0.5] with an exact float correction",
+        values: "calibrated, full or shifted",
+        get: |p| p.softmax_range.to_string(),
+        set: |p, v| Ok(p.softmax_range = v.parse()?),
+    },
+    PolicyOption {
+        key: "smooth",
+        doc: "SmoothQuant-style migration of MatMul inputs' outlier channels into the weights, before calibration",
+        values: "off or a migration strength in [0, 1], e.g. 0.5",
+        get: |p| p.smooth.map_or_else(|| "off".to_string(), |a| a.to_string()),
+        set: |p, v| {
+            p.smooth = match v {
+                "off" | "none" | "false" => None,
+                v => match v.parse::<f32>() {
+                    Ok(a) if (0.0..=1.0).contains(&a) => Some(a),
+                    _ => return Err("off or a migration strength in [0, 1], e.g. 0.5".into()),
+                },
+            };
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "smooth_targets",
+        doc: "what smoothing rescales: LayerNorm outputs (into gamma/beta), or every constant-weight MatMul input",
+        values: "layernorm or all",
+        get: |p| p.smooth_targets.to_string(),
+        set: |p, v| Ok(p.smooth_targets = v.parse()?),
+    },
+    PolicyOption {
+        key: "include_nodes",
+        doc: "node names or globs: when any is given, only matching nodes are quantized (added to the list)",
+        values: "comma-separated names or globs",
+        get: |p| p.include_nodes.join(","),
+        set: |p, v| globs(&mut p.include_nodes, v),
+    },
+    PolicyOption {
+        key: "exclude_nodes",
+        doc: "node names or globs never quantized (added to the list)",
+        values: "comma-separated names or globs",
+        get: |p| p.exclude_nodes.join(","),
+        set: |p, v| globs(&mut p.exclude_nodes, v),
+    },
+    PolicyOption {
+        key: "exclude_tensors",
+        doc: "tensor names or globs never given a Q/DQ pair (added to the list)",
+        values: "comma-separated names or globs",
+        get: |p| p.exclude_tensors.join(","),
+        set: |p, v| globs(&mut p.exclude_tensors, v),
+    },
+    PolicyOption {
+        key: "strict",
+        doc: "a tensor the policy quantizes that has no calibration range is an error instead of being skipped",
+        values: "true or false",
+        get: |p| p.strict.to_string(),
+        set: |p, v| Ok(p.strict = boolean(v)?),
+    },
 ];
 
-/// Treatment of `Add` nodes whose output feeds `ReduceMean` (LayerNorm decomposed, opset <= 16)
-/// or `LayerNormalization` (opset >= 17): the residual Adds. Other Adds (bias Adds, ...) are
-/// never quantized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResidualAdd {
-    /// Put Q/DQ on both inputs of residual Adds (what ORT does with the seed-001 exclusions).
-    Quantize,
-    /// Leave residual Adds in float.
-    Skip,
-}
-
-/// How Softmax outputs (attention probabilities) are quantized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SoftmaxRange {
-    /// The calibrated range, like any activation (ORT's behaviour). A calibrator that clips attention probabilities
-    /// (entropy, MSE, percentile) saturates the few large ones that carry the attention.
-    Calibrated,
-    /// The analytic range [0, 1]: with symmetric int8 only 128 levels (steps of 1/127) are used.
-    Full,
-    /// `p - 0.5` quantized over [-0.5, 0.5]: all 255 symmetric int8 levels (steps of 1/254) on [0, 1], so half
-    /// the rounding error and far fewer small probabilities rounded to zero. The MatMul `P·V` stays int8; its output
-    /// gets `0.5 · Σ_k V[k, :]` added back in float, computed from the same dequantized `V`, so the result is
-    /// exactly `DQ(P)·DQ(V)`. Needs symmetric activations.
-    Shifted,
-}
-
-/// Which activations SmoothQuant-style smoothing rescales (see [`crate::smooth`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SmoothTargets {
-    /// LayerNorm outputs only: γ / β absorb the division, no node is added on their path.
-    LayerNorm,
-    /// Also every other activation read by a constant-weight MatMul (GELU outputs, attention context), divided by
-    /// an explicit `Mul` in front of the MatMuls.
-    All,
-}
-
-/// How a constant weight is represented after quantization.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightStorage {
-    /// Keep the FP32 initializer followed by QuantizeLinear -> DequantizeLinear (TensorRT style,
-    /// ORT's `AddQDQPairToWeight`).
-    QdqPair,
-    /// Store an int8 initializer read by a DequantizeLinear.
-    Int8Initializer,
-}
+/// Keys accepted by [`Policy::set`], in [`OPTIONS`] order.
+pub const KEYS: [&str; OPTIONS.len()] = {
+    let mut keys = [""; OPTIONS.len()];
+    let mut i = 0;
+    while i < OPTIONS.len() {
+        keys[i] = OPTIONS[i].key;
+        i += 1;
+    }
+    keys
+};
 
 /// A complete, validated set of placement and maths options.
 ///
@@ -100,7 +330,7 @@ pub struct Policy {
     /// Also put Q/DQ on the outputs of quantized nodes (needs their ranges).
     pub quantize_outputs: bool,
     /// Activation quantization.
-    pub activations: QuantSpec,
+    pub activations: Activations,
     /// One scale per output column of MatMul weights (axis 1 of `[in, out]`).
     pub per_channel: bool,
     /// Weight representation.
@@ -147,7 +377,7 @@ impl Policy {
             dedicated_pairs: true,
             shared_pair_feeds_all: true,
             quantize_outputs: false,
-            activations: QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false },
+            activations: Activations::Int8Symmetric,
             per_channel: true,
             weights: WeightStorage::QdqPair,
             reduce_range: false,
@@ -179,7 +409,7 @@ impl Policy {
                 residual_add: ResidualAdd::Skip,
                 dedicated_pairs: false,
                 quantize_outputs: true,
-                activations: QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false },
+                activations: Activations::Uint8Asymmetric,
                 weights: WeightStorage::Int8Initializer,
                 reduce_range: true,
                 softmax_range: SoftmaxRange::Full,
@@ -192,132 +422,27 @@ impl Policy {
     }
 
     /// Sets one option from strings (CLI / TOML). Lists are comma-separated; the glob lists
-    /// (`include_nodes`, `exclude_nodes`, `exclude_tensors`) are appended to, the others replaced.
+    /// (`include_nodes`, `exclude_nodes`, `exclude_tensors`) are appended to, the others replaced. An unknown key
+    /// is an error listing the valid ones; a bad value, one saying what the key takes.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let bad = |expected: &str| Error::BadOptionValue {
+        let Some(option) = OPTIONS.iter().find(|o| o.key == key) else {
+            return Err(Error::UnknownOption { key: key.to_string(), valid: KEYS.join(", ") });
+        };
+        (option.set)(self, value).map_err(|expected| Error::BadOptionValue {
             key: key.to_string(),
             value: value.to_string(),
-            expected: expected.to_string(),
-        };
-        let boolean = || match value {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(bad("true or false")),
-        };
-        let list = || value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>();
-        match key {
-            "op_types" => {
-                let ops = list();
-                if ops.is_empty() || ops.iter().any(|o| o != "MatMul" && o != "Add") {
-                    return Err(bad("a comma-separated subset of MatMul,Add"));
-                }
-                self.op_types = ops;
-            }
-            "matmul_const_b_only" => self.matmul_const_b_only = boolean()?,
-            "residual_add" => {
-                self.residual_add = match value {
-                    "quantize" => ResidualAdd::Quantize,
-                    "skip" => ResidualAdd::Skip,
-                    _ => return Err(bad("quantize or skip")),
-                }
-            }
-            "dedicated_pairs" => self.dedicated_pairs = boolean()?,
-            "shared_pair_feeds_all" => self.shared_pair_feeds_all = boolean()?,
-            "quantize_outputs" => self.quantize_outputs = boolean()?,
-            "activations" => {
-                self.activations = match value {
-                    "int8-symmetric" => QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false },
-                    "uint8-asymmetric" => QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false },
-                    _ => return Err(bad("int8-symmetric or uint8-asymmetric")),
-                }
-            }
-            "per_channel" => self.per_channel = boolean()?,
-            "weights" => {
-                self.weights = match value {
-                    "qdq-pair" => WeightStorage::QdqPair,
-                    "int8-initializer" => WeightStorage::Int8Initializer,
-                    _ => return Err(bad("qdq-pair or int8-initializer")),
-                }
-            }
-            "reduce_range" => self.reduce_range = boolean()?,
-            "softmax_range" => {
-                self.softmax_range = match value {
-                    "calibrated" => SoftmaxRange::Calibrated,
-                    "full" => SoftmaxRange::Full,
-                    "shifted" => SoftmaxRange::Shifted,
-                    _ => return Err(bad("calibrated, full or shifted")),
-                }
-            }
-            "smooth" => {
-                self.smooth = match value {
-                    "off" | "none" | "false" => None,
-                    v => match v.parse::<f32>() {
-                        Ok(a) if (0.0..=1.0).contains(&a) => Some(a),
-                        _ => return Err(bad("off or a migration strength in [0, 1], e.g. 0.5")),
-                    },
-                }
-            }
-            "smooth_targets" => {
-                self.smooth_targets = match value {
-                    "layernorm" => SmoothTargets::LayerNorm,
-                    "all" => SmoothTargets::All,
-                    _ => return Err(bad("layernorm or all")),
-                }
-            }
-            "include_nodes" | "exclude_nodes" | "exclude_tensors" => {
-                let globs = list();
-                build_globset(key, &globs)?;
-                let target = match key {
-                    "include_nodes" => &mut self.include_nodes,
-                    "exclude_nodes" => &mut self.exclude_nodes,
-                    _ => &mut self.exclude_tensors,
-                };
-                target.extend(globs);
-            }
-            "strict" => self.strict = boolean()?,
-            _ => return Err(Error::UnknownOption { key: key.to_string(), valid: KEYS.join(", ") }),
-        }
-        Ok(())
+            expected,
+        })
     }
 
-    /// One `key = value` line per option, in [`KEYS`] order (values as [`Policy::set`] takes them).
+    /// One `key = value` line per option, in [`KEYS`] order (values as [`Policy::set`] takes them), after the
+    /// preset's name.
     pub fn describe(&self) -> String {
-        let b = |v: bool| if v { "true" } else { "false" };
-        let acts = match (self.activations.qtype, self.activations.symmetric) {
-            (QuantType::Int8, true) => "int8-symmetric",
-            (QuantType::UInt8, false) => "uint8-asymmetric",
-            (QuantType::Int8, false) => "int8-asymmetric",
-            (QuantType::UInt8, true) => "uint8-symmetric",
-        };
-        let lines = [
-            ("preset", self.preset.clone()),
-            ("op_types", self.op_types.join(",")),
-            ("matmul_const_b_only", b(self.matmul_const_b_only).into()),
-            ("residual_add", if self.residual_add == ResidualAdd::Quantize { "quantize" } else { "skip" }.into()),
-            ("dedicated_pairs", b(self.dedicated_pairs).into()),
-            ("shared_pair_feeds_all", b(self.shared_pair_feeds_all).into()),
-            ("quantize_outputs", b(self.quantize_outputs).into()),
-            ("activations", acts.into()),
-            ("per_channel", b(self.per_channel).into()),
-            ("weights", if self.weights == WeightStorage::QdqPair { "qdq-pair" } else { "int8-initializer" }.into()),
-            ("reduce_range", b(self.reduce_range).into()),
-            (
-                "softmax_range",
-                match self.softmax_range {
-                    SoftmaxRange::Calibrated => "calibrated",
-                    SoftmaxRange::Full => "full",
-                    SoftmaxRange::Shifted => "shifted",
-                }
-                .into(),
-            ),
-            ("smooth", self.smooth.map_or_else(|| "off".to_string(), |a| a.to_string())),
-            ("smooth_targets", if self.smooth_targets == SmoothTargets::All { "all" } else { "layernorm" }.into()),
-            ("include_nodes", self.include_nodes.join(",")),
-            ("exclude_nodes", self.exclude_nodes.join(",")),
-            ("exclude_tensors", self.exclude_tensors.join(",")),
-            ("strict", b(self.strict).into()),
-        ];
-        lines.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
+        let mut out = format!("preset = {}\n", self.preset);
+        for o in OPTIONS {
+            out.push_str(&format!("{} = {}\n", o.key, (o.get)(self)));
+        }
+        out
     }
 
     /// Weight quantization: symmetric int8 (per-channel or per-tensor per [`Policy::per_channel`]).
@@ -416,6 +541,31 @@ mod tests {
     }
 
     #[test]
+    fn every_option_is_described_and_says_what_it_takes() {
+        assert_eq!(KEYS.len(), OPTIONS.len());
+        for o in OPTIONS {
+            assert!(!o.doc.is_empty() && !o.values.is_empty(), "{}", o.key);
+            // Whatever describe prints, set takes back, for every preset.
+            for preset in PRESETS {
+                let mut p = Policy::preset(preset).unwrap();
+                let shown = (o.get)(&p);
+                if !shown.is_empty() {
+                    p.set(o.key, &shown).unwrap_or_else(|e| panic!("{preset} {}: {e}", o.key));
+                }
+            }
+            // A bad value's error says what the key takes (the list options take any name; a bad glob fails).
+            let bad = if o.values.contains("globs") { "a[" } else { "bogus-value" };
+            let e = Policy::preset("tensorrt").unwrap().set(o.key, bad).unwrap_err().to_string();
+            let expected = if o.values.contains("globs") { "a valid glob" } else { o.values };
+            assert!(e.contains(o.key) && e.contains(expected), "{}: {e}", o.key);
+        }
+        // Keyword values: exactly the enum's names.
+        assert_eq!(SoftmaxRange::NAMES, ["calibrated", "full", "shifted"]);
+        assert_eq!("shifted".parse::<SoftmaxRange>(), Ok(SoftmaxRange::Shifted));
+        assert_eq!("clipped".parse::<SoftmaxRange>(), Err("calibrated, full or shifted".to_string()));
+    }
+
+    #[test]
     fn presets_differ_where_documented() {
         let trt = Policy::preset("tensorrt").unwrap();
         let ort = Policy::preset("ort-compatible").unwrap();
@@ -440,7 +590,7 @@ mod tests {
         assert_eq!(mig.describe().replace("migraphx", "x"), trt.describe().replace("tensorrt", "x"));
         assert!(Policy::preset("tensorrt").unwrap().set("softmax_range", "clipped").is_err());
         let cpu = Policy::preset("cpu").unwrap();
-        assert_eq!(cpu.activations.qtype, QuantType::UInt8);
+        assert_eq!(cpu.activations, Activations::Uint8Asymmetric);
         assert_eq!(cpu.weights, WeightStorage::Int8Initializer);
         // uint8 activations already use all 256 levels on [0, 1]: no shift, but the same smoothing.
         assert_eq!(

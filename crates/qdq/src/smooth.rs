@@ -262,17 +262,12 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
 }
 
 fn node_index(g: &GraphProto, name: &str) -> Result<usize> {
-    g.node
-        .iter()
-        .position(|n| n.name() == name)
-        .ok_or_else(|| Error::Missing { name: name.to_string(), what: "node" })
+    g.node.iter().position(|n| n.name() == name).ok_or_else(|| Error::Missing { name: name.to_string(), what: "node" })
 }
 
 /// Reads a float initializer as a flat vector with its dims.
 fn read_f32(g: &GraphProto, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
-    let t = g
-        .initializer(name)
-        .ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
+    let t = g.initializer(name).ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
     let a = tensor_to_array::<f32>(t)?;
     let shape = a.shape().to_vec();
     Ok((a.into_iter().collect(), shape))

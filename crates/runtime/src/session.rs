@@ -328,7 +328,10 @@ impl Session {
         }
         let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
         for (slot, view) in &fed {
-            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), TensorRef::from_array_view(*view).map_err(Error::from)?.into()));
+            feeds.push((
+                Cow::Borrowed(self.inputs[*slot].name.as_str()),
+                TensorRef::from_array_view(*view).map_err(Error::from)?.into(),
+            ));
         }
         for (slot, arr) in &i32_copies {
             feeds.push((
