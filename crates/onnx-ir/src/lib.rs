@@ -19,6 +19,7 @@ pub mod proto {
 mod build;
 mod error;
 mod graph;
+mod index;
 mod model;
 mod tensor;
 pub mod tiny_bert;
@@ -29,6 +30,7 @@ pub use build::{
 };
 pub use error::{Error, Result};
 pub use graph::{GraphExt, NameSet, subgraphs, value_info};
+pub use index::GraphIndex;
 pub use model::{EXTERNAL_ALIGNMENT, ExternalDataOptions, Model, PROTOBUF_LIMIT, SaveOptions};
 pub use proto::tensor_proto::DataType;
 pub use tensor::{

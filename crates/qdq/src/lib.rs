@@ -18,11 +18,16 @@
 //!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
 
+mod apply;
 mod coverage;
 mod error;
+mod params;
+mod patterns;
 mod plan;
 mod policy;
 mod scale;
+mod select;
+mod shift;
 mod smooth;
 
 pub use coverage::{Coverage, OpCoverage, PairInfo, QdqCounts, coverage};

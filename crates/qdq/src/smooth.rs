@@ -22,13 +22,14 @@
 //! outputs keep their names and meaning; the model records what was done in its metadata
 //! ([`SMOOTH_METADATA_KEY`]) so a later `quantize` can tell a smoothed model from a raw one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use onnx_ir::proto::{GraphProto, StringStringEntryProto};
-use onnx_ir::{DataType, GraphExt, Model, NameSet, get_attr_int, node, tensor_from_vec, tensor_to_array};
+use onnx_ir::{GraphExt, GraphIndex, Model, NameSet, node, tensor_from_vec, tensor_to_array};
 
 use crate::error::{Error, Result};
-use crate::policy::{Policy, SmoothTargets};
+use crate::patterns::{self, ConstWeightMatMul, LayerNormForm};
+use crate::policy::{Matchers, Policy, SmoothTargets};
 
 /// Model metadata key recording that (and how) a model was smoothed.
 pub const SMOOTH_METADATA_KEY: &str = "qdq.smoothquant";
@@ -102,82 +103,6 @@ fn spread(v: &[f32]) -> f32 {
     if m > 0.0 { max / m } else { 0.0 }
 }
 
-/// A 1-D float initializer of length `len` (or a `[1, .., len]` one), by name.
-fn vector_init(g: &GraphProto, name: &str) -> Option<usize> {
-    let t = g.initializer(name)?;
-    if t.data_type() != DataType::Float as i32 {
-        return None;
-    }
-    let dims: Vec<i64> = t.dims.clone();
-    let last = *dims.last()?;
-    (last > 1 && dims[..dims.len() - 1].iter().all(|&d| d == 1)).then_some(last as usize)
-}
-
-/// Where a LayerNorm output's γ / β live.
-struct LnParams {
-    form: SmoothForm,
-    gamma: String,
-    beta: Option<String>,
-    channels: usize,
-}
-
-/// γ / β of the LayerNorm output `n` produces, if it is one.
-fn layer_norm_params(
-    g: &GraphProto,
-    n: &onnx_ir::proto::NodeProto,
-    producer: &HashMap<&str, usize>,
-    readers: &HashMap<&str, Vec<usize>>,
-    graph_outputs: &[&str],
-) -> Result<Option<LnParams>> {
-    match n.op_type() {
-        "LayerNormalization" => {
-            // Only normalisation over the last axis has per-channel γ / β along the axis MatMul contracts.
-            let axis = get_attr_int(n, "axis")?.unwrap_or(-1);
-            let Some(gamma) = n.input.get(1).filter(|s| !s.is_empty()) else { return Ok(None) };
-            let Some(c) = vector_init(g, gamma) else { return Ok(None) };
-            let beta = n.input.get(2).filter(|s| !s.is_empty()).cloned();
-            if axis != -1 || n.output.len() > 1 && n.output[1..].iter().any(|o| !o.is_empty()) {
-                return Ok(None);
-            }
-            if beta.as_deref().is_some_and(|b| vector_init(g, b) != Some(c)) {
-                return Ok(None);
-            }
-            Ok(Some(LnParams { form: SmoothForm::LayerNorm, gamma: gamma.clone(), beta, channels: c }))
-        }
-        "Add" if n.input.len() == 2 => {
-            // Add(Mul(norm, γ), β) with γ, β constant vectors of the same length, the Mul read only here.
-            let (mul_out, beta) = if g.is_initializer(&n.input[1]) {
-                (&n.input[0], &n.input[1])
-            } else if g.is_initializer(&n.input[0]) {
-                (&n.input[1], &n.input[0])
-            } else {
-                return Ok(None);
-            };
-            let Some(&mi) = producer.get(mul_out.as_str()) else { return Ok(None) };
-            let mul = &g.node[mi];
-            if mul.op_type() != "Mul" || mul.input.len() != 2 {
-                return Ok(None);
-            }
-            if readers.get(mul_out.as_str()).map(Vec::len) != Some(1) || graph_outputs.contains(&mul_out.as_str()) {
-                return Ok(None);
-            }
-            let Some(gamma) = mul.input.iter().find(|i| g.is_initializer(i)) else { return Ok(None) };
-            let other = mul.input.iter().find(|i| *i != gamma);
-            // The normalised input must come from a Div (x - mean) / std: a plain scaled tensor is not a LayerNorm.
-            if other.and_then(|o| producer.get(o.as_str())).is_none_or(|&p| g.node[p].op_type() != "Div") {
-                return Ok(None);
-            }
-            let (Some(c), Some(cb)) = (vector_init(g, gamma), vector_init(g, beta)) else { return Ok(None) };
-            if c != cb {
-                return Ok(None);
-            }
-            let form = SmoothForm::DecomposedLayerNorm { mul: mul.name().to_string() };
-            Ok(Some(LnParams { form, gamma: gamma.clone(), beta: Some(beta.clone()), channels: c }))
-        }
-        _ => Ok(None),
-    }
-}
-
 /// Finds every smoothable site under `policy`: activations read as input A by quantized MatMuls whose B is a float
 /// initializer of shape `[channels, out]`. LayerNorm outputs (either form) always qualify; other activations only
 /// with `smooth_targets = all`. Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
@@ -187,78 +112,62 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
         return Ok(vec![]);
     }
     let m = policy.matchers()?;
-    let g = model.graph();
-    let graph_outputs: Vec<&str> = g.output.iter().map(|o| o.name()).collect();
-    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, n) in g.node.iter().enumerate() {
-        for inp in &n.input {
-            readers.entry(inp.as_str()).or_default().push(i);
-        }
-    }
-    let producer: HashMap<&str, usize> =
-        g.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i))).collect();
-    // Input A of every MatMul that smoothing may rescale, with its weight's row count, in node order.
-    let eligible = |i: usize| -> Option<(&str, usize)> {
-        let n = &g.node[i];
-        if n.op_type() != "MatMul" || n.input.len() != 2 || n.name().is_empty() || !m.node_selected(n.name()) {
-            return None;
-        }
-        let (x, w) = (&n.input[0], &n.input[1]);
-        if x == w || g.is_initializer(x) {
-            return None;
-        }
-        let w = g.initializer(w)?;
-        (w.data_type() == DataType::Float as i32 && w.dims.len() == 2 && w.dims[0] > 1)
-            .then_some((x.as_str(), w.dims[0] as usize))
-    };
-    let mut seen: Vec<&str> = Vec::new();
+    let ix = GraphIndex::new(model.graph());
+    let mut seen = HashSet::new();
     let mut sites = Vec::new();
-    for i in 0..g.node.len() {
-        let Some((x, weight_rows)) = eligible(i) else { continue };
-        if seen.contains(&x) || m.tensor_excluded(x) {
+    for i in 0..ix.graph().node.len() {
+        let Some(mm) = patterns::const_weight_matmul(&ix, i, &m) else { continue };
+        if m.tensor_excluded(mm.input) || !seen.insert(mm.input) {
             continue;
         }
-        seen.push(x);
-        let ln = match producer.get(x) {
-            Some(&p) => layer_norm_params(g, &g.node[p], &producer, &readers, &graph_outputs)?,
-            None => None,
-        };
-        let (form, gamma, beta, channels, producer_name) = match ln {
-            Some(p) => (p.form, Some(p.gamma), p.beta, p.channels, g.node[producer[x]].name().to_string()),
-            None if policy.smooth_targets == SmoothTargets::All => {
-                let name = producer.get(x).map(|&p| g.node[p].name().to_string()).unwrap_or_default();
-                (SmoothForm::ScaleNode, None, None, weight_rows, name)
-            }
-            None => continue,
-        };
-        let mut matmuls = Vec::new();
-        let mut other_readers = graph_outputs.contains(&x);
-        for &r in readers.get(x).map(Vec::as_slice).unwrap_or_default() {
-            match eligible(r) {
-                Some((rx, c)) if rx == x && c == channels => {
-                    let name = g.node[r].name().to_string();
-                    if !matmuls.contains(&name) {
-                        matmuls.push(name);
-                    }
-                }
-                _ => other_readers = true,
-            }
+        if let Some(site) = site_of(&ix, &m, mm, policy)? {
+            sites.push(site);
         }
-        if matmuls.is_empty() {
-            continue;
-        }
-        sites.push(SmoothSite {
-            tensor: x.to_string(),
-            producer: producer_name,
-            form,
-            gamma,
-            beta,
-            matmuls,
-            other_readers,
-            channels,
-        });
     }
     Ok(sites)
+}
+
+/// The site of `mm`'s input: a LayerNorm output (γ / β absorb the division) or, with `smooth_targets = all`, any
+/// other activation; with every constant-weight MatMul reading it whose weight has its channel count.
+fn site_of(ix: &GraphIndex, m: &Matchers, mm: ConstWeightMatMul, policy: &Policy) -> Result<Option<SmoothSite>> {
+    let x = mm.input;
+    let producer = ix.producer_node(x);
+    let ln = match producer {
+        Some(n) => patterns::layer_norm_params(ix, n)?,
+        None => None,
+    };
+    let (form, gamma, beta, channels) = match ln {
+        Some(p) => (SmoothForm::from(p.form), Some(p.gamma), p.beta, p.channels),
+        None if policy.smooth_targets == SmoothTargets::All => (SmoothForm::ScaleNode, None, None, mm.rows),
+        None => return Ok(None),
+    };
+    let mut matmuls = Vec::new();
+    let mut other_readers = ix.is_graph_output(x);
+    for &(r, _) in ix.readers(x) {
+        match patterns::const_weight_matmul(ix, r, m) {
+            Some(o) if o.input == x && o.rows == channels => {
+                let name = ix.node(r).name().to_string();
+                if !matmuls.contains(&name) {
+                    matmuls.push(name);
+                }
+            }
+            _ => other_readers = true,
+        }
+    }
+    if matmuls.is_empty() {
+        return Ok(None);
+    }
+    let producer = producer.map(|n| n.name().to_string()).unwrap_or_default();
+    Ok(Some(SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels }))
+}
+
+impl From<LayerNormForm> for SmoothForm {
+    fn from(f: LayerNormForm) -> SmoothForm {
+        match f {
+            LayerNormForm::Fused => SmoothForm::LayerNorm,
+            LayerNormForm::Decomposed { mul } => SmoothForm::DecomposedLayerNorm { mul },
+        }
+    }
 }
 
 fn node_index(g: &GraphProto, name: &str) -> Result<usize> {
@@ -271,23 +180,6 @@ fn read_f32(g: &GraphProto, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
     let a = tensor_to_array::<f32>(t)?;
     let shape = a.shape().to_vec();
     Ok((a.into_iter().collect(), shape))
-}
-
-/// Makes input `slot` of node `node` read a new initializer holding `values` (named after `base`). The old
-/// initializer stays for its other readers and is dropped at the end if nothing reads it any more.
-fn replace_input(
-    g: &mut GraphProto,
-    names: &mut NameSet,
-    node: usize,
-    slot: usize,
-    base: &str,
-    shape: &[usize],
-    values: Vec<f32>,
-) -> Result<()> {
-    let name = names.fresh(&format!("{base}_smoothed"));
-    g.add_initializer(tensor_from_vec::<f32>(&name, shape, values)?);
-    g.rewire_input(node, slot, &name)?;
-    Ok(())
 }
 
 /// Applies smoothing with strength `alpha` to every site of [`smoothing_sites`]. `absmax` holds, per site tensor,
@@ -310,137 +202,21 @@ pub fn smooth(
     let mut out = model.clone();
     let mut done = Vec::with_capacity(sites.len());
     let g = out.graph_mut();
-    let mut names = NameSet::from_graph(g);
-    let mut replaced: Vec<String> = Vec::new();
+    let names = NameSet::from_graph(g);
+    let mut rw = Rewrite { g, names, replaced: Vec::new() };
     for site in sites {
-        let xmax = absmax
-            .get(&site.tensor)
-            .ok_or_else(|| Error::MissingRange { tensor: site.tensor.clone(), node: site.matmuls[0].clone() })?;
-        if xmax.len() != site.channels {
-            return Err(Error::BadWeight {
-                tensor: site.tensor.clone(),
-                reason: format!(
-                    "per-channel calibration has {} channels, the LayerNorm has {}",
-                    xmax.len(),
-                    site.channels
-                ),
-            });
-        }
-        // max |W_j| over every MatMul of the site; each distinct weight is decoded once and kept for the rescale.
-        let mut wmax = vec![0f32; site.channels];
-        let mut weights: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
-        for mm in &site.matmuls {
-            let wname = g.node[node_index(g, mm)?].input[1].clone();
-            if weights.contains_key(&wname) {
-                continue;
-            }
-            let (w, shape) = read_f32(g, &wname)?;
-            for (j, row) in w.chunks_exact(shape[1].max(1)).enumerate() {
-                let m = row.iter().fold(0f32, |a, v| a.max(v.abs()));
-                wmax[j] = wmax[j].max(m);
-            }
-            weights.insert(wname, (w, shape));
-        }
-        let factors: Vec<f32> = xmax
-            .iter()
-            .zip(&wmax)
-            .map(|(&x, &w)| {
-                if x > 0.0 && w > 0.0 && x.is_finite() && w.is_finite() {
-                    let s = (x as f64).powf(alpha as f64) / (w as f64).powf(1.0 - alpha as f64);
-                    s.clamp(S_MIN, S_MAX) as f32
-                } else {
-                    1.0
-                }
-            })
-            .collect();
-
-        // γ, β ← γ / s, β / s (LayerNorm forms).
-        let ln_params = match &site.form {
-            SmoothForm::LayerNorm => {
-                let i = node_index(g, &site.producer)?;
-                Some((i, 1, (i, 2)))
-            }
-            SmoothForm::DecomposedLayerNorm { mul } => {
-                let mi = node_index(g, mul)?;
-                let slot = g.node[mi].input.iter().position(|x| Some(x) == site.gamma.as_ref()).unwrap_or(1);
-                let ai = node_index(g, &site.producer)?;
-                let bslot = g.node[ai].input.iter().position(|x| Some(x) == site.beta.as_ref()).unwrap_or(1);
-                Some((mi, slot, (ai, bslot)))
-            }
-            SmoothForm::ScaleNode => None,
-        };
-        if let (Some((gamma_node, gamma_slot, (bn, bs))), Some(gamma)) = (ln_params, &site.gamma) {
-            let (gv, gshape) = read_f32(g, gamma)?;
-            let gv: Vec<f32> = gv.iter().zip(&factors).map(|(v, s)| v / s).collect();
-            replace_input(g, &mut names, gamma_node, gamma_slot, gamma, &gshape, gv)?;
-            replaced.push(gamma.clone());
-            if let Some(beta) = &site.beta {
-                let (bv, bshape) = read_f32(g, beta)?;
-                let bv: Vec<f32> = bv.iter().zip(&factors).map(|(v, s)| v / s).collect();
-                replace_input(g, &mut names, bn, bs, beta, &bshape, bv)?;
-                replaced.push(beta.clone());
-            }
-        }
-        // W[j, :] ← W[j, :] · s_j, one copy per distinct weight.
-        let mut rewritten: HashMap<String, String> = HashMap::new();
-        let smoothed = names.fresh(&format!("{}_smoothed", site.tensor));
-        for mm in &site.matmuls {
-            let i = node_index(g, mm)?;
-            let wname = g.node[i].input[1].clone();
-            if let Some(new) = rewritten.get(&wname) {
-                g.rewire_input(i, 1, &new.clone())?;
-            } else if let Some((mut w, shape)) = weights.remove(&wname) {
-                let cols = shape[1].max(1);
-                for (row, s) in w.chunks_exact_mut(cols).zip(&factors) {
-                    row.iter_mut().for_each(|v| *v *= s);
-                }
-                replace_input(g, &mut names, i, 1, &wname, &shape, w)?;
-                rewritten.insert(wname.clone(), g.node[i].input[1].clone());
-                replaced.push(wname);
-            } else {
-                return Err(Error::PlanMismatch { reason: format!("weight '{wname}' of '{mm}' was not read") });
-            }
-            g.rewire_input(i, 0, &smoothed)?;
-        }
-        if site.form == SmoothForm::ScaleNode {
-            // X' = X · (1/s) in front of the MatMuls (placed before the first of them); other readers keep X.
-            let first = site.matmuls.iter().map(|mm| node_index(g, mm)).collect::<Result<Vec<_>>>()?;
-            let at = first.into_iter().min().unwrap_or(0);
-            let sname = names.fresh(&format!("{}_smooth_inverse", site.tensor));
-            let inverse: Vec<f32> = factors.iter().map(|s| 1.0 / s).collect();
-            g.add_initializer(tensor_from_vec::<f32>(&sname, &[site.channels], inverse)?);
-            let mul_name = names.fresh(&format!("{}_smooth", site.tensor));
-            g.insert_nodes(at, vec![node("Mul", &mul_name, &[&site.tensor, &sname], &[&smoothed])]);
-        } else {
-            // The LayerNorm now writes the smoothed tensor; other readers get the original back through one Mul.
-            let pi = node_index(g, &site.producer)?;
-            g.node[pi].output[0] = smoothed.clone();
-            if site.other_readers {
-                let sname = names.fresh(&format!("{}_smooth_factors", site.tensor));
-                g.add_initializer(tensor_from_vec::<f32>(&sname, &[site.channels], factors.clone())?);
-                let mul_name = names.fresh(&format!("{}_unsmooth", site.producer));
-                g.insert_nodes(pi + 1, vec![node("Mul", &mul_name, &[&smoothed, &sname], &[&site.tensor])]);
-            } else if let Some(v) = g.value_info.iter_mut().find(|v| v.name() == site.tensor) {
-                v.name = Some(smoothed.clone());
-            }
-        }
+        let xmax = site_absmax(absmax, &site)?;
+        let (wmax, weights) = weight_row_max(rw.g, &site)?;
+        let factors = factors(xmax, &wmax, alpha);
+        rw.rescale_layer_norm(&site, &factors)?;
+        let smoothed = rw.names.fresh(&format!("{}_smoothed", site.tensor));
+        rw.rescale_weights(&site, &factors, weights, &smoothed)?;
+        rw.divide(&site, &factors, &smoothed)?;
         let after: Vec<f32> = xmax.iter().zip(&factors).map(|(x, s)| x / s).collect();
-        done.push(SmoothedSite {
-            spread_before: spread(xmax),
-            spread_after: spread(&after),
-            site,
-            smoothed_tensor: smoothed,
-            factors,
-        });
+        let (spread_before, spread_after) = (spread(xmax), spread(&after));
+        done.push(SmoothedSite { spread_before, spread_after, site, smoothed_tensor: smoothed, factors });
     }
-    // Drop the originals nothing reads any more (not touching anything else of the model; a graph with subgraphs
-    // keeps them, as subgraphs may read outer initializers).
-    let has_subgraphs = g.node.iter().any(|n| onnx_ir::subgraphs(n).next().is_some());
-    if !has_subgraphs {
-        let keep: Vec<String> = g.output.iter().chain(&g.input).map(|v| v.name().to_string()).collect();
-        replaced.retain(|r| g.consumers_of(r).is_empty() && !keep.contains(r));
-        g.initializer.retain(|t| !replaced.iter().any(|r| r == t.name()));
-    }
+    rw.drop_replaced();
     if !done.is_empty() {
         out.proto.metadata_props.retain(|e| e.key() != SMOOTH_METADATA_KEY);
         out.proto.metadata_props.push(StringStringEntryProto {
@@ -449,6 +225,171 @@ pub fn smooth(
         });
     }
     Ok((out, done))
+}
+
+/// The calibrated per-channel max of a site's tensor, checked against its channel count.
+fn site_absmax<'a>(absmax: &'a BTreeMap<String, Vec<f32>>, site: &SmoothSite) -> Result<&'a [f32]> {
+    let xmax = absmax
+        .get(&site.tensor)
+        .ok_or_else(|| Error::MissingRange { tensor: site.tensor.clone(), node: site.matmuls[0].clone() })?;
+    if xmax.len() != site.channels {
+        return Err(Error::BadWeight {
+            tensor: site.tensor.clone(),
+            reason: format!("per-channel calibration has {} channels, the LayerNorm has {}", xmax.len(), site.channels),
+        });
+    }
+    Ok(xmax)
+}
+
+/// A weight's values and shape, by initializer name.
+type Weights = HashMap<String, (Vec<f32>, Vec<usize>)>;
+
+/// `max |W_j|` over every MatMul of the site; each distinct weight is decoded once and kept for the rescale.
+fn weight_row_max(g: &GraphProto, site: &SmoothSite) -> Result<(Vec<f32>, Weights)> {
+    let mut wmax = vec![0f32; site.channels];
+    let mut weights = Weights::new();
+    for mm in &site.matmuls {
+        let wname = g.node[node_index(g, mm)?].input[1].clone();
+        if weights.contains_key(&wname) {
+            continue;
+        }
+        let (w, shape) = read_f32(g, &wname)?;
+        for (j, row) in w.chunks_exact(shape[1].max(1)).enumerate() {
+            let m = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+            wmax[j] = wmax[j].max(m);
+        }
+        weights.insert(wname, (w, shape));
+    }
+    Ok((wmax, weights))
+}
+
+/// `s_j = max|X_j|^α / max|W_j|^(1-α)`, clamped; 1 for a dead or non-finite channel.
+fn factors(xmax: &[f32], wmax: &[f32], alpha: f32) -> Vec<f32> {
+    xmax.iter()
+        .zip(wmax)
+        .map(|(&x, &w)| {
+            if x > 0.0 && w > 0.0 && x.is_finite() && w.is_finite() {
+                let s = (x as f64).powf(alpha as f64) / (w as f64).powf(1.0 - alpha as f64);
+                s.clamp(S_MIN, S_MAX) as f32
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}
+
+/// The graph being smoothed, its names, and the initializers replaced so far (dropped at the end if unread).
+struct Rewrite<'g> {
+    g: &'g mut GraphProto,
+    names: NameSet,
+    replaced: Vec<String>,
+}
+
+impl Rewrite<'_> {
+    /// Makes input `slot` of node `node` read a new initializer holding `values` (named after `base`). The old
+    /// initializer stays for its other readers and is dropped at the end if nothing reads it any more.
+    fn replace_input(&mut self, node: usize, slot: usize, base: &str, shape: &[usize], values: Vec<f32>) -> Result<()> {
+        let name = self.names.fresh(&format!("{base}_smoothed"));
+        self.g.add_initializer(tensor_from_vec::<f32>(&name, shape, values)?);
+        self.g.rewire_input(node, slot, &name)?;
+        self.replaced.push(base.to_string());
+        Ok(())
+    }
+
+    /// γ, β ← γ / s, β / s (LayerNorm forms).
+    fn rescale_layer_norm(&mut self, site: &SmoothSite, factors: &[f32]) -> Result<()> {
+        let g = &*self.g;
+        let (gamma_at, beta_at) = match &site.form {
+            SmoothForm::LayerNorm => {
+                let i = node_index(g, &site.producer)?;
+                ((i, 1), (i, 2))
+            }
+            SmoothForm::DecomposedLayerNorm { mul } => {
+                let mi = node_index(g, mul)?;
+                let slot = g.node[mi].input.iter().position(|x| Some(x) == site.gamma.as_ref()).unwrap_or(1);
+                let ai = node_index(g, &site.producer)?;
+                let bslot = g.node[ai].input.iter().position(|x| Some(x) == site.beta.as_ref()).unwrap_or(1);
+                ((mi, slot), (ai, bslot))
+            }
+            SmoothForm::ScaleNode => return Ok(()),
+        };
+        for (at, param) in [(gamma_at, &site.gamma), (beta_at, &site.beta)] {
+            let Some(param) = param else { continue };
+            let (v, shape) = read_f32(self.g, param)?;
+            let v: Vec<f32> = v.iter().zip(factors).map(|(v, s)| v / s).collect();
+            self.replace_input(at.0, at.1, param, &shape, v)?;
+        }
+        Ok(())
+    }
+
+    /// W[j, :] ← W[j, :] · s_j, one copy per distinct weight; every MatMul of the site reads `smoothed`.
+    fn rescale_weights(
+        &mut self,
+        site: &SmoothSite,
+        factors: &[f32],
+        mut weights: Weights,
+        smoothed: &str,
+    ) -> Result<()> {
+        let mut rewritten: HashMap<String, String> = HashMap::new();
+        for mm in &site.matmuls {
+            let i = node_index(self.g, mm)?;
+            let wname = self.g.node[i].input[1].clone();
+            if let Some(new) = rewritten.get(&wname) {
+                self.g.rewire_input(i, 1, &new.clone())?;
+            } else if let Some((mut w, shape)) = weights.remove(&wname) {
+                let cols = shape[1].max(1);
+                for (row, s) in w.chunks_exact_mut(cols).zip(factors) {
+                    row.iter_mut().for_each(|v| *v *= s);
+                }
+                self.replace_input(i, 1, &wname, &shape, w)?;
+                rewritten.insert(wname.clone(), self.g.node[i].input[1].clone());
+            } else {
+                return Err(Error::Missing { name: wname, what: "weight initializer read by a smoothed MatMul" });
+            }
+            self.g.rewire_input(i, 0, smoothed)?;
+        }
+        Ok(())
+    }
+
+    /// Produces `smoothed = X / s`: a `Mul` by `1/s` in front of the MatMuls (other readers keep X), or, for a
+    /// LayerNorm, the LayerNorm itself writing `smoothed` and one `Mul` by `s` restoring X for its other readers.
+    fn divide(&mut self, site: &SmoothSite, factors: &[f32], smoothed: &str) -> Result<()> {
+        let g = &mut *self.g;
+        if site.form == SmoothForm::ScaleNode {
+            let first = site.matmuls.iter().map(|mm| node_index(g, mm)).collect::<Result<Vec<_>>>()?;
+            let at = first.into_iter().min().unwrap_or(0);
+            let sname = self.names.fresh(&format!("{}_smooth_inverse", site.tensor));
+            let inverse: Vec<f32> = factors.iter().map(|s| 1.0 / s).collect();
+            g.add_initializer(tensor_from_vec::<f32>(&sname, &[site.channels], inverse)?);
+            let mul_name = self.names.fresh(&format!("{}_smooth", site.tensor));
+            g.insert_nodes(at, vec![node("Mul", &mul_name, &[&site.tensor, &sname], &[smoothed])]);
+            return Ok(());
+        }
+        let pi = node_index(g, &site.producer)?;
+        g.node[pi].output[0] = smoothed.to_string();
+        if site.other_readers {
+            let sname = self.names.fresh(&format!("{}_smooth_factors", site.tensor));
+            g.add_initializer(tensor_from_vec::<f32>(&sname, &[site.channels], factors.to_vec())?);
+            let mul_name = self.names.fresh(&format!("{}_unsmooth", site.producer));
+            g.insert_nodes(pi + 1, vec![node("Mul", &mul_name, &[smoothed, &sname], &[&site.tensor])]);
+        } else if let Some(v) = g.value_info.iter_mut().find(|v| v.name() == site.tensor) {
+            v.name = Some(smoothed.to_string());
+        }
+        Ok(())
+    }
+
+    /// Drops the originals nothing reads any more (nothing else of the model; a graph with subgraphs keeps them, as
+    /// subgraphs may read outer initializers).
+    fn drop_replaced(self) {
+        let g = self.g;
+        if g.node.iter().any(|n| onnx_ir::subgraphs(n).next().is_some()) {
+            return;
+        }
+        let keep: Vec<String> = g.output.iter().chain(&g.input).map(|v| v.name().to_string()).collect();
+        let mut replaced = self.replaced;
+        replaced.retain(|r| g.consumers_of(r).is_empty() && !keep.contains(r));
+        g.initializer.retain(|t| !replaced.iter().any(|r| r == t.name()));
+    }
 }
 
 /// Refuses to plan a smoothing policy on a model it would smooth but that is not smoothed: the policy's ranges

@@ -1,0 +1,184 @@
+//! Application: [`Plan::apply`] inserts the planned initializers and Q/DQ nodes and rewires the readers.
+
+use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
+use onnx_ir::{GraphExt, Model, NameSet, NodeExt, attr_int, node};
+
+use crate::error::{Error, Result};
+use crate::plan::{Consumer, Plan, PlannedTensor};
+use crate::scale::{QuantType, ScaleZp, quantize_value};
+use crate::shift;
+
+/// Nodes to insert before a node index; applied from the back so indices stay valid.
+type Inserts = Vec<(usize, Vec<NodeProto>)>;
+/// MatMuls reading a shifted pair, with the shift constant's name: corrected once every pair is wired.
+type Shifts = Vec<(Vec<Consumer>, String)>;
+
+fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize]) -> Result<TensorProto> {
+    // Zero points are produced inside the integer range, so the narrowing casts are exact.
+    Ok(match qtype {
+        QuantType::Int8 => onnx_ir::tensor_from_vec::<i8>(name, shape, zps.iter().map(|&z| z as i8).collect())?,
+        QuantType::UInt8 => onnx_ir::tensor_from_vec::<u8>(name, shape, zps.iter().map(|&z| z as u8).collect())?,
+    })
+}
+
+fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
+    let a = onnx_ir::tensor_to_array::<f32>(w)?;
+    let (qmin, qmax) = p.qtype.range(true, reduce_range);
+    let shape = a.shape().to_vec();
+    let cols = shape.get(1).copied().unwrap_or(1);
+    let values: Vec<i8> = a
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let c = if p.axis.is_some() { k % cols } else { 0 };
+            let sz = ScaleZp { scale: p.scales[c.min(p.scales.len() - 1)], zero_point: 0, degenerate: false };
+            quantize_value(v, sz, qmin, qmax) as i8
+        })
+        .collect();
+    Ok(onnx_ir::tensor_from_vec::<i8>(name, &shape, values)?)
+}
+
+fn with_axis(n: NodeProto, axis: Option<usize>) -> NodeProto {
+    match axis {
+        Some(a) => n.with_attr(attr_int("axis", a as i64)),
+        None => n,
+    }
+}
+
+impl Plan {
+    /// Inserts the planned nodes and initializers into `model` (the model the plan was made for).
+    ///
+    /// On error the model may be partly edited; callers that need atomicity apply to a clone.
+    pub fn apply(&self, model: &mut Model) -> Result<()> {
+        self.check_matches(model)?;
+        if let Some((_, to)) = self.opset_bump {
+            set_default_opset(model, to);
+        }
+        let g = model.graph_mut();
+        let mut names = NameSet::from_graph(g);
+        let (mut inserts, mut shifts) = (Inserts::new(), Shifts::new());
+        for t in &self.tensors {
+            insert_pairs(g, &mut names, t, &mut inserts, &mut shifts)?;
+        }
+        let has_shifts = !shifts.is_empty();
+        if has_shifts {
+            shift::correct(g, &mut names, shifts, &mut inserts)?;
+        }
+        inserts.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, nodes) in inserts {
+            g.insert_nodes(at, nodes);
+        }
+        if has_shifts {
+            // A correction and the pair of the MatMul output's next reader can share an insertion index; whichever
+            // order they landed in, sorting makes it topological.
+            g.sort_nodes()?;
+        }
+        if self.tensors.iter().any(|t| t.int8_initializer) {
+            g.remove_unused_initializers();
+        }
+        Ok(())
+    }
+
+    /// The model has the node count and every planned reader the plan was made for.
+    fn check_matches(&self, model: &Model) -> Result<()> {
+        let nodes = &model.graph().node;
+        if nodes.len() != self.node_count {
+            return Err(Error::PlanMismatch {
+                reason: format!("plan made for {} nodes, model has {}", self.node_count, nodes.len()),
+            });
+        }
+        for t in &self.tensors {
+            for c in t.pairs.iter().flatten() {
+                let ok = nodes
+                    .get(c.node)
+                    .is_some_and(|n| n.name() == c.node_name && n.input.get(c.slot).is_some_and(|i| *i == t.tensor));
+                if !ok {
+                    return Err(Error::PlanMismatch {
+                        reason: format!("input {} of node '{}' is not '{}'", c.slot, c.node_name, t.tensor),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn set_default_opset(model: &mut Model, to: i64) {
+    let p = &mut model.proto;
+    match p.opset_import.iter_mut().find(|o| o.domain().is_empty() || o.domain() == "ai.onnx") {
+        Some(o) => o.version = Some(to),
+        None => {
+            p.opset_import.push(onnx_ir::proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(to) })
+        }
+    }
+}
+
+/// One tensor's scale / zero-point initializers (and int8 weight), then each of its pairs.
+fn insert_pairs(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    t: &PlannedTensor,
+    inserts: &mut Inserts,
+    shifts: &mut Shifts,
+) -> Result<()> {
+    let name = &t.tensor;
+    let shape: Vec<usize> = if t.axis.is_some() { vec![t.scales.len()] } else { vec![] };
+    let scale = names.fresh(&format!("{name}_scale"));
+    let zp = names.fresh(&format!("{name}_zero_point"));
+    g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&scale, &shape, t.scales.clone())?);
+    g.add_initializer(zero_point_tensor(&zp, t.qtype, &t.zero_points, &shape)?);
+    let int8_weight = if t.int8_initializer {
+        let w = g.initializer(name).ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
+        let qname = names.fresh(&format!("{name}_quantized"));
+        let qw = quantized_weight(&qname, w, t, t.reduce_range)?;
+        g.add_initializer(qw);
+        Some(qname)
+    } else {
+        None
+    };
+    let many = t.pairs.len() > 1;
+    for (k, pair) in t.pairs.iter().enumerate() {
+        let sfx = if many { format!("_{}", k + 1) } else { String::new() };
+        let dq_out = names.fresh(&format!("{name}_DequantizeLinear_Output{sfx}"));
+        let dq_name = names.fresh(&format!("{name}_DequantizeLinear{sfx}"));
+        let mut nodes = vec![];
+        let dq_in = match &int8_weight {
+            Some(q) => q.clone(),
+            None => quantize_node(g, names, t, &sfx, (&scale, &zp), pair, &mut nodes, shifts)?,
+        };
+        nodes.push(with_axis(node("DequantizeLinear", &dq_name, &[&dq_in, &scale, &zp], &[&dq_out]), t.axis));
+        for c in pair {
+            g.rewire_input(c.node, c.slot, &dq_out)?;
+        }
+        let at = pair.iter().map(|c| c.node).min().unwrap_or(g.node.len());
+        inserts.push((at, nodes));
+    }
+    Ok(())
+}
+
+/// The QuantizeLinear of one pair (behind the shift's `Sub` for a shifted pair); returns its output.
+#[allow(clippy::too_many_arguments)]
+fn quantize_node(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    t: &PlannedTensor,
+    sfx: &str,
+    (scale, zp): (&str, &str),
+    pair: &[Consumer],
+    nodes: &mut Vec<NodeProto>,
+    shifts: &mut Shifts,
+) -> Result<String> {
+    let name = &t.tensor;
+    let q_out = names.fresh(&format!("{name}_QuantizeLinear_Output{sfx}"));
+    let q_name = names.fresh(&format!("{name}_QuantizeLinear{sfx}"));
+    let q_in = match t.shift {
+        Some(c) => {
+            let (shifted, cname) = shift::shift_node(g, names, name, sfx, c, nodes)?;
+            shifts.push((pair.to_vec(), cname));
+            shifted
+        }
+        None => name.clone(),
+    };
+    nodes.push(with_axis(node("QuantizeLinear", &q_name, &[&q_in, scale, zp], &[&q_out]), t.axis));
+    Ok(q_out)
+}

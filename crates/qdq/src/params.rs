@@ -1,0 +1,125 @@
+//! Quantization parameters of one selected tensor: what kind of tensor it is, its range (calibrated, analytic or
+//! from its values) and the scales / zero points that follow.
+
+use onnx_ir::GraphIndex;
+use onnx_ir::proto::TensorProto;
+
+use crate::error::{Error, Result};
+use crate::patterns;
+use crate::plan::{Ranges, TensorKind};
+use crate::policy::{Policy, SoftmaxRange};
+use crate::scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp};
+use crate::select::Selection;
+use crate::shift;
+
+/// The parameters of one tensor's pairs.
+pub(crate) struct TensorParams {
+    pub kind: TensorKind,
+    pub qtype: QuantType,
+    /// One per tensor, or one per channel along `axis`.
+    pub params: Vec<ScaleZp>,
+    pub axis: Option<usize>,
+    /// `Some(c)`: the pairs quantize `tensor - c` ([`SoftmaxRange::Shifted`]).
+    pub shift: Option<f32>,
+}
+
+pub(crate) fn check_range(tensor: &str, (min, max): (f32, f32)) -> Result<()> {
+    if min.is_finite() && max.is_finite() && min <= max {
+        Ok(())
+    } else {
+        Err(Error::BadRange { tensor: tensor.to_string(), min, max })
+    }
+}
+
+fn scale_zp(tensor: &str, min: f32, max: f32, spec: QuantSpec) -> ScaleZp {
+    let p = compute_scale_zp(min, max, spec);
+    if p.degenerate {
+        tracing::warn!(tensor, min, max, "range too small to quantize; using scale 1, zero point 0");
+    }
+    p
+}
+
+fn min_max(values: impl Iterator<Item = f32>) -> (f32, f32) {
+    values.fold((0.0f32, 0.0f32), |(lo, hi), v| (lo.min(v), hi.max(v)))
+}
+
+/// Per-channel (axis 1 of a 2-D `[in, out]` weight) or per-tensor symmetric parameters.
+fn weight_params(w: &TensorProto, per_channel: bool, spec: QuantSpec) -> Result<(Vec<ScaleZp>, Option<usize>)> {
+    let a = onnx_ir::tensor_to_array::<f32>(w)?;
+    if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
+        return Err(Error::BadWeight {
+            tensor: w.name().to_string(),
+            reason: format!("contains non-finite value {bad}"),
+        });
+    }
+    if per_channel && a.ndim() == 2 {
+        let params = a
+            .axis_iter(ndarray::Axis(1))
+            .map(|col| {
+                let (lo, hi) = min_max(col.iter().copied());
+                scale_zp(w.name(), lo, hi, spec)
+            })
+            .collect();
+        Ok((params, Some(1)))
+    } else {
+        let (lo, hi) = min_max(a.iter().copied());
+        Ok((vec![scale_zp(w.name(), lo, hi, spec)], None))
+    }
+}
+
+/// A constant: a weight when a selected MatMul reads it (policy weight spec, per-channel if asked), otherwise
+/// quantized like an activation over its own min/max.
+fn constant_params(ix: &GraphIndex, sel: &Selection, init: &TensorProto, policy: &Policy) -> Result<TensorParams> {
+    let t = init.name();
+    let is_weight = sel.receivers(t).iter().any(|&i| ix.node(i).op_type() == "MatMul");
+    if is_weight {
+        let spec = policy.weight_spec();
+        let (params, axis) = weight_params(init, policy.per_channel, spec)?;
+        return Ok(TensorParams { kind: TensorKind::Weight, qtype: spec.qtype, params, axis, shift: None });
+    }
+    let a = onnx_ir::tensor_to_array::<f32>(init)?;
+    let (lo, hi) = min_max(a.iter().copied());
+    check_range(t, (lo, hi))?;
+    let spec = policy.activations.spec();
+    let params = vec![scale_zp(t, lo, hi, spec)];
+    Ok(TensorParams { kind: TensorKind::Constant, qtype: spec.qtype, params, axis: None, shift: None })
+}
+
+/// An activation's range: analytic for Softmax outputs under `softmax_range = full | shifted` (with the shift,
+/// see [`shift::softmax_range`]), else the calibrated one. `None`: no range.
+fn activation_range(
+    ix: &GraphIndex,
+    sel: &Selection,
+    t: &str,
+    ranges: &Ranges,
+    policy: &Policy,
+) -> Result<(Option<(f32, f32)>, Option<f32>)> {
+    let softmax_out = patterns::is_softmax_output(ix, t);
+    Ok(match policy.softmax_range {
+        SoftmaxRange::Shifted if softmax_out => {
+            let (range, shift) = shift::softmax_range(ix, t, sel.receivers(t), policy)?;
+            (Some(range), shift)
+        }
+        SoftmaxRange::Full | SoftmaxRange::Shifted if softmax_out => (Some((0.0, 1.0)), None),
+        _ => (ranges.get(t).copied(), None),
+    })
+}
+
+/// The parameters of selected tensor `t`; `None` for an activation without a range.
+pub(crate) fn tensor_params(
+    ix: &GraphIndex,
+    sel: &Selection,
+    t: &str,
+    ranges: &Ranges,
+    policy: &Policy,
+) -> Result<Option<TensorParams>> {
+    if let Some(init) = ix.initializer(t) {
+        return constant_params(ix, sel, init, policy).map(Some);
+    }
+    let (range, shift) = activation_range(ix, sel, t, ranges, policy)?;
+    let Some(range) = range else { return Ok(None) };
+    check_range(t, range)?;
+    let spec = policy.activations.spec();
+    let params = vec![scale_zp(t, range.0, range.1, spec)];
+    Ok(Some(TensorParams { kind: TensorKind::Activation, qtype: spec.qtype, params, axis: None, shift }))
+}

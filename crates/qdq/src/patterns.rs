@@ -1,0 +1,146 @@
+//! What qdq knows about the op patterns of transformer graphs, in one place: which Adds are residual, what a
+//! LayerNorm looks like (fused or decomposed) and where its γ / β are, which tensors are attention probabilities
+//! read by `P·V`, and which MatMuls multiply an activation by a constant weight. Placement ([`crate::select`]),
+//! parameters ([`crate::params`]) and smoothing ([`crate::smooth`]) ask these questions of a
+//! [`GraphIndex`]; none of them matches op types itself.
+
+use onnx_ir::proto::NodeProto;
+use onnx_ir::{DataType, GraphIndex, get_attr_int};
+
+use crate::error::Result;
+use crate::policy::Matchers;
+
+/// An `Add` whose output feeds a LayerNorm (`ReduceMean` of the decomposed form, opset <= 16, or
+/// `LayerNormalization`, opset >= 17): the residual Adds of a transformer. Other Adds (bias Adds, ...) are not.
+pub(crate) fn is_residual_add(ix: &GraphIndex, n: &NodeProto) -> bool {
+    n.op_type() == "Add"
+        && n.output.first().is_some_and(|out| {
+            ix.readers(out).iter().any(|&(r, _)| matches!(ix.node(r).op_type(), "ReduceMean" | "LayerNormalization"))
+        })
+}
+
+/// True if `tensor` is a Softmax output (attention probabilities).
+pub(crate) fn is_softmax_output(ix: &GraphIndex, tensor: &str) -> bool {
+    ix.producer_op(tensor) == Some("Softmax")
+}
+
+/// True if every node of `readers` is a MatMul reading `tensor` as its first input only (`P·V`): then quantizing
+/// `tensor - c` can be corrected exactly after each MatMul.
+pub(crate) fn read_only_as_matmul_a(ix: &GraphIndex, tensor: &str, readers: &[usize]) -> bool {
+    !readers.is_empty()
+        && readers.iter().all(|&r| {
+            let n = ix.node(r);
+            n.op_type() == "MatMul" && n.input[0] == tensor && n.input[1] != tensor
+        })
+}
+
+/// A MatMul of an activation by a constant float weight `[rows, cols]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConstWeightMatMul<'g> {
+    /// Input A, the activation.
+    pub input: &'g str,
+    /// The weight's row count (the channels of `input` it contracts).
+    pub rows: usize,
+}
+
+/// Node `i` as a constant-weight MatMul that `m` selects: named, two inputs, A not a constant, B a 2-D float
+/// initializer with more than one row.
+pub(crate) fn const_weight_matmul<'g>(ix: &GraphIndex<'g>, i: usize, m: &Matchers) -> Option<ConstWeightMatMul<'g>> {
+    let n = ix.node(i);
+    if n.op_type() != "MatMul" || n.input.len() != 2 || n.name().is_empty() || !m.node_selected(n.name()) {
+        return None;
+    }
+    let (x, w) = (&n.input[0], &n.input[1]);
+    if x == w || ix.is_initializer(x) {
+        return None;
+    }
+    let w = ix.initializer(w)?;
+    (w.data_type() == DataType::Float as i32 && w.dims.len() == 2 && w.dims[0] > 1)
+        .then_some(ConstWeightMatMul { input: x.as_str(), rows: w.dims[0] as usize })
+}
+
+/// How a LayerNorm applies its γ / β.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LayerNormForm {
+    /// A `LayerNormalization` node (opset 17): inputs 1 and 2.
+    Fused,
+    /// `Add(Mul(norm, γ), β)` at the end of a decomposed LayerNorm (opset <= 16 exports).
+    Decomposed {
+        /// The `Mul` node applying γ.
+        mul: String,
+    },
+}
+
+/// Where a LayerNorm output's γ / β live.
+pub(crate) struct LayerNormParams {
+    pub form: LayerNormForm,
+    pub gamma: String,
+    pub beta: Option<String>,
+    /// Length of γ (the normalised, last axis).
+    pub channels: usize,
+}
+
+/// γ / β of the LayerNorm whose last node is `n`, if it is one normalising the last axis with constant
+/// per-channel parameters.
+pub(crate) fn layer_norm_params(ix: &GraphIndex, n: &NodeProto) -> Result<Option<LayerNormParams>> {
+    match n.op_type() {
+        "LayerNormalization" => fused_layer_norm(ix, n),
+        "Add" if n.input.len() == 2 => Ok(decomposed_layer_norm(ix, n)),
+        _ => Ok(None),
+    }
+}
+
+fn fused_layer_norm(ix: &GraphIndex, n: &NodeProto) -> Result<Option<LayerNormParams>> {
+    // Only normalisation over the last axis has per-channel γ / β along the axis MatMul contracts.
+    let axis = get_attr_int(n, "axis")?.unwrap_or(-1);
+    let Some(gamma) = n.input.get(1).filter(|s| !s.is_empty()) else { return Ok(None) };
+    let Some(c) = vector_init(ix, gamma) else { return Ok(None) };
+    let beta = n.input.get(2).filter(|s| !s.is_empty()).cloned();
+    if axis != -1 || n.output.len() > 1 && n.output[1..].iter().any(|o| !o.is_empty()) {
+        return Ok(None);
+    }
+    if beta.as_deref().is_some_and(|b| vector_init(ix, b) != Some(c)) {
+        return Ok(None);
+    }
+    Ok(Some(LayerNormParams { form: LayerNormForm::Fused, gamma: gamma.clone(), beta, channels: c }))
+}
+
+/// `Add(Mul(norm, γ), β)` with γ, β constant vectors of the same length, the Mul read only by this Add and `norm`
+/// the output of a `Div` ((x - mean) / std): a plain scaled tensor is not a LayerNorm.
+fn decomposed_layer_norm(ix: &GraphIndex, n: &NodeProto) -> Option<LayerNormParams> {
+    let (mul_out, beta) = if ix.is_initializer(&n.input[1]) {
+        (&n.input[0], &n.input[1])
+    } else if ix.is_initializer(&n.input[0]) {
+        (&n.input[1], &n.input[0])
+    } else {
+        return None;
+    };
+    let mul = ix.producer_node(mul_out)?;
+    if mul.op_type() != "Mul" || mul.input.len() != 2 {
+        return None;
+    }
+    if ix.readers(mul_out).len() != 1 || ix.is_graph_output(mul_out) {
+        return None;
+    }
+    let gamma = mul.input.iter().find(|i| ix.is_initializer(i))?;
+    let other = mul.input.iter().find(|i| *i != gamma);
+    if other.and_then(|o| ix.producer_op(o)).is_none_or(|op| op != "Div") {
+        return None;
+    }
+    let (c, cb) = (vector_init(ix, gamma)?, vector_init(ix, beta)?);
+    if c != cb {
+        return None;
+    }
+    let form = LayerNormForm::Decomposed { mul: mul.name().to_string() };
+    Some(LayerNormParams { form, gamma: gamma.clone(), beta: Some(beta.clone()), channels: c })
+}
+
+/// The length of a float initializer of shape `[len]` or `[1, .., 1, len]` with `len > 1`.
+fn vector_init(ix: &GraphIndex, name: &str) -> Option<usize> {
+    let t = ix.initializer(name)?;
+    if t.data_type() != DataType::Float as i32 {
+        return None;
+    }
+    let last = *t.dims.last()?;
+    (last > 1 && t.dims[..t.dims.len() - 1].iter().all(|&d| d == 1)).then_some(last as usize)
+}

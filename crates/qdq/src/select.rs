@@ -1,0 +1,124 @@
+//! Selection: which nodes a policy quantizes and which of their tensors want a Q/DQ pair, before any range is
+//! looked at.
+
+use std::collections::{HashMap, HashSet};
+
+use onnx_ir::proto::NodeProto;
+use onnx_ir::{DataType, GraphIndex};
+
+use crate::error::{Error, Result};
+use crate::patterns;
+use crate::plan::Skipped;
+use crate::policy::{Matchers, Policy, ResidualAdd};
+
+/// The selected nodes and the tensors they want quantized.
+#[derive(Debug, Default)]
+pub(crate) struct Selection {
+    /// `(tensor, first selected node wanting it)` in first-seen order.
+    pub tensors: Vec<(String, usize)>,
+    /// Tensor -> selected nodes reading it (unique, node order).
+    pub receivers: HashMap<String, Vec<usize>>,
+    /// Tensors marked because they are outputs of quantized nodes.
+    outputs: HashSet<String>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl Selection {
+    /// The selected nodes reading `tensor`.
+    pub fn receivers(&self, tensor: &str) -> &[usize] {
+        self.receivers.get(tensor).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Node `i` wants its inputs (and, with `outputs`, its output) quantized.
+    fn mark(&mut self, n: &NodeProto, i: usize, outputs: bool) {
+        for inp in &n.input {
+            let r = self.receivers.entry(inp.clone()).or_default();
+            if r.is_empty() {
+                self.tensors.push((inp.clone(), i));
+            }
+            if !r.contains(&i) {
+                r.push(i);
+            }
+        }
+        if outputs {
+            let out = &n.output[0];
+            if self.outputs.insert(out.clone()) && !self.receivers.contains_key(out) {
+                self.tensors.push((out.clone(), i));
+            }
+        }
+    }
+
+    /// Moves the tensors that cannot or must not be quantized to `skipped`, with the reason.
+    fn drop_unquantizable(&mut self, ix: &GraphIndex, m: &Matchers) {
+        for (t, first) in std::mem::take(&mut self.tensors) {
+            let elem = ix.elem_type(&t);
+            let reason = if m.tensor_excluded(&t) {
+                Some("excluded by exclude_tensors".to_string())
+            } else if ix.producer_op(&t) == Some("DequantizeLinear") {
+                Some("already the output of a DequantizeLinear".to_string())
+            } else if elem.is_some_and(|e| e != DataType::Float as i32) {
+                Some(format!("element type {} is not float32", onnx_ir::data_type_name(elem.unwrap_or_default())))
+            } else {
+                None
+            };
+            match reason {
+                Some(reason) => self.skipped.push(Skipped { tensor: t, reason }),
+                None => self.tensors.push((t, first)),
+            }
+        }
+    }
+}
+
+/// `#i` for an unnamed node.
+pub(crate) fn node_label(n: &NodeProto, i: usize) -> String {
+    if n.name().is_empty() { format!("#{i}") } else { n.name().to_string() }
+}
+
+fn bad_node(n: &NodeProto, i: usize, reason: String) -> Error {
+    Error::BadNode { node: node_label(n, i), op_type: n.op_type().to_string(), reason }
+}
+
+/// A selected node must be a well-formed binary op on defined tensors.
+fn check_selected(ix: &GraphIndex, n: &NodeProto, i: usize) -> Result<()> {
+    if n.input.len() != 2 || n.output.len() != 1 {
+        let found = format!("expected 2 inputs and 1 output, found {} and {}", n.input.len(), n.output.len());
+        return Err(bad_node(n, i, found));
+    }
+    match n.input.iter().find(|inp| !ix.is_defined(inp)) {
+        Some(inp) => {
+            Err(bad_node(n, i, format!("input '{inp}' is neither an initializer, a graph input nor a node output")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Whether a selected node's inputs are quantized under `policy`: Adds only when residual (and the policy
+/// quantizes those), MatMuls with a variable B only unless `matmul_const_b_only`.
+fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
+    match n.op_type() {
+        "Add" => patterns::is_residual_add(ix, n) && policy.residual_add == ResidualAdd::Quantize,
+        "MatMul" => !policy.matmul_const_b_only || ix.is_initializer(&n.input[1]),
+        _ => true,
+    }
+}
+
+/// Selects the nodes of the policy's op types that its include/exclude lists pass, and the tensors they want.
+pub(crate) fn select(ix: &GraphIndex, policy: &Policy) -> Result<Selection> {
+    let m = policy.matchers()?;
+    let quantized = |n: &NodeProto| policy.op_types.iter().any(|o| o == n.op_type());
+    if !ix.graph().node.iter().any(quantized) {
+        return Err(Error::NothingToQuantize { op_types: policy.op_types.join("/") });
+    }
+    let mut sel = Selection::default();
+    for (i, n) in ix.graph().node.iter().enumerate() {
+        if !quantized(n) || !m.node_selected(n.name()) {
+            continue;
+        }
+        check_selected(ix, n, i)?;
+        if wants_inputs(ix, n, policy) {
+            sel.mark(n, i, policy.quantize_outputs);
+        }
+    }
+    sel.drop_unquantizable(ix, &m);
+    Ok(sel)
+}
