@@ -9,6 +9,7 @@ mod download;
 mod e2e;
 mod npy;
 mod setup;
+mod tidy;
 mod vs_python;
 
 use std::path::{Path, PathBuf};
@@ -121,9 +122,15 @@ pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-/// `cargo xtask test`: provision ONNX Runtime, then every test of the workspace in debug.
+/// `cargo xtask test`: provision ONNX Runtime, check formatting and lints, then every test of the workspace in
+/// debug (the tidy tests in xtask/src/tidy.rs among them).
 fn test(rest: &[String]) -> Result<()> {
     let lib = setup::setup(&setup::SetupArgs::default())?;
+    eprintln!("xtask: cargo fmt --check");
+    run_cmd(cargo().args(["fmt", "--all", "--check"]))
+        .context("formatting differs from rustfmt.toml: run `cargo fmt --all`")?;
+    eprintln!("xtask: cargo clippy -D warnings");
+    run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(rest).env(setup::LIBRARY_ENV, &lib);
     run_cmd(&mut cmd)

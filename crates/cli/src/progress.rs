@@ -16,10 +16,10 @@ impl Bars {
     }
 
     fn with_bar(&self, f: impl FnOnce(&ProgressBar)) {
-        if let Ok(guard) = self.bar.lock() {
-            if let Some(b) = guard.as_ref() {
-                f(b);
-            }
+        if let Ok(guard) = self.bar.lock()
+            && let Some(b) = guard.as_ref()
+        {
+            f(b);
         }
     }
 }
@@ -53,10 +53,10 @@ impl pipeline::Progress for Bars {
     }
 
     fn finish(&self) {
-        if let Ok(mut guard) = self.bar.lock() {
-            if let Some(b) = guard.take() {
-                b.finish_and_clear();
-            }
+        if let Ok(mut guard) = self.bar.lock()
+            && let Some(b) = guard.take()
+        {
+            b.finish_and_clear();
         }
     }
 

@@ -99,13 +99,7 @@ impl Corpus {
 
     /// Feature batches in feature order.
     pub fn batches(&self, batch: usize) -> Result<FeatureStream<'_>> {
-        Ok(FeatureStream::new(
-            &self.data.examples,
-            &self.tokenizer,
-            self.cfg.features.clone(),
-            batch,
-            self.cfg.padding,
-        )?)
+        Ok(FeatureStream::new(&self.data.examples, &self.tokenizer, self.cfg.features, batch, self.cfg.padding)?)
     }
 
     /// Turns logits into answers, in feature order.

@@ -85,6 +85,9 @@ fn constant_params(ix: &GraphIndex, sel: &Selection, init: &TensorProto, policy:
     Ok(TensorParams { kind: TensorKind::Constant, qtype: spec.qtype, params, axis: None, shift: None })
 }
 
+/// A range and the shift its pairs quantize by, if any.
+type RangeAndShift = (Option<(f32, f32)>, Option<f32>);
+
 /// An activation's range: analytic for Softmax outputs under `softmax_range = full | shifted` (with the shift,
 /// see [`shift::softmax_range`]), else the calibrated one. `None`: no range.
 fn activation_range(
@@ -93,7 +96,7 @@ fn activation_range(
     t: &str,
     ranges: &Ranges,
     policy: &Policy,
-) -> Result<(Option<(f32, f32)>, Option<f32>)> {
+) -> Result<RangeAndShift> {
     let softmax_out = patterns::is_softmax_output(ix, t);
     Ok(match policy.softmax_range {
         SoftmaxRange::Shifted if softmax_out => {

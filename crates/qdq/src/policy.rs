@@ -180,70 +180,100 @@ pub const OPTIONS: &[PolicyOption] = &[
         doc: "quantize a MatMul only when its second input is a constant weight",
         values: "true or false",
         get: |p| p.matmul_const_b_only.to_string(),
-        set: |p, v| Ok(p.matmul_const_b_only = boolean(v)?),
+        set: |p, v| {
+            p.matmul_const_b_only = boolean(v)?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "residual_add",
         doc: "the residual Adds (those feeding a LayerNorm): Q/DQ on both inputs, or left in float",
         values: "quantize or skip",
         get: |p| p.residual_add.to_string(),
-        set: |p, v| Ok(p.residual_add = v.parse()?),
+        set: |p, v| {
+            p.residual_add = v.parse()?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "dedicated_pairs",
         doc: "one Q/DQ pair per quantized reader of an activation (TensorRT cannot share one) instead of a shared pair",
         values: "true or false",
         get: |p| p.dedicated_pairs.to_string(),
-        set: |p, v| Ok(p.dedicated_pairs = boolean(v)?),
+        set: |p, v| {
+            p.dedicated_pairs = boolean(v)?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "shared_pair_feeds_all",
         doc: "a shared pair also feeds the tensor's readers that are not quantized, as ONNX Runtime does",
         values: "true or false",
         get: |p| p.shared_pair_feeds_all.to_string(),
-        set: |p, v| Ok(p.shared_pair_feeds_all = boolean(v)?),
+        set: |p, v| {
+            p.shared_pair_feeds_all = boolean(v)?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "quantize_outputs",
         doc: "also Q/DQ on the outputs of quantized nodes (ONNX Runtime's CPU EP then fuses QLinearMatMul)",
         values: "true or false",
         get: |p| p.quantize_outputs.to_string(),
-        set: |p, v| Ok(p.quantize_outputs = boolean(v)?),
+        set: |p, v| {
+            p.quantize_outputs = boolean(v)?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "activations",
         doc: "activation quantization: int8 with zero point 0, or uint8 with a zero point",
         values: "int8-symmetric or uint8-asymmetric",
         get: |p| p.activations.to_string(),
-        set: |p, v| Ok(p.activations = v.parse()?),
+        set: |p, v| {
+            p.activations = v.parse()?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "per_channel",
         doc: "one scale per output column of each MatMul weight instead of one per tensor",
         values: "true or false",
         get: |p| p.per_channel.to_string(),
-        set: |p, v| Ok(p.per_channel = boolean(v)?),
+        set: |p, v| {
+            p.per_channel = boolean(v)?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "weights",
         doc: "weight storage: float initializer + Q + DQ, or int8 initializer + DQ (a smaller file)",
         values: "qdq-pair or int8-initializer",
         get: |p| p.weights.to_string(),
-        set: |p, v| Ok(p.weights = v.parse()?),
+        set: |p, v| {
+            p.weights = v.parse()?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "reduce_range",
         doc: "7-bit weights, avoiding u8s8 saturation in ONNX Runtime's CPU kernels on x86 without VNNI",
         values: "true or false",
         get: |p| p.reduce_range.to_string(),
-        set: |p, v| Ok(p.reduce_range = boolean(v)?),
+        set: |p, v| {
+            p.reduce_range = boolean(v)?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "softmax_range",
         doc: "range of Softmax outputs: calibrated, [0, 1], or P - 0.5 over [-0.5, 0.5] with an exact float correction",
         values: "calibrated, full or shifted",
         get: |p| p.softmax_range.to_string(),
-        set: |p, v| Ok(p.softmax_range = v.parse()?),
+        set: |p, v| {
+            p.softmax_range = v.parse()?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "smooth",
@@ -266,7 +296,10 @@ pub const OPTIONS: &[PolicyOption] = &[
         doc: "what smoothing rescales: LayerNorm outputs (into gamma/beta), or every constant-weight MatMul input",
         values: "layernorm or all",
         get: |p| p.smooth_targets.to_string(),
-        set: |p, v| Ok(p.smooth_targets = v.parse()?),
+        set: |p, v| {
+            p.smooth_targets = v.parse()?;
+            Ok(())
+        },
     },
     PolicyOption {
         key: "include_nodes",
@@ -294,7 +327,10 @@ pub const OPTIONS: &[PolicyOption] = &[
         doc: "a tensor the policy quantizes that has no calibration range is an error instead of being skipped",
         values: "true or false",
         get: |p| p.strict.to_string(),
-        set: |p, v| Ok(p.strict = boolean(v)?),
+        set: |p, v| {
+            p.strict = boolean(v)?;
+            Ok(())
+        },
     },
 ];
 

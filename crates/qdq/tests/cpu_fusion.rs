@@ -4,7 +4,6 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use qdq::Policy;
 
 fn optimized_op_counts(preset: &str, ln: Ln, set: &[(&str, &str)]) -> BTreeMap<String, usize> {
     let fp32 = tiny_bert(ln);

@@ -1,0 +1,156 @@
+//! Tidy checks: rules of docs/ARCHITECTURE.md checked against the code itself, as `#[test]`s (in the spirit of
+//! rust-analyzer's tidy tests). `cargo xtask test` runs them with every other test; a failure names the rule, the
+//! crate or file, and what to do.
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::process::Command;
+
+    use crate::root;
+
+    /// The workspace crates each crate may use in its code (normal dependencies; dev-dependencies are free, as
+    /// tests build models with onnx-ir). Layering: a crate only depends on crates above it in this list.
+    const ALLOWED: &[(&str, &[&str])] = &[
+        ("squad-metrics", &[]),
+        ("calib", &[]),
+        ("onnx-ir", &[]),
+        ("runtime", &[]),
+        ("squad", &["squad-metrics"]),
+        ("qdq", &["onnx-ir"]),
+        ("pipeline", &["squad-metrics", "calib", "onnx-ir", "runtime", "squad", "qdq"]),
+        ("qdq-cli", &["pipeline"]),
+        ("xtask", &["squad-metrics", "squad"]),
+    ];
+
+    /// Third-party crates a crate may depend on, where the architecture limits them: squad-metrics is serde alone
+    /// (users can take just the scorer), calib sees no ONNX and no ONNX Runtime.
+    const ONLY_EXTERNAL: &[(&str, &[&str])] = &[("squad-metrics", &["serde", "serde_json"])];
+    const NO_EXTERNAL: &[(&str, &[&str])] = &[("calib", &["ort", "prost", "protox"]), ("qdq", &["ort"])];
+
+    /// `package -> [(dependency package, kind)]` of the workspace, from `cargo metadata`.
+    fn dependencies() -> BTreeMap<String, Vec<(String, String)>> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+            .current_dir(root())
+            .output()
+            .expect("cargo metadata runs");
+        assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+        let mut deps = BTreeMap::new();
+        for p in meta["packages"].as_array().expect("packages") {
+            let list = p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .map(|d| {
+                    (
+                        d["name"].as_str().unwrap_or_default().to_owned(),
+                        d["kind"].as_str().unwrap_or("normal").to_owned(),
+                    )
+                })
+                .collect();
+            deps.insert(p["name"].as_str().unwrap_or_default().to_owned(), list);
+        }
+        deps
+    }
+
+    fn ours(deps: &BTreeMap<String, Vec<(String, String)>>, name: &str) -> bool {
+        deps.contains_key(name)
+    }
+
+    #[test]
+    fn crates_depend_only_on_the_crates_the_architecture_allows() {
+        let deps = dependencies();
+        let mut wrong = Vec::new();
+        for (package, list) in &deps {
+            let Some((_, allowed)) = ALLOWED.iter().find(|(p, _)| p == package) else {
+                wrong
+                    .push(format!("{package} is not in the tidy table: add it to ALLOWED and to docs/ARCHITECTURE.md"));
+                continue;
+            };
+            for (dep, kind) in list {
+                if kind == "normal" && ours(&deps, dep) && !allowed.contains(&dep.as_str()) {
+                    wrong.push(format!("{package} depends on {dep}; allowed: [{}]", allowed.join(", ")));
+                }
+            }
+            for (p, only) in ONLY_EXTERNAL.iter().filter(|(p, _)| p == package) {
+                for (dep, kind) in list.iter().filter(|(d, k)| k == "normal" && !ours(&deps, d)) {
+                    if !only.contains(&dep.as_str()) {
+                        wrong.push(format!("{p} depends on {dep} ({kind}); it may only use {}", only.join(", ")));
+                    }
+                }
+            }
+            for (p, never) in NO_EXTERNAL.iter().filter(|(p, _)| p == package) {
+                for (dep, _) in list.iter().filter(|(d, k)| k == "normal" && never.contains(&d.as_str())) {
+                    wrong.push(format!("{p} depends on {dep}, which the architecture keeps out of it"));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "dependency rules of docs/ARCHITECTURE.md broken:\n  {}", wrong.join("\n  "));
+    }
+
+    fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(rust_files(&p));
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn the_cli_talks_to_pipeline_only() {
+        let mut wrong = Vec::new();
+        for f in rust_files(&root().join("crates/cli/src")) {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                if ["calib::", "qdq::", "onnx_ir::", "runtime::", "squad::"].iter().any(|c| line.contains(c)) {
+                    wrong.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "the CLI names a library crate other than pipeline:\n  {}", wrong.join("\n  "));
+    }
+
+    /// Functions of `text` longer than `max` lines (a `fn` line to the `}` at its indentation), as (line, name, len).
+    fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let trimmed = line.trim_start();
+            let rest = trimmed.strip_prefix("pub(crate) ").or_else(|| trimmed.strip_prefix("pub ")).unwrap_or(trimmed);
+            let Some(name) = rest.strip_prefix("fn ").map(|r| r.split(['(', '<']).next().unwrap_or("").to_owned())
+            else {
+                continue;
+            };
+            let close = format!("{}}}", &line[..line.len() - trimmed.len()]);
+            if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
+                let len = end + 2;
+                if len > max {
+                    out.push((i + 1, name, len));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn placement_functions_stay_short() {
+        assert_eq!(long_functions("fn a() {\n    x;\n}\nfn b() {\n    y;\n    z;\n}\n", 3), vec![(4, "b".into(), 4)]);
+        let mut wrong = Vec::new();
+        for f in rust_files(&root().join("crates/qdq/src")) {
+            for (line, name, len) in long_functions(&std::fs::read_to_string(&f).unwrap(), 60) {
+                wrong.push(format!("{}:{line}: fn {name} has {len} lines", f.display()));
+            }
+        }
+        assert!(wrong.is_empty(), "qdq functions over 60 lines (split them by step):\n  {}", wrong.join("\n  "));
+    }
+}
