@@ -57,7 +57,7 @@ pub fn bench(raw: &[String]) -> Result<()> {
         }
     }
     let path = out.join("summary.md");
-    std::fs::write(&path, &md).with_context(|| format!("cannot write {}", path.display()))?;
+    crate::write_atomic(&path, md.as_bytes())?;
     print!("{md}");
     eprintln!("xtask: summary written to {}", path.display());
     Ok(())

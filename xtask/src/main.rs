@@ -96,13 +96,13 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to a temporary sibling of `path` and renames it into place.
+/// Writes `bytes` to `path` atomically (unnamed temporary file, synced, linked into place; umask mode).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    use std::io::Write as _;
+    let mut file = atomic_write_file::AtomicWriteFile::options()
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(bytes).and_then(|()| file.commit()).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Removes `--flag V` / `--flag=V` from `args` and returns `V`; a flag without a value is an error.

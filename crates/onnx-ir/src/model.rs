@@ -207,48 +207,27 @@ fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// A temporary file next to its destination, removed on drop unless committed.
+/// A file written atomically (an unnamed temporary file in the destination's directory, buffered, synced and linked
+/// into place on commit; mode from the umask). Dropped without commit, nothing appears and nothing is left behind.
 struct TempFile {
-    tmp: PathBuf,
     dest: PathBuf,
-    writer: Option<BufWriter<File>>,
+    writer: BufWriter<atomic_write_file::AtomicWriteFile>,
 }
 
 impl TempFile {
     fn create(dest: &Path) -> Result<Self> {
-        let dir = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let fname = dest.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!(".{fname}.tmp-{}-{n}", std::process::id()));
-        let file = File::create(&tmp).map_err(io_err(&tmp))?;
-        Ok(TempFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)) })
+        let file = atomic_write_file::AtomicWriteFile::options().open(dest).map_err(io_err(dest))?;
+        Ok(TempFile { dest: dest.to_path_buf(), writer: BufWriter::new(file) })
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        match &mut self.writer {
-            Some(w) => w.write_all(bytes).map_err(io_err(&self.tmp)),
-            None => Ok(()),
-        }
+        self.writer.write_all(bytes).map_err(io_err(&self.dest))
     }
 
-    fn commit(mut self) -> Result<()> {
-        if let Some(w) = self.writer.take() {
-            let file = w.into_inner().map_err(|e| Error::Io { path: self.tmp.clone(), source: e.into_error() })?;
-            file.sync_all().map_err(io_err(&self.tmp))?;
-        }
-        std::fs::rename(&self.tmp, &self.dest).map_err(io_err(&self.dest))
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if self.tmp.exists() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
+    fn commit(self) -> Result<()> {
+        let file =
+            self.writer.into_inner().map_err(|e| Error::Io { path: self.dest.clone(), source: e.into_error() })?;
+        file.commit().map_err(io_err(&self.dest))
     }
 }
 

@@ -82,10 +82,22 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         ] {
             assert!(out.join(f).is_file(), "{kind:?}: {f} missing");
         }
-        // No temporary files left behind.
+        // No temporary files left behind, and every output has the mode the umask gives a new file (the temp
+        // file's 0600 used to leak into results.json, report.md and the predictions).
         let names: Vec<String> =
             std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-        assert!(names.iter().all(|n| !n.starts_with(".tmp")), "{names:?}");
+        assert!(names.iter().all(|n| !n.starts_with('.') && !n.contains("tmp")), "{names:?}");
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let umask = status.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap().trim();
+            let expected = 0o666 & !u32::from_str_radix(umask, 8).unwrap();
+            for n in &names {
+                let mode = std::fs::metadata(out.join(n)).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, expected, "{kind:?}: {n} has mode {mode:o}, umask {umask}");
+            }
+        }
 
         let on_disk: E2eResults = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
         assert_eq!(on_disk, results);

@@ -291,17 +291,14 @@ impl<V: Serialize> Serialize for Ordered<'_, V> {
     }
 }
 
+/// Writes `value` as pretty JSON, atomically (unnamed temporary file, synced, linked into place; umask mode).
 fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    use std::io::Write as _;
     let io = |source: std::io::Error| Error::Io { path: path.to_owned(), source };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    let mut file = atomic_write_file::AtomicWriteFile::options().open(path).map_err(io)?;
+    file.write_all(&bytes).map_err(io)?;
+    file.commit().map_err(io)
 }
 
 /// Writes `predictions.json` (id → text, example order) into `dir`, plus `nbest_predictions.json` when predictions
