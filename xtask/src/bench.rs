@@ -26,7 +26,7 @@ pub fn bench(raw: &[String]) -> Result<()> {
             _ => args.e2e.push(a.clone()),
         }
     }
-    run_cmd(cargo().args(["bench", "--locked", "-p", "calib"]))?;
+    run_cmd(cargo().args(["bench", "--locked", "-p", "qdq-calib"]))?;
     let out = root().join("out/bench");
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut md = String::from(

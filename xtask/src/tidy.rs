@@ -13,21 +13,21 @@ mod tests {
     /// The workspace crates each crate may use in its code (normal dependencies; dev-dependencies are free, as
     /// tests build models with onnx-ir). Layering: a crate only depends on crates above it in this list.
     const ALLOWED: &[(&str, &[&str])] = &[
-        ("squad-metrics", &[]),
-        ("calib", &[]),
-        ("onnx-ir", &[]),
-        ("runtime", &[]),
-        ("squad", &["squad-metrics"]),
-        ("qdq", &["onnx-ir"]),
-        ("pipeline", &["squad-metrics", "calib", "onnx-ir", "runtime", "squad", "qdq"]),
-        ("qdq-cli", &["pipeline"]),
-        ("xtask", &["squad-metrics", "squad"]),
+        ("qdq-squad-metrics", &[]),
+        ("qdq-calib", &[]),
+        ("qdq-onnx-ir", &[]),
+        ("qdq-runtime", &[]),
+        ("qdq-squad", &["qdq-squad-metrics"]),
+        ("qdq", &["qdq-onnx-ir"]),
+        ("qdq-pipeline", &["qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"]),
+        ("qdq-cli", &["qdq-pipeline"]),
+        ("xtask", &["qdq-squad-metrics", "qdq-squad"]),
     ];
 
     /// Third-party crates a crate may depend on, where the architecture limits them: squad-metrics is serde alone
     /// (users can take just the scorer), calib sees no ONNX and no ONNX Runtime.
-    const ONLY_EXTERNAL: &[(&str, &[&str])] = &[("squad-metrics", &["serde", "serde_json"])];
-    const NO_EXTERNAL: &[(&str, &[&str])] = &[("calib", &["ort", "prost", "protox"]), ("qdq", &["ort"])];
+    const ONLY_EXTERNAL: &[(&str, &[&str])] = &[("qdq-squad-metrics", &["serde", "serde_json"])];
+    const NO_EXTERNAL: &[(&str, &[&str])] = &[("qdq-calib", &["ort", "prost", "protox"]), ("qdq", &["ort"])];
 
     /// `package -> [(dependency package, kind)]` of the workspace, from `cargo metadata`.
     fn dependencies() -> BTreeMap<String, Vec<(String, String)>> {

@@ -1073,7 +1073,7 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
     let py = ensure_venv()?;
     let qdq = build_qdq()?;
     eprintln!("xtask: building calib's microbench example (release)");
-    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "calib", "--example", "microbench"]))?;
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-calib", "--example", "microbench"]))?;
     let microbench = target_dir().join("release/examples/microbench");
 
     let work = opts.out.join("vs_python");

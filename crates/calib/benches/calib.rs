@@ -1,10 +1,10 @@
-//! Collection throughput, merge, and range-search speed. `cargo bench -p calib`.
+//! Collection throughput, merge, and range-search speed. `cargo bench -p qdq-calib`.
 use std::hint::black_box;
 use std::time::Duration;
 
-use calib::hist::Histogram;
-use calib::*;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use qdq_calib::hist::Histogram;
+use qdq_calib::*;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 

@@ -2,7 +2,7 @@
 //! numpy and ONNX Runtime's Python calibrators):
 //!
 //! ```text
-//! cargo run --release -p calib --example microbench -- --arrays A.npy[,B.npy...] --num-bins N[,M...] --repeat R
+//! cargo run --release -p qdq-calib --example microbench -- --arrays A.npy[,B.npy...] --num-bins N[,M...] --repeat R
 //!     [--state calib_state.json --tensors K] [--num-quantized-bins Q] --histograms-out H.json
 //! ```
 //!
@@ -17,8 +17,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use calib::hist::Histogram;
-use calib::{CalibState, CollectOptions, entropy_threshold};
+use qdq_calib::hist::Histogram;
+use qdq_calib::{CalibState, CollectOptions, entropy_threshold};
 use serde_json::{Value, json};
 
 type Error = Box<dyn std::error::Error>;

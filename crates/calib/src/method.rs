@@ -101,12 +101,12 @@ impl Method {
     /// The method of `kind` with the options that apply to it, validated ([`Method::validate`]).
     ///
     /// ```
-    /// use calib::{Method, MethodKind, MethodOptions};
+    /// use qdq_calib::{Method, MethodKind, MethodOptions};
     /// let opts = MethodOptions { percentile: 99.99, ..MethodOptions::default() };
     /// let m = Method::new("Percentile".parse::<MethodKind>()?, &opts)?;
     /// assert_eq!(m, Method::Percentile { percentile: 99.99, symmetric: false });
     /// assert!(Method::new(MethodKind::Entropy, &MethodOptions { num_quantized_bins: 1, ..opts }).is_err());
-    /// # Ok::<(), calib::Error>(())
+    /// # Ok::<(), qdq_calib::Error>(())
     /// ```
     pub fn new(kind: MethodKind, opts: &MethodOptions) -> Result<Method> {
         let m = match kind {

@@ -1,8 +1,8 @@
 //! Sharded collection + merge is identical to one pass; JSON state round trip.
 mod common;
-use calib::*;
 use common::all_methods;
 use proptest::prelude::*;
+use qdq_calib::*;
 
 fn batches() -> impl Strategy<Value = Vec<Vec<f32>>> {
     // values spanning many magnitudes (and exact zeros) so shards start from very different bin widths

@@ -1,5 +1,5 @@
 //! Option validation and parsing.
-use calib::*;
+use qdq_calib::*;
 
 fn method(name: &str, opts: MethodOptions) -> Result<Method> {
     Method::new(name.parse()?, &opts)

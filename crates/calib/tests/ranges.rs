@@ -1,7 +1,7 @@
 //! Range algorithms against analytic answers.
 mod common;
-use calib::*;
 use common::*;
+use qdq_calib::*;
 
 fn close(got: f32, want: f32, tol: f32) {
     assert!((got - want).abs() <= tol, "got {got}, want {want} ± {tol}");
@@ -303,7 +303,7 @@ fn entropy_matches_naive_reference() {
 }
 
 fn hist_entropy(h: &hist::Histogram, nq: usize) -> f32 {
-    calib::entropy_threshold(h, nq)
+    qdq_calib::entropy_threshold(h, nq)
 }
 
 #[test]

@@ -2,8 +2,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use calib::tables::*;
-use calib::*;
+use qdq_calib::tables::*;
+use qdq_calib::*;
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("calib-tables-{name}-{}", std::process::id()));

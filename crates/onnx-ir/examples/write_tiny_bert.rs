@@ -1,7 +1,7 @@
-//! Writes tiny BERT models: `cargo run -p onnx-ir --example write_tiny_bert -- OUT_DIR [VOCAB_SIZE]`
+//! Writes tiny BERT models: `cargo run -p qdq-onnx-ir --example write_tiny_bert -- OUT_DIR [VOCAB_SIZE]`
 //! produces OUT_DIR/tiny_bert_decomposed.onnx and OUT_DIR/tiny_bert_fused.onnx.
 
-use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
+use qdq_onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -13,7 +13,7 @@ use crate::proto::{GraphProto, NodeProto, TensorProto};
 /// as with the [`crate::GraphExt`] queries.
 ///
 /// ```
-/// use onnx_ir::{GraphIndex, node, proto::GraphProto};
+/// use qdq_onnx_ir::{GraphIndex, node, proto::GraphProto};
 /// let g = GraphProto {
 ///     node: vec![node("Relu", "r", &["x"], &["y"]), node("Add", "a", &["y", "y"], &["z"])],
 ///     ..Default::default()

@@ -1,7 +1,7 @@
 //! Shared test helpers: a small hand-built model.
 
-use onnx_ir::proto::{ModelProto, OperatorSetIdProto};
-use onnx_ir::{DataType, GraphExt, Model, array_to_tensor, node, value_info};
+use qdq_onnx_ir::proto::{ModelProto, OperatorSetIdProto};
+use qdq_onnx_ir::{DataType, GraphExt, Model, array_to_tensor, node, value_info};
 
 /// y = Relu(x + w) with x: float [2], w initializer [1.0, -2.0].
 pub fn small_model() -> Model {

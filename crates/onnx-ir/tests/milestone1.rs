@@ -5,8 +5,8 @@ mod common;
 use common::small_model;
 use half::f16;
 use ndarray::{ArrayD, IxDyn, arr2};
-use onnx_ir::proto::TensorProto;
-use onnx_ir::{
+use qdq_onnx_ir::proto::TensorProto;
+use qdq_onnx_ir::{
     DataType, Error, GraphExt, Model, NameSet, NodeExt, array_to_tensor, attr_int, attr_ints, get_attr_int,
     get_attr_ints, node, tensor_to_array,
 };
@@ -138,8 +138,8 @@ fn remove_unused_initializers_drops_dead_data_and_value_infos() {
     let mut m = small_model();
     let g = m.graph_mut();
     g.add_initializer(array_to_tensor("dead", &ndarray::arr1(&[1i64]).into_dyn()));
-    g.value_info.push(onnx_ir::value_info("gone", DataType::Float, None));
-    g.value_info.push(onnx_ir::value_info("s", DataType::Float, None));
+    g.value_info.push(qdq_onnx_ir::value_info("gone", DataType::Float, None));
+    g.value_info.push(qdq_onnx_ir::value_info("s", DataType::Float, None));
     g.remove_unused_initializers();
     let inits: Vec<_> = g.initializer.iter().map(|t| t.name().to_string()).collect();
     assert_eq!(inits, vec!["w"]);
@@ -158,7 +158,7 @@ fn attributes_build_and_read() {
     assert!(e.to_string().contains("sm") && e.to_string().contains("INTS"));
 }
 
-fn roundtrip<T: onnx_ir::Element + PartialEq + std::fmt::Debug>(a: ArrayD<T>) {
+fn roundtrip<T: qdq_onnx_ir::Element + PartialEq + std::fmt::Debug>(a: ArrayD<T>) {
     let t = array_to_tensor("t", &a);
     assert_eq!(t.data_type(), T::DATA_TYPE as i32);
     assert_eq!(tensor_to_array::<T>(&t).unwrap(), a);

@@ -4,10 +4,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use onnx_ir::proto::tensor_proto::DataLocation;
-use onnx_ir::proto::{StringStringEntryProto, TensorProto};
-use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
-use onnx_ir::{DataType, Error, ExternalDataOptions, GraphExt, Model, SaveOptions, array_to_tensor, tensor_to_array};
+use qdq_onnx_ir::proto::tensor_proto::DataLocation;
+use qdq_onnx_ir::proto::{StringStringEntryProto, TensorProto};
+use qdq_onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
+use qdq_onnx_ir::{
+    DataType, Error, ExternalDataOptions, GraphExt, Model, SaveOptions, array_to_tensor, tensor_to_array,
+};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/onnx-ir")
@@ -55,8 +57,8 @@ fn big_model() -> Model {
     let big = ndarray::Array::from_shape_fn(ndarray::IxDyn(&[3, 300]), |i| (i[0] * 300 + i[1]) as f32);
     m.graph_mut().add_initializer(array_to_tensor("big", &big));
     m.graph_mut().add_initializer(array_to_tensor("big2", &big.mapv(|v| -v)));
-    m.graph_mut().push_node(onnx_ir::node("Identity", "keep", &["big"], &["big_copy"]));
-    m.graph_mut().push_node(onnx_ir::node("Identity", "keep2", &["big2"], &["big2_copy"]));
+    m.graph_mut().push_node(qdq_onnx_ir::node("Identity", "keep", &["big"], &["big_copy"]));
+    m.graph_mut().push_node(qdq_onnx_ir::node("Identity", "keep2", &["big2"], &["big2_copy"]));
     m
 }
 

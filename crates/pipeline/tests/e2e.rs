@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
-use pipeline::{
+use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, IoNames, MethodKind,
     MethodOptions, MethodSettings, NoProgress, SquadVersion,
 };
@@ -65,7 +65,7 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         build(&TinyBertConfig { layer_norm: kind, max_positions: 64, ..Default::default() }).save(&model_path).unwrap();
         let out = dir.path().join(format!("out_{kind:?}"));
         let cfg = config(model_path.clone(), out.clone(), "tensorrt");
-        let results = pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+        let results = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
 
         for f in [
             "model_qdq.onnx",
@@ -174,7 +174,7 @@ fn a_model_without_token_type_ids_runs_end_to_end() {
     model.save(&model_path).unwrap();
     let out = dir.path().join("out");
     let cfg = config(model_path, out.clone(), "tensorrt");
-    let results = pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    let results = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
     let total = questions_in(&cfg.dataset);
     for r in [&results.fp32, &results.int8] {
         let r = r.as_ref().unwrap();
@@ -196,7 +196,7 @@ fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed()
     let tensors = qdq::tensors_to_calibrate(&model, &policy).unwrap();
     let ranges = |batch| {
         let opts = CalibrateOptions { batch, methods: methods(), num_bins: 256, session: SessionConfig::default() };
-        pipeline::calibrate(&model, &tensors, &data, &opts, &NoProgress).unwrap()
+        qdq_pipeline::calibrate(&model, &tensors, &data, &opts, &NoProgress).unwrap()
     };
     let (one, four) = (ranges(1), ranges(4));
     assert_eq!(one.features, four.features);

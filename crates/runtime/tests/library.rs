@@ -1,6 +1,6 @@
 //! Tests against the ONNX Runtime library `cargo xtask setup` provisions (found via ORT_DYLIB_PATH or .ort/).
 
-use runtime::{Ep, Error, Session, SessionConfig, TensorRtOptions, init};
+use qdq_runtime::{Ep, Error, Session, SessionConfig, TensorRtOptions, init};
 
 #[test]
 fn loads_the_pinned_onnxruntime_with_its_cpu_provider() {

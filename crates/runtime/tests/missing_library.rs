@@ -1,7 +1,7 @@
 //! A process whose ONNX Runtime library is missing or not a library gets one clear error, never a panic.
 //! (Its own test binary: the library is loaded once per process.)
 
-use runtime::{Error, Session, SessionConfig, init};
+use qdq_runtime::{Error, Session, SessionConfig, init};
 
 #[test]
 fn a_file_that_is_not_onnxruntime_is_an_error_naming_it() {

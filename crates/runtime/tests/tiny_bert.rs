@@ -4,7 +4,7 @@
 use ndarray::{Array2, ArrayD};
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 use onnx_ir::{GraphExt as _, Model, node};
-use runtime::{OptLevel, Session, SessionConfig};
+use qdq_runtime::{OptLevel, Session, SessionConfig};
 
 const SEQ: usize = 10;
 

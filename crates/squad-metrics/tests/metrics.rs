@@ -1,4 +1,4 @@
-use squad_metrics::*;
+use qdq_squad_metrics::*;
 use std::collections::HashMap;
 
 fn qa(id: &str, golds: &[&str]) -> Qa {

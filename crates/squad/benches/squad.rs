@@ -2,7 +2,7 @@
 //! ~1.7 s to featurize in release, see the `featurize` example).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use squad::*;
+use qdq_squad::*;
 use std::hint::black_box;
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
-//! `cargo run --release -p squad --example featurize -- DATASET VOCAB [MAX_SEQ_LEN DOC_STRIDE]`: featurizes a SQuAD
+//! `cargo run --release -p qdq-squad --example featurize -- DATASET VOCAB [MAX_SEQ_LEN DOC_STRIDE]`: featurizes a SQuAD
 //! file and prints the number of examples, features and tokens, and the time taken.
 
-use squad::{FeatureConfig, FeatureStream, Padding, SquadTokenizer, load_squad};
+use qdq_squad::{FeatureConfig, FeatureStream, Padding, SquadTokenizer, load_squad};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

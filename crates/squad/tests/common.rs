@@ -1,5 +1,5 @@
 #![allow(dead_code)]
-use squad::*;
+use qdq_squad::*;
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> PathBuf {

@@ -1,6 +1,6 @@
 mod common;
 use common::*;
-use squad::*;
+use qdq_squad::*;
 use std::sync::Arc;
 
 #[test]

@@ -1,6 +1,6 @@
 mod common;
 use common::*;
-use squad::*;
+use qdq_squad::*;
 
 #[test]
 fn window_arithmetic_matches_bert() {

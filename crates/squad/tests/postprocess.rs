@@ -1,7 +1,7 @@
 mod common;
 use common::*;
 use ndarray::Array2;
-use squad::*;
+use qdq_squad::*;
 use std::sync::Arc;
 
 const LOW: f32 = -10.0;

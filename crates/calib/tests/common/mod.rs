@@ -1,5 +1,5 @@
 #![allow(dead_code)]
-use calib::{CalibState, CollectOptions, Method, Range, RangeTable, compute_ranges};
+use qdq_calib::{CalibState, CollectOptions, Method, Range, RangeTable, compute_ranges};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal, Uniform};

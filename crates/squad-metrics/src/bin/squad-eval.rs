@@ -40,24 +40,24 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(Args { dataset, predictions, na_prob, thresh, first })
 }
 
-fn run(args: Args) -> Result<String, squad_metrics::Error> {
-    let mut dataset = squad_metrics::load_dataset(&args.dataset)?;
+fn run(args: Args) -> Result<String, qdq_squad_metrics::Error> {
+    let mut dataset = qdq_squad_metrics::load_dataset(&args.dataset)?;
     if let Some(n) = args.first {
         dataset = dataset.first_n(n);
     }
-    let preds = squad_metrics::load_predictions(&args.predictions)?;
-    let na_probs = args.na_prob.as_ref().map(squad_metrics::load_na_probs).transpose()?;
+    let preds = qdq_squad_metrics::load_predictions(&args.predictions)?;
+    let na_probs = args.na_prob.as_ref().map(qdq_squad_metrics::load_na_probs).transpose()?;
     let warn = |missing: usize, total: usize| {
         if missing > 0 {
             eprintln!("warning: {missing} of {total} questions have no prediction; they score 0");
         }
     };
     if dataset.is_v2() || na_probs.is_some() {
-        let m = squad_metrics::evaluate_v2(&dataset, &preds, na_probs.as_ref(), args.thresh);
+        let m = qdq_squad_metrics::evaluate_v2(&dataset, &preds, na_probs.as_ref(), args.thresh);
         warn(m.missing, m.total);
         Ok(serde_json::to_string_pretty(&m).unwrap_or_default())
     } else {
-        let m = squad_metrics::evaluate_v1(&dataset, &preds);
+        let m = qdq_squad_metrics::evaluate_v1(&dataset, &preds);
         warn(m.missing, m.total);
         Ok(serde_json::to_string(&m).unwrap_or_default())
     }
