@@ -1,6 +1,5 @@
 //! Sharded collection + merge is identical to one pass; JSON state round trip.
-mod common;
-use common::all_methods;
+use crate::common::all_methods;
 use proptest::prelude::*;
 use qdq_calib::*;
 
@@ -100,7 +99,7 @@ fn json_round_trip_and_bad_file() {
 #[test]
 fn large_parallel_batch_equals_small_batches() {
     // > 2^18 values takes the parallel chunked path
-    let data = common::normal(300_000, 0.5, 2.0, 21);
+    let data = crate::common::normal(300_000, 0.5, 2.0, 21);
     let opts = CollectOptions::for_methods(&all_methods(), 256);
     let mut big = CalibState::new(opts.clone());
     big.observe("t", &data, &[data.len()]).unwrap();
@@ -131,7 +130,7 @@ fn naive_counts(data: &[f32], per_side: usize, signed: bool) -> Vec<u64> {
 fn one_large_batch_matches_the_histogram_definition() {
     // More than two parallel chunks (2^18 values each), magnitudes growing along the batch so every chunk
     // starts on a finer grid than the final one, plus non-finite values and exact zeros scattered through it.
-    let mut data = common::normal(700_000, -0.25, 1.0, 5);
+    let mut data = crate::common::normal(700_000, -0.25, 1.0, 5);
     for (i, x) in data.iter_mut().enumerate() {
         *x *= 1.0 + (i as f32 / 700_000.0) * 40.0;
         match i % 9973 {

@@ -1,6 +1,5 @@
 //! Range algorithms against analytic answers.
-mod common;
-use common::*;
+use crate::common::*;
 use qdq_calib::*;
 
 fn close(got: f32, want: f32, tol: f32) {

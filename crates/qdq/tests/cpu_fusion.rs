@@ -1,9 +1,8 @@
 //! Which integer kernels ORT's CPU EP turns the `cpu` preset's MatMuls into (optimized model
 //! saved through `SessionConfig::optimized_model_path`, opt level All).
-mod common;
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 
 fn optimized_op_counts(preset: &str, ln: Ln, set: &[(&str, &str)]) -> BTreeMap<String, usize> {
     let fp32 = tiny_bert(ln);

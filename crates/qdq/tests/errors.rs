@@ -1,6 +1,5 @@
 //! Bad input gives one clear error; small hand-made graphs check the maths end to end.
-mod common;
-use common::*;
+use crate::common::*;
 use onnx_ir::proto::{GraphProto, ModelProto, OperatorSetIdProto};
 use onnx_ir::{DataType, Model, node, value_info};
 use qdq::{Policy, Ranges};

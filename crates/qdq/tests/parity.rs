@@ -1,7 +1,6 @@
 //! `ort-compatible` against listings produced by ONNX Runtime 1.31.1's own QDQ quantizer
 //! (testdata/qdq/ort_reference.py, seed-001 options) from the same ranges.
-mod common;
-use common::*;
+use crate::common::*;
 
 fn reference(file: &str) -> RefListing {
     serde_json::from_slice(&std::fs::read(testdata(file)).unwrap()).unwrap()

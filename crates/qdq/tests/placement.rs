@@ -1,8 +1,7 @@
 //! Exact Q/DQ placement on tiny BERT under the TensorRT preset, and ORT execution of every preset.
-mod common;
 use std::collections::{BTreeSet, HashMap};
 
-use common::*;
+use crate::common::*;
 use onnx_ir::Model;
 use qdq::{PRESETS, Policy};
 

@@ -1,10 +1,9 @@
 //! SmoothQuant-style smoothing on tiny BERT (both LayerNorm forms): which sites are found, that the smoothed model
 //! computes the same function, that the LayerNorm outputs' channel spread shrinks by the factors, and that an
 //! outlier channel then costs less accuracy once quantized.
-mod common;
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 use onnx_ir::{GraphExt, Model, tensor_from_vec};
 use qdq::{Policy, SmoothForm};
 

@@ -1,8 +1,7 @@
 //! With `QDQ_WRITE_TINY=<dir>` set, writes the two tiny BERT variants there (input for
 //! `testdata/qdq/ort_reference.py`), plus onnx-ir's `tiny_bert` defaults as `tiny_bert_*.onnx`.
 //! Without it, checks the models validate and run.
-mod common;
-use common::*;
+use crate::common::*;
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 
 #[test]

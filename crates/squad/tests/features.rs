@@ -1,5 +1,4 @@
-mod common;
-use common::*;
+use crate::common::*;
 use qdq_squad::*;
 
 #[test]

@@ -1,5 +1,4 @@
-mod common;
-use common::*;
+use crate::common::*;
 use ndarray::Array2;
 use qdq_squad::*;
 use std::sync::Arc;

@@ -1,7 +1,5 @@
 //! External data, byte-exact round trips of onnx-written fixtures, tiny BERT, bad input.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use qdq_onnx_ir::proto::tensor_proto::DataLocation;
@@ -53,7 +51,7 @@ fn onnx_written_external_data_is_loaded() {
 }
 
 fn big_model() -> Model {
-    let mut m = common::small_model();
+    let mut m = crate::common::small_model();
     let big = ndarray::Array::from_shape_fn(ndarray::IxDyn(&[3, 300]), |i| (i[0] * 300 + i[1]) as f32);
     m.graph_mut().add_initializer(array_to_tensor("big", &big));
     m.graph_mut().add_initializer(array_to_tensor("big2", &big.mapv(|v| -v)));
@@ -117,7 +115,7 @@ fn external_tensor(location: &str) -> TensorProto {
 }
 
 fn write_with_tensor(dir: &Path, t: TensorProto) -> PathBuf {
-    let mut m = common::small_model();
+    let mut m = crate::common::small_model();
     m.graph_mut().add_initializer(t);
     let p = dir.join("m.onnx");
     std::fs::write(&p, m.to_bytes().unwrap()).unwrap();
@@ -158,7 +156,7 @@ fn bad_external_locations_are_rejected() {
 #[test]
 fn corrupt_files_give_decode_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let good = common::small_model().to_bytes().unwrap();
+    let good = crate::common::small_model().to_bytes().unwrap();
     let p = dir.path().join("trunc.onnx");
     std::fs::write(&p, &good[..good.len() - 7]).unwrap();
     let e = Model::load(&p).unwrap_err();

@@ -1,8 +1,6 @@
 //! Load/save round trips, graph editing and tensor conversions.
 
-mod common;
-
-use common::small_model;
+use crate::common::small_model;
 use half::f16;
 use ndarray::{ArrayD, IxDyn, arr2};
 use qdq_onnx_ir::proto::TensorProto;

@@ -1,0 +1,11 @@
+//! The integration tests of qdq, one binary (one link, one run), a module per subject: placement, parameters, smoothing, ORT parity and CPU fusion.
+
+mod common;
+
+mod cpu_fusion;
+mod errors;
+mod onnx_ir_tiny_bert;
+mod parity;
+mod placement;
+mod smooth;
+mod write_tiny;

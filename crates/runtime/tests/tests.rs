@@ -1,0 +1,4 @@
+//! The integration tests of runtime, one binary (one link, one run), a module per subject: library loading and sessions.
+
+mod library;
+mod tiny_bert;
