@@ -1,5 +1,5 @@
 //! `onnx-ir`: ONNX models as prost-generated protobuf types, plus loading/saving (with
-//! external data), graph queries and edits, tensor <-> ndarray conversion, and a seeded
+//! external data), graph queries and edits, tensor <-> ndarray conversion, and (feature `test-support`) a seeded
 //! tiny-BERT builder for tests.
 //!
 //! Invariants:
@@ -22,6 +22,7 @@ mod graph;
 mod index;
 mod model;
 mod tensor;
+#[cfg(feature = "test-support")]
 pub mod tiny_bert;
 
 pub use build::{

@@ -316,7 +316,7 @@ impl Model {
 
     /// [`Model::save_with`] with a custom size limit instead of 2 GiB, so tests can exercise
     /// the over-the-limit paths without gigabytes of data.
-    #[doc(hidden)]
+    #[cfg(feature = "test-support")]
     pub fn save_limited_for_test(&self, path: impl AsRef<Path>, opts: &SaveOptions, limit: u64) -> Result<()> {
         self.save_limited(path.as_ref(), opts, limit)
     }
