@@ -195,6 +195,9 @@ pub struct PolicyArgs {
 
 #[derive(Debug, Args)]
 pub struct E2eArgs {
+    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
+    #[arg(long)]
+    pub json: bool,
     /// The FP32 ONNX model.
     #[arg(long, default_value = "model.onnx", value_name = "FILE")]
     pub model: PathBuf,
@@ -228,6 +231,9 @@ pub struct E2eArgs {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
+    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
+    #[arg(long)]
+    pub json: bool,
     /// The FP32 ONNX model.
     #[arg(long, value_name = "FILE")]
     pub model: PathBuf,
@@ -255,6 +261,9 @@ pub struct CalibrateArgs {
 
 #[derive(Debug, Args)]
 pub struct QuantizeArgs {
+    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
+    #[arg(long)]
+    pub json: bool,
     /// The FP32 ONNX model.
     #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
     pub model: Option<PathBuf>,
@@ -276,6 +285,9 @@ pub struct QuantizeArgs {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
+    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
+    #[arg(long)]
+    pub json: bool,
     /// The ONNX model (FP32 or QDQ).
     #[arg(long, value_name = "FILE")]
     pub model: PathBuf,
@@ -302,7 +314,7 @@ pub struct InspectArgs {
     /// Also list every Q/DQ pair with its scale and the range it encodes.
     #[arg(long)]
     pub ranges: bool,
-    /// Print JSON instead of text.
+    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md).
     #[arg(long)]
     pub json: bool,
 }

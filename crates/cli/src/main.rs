@@ -145,6 +145,9 @@ fn e2e(a: args::E2eArgs) -> Result<()> {
         runtime: runtime(a.runtime),
     };
     let results = pipeline::e2e_job(&job, &progress::Bars::new())?;
+    if a.json {
+        return print_json(&results.json(&out));
+    }
     println!("{}", results.table());
     println!("Outputs written to {}", out.display());
     Ok(())
@@ -161,7 +164,11 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
         policy: policy(a.policy),
         ort_lib: a.ort_lib,
     };
-    println!("{}", pipeline::calibrate_to_dir(&job, &progress::Bars::new())?);
+    let report = pipeline::calibrate_to_dir(&job, &progress::Bars::new())?;
+    if a.json {
+        return print_json(&report.json());
+    }
+    println!("{report}");
     Ok(())
 }
 
@@ -174,7 +181,11 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
         bail!("qdq quantize needs --model FILE and --ranges FILE");
     };
     let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: policy(a.policy) };
-    println!("{}", pipeline::quantize_file(&job)?);
+    let report = pipeline::quantize_file(&job)?;
+    if a.json {
+        return print_json(&report.json());
+    }
+    println!("{report}");
     Ok(())
 }
 
@@ -188,14 +199,18 @@ fn eval(a: args::EvalArgs) -> Result<()> {
         runtime: runtime(a.runtime),
         data: data(a.data),
     };
-    println!("{}", pipeline::evaluate_file(&job, &progress::Bars::new())?);
+    let report = pipeline::evaluate_file(&job, &progress::Bars::new())?;
+    if a.json {
+        return print_json(&report.json());
+    }
+    println!("{report}");
     Ok(())
 }
 
 fn inspect(a: args::InspectArgs) -> Result<()> {
     let inspection = pipeline::inspect(&a.model)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&inspection.json())?);
+        print_json(&inspection.json())?;
     } else {
         print!("{}", inspection.text(a.ranges));
     }
@@ -208,5 +223,11 @@ fn providers(a: args::ProvidersArgs) -> Result<()> {
     for p in &info.providers {
         println!("  {p}");
     }
+    Ok(())
+}
+
+/// One JSON document on stdout (`--json`).
+fn print_json(v: &serde_json::Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }

@@ -371,3 +371,52 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
         "{text}"
     );
 }
+
+/// `--json` prints exactly one JSON document on stdout, with its schema, for every command that has it.
+#[test]
+fn every_command_speaks_json() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = qdq(&[args, &["--json"]].concat());
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: not one JSON document ({e})"))
+    };
+    let cal = f.dir.path().join("cal");
+    let model = f.model.to_str().unwrap();
+    let c = json(
+        &[
+            &["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data][..],
+            &small,
+            &["--out", cal.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(c["schema"], "qdq.calibrate/1");
+    assert!(c["tensors"].as_u64().unwrap() > 0 && c["features"].as_u64().unwrap() > 0, "{c}");
+    let smoothed = c["smoothing"]["model"].as_str().unwrap().to_owned();
+    let ranges = cal.join("calibration.json");
+    let qargs = ["quantize", "--model", &smoothed, "--ranges", ranges.to_str().unwrap()];
+    let plan = json(&[&qargs[..], &["--dry-run"]].concat());
+    assert_eq!((plan["schema"].as_str(), plan["dry_run"].as_bool()), (Some("qdq.quantize/1"), Some(true)));
+    let planned = plan["plan"]["tensors"].as_array().unwrap();
+    assert!(planned.iter().any(|t| t["kind"] == "Weight") && plan["pairs"].as_u64().unwrap() >= planned.len() as u64);
+    let out = f.dir.path().join("q.onnx");
+    let q = json(&[&qargs[..], &["-o", out.to_str().unwrap()]].concat());
+    assert_eq!((q["dry_run"].as_bool(), q["quantized_tensors"].as_u64()), (Some(false), Some(planned.len() as u64)));
+    let e =
+        json(&[&["eval", "--model", out.to_str().unwrap(), "--vocab", vocab, "--dataset", data][..], &small].concat());
+    assert_eq!(e["schema"], "qdq.eval/1");
+    assert!(e["f1"].as_f64().is_some() && e["latency"]["features"].as_u64().unwrap() > 0, "{e}");
+    let i = json(&["inspect", out.to_str().unwrap()]);
+    assert_eq!(i["schema"], "qdq.inspect/1");
+    let mut args = e2e_args(&f, "e2e", vocab, data);
+    args.push("--json".into());
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["schema"], "qdq.e2e/1");
+    assert!(r["int8"]["f1"].as_f64().is_some() && r["quantization"]["quantized_tensors"].as_u64().unwrap() > 0);
+}

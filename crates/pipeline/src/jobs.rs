@@ -42,6 +42,24 @@ pub struct CalibrateReport {
     pub out: PathBuf,
 }
 
+impl CalibrateReport {
+    /// The document `qdq calibrate --json` prints (docs/JSON.md, schema `qdq.calibrate/1`).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "schema": "qdq.calibrate/1",
+            "out": self.out,
+            "tensors": self.tensors,
+            "features": self.features,
+            "questions": self.questions,
+            "seconds": self.seconds,
+            "smoothing": self.smoothed.as_ref().map(|(summary, model)| serde_json::json!({
+                "summary": summary,
+                "model": model,
+            })),
+        })
+    }
+}
+
 impl fmt::Display for CalibrateReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some((summary, path)) = &self.smoothed {
@@ -126,6 +144,27 @@ pub enum QuantizeReport {
     Written { output: PathBuf, tensors: usize, skipped: usize },
 }
 
+impl QuantizeReport {
+    /// The document `qdq quantize --json` prints (docs/JSON.md, schema `qdq.quantize/1`).
+    pub fn json(&self) -> serde_json::Value {
+        match self {
+            QuantizeReport::Planned(plan) => serde_json::json!({
+                "schema": "qdq.quantize/1",
+                "dry_run": true,
+                "pairs": plan.pair_count(),
+                "plan": plan,
+            }),
+            QuantizeReport::Written { output, tensors, skipped } => serde_json::json!({
+                "schema": "qdq.quantize/1",
+                "dry_run": false,
+                "output": output,
+                "quantized_tensors": tensors,
+                "skipped_tensors": skipped,
+            }),
+        }
+    }
+}
+
 impl fmt::Display for QuantizeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -177,6 +216,24 @@ pub struct EvalJob {
 pub struct EvalReport {
     pub model: PathBuf,
     pub evaluation: Evaluation,
+}
+
+impl EvalReport {
+    /// The document `qdq eval --json` prints (docs/JSON.md, schema `qdq.eval/1`).
+    pub fn json(&self) -> serde_json::Value {
+        let e = &self.evaluation;
+        serde_json::json!({
+            "schema": "qdq.eval/1",
+            "model": self.model,
+            "ep": e.ep,
+            "fallback": e.fallback,
+            "exact_match": e.exact_match,
+            "f1": e.f1,
+            "questions": e.questions,
+            "missing_predictions": e.missing,
+            "latency": e.latency,
+        })
+    }
 }
 
 impl fmt::Display for EvalReport {
@@ -319,6 +376,7 @@ impl Inspection {
         let ranges: std::collections::BTreeMap<_, _> =
             self.coverage.pairs.iter().filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1]))).collect();
         serde_json::json!({
+            "schema": "qdq.inspect/1",
             "model": self.path,
             "ir_version": self.ir_version,
             "opset": self.opset,

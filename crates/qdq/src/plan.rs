@@ -18,7 +18,7 @@ pub const MIN_QDQ_OPSET: i64 = 13;
 pub type Ranges = BTreeMap<String, (f32, f32)>;
 
 /// What kind of tensor a pair quantizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum TensorKind {
     /// A tensor computed at run time; scale from its calibration range.
     Activation,
@@ -29,7 +29,7 @@ pub enum TensorKind {
 }
 
 /// One node input that will read a dequantized tensor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Consumer {
     /// Index of the node in `graph.node` of the planned model.
     pub node: usize,
@@ -40,7 +40,7 @@ pub struct Consumer {
 }
 
 /// Q/DQ insertion for one tensor.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct PlannedTensor {
     /// Tensor that is quantized.
     pub tensor: String,
@@ -66,7 +66,7 @@ pub struct PlannedTensor {
 }
 
 /// A tensor the policy wanted to quantize but that was left alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Skipped {
     /// Tensor name.
     pub tensor: String,
@@ -75,7 +75,7 @@ pub struct Skipped {
 }
 
 /// What [`Plan::apply`] will insert where.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Plan {
     /// Tensors that get Q/DQ, in the order they were first met.
     pub tensors: Vec<PlannedTensor>,
@@ -84,6 +84,7 @@ pub struct Plan {
     /// `Some((from, to))` if the default-domain opset will be raised.
     pub opset_bump: Option<(i64, i64)>,
     /// Number of nodes of the model the plan was made for.
+    #[serde(skip)]
     pub(crate) node_count: usize,
 }
 
