@@ -192,7 +192,10 @@ struct Run {
     load1: f64,
     /// CPU seconds other processes used while it ran (a disturbed measurement has a large share).
     other_cpu_s: f64,
+    /// stderr (and, for the Python side, its prints).
     log: PathBuf,
+    /// stdout: qdq's `--json` document.
+    stdout: PathBuf,
 }
 
 impl Run {
@@ -209,8 +212,14 @@ impl Run {
             "log": self.log,
         })
     }
+    /// Everything the command printed: stderr, then stdout.
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        read(&self.log) + &read(&self.stdout)
+    }
+    /// The JSON document qdq printed with `--json` (docs/JSON.md), if it printed one.
+    fn stdout_json(&self) -> Option<Value> {
+        serde_json::from_slice(&std::fs::read(&self.stdout).ok()?).ok()
     }
 }
 
@@ -226,7 +235,9 @@ fn load_average() -> f64 {
 fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<Run> {
     commands.push(format!("{cmd:?}"));
     let file = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
-    cmd.current_dir(root()).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    let stdout = log.with_extension("stdout");
+    let out = File::create(&stdout).with_context(|| format!("cannot create {}", stdout.display()))?;
+    cmd.current_dir(root()).stdin(Stdio::null()).stdout(out).stderr(file);
     let load1 = load_average();
     let before = processes();
     let started = Instant::now();
@@ -252,7 +263,8 @@ fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<
     drop(child);
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
     // ru_maxrss is in KiB on Linux.
-    Ok(Run { wall_s, peak_rss_mb: usage.ru_maxrss as f64 / 1024.0, code, load1, other_cpu_s, log: log.to_path_buf() })
+    let peak_rss_mb = usage.ru_maxrss as f64 / 1024.0;
+    Ok(Run { wall_s, peak_rss_mb, code, load1, other_cpu_s, log: log.to_path_buf(), stdout })
 }
 
 /// Like [`measure`], but a failure is an error quoting the end of the log.
@@ -522,34 +534,6 @@ fn compare_ranges(ours: &Value, ort: &Value) -> Value {
         "worst": worst,
         "only_ours": only(&a, &b),
         "only_ort": only(&b, &a),
-    })
-}
-
-/// EM and F1 from `qdq eval`'s summary line (`...: EM 66.67 F1 73.14 on 300 questions ...`).
-fn parse_eval(output: &str) -> Option<(f64, f64)> {
-    output.lines().rev().find_map(|line| {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let at = |key: &str| words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)?.parse::<f64>().ok());
-        Some((at("EM")?, at("F1")?))
-    })
-}
-
-/// `ms/feature` from `qdq eval`'s summary line.
-fn parse_ms_per_feature(output: &str) -> Option<f64> {
-    output.lines().rev().find_map(|line| {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let i = words.iter().position(|w| *w == "ms/feature,")?;
-        words.get(i.checked_sub(1)?)?.parse().ok()
-    })
-}
-
-/// The seconds `qdq calibrate` reports for its own pass (`Calibrated ... in 12.3 s; tables in ...`).
-fn parse_calibrate_seconds(output: &str) -> Option<f64> {
-    output.lines().rev().find_map(|line| {
-        let rest = line.strip_prefix("Calibrated ")?;
-        let words: Vec<&str> = rest.split_whitespace().collect();
-        let i = words.iter().position(|w| *w == "in")?;
-        words.get(i + 1)?.parse().ok()
     })
 }
 
@@ -980,7 +964,7 @@ impl Ctx {
             .arg(&self.paths.calibration);
         // The tensors the ort-compatible placement quantizes: both INT8 models get ORT's seed-001 layout.
         cmd.args(["--policy", "ort-compatible", "--cal-num", &cal_num.to_string(), "--batch", "1", "--pad-to-max"]);
-        cmd.args(method_flags).arg("--out").arg(dir);
+        cmd.args(method_flags).arg("--out").arg(dir).arg("--json");
         self.quiet();
         let log = self.log(log);
         measure_ok(&mut cmd, &log, &mut self.commands)
@@ -1023,7 +1007,7 @@ impl Ctx {
         samples: usize,
         extra: &[&str],
         log: &str,
-    ) -> Result<(Value, String)> {
+    ) -> Result<(Value, Option<Value>)> {
         let mut cmd = self.qdq("eval");
         cmd.arg("--model")
             .arg(model)
@@ -1031,16 +1015,17 @@ impl Ctx {
             .arg(dataset)
             .args(["--samples", &samples.to_string()])
             .args(self.data_flags())
-            .args(extra);
+            .args(extra)
+            .arg("--json");
         let log = self.log(log);
         let run = measure(&mut cmd, &log, &mut self.commands)?;
-        let text = run.log_text();
-        let v = match (run.ok(), parse_eval(&text)) {
-            (true, Some((em, f1))) => json!({"em": em, "f1": f1}),
-            _ => json!({"error": tail(&text, 3)}),
+        let doc = run.stdout_json().filter(|_| run.ok());
+        let v = match &doc {
+            Some(d) => json!({"em": d["exact_match"], "f1": d["f1"]}),
+            None => json!({"error": tail(&run.log_text(), 3)}),
         };
         eprintln!("xtask:   {} -> {}", model.display(), v);
-        Ok((v, text))
+        Ok((v, doc))
     }
 }
 
@@ -1112,7 +1097,7 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
         let table = read_json(&dir.join("calibration.json"))?;
         tensors = table["ranges"].as_object().map_or(0, |m| m.len());
         let mut ours_v = ours.json();
-        ours_v["pipeline_s"] = parse_calibrate_seconds(&ours.log_text()).into();
+        ours_v["pipeline_s"] = ours.stdout_json().map_or(Value::Null, |j| j["seconds"].clone());
         ours_v["values_observed"] =
             read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
         let ort_json = cx.work.join(format!("ort_{method}.json"));
@@ -1228,10 +1213,10 @@ pub fn vs_python(raw: &[String]) -> Result<()> {
     cx.quiet();
     let model = cx.paths.model.clone();
     let calibration = cx.paths.calibration.clone();
-    let (_, text) =
+    let (_, doc) =
         cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
-    let inference =
-        json!({"ms_per_feature": parse_ms_per_feature(&text), "features": n_features_for(&cx.features, o.cal_num)});
+    let ms = doc.map_or(Value::Null, |d| d["latency"]["ms_per_feature"].clone());
+    let inference = json!({"ms_per_feature": ms, "features": n_features_for(&cx.features, o.cal_num)});
 
     // F1 of every model on the first K dev questions.
     eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
@@ -1350,7 +1335,7 @@ fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Value> {
         cx.quiet();
         let log = cx.log(&format!("microbench_threads_{}", threads.unwrap_or("default")));
         let run = measure_ok(&mut cmd, &log, &mut cx.commands)?;
-        let text = run.log_text();
+        let text = std::fs::read_to_string(&run.stdout).unwrap_or_default();
         let start = text.find('{').context("microbench printed no JSON")?;
         ours.push(serde_json::from_str::<Value>(&text[start..]).context("microbench printed bad JSON")?);
     }
@@ -1685,13 +1670,7 @@ mod tests {
     }
 
     #[test]
-    fn qdq_output_lines_parse() {
-        let eval = "\u{1b}[2m2026\u{1b}[0m INFO evaluating...\nq.onnx: EM 66.67 F1 73.14 on 300 questions (0 missing) | 41.20 ms/feature, p50 40.00, p90 45.00, 24.3 features/s on cpu\n";
-        assert_eq!(parse_eval(eval), Some((66.67, 73.14)));
-        assert_eq!(parse_ms_per_feature(eval), Some(41.2));
-        assert_eq!(parse_eval("qdq: error: no model"), None);
-        let cal = "Calibrated 63 tensors on 105 features (100 questions) in 12.5 s; tables in out\n";
-        assert_eq!(parse_calibrate_seconds(cal), Some(12.5));
+    fn calib_state_counts_add_up() {
         let state = json!({"tensors": {"a": {"count": 10}, "b": {"count": 5}}});
         assert_eq!(values_observed(&state), 15);
     }
