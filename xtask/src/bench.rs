@@ -6,25 +6,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::flags::BenchArgs;
 use crate::{cargo, root, run_cmd};
 
-struct BenchArgs {
-    /// Skip the end-to-end timing (criterion only).
-    no_e2e: bool,
-    /// Arguments for `cargo xtask e2e` (e.g. --mirror DIR).
-    e2e: Vec<String>,
-}
-
-pub fn bench(raw: &[String]) -> Result<()> {
-    if raw.iter().any(|a| a == "--vs-python") {
-        return crate::vs_python::vs_python(raw);
-    }
-    let mut args = BenchArgs { no_e2e: false, e2e: Vec::new() };
-    for a in raw {
-        match a.as_str() {
-            "--no-e2e" => args.no_e2e = true,
-            _ => args.e2e.push(a.clone()),
-        }
+pub fn bench(args: BenchArgs) -> Result<()> {
+    if args.vs_python {
+        return crate::vs_python::vs_python(args.vs, args.download);
     }
     run_cmd(cargo().args(["bench", "--locked", "-p", "qdq-calib"]))?;
     let out = root().join("out/bench");
@@ -38,9 +25,12 @@ pub fn bench(raw: &[String]) -> Result<()> {
     }
     if !args.no_e2e {
         let e2e_out = out.join("e2e");
-        let mut e2e_args = args.e2e.clone();
-        e2e_args.extend(["--out".to_owned(), e2e_out.display().to_string()]);
-        crate::e2e::e2e(&e2e_args)?;
+        crate::e2e::e2e(crate::flags::E2eArgs {
+            download: args.download,
+            check: false,
+            int8_tolerance: 1.0,
+            qdq: vec!["--out".to_owned(), e2e_out.display().to_string()],
+        })?;
         let results = std::fs::read_to_string(e2e_out.join("results.json")).context("e2e wrote no results.json")?;
         let v: serde_json::Value = serde_json::from_str(&results)?;
         let _ = writeln!(md, "\n## end to end\n");

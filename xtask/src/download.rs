@@ -10,7 +10,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::{root, run_cmd, take_flag_value};
+pub use crate::flags::DownloadArgs;
+use crate::run_cmd;
 
 /// One file of the manifest. `path` is relative both to the destination and to a mirror directory.
 pub struct Asset {
@@ -94,49 +95,6 @@ pub const MANIFEST: &[Asset] = &[
     },
 ];
 
-#[derive(Debug, Default)]
-pub struct DownloadArgs {
-    pub mirror: Option<PathBuf>,
-    pub dest: Option<PathBuf>,
-    /// `minilm` (needs a mirror) or `distilbert` (needs internet). Default: minilm with a mirror, else distilbert.
-    pub set: Option<String>,
-}
-
-impl DownloadArgs {
-    /// Takes the download options out of `args`, leaving the rest (e2e passes them on to `qdq e2e`).
-    pub fn extract(args: &mut Vec<String>) -> Result<DownloadArgs> {
-        let mut out = DownloadArgs::default();
-        // A repeated option: the last one wins.
-        while let Some(v) = take_flag_value(args, "--mirror")? {
-            out.mirror = Some(PathBuf::from(v));
-        }
-        while let Some(v) = take_flag_value(args, "--dest")? {
-            out.dest = Some(PathBuf::from(v));
-        }
-        while let Some(v) = take_flag_value(args, "--assets")? {
-            out.set = Some(v);
-        }
-        if out.mirror.is_none() {
-            out.mirror = std::env::var_os(MIRROR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
-        }
-        if out.mirror.is_none() {
-            // The shared assets beside the checkout (how this project's machines and CI hold them).
-            out.mirror = root().parent().map(|p| p.join("shared/assets")).filter(|p| p.is_dir());
-        }
-        Ok(out)
-    }
-
-    pub fn set(&self) -> &str {
-        self.set.as_deref().unwrap_or(if self.mirror.is_some() { "minilm" } else { "distilbert" })
-    }
-
-    pub fn dest(&self) -> PathBuf {
-        self.dest.clone().unwrap_or_else(|| root().join(".assets"))
-    }
-}
-
-/// Fetches every asset of the chosen set (plus the SQuAD dev set) into the destination; returns the destination.
-/// Files already there are only verified, so the mirror-only set needs no mirror once it is in place.
 pub fn download(args: &DownloadArgs) -> Result<PathBuf> {
     let set = args.set();
     if !MANIFEST.iter().any(|a| a.set == set) {
@@ -238,20 +196,6 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn extract_takes_download_options_and_leaves_the_rest() {
-        let mut args = strings(&["--ep", "cpu", "--mirror", "/m", "--assets=minilm", "--samples", "10"]);
-        let d = DownloadArgs::extract(&mut args).unwrap();
-        assert_eq!(d.mirror.as_deref(), Some(Path::new("/m")));
-        assert_eq!(d.set(), "minilm");
-        assert_eq!(args, strings(&["--ep", "cpu", "--samples", "10"]));
-        assert!(DownloadArgs::extract(&mut strings(&["--dest"])).is_err());
-    }
 
     #[test]
     fn verify_rejects_wrong_size_and_digest() {

@@ -6,18 +6,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::download::{DownloadArgs, download};
+use crate::flags::E2eArgs;
 use crate::setup::{LIBRARY_ENV, SetupArgs, install_dir, library_path, setup};
-use crate::{cargo, root, run_cmd, take_flag_value};
-
-/// Options of xtask itself; every other argument goes to `qdq e2e` unchanged.
-struct E2eArgs {
-    download: DownloadArgs,
-    /// Compare the result with the reference metrics shipped with the assets and fail outside the tolerances.
-    check: bool,
-    /// How far INT8 F1 may fall below FP32 under `--check`.
-    int8_tolerance: f64,
-    passthrough: Vec<String>,
-}
+use crate::{cargo, root, run_cmd};
 
 fn has_flag(args: &[String], names: &[&str]) -> bool {
     args.iter().any(|a| names.iter().any(|n| a == n || a.starts_with(&format!("{n}="))))
@@ -32,20 +23,9 @@ fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
     })
 }
 
-pub fn e2e(raw: &[String]) -> Result<()> {
-    let mut rest = raw.to_vec();
-    let download_args = DownloadArgs::extract(&mut rest)?;
-    let check = rest.iter().any(|a| a == "--check");
-    rest.retain(|a| a != "--check");
-    let int8_tolerance = match take_flag_value(&mut rest, "--int8-tolerance")? {
-        Some(_) if !check => bail!("--int8-tolerance only applies with --check"),
-        Some(v) => match v.parse::<f64>() {
-            Ok(t) if t.is_finite() && t >= 0.0 => t,
-            _ => bail!("--int8-tolerance expects a non-negative number of F1 points, got `{v}`"),
-        },
-        None => 1.0,
-    };
-    let args = E2eArgs { download: download_args, check, int8_tolerance, passthrough: rest };
+/// `cargo xtask e2e`: `args.qdq` goes to `qdq e2e` unchanged, after defaults for what it does not set.
+pub fn e2e(args: E2eArgs) -> Result<()> {
+    let args = E2eArgs { download: args.download.resolved(), ..args };
 
     let lib = ort_library()?;
     let assets = Assets::download(&args.download)?;
@@ -66,20 +46,19 @@ pub fn e2e(raw: &[String]) -> Result<()> {
         (&["--out"], root().join("out/e2e")),
     ];
     for (names, value) in &defaults {
-        if !has_flag(&args.passthrough, names) {
+        if !has_flag(&args.qdq, names) {
             cmd.arg(names[0]).arg(value);
         }
     }
-    if !has_flag(&args.passthrough, &["--samples"]) {
+    if !has_flag(&args.qdq, &["--samples"]) {
         cmd.args(["--samples", "1000"]);
     }
-    cmd.args(&args.passthrough);
+    cmd.args(&args.qdq);
     run_cmd(&mut cmd)?;
 
     if args.check {
-        let out =
-            flag_value(&args.passthrough, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
-        let samples = flag_value(&args.passthrough, &["--samples"]).unwrap_or_else(|| "1000".into());
+        let out = flag_value(&args.qdq, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
+        let samples = flag_value(&args.qdq, &["--samples"]).unwrap_or_else(|| "1000".into());
         check_results(&out.join("results.json"), &assets.reference_metrics, &samples, args.int8_tolerance)?;
     }
     Ok(())

@@ -8,31 +8,12 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+pub use crate::flags::SetupArgs;
 use crate::{root, run_cmd};
 
 /// The ONNX Runtime release qdq is built and tested against (`ort` 2.0.0-rc.15 speaks its API 31).
 pub const ORT_VERSION: &str = "1.31.1";
 pub const LIBRARY_ENV: &str = "ORT_DYLIB_PATH";
-
-#[derive(Debug, Default)]
-pub struct SetupArgs {
-    pub gpu: bool,
-    pub force: bool,
-}
-
-impl SetupArgs {
-    pub fn parse(args: &[String]) -> Result<SetupArgs> {
-        let mut out = SetupArgs::default();
-        for a in args {
-            match a.as_str() {
-                "--gpu" => out.gpu = true,
-                "--force" => out.force = true,
-                other => bail!("setup: unknown option `{other}` (valid: --gpu, --force)"),
-            }
-        }
-        Ok(out)
-    }
-}
 
 /// Where a flavour is installed: `.ort/cpu` or `.ort/gpu`.
 pub fn install_dir(gpu: bool) -> PathBuf {

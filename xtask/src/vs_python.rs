@@ -27,140 +27,14 @@ use crate::{cargo, npy, root, run_cmd};
 /// Python packages of the benchmark venv (ORT's quantization tools need onnx and numpy).
 const PY_PACKAGES: [&str; 3] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6"];
 const VENV: &str = ".venv-bench";
-const METHODS: [&str; 3] = ["minmax", "percentile", "entropy"];
 /// Values of the micro-benchmark arrays (standard normal float32).
 const MICRO_SIZES: [(usize, &str); 2] = [(1 << 20, "normal_1m"), (16 << 20, "normal_16m")];
 /// Bins per side of our signed histogram in the micro-benchmarks; numpy and ORT get twice as many in total: 8000
 /// (the size of the seeds' 8001-bin entropy histograms) and 2048 (ORT's default for percentile).
 const MICRO_BINS_PER_SIDE: [usize; 2] = [4000, 1024];
 
-pub const USAGE: &str = "  bench --vs-python [--model F] [--vocab F] [--dataset F] [--calibration-data F] [--out DIR]
-        [--cal-num N] [--memory-cal-num N] [--samples K] [--methods LIST] [--seq-len N] [--doc-stride N]
-        [--stride N] [--micro-repeat R] [--quick] [--no-wait] [--mirror DIR] [--assets minilm|distilbert] [--render]
-                            Our calibration against ONNX Runtime's Python tools (onnxruntime==1.31.1, onnx, numpy
-                            in a .venv-bench/ venv, installed with pip) on the same model and byte-identical
-                            features: per method (minmax, percentile 99.999 / 2048 bins, entropy 8001 / 255 bins)
-                            wall time and peak RSS of each calibration, agreement of the ranges, F1 of both INT8
-                            models (seed-001 placement) on the first K dev questions (default 300), peak RSS at
-                            --memory-cal-num (10) and --cal-num (100) questions, and histogram / entropy-search
-                            micro-benchmarks against numpy and ORT on identical data. Defaults: the minilm assets
-                            in .assets/ (missing files from the mirror, see download), sequence length 384
-                            (stride 128), features padded to it, ORT fed 10 questions per collect_data call as in
-                            its TensorRT BERT example (--stride). Before each timed step, waits until no other `qdq
-                            eval|e2e|calibrate` or busy process runs (--no-wait skips). The whole run takes
-                            ~10 min on 2 cores once built, 5 of them in ORT's entropy threshold search (~5 s per
-                            tensor); --quick skips ORT's entropy calibration and reports an estimate of its time
-                            instead. Writes out/bench/vs_python.{json,md}; work files in
-                            out/bench/vs_python/. --render only rewrites the markdown from the JSON.
-";
-
 /// Options of `bench --vs-python`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Opts {
-    pub model: Option<PathBuf>,
-    pub vocab: Option<PathBuf>,
-    pub dataset: Option<PathBuf>,
-    pub calibration_data: Option<PathBuf>,
-    pub out: PathBuf,
-    pub cal_num: usize,
-    pub memory_cal_num: usize,
-    pub samples: usize,
-    pub methods: Vec<String>,
-    pub seq_len: usize,
-    pub doc_stride: usize,
-    /// Questions per `collect_data` call on the ORT side.
-    pub stride: usize,
-    pub micro_repeat: usize,
-    pub wait: bool,
-    /// Skip ORT's entropy calibration (its threshold search alone takes ~5 minutes on 2 cores); report an estimate.
-    pub quick: bool,
-    /// Only rewrite vs_python.md (and the targets and notes of vs_python.json) from an existing vs_python.json.
-    pub render: bool,
-}
-
-impl Default for Opts {
-    fn default() -> Self {
-        Opts {
-            model: None,
-            vocab: None,
-            dataset: None,
-            calibration_data: None,
-            out: root().join("out/bench"),
-            cal_num: 100,
-            memory_cal_num: 10,
-            samples: 300,
-            methods: METHODS.iter().map(|m| (*m).to_owned()).collect(),
-            seq_len: 384,
-            doc_stride: 128,
-            stride: 10,
-            micro_repeat: 5,
-            wait: true,
-            quick: false,
-            render: false,
-        }
-    }
-}
-
-impl Opts {
-    /// Parses the options (download options must have been taken out already).
-    pub fn parse(args: &[String]) -> Result<Opts> {
-        let mut o = Opts::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let (key, inline) = match arg.split_once('=') {
-                Some((k, v)) => (k, Some(v.to_owned())),
-                None => (arg.as_str(), None),
-            };
-            if key == "--vs-python" {
-                continue;
-            }
-            if matches!(key, "--no-wait" | "--quick" | "--render") {
-                o.wait &= key != "--no-wait";
-                o.quick |= key == "--quick";
-                o.render |= key == "--render";
-                continue;
-            }
-            let mut value = || -> Result<String> {
-                match &inline {
-                    Some(v) => Ok(v.clone()),
-                    None => it.next().cloned().with_context(|| format!("{key} needs a value")),
-                }
-            };
-            let number = |v: String| -> Result<usize> {
-                v.parse().with_context(|| format!("{key} expects a whole number, got `{v}`"))
-            };
-            match key {
-                "--model" => o.model = Some(value()?.into()),
-                "--vocab" => o.vocab = Some(value()?.into()),
-                "--dataset" => o.dataset = Some(value()?.into()),
-                "--calibration-data" | "--calibration_data" => o.calibration_data = Some(value()?.into()),
-                "--out" => o.out = value()?.into(),
-                "--cal-num" | "--cal_num" => o.cal_num = number(value()?)?,
-                "--memory-cal-num" => o.memory_cal_num = number(value()?)?,
-                "--samples" => o.samples = number(value()?)?,
-                "--seq-len" | "--seq_len" => o.seq_len = number(value()?)?,
-                "--doc-stride" | "--doc_stride" => o.doc_stride = number(value()?)?,
-                "--stride" => o.stride = number(value()?)?,
-                "--micro-repeat" => o.micro_repeat = number(value()?)?,
-                "--methods" => {
-                    o.methods =
-                        value()?.split(',').map(|m| m.trim().to_ascii_lowercase()).filter(|m| !m.is_empty()).collect();
-                    if let Some(bad) = o.methods.iter().find(|m| !METHODS.contains(&m.as_str())) {
-                        bail!("--methods: unknown method `{bad}` (valid: {})", METHODS.join(", "));
-                    }
-                }
-                other => bail!("bench --vs-python: unknown option `{other}`\n\n{USAGE}"),
-            }
-        }
-        if o.methods.is_empty() {
-            bail!("--methods needs at least one of {}", METHODS.join(", "));
-        }
-        if o.cal_num == 0 || o.memory_cal_num == 0 || o.samples == 0 || o.micro_repeat == 0 {
-            bail!("--cal-num, --memory-cal-num, --samples and --micro-repeat must be at least 1");
-        }
-        Ok(o)
-    }
-}
+pub type Opts = crate::flags::VsPythonArgs;
 
 /// How each tool is told to use a method (the seeds' settings; our `--num-bins` is per side of zero for the signed
 /// histogram, ORT's is the total).
@@ -1041,13 +915,11 @@ fn ort_summary(run: &Run, result: &Value) -> Value {
     v
 }
 
-pub fn vs_python(raw: &[String]) -> Result<()> {
-    let mut rest = raw.to_vec();
-    let mut download = DownloadArgs::extract(&mut rest)?;
+pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
+    let mut download = download.resolved();
     // The project's reference model by default, even without a mirror once it is in .assets/.
     download.set.get_or_insert_with(|| "minilm".to_owned());
-    let opts = Opts::parse(&rest)?;
-    let command = format!("cargo xtask bench {}", raw.join(" "));
+    let command = format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
     if opts.render {
         let mut report = read_json(&opts.out.join("vs_python.json"))?;
         return write_report(&mut report, &opts.out);
@@ -1623,35 +1495,6 @@ mod tests {
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn options_parse_with_both_spellings_and_reject_unknowns() {
-        let o = Opts::parse(&strings(&[
-            "--vs-python",
-            "--cal-num=20",
-            "--samples",
-            "50",
-            "--methods",
-            "Entropy, minmax",
-            "--no-wait",
-            "--model",
-            "m.onnx",
-            "--quick",
-        ]))
-        .unwrap();
-        assert!(o.quick && !o.render);
-        assert_eq!(o.cal_num, 20);
-        assert_eq!(o.samples, 50);
-        assert_eq!(o.methods, ["entropy", "minmax"]);
-        assert!(!o.wait);
-        assert_eq!(o.model.as_deref(), Some(Path::new("m.onnx")));
-        assert_eq!(o.memory_cal_num, 10);
-        assert!(Opts::parse(&strings(&["--methods", "kl"])).unwrap_err().to_string().contains("unknown method `kl`"));
-        assert!(Opts::parse(&strings(&["--frobnicate"])).unwrap_err().to_string().contains("unknown option"));
-        assert!(Opts::parse(&strings(&["--samples"])).unwrap_err().to_string().contains("needs a value"));
-        assert!(Opts::parse(&strings(&["--cal-num", "x"])).unwrap_err().to_string().contains("whole number"));
-        assert!(Opts::parse(&strings(&["--cal-num", "0"])).is_err());
     }
 
     #[test]

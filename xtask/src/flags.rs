@@ -1,0 +1,251 @@
+//! xtask's command line, declared once with clap (as rust-analyzer's xtask/src/flags.rs): every command, its options
+//! and their help. `cargo xtask help` / `cargo xtask <command> --help` print it.
+
+use std::path::PathBuf;
+
+use clap::builder::TypedValueParser as _;
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use crate::download::MIRROR_ENV;
+use crate::root;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "The qdq project's automation: ONNX Runtime set-up, assets, the real-model run, benchmarks and tests.",
+    args_override_self = true
+)]
+pub struct Xtask {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Install ONNX Runtime (PyPI wheel onnxruntime==1.31.1, or onnxruntime-gpu with --gpu) into .ort/ in the
+    /// workspace, with pip. Idempotent.
+    Setup(SetupArgs),
+    /// setup, then cargo fmt --check, cargo clippy -D warnings, and every test of the workspace (tidy tests among
+    /// them).
+    Test(TestArgs),
+    /// Fetch SQuAD files, vocab and model into .assets/, checking sizes and SHA-256.
+    Download(DownloadArgs),
+    /// setup + download, build qdq in release, run `qdq e2e` on the assets (default --samples 1000, --out out/e2e).
+    E2e(E2eArgs),
+    /// criterion benchmarks of calib, then an e2e run for timing (out/bench/summary.md); with --vs-python, the
+    /// comparison with ONNX Runtime's Python calibration instead.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct SetupArgs {
+    /// Install onnxruntime-gpu (CUDA and TensorRT EPs) instead of the CPU build.
+    #[arg(long)]
+    pub gpu: bool,
+    /// Reinstall even when the right version is there.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct TestArgs {
+    /// Passed on to `cargo test` (e.g. `--no-fail-fast`, or `-- NAME` to filter).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CARGO TEST ARGS")]
+    pub cargo_test: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct DownloadArgs {
+    /// Take the files from this local copy of the assets instead of the internet (default: QDQ_ASSETS_MIRROR, else
+    /// a shared/assets folder beside the checkout if there is one).
+    #[arg(long, env = MIRROR_ENV, value_name = "DIR")]
+    pub mirror: Option<PathBuf>,
+    /// Where the assets go (default: .assets/ in the workspace).
+    #[arg(long, value_name = "DIR")]
+    pub dest: Option<PathBuf>,
+    /// Asset set: minilm (the project's reference model; only in the mirror, the default with one) or distilbert
+    /// (needs internet).
+    #[arg(long = "assets", value_name = "SET", value_parser = ["minilm", "distilbert"])]
+    pub set: Option<String>,
+}
+
+impl DownloadArgs {
+    /// The mirror to use: `--mirror` / QDQ_ASSETS_MIRROR when set and non-empty, else ../shared/assets if it exists.
+    pub fn resolved(mut self) -> DownloadArgs {
+        self.mirror = self.mirror.filter(|m| !m.as_os_str().is_empty()).or_else(|| {
+            // The shared assets beside the checkout (how this project's machines and CI hold them).
+            root().parent().map(|p| p.join("shared/assets")).filter(|p| p.is_dir())
+        });
+        self
+    }
+
+    /// The asset set: as given, else minilm with a mirror and distilbert without.
+    pub fn set(&self) -> &str {
+        self.set.as_deref().unwrap_or(if self.mirror.is_some() { "minilm" } else { "distilbert" })
+    }
+
+    /// Where the assets go.
+    pub fn dest(&self) -> PathBuf {
+        self.dest.clone().unwrap_or_else(|| root().join(".assets"))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct E2eArgs {
+    #[command(flatten)]
+    pub download: DownloadArgs,
+    /// Fail unless FP32 F1 matches the reference within 0.1 and INT8 F1 is within --int8-tolerance of FP32, and
+    /// (minilm set) unless squad-metrics scores the reference predictions exactly as the official script did (1e-9).
+    #[arg(long)]
+    pub check: bool,
+    /// How far INT8 F1 may fall below FP32 under --check, in F1 points.
+    #[arg(long, default_value_t = 1.0, requires = "check", value_name = "F1", value_parser = non_negative)]
+    pub int8_tolerance: f64,
+    /// Flags for `qdq e2e` (after xtask's own), e.g. `--samples 0 --ep tensorrt --int8`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "QDQ E2E FLAGS")]
+    pub qdq: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Compare qdq's calibration with ONNX Runtime's Python tools (see the options below) instead of the criterion
+    /// benchmarks.
+    #[arg(long)]
+    pub vs_python: bool,
+    /// Without --vs-python: criterion only, no e2e timing run.
+    #[arg(long)]
+    pub no_e2e: bool,
+    #[command(flatten)]
+    pub download: DownloadArgs,
+    #[command(flatten)]
+    pub vs: VsPythonArgs,
+}
+
+/// The calibration methods `bench --vs-python` compares.
+pub const METHODS: [&str; 3] = ["minmax", "percentile", "entropy"];
+
+/// Options of `bench --vs-python`: qdq's calibration against ONNX Runtime's Python tools (onnxruntime==1.31.1, onnx,
+/// numpy in a .venv-bench/ venv) on the same model and byte-identical features. Writes out/bench/vs_python.{json,md}.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct VsPythonArgs {
+    /// The model (default: the minilm assets).
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Its vocabulary.
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+    /// SQuAD dev file for the F1 comparison.
+    #[arg(long, value_name = "FILE")]
+    pub dataset: Option<PathBuf>,
+    /// SQuAD file for calibration.
+    #[arg(long, visible_alias = "calibration_data", value_name = "FILE")]
+    pub calibration_data: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long, default_value_os_t = root().join("out/bench"), value_name = "DIR")]
+    pub out: PathBuf,
+    /// Calibration questions.
+    #[arg(long, visible_alias = "cal_num", default_value_t = 100, value_parser = positive, value_name = "N")]
+    pub cal_num: usize,
+    /// Calibration questions of the small peak-memory run.
+    #[arg(long, default_value_t = 10, value_parser = positive, value_name = "N")]
+    pub memory_cal_num: usize,
+    /// Dev questions both INT8 models are scored on.
+    #[arg(long, default_value_t = 300, value_parser = positive, value_name = "K")]
+    pub samples: usize,
+    /// Methods compared (minmax, percentile 99.999 / 2048 bins, entropy 8001 / 255 bins).
+    #[arg(long, value_delimiter = ',', default_values_t = METHODS.map(String::from), ignore_case = true,
+          value_parser = clap::builder::PossibleValuesParser::new(METHODS).map(|m| m.to_lowercase()), value_name = "LIST")]
+    pub methods: Vec<String>,
+    /// Sequence length; features are padded to it.
+    #[arg(long, visible_alias = "seq_len", default_value_t = 384, value_parser = positive, value_name = "N")]
+    pub seq_len: usize,
+    /// Step between window starts over a long context.
+    #[arg(long, visible_alias = "doc_stride", default_value_t = 128, value_parser = positive, value_name = "N")]
+    pub doc_stride: usize,
+    /// Questions per collect_data call on the ONNX Runtime side (as its TensorRT BERT example).
+    #[arg(long, default_value_t = 10, value_parser = positive, value_name = "N")]
+    pub stride: usize,
+    /// Repeats of the histogram / entropy-search micro-benchmarks.
+    #[arg(long, default_value_t = 5, value_parser = positive, value_name = "R")]
+    pub micro_repeat: usize,
+    /// Do not wait for other `qdq` runs or busy processes to finish before each timed step.
+    #[arg(long = "no-wait", action = ArgAction::SetFalse)]
+    pub wait: bool,
+    /// Skip ONNX Runtime's entropy calibration (its threshold search alone takes ~5 minutes on 2 cores); report an
+    /// estimate of its time instead.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only rewrite vs_python.md (and the targets and notes of vs_python.json) from an existing vs_python.json.
+    #[arg(long)]
+    pub render: bool,
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("expected a whole number of at least 1, got `{s}`")),
+    }
+}
+
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("expected a non-negative number of F1 points, got `{s}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        Xtask::try_parse_from(["cargo xtask"].iter().chain(args)).map(|x| x.command)
+    }
+
+    #[test]
+    fn e2e_takes_its_own_flags_first_and_passes_the_rest_to_qdq() {
+        let Ok(Cmd::E2e(a)) = parse(&["e2e", "--mirror", "/m", "--check", "--int8-tolerance=1.5", "--samples", "0"])
+        else {
+            panic!("not e2e")
+        };
+        assert_eq!((a.download.mirror.as_deref(), a.check, a.int8_tolerance), (Some(Path::new("/m")), true, 1.5));
+        assert_eq!(a.qdq, ["--samples", "0"]);
+        let Ok(Cmd::E2e(a)) = parse(&["e2e", "--ep", "tensorrt", "--int8"]) else { panic!("not e2e") };
+        assert_eq!((a.check, a.int8_tolerance, a.qdq.len()), (false, 1.0, 3));
+        let e = parse(&["e2e", "--int8-tolerance", "2"]).unwrap_err().to_string();
+        assert!(e.contains("--check"), "{e}");
+        assert!(parse(&["e2e", "--check", "--int8-tolerance", "-1"]).unwrap_err().to_string().contains("non-negative"));
+    }
+
+    #[test]
+    fn vs_python_options_parse_with_both_spellings_and_reject_unknowns() {
+        let args = ["bench", "--vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy,minmax"];
+        let Ok(Cmd::Bench(b)) =
+            parse(&[&args[..], &["--no-wait", "--model", "m.onnx", "--quick", "--cal_num", "21"]].concat())
+        else {
+            panic!("not bench")
+        };
+        let o = b.vs;
+        assert!(b.vs_python && o.quick && !o.render && !o.wait);
+        assert_eq!((o.cal_num, o.samples, o.memory_cal_num), (21, 50, 10));
+        assert_eq!(o.methods, ["entropy", "minmax"]);
+        assert_eq!(o.model.as_deref(), Some(Path::new("m.onnx")));
+        let Ok(Cmd::Bench(b)) = parse(&["bench"]) else { panic!("not bench") };
+        assert!(b.vs.wait && b.vs.methods == METHODS && b.vs.cal_num == 100);
+        for (bad, says) in [
+            (&["bench", "--methods", "kl"][..], "kl"),
+            (&["bench", "--frobnicate"], "--frobnicate"),
+            (&["bench", "--samples"], "--samples"),
+            (&["bench", "--cal-num", "x"], "whole number"),
+            (&["bench", "--cal-num", "0"], "at least 1"),
+            (&["setup", "--cpu"], "--cpu"),
+            (&["download", "--assets", "bert"], "minilm"),
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
+}
