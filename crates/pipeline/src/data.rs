@@ -44,15 +44,16 @@ impl DataConfig {
     }
 }
 
-/// EM/F1 of a set of predictions against the gold answers of a [`Corpus`].
-#[derive(Debug, Clone, PartialEq)]
+/// EM/F1 of a set of predictions against the gold answers of a [`Corpus`]: the one score type, embedded in
+/// [`crate::Evaluation`] and (flattened, so results.json keeps its keys) in [`crate::ModelResult`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Score {
     pub exact_match: f64,
     pub f1: f64,
     /// Questions scored.
-    pub total: usize,
+    pub questions: usize,
     /// Questions without a prediction (scored 0).
-    pub missing: usize,
+    pub missing_predictions: usize,
 }
 
 /// The first `limit` questions of a SQuAD file, ready to be featurized in batches and scored.
@@ -113,10 +114,10 @@ impl Corpus {
         if self.is_v2() {
             let m = squad_metrics::evaluate_v2(&self.gold, predictions, None, 1.0);
             let missing = self.gold.questions().filter(|q| !predictions.contains_key(&q.id)).count();
-            Score { exact_match: m.exact, f1: m.f1, total: m.total, missing }
+            Score { exact_match: m.exact, f1: m.f1, questions: m.total, missing_predictions: missing }
         } else {
             let m = squad_metrics::evaluate_v1(&self.gold, predictions);
-            Score { exact_match: m.exact_match, f1: m.f1, total: m.total, missing: m.missing }
+            Score { exact_match: m.exact_match, f1: m.f1, questions: m.total, missing_predictions: m.missing }
         }
     }
 

@@ -37,10 +37,7 @@ fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
         model: model.display().to_string(),
         model_bytes: bytes,
         ep: e.ep.clone(),
-        exact_match: e.exact_match,
-        f1: e.f1,
-        questions: e.questions,
-        missing_predictions: e.missing,
+        score: e.score.clone(),
         latency: e.latency.clone(),
     }
 }

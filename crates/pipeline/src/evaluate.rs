@@ -6,7 +6,7 @@ use std::time::Instant;
 use runtime::{Session, SessionConfig};
 
 use crate::calibrate::questions_done;
-use crate::data::Corpus;
+use crate::data::{Corpus, Score};
 use crate::report::Latency;
 use crate::{Progress, Result};
 
@@ -23,10 +23,7 @@ pub struct EvalOptions {
 pub struct Evaluation {
     /// Question id -> answer text.
     pub predictions: HashMap<String, String>,
-    pub exact_match: f64,
-    pub f1: f64,
-    pub questions: usize,
-    pub missing: usize,
+    pub score: Score,
     pub latency: Latency,
     /// The EP the model ran on (cpu after an allowed fallback).
     pub ep: String,
@@ -84,13 +81,10 @@ pub fn evaluate(
         progress.advance(questions_done(&batch));
     }
     progress.finish();
-    let metrics = data.score(&predictions);
+    let score = data.score(&predictions);
     Ok(Evaluation {
         predictions,
-        exact_match: metrics.exact_match,
-        f1: metrics.f1,
-        questions: metrics.total,
-        missing: metrics.missing,
+        score,
         latency: Latency::from_batches(&timings),
         ep: session.ep().short_name().to_owned(),
         fallback: session.fallback().map(str::to_owned),

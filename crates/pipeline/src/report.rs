@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::data::Score;
 use crate::{Result, write_atomic};
 
 /// Latency of an evaluation. Per-feature numbers divide each batch's wall time by its features.
@@ -54,10 +55,8 @@ pub struct ModelResult {
     pub model: String,
     pub model_bytes: u64,
     pub ep: String,
-    pub exact_match: f64,
-    pub f1: f64,
-    pub questions: usize,
-    pub missing_predictions: usize,
+    #[serde(flatten)]
+    pub score: Score,
     pub latency: Latency,
 }
 
@@ -112,7 +111,7 @@ impl E2eResults {
     }
 
     pub fn delta_f1(&self) -> Option<f64> {
-        Some(self.int8.as_ref()?.f1 - self.fp32.as_ref()?.f1)
+        Some(self.int8.as_ref()?.score.f1 - self.fp32.as_ref()?.score.f1)
     }
 
     /// The FP32 vs INT8 table, as printed and as in report.md.
@@ -123,15 +122,15 @@ impl E2eResults {
         for (name, r) in [("FP32", &self.fp32), ("INT8 (QDQ)", &self.int8)] {
             let Some(r) = r else { continue };
             let d = match (&self.fp32, name) {
-                (Some(f), "INT8 (QDQ)") => format!("{:+.2}", r.f1 - f.f1),
+                (Some(f), "INT8 (QDQ)") => format!("{:+.2}", r.score.f1 - f.score.f1),
                 _ => "".to_owned(),
             };
             let _ = writeln!(
                 t,
                 "| {name} | {} | {:.2} | {:.2} | {d} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} |",
                 r.ep,
-                r.exact_match,
-                r.f1,
+                r.score.exact_match,
+                r.score.f1,
                 r.latency.ms_per_feature,
                 r.latency.p50_ms_per_feature,
                 r.latency.p90_ms_per_feature,

@@ -105,12 +105,15 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         let gold = squad_metrics::load_dataset(&cfg.dataset).unwrap();
         for (r, file) in [(&results.fp32, "predictions_fp32.json"), (&results.int8, "predictions_int8.json")] {
             let r = r.as_ref().unwrap();
-            assert_eq!((r.questions, r.missing_predictions), (total, 0), "{kind:?} {file}");
+            assert_eq!((r.score.questions, r.score.missing_predictions), (total, 0), "{kind:?} {file}");
             let preds = squad_metrics::load_predictions(out.join(file)).unwrap();
             assert_eq!(preds.len(), total);
             // The reported score is the official score of the written predictions.
             let m = squad_metrics::evaluate_v1(&gold, &preds);
-            assert!((m.f1 - r.f1).abs() < 1e-9 && (m.exact_match - r.exact_match).abs() < 1e-9, "{kind:?} {file}");
+            assert!(
+                (m.f1 - r.score.f1).abs() < 1e-9 && (m.exact_match - r.score.exact_match).abs() < 1e-9,
+                "{kind:?} {file}"
+            );
             // Every answer is a span of its context.
             for a in gold.data.iter().flat_map(|a| &a.paragraphs) {
                 for q in &a.qas {
@@ -178,7 +181,7 @@ fn a_model_without_token_type_ids_runs_end_to_end() {
     let total = questions_in(&cfg.dataset);
     for r in [&results.fp32, &results.int8] {
         let r = r.as_ref().unwrap();
-        assert_eq!((r.questions, r.missing_predictions), (total, 0));
+        assert_eq!((r.score.questions, r.score.missing_predictions), (total, 0));
     }
     assert!(out.join("model_qdq.onnx").is_file() && out.join("predictions_int8.json").is_file());
 }
