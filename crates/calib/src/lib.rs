@@ -7,6 +7,37 @@
 //! [`tables`] reads and writes `calibration.json`, ONNX Runtime's flatbuffers table (TensorRT / MIGraphX EPs)
 //! and TensorRT's native calibration cache.
 //!
+//! Observe two shards of activations, compute ranges, and check that merging the shards gives exactly the ranges
+//! of one pass:
+//!
+//! ```
+//! use qdq_calib::{CalibState, CollectOptions, Method, MethodKind, MethodOptions, compute_all};
+//!
+//! let methods = [MethodKind::MinMax, MethodKind::Percentile, MethodKind::Mse]
+//!     .map(|k| Method::new(k, &MethodOptions::default()))
+//!     .into_iter()
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let opts = CollectOptions::for_methods(&methods, 2048);
+//! // Two batches of one tensor, shape [batch, channels]: observed by one state, or by two shards.
+//! let a: Vec<f32> = (0..512).map(|i| (i as f32 * 0.37).sin()).collect();
+//! let b: Vec<f32> = (0..512).map(|i| (i as f32 * 0.11).cos() * 3.0).collect();
+//! let mut one = CalibState::try_new(opts.clone())?;
+//! one.observe("x", &a, &[8, 64])?;
+//! one.observe("x", &b, &[8, 64])?;
+//! let (mut first, mut second) = (CalibState::try_new(opts.clone())?, CalibState::try_new(opts)?);
+//! first.observe("x", &a, &[8, 64])?;
+//! second.observe("x", &b, &[8, 64])?;
+//! first.merge(&second)?;
+//!
+//! let tables = compute_all(&one, &methods)?;
+//! assert_eq!(tables, compute_all(&first, &methods)?);
+//! let minmax = &tables[0].ranges["x"];
+//! assert!((minmax.min + 3.0).abs() < 1e-2 && minmax.max == 3.0); // the extremes of both shards
+//! // MSE clips less than the extremes, never more than them.
+//! assert!(tables[2].ranges["x"].amax() <= minmax.amax());
+//! # Ok::<(), qdq_calib::Error>(())
+//! ```
+//!
 //! Invariants:
 //! * NaN and ±Inf never enter any statistic; they are counted per tensor ([`CalibState::non_finite`]).
 //! * Histograms have a fixed number of bins per side of zero and a power-of-two bin width that is a pure

@@ -14,6 +14,27 @@
 //! prediction counts as 0 (and is reported in `missing`) in both versions; a v1.1 question without gold answers
 //! scores 0; in the v2.0 threshold search, questions whose `na_prob` ties are visited in dataset order (the official
 //! script uses the order of the na-prob file, which the standard tools write in dataset order).
+//!
+//! Scoring predictions (question id -> answer text) against a dataset:
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use qdq_squad_metrics::{Dataset, evaluate_v1, exact_match, f1_v1};
+//!
+//! let dataset: Dataset = serde_json::from_str(r#"{"version": "1.1", "data": [{"title": "t", "paragraphs": [
+//!     {"context": "The Eiffel Tower is in Paris.", "qas": [
+//!         {"id": "q1", "question": "Where is it?", "answers": [{"text": "Paris", "answer_start": 23}]},
+//!         {"id": "q2", "question": "What is in Paris?", "answers": [{"text": "The Eiffel Tower", "answer_start": 0}]}
+//!     ]}]}]}"#)?;
+//! let predictions: HashMap<String, String> =
+//!     [("q1", "paris."), ("q2", "Eiffel")].into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+//! let m = evaluate_v1(&dataset, &predictions);
+//! // q1 matches after normalisation (case, punctuation); q2 has one of two gold tokens ("the" is dropped).
+//! assert_eq!((m.exact_match, m.total, m.missing), (50.0, 2, 0));
+//! assert!((m.f1 - 100.0 * (1.0 + 2.0 / 3.0) / 2.0).abs() < 1e-9);
+//! assert_eq!((exact_match("The  Paris!", "paris"), f1_v1("Eiffel", "The Eiffel Tower")), (1.0, 2.0 / 3.0));
+//! # Ok::<(), serde_json::Error>(())
+//! ```
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
