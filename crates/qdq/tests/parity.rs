@@ -15,18 +15,6 @@ fn check(model: &onnx_ir::Model, ranges: &qdq::Ranges, listing: &str) {
     assert_eq!(q.opset(""), Some(r.opset));
 }
 
-#[test]
-fn tiny_decomposed_matches_ort() {
-    let ranges = load_ranges(&testdata("ranges_tiny_decomposed.json"));
-    check(&tiny_bert(Ln::Decomposed), &ranges, "ort_reference_tiny_decomposed.json");
-}
-
-#[test]
-fn tiny_fused_matches_ort() {
-    let ranges = load_ranges(&testdata("ranges_tiny_fused.json"));
-    check(&tiny_bert(Ln::Fused), &ranges, "ort_reference_tiny_fused.json");
-}
-
 fn onnx_ir_tiny(kind: onnx_ir::tiny_bert::LayerNormKind) -> onnx_ir::Model {
     onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig { layer_norm: kind, ..Default::default() })
 }

@@ -15,11 +15,11 @@ const OUTLIER: usize = 3;
 fn with_outlier(ln: Ln) -> Model {
     let mut m = tiny_bert(ln);
     let g = m.graph_mut();
-    for (name, v) in [(format!("{EMB_LN}.weight"), 40.0f32), (format!("{EMB_LN}.bias"), 8.0)] {
-        let t = g.initializer(&name).unwrap().clone();
+    for (name, v) in [("bert.embeddings.LayerNorm.weight", 40.0f32), ("bert.embeddings.LayerNorm.bias", 8.0)] {
+        let t = g.initializer(name).unwrap().clone();
         let mut vals = onnx_ir::tensor_to_array::<f32>(&t).unwrap().into_iter().collect::<Vec<_>>();
         vals[OUTLIER] = v;
-        g.add_initializer(tensor_from_vec::<f32>(&name, &[HIDDEN], vals).unwrap());
+        g.add_initializer(tensor_from_vec::<f32>(name, &[HIDDEN], vals).unwrap());
     }
     m
 }

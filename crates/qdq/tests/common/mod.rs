@@ -1,12 +1,13 @@
-//! Test helpers: a tiny one-layer BERT built here (onnx-ir's `tiny_bert` had not landed), ORT
-//! listing comparison, and range collection by running the FP32 model.
+//! Test helpers: onnx-ir's tiny BERT at small sizes, ORT listing comparison, and range collection by running the
+//! FP32 model.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 
 use ndarray::Array2;
-use onnx_ir::proto::{GraphProto, ModelProto, OperatorSetIdProto, TensorProto, ValueInfoProto};
-use onnx_ir::{DataType, GraphExt, Model, NodeExt, attr_float, attr_int, attr_ints, node, tensor_from_vec, value_info};
+use onnx_ir::proto::TensorProto;
+use onnx_ir::tiny_bert::TinyBertConfig;
+use onnx_ir::{DataType, GraphExt, Model, tensor_from_vec};
 
 pub const VOCAB: usize = 16;
 pub const SEQ: usize = 8;
@@ -14,137 +15,24 @@ pub const HIDDEN: usize = 8;
 pub const FFN: usize = 16;
 
 /// LayerNorm as the decomposed opset-14 HF export does it, or fused LayerNormalization (opset 17).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ln {
-    Decomposed,
-    Fused,
-}
+pub use onnx_ir::tiny_bert::LayerNormKind as Ln;
 
-/// Deterministic weights in [-scale, scale) from a 64-bit LCG.
-struct Rng(u64);
-impl Rng {
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
-}
-
-struct B {
-    g: GraphProto,
-    rng: Rng,
-    ln: Ln,
-}
-
-impl B {
-    fn init(&mut self, name: &str, shape: &[usize], scale: f32) -> String {
-        let n: usize = shape.iter().product();
-        let v = self.rng.vec(n, scale);
-        self.g.initializer.push(tensor_from_vec::<f32>(name, shape, v).unwrap());
-        name.to_string()
-    }
-    fn konst(&mut self, name: &str, shape: &[usize], v: Vec<f32>) -> String {
-        self.g.initializer.push(tensor_from_vec::<f32>(name, shape, v).unwrap());
-        name.to_string()
-    }
-    fn op(&mut self, op: &str, name: &str, inputs: &[&str]) -> String {
-        let out = format!("{name}_output_0");
-        self.g.node.push(node(op, name, inputs, &[&out]));
-        out
-    }
-    fn op_attr(&mut self, op: &str, name: &str, inputs: &[&str], attrs: Vec<onnx_ir::proto::AttributeProto>) -> String {
-        let out = format!("{name}_output_0");
-        let mut n = node(op, name, inputs, &[&out]);
-        for a in attrs {
-            n = n.with_attr(a);
-        }
-        self.g.node.push(n);
-        out
-    }
-    /// x @ W + b, named like the HF export (`{p}/MatMul`, `{p}/Add`).
-    fn dense(&mut self, p: &str, x: &str, din: usize, dout: usize) -> String {
-        let w = self.init(&format!("{p}.weight"), &[din, dout], 0.5);
-        let b = self.init(&format!("{p}.bias"), &[dout], 0.1);
-        let mm = self.op("MatMul", &format!("{p}/MatMul"), &[x, &w]);
-        self.op("Add", &format!("{p}/Add"), &[&b, &mm])
-    }
-    fn layer_norm(&mut self, p: &str, x: &str) -> String {
-        let gamma = self.konst(&format!("{p}.weight"), &[HIDDEN], (0..HIDDEN).map(|i| 1.0 + i as f32 * 0.01).collect());
-        let beta = self.konst(&format!("{p}.bias"), &[HIDDEN], (0..HIDDEN).map(|i| i as f32 * 0.01).collect());
-        match self.ln {
-            Ln::Fused => self.op_attr(
-                "LayerNormalization",
-                &format!("{p}/LayerNormalization"),
-                &[x, &gamma, &beta],
-                vec![attr_int("axis", -1), attr_float("epsilon", 1e-12)],
-            ),
-            Ln::Decomposed => {
-                let axes = || vec![attr_ints("axes", &[-1])];
-                let mean = self.op_attr("ReduceMean", &format!("{p}/ReduceMean"), &[x], axes());
-                let d = self.op("Sub", &format!("{p}/Sub"), &[x, &mean]);
-                let two = self.konst(&format!("{p}/Constant_output_0"), &[], vec![2.0]);
-                let sq = self.op("Pow", &format!("{p}/Pow"), &[&d, &two]);
-                let var = self.op_attr("ReduceMean", &format!("{p}/ReduceMean_1"), &[&sq], axes());
-                let eps = self.konst(&format!("{p}/Constant_1_output_0"), &[], vec![1e-12]);
-                let ve = self.op("Add", &format!("{p}/Add"), &[&var, &eps]);
-                let sd = self.op("Sqrt", &format!("{p}/Sqrt"), &[&ve]);
-                let n = self.op("Div", &format!("{p}/Div"), &[&d, &sd]);
-                let m = self.op("Mul", &format!("{p}/Mul"), &[&n, &gamma]);
-                self.op("Add", &format!("{p}/Add_1"), &[&m, &beta])
-            }
-        }
-    }
-}
-
-fn float_vi(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let d: Vec<Result<i64, &str>> = dims.iter().map(|&d| if d < 0 { Err("seq") } else { Ok(d) }).collect();
-    value_info(name, DataType::Float, Some(&d))
-}
-
-/// One-layer, single-head BERT: embeddings + LN, attention with bias Adds, residual Adds
-/// feeding LN, GELU-free FFN (Relu), qa head producing `start_logits` `[1, SEQ, 2]`.
-pub fn tiny_bert(ln: Ln) -> Model {
-    let mut b = B { g: GraphProto { name: Some("tiny_bert".into()), ..Default::default() }, rng: Rng(42), ln };
-    b.g.input.push(value_info("input_ids", DataType::Int64, Some(&[Ok(1), Err("seq")])));
-    let we = b.init("bert.embeddings.word_embeddings.weight", &[VOCAB, HIDDEN], 1.0);
-    let pe = b.init("bert.embeddings.position_embeddings.weight", &[1, SEQ, HIDDEN], 0.2);
-    let tok = b.op("Gather", "/bert/embeddings/word_embeddings/Gather", &[&we, "input_ids"]);
-    let emb = b.op("Add", "/bert/embeddings/Add", &[&tok, &pe]);
-    let x0 = b.layer_norm("/bert/embeddings/LayerNorm", &emb);
-    let p = "/bert/encoder/layer.0/attention/self";
-    let q = b.dense(&format!("{p}/query"), &x0, HIDDEN, HIDDEN);
-    let k = b.dense(&format!("{p}/key"), &x0, HIDDEN, HIDDEN);
-    let v = b.dense(&format!("{p}/value"), &x0, HIDDEN, HIDDEN);
-    let kt = b.op_attr("Transpose", &format!("{p}/Transpose"), &[&k], vec![attr_ints("perm", &[0, 2, 1])]);
-    let scores = b.op("MatMul", &format!("{p}/MatMul"), &[&q, &kt]);
-    let sqrt_d = b.konst(&format!("{p}/Constant_output_0"), &[], vec![(HIDDEN as f32).sqrt()]);
-    let scaled = b.op("Div", &format!("{p}/Div"), &[&scores, &sqrt_d]);
-    let probs = b.op_attr("Softmax", &format!("{p}/Softmax"), &[&scaled], vec![attr_int("axis", -1)]);
-    let ctx = b.op("MatMul", &format!("{p}/MatMul_1"), &[&probs, &v]);
-    let o = "/bert/encoder/layer.0/attention/output";
-    let dense = b.dense(&format!("{o}/dense"), &ctx, HIDDEN, HIDDEN);
-    let res1 = b.op("Add", &format!("{o}/Add"), &[&dense, &x0]);
-    let x1 = b.layer_norm(&format!("{o}/LayerNorm"), &res1);
-    let h = b.dense("/bert/encoder/layer.0/intermediate/dense", &x1, HIDDEN, FFN);
-    let act = b.op("Relu", "/bert/encoder/layer.0/intermediate/intermediate_act_fn/Relu", &[&h]);
-    let out = "/bert/encoder/layer.0/output";
-    let d2 = b.dense(&format!("{out}/dense"), &act, FFN, HIDDEN);
-    let res2 = b.op("Add", &format!("{out}/Add"), &[&d2, &x1]);
-    let x2 = b.layer_norm(&format!("{out}/LayerNorm"), &res2);
-    let logits = b.dense("/qa_outputs", &x2, HIDDEN, 2);
-    b.g.node.push(node("Identity", "/Identity", &[&logits], &["start_logits"]));
-    b.g.output.push(float_vi("start_logits", &[1, -1, 2]));
-    let opset = if ln == Ln::Fused { 17 } else { 14 };
-    Model::new(ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
-        producer_name: Some("qdq-tests".into()),
-        graph: Some(b.g),
-        ..Default::default()
-    })
+/// onnx-ir's tiny BERT at this file's sizes: one layer, one head, no token types (inputs `input_ids` and
+/// `attention_mask`), both LayerNorm forms; names as the Hugging Face export (initializers `bert.encoder.layer.0...`,
+/// nodes `/bert/encoder/layer.0/...`).
+pub fn tiny_bert(layer_norm: Ln) -> Model {
+    let cfg = TinyBertConfig {
+        layers: 1,
+        hidden: HIDDEN,
+        heads: 1,
+        intermediate: FFN,
+        vocab_size: VOCAB,
+        max_positions: SEQ,
+        type_vocab: 0,
+        layer_norm,
+        seed: 42,
+    };
+    onnx_ir::tiny_bert::build(&cfg)
 }
 
 /// Names of the tiny variants as used in testdata file names.
@@ -177,7 +65,8 @@ pub fn session(model: &Model, cfg: &runtime::SessionConfig) -> runtime::Session 
 pub fn run(model: &Model, outputs: &[&str]) -> Vec<ndarray::ArrayD<f32>> {
     let mut s = session(model, &runtime::SessionConfig::default());
     let ids = input_ids();
-    s.run(&[("input_ids", ids.view())], outputs).unwrap()
+    let mask = Array2::<i64>::ones((1, SEQ));
+    s.run(&[("input_ids", ids.view()), ("attention_mask", mask.view())], outputs).unwrap()
 }
 
 /// Ranges of `tensors` observed by running the FP32 model on [`input_ids`], widened by 10%.
