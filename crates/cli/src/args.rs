@@ -3,9 +3,8 @@
 
 use std::path::PathBuf;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Args, Parser, Subcommand};
-use pipeline::{Ep, IoNames, MethodKind, OptLevel, SquadVersion};
+use pipeline::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings};
 
 const ABOUT: &str = "Post-training INT8 quantization of BERT ONNX models in QDQ form, proved on SQuAD.";
 
@@ -60,139 +59,6 @@ predictions_fp32.json, predictions_int8.json, results.json and report.md.
 Settings may also come from a TOML file (--config): keys are the long option names (`seq-len = 128`,
 `calibrate-method = \"entropy\"`); options on the command line win.";
 
-/// Which ONNX Runtime and execution provider to use.
-#[derive(Debug, Clone, Args)]
-pub struct RuntimeArgs {
-    /// Execution provider: cpu, cuda, tensorrt, migraphx, rocm, openvino. An EP the loaded ONNX Runtime lacks is an
-    /// error (see --allow-fallback).
-    #[arg(long, default_value = "cpu", value_name = "EP")]
-    pub ep: Ep,
-    /// Enable the EP's FP16 mode (TensorRT trt_fp16_enable / MIGraphX fp16; as ORT_*_FP16_ENABLE=1 in the seeds).
-    #[arg(long)]
-    pub fp16: bool,
-    /// Enable the EP's INT8 mode for the quantized model (TensorRT trt_int8_enable / MIGraphX int8; as
-    /// ORT_*_INT8_ENABLE=1 in the seeds). TensorRT/MIGraphX also get our calibration table. No effect on cpu.
-    #[arg(long)]
-    pub int8: bool,
-    /// Run on CPU when the EP is missing or fails to register (printed, never silent).
-    #[arg(long)]
-    pub allow_fallback: bool,
-    /// ONNX Runtime's verbose log.
-    #[arg(long, visible_alias = "ort_verbose")]
-    pub ort_verbose: bool,
-    /// Save the models as optimised by ONNX Runtime into --out (model*_optimized.onnx), e.g. to see which Q/DQ
-    /// patterns the EP fused.
-    #[arg(long, visible_alias = "save_load")]
-    pub save_load: bool,
-    /// Graph optimisation level: disable, basic, extended, all. Default: all, except `disable` for QDQ models on
-    /// TensorRT and MIGraphX (as the seeds do: those EPs read the Q/DQ pairs themselves).
-    #[arg(long, value_name = "LEVEL")]
-    pub opt_level: Option<OptLevel>,
-    /// Intra-op threads (default: one per core).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
-    /// Path of libonnxruntime.so (default: ORT_DYLIB_PATH, then the copy `cargo xtask setup` installed).
-    #[arg(long, value_name = "FILE")]
-    pub ort_lib: Option<PathBuf>,
-    /// TensorRT engine cache directory.
-    #[arg(long, value_name = "DIR")]
-    pub trt_engine_cache: Option<PathBuf>,
-}
-
-/// How SQuAD text becomes model inputs.
-#[derive(Debug, Clone, Args)]
-pub struct DataArgs {
-    /// WordPiece vocabulary of the model.
-    #[arg(long, default_value = "squad/vocab.txt", value_name = "FILE")]
-    pub vocab: PathBuf,
-    /// Tokenizer of the inputs: a Hugging Face tokenizer.json saved with the model (its own lower-casing applies).
-    /// Default: WordPiece built from --vocab.
-    #[arg(long, value_name = "FILE")]
-    pub token: Option<PathBuf>,
-    /// The vocabulary is cased: do not lower-case text.
-    #[arg(long)]
-    pub cased: bool,
-    /// SQuAD version of the dataset: 1.1 or 2.0.
-    #[arg(long, default_value = "1.1",
-          value_parser = PossibleValuesParser::new(["1.1", "2.0"]).try_map(|s| s.parse::<SquadVersion>()))]
-    pub version: SquadVersion,
-    /// Sequence length of a feature (query + window + 3 special tokens).
-    #[arg(long, default_value_t = 384, visible_alias = "seq_len", value_name = "N")]
-    pub seq_len: usize,
-    /// Maximum query length in tokens (longer questions are truncated).
-    #[arg(long, default_value_t = 64, visible_alias = "query_len", value_name = "N")]
-    pub query_len: usize,
-    /// Step between the starts of consecutive windows over a long context, in tokens.
-    #[arg(long, default_value_t = 128, visible_alias = "doc_stride", value_name = "N")]
-    pub doc_stride: usize,
-    /// Model input/output names: `hf` (input_ids, attention_mask, token_type_ids -> start_logits, end_logits) or
-    /// `nvidia` (input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits).
-    #[arg(long, default_value = "hf",
-          value_parser = PossibleValuesParser::new(["hf", "nvidia"]).try_map(|s| s.parse::<IoNames>()))]
-    pub io_names: IoNames,
-    /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines).
-    #[arg(long)]
-    pub pad_to_max: bool,
-}
-
-/// Calibration settings.
-#[derive(Debug, Clone, Args)]
-pub struct CalibArgs {
-    /// SQuAD file for calibration (default: the evaluation --dataset). Calibrating on train data and evaluating
-    /// on dev is the sound protocol.
-    #[arg(long, visible_alias = "calibration_data", value_name = "FILE")]
-    pub calibration_data: Option<PathBuf>,
-    /// Number of calibration questions (the first N of the file).
-    #[arg(long, default_value_t = 100, visible_alias = "cal_num", value_name = "N")]
-    pub cal_num: usize,
-    /// Execution provider for calibration (runs the FP32 model with extra outputs).
-    #[arg(long, default_value = "cpu", visible_alias = "cal_ep", value_name = "EP")]
-    pub cal_ep: Ep,
-    /// Range algorithm used for the Q/DQ scales: mse (the range minimising the expected quantization error; the
-    /// default; MiniLM SQuAD with the tensorrt policy: 0.33 F1 below FP32 on the whole dev set), minmax, percentile,
-    /// entropy (TensorRT's KL method) or distribution. Statistics for all of
-    /// --compare-methods are collected in the same pass.
-    #[arg(long, default_value = "mse", visible_alias = "calibrate_method", value_name = "METHOD")]
-    pub calibrate_method: MethodKind,
-    /// Also compute ranges with these methods from the same statistics (written to calibration_<method>.json).
-    #[arg(long, value_delimiter = ',', value_name = "METHOD,...")]
-    pub compare_methods: Vec<MethodKind>,
-    /// Percentile for the percentile method.
-    #[arg(long, default_value_t = 99.999, value_name = "P")]
-    pub percentile: f64,
-    /// Histogram bins per tensor.
-    #[arg(long, default_value_t = 2048, visible_alias = "num_bins", value_name = "N")]
-    pub num_bins: usize,
-    /// Quantized bins of the entropy method (TensorRT uses 128 for int8; the seeds' 8001/255 is accepted).
-    #[arg(long, default_value_t = 128, visible_alias = "num_quantized_bins", value_name = "N")]
-    pub num_quantized_bins: usize,
-    /// Symmetric ranges for minmax/percentile (+-max|x|).
-    #[arg(long)]
-    pub symmetric: bool,
-}
-
-/// Where Q/DQ pairs go.
-#[derive(Debug, Clone, Args)]
-pub struct PolicyArgs {
-    /// Placement preset: tensorrt, migraphx, cpu, ort-compatible (`qdq quantize --list-policies` explains them).
-    #[arg(long, default_value = "tensorrt", value_name = "PRESET")]
-    pub policy: String,
-    /// Use ONNX Runtime's own QDQ layout (the `ort-compatible` preset), as the seeds' --ort_quant does.
-    #[arg(long, visible_alias = "ort_quant")]
-    pub ort_quant: bool,
-    /// Change one policy option: KEY=VALUE (repeatable), e.g. `smooth=off` (no SmoothQuant-style smoothing before
-    /// calibration), `smooth=0.5` (its strength), `softmax_range=full`, `exclude_tensors=GLOB`. Unknown keys are errors
-    /// listing the valid ones; `qdq quantize --list-policies` shows every key and each preset's values.
-    #[arg(long = "policy-option", value_name = "KEY=VALUE", value_parser = key_value)]
-    pub policy_options: Vec<(String, String)>,
-    /// Do not quantize these nodes (exact name or glob; repeatable).
-    #[arg(long, value_name = "NODE")]
-    pub exclude_node: Vec<String>,
-    /// Fail if a tensor the policy would quantize has no range (default: skip it and list it).
-    #[arg(long)]
-    pub strict: bool,
-}
-
 #[derive(Debug, Args)]
 pub struct E2eArgs {
     /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
@@ -220,13 +86,13 @@ pub struct E2eArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
-    pub runtime: RuntimeArgs,
+    pub runtime: RuntimeSettings,
     #[command(flatten)]
-    pub data: DataArgs,
+    pub data: DataSettings,
     #[command(flatten)]
-    pub calib: CalibArgs,
+    pub calib: CalibSettings,
     #[command(flatten)]
-    pub policy: PolicyArgs,
+    pub policy: PolicySettings,
 }
 
 #[derive(Debug, Args)]
@@ -250,11 +116,11 @@ pub struct CalibrateArgs {
     /// migraphx and cpu presets), whether the MatMul inputs are smoothed into the weights first; the smoothed model is
     /// then written as model_smoothed.onnx next to the tables, and that is the model to pass to `qdq quantize`.
     #[command(flatten)]
-    pub policy: PolicyArgs,
+    pub policy: PolicySettings,
     #[command(flatten)]
-    pub data: DataArgs,
+    pub data: DataSettings,
     #[command(flatten)]
-    pub calib: CalibArgs,
+    pub calib: CalibSettings,
     #[arg(long, value_name = "FILE", help = "Path of libonnxruntime.so")]
     pub ort_lib: Option<PathBuf>,
 }
@@ -280,7 +146,7 @@ pub struct QuantizeArgs {
     #[arg(long)]
     pub list_policies: bool,
     #[command(flatten)]
-    pub policy: PolicyArgs,
+    pub policy: PolicySettings,
 }
 
 #[derive(Debug, Args)]
@@ -302,9 +168,9 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub predictions: Option<PathBuf>,
     #[command(flatten)]
-    pub runtime: RuntimeArgs,
+    pub runtime: RuntimeSettings,
     #[command(flatten)]
-    pub data: DataArgs,
+    pub data: DataSettings,
 }
 
 #[derive(Debug, Args)]
@@ -323,9 +189,4 @@ pub struct InspectArgs {
 pub struct ProvidersArgs {
     #[arg(long, value_name = "FILE", help = "Path of libonnxruntime.so")]
     pub ort_lib: Option<PathBuf>,
-}
-
-/// `KEY=VALUE` of `--policy-option`.
-fn key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{s}` must be KEY=VALUE"))
 }

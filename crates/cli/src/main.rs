@@ -8,9 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use clap::{CommandFactory, FromArgMatches};
-use pipeline::{CalibSettings, DataSettings, MethodOptions, MethodSettings, PolicySettings, RuntimeSettings};
 
-use args::{CalibArgs, Cli, Command, DataArgs, PolicyArgs, RuntimeArgs};
+use args::{Cli, Command};
 
 fn main() -> ExitCode {
     // `qdq inspect model.onnx | head` must end quietly when the reader goes away, as other Unix tools do, instead
@@ -82,54 +81,6 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-// Flags -> the pipeline's settings, group by group.
-
-fn runtime(r: RuntimeArgs) -> RuntimeSettings {
-    RuntimeSettings {
-        ep: r.ep,
-        fp16: r.fp16,
-        int8: r.int8,
-        allow_fallback: r.allow_fallback,
-        ort_verbose: r.ort_verbose,
-        save_load: r.save_load,
-        opt_level: r.opt_level,
-        threads: r.threads,
-        ort_lib: r.ort_lib,
-        trt_engine_cache: r.trt_engine_cache,
-    }
-}
-
-fn data(d: DataArgs) -> DataSettings {
-    DataSettings {
-        vocab: d.vocab,
-        tokenizer_json: d.token,
-        lowercase: !d.cased,
-        version: d.version,
-        seq_len: d.seq_len,
-        query_len: d.query_len,
-        doc_stride: d.doc_stride,
-        io_names: d.io_names,
-        pad_to_max: d.pad_to_max,
-    }
-}
-
-fn calib(c: CalibArgs) -> CalibSettings {
-    let options =
-        MethodOptions { percentile: c.percentile, symmetric: c.symmetric, num_quantized_bins: c.num_quantized_bins };
-    CalibSettings {
-        calibration_data: c.calibration_data,
-        cal_num: c.cal_num,
-        ep: c.cal_ep,
-        methods: MethodSettings { method: c.calibrate_method, compare: c.compare_methods, options },
-        num_bins: c.num_bins,
-    }
-}
-
-fn policy(p: PolicyArgs) -> PolicySettings {
-    let preset = if p.ort_quant { "ort-compatible".to_owned() } else { p.policy };
-    PolicySettings { preset, options: p.policy_options, exclude_nodes: p.exclude_node, strict: p.strict }
-}
-
 fn e2e(a: args::E2eArgs) -> Result<()> {
     let out = a.out.clone();
     let job = pipeline::E2eJob {
@@ -139,10 +90,10 @@ fn e2e(a: args::E2eArgs) -> Result<()> {
         samples: a.samples,
         batch: a.batch,
         no_eval: a.no_eval,
-        data: data(a.data),
-        calib: calib(a.calib),
-        policy: policy(a.policy),
-        runtime: runtime(a.runtime),
+        data: a.data,
+        calib: a.calib,
+        policy: a.policy,
+        runtime: a.runtime,
     };
     let results = pipeline::e2e_job(&job, &progress::Bars::new())?;
     if a.json {
@@ -159,9 +110,9 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
         batch: a.batch,
         out: a.out,
         merge: a.merge,
-        data: data(a.data),
-        calib: calib(a.calib),
-        policy: policy(a.policy),
+        data: a.data,
+        calib: a.calib,
+        policy: a.policy,
         ort_lib: a.ort_lib,
     };
     let report = pipeline::calibrate_to_dir(&job, &progress::Bars::new())?;
@@ -180,7 +131,7 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
     let (Some(model), Some(ranges)) = (a.model, a.ranges) else {
         bail!("qdq quantize needs --model FILE and --ranges FILE");
     };
-    let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: policy(a.policy) };
+    let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: a.policy };
     let report = pipeline::quantize_file(&job)?;
     if a.json {
         return print_json(&report.json());
@@ -196,8 +147,8 @@ fn eval(a: args::EvalArgs) -> Result<()> {
         samples: a.samples,
         batch: a.batch,
         predictions: a.predictions,
-        runtime: runtime(a.runtime),
-        data: data(a.data),
+        runtime: a.runtime,
+        data: a.data,
     };
     let report = pipeline::evaluate_file(&job, &progress::Bars::new())?;
     if a.json {

@@ -325,7 +325,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eResults> {
         cal_num: job.calib.cal_num,
         calibrate: job.calib.options(job.batch, &fp32)?,
         policy: job.policy.policy()?,
-        policy_name: job.policy.preset.clone(),
+        policy_name: job.policy.preset_name().to_owned(),
         eval: EvalOptions { batch: job.batch, session: fp32 },
         no_eval: job.no_eval,
     };

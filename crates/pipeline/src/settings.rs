@@ -14,20 +14,41 @@ use crate::{Error, Result};
 
 /// Which ONNX Runtime and execution provider run the models.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RuntimeSettings {
+    /// Execution provider: cpu, cuda, tensorrt, migraphx, rocm, openvino. An EP the loaded ONNX Runtime lacks is an
+    /// error (see --allow-fallback).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "cpu", value_name = "EP"))]
     pub ep: Ep,
-    /// The EP's FP16 mode (TensorRT / MIGraphX).
+    /// Enable the EP's FP16 mode (TensorRT trt_fp16_enable / MIGraphX fp16; as ORT_*_FP16_ENABLE=1 in the seeds).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub fp16: bool,
-    /// The EP's INT8 mode for the quantized model (TensorRT / MIGraphX, with qdq's calibration table).
+    /// Enable the EP's INT8 mode for the quantized model (TensorRT trt_int8_enable / MIGraphX int8; as
+    /// ORT_*_INT8_ENABLE=1 in the seeds). TensorRT/MIGraphX also get our calibration table. No effect on cpu.
+    #[cfg_attr(feature = "cli", arg(long))]
     pub int8: bool,
+    /// Run on CPU when the EP is missing or fails to register (printed, never silent).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub allow_fallback: bool,
+    /// ONNX Runtime's verbose log.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "ort_verbose"))]
     pub ort_verbose: bool,
-    /// Save each model as ONNX Runtime optimised it (`model_<tag>_optimized.onnx`).
+    /// Save the models as optimised by ONNX Runtime into --out (model*_optimized.onnx), e.g. to see which Q/DQ
+    /// patterns the EP fused.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "save_load"))]
     pub save_load: bool,
-    /// `None`: all, except no optimisation for QDQ models on TensorRT / MIGraphX.
+    /// Graph optimisation level: disable, basic, extended, all. Default: all, except `disable` for QDQ models on
+    /// TensorRT and MIGraphX (as the seeds do: those EPs read the Q/DQ pairs themselves).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "LEVEL"))]
     pub opt_level: Option<OptLevel>,
+    /// Intra-op threads (default: one per core).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
     pub threads: Option<usize>,
+    /// Path of libonnxruntime.so (default: ORT_DYLIB_PATH, then the copy `cargo xtask setup` installed).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub ort_lib: Option<PathBuf>,
+    /// TensorRT engine cache directory.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DIR"))]
     pub trt_engine_cache: Option<PathBuf>,
 }
 
@@ -134,17 +155,36 @@ impl IoNames {
 
 /// How SQuAD text becomes model inputs.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct DataSettings {
+    /// WordPiece vocabulary of the model.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "squad/vocab.txt", value_name = "FILE"))]
     pub vocab: PathBuf,
-    /// A Hugging Face tokenizer.json used instead of WordPiece from `vocab`.
+    /// Tokenizer of the inputs: a Hugging Face tokenizer.json saved with the model (its own lower-casing applies).
+    /// Default: WordPiece built from --vocab.
+    #[cfg_attr(feature = "cli", arg(long = "token", value_name = "FILE"))]
     pub tokenizer_json: Option<PathBuf>,
+    /// The vocabulary is cased: do not lower-case text.
+    #[cfg_attr(feature = "cli", arg(long = "cased", action = clap::ArgAction::SetFalse))]
     pub lowercase: bool,
+    /// SQuAD version of the dataset: 1.1 or 2.0.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "1.1", value_parser = cli::choice::<SquadVersion>(&["1.1", "2.0"])))]
     pub version: SquadVersion,
+    /// Sequence length of a feature (query + window + 3 special tokens).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 384, visible_alias = "seq_len", value_name = "N"))]
     pub seq_len: usize,
+    /// Maximum query length in tokens (longer questions are truncated).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 64, visible_alias = "query_len", value_name = "N"))]
     pub query_len: usize,
+    /// Step between the starts of consecutive windows over a long context, in tokens.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 128, visible_alias = "doc_stride", value_name = "N"))]
     pub doc_stride: usize,
+    /// Model input/output names: `hf` (input_ids, attention_mask, token_type_ids -> start_logits, end_logits) or
+    /// `nvidia` (input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "hf", value_parser = cli::choice::<IoNames>(&["hf", "nvidia"])))]
     pub io_names: IoNames,
-    /// Pad every batch to `seq_len` instead of its longest feature.
+    /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub pad_to_max: bool,
 }
 
@@ -168,12 +208,37 @@ impl DataSettings {
 
 /// Which range methods to compute, from the one statistics pass.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct MethodSettings {
-    /// The method whose ranges place the Q/DQ pairs.
+    /// Range algorithm used for the Q/DQ scales: mse (the range minimising the expected quantization error; the
+    /// default; MiniLM SQuAD with the tensorrt policy: 0.33 F1 below FP32 on the whole dev set), minmax, percentile,
+    /// entropy (TensorRT's KL method) or distribution. Statistics for all of
+    /// --compare-methods are collected in the same pass.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "calibrate-method",
+            default_value = "mse",
+            visible_alias = "calibrate_method",
+            value_name = "METHOD"
+        )
+    )]
     pub method: MethodKind,
-    /// Also computed and written (calibration_<method>.json).
+    /// Also compute ranges with these methods from the same statistics (written to calibration_<method>.json).
+    #[cfg_attr(feature = "cli", arg(long = "compare-methods", value_delimiter = ',', value_name = "METHOD,..."))]
     pub compare: Vec<MethodKind>,
-    pub options: MethodOptions,
+    /// Percentile for the percentile method.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 99.999, value_name = "P"))]
+    pub percentile: f64,
+    /// Quantized bins of the entropy method (TensorRT uses 128 for int8; the seeds' 8001/255 is accepted).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value_t = 128, visible_alias = "num_quantized_bins", value_name = "N")
+    )]
+    pub num_quantized_bins: usize,
+    /// Symmetric ranges for minmax/percentile (+-max|x|).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub symmetric: bool,
 }
 
 impl MethodSettings {
@@ -185,21 +250,36 @@ impl MethodSettings {
                 kinds.push(*k);
             }
         }
-        kinds.into_iter().map(|k| Ok(Method::new(k, &self.options)?)).collect()
+        let options = MethodOptions {
+            percentile: self.percentile,
+            symmetric: self.symmetric,
+            num_quantized_bins: self.num_quantized_bins,
+        };
+        kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
     }
 }
 
 /// Calibration settings shared by `qdq calibrate` and `qdq e2e`.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct CalibSettings {
-    /// SQuAD file of calibration questions (e2e: the evaluation dataset when `None`; calibrate: required).
+    /// SQuAD file for calibration (e2e: default the evaluation --dataset; calibrate: required). Calibrating on train
+    /// data and evaluating on dev is the sound protocol.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "calibration_data", value_name = "FILE"))]
     pub calibration_data: Option<PathBuf>,
-    /// Calibration questions (the first N).
+    /// Number of calibration questions (the first N of the file).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 100, visible_alias = "cal_num", value_name = "N"))]
     pub cal_num: usize,
-    /// The EP calibration runs on.
+    /// Execution provider for calibration (runs the FP32 model with extra outputs).
+    #[cfg_attr(
+        feature = "cli",
+        arg(id = "cal_ep", long = "cal-ep", default_value = "cpu", visible_alias = "cal_ep", value_name = "EP")
+    )]
     pub ep: Ep,
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub methods: MethodSettings,
     /// Histogram bins per tensor.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 2048, visible_alias = "num_bins", value_name = "N"))]
     pub num_bins: usize,
 }
 
@@ -218,21 +298,36 @@ impl CalibSettings {
 
 /// The placement policy: a preset plus overrides.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct PolicySettings {
-    /// A name of [`qdq::PRESETS`].
+    /// Placement preset: tensorrt, migraphx, cpu, ort-compatible (`qdq quantize --list-policies` explains them).
+    #[cfg_attr(feature = "cli", arg(long = "policy", default_value = "tensorrt", value_name = "PRESET"))]
     pub preset: String,
-    /// `KEY=VALUE` overrides in order ([`qdq::Policy::set`]).
+    /// Use ONNX Runtime's own QDQ layout (the `ort-compatible` preset), as the seeds' --ort_quant does.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "ort_quant"))]
+    pub ort_quant: bool,
+    /// Change one policy option: KEY=VALUE (repeatable), e.g. `smooth=off` (no SmoothQuant-style smoothing before
+    /// calibration), `smooth=0.5` (its strength), `softmax_range=full`, `exclude_tensors=GLOB`. Unknown keys are errors
+    /// listing the valid ones; `qdq quantize --list-policies` shows every key and each preset's values.
+    #[cfg_attr(feature = "cli", arg(long = "policy-option", value_name = "KEY=VALUE", value_parser = cli::key_value))]
     pub options: Vec<(String, String)>,
-    /// Node names or globs never quantized.
+    /// Do not quantize these nodes (exact name or glob; repeatable).
+    #[cfg_attr(feature = "cli", arg(long = "exclude-node", value_name = "NODE"))]
     pub exclude_nodes: Vec<String>,
-    /// A tensor without a range is an error.
+    /// Fail if a tensor the policy would quantize has no range (default: skip it and list it).
+    #[cfg_attr(feature = "cli", arg(long))]
     pub strict: bool,
 }
 
 impl PolicySettings {
+    /// The preset in use: `ort-compatible` with `ort_quant`, else `preset`.
+    pub fn preset_name(&self) -> &str {
+        if self.ort_quant { "ort-compatible" } else { &self.preset }
+    }
+
     /// The policy (overrides applied in order, then the exclusions and `strict`).
     pub fn policy(&self) -> Result<qdq::Policy> {
-        let mut policy = qdq::Policy::preset(&self.preset)?;
+        let mut policy = qdq::Policy::preset(self.preset_name())?;
         for (k, v) in &self.options {
             policy.set(k.trim(), v.trim())?;
         }
@@ -258,4 +353,24 @@ pub fn describe_policies() -> Result<String> {
         out.push_str(&format!("  {:<22} {}\n  {:<22} values: {}\n", o.key, o.doc, "", o.values));
     }
     Ok(out.trim_end().to_owned())
+}
+
+/// Value parsers of the flags the settings declare (feature `cli`).
+#[cfg(feature = "cli")]
+mod cli {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+
+    /// One of `names` (listed in --help), parsed into `T`.
+    pub fn choice<T>(names: &'static [&'static str]) -> impl TypedValueParser<Value = T>
+    where
+        T: std::str::FromStr + Clone + Send + Sync + 'static,
+        T::Err: std::error::Error + Send + Sync + 'static,
+    {
+        PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
+    }
+
+    /// `KEY=VALUE` of `--policy-option`.
+    pub fn key_value(s: &str) -> Result<(String, String), String> {
+        s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{s}` must be KEY=VALUE"))
+    }
 }

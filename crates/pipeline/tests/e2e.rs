@@ -33,7 +33,11 @@ fn data_config() -> DataConfig {
 
 fn methods() -> Vec<calib::Method> {
     let compare = vec![MethodKind::MinMax, MethodKind::Entropy, MethodKind::Percentile];
-    MethodSettings { method: MethodKind::Percentile, compare, options: MethodOptions::default() }.methods().unwrap()
+    let d = MethodOptions::default();
+    let (percentile, symmetric, num_quantized_bins) = (d.percentile, d.symmetric, d.num_quantized_bins);
+    let settings =
+        MethodSettings { method: MethodKind::Percentile, compare, percentile, symmetric, num_quantized_bins };
+    settings.methods().unwrap()
 }
 
 fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
