@@ -82,7 +82,6 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn e2e(a: args::E2eArgs) -> Result<()> {
-    let out = a.out.clone();
     let job = pipeline::E2eJob {
         model: a.model,
         dataset: a.dataset,
@@ -95,13 +94,7 @@ fn e2e(a: args::E2eArgs) -> Result<()> {
         policy: a.policy,
         runtime: a.runtime,
     };
-    let results = pipeline::e2e_job(&job, &progress::Bars::new())?;
-    if a.json {
-        return print_json(&results.json(&out));
-    }
-    println!("{}", results.table());
-    println!("Outputs written to {}", out.display());
-    Ok(())
+    emit(&pipeline::e2e_job(&job, &progress::Bars::new())?, a.json)
 }
 
 fn calibrate(a: args::CalibrateArgs) -> Result<()> {
@@ -115,12 +108,7 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
         policy: a.policy,
         ort_lib: a.ort_lib,
     };
-    let report = pipeline::calibrate_to_dir(&job, &progress::Bars::new())?;
-    if a.json {
-        return print_json(&report.json());
-    }
-    println!("{report}");
-    Ok(())
+    emit(&pipeline::calibrate_to_dir(&job, &progress::Bars::new())?, a.json)
 }
 
 fn quantize(a: args::QuantizeArgs) -> Result<()> {
@@ -132,12 +120,7 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
         bail!("qdq quantize needs --model FILE and --ranges FILE");
     };
     let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: a.policy };
-    let report = pipeline::quantize_file(&job)?;
-    if a.json {
-        return print_json(&report.json());
-    }
-    println!("{report}");
-    Ok(())
+    emit(&pipeline::quantize_file(&job)?, a.json)
 }
 
 fn eval(a: args::EvalArgs) -> Result<()> {
@@ -150,12 +133,7 @@ fn eval(a: args::EvalArgs) -> Result<()> {
         runtime: a.runtime,
         data: a.data,
     };
-    let report = pipeline::evaluate_file(&job, &progress::Bars::new())?;
-    if a.json {
-        return print_json(&report.json());
-    }
-    println!("{report}");
-    Ok(())
+    emit(&pipeline::evaluate_file(&job, &progress::Bars::new())?, a.json)
 }
 
 fn inspect(a: args::InspectArgs) -> Result<()> {
@@ -174,6 +152,15 @@ fn providers(a: args::ProvidersArgs) -> Result<()> {
     for p in &info.providers {
         println!("  {p}");
     }
+    Ok(())
+}
+
+/// A job's report on stdout: its text, or with `--json` its one JSON document.
+fn emit(report: &impl pipeline::Report, json: bool) -> Result<()> {
+    if json {
+        return print_json(&report.json());
+    }
+    println!("{report}");
     Ok(())
 }
 

@@ -15,6 +15,12 @@ use crate::report::E2eResults;
 use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings};
 use crate::{Error, Progress, Result, write_predictions};
 
+/// What a job hands back: its text (`Display`, what the command prints) and its `--json` document (docs/JSON.md).
+pub trait Report: fmt::Display {
+    /// The JSON document, with its `schema`.
+    fn json(&self) -> serde_json::Value;
+}
+
 /// `qdq calibrate`: smooth (when the policy does), then one statistics pass, tables into `out`.
 #[derive(Debug, Clone)]
 pub struct CalibrateJob {
@@ -42,9 +48,9 @@ pub struct CalibrateReport {
     pub out: PathBuf,
 }
 
-impl CalibrateReport {
+impl Report for CalibrateReport {
     /// The document `qdq calibrate --json` prints (docs/JSON.md, schema `qdq.calibrate/1`).
-    pub fn json(&self) -> serde_json::Value {
+    fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "schema": "qdq.calibrate/1",
             "out": self.out,
@@ -144,9 +150,9 @@ pub enum QuantizeReport {
     Written { output: PathBuf, tensors: usize, skipped: usize },
 }
 
-impl QuantizeReport {
+impl Report for QuantizeReport {
     /// The document `qdq quantize --json` prints (docs/JSON.md, schema `qdq.quantize/1`).
-    pub fn json(&self) -> serde_json::Value {
+    fn json(&self) -> serde_json::Value {
         match self {
             QuantizeReport::Planned(plan) => serde_json::json!({
                 "schema": "qdq.quantize/1",
@@ -218,9 +224,9 @@ pub struct EvalReport {
     pub evaluation: Evaluation,
 }
 
-impl EvalReport {
+impl Report for EvalReport {
     /// The document `qdq eval --json` prints (docs/JSON.md, schema `qdq.eval/1`).
-    pub fn json(&self) -> serde_json::Value {
+    fn json(&self) -> serde_json::Value {
         let e = &self.evaluation;
         serde_json::json!({
             "schema": "qdq.eval/1",
@@ -299,8 +305,34 @@ pub struct E2eJob {
     pub runtime: RuntimeSettings,
 }
 
+/// What [`e2e_job`] did: the results (as results.json) and where everything went.
+#[derive(Debug, Clone)]
+pub struct E2eReport {
+    pub results: E2eResults,
+    pub out: PathBuf,
+}
+
+impl fmt::Display for E2eReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.results.table())?;
+        write!(f, "Outputs written to {}", self.out.display())
+    }
+}
+
+impl Report for E2eReport {
+    /// results.json's fields, with the schema (`qdq.e2e/1`) and the output directory.
+    fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(&self.results).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("schema".into(), "qdq.e2e/1".into());
+            m.insert("out".into(), serde_json::json!(self.out));
+        }
+        v
+    }
+}
+
 /// Runs [`E2eJob`]. Every EP is checked against the loaded ONNX Runtime before any work.
-pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eResults> {
+pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
     let dataset = job.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", job.data.version)));
     let fp32 = job.runtime.fp32_session(Some(&job.out), "fp32");
     let mut int8 = job.runtime.int8_session(&fp32, &job.out.join("calibration.flatbuffers"));
@@ -329,7 +361,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eResults> {
         eval: EvalOptions { batch: job.batch, session: fp32 },
         no_eval: job.no_eval,
     };
-    e2e(&cfg, &int8, progress)
+    Ok(E2eReport { results: e2e(&cfg, &int8, progress)?, out: job.out.clone() })
 }
 
 /// Everything `qdq inspect` reports of a model.

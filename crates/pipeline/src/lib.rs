@@ -22,8 +22,8 @@ pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect
 pub use data::{Corpus, DataConfig, Score};
 pub use e2e::{E2eConfig, e2e};
 pub use jobs::{
-    CalibrateJob, CalibrateReport, E2eJob, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,
-    calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
+    CalibrateJob, CalibrateReport, E2eJob, E2eReport, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,
+    Report, calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
 };
 pub use settings::{
     CalibSettings, DataSettings, IoNames, MethodSettings, PolicySettings, RuntimeSettings, SquadVersion,

@@ -99,17 +99,6 @@ pub struct E2eResults {
 }
 
 impl E2eResults {
-    /// The document `qdq e2e --json` prints (docs/JSON.md, schema `qdq.e2e/1`): results.json's fields, with the
-    /// schema and the output directory.
-    pub fn json(&self, out: &Path) -> serde_json::Value {
-        let mut v = serde_json::to_value(self).unwrap_or_default();
-        if let Some(m) = v.as_object_mut() {
-            m.insert("schema".into(), "qdq.e2e/1".into());
-            m.insert("out".into(), serde_json::json!(out));
-        }
-        v
-    }
-
     pub fn delta_f1(&self) -> Option<f64> {
         Some(self.int8.as_ref()?.score.f1 - self.fp32.as_ref()?.score.f1)
     }
