@@ -1,0 +1,781 @@
+//! `cargo xtask bench --vs-python`: our pipeline against ONNX Runtime's Python quantization tools, side by side on
+//! the same model and byte-identical calibration features.
+//!
+//! Steps: (1) featurize the first `--cal-num` calibration questions with the `squad` crate exactly as `qdq calibrate`
+//! does (fixed padding) and write them as `.npy`; (2) per method, `qdq calibrate` and `xtask/python/vs_ort.py
+//! calibrate` (create_calibrator on the same tensors), each a child process measured the same way (wall time, peak
+//! RSS from `wait4`); (3) compare the ranges; (4) quantize both tables (ours with `--policy ort-compatible`, ORT's
+//! with `quantize_static` and the seed-001 options) and evaluate both INT8 models with `qdq eval`; (5) memory at two
+//! calibration sizes; (6) micro-benchmarks of histogram collection and entropy search against numpy / ORT on
+//! identical arrays and histograms. Results: `<out>/vs_python.json` and `<out>/vs_python.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::download::DownloadArgs;
+use crate::e2e::{Assets, build_qdq, ort_library, target_dir};
+use crate::setup::{LIBRARY_ENV, ORT_VERSION, python};
+use crate::{cargo, npy, root, run_cmd};
+
+mod measure;
+mod micro;
+mod report;
+
+use measure::*;
+use micro::*;
+use report::*;
+
+/// Python packages of the benchmark venv (ORT's quantization tools need onnx and numpy).
+const PY_PACKAGES: [&str; 3] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6"];
+const VENV: &str = ".venv-bench";
+/// Values of the micro-benchmark arrays (standard normal float32).
+const MICRO_SIZES: [(usize, &str); 2] = [(1 << 20, "normal_1m"), (16 << 20, "normal_16m")];
+/// Bins per side of our signed histogram in the micro-benchmarks; numpy and ORT get twice as many in total: 8000
+/// (the size of the seeds' 8001-bin entropy histograms) and 2048 (ORT's default for percentile).
+const MICRO_BINS_PER_SIDE: [usize; 2] = [4000, 1024];
+
+/// Options of `bench --vs-python`.
+pub type Opts = crate::flags::VsPythonArgs;
+
+/// How each tool is told to use a method (the seeds' settings; our `--num-bins` is per side of zero for the signed
+/// histogram, ORT's is the total).
+fn method_flags(method: &str) -> (Vec<&'static str>, Vec<&'static str>) {
+    match method {
+        "minmax" => (vec!["--calibrate-method", "minmax"], vec!["--method", "minmax"]),
+        "percentile" => (
+            vec!["--calibrate-method", "percentile", "--percentile", "99.999", "--num-bins", "2048", "--symmetric"],
+            vec!["--method", "percentile", "--percentile", "99.999", "--num-bins", "2048"],
+        ),
+        _ => (
+            vec!["--calibrate-method", "entropy", "--num-bins", "8001", "--num-quantized-bins", "255"],
+            vec!["--method", "entropy", "--num-bins", "8001", "--num-quantized-bins", "255"],
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Child processes, measured
+
+/// Writes the features of the first `questions` questions as `qdq calibrate` builds them (WordPiece, lower case,
+/// query 64 tokens, padded to `seq_len`): input_ids, attention_mask, token_type_ids `[features, seq_len]` and
+/// example_index `[features]`, all int64. Returns the number of features.
+fn export_features(
+    calibration: &Path,
+    vocab: &Path,
+    questions: usize,
+    seq_len: usize,
+    doc_stride: usize,
+    dir: &Path,
+) -> Result<usize> {
+    let mut data = squad::load_squad(calibration)?;
+    data.limit(questions);
+    let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
+    let config = squad::FeatureConfig { max_seq_len: seq_len, doc_stride, ..Default::default() };
+    let (mut ids, mut mask, mut types, mut example) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for batch in squad::FeatureStream::new(&data.examples, &tok, config, 64, squad::Padding::Fixed(seq_len))? {
+        let b = batch?;
+        ids.extend(b.input_ids.iter().copied());
+        mask.extend(b.attention_mask.iter().copied());
+        types.extend(b.token_type_ids.iter().copied());
+        example.extend(b.features.iter().map(|f| f.example_index as i64));
+    }
+    let n = example.len();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, values) in [("input_ids", &ids), ("attention_mask", &mask), ("token_type_ids", &types)] {
+        npy::write(&dir.join(format!("{name}.npy")), &[n, seq_len], values)?;
+    }
+    npy::write(&dir.join("example_index.npy"), &[n], &example)?;
+    Ok(n)
+}
+
+/// Creates (once) the venv with [`PY_PACKAGES`] and returns its interpreter.
+fn ensure_venv() -> Result<PathBuf> {
+    let dir = root().join(VENV);
+    let py = dir.join("bin/python");
+    let check = format!(
+        "import onnxruntime, onnx, numpy; import sys; sys.exit(0 if (onnxruntime.__version__, onnx.__version__, \
+         numpy.__version__) == ('{ORT_VERSION}', '{}', '{}') else 1)",
+        PY_PACKAGES[1].trim_start_matches("onnx=="),
+        PY_PACKAGES[2].trim_start_matches("numpy==")
+    );
+    let ready = || Command::new(&py).args(["-c", &check]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if py.is_file() && ready() {
+        eprintln!("xtask: {VENV}/ ready ({})", PY_PACKAGES.join(", "));
+        return Ok(py);
+    }
+    if !py.is_file() {
+        eprintln!("xtask: creating {VENV}/");
+        run_cmd(Command::new(python()?).args(["-m", "venv"]).arg(&dir))
+            .context("cannot create the benchmark venv (on Debian/Ubuntu: apt-get install python3-venv)")?;
+    }
+    eprintln!("xtask: installing {} into {VENV}/ from PyPI", PY_PACKAGES.join(" "));
+    run_cmd(
+        Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PY_PACKAGES),
+    )?;
+    if !ready() {
+        bail!("{VENV}/ still lacks {} after pip install", PY_PACKAGES.join(", "));
+    }
+    Ok(py)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading results
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+/// `{tensor: [min, max]}` (ORT side) or `{tensor: {"min", "max"}}` (our calibration.json) as `{tensor: amax}`.
+fn amax_table(ranges: &Value) -> BTreeMap<String, f64> {
+    let Some(map) = ranges.as_object() else { return BTreeMap::new() };
+    map.iter()
+        .filter_map(|(k, v)| {
+            let (lo, hi) = match v {
+                Value::Array(a) => (a.first()?.as_f64()?, a.get(1)?.as_f64()?),
+                _ => (v["min"].as_f64()?, v["max"].as_f64()?),
+            };
+            Some((k.clone(), lo.abs().max(hi.abs())))
+        })
+        .collect()
+}
+
+/// Agreement of two range tables on amax: per tensor `|ours - ort| / ort`; the largest, the median, the worst
+/// tensor, and tensors only one side has.
+fn compare_ranges(ours: &Value, ort: &Value) -> Value {
+    let (a, b) = (amax_table(ours), amax_table(ort));
+    let mut rel: Vec<(f64, &str)> = a
+        .iter()
+        .filter_map(|(k, &x)| {
+            let y = *b.get(k)?;
+            let d = (x - y).abs();
+            Some((if d == 0.0 { 0.0 } else { d / y.abs().max(f64::MIN_POSITIVE) }, k.as_str()))
+        })
+        .collect();
+    rel.sort_by(|p, q| p.0.total_cmp(&q.0));
+    let only = |x: &BTreeMap<String, f64>, y: &BTreeMap<String, f64>| -> Vec<String> {
+        x.keys().filter(|k| !y.contains_key(*k)).cloned().collect()
+    };
+    let worst = rel.last().map(|&(r, k)| json!({"tensor": k, "rel_diff": r, "ours_amax": a[k], "ort_amax": b[k]}));
+    json!({
+        "tensors": rel.len(),
+        "max_rel_diff": rel.last().map(|r| r.0),
+        "median_rel_diff": rel.get(rel.len() / 2).map(|r| r.0),
+        "within_1pct": rel.iter().filter(|r| r.0 <= 0.01).count(),
+        "worst": worst,
+        "only_ours": only(&a, &b),
+        "only_ort": only(&b, &a),
+    })
+}
+
+/// Finite values our calibration observed (sum of the per-tensor counts of calib_state.json).
+fn values_observed(state: &Value) -> u64 {
+    state["tensors"].as_object().map_or(0, |t| t.values().filter_map(|s| s["count"].as_u64()).sum())
+}
+
+struct Paths {
+    model: PathBuf,
+    vocab: PathBuf,
+    dataset: PathBuf,
+    calibration: PathBuf,
+}
+
+fn resolve_paths(o: &Opts, download: &DownloadArgs) -> Result<Paths> {
+    let given = [&o.model, &o.vocab, &o.dataset, &o.calibration_data];
+    let assets = if given.iter().all(|p| p.is_some()) { None } else { Some(Assets::download(download)?) };
+    let pick = |given: &Option<PathBuf>, default: fn(&Assets) -> &PathBuf| -> PathBuf {
+        given.clone().or_else(|| assets.as_ref().map(|a| default(a).clone())).unwrap_or_default()
+    };
+    let p = Paths {
+        model: pick(&o.model, |a| &a.model),
+        vocab: pick(&o.vocab, |a| &a.vocab),
+        dataset: pick(&o.dataset, |a| &a.dataset),
+        calibration: pick(&o.calibration_data, |a| &a.calibration),
+    };
+    for f in [&p.model, &p.vocab, &p.dataset, &p.calibration] {
+        if !f.is_file() {
+            bail!("{} does not exist", f.display());
+        }
+    }
+    Ok(p)
+}
+
+struct Ctx {
+    opts: Opts,
+    paths: Paths,
+    qdq: PathBuf,
+    lib: PathBuf,
+    py: PathBuf,
+    script: PathBuf,
+    work: PathBuf,
+    features: PathBuf,
+    commands: Vec<String>,
+    waited_s: f64,
+}
+
+impl Ctx {
+    fn qdq(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.qdq);
+        c.arg(sub).env(LIBRARY_ENV, &self.lib);
+        c
+    }
+    fn python(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.py);
+        c.arg(&self.script).arg(sub);
+        c
+    }
+    fn log(&self, name: &str) -> PathBuf {
+        self.work.join("logs").join(format!("{name}.log"))
+    }
+    fn data_flags(&self) -> Vec<String> {
+        vec![
+            "--vocab".into(),
+            self.paths.vocab.display().to_string(),
+            "--seq-len".into(),
+            self.opts.seq_len.to_string(),
+            "--doc-stride".into(),
+            self.opts.doc_stride.to_string(),
+        ]
+    }
+    fn quiet(&mut self) {
+        self.waited_s += wait_quiet(self.opts.wait);
+    }
+
+    /// `qdq calibrate` of `method` on the first `cal_num` questions into `dir`.
+    fn ours_calibrate(&mut self, method_flags: &[&str], cal_num: usize, dir: &Path, log: &str) -> Result<Run> {
+        let mut cmd = self.qdq("calibrate");
+        cmd.arg("--model")
+            .arg(&self.paths.model)
+            .args(self.data_flags())
+            .arg("--calibration-data")
+            .arg(&self.paths.calibration);
+        // The tensors the ort-compatible placement quantizes: both INT8 models get ORT's seed-001 layout.
+        cmd.args(["--policy", "ort-compatible", "--cal-num", &cal_num.to_string(), "--batch", "1", "--pad-to-max"]);
+        cmd.args(method_flags).arg("--out").arg(dir).arg("--json");
+        self.quiet();
+        let log = self.log(log);
+        measure_ok(&mut cmd, &log, &mut self.commands)
+    }
+
+    /// vs_ort.py calibrate; the run and the JSON it wrote (ranges, phases or the error).
+    fn ort_calibrate(
+        &mut self,
+        method_flags: &[&str],
+        cal_num: usize,
+        tensors: &Path,
+        out: &Path,
+        log: &str,
+    ) -> Result<(Run, Value)> {
+        let mut cmd = self.python("calibrate");
+        cmd.arg("--model").arg(&self.paths.model).arg("--features").arg(&self.features).arg("--tensors").arg(tensors);
+        cmd.args(method_flags).args([
+            "--cal-num",
+            &cal_num.to_string(),
+            "--stride",
+            &self.opts.stride.to_string(),
+            "--batch",
+            "1",
+        ]);
+        cmd.arg("--out").arg(out);
+        let _ = std::fs::remove_file(out);
+        self.quiet();
+        let log = self.log(log);
+        let run = measure(&mut cmd, &log, &mut self.commands)?;
+        let result = read_json(out)
+            .unwrap_or_else(|_| json!({"error": format!("no result; end of the log:\n{}", tail(&run.log_text(), 5))}));
+        Ok((run, result))
+    }
+
+    /// `qdq eval` of `model` on the first `samples` questions of `dataset`; the log's EM/F1 (or the error).
+    fn eval(
+        &mut self,
+        model: &Path,
+        dataset: &Path,
+        samples: usize,
+        extra: &[&str],
+        log: &str,
+    ) -> Result<(Value, Option<Value>)> {
+        let mut cmd = self.qdq("eval");
+        cmd.arg("--model")
+            .arg(model)
+            .arg("--dataset")
+            .arg(dataset)
+            .args(["--samples", &samples.to_string()])
+            .args(self.data_flags())
+            .args(extra)
+            .arg("--json");
+        let log = self.log(log);
+        let run = measure(&mut cmd, &log, &mut self.commands)?;
+        let doc = run.stdout_json().filter(|_| run.ok());
+        let v = match &doc {
+            Some(d) => json!({"em": d["exact_match"], "f1": d["f1"]}),
+            None => json!({"error": tail(&run.log_text(), 3)}),
+        };
+        eprintln!("xtask:   {} -> {}", model.display(), v);
+        Ok((v, doc))
+    }
+}
+
+fn ort_summary(run: &Run, result: &Value) -> Value {
+    let mut v = run.json();
+    v["phases"] = result["phases"].clone();
+    v["features"] = result["features"].clone();
+    if let Some(e) = result["error"].as_str() {
+        v["error"] = e.lines().last().unwrap_or(e).into();
+    } else if !run.ok() {
+        v["error"] = format!("exit code {:?}", run.code).into();
+    }
+    v
+}
+
+pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
+    let mut download = download.resolved();
+    // The project's reference model by default, even without a mirror once it is in .assets/.
+    download.set.get_or_insert_with(|| "minilm".to_owned());
+    let command = format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
+    if opts.render {
+        let mut report = read_json(&opts.out.join("vs_python.json"))?;
+        return write_report(&mut report, &opts.out);
+    }
+
+    let paths = resolve_paths(&opts, &download)?;
+    let lib = ort_library()?;
+    let py = ensure_venv()?;
+    let qdq = build_qdq()?;
+    eprintln!("xtask: building calib's microbench example (release)");
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-calib", "--example", "microbench"]))?;
+    let microbench = target_dir().join("release/examples/microbench");
+
+    let work = opts.out.join("vs_python");
+    for d in [work.join("logs"), work.join("micro")] {
+        std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let features = work.join("features");
+    let questions = opts.cal_num.max(opts.memory_cal_num);
+    eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
+    let n_features =
+        export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
+    let mut cx = Ctx {
+        opts,
+        paths,
+        qdq,
+        lib,
+        py,
+        script: root().join("xtask/python/vs_ort.py"),
+        work,
+        features,
+        commands: Vec::new(),
+        waited_s: 0.0,
+    };
+    let o = cx.opts.clone();
+
+    // Calibration, per method.
+    let mut methods = Vec::new();
+    let mut models = Vec::new();
+    let mut tensors = 0usize;
+    let mut ort_versions = Value::Null;
+    for method in &o.methods {
+        let (ours_flags, ort_flags) = method_flags(method);
+        let dir = cx.work.join(format!("ours_{method}"));
+        eprintln!("xtask: [{method}] qdq calibrate");
+        let ours = cx.ours_calibrate(&ours_flags, o.cal_num, &dir, &format!("ours_calibrate_{method}"))?;
+        let table = read_json(&dir.join("calibration.json"))?;
+        tensors = table["ranges"].as_object().map_or(0, |m| m.len());
+        let mut ours_v = ours.json();
+        ours_v["pipeline_s"] = ours.stdout_json().map_or(Value::Null, |j| j["seconds"].clone());
+        ours_v["values_observed"] =
+            read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
+        let ort_json = cx.work.join(format!("ort_{method}.json"));
+        let (ort_v, ort_result) = if method == "entropy" && o.quick {
+            eprintln!("xtask: [{method}] ORT skipped (--quick; its threshold search takes ~5 s per tensor)");
+            (
+                json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~5 s per tensor here"}),
+                Value::Null,
+            )
+        } else {
+            eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
+            let (ort, ort_result) = cx.ort_calibrate(
+                &ort_flags,
+                o.cal_num,
+                &dir.join("calibration.json"),
+                &ort_json,
+                &format!("ort_calibrate_{method}"),
+            )?;
+            (ort_summary(&ort, &ort_result), ort_result)
+        };
+        if ort_versions.is_null() {
+            ort_versions = ort_result["versions"].clone();
+        }
+        let ranges = if ort_result["ranges"].is_object() {
+            compare_ranges(&table["ranges"], &ort_result["ranges"])
+        } else {
+            Value::Null
+        };
+        eprintln!(
+            "xtask: [{method}] ours {:.1} s / {:.0} MB, ORT {} s / {} MB{}",
+            ours.wall_s,
+            ours.peak_rss_mb,
+            num(&ort_v["wall_s"], 1),
+            num(&ort_v["peak_rss_mb"], 0),
+            ort_v["error"].as_str().map(|e| format!(" (ORT failed: {e})")).unwrap_or_default()
+        );
+
+        // Quantize both tables.
+        let ours_q = cx.work.join(format!("ours_{method}_qdq.onnx"));
+        let mut cmd = cx.qdq("quantize");
+        cmd.arg("--model")
+            .arg(&cx.paths.model)
+            .arg("--ranges")
+            .arg(dir.join("calibration.json"))
+            .args(["--policy", "ort-compatible", "--strict", "-o"])
+            .arg(&ours_q);
+        let log = cx.log(&format!("ours_quantize_{method}"));
+        measure_ok(&mut cmd, &log, &mut cx.commands)?;
+        models.push((method.clone(), "ours", ours_q));
+        if ranges.is_object() {
+            let ort_q = cx.work.join(format!("ort_{method}_qdq.onnx"));
+            let mut cmd = cx.python("quantize");
+            cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(&ort_json).arg("--out").arg(&ort_q);
+            let log = cx.log(&format!("ort_quantize_{method}"));
+            if measure(&mut cmd, &log, &mut cx.commands)?.ok() {
+                models.push((method.clone(), "ort", ort_q));
+            }
+        }
+        methods.push(json!({
+            "method": method,
+            "ours_flags": ours_flags.join(" "),
+            "ort_flags": ort_flags.join(" "),
+            "ours": ours_v,
+            "ort": ort_v,
+            "ranges": ranges,
+            "f1": {},
+        }));
+    }
+
+    // Ours, every method from one pass.
+    let mut flags = vec!["--calibrate-method", o.methods[0].as_str()];
+    let compare = o.methods[1..].join(",");
+    if !compare.is_empty() {
+        flags.extend(["--compare-methods", compare.as_str()]);
+    }
+    flags.extend(["--percentile", "99.999", "--symmetric", "--num-bins", "8001", "--num-quantized-bins", "255"]);
+    eprintln!("xtask: ours, all methods in one pass");
+    let one = cx.ours_calibrate(&flags, o.cal_num, &cx.work.join("ours_one_pass"), "ours_calibrate_one_pass")?;
+    let mut one_pass = one.json();
+    one_pass["flags"] = flags.join(" ").into();
+
+    // Memory at two sizes (minmax and percentile: ORT's entropy search alone takes many minutes).
+    let mut memory = Vec::new();
+    for method in o.methods.iter().filter(|m| *m != "entropy") {
+        let (ours_flags, ort_flags) = method_flags(method);
+        eprintln!("xtask: [{method}] memory at {} questions", o.memory_cal_num);
+        let small = cx.ours_calibrate(
+            &ours_flags,
+            o.memory_cal_num,
+            &cx.work.join(format!("ours_{method}_small")),
+            &format!("ours_calibrate_{method}_small"),
+        )?;
+        let tensors_file = cx.work.join(format!("ours_{method}/calibration.json"));
+        let (ort_small, ort_small_result) = cx.ort_calibrate(
+            &ort_flags,
+            o.memory_cal_num,
+            &tensors_file,
+            &cx.work.join(format!("ort_{method}_small.json")),
+            &format!("ort_calibrate_{method}_small"),
+        )?;
+        let large = methods.iter().find(|m| m["method"] == method.as_str()).cloned().unwrap_or_default();
+        memory.push(json!({
+            "method": method,
+            "ours_small": small.json(),
+            "ours_large": large["ours"],
+            "ort_small": ort_summary(&ort_small, &ort_small_result),
+            "ort_large": large["ort"],
+        }));
+    }
+
+    // Inference alone on the calibration features (no extra outputs, no statistics): the floor of a calibration.
+    eprintln!("xtask: FP32 inference alone on the calibration features");
+    cx.quiet();
+    let model = cx.paths.model.clone();
+    let calibration = cx.paths.calibration.clone();
+    let (_, doc) =
+        cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
+    let ms = doc.map_or(Value::Null, |d| d["latency"]["ms_per_feature"].clone());
+    let inference = json!({"ms_per_feature": ms, "features": n_features_for(&cx.features, o.cal_num)});
+
+    // F1 of every model on the first K dev questions.
+    eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
+    let dataset = cx.paths.dataset.clone();
+    let (fp32, _) = cx.eval(&model, &dataset, o.samples, &[], "eval_fp32")?;
+    for (method, tool, path) in &models {
+        let (v, _) = cx.eval(path, &dataset, o.samples, &[], &format!("eval_{tool}_{method}"))?;
+        if let Some(m) = methods.iter_mut().find(|m| m["method"] == method.as_str()) {
+            m["f1"][*tool] = v;
+        }
+    }
+
+    // Micro-benchmarks.
+    let micro = micro_benchmarks(&mut cx, &microbench)?;
+
+    let mut report = json!({
+        "command": command,
+        "setup": {
+            "model": cx.paths.model, "vocab": cx.paths.vocab, "dataset": cx.paths.dataset,
+            "calibration_data": cx.paths.calibration,
+            "cal_num": o.cal_num, "memory_cal_num": o.memory_cal_num, "samples": o.samples,
+            "seq_len": o.seq_len, "doc_stride": o.doc_stride, "stride": o.stride, "micro_repeat": o.micro_repeat,
+            "features": n_features_for(&cx.features, o.cal_num), "features_exported": n_features, "tensors": tensors,
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "versions": if ort_versions.is_null() { micro["versions"].clone() } else { ort_versions }, "git": git_head(), "waited_for_quiet_s": cx.waited_s,
+            "quiet_check": o.wait,
+        },
+        "methods": methods,
+        "one_pass": one_pass,
+        "memory": memory,
+        "fp32": fp32,
+        "inference_on_calibration_features": inference,
+        "micro": micro,
+        "commands": cx.commands,
+    });
+    estimate_skipped(&mut report);
+    write_report(&mut report, &o.out)
+}
+
+/// Features of the first `questions` questions in the exported set.
+fn n_features_for(features: &Path, questions: usize) -> Value {
+    // example_index.npy is int64 after a 128-byte header (our own writer's layout for a 1-D array).
+    let Ok(bytes) = std::fs::read(features.join("example_index.npy")) else { return Value::Null };
+    let Some(&[lo, hi]) = bytes.get(8..10) else { return Value::Null };
+    let data = bytes.get(10 + usize::from(u16::from_le_bytes([lo, hi]))..).unwrap_or_default();
+    data.chunks_exact(8)
+        .filter(|c| i64::from_le_bytes((*c).try_into().unwrap_or([0; 8])) < questions as i64)
+        .count()
+        .into()
+}
+
+fn git_head() -> Option<String> {
+    let out = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(root()).output().ok()?;
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .current_dir(root())
+        .output()
+        .ok()?;
+    let head = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Some(if dirty.stdout.is_empty() { head } else { format!("{head} (with uncommitted changes)") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn ranges_compare_on_amax_relative_to_ort() {
+        let ours =
+            json!({"a": {"min": -2.0, "max": 1.0}, "b": {"min": 0.0, "max": 4.0}, "c": {"min": -1.0, "max": 1.0}});
+        let ort = json!({"a": [-1.0, 2.0], "b": [0.0, 5.0], "d": [0.0, 1.0]});
+        let c = compare_ranges(&ours, &ort);
+        assert_eq!(c["tensors"], 2);
+        assert_eq!(c["max_rel_diff"], 0.2); // b: |4 - 5| / 5; a has amax 2 on both sides
+        assert_eq!(c["worst"]["tensor"], "b");
+        assert_eq!(c["worst"]["ours_amax"], 4.0);
+        assert_eq!(c["within_1pct"], 1);
+        assert_eq!(c["only_ours"], json!(["c"]));
+        assert_eq!(c["only_ort"], json!(["d"]));
+    }
+
+    #[test]
+    fn calib_state_counts_add_up() {
+        let state = json!({"tensors": {"a": {"count": 10}, "b": {"count": 5}}});
+        assert_eq!(values_observed(&state), 15);
+    }
+
+    #[test]
+    fn quiet_check_recognises_qdq_runs_and_reads_cpu_ticks() {
+        assert!(is_qdq_run(&strings(&["target/release/qdq", "eval", "--model", "m"])));
+        assert!(is_qdq_run(&strings(&["qdq", "calibrate"])));
+        assert!(!is_qdq_run(&strings(&["qdq", "inspect", "m"])));
+        assert!(!is_qdq_run(&strings(&["grep", "qdq eval"])));
+        let stat = "1234 (qdq (x) y) R 1 1234 1234 0 -1 4194304 100 0 0 0 250 17 0 0 20 0 3 0 100 0 0";
+        assert_eq!(cpu_ticks(stat), Some(267));
+        assert_eq!(cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn other_processes_cpu_is_counted_and_flagged() {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let snap =
+            |v: &[(u32, u64, &str)]| -> Snapshot { v.iter().map(|&(p, t, c)| (p, (t, strings(&[c])))).collect() };
+        let before = snap(&[(1, 100, "idle"), (2, 0, "busy"), (9, 5, "me")]);
+        let after = snap(&[(1, 100, "idle"), (2, 3 * hz, "busy"), (3, hz / 2, "new"), (9, 500, "me")]);
+        let used = cpu_between(&before, &after, 9);
+        assert_eq!(used, vec![(2, 3.0, "busy".to_owned()), (3, 0.5, "new".to_owned())]);
+
+        let report = json!({"a": {"wall_s": 10.0, "other_cpu_s": 2.5, "log": "/x/logs/ours_calibrate_minmax.log"},
+                            "b": [{"wall_s": 10.0, "other_cpu_s": 0.5, "log": "/x/logs/quiet.log"}]});
+        let mut out = Vec::new();
+        disturbed(&report, &mut out);
+        assert_eq!(out, ["ours_calibrate_minmax: other processes used 2.5 CPU-s during its 10.0 s"]);
+    }
+
+    #[test]
+    fn normal_values_are_deterministic_and_standard() {
+        let a = normal_values(200_001, 1);
+        assert_eq!(a.len(), 200_001);
+        assert_eq!(a, normal_values(200_001, 1));
+        assert_ne!(a[..10], normal_values(10, 2)[..]);
+        let n = a.len() as f64;
+        let mean = a.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let var = a.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n;
+        assert!(mean.abs() < 0.01, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.02, "variance {var}");
+        assert!(a.iter().all(|x| x.is_finite()));
+    }
+
+    fn sample_report() -> Value {
+        json!({
+            "command": "cargo xtask bench --vs-python",
+            "setup": {"model": "m.onnx", "cal_num": 100, "memory_cal_num": 10, "features": 105, "seq_len": 384,
+                      "doc_stride": 128, "samples": 300, "stride": 10, "tensors": 63, "cpus": 2, "micro_repeat": 5,
+                      "versions": {"onnxruntime": "1.31.1"}},
+            "methods": [
+                {"method": "minmax", "ours": {"wall_s": 10.0, "peak_rss_mb": 400.0, "pipeline_s": 8.0, "values_observed": 1e9},
+                 "ort": {"wall_s": 30.0, "peak_rss_mb": 900.0, "phases": {"inference": 20.0, "collect_data": 22.0, "compute_data": 0.5}},
+                 "ranges": {"max_rel_diff": 1e-6, "median_rel_diff": 0.0, "worst": {"tensor": "t1", "ours_amax": 1.0, "ort_amax": 1.0}},
+                 "f1": {"ours": {"em": 60.0, "f1": 72.5}, "ort": {"em": 60.0, "f1": 72.4}}},
+                {"method": "percentile", "ours": {"wall_s": 30.0, "peak_rss_mb": 480.0, "pipeline_s": 27.0, "values_observed": 5e8},
+                 "ort": {"wall_s": 50.0, "peak_rss_mb": 1200.0, "phases": {"inference": 20.0, "collect_data": 45.0, "compute_data": 0.5}},
+                 "ranges": {"max_rel_diff": 0.03, "median_rel_diff": 0.001, "worst": {"tensor": "t2", "ours_amax": 3.5, "ort_amax": 3.4}},
+                 "f1": {"ours": {"em": 61.0, "f1": 73.0}, "ort": {"em": 61.0, "f1": 72.9}}},
+                {"method": "entropy", "ours": {"wall_s": 12.0, "peak_rss_mb": 420.0},
+                 "ort": {"skipped": "not run (--quick): slow"}, "ranges": null, "f1": {"ours": {"em": 11.0, "f1": 22.0}}}
+            ],
+            "memory": [
+                {"method": "minmax", "ours_small": {"peak_rss_mb": 380.0}, "ours_large": {"peak_rss_mb": 400.0},
+                 "ort_small": {"peak_rss_mb": 700.0}, "ort_large": {"peak_rss_mb": 900.0}},
+                {"method": "percentile", "ours_small": {"peak_rss_mb": 380.0}, "ours_large": {"peak_rss_mb": 480.0},
+                 "ort_small": {"peak_rss_mb": 800.0}, "ort_large": {"peak_rss_mb": 1200.0}}
+            ],
+            "inference_on_calibration_features": {"ms_per_feature": 200.0, "features": 105},
+            "micro": {"threads": 2,
+                "collection": [
+                    {"array": "normal_1m.npy", "values": 1048576, "bins": 8000, "ours_observe_s": 0.001, "np_histogram_s": 0.012},
+                    {"array": "normal_16m.npy", "values": 16777216, "bins": 8000, "ours_observe_s": 0.1, "ours_observe_1t_s": 0.16,
+                     "ours_minmax_only_s": 0.015, "ours_minmax_only_1t_s": 0.02, "ours_histogram_only_s": 0.08,
+                     "ours_histogram_only_1t_s": 0.12, "np_histogram_s": 0.2, "ort_collect_value_s": 0.25},
+                    {"array": "normal_16m.npy", "values": 16777216, "bins": 2048, "ours_observe_s": 0.09, "ours_histogram_only_1t_s": 0.11,
+                     "np_histogram_s": 0.2}],
+                "entropy": [
+                    {"name": "normal normal_16m", "bins": 8000, "ours_s": 0.02, "ours_candidates": 2682, "ort_s": 14.0, "ort_candidates": 3874, "ours_threshold": 4.72, "ort_threshold": [-4.74, 4.74]},
+                    {"name": "t3", "bins": 16002, "ours_s": 0.05, "ort_s": 40.0, "ours_threshold": 14.35, "ort_threshold": [-10.7, 10.7]}]},
+        })
+    }
+
+    #[test]
+    fn targets_pick_the_worst_case_and_judge_it() {
+        let t = targets(&sample_report());
+        assert_eq!(t.len(), 4);
+        assert_eq!(t[0].measured.as_deref(), Some("2.00x (worst: normal_16m.npy, 8000 bins)")); // 1m is 12x
+        assert_eq!(t[0].pass, Some(false));
+        assert_eq!(t[1].measured.as_deref(), Some("700.00x (worst: normal normal_16m)"));
+        assert_eq!(t[1].pass, Some(true));
+        assert_eq!(t[2].measured.as_deref(), Some("0.60x (worst: percentile)")); // skipped entropy does not count
+        assert_eq!(t[2].pass, Some(false));
+        assert_eq!(t[3].measured.as_deref(), Some("1.26x (worst: percentile)"));
+        assert_eq!(t[3].pass, Some(false));
+        let empty = targets(&json!({}));
+        assert!(empty.iter().all(|t| t.pass.is_none() && t.measured.is_none()));
+    }
+
+    #[test]
+    fn skipped_ort_runs_get_an_estimate() {
+        let mut r = sample_report();
+        estimate_skipped(&mut r);
+        let ort = &r["methods"][2]["ort"];
+        assert_eq!(ort["estimated_wall_s"], 63.0 * 14.0 + 49.5); // tensors x search + percentile's run without compute
+        assert!(ort["estimate"].as_str().unwrap().starts_with("63 tensors x 14.0 s per threshold search"));
+        assert!(r["methods"][0]["ort"]["estimated_wall_s"].is_null());
+    }
+
+    #[test]
+    fn analysis_explains_each_miss_with_its_numbers() {
+        let notes = analysis(&sample_report());
+        // whole calibration: only percentile is over 0.5x; 200 ms x 105 features = 21 s of inference
+        let wall = notes.iter().find(|n| n.starts_with("whole calibration")).unwrap();
+        assert!(wall.starts_with("whole calibration, percentile: ours 30.0 s vs ORT 50.0 s (0.60x)."), "{wall}");
+        assert!(wall.contains("FP32 inference alone on the same features takes 21.0 s"), "{wall}");
+        assert!(wall.contains("the statistics about 3.0 s (5.00e8 values"), "{wall}"); // at 5.96 ns/value
+        assert!(wall.contains("the remaining 3.0 s is the cost of running the augmented model"), "{wall}");
+        assert!(wall.contains("25.0 s in the rest of collect_data"), "{wall}");
+        assert!(wall.contains("FP32 inference alone is 0.42x of ORT's whole run, so 5.0 s of ours"), "{wall}");
+        assert_eq!(notes.iter().filter(|n| n.starts_with("whole calibration")).count(), 1);
+        // collection: 11.92 ns/value numpy; best case (1.19 + 7.15) / 2 = 4.17 ns -> 2.9x; 5x needs 2.38 ns
+        let hist = notes.iter().find(|n| n.starts_with("histogram collection")).unwrap();
+        for part in [
+            "numpy 11.92 ns/value",
+            "min/max scan is 1.19 and the binning 7.15",
+            "4.17 ns/value, 2.9x numpy",
+            "5x needs 2.38",
+            "With 2 threads the step runs at 1.60x the speed of one thread.",
+            "Binning costs 6.56 ns/value with 2048 bins and 7.15 with 8000: the table size hardly matters",
+        ] {
+            assert!(hist.contains(part), "`{part}` not in {hist}");
+        }
+        let mut r = sample_report();
+        r["methods"][1]["ours"]["values_observed"] = 1.6e9.into();
+        assert!(analysis(&r)[0].contains("together already exceed the pass"));
+        let rss = notes.iter().find(|n| n.starts_with("peak RSS, percentile")).unwrap();
+        assert_eq!(rss, "peak RSS, percentile: 380 MB at 10 questions, 480 MB at 100 (+100 MB).");
+        assert!(!notes.iter().any(|n| n.starts_with("entropy")));
+    }
+
+    #[test]
+    fn entropy_disagreement_is_explained() {
+        let mut r = sample_report();
+        r["methods"][2]["ort"] = json!({"wall_s": 900.0});
+        r["methods"][2]["ranges"] = json!({"max_rel_diff": 4.85, "median_rel_diff": 0.05, "worst": {"tensor": "sm", "ours_amax": 0.1865, "ort_amax": 0.0319}});
+        let notes = analysis(&r);
+        let note = notes.iter().find(|n| n.starts_with("entropy ranges")).unwrap();
+        assert!(note.contains("up to 485.000 % (`sm`: 0.1865 vs 0.0319)"), "{note}");
+        assert!(note.contains("identical histogram (`t3`: ours 14.3500, ORT [-10.7000, 10.7000])"), "{note}");
+        assert!(note.contains("int64"), "{note}");
+    }
+
+    #[test]
+    fn markdown_has_every_section_and_number() {
+        let mut r = sample_report();
+        r["methods"][0]["ort"]["error"] = "ValueError: Too many bins for data range".into();
+        estimate_skipped(&mut r);
+        r["analysis"] = analysis(&r).into();
+        let md = render_markdown(&r);
+        for needle in [
+            "| histogram collection vs numpy np.histogram | >= 5x | 2.00x (worst: normal_16m.npy, 8000 bins) | MISS |",
+            "| entropy search vs ORT get_entropy_threshold | >= 100x | 700.00x (worst: normal normal_16m) | PASS |",
+            "| minmax | 10.0 | 30.0 | 0.33x | 400 | 900 | 0.000 % (`t1`: 1.0000 vs 1.0000) | 0.000 % | 72.50 (EM 60.00) | 72.40 (EM 60.00) |",
+            "| entropy | 12.0 | skipped (≈ 932 est.) | ≈ 0.01x (est.) | 420 | — | — | — | 22.00 (EM 11.00) | — |",
+            "- ORT minmax: `ValueError: Too many bins for data range`",
+            "- ORT entropy: not run (--quick): slow. Estimate: 63 tensors x 14.0 s",
+            "| minmax | 380 | 400 | 1.05x | 700 | 900 | 1.29x |",
+            "| percentile | 380 | 480 | 1.26x | 800 | 1200 | 1.50x |",
+            "| normal_16m.npy | 16777216 | 8000 | 100.00 | 160.00 | 15.00 | 80.00 (120.00) | 200.00 | 250.00 | 2.0x |",
+            "| minmax | — | 20.0 | 2.0 | 0.5 |",
+            "| `t3` | 16002 | — | 50.00 | — | 40.00 | 800x | 14.3500 | [-10.7000, 10.7000] |",
+            "## What limits a missed target",
+            "- whole calibration, percentile: ours 30.0 s",
+            "No other process used more than a tenth of any timed step's wall time in CPU.",
+        ] {
+            assert!(md.contains(needle), "missing `{needle}` in\n{md}");
+        }
+    }
+}
