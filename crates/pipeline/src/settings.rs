@@ -33,7 +33,8 @@ pub struct RuntimeSettings {
     /// ONNX Runtime's verbose log.
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "ort_verbose"))]
     pub ort_verbose: bool,
-    /// Save the models as optimised by ONNX Runtime into --out (model*_optimized.onnx), e.g. to see which Q/DQ
+    /// Save the models as optimised by ONNX Runtime (e2e: into --out as model_fp32_optimized.onnx and
+    /// model_int8_optimized.onnx; eval: beside the model as model_eval_optimized.onnx), e.g. to see which Q/DQ
     /// patterns the EP fused.
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "save_load"))]
     pub save_load: bool,

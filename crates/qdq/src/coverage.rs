@@ -127,12 +127,11 @@ pub fn coverage(model: &Model) -> Coverage {
         }
         let e = cov.by_op.entry(op.to_string()).or_default();
         e.nodes += 1;
-        let covered = n
-            .input
-            .iter()
-            .filter(|i| !i.is_empty() && !is_non_float_constant(g, i))
-            .all(|i| producer_op.get(i.as_str()) == Some(&"DequantizeLinear"));
-        if covered && !n.input.is_empty() {
+        // Covered: it has float inputs, and every one is a DequantizeLinear output (a node reading only integer
+        // tensors, such as Shape(input_ids), is not "behind DQ").
+        let mut float_inputs = n.input.iter().filter(|i| !i.is_empty() && !is_non_float_constant(g, i)).peekable();
+        let has_float = float_inputs.peek().is_some();
+        if has_float && float_inputs.all(|i| producer_op.get(i.as_str()) == Some(&"DequantizeLinear")) {
             e.covered += 1;
         }
     }

@@ -211,3 +211,16 @@ fn every_preset_runs_in_ort_close_to_fp32() {
         }
     }
 }
+
+/// An FP32 model has nothing behind a DequantizeLinear, including nodes that read only integer tensors
+/// (`Shape(input_ids)`, `Unsqueeze(attention_mask)`), which used to count as covered because no float input failed.
+#[test]
+fn fp32_model_has_nothing_behind_dq() {
+    let fp32 = onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig::default());
+    let cov = qdq::coverage(&fp32);
+    assert!(cov.by_op.contains_key("Shape") && cov.by_op.contains_key("Unsqueeze"), "{:?}", cov.by_op.keys());
+    for (op, c) in &cov.by_op {
+        assert_eq!(c.covered, 0, "{op}: {c:?}");
+    }
+    assert!(cov.pairs.is_empty());
+}
