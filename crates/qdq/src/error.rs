@@ -77,6 +77,16 @@ pub enum Error {
         /// The first difference found.
         reason: String,
     },
+    /// A node name or glob of the policy matches no node of the model.
+    #[error("policy option '{key}': '{pattern}' matches no node of the model (node names look like '{example}')")]
+    UnmatchedPattern {
+        /// `include_nodes` or `exclude_nodes`.
+        key: &'static str,
+        /// The name or glob given.
+        pattern: String,
+        /// One node name of the model.
+        example: String,
+    },
     /// A smoothing policy was planned on a model it smooths that is not smoothed.
     #[error(
         "the policy smooths MatMul inputs (smooth={alpha}) but this model is not smoothed; pass the \

@@ -102,8 +102,29 @@ fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
     }
 }
 
+/// Every node name or glob of `include_nodes` / `exclude_nodes` must match a node: a mistyped one would otherwise be
+/// ignored without a word.
+pub(crate) fn check_node_patterns(ix: &GraphIndex, policy: &Policy) -> Result<()> {
+    for (key, patterns) in [("include_nodes", &policy.include_nodes), ("exclude_nodes", &policy.exclude_nodes)] {
+        for p in patterns {
+            let glob = globset::Glob::new(p).map_err(|e| Error::BadOptionValue {
+                key: key.to_string(),
+                value: p.clone(),
+                expected: format!("a valid glob ({e})"),
+            })?;
+            let m = glob.compile_matcher();
+            if !ix.graph().node.iter().any(|n| m.is_match(n.name())) {
+                let example = ix.graph().node.iter().map(|n| n.name()).find(|n| !n.is_empty()).unwrap_or_default();
+                return Err(Error::UnmatchedPattern { key, pattern: p.clone(), example: example.to_string() });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Selects the nodes of the policy's op types that its include/exclude lists pass, and the tensors they want.
 pub(crate) fn select(ix: &GraphIndex, policy: &Policy) -> Result<Selection> {
+    check_node_patterns(ix, policy)?;
     let m = policy.matchers()?;
     let quantized = |n: &NodeProto| policy.op_types.iter().any(|o| o == n.op_type());
     if !ix.graph().node.iter().any(quantized) {

@@ -108,3 +108,19 @@ fn matmul_const_b_only_skips_activation_matmuls() {
     let all = qdq::tensors_to_calibrate(&fp32, &unsmoothed("tensorrt")).unwrap();
     assert_eq!(all.len(), t.len() + 4); // Softmax, Transpose, query/Add and value/Add outputs
 }
+
+/// A node name or glob that matches nothing is an error naming it (it used to be ignored silently).
+#[test]
+fn node_patterns_that_match_nothing_are_errors() {
+    let m = matmul_model(14, "W", Some(vec![1.0; 6]));
+    let mut p = unsmoothed("tensorrt");
+    p.set("exclude_nodes", "/bert/encoder/layer.0/*").unwrap();
+    let e = qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap_err().to_string();
+    assert!(e.contains("exclude_nodes") && e.contains("/bert/encoder/layer.0/*") && e.contains("'mm'"), "{e}");
+    assert!(qdq::tensors_to_calibrate(&m, &p).is_err());
+    let mut p = unsmoothed("tensorrt");
+    p.set("include_nodes", "m?").unwrap();
+    qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap();
+    p.set("include_nodes", "nothing").unwrap();
+    assert!(qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap_err().to_string().contains("'nothing'"));
+}
