@@ -3,10 +3,14 @@
 //! Data flows one way: SQuAD features (squad) run through the model (runtime); the activations feed the collectors
 //! (calib); the ranges drive Q/DQ placement (qdq); both models are run again (runtime) and scored (squad-metrics).
 //!
+//! The `qdq` binary fills the typed settings ([`RuntimeSettings`], [`DataSettings`], [`CalibSettings`],
+//! [`MethodSettings`], [`PolicySettings`]; with feature `cli` they declare their own flags) into a job
+//! ([`E2eJob`], [`CalibrateJob`], [`QuantizeJob`], [`EvalJob`], [`inspect`]) and prints the [`Report`] it returns.
+//!
 //! Invariants:
 //! - Memory is flat in the amount of data: calibration folds each batch into fixed-size statistics; evaluation turns
 //!   an example's logits into an answer as soon as its last window is scored.
-//! - Every file written goes to a temporary file in the target directory and is renamed into place.
+//! - Every file is written atomically ([`write_atomic`]: unnamed temporary file, synced, linked into place, umask mode).
 //! - Errors name the file, tensor or setting concerned; nothing here panics on user input.
 
 mod calibrate;

@@ -8,6 +8,11 @@
 //! LayerNorm outputs' outlier channels into the weights of the MatMuls that read them (SmoothQuant), given each
 //! channel's calibrated max; [`smoothing_sites`] names the tensors whose per-channel max it needs.
 //!
+//! Inside: `patterns` is the one module that knows op patterns (residual Add, LayerNorm forms, Softmax -> P·V,
+//! constant-weight MatMul), asked through an [`onnx_ir::GraphIndex`] built once per pass; `select` (which nodes and
+//! tensors), `params` (ranges, scales, zero points), `apply` (the graph edit) and `shift` (the shifted-Softmax pair
+//! and its correction) are the steps of a plan; `policy` holds the option table ([`OPTIONS`]).
+//!
 //! Invariants:
 //! - Scales are finite and > 0; zero points lie in the integer range of their type.
 //! - Only `MatMul` and `Add` nodes are quantized; an `Add` only when its output feeds
@@ -16,6 +21,8 @@
 //!   shifted Softmax pair (`softmax_range = shifted`): the `P·V` MatMul then writes a new tensor and an added `Add`
 //!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.
 //!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).
+//! - A policy that smooths is planned only on a model that records its smoothing ([`Error::NotSmoothed`]), and a
+//!   node name or glob it lists must match a node ([`Error::UnmatchedPattern`]).
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
 
 mod apply;
