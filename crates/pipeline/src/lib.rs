@@ -10,7 +10,8 @@
 //! Invariants:
 //! - Memory is flat in the amount of data: calibration folds each batch into fixed-size statistics; evaluation turns
 //!   an example's logits into an answer as soon as its last window is scored.
-//! - Every file is written atomically ([`write_atomic`]: unnamed temporary file, synced, linked into place, umask mode).
+//! - Every file is written atomically ([`write_atomic`]: unnamed temporary file, synced, linked into place, umask
+//!   mode).
 //! - Errors name the file, tensor or setting concerned; nothing here panics on user input.
 
 mod calibrate;
