@@ -58,22 +58,147 @@ pub fn read_json(path: impl AsRef<Path>) -> Result<RangeTable> {
     Ok(table)
 }
 
-/// Ranges `tensor -> (min, max)` from any table file qdq reads, told apart by content: `calibration.json` (qdq's own,
-/// the ranges as written), ONNX Runtime's flatbuffers table or a TensorRT calibration cache (these two hold one
-/// `amax` per tensor, read as the symmetric range `(-amax, amax)`).
-pub fn read_ranges(path: impl AsRef<Path>) -> Result<BTreeMap<String, (f32, f32)>> {
+/// Entries of a table left out, with why.
+type Rejected = Vec<(String, String)>;
+
+/// Which table format a file held (see [`read_ranges`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableFormat {
+    /// qdq's calibration.json ([`RangeTable`]).
+    Qdq,
+    /// ONNX Runtime's calibration.json (`write_calibration_table`, `save_tensors_data`): `lowest` / `highest` per
+    /// tensor.
+    OrtJson,
+    /// ONNX Runtime's calibration.flatbuffers (the table its TensorRT and MIGraphX EPs read).
+    OrtFlatbuffers,
+    /// ONNX Runtime's calibration.cache: one `name value` line per tensor.
+    OrtText,
+    /// TensorRT's native calibration cache (`TRT-<version>-<calibrator>`, hex scales).
+    TrtCache,
+}
+
+/// What [`read_ranges`] found in a table file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableRanges {
+    pub format: TableFormat,
+    /// `tensor -> (min, max)`.
+    pub ranges: BTreeMap<String, (f32, f32)>,
+    /// Entries left out, with why (non-finite, min > max, not a number): whether one matters depends on whether the
+    /// caller needs that tensor, so it is the caller's to report as an error or a warning.
+    pub rejected: Rejected,
+}
+
+/// Ranges `tensor -> (min, max)` from any table file qdq or ONNX Runtime / TensorRT write, told apart by content:
+///
+/// - qdq's calibration.json: the ranges as written (every one must be valid, as qdq wrote them);
+/// - ONNX Runtime's calibration.json (`{"CLS": "TensorsData", "data": {...}}`, a plain `{tensor: {...}}` map, or
+///   `{tensor: [lowest, highest]}`; numbers or numpy-array wrappers): `(lowest, highest)` as written;
+/// - the amax-only formats, read as the symmetric range `(-|v|, |v|)`: ONNX Runtime's calibration.flatbuffers and
+///   calibration.cache text (ONNX Runtime writes `max(highest, lowest)` there, which is negative for an all-negative
+///   tensor and is the larger end, not the larger magnitude, of an asymmetric range: prefer its JSON when you have
+///   it) and TensorRT's calibration cache.
+///
+/// A bad entry of ONNX Runtime's files is left out and listed in [`TableRanges::rejected`] instead of failing the file.
+pub fn read_ranges(path: impl AsRef<Path>) -> Result<TableRanges> {
     let path = path.as_ref();
     let bytes = read(path)?;
     let symmetric = |m: BTreeMap<String, f32>| m.into_iter().map(|(k, a)| (k, (-a, a))).collect();
-    if bytes.first() == Some(&b'{') {
-        Ok(read_json(path)?.min_max())
-    } else if bytes.starts_with(b"TRT-") {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    if first == Some(b'{') {
+        let v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+        if v.get("ranges").is_some() && v.get("method").is_some() {
+            let ranges = read_json(path)?.min_max();
+            return Ok(TableRanges { format: TableFormat::Qdq, ranges, rejected: vec![] });
+        }
+        return ort_json(&v, path);
+    }
+    if bytes.starts_with(b"TRT-") {
         let text =
             String::from_utf8(bytes).map_err(|_| table_err(path, "file", "a TensorRT cache is text; not UTF-8"))?;
-        Ok(symmetric(decode_trt_cache(&text, path)?.amax()))
-    } else {
-        Ok(symmetric(decode_ort_flatbuffers(&bytes, path)?))
+        let ranges = symmetric(decode_trt_cache(&text, path)?.amax());
+        return Ok(TableRanges { format: TableFormat::TrtCache, ranges, rejected: vec![] });
     }
+    if let Some(t) = ort_text(&bytes) {
+        return Ok(t);
+    }
+    let (raw, mut rejected) = decode_ort_flatbuffers_lenient(&bytes, path)?;
+    let mut ranges = BTreeMap::new();
+    for (k, v) in raw {
+        match amax_of(v) {
+            Ok(a) => {
+                ranges.insert(k, (-a, a));
+            }
+            Err(why) => rejected.push((k, why)),
+        }
+    }
+    Ok(TableRanges { format: TableFormat::OrtFlatbuffers, ranges, rejected })
+}
+
+/// `|v|` of an amax-style value, which must be finite.
+fn amax_of(v: f32) -> std::result::Result<f32, String> {
+    if v.is_finite() { Ok(v.abs()) } else { Err(format!("value {v} is not finite")) }
+}
+
+/// ONNX Runtime's calibration.json, any of the shapes its versions have written.
+fn ort_json(v: &serde_json::Value, path: &Path) -> Result<TableRanges> {
+    let entries = match v.get("CLS").and_then(|c| c.as_str()) {
+        Some("TensorsData") => v.get("data"),
+        _ => Some(v),
+    };
+    let Some(entries) = entries.and_then(|e| e.as_object()) else {
+        return Err(table_err(path, "data", "expected qdq's calibration.json or ONNX Runtime's {tensor: range} map"));
+    };
+    let mut out = TableRanges { format: TableFormat::OrtJson, ranges: BTreeMap::new(), rejected: vec![] };
+    for (k, e) in entries.iter().filter(|(k, _)| *k != "CLS" && *k != "calibration_method") {
+        match ort_json_range(e) {
+            Ok(r) => {
+                out.ranges.insert(k.clone(), r);
+            }
+            Err(why) => out.rejected.push((k.clone(), why)),
+        }
+    }
+    Ok(out)
+}
+
+/// `(lowest, highest)` of one entry: `[lo, hi]`, or `{"lowest": x, "highest": y}` with numbers or numpy-array
+/// wrappers (`{"data": x | [x], "dtype": ..., "CLS": "numpy.array"}`).
+fn ort_json_range(e: &serde_json::Value) -> std::result::Result<(f32, f32), String> {
+    fn number(v: Option<&serde_json::Value>) -> Option<f64> {
+        let v = v?;
+        let v = v.get("data").unwrap_or(v);
+        v.as_f64().or_else(|| v.as_array().filter(|a| a.len() == 1)?.first()?.as_f64())
+    }
+    let (lo, hi) = match e {
+        serde_json::Value::Array(a) if a.len() == 2 => (number(a.first()), number(a.get(1))),
+        _ => (number(e.get("lowest")), number(e.get("highest"))),
+    };
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return Err(format!("expected [lowest, highest] or {{\"lowest\", \"highest\"}} numbers, got {e}"));
+    };
+    let (lo, hi) = (lo as f32, hi as f32);
+    if lo.is_finite() && hi.is_finite() && lo <= hi {
+        Ok((lo, hi))
+    } else {
+        Err(format!("range [{lo}, {hi}] is not a finite interval with lowest <= highest"))
+    }
+}
+
+/// ONNX Runtime's calibration.cache text (`name value` per line, the name may hold spaces), if `bytes` is that.
+fn ort_text(bytes: &[u8]) -> Option<TableRanges> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut out = TableRanges { format: TableFormat::OrtText, ranges: BTreeMap::new(), rejected: vec![] };
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (name, value) = line.trim_end().rsplit_once(' ')?;
+        let v: f32 = value.parse().ok()?;
+        match amax_of(v) {
+            Ok(a) => {
+                out.ranges.insert(name.to_string(), (-a, a));
+            }
+            Err(why) => out.rejected.push((name.to_string(), why)),
+        }
+    }
+    (!out.ranges.is_empty() || !out.rejected.is_empty()).then_some(out)
 }
 
 /// `tensor -> max(|min|, |max|)` of a table (what the flatbuffers table and the TensorRT cache carry).
@@ -103,30 +228,38 @@ pub fn encode_ort_flatbuffers(amax: &BTreeMap<String, f32>) -> Vec<u8> {
     fbb.finished_data().to_vec()
 }
 
-/// Decode ORT's flatbuffers calibration table (verified); `path` is only used in errors.
+/// Decode ORT's flatbuffers calibration table (verified); `path` is only used in errors. Every value must be a finite
+/// amax >= 0 (as qdq writes them; [`read_ranges`] also reads ONNX Runtime's own, signed values).
 pub fn decode_ort_flatbuffers(bytes: &[u8], path: &Path) -> Result<BTreeMap<String, f32>> {
+    let (raw, rejected) = decode_ort_flatbuffers_lenient(bytes, path)?;
+    if let Some((key, why)) = rejected.into_iter().next() {
+        return Err(table_err(path, format!("`{key}`"), why));
+    }
+    for (key, &amax) in &raw {
+        if !amax.is_finite() || amax < 0.0 {
+            return Err(table_err(path, format!("`{key}`"), format!("expected a finite amax >= 0, got {amax}")));
+        }
+    }
+    Ok(raw)
+}
+
+/// Every entry of a flatbuffers table as a number; entries whose value is missing or not a number are returned
+/// apart, with why.
+fn decode_ort_flatbuffers_lenient(bytes: &[u8], path: &Path) -> Result<(BTreeMap<String, f32>, Rejected)> {
     let root = flatbuffers::root::<TrtTable>(bytes)
         .map_err(|e| table_err(path, "root", format!("not a TrtTable flatbuffer: {e}")))?;
-    let mut out = BTreeMap::new();
-    let Some(dict) = root.dict() else {
-        return Ok(out);
-    };
-    for (i, kv) in dict.iter().enumerate() {
-        let key = kv.key();
-        let value = kv.value().ok_or_else(|| table_err(path, format!("dict[{i}] `{key}`"), "missing value"))?;
-        let amax: f32 = value.trim().parse().map_err(|_| {
-            table_err(path, format!("dict[{i}] `{key}`"), format!("value `{value}` is not a decimal number"))
-        })?;
-        if !amax.is_finite() || amax < 0.0 {
-            return Err(table_err(
-                path,
-                format!("dict[{i}] `{key}`"),
-                format!("expected a finite amax >= 0, got {value}"),
-            ));
+    let (mut out, mut rejected) = (BTreeMap::new(), Vec::new());
+    for kv in root.dict().iter().flatten() {
+        let key = kv.key().to_string();
+        match kv.value().map(|v| (v, v.trim().parse::<f32>())) {
+            Some((_, Ok(v))) => {
+                out.insert(key, v);
+            }
+            Some((v, Err(_))) => rejected.push((key, format!("value `{v}` is not a decimal number"))),
+            None => rejected.push((key, "missing value".to_string())),
         }
-        out.insert(key.to_string(), amax);
     }
-    Ok(out)
+    Ok((out, rejected))
 }
 
 /// Write ORT's flatbuffers calibration table for `table` (value = amax).

@@ -136,23 +136,86 @@ fn trt_cache_errors_name_the_line() {
 }
 
 #[test]
-fn read_ranges_tells_the_three_formats_apart() {
+fn read_ranges_tells_qdqs_three_formats_apart() {
     let d = dir("any");
     let t = sample();
     write_json(d.join("c.json"), &t).unwrap();
     write_ort_flatbuffers(d.join("c.flatbuffers"), &t).unwrap();
     write_trt_cache(d.join("c.cache"), &t, DEFAULT_TRT_VERSION).unwrap();
     // qdq's own table keeps each range as written; the two amax-only formats read back symmetric.
-    assert_eq!(read_ranges(d.join("c.json")).unwrap(), t.min_max());
-    assert_eq!(read_ranges(d.join("c.json")).unwrap()["a:0"], (-3.25, 1.0));
-    assert_eq!(read_ranges(d.join("c.flatbuffers")).unwrap()["a:0"], (-3.25, 3.25));
+    let json = read_ranges(d.join("c.json")).unwrap();
+    assert_eq!((json.format, &json.ranges, json.rejected.len()), (TableFormat::Qdq, &t.min_max(), 0));
+    assert_eq!(json.ranges["a:0"], (-3.25, 1.0));
+    let fb = read_ranges(d.join("c.flatbuffers")).unwrap();
+    assert_eq!((fb.format, fb.ranges["a:0"]), (TableFormat::OrtFlatbuffers, (-3.25, 3.25)));
     let trt = read_ranges(d.join("c.cache")).unwrap();
-    assert!((trt["b/out"].1 - 2.0).abs() < 1e-6 && trt["b/out"].0 == -trt["b/out"].1, "{trt:?}");
-    assert_eq!(trt.keys().collect::<Vec<_>>(), t.ranges.keys().collect::<Vec<_>>());
+    assert_eq!(trt.format, TableFormat::TrtCache);
+    let b = trt.ranges["b/out"];
+    assert!((b.1 - 2.0).abs() < 1e-6 && b.0 == -b.1, "{trt:?}");
+    assert_eq!(trt.ranges.keys().collect::<Vec<_>>(), t.ranges.keys().collect::<Vec<_>>());
     // Anything else is reported as the flatbuffers table it is taken for, naming the file.
     std::fs::write(d.join("junk"), b"\x01\x02").unwrap();
     let e = read_ranges(d.join("junk")).unwrap_err().to_string();
     assert!(e.contains("junk") && e.contains("TrtTable"), "{e}");
     let e = read_ranges(d.join("missing.json")).unwrap_err().to_string();
     assert!(e.contains("missing.json"), "{e}");
+}
+
+fn ort_fixture(file: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/calib/ort").join(file)
+}
+
+/// The three files ONNX Runtime 1.31.1's `write_calibration_table` wrote (testdata/calib/ort_tables.py): all read,
+/// the JSON with each range as written, the two amax files as ONNX Runtime's `max(highest, lowest)` made symmetric,
+/// the all-negative tensor included (its amax files hold a negative number).
+#[test]
+fn read_ranges_reads_the_files_onnx_runtime_writes() {
+    let expected = [
+        ("/bert/embeddings/LayerNorm/Add_1_output_0", (-4.25, 3.5), 3.5),
+        ("/bert/encoder/layer.0/attention/self/Softmax_output_0", (0.0, 0.96875), 0.96875),
+        ("all_negative", (-0.75, -0.0064), 0.0064),
+        ("asymmetric:0", (-12.5, 2.0), 2.0),
+    ];
+    let json = read_ranges(ort_fixture("calibration.json")).unwrap();
+    let fb = read_ranges(ort_fixture("calibration.flatbuffers")).unwrap();
+    let text = read_ranges(ort_fixture("calibration.cache")).unwrap();
+    assert_eq!(
+        (json.format, fb.format, text.format),
+        (TableFormat::OrtJson, TableFormat::OrtFlatbuffers, TableFormat::OrtText)
+    );
+    for t in [&json, &fb, &text] {
+        assert!(t.rejected.is_empty(), "{t:?}");
+        assert_eq!(t.ranges.len(), expected.len(), "{t:?}");
+    }
+    for (name, (lo, hi), amax) in expected {
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+        let r = json.ranges[name];
+        assert!(close(r.0, lo) && close(r.1, hi), "{name}: {r:?}");
+        for t in [&fb, &text] {
+            let r = t.ranges[name];
+            assert!(close(r.1, amax) && r.0 == -r.1, "{:?} {name}: {r:?}", t.format);
+        }
+    }
+}
+
+/// A bad entry of ONNX Runtime's files (a NaN amax, an inverted range) is left out and listed, not a failure of the
+/// whole file; older JSON shapes (a plain map, `[lo, hi]` pairs, numpy-array wrappers) are read too.
+#[test]
+fn read_ranges_lists_bad_entries_of_onnx_runtime_files() {
+    let d = dir("ort-bad");
+    std::fs::write(d.join("t.cache"), "good 1.5\nbad nan\nname with spaces -2\n").unwrap();
+    let t = read_ranges(d.join("t.cache")).unwrap();
+    assert_eq!(t.ranges.get("good"), Some(&(-1.5, 1.5)));
+    assert_eq!(t.ranges.get("name with spaces"), Some(&(-2.0, 2.0)));
+    assert_eq!(t.rejected.len(), 1);
+    assert!(t.rejected[0].0 == "bad" && t.rejected[0].1.contains("not finite"), "{:?}", t.rejected);
+    let json = r#"{"a": [-1.0, 2.0], "b": {"lowest": {"data": [-3.0], "dtype": "float32", "CLS": "numpy.array"},
+        "highest": {"data": 0.5, "dtype": "float32", "CLS": "numpy.array"}}, "c": {"lowest": 2.0, "highest": 1.0},
+        "d": {"avg": 1.0}}"#;
+    std::fs::write(d.join("old.json"), json).unwrap();
+    let t = read_ranges(d.join("old.json")).unwrap();
+    assert_eq!(t.format, TableFormat::OrtJson);
+    assert_eq!((t.ranges["a"], t.ranges["b"]), ((-1.0, 2.0), (-3.0, 0.5)));
+    let bad: Vec<&str> = t.rejected.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(bad, ["c", "d"], "{:?}", t.rejected);
 }

@@ -133,7 +133,8 @@ pub struct QuantizeArgs {
     /// The FP32 ONNX model.
     #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
     pub model: Option<PathBuf>,
-    /// Ranges: calibration.json from `qdq calibrate`, ORT's flatbuffers table, or a TensorRT calibration cache.
+    /// Ranges: calibration.json from `qdq calibrate`, any of the three files ONNX Runtime's write_calibration_table
+    /// writes (calibration.json, .flatbuffers, .cache), or a TensorRT calibration cache; told apart by content.
     #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
     pub ranges: Option<PathBuf>,
     /// Where to write the QDQ model.

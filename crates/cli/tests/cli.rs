@@ -336,8 +336,24 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let e = one_error(&o);
     assert!(e.contains("--merge") && e.contains("smooth=off"), "{e}");
     assert!(!merged.exists());
+    // The same ranges as ONNX Runtime writes them (its calibration.json shape and its calibration.cache text), each
+    // with an entry for a tensor the model does not have whose value is bad: left out with a warning.
+    let own: serde_json::Value = serde_json::from_slice(&std::fs::read(cal.join("calibration.json")).unwrap()).unwrap();
+    let mut data = serde_json::Map::new();
+    let mut text = String::new();
+    for (t, r) in own["ranges"].as_object().unwrap() {
+        let (lo, hi) = (r["min"].as_f64().unwrap(), r["max"].as_f64().unwrap());
+        data.insert(t.clone(), serde_json::json!({"lowest": lo, "highest": hi, "CLS": "TensorData"}));
+        text.push_str(&format!("{t} {}\n", hi.max(lo)));
+    }
+    data.insert("elsewhere".into(), serde_json::json!({"lowest": 1.0, "highest": -1.0, "CLS": "TensorData"}));
+    text.push_str("elsewhere nan\n");
+    let ort_json = serde_json::json!({"CLS": "TensorsData", "data": data});
+    std::fs::write(cal.join("ort_calibration.json"), serde_json::to_vec(&ort_json).unwrap()).unwrap();
+    std::fs::write(cal.join("ort_calibration.cache"), &text).unwrap();
     let mut scales = Vec::new();
-    for table in ["calibration.json", "calibration.flatbuffers", "calibration.cache"] {
+    let tables = ["calibration.json", "calibration.flatbuffers", "calibration.cache", "ort_calibration.json"];
+    for table in tables.into_iter().chain(["ort_calibration.cache"]) {
         let out = f.dir.path().join(format!("q_{table}.onnx"));
         let ranges = cal.join(table);
         let args = ["quantize", "--model", smoothed.to_str().unwrap(), "--ranges", ranges.to_str().unwrap()];
@@ -347,6 +363,9 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
         assert!(!out.exists());
         let o = qdq(&[&args[..], &["-o", out.to_str().unwrap()]].concat());
         assert!(o.status.success(), "{table}: {}", stderr(&o));
+        if table.starts_with("ort_") {
+            assert!(stderr(&o).contains("'elsewhere' left out"), "{table}: {}", stderr(&o));
+        }
         let q = onnx_ir::Model::load(&out).unwrap();
         let cov = qdq::coverage(&q);
         assert_eq!(cov.by_op["MatMul"].nodes, cov.by_op["MatMul"].covered, "{table}");
@@ -355,14 +374,33 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
         s.sort_by(|a, b| a.0.cmp(&b.0));
         scales.push(s);
     }
-    // The mse ranges are symmetric, so the three formats (two of which hold only amax) give the same scales.
-    for other in &scales[1..] {
+    // Symmetric int8 activations use amax, so every format gives the same scales, except that ONNX Runtime's text
+    // cache holds max(highest, lowest): where |lowest| is the larger end it gives a smaller amax (ONNX Runtime's
+    // convention, which the reader documents; its JSON keeps the range).
+    let upper_end_larger = |t: &str| {
+        // Tensors without a table range (the shifted Softmax pair's analytic range) are the same in every format.
+        let r = &own["ranges"][t];
+        r["max"].as_f64().zip(r["min"].as_f64()).is_none_or(|(hi, lo)| hi >= -lo)
+    };
+    let names: Vec<&str> = tables[1..].iter().copied().chain(["ort_calibration.cache"]).collect();
+    for (other, table) in scales[1..].iter().zip(&names) {
         assert_eq!(other.len(), scales[0].len());
         for ((ta, a), (tb, b)) in scales[0].iter().zip(other) {
             assert_eq!(ta, tb);
-            assert!((a - b).abs() <= 1e-6 * a.abs(), "{ta}: {a} vs {b}");
+            if *table == "ort_calibration.cache" && !upper_end_larger(ta) {
+                assert!(b <= a, "{table} {ta}: {a} vs {b}");
+            } else {
+                assert!((a - b).abs() <= 1e-6 * a.abs(), "{table} {ta}: {a} vs {b}");
+            }
         }
     }
+    // A bad entry for a tensor the policy quantizes is an error naming the file and the tensor.
+    let (t, _) = scales[0][0].clone();
+    std::fs::write(cal.join("bad.cache"), format!("{t} nan\n")).unwrap();
+    let bad = cal.join("bad.cache");
+    let o = qdq(&["quantize", "--model", smoothed.to_str().unwrap(), "--ranges", bad.to_str().unwrap(), "--dry-run"]);
+    let e = one_error(&o);
+    assert!(e.contains("bad.cache") && e.contains(&t) && e.contains("not finite"), "{e}");
     let o = qdq(&["quantize", "--list-policies"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);

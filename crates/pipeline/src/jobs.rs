@@ -134,7 +134,8 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
 #[derive(Debug, Clone)]
 pub struct QuantizeJob {
     pub model: PathBuf,
-    /// calibration.json, ONNX Runtime's flatbuffers table or a TensorRT cache ([`calib::tables::read_ranges`]).
+    /// qdq's or ONNX Runtime's calibration.json, ONNX Runtime's calibration.flatbuffers or calibration.cache, or a
+    /// TensorRT calibration cache ([`calib::tables::read_ranges`]).
     pub ranges: PathBuf,
     /// Where the QDQ model goes; `None` only with `dry_run`.
     pub output: Option<PathBuf>,
@@ -186,8 +187,22 @@ impl fmt::Display for QuantizeReport {
 pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     let policy = job.policy.policy()?;
     let model = Model::load(&job.model)?;
-    let ranges = calib::tables::read_ranges(&job.ranges)?;
-    let plan = qdq::plan(&model, &ranges, &policy).map_err(|e| match e {
+    let table = calib::tables::read_ranges(&job.ranges)?;
+    // A bad entry matters only for a tensor the policy quantizes; ONNX Runtime's tables list every tensor it saw.
+    if !table.rejected.is_empty() {
+        let wanted = qdq::tensors_to_calibrate(&model, &policy)?;
+        for (tensor, why) in &table.rejected {
+            if wanted.contains(tensor) {
+                let reason = format!("tensor '{tensor}', which the policy quantizes: {why}");
+                return Err(Error::Input { path: job.ranges.clone(), reason });
+            }
+            tracing::warn!(
+                "{}: tensor '{tensor}' left out ({why}); the policy does not quantize it",
+                job.ranges.display()
+            );
+        }
+    }
+    let plan = qdq::plan(&model, &table.ranges, &policy).map_err(|e| match e {
         e @ qdq::Error::NotSmoothed { .. } => Error::Input { path: job.model.clone(), reason: e.to_string() },
         e => e.into(),
     })?;
