@@ -2,13 +2,18 @@
 calibration.flatbuffers, calibration.cache) for a few tensors with known ranges, into testdata/calib/ort/.
 
     python testdata/calib/ort_tables.py          # needs onnxruntime==1.31.1, numpy, flatbuffers
+    python testdata/calib/ort_tables.py QDQ_CALIBRATION_JSON OUT_DIR
+        # ONNX Runtime's three tables for the ranges of a qdq calibration.json, made symmetric (-amax, amax) so
+        # that every format carries the same information (to check that they drive `qdq quantize` alike)
 
 The tensors cover what users' files hold: an ordinary activation (lowest < 0 < highest), a non-negative one (after
 ReLU / Softmax), an all-negative one (ORT writes max(highest, lowest), a negative number, to the two amax formats),
 an asymmetric one whose |lowest| is the larger, and a name with characters that need care (slashes, colons).
 """
 
+import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +29,14 @@ RANGES = {
 
 
 def main() -> None:
-    out = Path(__file__).resolve().parent / "ort"
+    ranges, out = RANGES, Path(__file__).resolve().parent / "ort"
+    if len(sys.argv) == 3:
+        table = json.loads(Path(sys.argv[1]).read_text())["ranges"]
+        amax = {k: max(abs(r["min"]), abs(r["max"])) for k, r in table.items()}
+        ranges, out = {k: (-a, a) for k, a in amax.items()}, Path(sys.argv[2])
     out.mkdir(exist_ok=True)
     data = {
-        name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in RANGES.items()
+        name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in ranges.items()
     }
     cwd = os.getcwd()
     try:
