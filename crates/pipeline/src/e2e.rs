@@ -115,7 +115,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
         results.fp32 = Some(model_result(&fp32, &cfg.model, file_len(&cfg.model)));
         drop(fbytes);
-        let int8_opts = EvalOptions { batch: cfg.eval.batch, session: int8_session.clone() };
+        let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
         let int8 = evaluate(&qbytes, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
         write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
         results.int8 = Some(model_result(&int8, &qpath, file_len(&qpath)));

@@ -8,7 +8,7 @@ use runtime::{Session, SessionConfig};
 use crate::calibrate::questions_done;
 use crate::data::{Corpus, Score};
 use crate::report::Latency;
-use crate::{Progress, Result};
+use crate::{Error, Progress, Result};
 
 /// How to evaluate.
 #[derive(Debug, Clone)]
@@ -16,6 +16,9 @@ pub struct EvalOptions {
     /// Features per batch.
     pub batch: usize,
     pub session: SessionConfig,
+    /// Untimed runs of the first batch before timing starts (TensorRT builds its engine on the first run, and every
+    /// EP allocates on it); predictions are unaffected.
+    pub warmup: usize,
 }
 
 /// Predictions, scores and timing of one model.
@@ -49,13 +52,22 @@ pub fn evaluate(
     let mut acc = data.accumulator()?;
     let mut predictions = HashMap::with_capacity(data.questions());
     let mut timings = Vec::new();
+    if opts.warmup > 0
+        && let Some(first) = data.batches(opts.batch)?.next()
+    {
+        let first = first?;
+        let inputs = first.inputs(io);
+        for _ in 0..opts.warmup {
+            session.run_with(&inputs, &outputs, |_| Ok::<_, Error>(()))?;
+        }
+    }
     progress.start(stage, Some(data.questions() as u64));
     for batch in data.batches(opts.batch)? {
         let batch = batch?;
         let inputs = batch.inputs(io);
         let n = batch.len();
         let t0 = Instant::now();
-        session.run_with(&inputs, &outputs, |outs| {
+        session.run_with(&inputs, &outputs, |outs| -> Result<()> {
             timings.push((t0.elapsed().as_secs_f64(), n));
             let (start, end) = (&outs[0], &outs[1]);
             if start.shape.len() != 2 || start.shape != end.shape || start.shape[0] != n {
@@ -63,16 +75,14 @@ pub fn evaluate(
                     model: name.to_owned(),
                     output: outputs[0].to_owned(),
                     reason: format!("expected [batch {n}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
-                });
+                }
+                .into());
             }
             let width = start.shape[1];
             for (row, f) in batch.features.iter().enumerate() {
                 let s = &start.data[row * width..(row + 1) * width];
                 let e = &end.data[row * width..(row + 1) * width];
-                if let Some(p) = acc
-                    .push(f, s, e)
-                    .map_err(|err| runtime::Error::Run { model: name.to_owned(), reason: err.to_string() })?
-                {
+                if let Some(p) = acc.push(f, s, e)? {
                     predictions.insert(p.id, p.text);
                 }
             }

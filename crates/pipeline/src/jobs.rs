@@ -296,7 +296,7 @@ pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalRepor
     if job.runtime.int8 {
         session = job.runtime.int8_session(&session, Path::new("calibration.flatbuffers"));
     }
-    let opts = EvalOptions { batch: job.batch, session };
+    let opts = EvalOptions { batch: job.batch, session, warmup: job.runtime.warmup };
     let evaluation = evaluate(&bytes, &job.model.display().to_string(), &data, &opts, "evaluating", progress)?;
     if let Some(p) = &job.predictions {
         write_predictions(p, &evaluation.predictions)?;
@@ -373,7 +373,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
         calibrate: job.calib.options(job.batch, &fp32)?,
         policy: job.policy.policy()?,
         policy_name: job.policy.preset_name().to_owned(),
-        eval: EvalOptions { batch: job.batch, session: fp32 },
+        eval: EvalOptions { batch: job.batch, session: fp32, warmup: job.runtime.warmup },
         no_eval: job.no_eval,
     };
     Ok(E2eReport { results: e2e(&cfg, &int8, progress)?, out: job.out.clone() })

@@ -51,6 +51,9 @@ pub struct RuntimeSettings {
     /// TensorRT engine cache directory.
     #[cfg_attr(feature = "cli", arg(long, value_name = "DIR"))]
     pub trt_engine_cache: Option<PathBuf>,
+    /// Untimed runs of the first batch before latency is measured (TensorRT builds its engine on the first run).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N"))]
+    pub warmup: usize,
 }
 
 impl RuntimeSettings {

@@ -52,7 +52,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         calibrate: CalibrateOptions { batch: 2, methods: methods(), num_bins: 512, session: SessionConfig::default() },
         policy: qdq::Policy::preset(policy).unwrap(),
         policy_name: policy.to_owned(),
-        eval: EvalOptions { batch: 3, session: SessionConfig::default() },
+        eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1 },
         no_eval: false,
     }
 }
@@ -264,4 +264,23 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     assert!(e.contains("3.0") && e.contains("1.1 or 2.0"), "{e}");
     assert!("tf".parse::<IoNames>().unwrap_err().to_string().contains("hf or nvidia"));
     assert!(DataSettings { seq_len: 16, ..data_settings() }.config().is_err());
+}
+
+/// Warm-up runs are untimed and change no prediction: the timed batches and the answers are the same with none.
+#[test]
+fn warmup_runs_are_not_timed_and_change_nothing() {
+    let model = build(&TinyBertConfig::default());
+    let bytes = model.to_bytes().unwrap();
+    let cfg = data_config();
+    let tok = cfg.tokenizer().unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    data.fit_model(&model, Path::new("tiny.onnx")).unwrap();
+    let run = |warmup| {
+        let opts = EvalOptions { batch: 2, session: SessionConfig::default(), warmup };
+        qdq_pipeline::evaluate(&bytes, "tiny.onnx", &data, &opts, "eval", &NoProgress).unwrap()
+    };
+    let (cold, warm) = (run(0), run(3));
+    assert_eq!(cold.predictions, warm.predictions);
+    assert_eq!((cold.latency.batches, cold.latency.features), (warm.latency.batches, warm.latency.features));
+    assert_eq!(cold.score, warm.score);
 }
