@@ -4,9 +4,10 @@ use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
 use onnx_ir::{GraphExt, Model, NameSet, NodeExt, attr_int, node};
 
 use crate::error::{Error, Result};
-use crate::plan::{Consumer, Plan, PlannedTensor};
+use crate::plan::{Plan, PlannedTensor};
 use crate::scale::{QuantType, ScaleZp, quantize_value};
 use crate::shift;
+use crate::types::Consumer;
 
 /// Nodes to insert before a node index; applied from the back so indices stay valid.
 type Inserts = Vec<(usize, Vec<NodeProto>)>;

@@ -36,6 +36,7 @@ mod scale;
 mod select;
 mod shift;
 mod smooth;
+mod types;
 
 pub use coverage::{Coverage, OpCoverage, PairInfo, QdqCounts, coverage};
 pub use error::{Error, Result};

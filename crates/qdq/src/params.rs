@@ -6,11 +6,11 @@ use onnx_ir::proto::TensorProto;
 
 use crate::error::{Error, Result};
 use crate::patterns;
-use crate::plan::{Ranges, TensorKind};
 use crate::policy::{Policy, SoftmaxRange};
 use crate::scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp};
 use crate::select::Selection;
 use crate::shift;
+use crate::types::{Ranges, TensorKind};
 
 /// The parameters of one tensor's pairs.
 pub(crate) struct TensorParams {

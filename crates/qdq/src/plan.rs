@@ -1,6 +1,5 @@
 //! Plans: where Q/DQ pairs go and with which parameters ([`plan`]); [`Plan::apply`] (in `apply`) inserts them.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use onnx_ir::{GraphIndex, Model};
@@ -10,34 +9,10 @@ use crate::params::{TensorParams, tensor_params};
 use crate::policy::{Policy, WeightStorage};
 use crate::scale::QuantType;
 use crate::select::{Selection, node_label, select};
+pub use crate::types::{Consumer, Ranges, Skipped, TensorKind};
 
 /// Lowest default-domain opset with per-channel (`axis`) QuantizeLinear / DequantizeLinear.
 pub const MIN_QDQ_OPSET: i64 = 13;
-
-/// Ranges table: tensor name -> (min, max).
-pub type Ranges = BTreeMap<String, (f32, f32)>;
-
-/// What kind of tensor a pair quantizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum TensorKind {
-    /// A tensor computed at run time; scale from its calibration range.
-    Activation,
-    /// A constant MatMul input; scale from its values.
-    Weight,
-    /// Another constant (e.g. an Add operand); quantized like an activation, range from its values.
-    Constant,
-}
-
-/// One node input that will read a dequantized tensor.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Consumer {
-    /// Index of the node in `graph.node` of the planned model.
-    pub node: usize,
-    /// Node name (for display and checks).
-    pub node_name: String,
-    /// Input slot.
-    pub slot: usize,
-}
 
 /// Q/DQ insertion for one tensor.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -63,15 +38,6 @@ pub struct PlannedTensor {
     /// `Some(c)`: the pair quantizes `tensor - c` (shifted Softmax output); each reading MatMul's output gets
     /// `c · Σ_k B[.., k, :]` added back (see [`SoftmaxRange::Shifted`]).
     pub shift: Option<f32>,
-}
-
-/// A tensor the policy wanted to quantize but that was left alone.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Skipped {
-    /// Tensor name.
-    pub tensor: String,
-    /// Why.
-    pub reason: String,
 }
 
 /// What [`Plan::apply`] will insert where.

@@ -8,8 +8,8 @@ use onnx_ir::{DataType, GraphIndex};
 
 use crate::error::{Error, Result};
 use crate::patterns;
-use crate::plan::Skipped;
 use crate::policy::{Matchers, Policy, ResidualAdd};
+use crate::types::Skipped;
 
 /// The selected nodes and the tensors they want quantized.
 #[derive(Debug, Default)]

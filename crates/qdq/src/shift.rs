@@ -7,8 +7,8 @@ use onnx_ir::{GraphExt, GraphIndex, NameSet, NodeExt, attr_int, node};
 
 use crate::error::{Error, Result};
 use crate::patterns;
-use crate::plan::Consumer;
 use crate::policy::Policy;
+use crate::types::Consumer;
 
 /// The offset `c` subtracted from Softmax outputs.
 pub(crate) const SOFTMAX_SHIFT: f32 = 0.5;
