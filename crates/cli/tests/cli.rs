@@ -275,23 +275,13 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let f = tiny();
     let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let cal = f.dir.path().join("cal");
-    let o = qdq(&[
-        "calibrate",
-        "--model",
-        f.model.to_str().unwrap(),
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--calibration-data",
-        data.to_str().unwrap(),
-        "--seq-len",
-        "64",
-        "--query-len",
-        "16",
-        "--doc-stride",
-        "24",
-        "--out",
-        cal.to_str().unwrap(),
-    ]);
+    let calibrate = |out: &Path, extra: &[&str]| {
+        let (model, vocab, data) = (f.model.to_str().unwrap(), vocab.to_str().unwrap(), data.to_str().unwrap());
+        let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+        let args = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data];
+        qdq(&[&args[..], &small, &["--out", out.to_str().unwrap()], extra].concat())
+    };
+    let o = calibrate(&cal, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     // The default preset smooths the LayerNorm outputs: calibration writes the smoothed model its tables describe,
     // and quantizing the raw model with them is refused with the way out.
@@ -314,25 +304,7 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     assert!(e.contains("not smoothed") && e.contains("model_smoothed.onnx") && e.contains("smooth=off"), "{e}");
     // Merging statistics of smoothed runs would mix ranges of different models: refused before any inference.
     let merged = f.dir.path().join("merged");
-    let o = qdq(&[
-        "calibrate",
-        "--model",
-        f.model.to_str().unwrap(),
-        "--vocab",
-        vocab.to_str().unwrap(),
-        "--calibration-data",
-        data.to_str().unwrap(),
-        "--seq-len",
-        "64",
-        "--query-len",
-        "16",
-        "--doc-stride",
-        "24",
-        "--out",
-        merged.to_str().unwrap(),
-        "--merge",
-        cal.join("calib_state.json").to_str().unwrap(),
-    ]);
+    let o = calibrate(&merged, &["--merge", cal.join("calib_state.json").to_str().unwrap()]);
     let e = one_error(&o);
     assert!(e.contains("--merge") && e.contains("smooth=off"), "{e}");
     assert!(!merged.exists());
