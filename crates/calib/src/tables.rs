@@ -49,6 +49,11 @@ pub fn read_json(path: impl AsRef<Path>) -> Result<RangeTable> {
     let path = path.as_ref();
     let table: RangeTable =
         serde_json::from_slice(&read(path)?).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+    checked(table, path)
+}
+
+/// `table` if every range (per tensor and per channel) is finite with `min <= max`; `path` names it in errors.
+fn checked(table: RangeTable, path: &Path) -> Result<RangeTable> {
     let all = table.ranges.iter().chain(table.channels.iter().flat_map(|(k, v)| v.iter().map(move |r| (k, r))));
     for (name, r) in all {
         if !(r.min.is_finite() && r.max.is_finite() && r.min <= r.max) {
@@ -108,7 +113,8 @@ pub fn read_ranges(path: impl AsRef<Path>) -> Result<TableRanges> {
         let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
         if v.get("ranges").is_some() && v.get("method").is_some() {
-            let ranges = read_json(path)?.min_max();
+            let table = serde_json::from_value(v).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+            let ranges = checked(table, path)?.min_max();
             return Ok(TableRanges { format: TableFormat::Qdq, ranges, rejected: vec![] });
         }
         return ort_json(&v, path);

@@ -153,6 +153,12 @@ fn read_ranges_tells_qdqs_three_formats_apart() {
     let b = trt.ranges["b/out"];
     assert!((b.1 - 2.0).abs() < 1e-6 && b.0 == -b.1, "{trt:?}");
     assert_eq!(trt.ranges.keys().collect::<Vec<_>>(), t.ranges.keys().collect::<Vec<_>>());
+    // qdq's own table is all-or-nothing: an inverted range fails it, naming the tensor.
+    let mut bad = sample();
+    bad.ranges.insert("inverted".into(), Range { min: 1.0, max: -1.0 });
+    write_json(d.join("bad.json"), &bad).unwrap();
+    let e = read_ranges(d.join("bad.json")).unwrap_err().to_string();
+    assert!(e.contains("bad.json") && e.contains("ranges.inverted"), "{e}");
     // Anything else is reported as the flatbuffers table it is taken for, naming the file.
     std::fs::write(d.join("junk"), b"\x01\x02").unwrap();
     let e = read_ranges(d.join("junk")).unwrap_err().to_string();
