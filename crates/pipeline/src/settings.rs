@@ -60,9 +60,8 @@ impl RuntimeSettings {
     /// The session of an FP32 model: the EP with the seeds' environment switches and `fp16` applied, INT8 mode off;
     /// with `save_load`, the optimised model goes to `dir/model_<tag>_optimized.onnx`.
     pub fn fp32_session(&self, dir: Option<&Path>, tag: &str) -> SessionConfig {
-        let mut ep = self.ep.clone().with_seed_env();
+        let mut ep = self.ep.clone().with_seed_env().without_int8();
         ep.set_precision(self.fp16, false);
-        let mut ep = ep.without_int8();
         if let Ep::TensorRt(o) = &mut ep {
             o.engine_cache_dir.clone_from(&self.trt_engine_cache);
         }

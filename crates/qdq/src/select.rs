@@ -103,20 +103,21 @@ fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
 }
 
 /// Every node name or glob of `include_nodes` / `exclude_nodes` must match a node: a mistyped one would otherwise be
-/// ignored without a word.
-pub(crate) fn check_node_patterns(ix: &GraphIndex, policy: &Policy) -> Result<()> {
-    for (key, patterns) in [("include_nodes", &policy.include_nodes), ("exclude_nodes", &policy.exclude_nodes)] {
-        for p in patterns {
-            let glob = globset::Glob::new(p).map_err(|e| Error::BadOptionValue {
-                key: key.to_string(),
-                value: p.clone(),
-                expected: format!("a valid glob ({e})"),
-            })?;
-            let m = glob.compile_matcher();
-            if !ix.graph().node.iter().any(|n| m.is_match(n.name())) {
-                let example = ix.graph().node.iter().map(|n| n.name()).find(|n| !n.is_empty()).unwrap_or_default();
-                return Err(Error::UnmatchedPattern { key, pattern: p.clone(), example: example.to_string() });
+/// ignored without a word. Uses the policy's compiled sets (`m`), whose pattern indices follow the lists.
+pub(crate) fn check_node_patterns(ix: &GraphIndex, policy: &Policy, m: &Matchers) -> Result<()> {
+    let lists =
+        [("include_nodes", &policy.include_nodes, &m.include), ("exclude_nodes", &policy.exclude_nodes, &m.exclude)];
+    for (key, patterns, set) in lists {
+        let Some(set) = set else { continue };
+        let mut hit = vec![false; patterns.len()];
+        for n in &ix.graph().node {
+            for i in set.matches(n.name()) {
+                hit[i] = true;
             }
+        }
+        if let Some(i) = hit.iter().position(|h| !h) {
+            let example = ix.graph().node.iter().map(|n| n.name()).find(|n| !n.is_empty()).unwrap_or_default();
+            return Err(Error::UnmatchedPattern { key, pattern: patterns[i].clone(), example: example.to_string() });
         }
     }
     Ok(())
@@ -124,8 +125,8 @@ pub(crate) fn check_node_patterns(ix: &GraphIndex, policy: &Policy) -> Result<()
 
 /// Selects the nodes of the policy's op types that its include/exclude lists pass, and the tensors they want.
 pub(crate) fn select(ix: &GraphIndex, policy: &Policy) -> Result<Selection> {
-    check_node_patterns(ix, policy)?;
     let m = policy.matchers()?;
+    check_node_patterns(ix, policy, &m)?;
     let quantized = |n: &NodeProto| policy.op_types.iter().any(|o| o == n.op_type());
     if !ix.graph().node.iter().any(quantized) {
         return Err(Error::NothingToQuantize { op_types: policy.op_types.join("/") });

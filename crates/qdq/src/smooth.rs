@@ -114,7 +114,7 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
     let m = policy.matchers()?;
     let ix = GraphIndex::new(model.graph());
     // Before the statistics pass that smoothing needs, not after it.
-    crate::select::check_node_patterns(&ix, policy)?;
+    crate::select::check_node_patterns(&ix, policy, &m)?;
     let mut seen = HashSet::new();
     let mut sites = Vec::new();
     for i in 0..ix.graph().node.len() {
