@@ -430,3 +430,12 @@ fn every_command_speaks_json() {
     assert_eq!(r["schema"], "qdq.e2e/1");
     assert!(r["int8"]["f1"].as_f64().is_some() && r["quantization"]["quantized_tensors"].as_u64().unwrap() > 0);
 }
+
+/// `quantize` without `--output` (and without `--dry-run`) says so before reading anything: the model and the table
+/// named here do not exist, and the error is about the missing output, not them.
+#[test]
+fn quantize_without_an_output_fails_before_any_work() {
+    let o = qdq(&["quantize", "--model", "absent.onnx", "--ranges", "absent.json"]);
+    let e = one_error(&o);
+    assert!(e.contains("--output") && !e.contains("absent"), "{e}");
+}

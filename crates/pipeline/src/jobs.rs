@@ -185,6 +185,9 @@ impl fmt::Display for QuantizeReport {
 
 /// Runs [`QuantizeJob`]. A smoothing policy on an unsmoothed model is an error naming the model file.
 pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
+    if job.output.is_none() && !job.dry_run {
+        return Err(Error::Config("qdq quantize needs --output FILE (or --dry-run)".into()));
+    }
     let policy = job.policy.policy()?;
     let model = Model::load(&job.model)?;
     let table = calib::tables::read_ranges(&job.ranges)?;
@@ -206,11 +209,8 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
         e @ qdq::Error::NotSmoothed { .. } => Error::Input { path: job.model.clone(), reason: e.to_string() },
         e => e.into(),
     })?;
-    if job.dry_run {
+    let (Some(output), false) = (&job.output, job.dry_run) else {
         return Ok(QuantizeReport::Planned(plan));
-    }
-    let Some(output) = &job.output else {
-        return Err(Error::Config("qdq quantize needs --output FILE (or --dry-run)".into()));
     };
     let mut model = model;
     plan.apply(&mut model)?;
