@@ -106,6 +106,15 @@ pub struct TableRanges {
 /// A bad entry of ONNX Runtime's files is left out and listed in [`TableRanges::rejected`] instead of failing the file.
 pub fn read_ranges(path: impl AsRef<Path>) -> Result<TableRanges> {
     let path = path.as_ref();
+    let table = read_any_table(path)?;
+    if table.ranges.is_empty() {
+        let why = table.rejected.first().map(|(k, w)| format!(" (first entry `{k}`: {w})")).unwrap_or_default();
+        return Err(table_err(path, "file", format!("holds no usable tensor ranges{why}")));
+    }
+    Ok(table)
+}
+
+fn read_any_table(path: &Path) -> Result<TableRanges> {
     let bytes = read(path)?;
     let symmetric = |m: BTreeMap<String, f32>| m.into_iter().map(|(k, a)| (k, (-a, a))).collect();
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
@@ -190,21 +199,29 @@ fn ort_json_range(e: &serde_json::Value) -> std::result::Result<(f32, f32), Stri
     }
 }
 
-/// ONNX Runtime's calibration.cache text (`name value` per line, the name may hold spaces), if `bytes` is that.
+/// ONNX Runtime's calibration.cache text (`name value` per line, the name may hold spaces), if `bytes` is text: no
+/// control bytes but tab, CR and LF (a flatbuffers table always has some). A line that is not `name number` is
+/// listed as rejected.
 fn ort_text(bytes: &[u8]) -> Option<TableRanges> {
+    if bytes.iter().any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\r' | b'\n')) {
+        return None;
+    }
     let text = std::str::from_utf8(bytes).ok()?;
     let mut out = TableRanges { format: TableFormat::OrtText, ranges: BTreeMap::new(), rejected: vec![] };
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (name, value) = line.trim_end().rsplit_once(' ')?;
-        let v: f32 = value.parse().ok()?;
-        match amax_of(v) {
-            Ok(a) => {
-                out.ranges.insert(name.to_string(), (-a, a));
-            }
-            Err(why) => out.rejected.push((name.to_string(), why)),
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let line = line.trim_end();
+        match line.rsplit_once(' ').map(|(name, v)| (name, v.parse::<f32>())) {
+            Some((name, Ok(v))) => match amax_of(v) {
+                Ok(a) => {
+                    out.ranges.insert(name.to_string(), (-a, a));
+                }
+                Err(why) => out.rejected.push((name.to_string(), why)),
+            },
+            Some((name, Err(_))) => out.rejected.push((name.to_string(), format!("line {}: not a number", i + 1))),
+            None => out.rejected.push((format!("line {}", i + 1), format!("expected `name value`, got `{line}`"))),
         }
     }
-    (!out.ranges.is_empty() || !out.rejected.is_empty()).then_some(out)
+    Some(out)
 }
 
 /// `tensor -> max(|min|, |max|)` of a table (what the flatbuffers table and the TensorRT cache carry).

@@ -215,6 +215,19 @@ fn read_ranges_lists_bad_entries_of_onnx_runtime_files() {
     assert_eq!(t.ranges.get("name with spaces"), Some(&(-2.0, 2.0)));
     assert_eq!(t.rejected.len(), 1);
     assert!(t.rejected[0].0 == "bad" && t.rejected[0].1.contains("not finite"), "{:?}", t.rejected);
+    // A malformed line of a text cache is a rejected entry, not a misreading of the file as a flatbuffer; an empty
+    // table is an error.
+    std::fs::write(d.join("m.cache"), "good 1.5\nbroken\nx y\n").unwrap();
+    let t = read_ranges(d.join("m.cache")).unwrap();
+    assert_eq!((t.format, t.ranges.len()), (TableFormat::OrtText, 1));
+    let why: Vec<String> = t.rejected.iter().map(|(k, w)| format!("{k}: {w}")).collect();
+    assert_eq!(why, ["line 2: expected `name value`, got `broken`", "x: line 3: not a number"]);
+    std::fs::write(d.join("empty.cache"), "\n").unwrap();
+    let e = read_ranges(d.join("empty.cache")).unwrap_err().to_string();
+    assert!(e.contains("empty.cache") && e.contains("no usable tensor ranges"), "{e}");
+    std::fs::write(d.join("allbad.cache"), "a nan\n").unwrap();
+    let e = read_ranges(d.join("allbad.cache")).unwrap_err().to_string();
+    assert!(e.contains("allbad.cache") && e.contains("`a`") && e.contains("not finite"), "{e}");
     let json = r#"{"a": [-1.0, 2.0], "b": {"lowest": {"data": [-3.0], "dtype": "float32", "CLS": "numpy.array"},
         "highest": {"data": 0.5, "dtype": "float32", "CLS": "numpy.array"}}, "c": {"lowest": 2.0, "highest": 1.0},
         "d": {"avg": 1.0}}"#;
