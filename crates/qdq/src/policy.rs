@@ -217,7 +217,7 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "quantize_outputs",
-        doc: "also Q/DQ on the outputs of quantized nodes (ONNX Runtime's CPU EP then fuses QLinearMatMul)",
+        doc: "also Q/DQ on the outputs of quantized nodes (ONNX Runtime's CPU EP then fuses QLinearMatMul instead of MatMulIntegerToFloat)",
         values: "true or false",
         get: |p| p.quantize_outputs.to_string(),
         set: |p, v| {
@@ -399,11 +399,11 @@ impl Policy {
     /// weights as FP32 + Q/DQ pair, symmetric int8 activations, dedicated pairs, no output quantization and residual
     /// Adds quantized. `tensorrt` and `migraphx` (identical) leave residual Adds in float, smooth every
     /// constant-weight MatMul input and quantize Softmax outputs shifted (see docs/QUANTIZATION.md).
-    /// `cpu` quantizes MatMuls only (smoothed as in `tensorrt`), with asymmetric uint8 activations, shared pairs, 7-bit
-    /// (`reduce_range`) int8 weight initializers and quantized MatMul outputs: ORT 1.31's CPU EP (opt level All) turns
-    /// DQ -> MatMul -> Q into `QLinearMatMul` (tiny BERT: 8 of 9 MatMuls). Without output
-    /// quantization ORT first fuses MatMul + bias Add into `Gemm`, and only the Gemms whose
-    /// output is re-quantized become `QGemm` (5 of 9 integer).
+    /// `cpu` quantizes MatMuls only (smoothed as in `tensorrt`), with asymmetric uint8 activations, shared pairs and 7-bit
+    /// (`reduce_range`) int8 weight initializers, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
+    /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
+    /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
+    /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
     pub fn preset(name: &str) -> Result<Policy> {
         let base = Policy {
             preset: name.to_string(),
@@ -444,7 +444,6 @@ impl Policy {
                 op_types: vec!["MatMul".into()],
                 residual_add: ResidualAdd::Skip,
                 dedicated_pairs: false,
-                quantize_outputs: true,
                 activations: Activations::Uint8Asymmetric,
                 weights: WeightStorage::Int8Initializer,
                 reduce_range: true,
