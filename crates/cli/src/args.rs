@@ -117,6 +117,10 @@ pub struct CalibrateArgs {
     /// then written as model_smoothed.onnx next to the tables, and that is the model to pass to `qdq quantize`.
     #[command(flatten)]
     pub policy: PolicySettings,
+    /// The execution provider the quantized model is for: picks the default --policy (cpu -> cpu, tensorrt ->
+    /// tensorrt, migraphx -> migraphx, any other -> tensorrt). Calibration itself runs on --cal-ep.
+    #[arg(long, default_value = "cpu", value_name = "EP")]
+    pub ep: pipeline::Ep,
     #[command(flatten)]
     pub data: DataSettings,
     #[command(flatten)]
@@ -148,6 +152,10 @@ pub struct QuantizeArgs {
     pub list_policies: bool,
     #[command(flatten)]
     pub policy: PolicySettings,
+    /// The execution provider the quantized model is for: picks the default --policy (cpu -> cpu, tensorrt ->
+    /// tensorrt, migraphx -> migraphx, any other -> tensorrt). Use the same as for `qdq calibrate`.
+    #[arg(long, default_value = "cpu", value_name = "EP")]
+    pub ep: pipeline::Ep,
 }
 
 #[derive(Debug, Args)]

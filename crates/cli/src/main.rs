@@ -106,6 +106,7 @@ fn calibrate(a: args::CalibrateArgs) -> Result<()> {
         data: a.data,
         calib: a.calib,
         policy: a.policy,
+        ep: a.ep,
         ort_lib: a.ort_lib,
     };
     emit(&pipeline::calibrate_to_dir(&job, &progress::Bars::new())?, a.json)
@@ -119,7 +120,7 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
     let (Some(model), Some(ranges)) = (a.model, a.ranges) else {
         bail!("qdq quantize needs --model FILE and --ranges FILE");
     };
-    let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: a.policy };
+    let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: a.policy, ep: a.ep };
     emit(&pipeline::quantize_file(&job)?, a.json)
 }
 

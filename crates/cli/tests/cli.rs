@@ -105,7 +105,9 @@ fn e2e_prints_the_table_and_writes_every_output() {
     assert_eq!(results["calibration"]["method"], "entropy");
     assert_eq!(results["calibration"]["questions"], 4);
     assert_eq!(results["int8"]["questions"], 9);
-    assert_eq!(results["quantization"]["policy"], "tensorrt");
+    // No --policy: the preset made for the EP (--ep defaults to cpu), and the run says so.
+    assert_eq!(results["quantization"]["policy"], "cpu");
+    assert_eq!(results["quantization"]["policy_chosen_by"], "--ep cpu");
 
     // inspect reads the QDQ model back.
     let o = qdq(&["inspect", out.join("model_qdq.onnx").to_str().unwrap(), "--ranges"]);
@@ -278,12 +280,15 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let calibrate = |out: &Path, extra: &[&str]| {
         let (model, vocab, data) = (f.model.to_str().unwrap(), vocab.to_str().unwrap(), data.to_str().unwrap());
         let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
-        let args = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data];
+        // For TensorRT (symmetric int8 activations, so every table format gives the same scales): `--ep` picks the
+        // preset, and calibration still runs on the CPU (--cal-ep).
+        let args = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--ep", "tensorrt"];
         qdq(&[&args[..], &small, &["--out", out.to_str().unwrap()], extra].concat())
     };
     let o = calibrate(&cal, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    // The default preset smooths the LayerNorm outputs: calibration writes the smoothed model its tables describe,
+    assert!(stderr(&o).contains("policy tensorrt (the preset for --ep tensorrt"), "{}", stderr(&o));
+    // The preset smooths the LayerNorm outputs: calibration writes the smoothed model its tables describe,
     // and quantizing the raw model with them is refused with the way out.
     let smoothed = cal.join("model_smoothed.onnx");
     assert!(
@@ -299,6 +304,8 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
         "--ranges",
         cal.join("calibration.json").to_str().unwrap(),
         "--dry-run",
+        "--ep",
+        "tensorrt",
     ]);
     let e = one_error(&raw);
     assert!(e.contains("not smoothed") && e.contains("model_smoothed.onnx") && e.contains("smooth=off"), "{e}");
@@ -328,7 +335,15 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     for table in tables.into_iter().chain(["ort_calibration.cache"]) {
         let out = f.dir.path().join(format!("q_{table}.onnx"));
         let ranges = cal.join(table);
-        let args = ["quantize", "--model", smoothed.to_str().unwrap(), "--ranges", ranges.to_str().unwrap()];
+        let args = [
+            "quantize",
+            "--model",
+            smoothed.to_str().unwrap(),
+            "--ranges",
+            ranges.to_str().unwrap(),
+            "--policy",
+            "tensorrt",
+        ];
         let dry = qdq(&[&args[..], &["--dry-run"]].concat());
         assert!(dry.status.success(), "{table}: {}", stderr(&dry));
         assert!(String::from_utf8_lossy(&dry.stdout).contains("Q/DQ pairs"), "{table}");
@@ -370,7 +385,8 @@ fn quantize_reads_every_table_format_and_dry_run_writes_nothing() {
     let (t, _) = scales[0][0].clone();
     std::fs::write(cal.join("bad.cache"), format!("{t} nan\n")).unwrap();
     let bad = cal.join("bad.cache");
-    let o = qdq(&["quantize", "--model", smoothed.to_str().unwrap(), "--ranges", bad.to_str().unwrap(), "--dry-run"]);
+    let args = ["quantize", "--model", smoothed.to_str().unwrap(), "--ranges", bad.to_str().unwrap(), "--dry-run"];
+    let o = qdq(&[&args[..], &["--policy", "tensorrt"]].concat());
     let e = one_error(&o);
     assert!(e.contains("bad.cache") && e.contains(&t) && e.contains("not finite"), "{e}");
     let o = qdq(&["quantize", "--list-policies"]);

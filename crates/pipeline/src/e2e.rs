@@ -9,6 +9,7 @@ use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
+use crate::settings::PolicyChoice;
 use crate::{Error, Progress, Result, write_predictions};
 
 /// Everything an e2e run needs. The CLI fills it from flags and the config file.
@@ -25,7 +26,8 @@ pub struct E2eConfig {
     pub cal_num: usize,
     pub calibrate: CalibrateOptions,
     pub policy: qdq::Policy,
-    pub policy_name: String,
+    /// Which preset `policy` started from, and why.
+    pub policy_choice: PolicyChoice,
     /// Session settings of the FP32 evaluation; the INT8 one is passed to [`e2e`] (see
     /// [`crate::RuntimeSettings::int8_session`]).
     pub eval: EvalOptions,
@@ -96,7 +98,8 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             non_finite_tensors: non_finite,
         },
         quantization: QuantizationSummary {
-            policy: cfg.policy_name.clone(),
+            policy: cfg.policy_choice.preset.clone(),
+            policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
             quantized_tensors: plan.tensors.len(),
             quantize_nodes: counts.quantize,
             dequantize_nodes: counts.dequantize,

@@ -33,6 +33,8 @@ pub struct CalibrateJob {
     /// `calibration_data` is required here.
     pub calib: CalibSettings,
     pub policy: PolicySettings,
+    /// The EP the quantized model is for: it picks the default preset ([`PolicySettings::choice`]).
+    pub ep: Ep,
     pub ort_lib: Option<PathBuf>,
 }
 
@@ -94,7 +96,8 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     let tokenizer = data_cfg.tokenizer()?;
     let mut data = Corpus::load(calibration_data, &data_cfg, &tokenizer, job.calib.cal_num)?;
     data.fit_model(&model, &job.model)?;
-    let policy = job.policy.policy()?;
+    let (policy, choice) = job.policy.policy(&job.ep)?;
+    tracing::info!("{choice}");
     let base = SessionConfig { library: job.ort_lib.clone(), ..SessionConfig::default() };
     let opts = job.calib.options(job.batch, &base)?;
     if !job.merge.is_empty() {
@@ -142,6 +145,8 @@ pub struct QuantizeJob {
     /// Plan only, write nothing.
     pub dry_run: bool,
     pub policy: PolicySettings,
+    /// The EP the quantized model is for: it picks the default preset ([`PolicySettings::choice`]).
+    pub ep: Ep,
 }
 
 /// What [`quantize_file`] did: the plan (dry run) or the model it wrote.
@@ -188,7 +193,8 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     if job.output.is_none() && !job.dry_run {
         return Err(Error::Config("qdq quantize needs --output FILE (or --dry-run)".into()));
     }
-    let policy = job.policy.policy()?;
+    let (policy, choice) = job.policy.policy(&job.ep)?;
+    tracing::info!("{choice}");
     let model = Model::load(&job.model)?;
     let table = calib::tables::read_ranges(&job.ranges)?;
     // A bad entry matters only for a tensor the policy quantizes; ONNX Runtime's tables list every tensor it saw.
@@ -362,6 +368,8 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
     for s in [&fp32, &int8] {
         s.check_available()?;
     }
+    let (policy, choice) = job.policy.policy(&job.runtime.ep)?;
+    tracing::info!("{choice}");
     let cfg = E2eConfig {
         model: job.model.clone(),
         calibration_data: job.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
@@ -371,8 +379,8 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
         samples: job.samples,
         cal_num: job.calib.cal_num,
         calibrate: job.calib.options(job.batch, &fp32)?,
-        policy: job.policy.policy()?,
-        policy_name: job.policy.preset_name().to_owned(),
+        policy,
+        policy_choice: choice,
         eval: EvalOptions { batch: job.batch, session: fp32, warmup: job.runtime.warmup },
         no_eval: job.no_eval,
     };

@@ -77,6 +77,9 @@ pub struct CalibrationSummary {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct QuantizationSummary {
     pub policy: String,
+    /// What chose the preset: `--policy`, `--ort-quant`, or `--ep <name>` (the EP's own preset).
+    #[serde(default)]
+    pub policy_chosen_by: String,
     pub quantized_tensors: usize,
     pub quantize_nodes: usize,
     pub dequantize_nodes: usize,
@@ -150,8 +153,8 @@ impl E2eResults {
         let _ = writeln!(md, "\n## Quantization\n");
         let _ = writeln!(
             md,
-            "- policy: {}\n- quantized tensors: {}\n- QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
-            q.policy, q.quantized_tensors, q.quantize_nodes, q.dequantize_nodes
+            "- policy: {} (chosen by {})\n- quantized tensors: {}\n- QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
+            q.policy, q.policy_chosen_by, q.quantized_tensors, q.quantize_nodes, q.dequantize_nodes
         );
         if let Some(s) = &q.smoothing {
             let _ = writeln!(md, "- smoothing: {s}");

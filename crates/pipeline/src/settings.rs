@@ -1,6 +1,7 @@
 //! Typed settings of the `qdq` commands, and the one place that turns them into the configs the steps take
 //! (sessions, data, range methods, the placement policy). The CLI fills these from flags and the config file.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -304,8 +305,10 @@ impl CalibSettings {
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct PolicySettings {
     /// Placement preset: tensorrt, migraphx, cpu, ort-compatible (`qdq quantize --list-policies` explains them).
-    #[cfg_attr(feature = "cli", arg(long = "policy", default_value = "tensorrt", value_name = "PRESET"))]
-    pub preset: String,
+    /// Default: the one made for --ep (cpu -> cpu, tensorrt -> tensorrt, migraphx -> migraphx; any other EP ->
+    /// tensorrt, the most accurate layout).
+    #[cfg_attr(feature = "cli", arg(long = "policy", value_name = "PRESET"))]
+    pub preset: Option<String>,
     /// Use ONNX Runtime's own QDQ layout (the `ort-compatible` preset), as the seeds' --ort_quant does.
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "ort_quant"))]
     pub ort_quant: bool,
@@ -322,15 +325,50 @@ pub struct PolicySettings {
     pub strict: bool,
 }
 
+/// The preset made for an execution provider: what `--policy` defaults to.
+pub fn preset_for_ep(ep: &Ep) -> &'static str {
+    match ep {
+        Ep::Cpu => "cpu",
+        Ep::MiGraphX(_) => "migraphx",
+        _ => "tensorrt",
+    }
+}
+
+/// Which preset a run uses, and why (printed, and recorded in results.json).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PolicyChoice {
+    pub preset: String,
+    /// `--policy`, `--ort-quant`, or `--ep <name>` when the preset followed the EP.
+    pub chosen_by: String,
+}
+
+impl fmt::Display for PolicyChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.chosen_by.starts_with("--ep") {
+            write!(f, "policy {} (the preset for {}; --policy chooses another)", self.preset, self.chosen_by)
+        } else {
+            write!(f, "policy {} (from {})", self.preset, self.chosen_by)
+        }
+    }
+}
+
 impl PolicySettings {
-    /// The preset in use: `ort-compatible` with `ort_quant`, else `preset`.
-    pub fn preset_name(&self) -> &str {
-        if self.ort_quant { "ort-compatible" } else { &self.preset }
+    /// The preset in use for a model meant for `ep`: `ort-compatible` with `ort_quant`, else `--policy`, else
+    /// [`preset_for_ep`].
+    pub fn choice(&self, ep: &Ep) -> PolicyChoice {
+        let (preset, chosen_by) = match (&self.preset, self.ort_quant) {
+            (_, true) => ("ort-compatible".to_owned(), "--ort-quant".to_owned()),
+            (Some(p), false) => (p.clone(), "--policy".to_owned()),
+            (None, false) => (preset_for_ep(ep).to_owned(), format!("--ep {}", ep.short_name())),
+        };
+        PolicyChoice { preset, chosen_by }
     }
 
-    /// The policy (overrides applied in order, then the exclusions and `strict`).
-    pub fn policy(&self) -> Result<qdq::Policy> {
-        let mut policy = qdq::Policy::preset(self.preset_name())?;
+    /// The policy for a model meant for `ep` (overrides applied in order, then the exclusions and `strict`), and
+    /// which preset it started from.
+    pub fn policy(&self, ep: &Ep) -> Result<(qdq::Policy, PolicyChoice)> {
+        let choice = self.choice(ep);
+        let mut policy = qdq::Policy::preset(&choice.preset)?;
         for (k, v) in &self.options {
             policy.set(k.trim(), v.trim())?;
         }
@@ -340,7 +378,7 @@ impl PolicySettings {
         if self.strict {
             policy.set("strict", "true")?;
         }
-        Ok(policy)
+        Ok((policy, choice))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, IoNames, MethodKind,
-    MethodOptions, MethodSettings, NoProgress, SquadVersion,
+    MethodOptions, MethodSettings, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
 };
 use runtime::SessionConfig;
 
@@ -51,7 +51,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         cal_num: 5,
         calibrate: CalibrateOptions { batch: 2, methods: methods(), num_bins: 512, session: SessionConfig::default() },
         policy: qdq::Policy::preset(policy).unwrap(),
-        policy_name: policy.to_owned(),
+        policy_choice: PolicyChoice { preset: policy.to_owned(), chosen_by: "--policy".to_owned() },
         eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1 },
         no_eval: false,
     }
@@ -283,4 +283,27 @@ fn warmup_runs_are_not_timed_and_change_nothing() {
     assert_eq!(cold.predictions, warm.predictions);
     assert_eq!((cold.latency.batches, cold.latency.features), (warm.latency.batches, warm.latency.features));
     assert_eq!(cold.score, warm.score);
+}
+
+#[test]
+fn the_policy_follows_the_ep_unless_given() {
+    let settings = |preset: Option<&str>, ort_quant: bool| PolicySettings {
+        preset: preset.map(str::to_owned),
+        ort_quant,
+        options: vec![],
+        exclude_nodes: vec![],
+        strict: false,
+    };
+    let ep = |name: &str| name.parse::<runtime::Ep>().unwrap();
+    for (name, preset) in [("cpu", "cpu"), ("tensorrt", "tensorrt"), ("migraphx", "migraphx"), ("cuda", "tensorrt")] {
+        let (policy, choice) = settings(None, false).policy(&ep(name)).unwrap();
+        assert_eq!(choice, PolicyChoice { preset: preset.into(), chosen_by: format!("--ep {name}") });
+        assert_eq!(policy.preset, preset);
+        assert!(choice.to_string().contains("--policy chooses another"), "{choice}");
+    }
+    let (policy, choice) = settings(Some("tensorrt"), false).policy(&ep("cpu")).unwrap();
+    assert_eq!((policy.preset.as_str(), choice.chosen_by.as_str()), ("tensorrt", "--policy"));
+    let (_, choice) = settings(Some("cpu"), true).policy(&ep("tensorrt")).unwrap();
+    assert_eq!((choice.preset.as_str(), choice.chosen_by.as_str()), ("ort-compatible", "--ort-quant"));
+    assert!(settings(Some("nope"), false).policy(&ep("cpu")).is_err());
 }
