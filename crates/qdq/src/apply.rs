@@ -58,23 +58,25 @@ impl Plan {
         let g = model.graph_mut();
         let mut names = NameSet::from_graph(g);
         let (mut inserts, mut shifts) = (Inserts::new(), Shifts::new());
+        // Embeddings first: they edit nodes by the plan's indices and add no node before any other insert point.
+        inserts.extend(crate::embedding::apply_tables(g, &mut names, &self.embeddings)?);
         for t in &self.tensors {
             insert_pairs(g, &mut names, t, &mut inserts, &mut shifts)?;
         }
-        let has_shifts = !shifts.is_empty();
-        if has_shifts {
+        let resort = !shifts.is_empty() || !self.embeddings.is_empty();
+        if !shifts.is_empty() {
             shift::correct(g, &mut names, shifts, &mut inserts)?;
         }
         inserts.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
         for (at, nodes) in inserts {
             g.insert_nodes(at, nodes);
         }
-        if has_shifts {
-            // A correction and the pair of the MatMul output's next reader can share an insertion index; whichever
-            // order they landed in, sorting makes it topological.
+        if resort {
+            // A correction (or an embedding's DequantizeLinear) and the pair of the next reader can share an insertion
+            // index; whichever order they landed in, sorting makes it topological.
             g.sort_nodes()?;
         }
-        if self.tensors.iter().any(|t| t.int8_initializer) {
+        if self.tensors.iter().any(|t| t.int8_initializer) || !self.embeddings.is_empty() {
             g.remove_unused_initializers();
         }
         Ok(())
@@ -97,6 +99,17 @@ impl Plan {
                     return Err(Error::PlanMismatch {
                         reason: format!("input {} of node '{}' is not '{}'", c.slot, c.node_name, t.tensor),
                     });
+                }
+            }
+        }
+        for e in &self.embeddings {
+            for c in &e.gathers {
+                let ok = nodes
+                    .get(c.node)
+                    .is_some_and(|n| n.name() == c.node_name && n.input.first().is_some_and(|i| *i == e.table));
+                if !ok {
+                    let reason = format!("input 0 of node '{}' is not the table '{}'", c.node_name, e.table);
+                    return Err(Error::PlanMismatch { reason });
                 }
             }
         }

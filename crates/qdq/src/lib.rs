@@ -27,6 +27,7 @@
 
 mod apply;
 mod coverage;
+mod embedding;
 mod error;
 mod params;
 mod patterns;
@@ -39,13 +40,14 @@ mod smooth;
 mod types;
 
 pub use coverage::{Coverage, OpCoverage, PairInfo, QdqCounts, coverage};
+pub use embedding::EmbeddingTable;
 pub use error::{Error, Result};
 pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
 };
 pub use policy::{
-    Activations, DEFAULT_SMOOTH_ALPHA, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd, SmoothTargets,
-    SoftmaxRange, WeightStorage,
+    Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd,
+    SmoothTargets, SoftmaxRange, WeightStorage,
 };
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{

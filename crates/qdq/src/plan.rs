@@ -4,6 +4,7 @@ use std::fmt;
 
 use onnx_ir::{GraphIndex, Model};
 
+use crate::embedding::EmbeddingTable;
 use crate::error::{Error, Result};
 use crate::params::{TensorParams, tensor_params};
 use crate::policy::{Policy, WeightStorage};
@@ -47,6 +48,8 @@ pub struct Plan {
     pub tensors: Vec<PlannedTensor>,
     /// Tensors left in float, with reasons.
     pub skipped: Vec<Skipped>,
+    /// Embedding tables stored as int8 (policy `embeddings = int8`).
+    pub embeddings: Vec<EmbeddingTable>,
     /// `Some((from, to))` if the default-domain opset will be raised.
     pub opset_bump: Option<(i64, i64)>,
     /// Number of nodes of the model the plan was made for.
@@ -80,7 +83,8 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     let ix = GraphIndex::new(model.graph());
     let mut sel = select(&ix, policy)?;
     let skipped = std::mem::take(&mut sel.skipped);
-    let mut plan = Plan { tensors: vec![], skipped, opset_bump: None, node_count: ix.graph().node.len() };
+    let embeddings = crate::embedding::plan_tables(&ix, policy)?;
+    let mut plan = Plan { tensors: vec![], skipped, embeddings, opset_bump: None, node_count: ix.graph().node.len() };
     for (t, first) in &sel.tensors {
         match tensor_params(&ix, &sel, t, ranges, policy)? {
             Some(p) => plan.tensors.push(planned_tensor(&ix, &sel, t, p, policy)),
@@ -92,7 +96,8 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
         }
     }
     let opset = model.opset("").unwrap_or(1);
-    if !plan.tensors.is_empty() && opset < MIN_QDQ_OPSET {
+    // Per-channel DequantizeLinear (and the embeddings' axis -1) needs opset 13.
+    if !(plan.tensors.is_empty() && plan.embeddings.is_empty()) && opset < MIN_QDQ_OPSET {
         plan.opset_bump = Some((opset, MIN_QDQ_OPSET));
     }
     Ok(plan)
@@ -174,6 +179,17 @@ impl fmt::Display for Plan {
                 .map(|p| p.iter().map(|c| format!("{}[{}]", c.node_name, c.slot)).collect::<Vec<_>>().join(" "))
                 .collect();
             writeln!(f, "{:<48} {kind:<10} {qt:<5} {scale:>12} {zp:>4} {axis:>5} {}", t.tensor, pairs.join(" | "))?;
+        }
+        for e in &self.embeddings {
+            let (scale, zp, axis) = crate::coverage::param_columns(&e.scales, &vec![0; e.scales.len()], Some(1));
+            let gathers: Vec<String> = e.gathers.iter().map(|c| c.node_name.clone()).collect();
+            writeln!(
+                f,
+                "{:<48} {:<10} int8  {scale:>12} {zp:>4} {axis:>5} {}",
+                e.table,
+                "embedding",
+                gathers.join(" ")
+            )?;
         }
         if !self.skipped.is_empty() {
             writeln!(f, "skipped:")?;

@@ -102,6 +102,16 @@ keywords! {
 }
 
 keywords! {
+    /// How embedding tables (float initializers that only Gathers read) are stored.
+    Embeddings {
+        /// As they are.
+        Float = "float",
+        /// int8, one symmetric scale per column, a DequantizeLinear after each Gather ([`crate::EmbeddingTable`]).
+        Int8 = "int8",
+    }
+}
+
+keywords! {
     /// How activations are quantized.
     Activations {
         /// int8 with zero point 0 (TensorRT, MIGraphX).
@@ -256,6 +266,16 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "embeddings",
+        doc: "embedding tables (float initializers only Gathers read) as they are, or int8 with one scale per column and a DequantizeLinear after each Gather (a 4x smaller table)",
+        values: "float or int8",
+        get: |p| p.embeddings.to_string(),
+        set: |p, v| {
+            p.embeddings = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "reduce_range",
         doc: "7-bit weights, avoiding u8s8 saturation in ONNX Runtime's CPU kernels on x86 without VNNI",
         values: "true or false",
@@ -371,6 +391,8 @@ pub struct Policy {
     pub per_channel: bool,
     /// Weight representation.
     pub weights: WeightStorage,
+    /// Embedding table representation.
+    pub embeddings: Embeddings,
     /// 7-bit weights (int8 [-64, 64]), as ORT's `reduce_range`: avoids u8s8 saturation in
     /// ORT's CPU integer kernels on x86 without VNNI. Activations keep the full range.
     pub reduce_range: bool,
@@ -400,7 +422,7 @@ impl Policy {
     /// Adds quantized. `tensorrt` and `migraphx` (identical) leave residual Adds in float, smooth every
     /// constant-weight MatMul input and quantize Softmax outputs shifted (see docs/QUANTIZATION.md).
     /// `cpu` quantizes MatMuls only (smoothed as in `tensorrt`), with asymmetric uint8 activations, shared pairs and 7-bit
-    /// (`reduce_range`) int8 weight initializers, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
+    /// (`reduce_range`) int8 weight initializers, int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
     /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
@@ -416,6 +438,7 @@ impl Policy {
             activations: Activations::Int8Symmetric,
             per_channel: true,
             weights: WeightStorage::QdqPair,
+            embeddings: Embeddings::Float,
             reduce_range: false,
             softmax_range: SoftmaxRange::Calibrated,
             smooth: None,
@@ -446,6 +469,7 @@ impl Policy {
                 dedicated_pairs: false,
                 activations: Activations::Uint8Asymmetric,
                 weights: WeightStorage::Int8Initializer,
+                embeddings: Embeddings::Int8,
                 reduce_range: true,
                 softmax_range: SoftmaxRange::Full,
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),

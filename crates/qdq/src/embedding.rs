@@ -1,0 +1,126 @@
+//! Int8 embedding tables ([`Embeddings::Int8`]): a float table that only Gathers read (on axis 0) is stored as int8
+//! with one symmetric scale per column; each Gather reads the int8 table and a DequantizeLinear after it (axis -1:
+//! the table's columns are the last dimension of the gathered rows) restores the float rows. Only the rows a batch
+//! uses are dequantized, and the file holds one byte per value instead of four (MiniLM's word embeddings are half
+//! of its FP32 size).
+
+use onnx_ir::proto::tensor_proto::DataType;
+use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
+use onnx_ir::{GraphExt, GraphIndex, NameSet, NodeExt, attr_int, get_attr_int, node};
+
+use crate::error::{Error, Result};
+use crate::policy::{Embeddings, Policy};
+use crate::scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
+use crate::types::Consumer;
+
+/// Symmetric int8 over the full [-127, 127]: the table is a weight, every value is known.
+const SPEC: QuantSpec = QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false };
+
+/// One embedding table stored as int8.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EmbeddingTable {
+    /// The float initializer replaced.
+    pub table: String,
+    /// The Gathers that read it (input 0).
+    pub gathers: Vec<Consumer>,
+    /// One scale per column (the table's axis 1).
+    pub scales: Vec<f32>,
+}
+
+/// The tables `policy` stores as int8: float 2-D initializers (not graph inputs, not excluded by `exclude_tensors`)
+/// whose every reader is a Gather on axis 0 that the node lists pass.
+pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<EmbeddingTable>> {
+    if policy.embeddings != Embeddings::Int8 {
+        return Ok(vec![]);
+    }
+    let m = policy.matchers()?;
+    let g = ix.graph();
+    let mut tables = vec![];
+    for init in &g.initializer {
+        let t = init.name();
+        let float_2d = init.data_type() == DataType::Float as i32 && init.dims.len() == 2;
+        if !float_2d || g.input.iter().any(|i| i.name() == t) || m.tensor_excluded(t) {
+            continue;
+        }
+        let readers = ix.readers(t);
+        let gathers_only = !readers.is_empty()
+            && readers.iter().all(|&(n, slot)| {
+                let n = ix.node(n);
+                n.op_type() == "Gather" && slot == 0 && gather_axis(n) == Some(0) && m.node_selected(n.name())
+            });
+        if !gathers_only {
+            continue;
+        }
+        let gathers = readers
+            .iter()
+            .map(|&(n, slot)| Consumer { node: n, node_name: ix.node(n).name().to_owned(), slot })
+            .collect();
+        tables.push(EmbeddingTable { table: t.to_owned(), gathers, scales: column_scales(init)? });
+    }
+    Ok(tables)
+}
+
+/// A Gather's axis (default 0); `None` if the attribute is malformed.
+fn gather_axis(n: &NodeProto) -> Option<i64> {
+    get_attr_int(n, "axis").ok().map(|a| a.unwrap_or(0))
+}
+
+fn column_params(scale: f32) -> ScaleZp {
+    ScaleZp { scale, zero_point: 0, degenerate: false }
+}
+
+fn column_scales(init: &TensorProto) -> Result<Vec<f32>> {
+    let a = onnx_ir::tensor_to_array::<f32>(init)?;
+    if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
+        let reason = format!("embedding table contains non-finite value {bad}");
+        return Err(Error::BadWeight { tensor: init.name().to_owned(), reason });
+    }
+    Ok(a.axis_iter(ndarray::Axis(1))
+        .map(|col| {
+            let amax = col.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            compute_scale_zp(-amax, amax, SPEC).scale
+        })
+        .collect())
+}
+
+fn quantized_table(name: &str, init: &TensorProto, scales: &[f32]) -> Result<TensorProto> {
+    let a = onnx_ir::tensor_to_array::<f32>(init)?;
+    let (qmin, qmax) = SPEC.qtype.range(true, false);
+    let cols = scales.len();
+    let values =
+        a.iter().enumerate().map(|(k, &v)| quantize_value(v, column_params(scales[k % cols]), qmin, qmax) as i8);
+    Ok(onnx_ir::tensor_from_vec::<i8>(name, a.shape(), values.collect())?)
+}
+
+/// Replaces each table by its int8 form and gives each of its Gathers a DequantizeLinear (returned with the index
+/// of the node it must precede; the caller inserts them). Node indices must be those the plan was made for.
+pub(crate) fn apply_tables(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    tables: &[EmbeddingTable],
+) -> Result<Vec<(usize, Vec<NodeProto>)>> {
+    let mut inserts = vec![];
+    for t in tables {
+        let init =
+            g.initializer(&t.table).ok_or_else(|| Error::Missing { name: t.table.clone(), what: "initializer" })?;
+        let q = names.fresh(&format!("{}_quantized", t.table));
+        let qt = quantized_table(&q, init, &t.scales)?;
+        let scale = names.fresh(&format!("{}_scale", t.table));
+        let zp = names.fresh(&format!("{}_zero_point", t.table));
+        let cols = [t.scales.len()];
+        g.add_initializer(qt);
+        g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&scale, &cols, t.scales.clone())?);
+        g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&zp, &cols, vec![0; t.scales.len()])?);
+        for c in &t.gathers {
+            g.rewire_input(c.node, 0, &q)?;
+            let gather = &mut g.node[c.node];
+            let rows = gather.output[0].clone();
+            let int8_rows = names.fresh(&format!("{rows}_int8"));
+            gather.output[0] = int8_rows.clone();
+            let dq_name = names.fresh(&format!("{}_DequantizeLinear", c.node_name));
+            let dq = node("DequantizeLinear", &dq_name, &[&int8_rows, &scale, &zp], &[&rows]);
+            inserts.push((c.node + 1, vec![dq.with_attr(attr_int("axis", -1))]));
+        }
+    }
+    Ok(inserts)
+}
