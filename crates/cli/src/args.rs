@@ -139,7 +139,8 @@ pub struct QuantizeArgs {
     pub model: Option<PathBuf>,
     /// Ranges: calibration.json from `qdq calibrate`, any of the three files ONNX Runtime's write_calibration_table
     /// writes (calibration.json, .flatbuffers, .cache), or a TensorRT calibration cache; told apart by content.
-    #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
+    /// Required unless --mode dynamic.
+    #[arg(long, value_name = "FILE")]
     pub ranges: Option<PathBuf>,
     /// Where to write the QDQ model.
     #[arg(long, short, value_name = "FILE")]

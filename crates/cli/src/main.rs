@@ -117,10 +117,17 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
         println!("{}", pipeline::describe_policies()?);
         return Ok(());
     }
-    let (Some(model), Some(ranges)) = (a.model, a.ranges) else {
-        bail!("qdq quantize needs --model FILE and --ranges FILE");
+    let Some(model) = a.model else {
+        bail!("qdq quantize needs --model FILE");
     };
-    let job = pipeline::QuantizeJob { model, ranges, output: a.output, dry_run: a.dry_run, policy: a.policy, ep: a.ep };
+    let job = pipeline::QuantizeJob {
+        model,
+        ranges: a.ranges,
+        output: a.output,
+        dry_run: a.dry_run,
+        policy: a.policy,
+        ep: a.ep,
+    };
     emit(&pipeline::quantize_file(&job)?, a.json)
 }
 

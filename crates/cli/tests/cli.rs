@@ -455,3 +455,37 @@ fn quantize_without_an_output_fails_before_any_work() {
     let e = one_error(&o);
     assert!(e.contains("--output") && !e.contains("absent"), "{e}");
 }
+
+/// `--mode dynamic`: `quantize` needs no ranges (a plan with --dry-run, a model that `eval` runs otherwise), static
+/// `quantize` without ranges says what is missing, and `calibrate` refuses the mode with the way out.
+#[test]
+fn dynamic_mode_quantizes_without_ranges() {
+    let f = tiny();
+    let model = f.model.to_str().unwrap();
+    let out = f.dir.path().join("dynamic.onnx");
+    let plan = qdq(&["quantize", "--model", model, "--mode", "dynamic", "--dry-run", "--json"]);
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    let doc: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!((doc["schema"].as_str(), doc["mode"].as_str()), (Some("qdq.quantize/1"), Some("dynamic")));
+    assert!(doc["plan"]["matmuls"].as_array().unwrap().len() >= 7, "{doc}");
+    assert!(!out.exists());
+    let o = qdq(&["quantize", "--model", model, "--mode", "dynamic", "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let inspect = qdq(&["inspect", out.to_str().unwrap(), "--json"]);
+    let i: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert!(i.to_string().contains("MatMulInteger") && i.to_string().contains("DynamicQuantizeLinear"), "{i}");
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    let args = ["eval", "--model", out.to_str().unwrap(), "--vocab", vocab.to_str().unwrap()];
+    let e = qdq(&[&args[..], &["--dataset", data.to_str().unwrap()], &small].concat());
+    assert!(e.status.success(), "{}", stderr(&e));
+    let e = one_error(&qdq(&["quantize", "--model", model, "-o", out.to_str().unwrap()]));
+    assert!(e.contains("--ranges") && e.contains("--mode dynamic"), "{e}");
+    let c = qdq(&["calibrate", "--model", model, "--calibration-data", data.to_str().unwrap(), "--mode", "dynamic"]);
+    let e = one_error(&c);
+    assert!(e.contains("no calibration") && e.contains("qdq quantize --mode dynamic"), "{e}");
+    // A mistyped mode is a usage error (exit 2) listing the valid ones.
+    let o = qdq(&["quantize", "--model", model, "--mode", "fast", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("static, dynamic"), "{}", stderr(&o));
+}

@@ -9,7 +9,7 @@ use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
-use crate::settings::PolicyChoice;
+use crate::settings::{Mode, PolicyChoice};
 use crate::{Error, Progress, Result, write_predictions};
 
 /// Everything an e2e run needs. The CLI fills it from flags and the config file.
@@ -28,6 +28,8 @@ pub struct E2eConfig {
     pub policy: qdq::Policy,
     /// Which preset `policy` started from, and why.
     pub policy_choice: PolicyChoice,
+    /// Static (calibrated) or dynamic (no calibration; `calibration_data` and `calibrate` unused).
+    pub mode: Mode,
     /// Session settings of the FP32 evaluation; the INT8 one is passed to [`e2e`] (see
     /// [`crate::RuntimeSettings::int8_session`]).
     pub eval: EvalOptions,
@@ -56,30 +58,15 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         d.fit_model(&model, &cfg.model)?;
         Some(d)
     };
-    let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
-    cal_data.fit_model(&model, &cfg.model)?;
-
-    // 1. calibrate (after smoothing, when the policy asks for it: the ranges are those of the smoothed model)
-    // FP32 is evaluated on the original model, not the (equivalent in exact arithmetic) smoothed one.
-    let (smoothed, smoothing) = match smooth_model(&model, &cfg.policy, &cal_data, &cfg.calibrate, progress)? {
-        Some((m, s)) => {
-            progress.note(&s.describe());
-            (Some(m), Some(s))
+    // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
+    let (qmodel, calibration, quantization) = match cfg.mode {
+        Mode::Static => {
+            let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
+            cal_data.fit_model(&model, &cfg.model)?;
+            quantize_static(cfg, &model, &cal_data, progress)?
         }
-        None => (None, None),
+        Mode::Dynamic => quantize_dynamic(cfg, &model)?,
     };
-    let to_quantize = smoothed.as_ref().unwrap_or(&model);
-    let tensors = qdq::tensors_to_calibrate(to_quantize, &cfg.policy)?;
-    let cal = calibrate(to_quantize, &tensors, &cal_data, &cfg.calibrate, progress)?;
-    write_tables(&cal, &cfg.out)?;
-    let non_finite: Vec<String> =
-        cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
-
-    // 2. quantize
-    let main = &cal.tables[0];
-    let (qmodel, plan) = qdq::quantize(to_quantize, &main.min_max(), &cfg.policy)?;
-    drop(smoothed);
-    let counts = qdq::QdqCounts::of(&qmodel);
     let qpath = cfg.out.join("model_qdq.onnx");
     qmodel.save(&qpath)?;
     let qbytes = qmodel.to_bytes()?;
@@ -88,24 +75,8 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let mut results = E2eResults {
         qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
         dataset: cfg.dataset.display().to_string(),
-        calibration: CalibrationSummary {
-            data: cfg.calibration_data.display().to_string(),
-            questions: cal.questions,
-            features: cal.features,
-            tensors: cal.tensors.len(),
-            method: main.method.clone(),
-            seconds: cal.seconds,
-            non_finite_tensors: non_finite,
-        },
-        quantization: QuantizationSummary {
-            policy: cfg.policy_choice.preset.clone(),
-            policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
-            quantized_tensors: plan.tensors.len(),
-            quantize_nodes: counts.quantize,
-            dequantize_nodes: counts.dequantize,
-            smoothing: smoothing.as_ref().map(|s| s.describe()),
-            skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
-        },
+        calibration,
+        quantization,
         fp32: None,
         int8: None,
     };
@@ -125,6 +96,83 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     }
     results.write(&cfg.out)?;
     Ok(results)
+}
+
+/// Smoothing (when the policy asks for it: the ranges are those of the smoothed model), calibration, the tables,
+/// then Q/DQ placement. FP32 is evaluated on the original model, not the (equivalent in exact arithmetic) smoothed one.
+fn quantize_static(
+    cfg: &E2eConfig,
+    model: &Model,
+    cal_data: &Corpus,
+    progress: &dyn Progress,
+) -> Result<(Model, Option<CalibrationSummary>, QuantizationSummary)> {
+    let (smoothed, smoothing) = match smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)? {
+        Some((m, s)) => {
+            progress.note(&s.describe());
+            (Some(m), Some(s))
+        }
+        None => (None, None),
+    };
+    let to_quantize = smoothed.as_ref().unwrap_or(model);
+    let tensors = qdq::tensors_to_calibrate(to_quantize, &cfg.policy)?;
+    let cal = calibrate(to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
+    write_tables(&cal, &cfg.out)?;
+    let non_finite: Vec<String> =
+        cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
+    let main = &cal.tables[0];
+    let (qmodel, plan) = qdq::quantize(to_quantize, &main.min_max(), &cfg.policy)?;
+    let counts = qdq::QdqCounts::of(&qmodel);
+    let calibration = CalibrationSummary {
+        data: cfg.calibration_data.display().to_string(),
+        questions: cal.questions,
+        features: cal.features,
+        tensors: cal.tensors.len(),
+        method: main.method.clone(),
+        seconds: cal.seconds,
+        non_finite_tensors: non_finite,
+    };
+    let quantization = QuantizationSummary {
+        quantized_tensors: plan.tensors.len(),
+        quantize_nodes: counts.quantize,
+        dequantize_nodes: counts.dequantize,
+        embedding_tables: plan.embeddings.len(),
+        smoothing: smoothing.as_ref().map(|s| s.describe()),
+        skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
+        ..summary_base(cfg)
+    };
+    Ok((qmodel, Some(calibration), quantization))
+}
+
+/// [`qdq::quantize_dynamic`]: no calibration, so no tables and no smoothing.
+fn quantize_dynamic(
+    cfg: &E2eConfig,
+    model: &Model,
+) -> Result<(Model, Option<CalibrationSummary>, QuantizationSummary)> {
+    let (qmodel, plan) = qdq::quantize_dynamic(model, &cfg.policy)?;
+    tracing::info!("{}", plan.to_string().lines().next().unwrap_or_default());
+    let counts = qdq::QdqCounts::of(&qmodel);
+    let quantization = QuantizationSummary {
+        quantized_tensors: plan.matmuls.len(),
+        quantize_nodes: counts.quantize,
+        dequantize_nodes: counts.dequantize,
+        embedding_tables: plan.embeddings.len(),
+        ..summary_base(cfg)
+    };
+    Ok((qmodel, None, quantization))
+}
+
+fn summary_base(cfg: &E2eConfig) -> QuantizationSummary {
+    QuantizationSummary {
+        mode: cfg.mode,
+        policy: cfg.policy_choice.preset.clone(),
+        policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
+        quantized_tensors: 0,
+        quantize_nodes: 0,
+        dequantize_nodes: 0,
+        embedding_tables: 0,
+        smoothing: None,
+        skipped: vec![],
+    }
 }
 
 fn file_len(p: &Path) -> u64 {

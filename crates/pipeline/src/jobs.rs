@@ -12,7 +12,7 @@ use crate::data::Corpus;
 use crate::e2e::{E2eConfig, e2e};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::report::E2eResults;
-use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings};
+use crate::settings::{CalibSettings, DataSettings, Mode, PolicySettings, RuntimeSettings};
 use crate::{Error, Progress, Result, write_predictions};
 
 /// What a job hands back: its text (`Display`, what the command prints) and its `--json` document (docs/JSON.md).
@@ -88,6 +88,9 @@ impl fmt::Display for CalibrateReport {
 /// Runs [`CalibrateJob`]: model_smoothed.onnx (when smoothing), calibration.json, calibration_<method>.json,
 /// calibration.flatbuffers, calibration.cache and calib_state.json into `job.out`.
 pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<CalibrateReport> {
+    if job.policy.mode == Mode::Dynamic {
+        return Err(Error::Config("--mode dynamic needs no calibration: run `qdq quantize --mode dynamic`".into()));
+    }
     let Some(calibration_data) = &job.calib.calibration_data else {
         return Err(Error::Config("qdq calibrate needs --calibration-data FILE".into()));
     };
@@ -138,8 +141,8 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
 pub struct QuantizeJob {
     pub model: PathBuf,
     /// qdq's or ONNX Runtime's calibration.json, ONNX Runtime's calibration.flatbuffers or calibration.cache, or a
-    /// TensorRT calibration cache ([`calib::tables::read_ranges`]).
-    pub ranges: PathBuf,
+    /// TensorRT calibration cache ([`calib::tables::read_ranges`]). Required in static mode, unused in dynamic.
+    pub ranges: Option<PathBuf>,
     /// Where the QDQ model goes; `None` only with `dry_run`.
     pub output: Option<PathBuf>,
     /// Plan only, write nothing.
@@ -153,6 +156,7 @@ pub struct QuantizeJob {
 #[derive(Debug, Clone)]
 pub enum QuantizeReport {
     Planned(qdq::Plan),
+    PlannedDynamic(qdq::DynamicPlan),
     Written { output: PathBuf, tensors: usize, skipped: usize },
 }
 
@@ -164,6 +168,12 @@ impl Report for QuantizeReport {
                 "schema": "qdq.quantize/1",
                 "dry_run": true,
                 "pairs": plan.pair_count(),
+                "plan": plan,
+            }),
+            QuantizeReport::PlannedDynamic(plan) => serde_json::json!({
+                "schema": "qdq.quantize/1",
+                "dry_run": true,
+                "mode": "dynamic",
                 "plan": plan,
             }),
             QuantizeReport::Written { output, tensors, skipped } => serde_json::json!({
@@ -181,6 +191,7 @@ impl fmt::Display for QuantizeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             QuantizeReport::Planned(plan) => write!(f, "{plan}"),
+            QuantizeReport::PlannedDynamic(plan) => write!(f, "{plan}"),
             QuantizeReport::Written { output, tensors, skipped } => {
                 write!(f, "Wrote {} ({tensors} tensors quantized, {skipped} skipped)", output.display())
             }
@@ -195,20 +206,23 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     }
     let (policy, choice) = job.policy.policy(&job.ep)?;
     tracing::info!("{choice}");
+    if job.policy.mode == Mode::Dynamic {
+        return quantize_file_dynamic(job, &policy);
+    }
+    let Some(ranges) = &job.ranges else {
+        return Err(Error::Config("qdq quantize needs --ranges FILE (or --mode dynamic, which needs none)".into()));
+    };
     let model = Model::load(&job.model)?;
-    let table = calib::tables::read_ranges(&job.ranges)?;
+    let table = calib::tables::read_ranges(ranges)?;
     // A bad entry matters only for a tensor the policy quantizes; ONNX Runtime's tables list every tensor it saw.
     if !table.rejected.is_empty() {
         let wanted = qdq::tensors_to_calibrate(&model, &policy)?;
         for (tensor, why) in &table.rejected {
             if wanted.contains(tensor) {
                 let reason = format!("tensor '{tensor}', which the policy quantizes: {why}");
-                return Err(Error::Input { path: job.ranges.clone(), reason });
+                return Err(Error::Input { path: ranges.clone(), reason });
             }
-            tracing::warn!(
-                "{}: tensor '{tensor}' left out ({why}); the policy does not quantize it",
-                job.ranges.display()
-            );
+            tracing::warn!("{}: tensor '{tensor}' left out ({why}); the policy does not quantize it", ranges.display());
         }
     }
     let plan = qdq::plan(&model, &table.ranges, &policy).map_err(|e| match e {
@@ -222,6 +236,20 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     plan.apply(&mut model)?;
     model.save(output)?;
     Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped: plan.skipped.len() })
+}
+
+/// `qdq quantize --mode dynamic`: no ranges ([`qdq::quantize_dynamic`]).
+fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<QuantizeReport> {
+    if job.ranges.is_some() {
+        tracing::warn!("--ranges is not used in dynamic mode");
+    }
+    let model = Model::load(&job.model)?;
+    let (qmodel, plan) = qdq::quantize_dynamic(&model, policy)?;
+    let (Some(output), false) = (&job.output, job.dry_run) else {
+        return Ok(QuantizeReport::PlannedDynamic(plan));
+    };
+    qmodel.save(output)?;
+    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.matmuls.len(), skipped: 0 })
 }
 
 /// `qdq eval`: one model on SQuAD.
@@ -370,6 +398,10 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
     }
     let (policy, choice) = job.policy.policy(&job.runtime.ep)?;
     tracing::info!("{choice}");
+    if job.policy.mode == Mode::Dynamic && !matches!(job.runtime.ep, Ep::Cpu) {
+        progress
+            .note("--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all");
+    }
     let cfg = E2eConfig {
         model: job.model.clone(),
         calibration_data: job.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
@@ -381,6 +413,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
         calibrate: job.calib.options(job.batch, &fp32)?,
         policy,
         policy_choice: choice,
+        mode: job.policy.mode,
         eval: EvalOptions { batch: job.batch, session: fp32, warmup: job.runtime.warmup },
         no_eval: job.no_eval,
     };

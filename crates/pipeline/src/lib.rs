@@ -31,8 +31,8 @@ pub use jobs::{
     Report, calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
 };
 pub use settings::{
-    CalibSettings, DataSettings, IoNames, MethodSettings, PolicyChoice, PolicySettings, RuntimeSettings, SquadVersion,
-    calibration_session, describe_policies, preset_for_ep,
+    CalibSettings, DataSettings, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings, RuntimeSettings,
+    SquadVersion, calibration_session, describe_policies, preset_for_ep,
 };
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};

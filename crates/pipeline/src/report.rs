@@ -76,6 +76,9 @@ pub struct CalibrationSummary {
 /// Quantization summary in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct QuantizationSummary {
+    /// `static` (calibrated Q/DQ pairs) or `dynamic` (inputs quantized at run time).
+    #[serde(default)]
+    pub mode: crate::settings::Mode,
     pub policy: String,
     /// What chose the preset: `--policy`, `--ort-quant`, or `--ep <name>` (the EP's own preset).
     #[serde(default)]
@@ -83,6 +86,9 @@ pub struct QuantizationSummary {
     pub quantized_tensors: usize,
     pub quantize_nodes: usize,
     pub dequantize_nodes: usize,
+    /// Embedding tables stored as int8.
+    #[serde(default)]
+    pub embedding_tables: usize,
     /// SmoothQuant-style migration applied before calibration (one line), if any.
     #[serde(default)]
     pub smoothing: Option<String>,
@@ -95,7 +101,8 @@ pub struct QuantizationSummary {
 pub struct E2eResults {
     pub qdq_version: String,
     pub dataset: String,
-    pub calibration: CalibrationSummary,
+    /// `None` in dynamic mode (no calibration).
+    pub calibration: Option<CalibrationSummary>,
     pub quantization: QuantizationSummary,
     pub fp32: Option<ModelResult>,
     pub int8: Option<ModelResult>,
@@ -135,26 +142,39 @@ impl E2eResults {
 
     /// report.md: the table plus how the numbers were made.
     pub fn markdown(&self) -> String {
-        let c = &self.calibration;
         let q = &self.quantization;
         let mut md = String::new();
         let _ = writeln!(md, "# qdq e2e report\n");
         let _ = writeln!(md, "Dataset: `{}`\n", self.dataset);
         md.push_str(&self.table());
         let _ = writeln!(md, "\n## Calibration\n");
-        let _ = writeln!(
-            md,
-            "- data: `{}` ({} questions, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s",
-            c.data, c.questions, c.features, c.method, c.tensors, c.seconds
-        );
-        if !c.non_finite_tensors.is_empty() {
-            let _ = writeln!(md, "- tensors with NaN/Inf values (excluded): {}", c.non_finite_tensors.join(", "));
+        match &self.calibration {
+            Some(c) => {
+                let _ = writeln!(
+                    md,
+                    "- data: `{}` ({} questions, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s",
+                    c.data, c.questions, c.features, c.method, c.tensors, c.seconds
+                );
+                if !c.non_finite_tensors.is_empty() {
+                    let _ =
+                        writeln!(md, "- tensors with NaN/Inf values (excluded): {}", c.non_finite_tensors.join(", "));
+                }
+            }
+            None => {
+                let _ = writeln!(md, "- none: dynamic mode quantizes each MatMul input at run time");
+            }
         }
         let _ = writeln!(md, "\n## Quantization\n");
         let _ = writeln!(
             md,
-            "- policy: {} (chosen by {})\n- quantized tensors: {}\n- QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
-            q.policy, q.policy_chosen_by, q.quantized_tensors, q.quantize_nodes, q.dequantize_nodes
+            "- mode: {}\n- policy: {} (chosen by {})\n- quantized tensors: {}\n- int8 embedding tables: {}\n- QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
+            q.mode,
+            q.policy,
+            q.policy_chosen_by,
+            q.quantized_tensors,
+            q.embedding_tables,
+            q.quantize_nodes,
+            q.dequantize_nodes
         );
         if let Some(s) = &q.smoothing {
             let _ = writeln!(md, "- smoothing: {s}");

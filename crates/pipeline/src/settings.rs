@@ -309,6 +309,14 @@ pub struct PolicySettings {
     /// tensorrt, the most accurate layout).
     #[cfg_attr(feature = "cli", arg(long = "policy", value_name = "PRESET"))]
     pub preset: Option<String>,
+    /// static: calibrated ranges in Q/DQ pairs. dynamic: no calibration; constant-weight MatMuls get int8 weights and
+    /// their inputs are quantized at run time (DynamicQuantizeLinear + MatMulInteger, which ONNX Runtime's CPU EP
+    /// fuses into DynamicQuantizeMatMul), embeddings as the policy's `embeddings` option says; for CPU only.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "static", value_name = "MODE", value_parser = cli::choice::<Mode>(&Mode::NAMES))
+    )]
+    pub mode: Mode,
     /// Use ONNX Runtime's own QDQ layout (the `ort-compatible` preset), as the seeds' --ort_quant does.
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "ort_quant"))]
     pub ort_quant: bool,
@@ -323,6 +331,41 @@ pub struct PolicySettings {
     /// Fail if a tensor the policy would quantize has no range (default: skip it and list it).
     #[cfg_attr(feature = "cli", arg(long))]
     pub strict: bool,
+}
+
+/// How activations are quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Calibrated ranges, fixed in Q/DQ pairs.
+    #[default]
+    Static,
+    /// No calibration: weights int8, each MatMul input quantized at run time ([`qdq::quantize_dynamic`]).
+    Dynamic,
+}
+
+impl Mode {
+    pub const NAMES: [&'static str; 2] = ["static", "dynamic"];
+}
+
+impl FromStr for Mode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "static" => Ok(Mode::Static),
+            "dynamic" => Ok(Mode::Dynamic),
+            _ => Err(Error::Config(format!("unknown --mode `{s}`; valid: {}", Mode::NAMES.join(", ")))),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Static => "static",
+            Mode::Dynamic => "dynamic",
+        })
+    }
 }
 
 /// The preset made for an execution provider: what `--policy` defaults to.

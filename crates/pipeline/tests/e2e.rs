@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, IoNames, MethodKind,
-    MethodOptions, MethodSettings, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
+    MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
 };
 use runtime::SessionConfig;
 
@@ -52,6 +52,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         calibrate: CalibrateOptions { batch: 2, methods: methods(), num_bins: 512, session: SessionConfig::default() },
         policy: qdq::Policy::preset(policy).unwrap(),
         policy_choice: PolicyChoice { preset: policy.to_owned(), chosen_by: "--policy".to_owned() },
+        mode: Mode::Static,
         eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1 },
         no_eval: false,
     }
@@ -128,7 +129,7 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         }
 
         // Calibration saw cal_num questions and every tensor the policy quantizes got a finite range.
-        assert_eq!(results.calibration.questions, 5);
+        assert_eq!(results.calibration.as_ref().unwrap().questions, 5);
         let table = calib::tables::read_json(out.join("calibration.json")).unwrap();
         let model = onnx_ir::Model::load(&model_path).unwrap();
         // The tensorrt preset smooths the LayerNorm outputs first: the ranges are those of the smoothed model, whose
@@ -148,7 +149,7 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
             .into_iter()
             .map(|t| if sites.iter().any(|s| s.tensor == t) { format!("{t}_smoothed") } else { t })
             .collect();
-        assert_eq!(results.calibration.tensors, wanted.len());
+        assert_eq!(results.calibration.as_ref().unwrap().tensors, wanted.len());
         for t in &wanted {
             let r = table.ranges.get(t).unwrap_or_else(|| panic!("{kind:?}: no range for {t}"));
             assert!(r.min.is_finite() && r.max.is_finite() && r.min <= r.max, "{t}: {r:?}");
@@ -289,6 +290,7 @@ fn warmup_runs_are_not_timed_and_change_nothing() {
 fn the_policy_follows_the_ep_unless_given() {
     let settings = |preset: Option<&str>, ort_quant: bool| PolicySettings {
         preset: preset.map(str::to_owned),
+        mode: Mode::Static,
         ort_quant,
         options: vec![],
         exclude_nodes: vec![],
@@ -306,4 +308,25 @@ fn the_policy_follows_the_ep_unless_given() {
     let (_, choice) = settings(Some("cpu"), true).policy(&ep("tensorrt")).unwrap();
     assert_eq!((choice.preset.as_str(), choice.chosen_by.as_str()), ("ort-compatible", "--ort-quant"));
     assert!(settings(Some("nope"), false).policy(&ep("cpu")).is_err());
+}
+
+#[test]
+fn dynamic_mode_needs_no_calibration() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("tiny.onnx");
+    build(&TinyBertConfig { max_positions: 64, ..Default::default() }).save(&model_path).unwrap();
+    let out = dir.path().join("out");
+    let mut cfg = config(model_path, out.clone(), "cpu");
+    cfg.mode = Mode::Dynamic;
+    // A calibration file that does not exist: dynamic mode must not read it.
+    cfg.calibration_data = dir.path().join("absent.json");
+    let results = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    assert!(results.calibration.is_none());
+    assert_eq!(results.quantization.mode, Mode::Dynamic);
+    assert!(results.quantization.quantized_tensors > 0 && results.quantization.embedding_tables > 0);
+    assert!(!out.join("calibration.json").exists() && out.join("model_qdq.onnx").is_file());
+    let (fp32, int8) = (results.fp32.unwrap(), results.int8.unwrap());
+    assert_eq!(int8.score.questions, fp32.score.questions);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("- mode: dynamic") && report.contains("dynamic mode quantizes"), "{report}");
 }

@@ -23,20 +23,29 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
 }
 
 fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
+    let scales = if p.axis.is_some() { &p.scales[..] } else { &p.scales[..1] };
+    int8_columns(name, w, scales, p.qtype.range(true, reduce_range))
+}
+
+/// `w` (float, at most 2-D) as an int8 initializer `name`, zero point 0: one scale per column (`scales.len()` =
+/// the last dimension) or one for all (`scales.len()` = 1). Weights, embedding tables and dynamic-mode weights.
+pub(crate) fn int8_columns(
+    name: &str,
+    w: &TensorProto,
+    scales: &[f32],
+    (qmin, qmax): (i32, i32),
+) -> Result<TensorProto> {
     let a = onnx_ir::tensor_to_array::<f32>(w)?;
-    let (qmin, qmax) = p.qtype.range(true, reduce_range);
-    let shape = a.shape().to_vec();
-    let cols = shape.get(1).copied().unwrap_or(1);
+    let cols = scales.len();
     let values: Vec<i8> = a
         .iter()
         .enumerate()
         .map(|(k, &v)| {
-            let c = if p.axis.is_some() { k % cols } else { 0 };
-            let sz = ScaleZp { scale: p.scales[c.min(p.scales.len() - 1)], zero_point: 0, degenerate: false };
+            let sz = ScaleZp { scale: scales[k % cols], zero_point: 0, degenerate: false };
             quantize_value(v, sz, qmin, qmax) as i8
         })
         .collect();
-    Ok(onnx_ir::tensor_from_vec::<i8>(name, &shape, values)?)
+    Ok(onnx_ir::tensor_from_vec::<i8>(name, a.shape(), values)?)
 }
 
 fn with_axis(n: NodeProto, axis: Option<usize>) -> NodeProto {
@@ -117,7 +126,7 @@ impl Plan {
     }
 }
 
-fn set_default_opset(model: &mut Model, to: i64) {
+pub(crate) fn set_default_opset(model: &mut Model, to: i64) {
     let p = &mut model.proto;
     match p.opset_import.iter_mut().find(|o| o.domain().is_empty() || o.domain() == "ai.onnx") {
         Some(o) => o.version = Some(to),

@@ -10,7 +10,7 @@ use onnx_ir::{GraphExt, GraphIndex, NameSet, NodeExt, attr_int, get_attr_int, no
 
 use crate::error::{Error, Result};
 use crate::policy::{Embeddings, Policy};
-use crate::scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
+use crate::scale::{QuantSpec, QuantType, compute_scale_zp};
 use crate::types::Consumer;
 
 /// Symmetric int8 over the full [-127, 127]: the table is a weight, every value is known.
@@ -65,10 +65,6 @@ fn gather_axis(n: &NodeProto) -> Option<i64> {
     get_attr_int(n, "axis").ok().map(|a| a.unwrap_or(0))
 }
 
-fn column_params(scale: f32) -> ScaleZp {
-    ScaleZp { scale, zero_point: 0, degenerate: false }
-}
-
 fn column_scales(init: &TensorProto) -> Result<Vec<f32>> {
     let a = onnx_ir::tensor_to_array::<f32>(init)?;
     if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
@@ -83,15 +79,6 @@ fn column_scales(init: &TensorProto) -> Result<Vec<f32>> {
         .collect())
 }
 
-fn quantized_table(name: &str, init: &TensorProto, scales: &[f32]) -> Result<TensorProto> {
-    let a = onnx_ir::tensor_to_array::<f32>(init)?;
-    let (qmin, qmax) = SPEC.qtype.range(true, false);
-    let cols = scales.len();
-    let values =
-        a.iter().enumerate().map(|(k, &v)| quantize_value(v, column_params(scales[k % cols]), qmin, qmax) as i8);
-    Ok(onnx_ir::tensor_from_vec::<i8>(name, a.shape(), values.collect())?)
-}
-
 /// Replaces each table by its int8 form and gives each of its Gathers a DequantizeLinear (returned with the index
 /// of the node it must precede; the caller inserts them). Node indices must be those the plan was made for.
 pub(crate) fn apply_tables(
@@ -104,7 +91,7 @@ pub(crate) fn apply_tables(
         let init =
             g.initializer(&t.table).ok_or_else(|| Error::Missing { name: t.table.clone(), what: "initializer" })?;
         let q = names.fresh(&format!("{}_quantized", t.table));
-        let qt = quantized_table(&q, init, &t.scales)?;
+        let qt = crate::apply::int8_columns(&q, init, &t.scales, SPEC.qtype.range(true, false))?;
         let scale = names.fresh(&format!("{}_scale", t.table));
         let zp = names.fresh(&format!("{}_zero_point", t.table));
         let cols = [t.scales.len()];

@@ -27,6 +27,7 @@
 
 mod apply;
 mod coverage;
+mod dynamic;
 mod embedding;
 mod error;
 mod params;
@@ -40,6 +41,7 @@ mod smooth;
 mod types;
 
 pub use coverage::{Coverage, OpCoverage, PairInfo, QdqCounts, coverage};
+pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::EmbeddingTable;
 pub use error::{Error, Result};
 pub use plan::{

@@ -44,7 +44,11 @@ fn min_max(values: impl Iterator<Item = f32>) -> (f32, f32) {
 }
 
 /// Per-channel (axis 1 of a 2-D `[in, out]` weight) or per-tensor symmetric parameters.
-fn weight_params(w: &TensorProto, per_channel: bool, spec: QuantSpec) -> Result<(Vec<ScaleZp>, Option<usize>)> {
+pub(crate) fn weight_params(
+    w: &TensorProto,
+    per_channel: bool,
+    spec: QuantSpec,
+) -> Result<(Vec<ScaleZp>, Option<usize>)> {
     let a = onnx_ir::tensor_to_array::<f32>(w)?;
     if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
         return Err(Error::BadWeight {

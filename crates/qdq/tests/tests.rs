@@ -3,6 +3,7 @@
 mod common;
 
 mod cpu_fusion;
+mod dynamic;
 mod embedding;
 mod errors;
 mod onnx_ir_tiny_bert;

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""CPU INT8 latency harness, driven by `cargo xtask bench --cpu-int8`.
+
+    cpu_int8.py dynamic --model M --out Q.onnx
+        ONNX Runtime's one-liner: onnxruntime.quantization.quantize_dynamic(M, Q) with its defaults.
+
+    cpu_int8.py time --models NAME=PATH[,NAME=PATH...] --shapes 1x256,8x128,1x384 --rounds R --runs N
+                     --threads T --out TIMES.json
+        Loads every model once (CPU EP, graph optimization level ALL, T intra-op threads), feeds each shape the same
+        fixed random-token batch (seeded; attention mask all ones, token types 0 then 1), warms every session up, then
+        for each round runs every model N times in turn (A B C A B C ...), so that load on the machine hits all
+        models alike. Writes, per shape and model, the per-round median latency in ms.
+
+Tested with onnxruntime==1.31.1, numpy.
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def dynamic(args):
+    from onnxruntime.quantization import quantize_dynamic
+
+    quantize_dynamic(args.model, args.out)
+
+
+def batch_for(session, batch, seq, rng):
+    names = [i.name for i in session.get_inputs()]
+    ids = rng.integers(1000, 29000, size=(batch, seq), dtype=np.int64)
+    ids[:, 0] = 101
+    ids[:, -1] = 102
+    feeds = {}
+    for name in names:
+        if "mask" in name:
+            feeds[name] = np.ones((batch, seq), dtype=np.int64)
+        elif "type" in name or "segment" in name:
+            tt = np.zeros((batch, seq), dtype=np.int64)
+            tt[:, seq // 3 :] = 1
+            feeds[name] = tt
+        else:
+            feeds[name] = ids
+    return feeds
+
+
+def time_models(args):
+    import onnxruntime as ort
+
+    models = [m.split("=", 1) for m in args.models.split(",")]
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    sessions = {}
+    for name, path in models:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = args.threads
+        so.inter_op_num_threads = 1
+        sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    result = {"versions": {"onnxruntime": ort.__version__}, "threads": args.threads, "shapes": {}}
+    for batch, seq in shapes:
+        feeds = {name: batch_for(s, batch, seq, np.random.default_rng(1234)) for name, s in sessions.items()}
+        for name, s in sessions.items():
+            for _ in range(args.warmup):
+                s.run(None, feeds[name])
+        rounds = {name: [] for name in sessions}
+        for _ in range(args.rounds):
+            for name, s in sessions.items():
+                times = []
+                for _ in range(args.runs):
+                    t0 = time.perf_counter()
+                    s.run(None, feeds[name])
+                    times.append((time.perf_counter() - t0) * 1e3)
+                rounds[name].append(float(np.median(times)))
+        result["shapes"][f"{batch}x{seq}"] = rounds
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dynamic")
+    d.add_argument("--model", required=True)
+    d.add_argument("--out", required=True)
+    t = sub.add_parser("time")
+    t.add_argument("--models", required=True)
+    t.add_argument("--shapes", default="1x256,8x128,1x384")
+    t.add_argument("--rounds", type=int, default=5)
+    t.add_argument("--runs", type=int, default=8)
+    t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--out", required=True)
+    args = p.parse_args()
+    {"dynamic": dynamic, "time": time_models}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
