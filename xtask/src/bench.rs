@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: criterion benchmarks plus the end-to-end timing, summarised in out/bench/summary.md;
-//! `--vs-python` runs the comparison with ONNX Runtime's Python tools instead (see `vs_python`).
+//! `--vs-python` runs the comparison with ONNX Runtime's Python tools instead (see `vs_python`), `--cpu-int8` the CPU
+//! INT8 latency / size / F1 comparison with ORT's quantize_dynamic (see `cpu_int8`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,9 @@ use crate::{cargo, root, run_cmd};
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.vs_python {
         return crate::vs_python::vs_python(args.vs, args.download);
+    }
+    if args.cpu.cpu_int8 {
+        return crate::cpu_int8::cpu_int8(args.cpu, args.vs, args.download);
     }
     run_cmd(cargo().args(["bench", "--locked", "-p", "qdq-calib"]))?;
     let out = root().join("out/bench");

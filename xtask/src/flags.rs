@@ -35,7 +35,7 @@ pub enum Cmd {
     E2e(E2eArgs),
     /// criterion benchmarks of calib, then an e2e run for timing (out/bench/summary.md); with --vs-python, the
     /// comparison with ONNX Runtime's Python calibration instead.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -120,6 +120,33 @@ pub struct BenchArgs {
     pub download: DownloadArgs,
     #[command(flatten)]
     pub vs: VsPythonArgs,
+    #[command(flatten)]
+    pub cpu: CpuInt8Args,
+}
+
+/// Options of `bench --cpu-int8`: FP32, qdq's CPU models (static default, --mode dynamic) and ONNX Runtime's
+/// quantize_dynamic, timed on the same fixed batches and scored with `qdq eval`. Also takes --model, --vocab,
+/// --dataset, --calibration-data, --cal-num, --out and --no-wait above. Writes out/bench/cpu_int8.{json,md}.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct CpuInt8Args {
+    /// Run the CPU INT8 comparison instead of the criterion benchmarks.
+    #[arg(long, conflicts_with = "vs_python")]
+    pub cpu_int8: bool,
+    /// Batch x sequence shapes timed (fixed random tokens).
+    #[arg(long, default_value = "1x256,8x128,1x384", value_name = "BxS,...")]
+    pub shapes: String,
+    /// Rounds; in each, every model runs --runs times in turn.
+    #[arg(long, default_value_t = 5, value_parser = positive, value_name = "N")]
+    pub rounds: usize,
+    /// Timed runs per model and round (their median is the round's latency).
+    #[arg(long, default_value_t = 8, value_parser = positive, value_name = "N")]
+    pub runs: usize,
+    /// Intra-op threads of every session.
+    #[arg(long, default_value_t = 2, value_parser = positive, value_name = "N")]
+    pub threads: usize,
+    /// Dev questions each model is scored on.
+    #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
+    pub f1_samples: usize,
 }
 
 /// The calibration methods `bench --vs-python` compares.
@@ -218,6 +245,21 @@ mod tests {
         let e = parse(&["e2e", "--int8-tolerance", "2"]).unwrap_err().to_string();
         assert!(e.contains("--check"), "{e}");
         assert!(parse(&["e2e", "--check", "--int8-tolerance", "-1"]).unwrap_err().to_string().contains("non-negative"));
+    }
+
+    #[test]
+    fn cpu_int8_options_parse_and_conflict_with_vs_python() {
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--cpu-int8", "--rounds", "3", "--f1-samples", "300", "--no-wait"])
+        else {
+            panic!("bench --cpu-int8 did not parse")
+        };
+        assert!(b.cpu.cpu_int8 && !b.vs_python && !b.vs.wait);
+        assert_eq!(
+            (b.cpu.rounds, b.cpu.runs, b.cpu.f1_samples, b.cpu.shapes.as_str()),
+            (3, 8, 300, "1x256,8x128,1x384")
+        );
+        assert!(parse(&["bench", "--cpu-int8", "--vs-python"]).is_err());
+        assert!(parse(&["bench", "--cpu-int8", "--rounds", "0"]).is_err());
     }
 
     #[test]

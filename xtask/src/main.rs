@@ -5,6 +5,7 @@
 //! `e2e --check` uses `squad-metrics` to score the reference predictions.)
 
 mod bench;
+mod cpu_int8;
 mod download;
 mod e2e;
 mod flags;
@@ -39,7 +40,7 @@ fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::E2e(a) => e2e::e2e(a),
-        Cmd::Bench(a) => bench::bench(a),
+        Cmd::Bench(a) => bench::bench(*a),
     }
 }
 

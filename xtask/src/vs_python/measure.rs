@@ -196,7 +196,7 @@ pub(super) fn disturbed(v: &Value, out: &mut Vec<String>) {
 }
 
 /// Waits (polling every 20 s) until [`disturbers`] finds nothing; returns the seconds waited.
-pub(super) fn wait_quiet(enabled: bool) -> f64 {
+pub(crate) fn wait_quiet(enabled: bool) -> f64 {
     if !enabled {
         return 0.0;
     }

@@ -24,7 +24,7 @@ use crate::e2e::{Assets, build_qdq, ort_library, target_dir};
 use crate::setup::{LIBRARY_ENV, ORT_VERSION, python};
 use crate::{cargo, npy, root, run_cmd};
 
-mod measure;
+pub(crate) mod measure;
 mod micro;
 mod report;
 
@@ -96,7 +96,7 @@ fn export_features(
 }
 
 /// Creates (once) the venv with [`PY_PACKAGES`] and returns its interpreter.
-fn ensure_venv() -> Result<PathBuf> {
+pub(crate) fn ensure_venv() -> Result<PathBuf> {
     let dir = root().join(VENV);
     let py = dir.join("bin/python");
     let check = format!(
@@ -180,14 +180,14 @@ fn values_observed(state: &Value) -> u64 {
     state["tensors"].as_object().map_or(0, |t| t.values().filter_map(|s| s["count"].as_u64()).sum())
 }
 
-struct Paths {
-    model: PathBuf,
-    vocab: PathBuf,
-    dataset: PathBuf,
-    calibration: PathBuf,
+pub(crate) struct Paths {
+    pub model: PathBuf,
+    pub vocab: PathBuf,
+    pub dataset: PathBuf,
+    pub calibration: PathBuf,
 }
 
-fn resolve_paths(o: &Opts, download: &DownloadArgs) -> Result<Paths> {
+pub(crate) fn resolve_paths(o: &Opts, download: &DownloadArgs) -> Result<Paths> {
     let given = [&o.model, &o.vocab, &o.dataset, &o.calibration_data];
     let assets = if given.iter().all(|p| p.is_some()) { None } else { Some(Assets::download(download)?) };
     let pick = |given: &Option<PathBuf>, default: fn(&Assets) -> &PathBuf| -> PathBuf {
@@ -560,7 +560,7 @@ fn n_features_for(features: &Path, questions: usize) -> Value {
         .into()
 }
 
-fn git_head() -> Option<String> {
+pub(crate) fn git_head() -> Option<String> {
     let out = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(root()).output().ok()?;
     let dirty = Command::new("git")
         .args(["status", "--porcelain", "--untracked-files=no"])

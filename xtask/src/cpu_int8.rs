@@ -1,0 +1,369 @@
+//! `cargo xtask bench --cpu-int8`: qdq's CPU INT8 models against FP32 and ONNX Runtime's `quantize_dynamic`
+//! one-liner, on ORT's CPU EP. Four models: FP32; qdq's default for `--ep cpu` (static, the `cpu` preset); qdq
+//! `--mode dynamic`; ORT's `quantize_dynamic` with its defaults, made by the bench venv's onnxruntime. Each is timed by
+//! the same Python harness (xtask/python/cpu_int8.py: one session per model, fixed random-token batches at each shape,
+//! warm-up, then rounds that run every model in turn) and scored with `qdq eval` on the first dev questions (whose
+//! own dynamic-padding latency is reported too). Writes out/bench/cpu_int8.{json,md} with targets and verdicts.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::download::DownloadArgs;
+use crate::e2e::{build_qdq, ort_library};
+use crate::flags::{CpuInt8Args, VsPythonArgs};
+use crate::setup::LIBRARY_ENV;
+use crate::vs_python::measure::wait_quiet;
+use crate::vs_python::{ensure_venv, git_head, resolve_paths};
+use crate::{root, run_cmd, write_atomic};
+
+/// The size target of the default CPU model, in MB (10^6 bytes).
+const MAX_MB: f64 = 25.0;
+/// How far the default CPU model's F1 may fall below FP32 (on the bench's questions; the whole dev set is
+/// `cargo xtask e2e --check --samples 0`'s).
+const MAX_DF1: f64 = 1.0;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ModelRow {
+    name: String,
+    what: String,
+    path: PathBuf,
+    bytes: u64,
+    em: f64,
+    f1: f64,
+    /// `qdq eval`'s dynamic-padding latency (batch 1, after its warm-up).
+    eval_ms_per_feature: f64,
+}
+
+/// Latency ratio FP32 / model over the rounds (> 1: faster than FP32).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Ratio {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ShapeRow {
+    shape: String,
+    /// Per model, the median latency of each round, ms.
+    rounds_ms: std::collections::BTreeMap<String, Vec<f64>>,
+    /// Per INT8 model, FP32 / model per round.
+    speedup: std::collections::BTreeMap<String, Ratio>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Target {
+    name: String,
+    target: String,
+    value: String,
+    pass: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CpuInt8Report {
+    command: String,
+    git: Option<String>,
+    cpus: usize,
+    onnxruntime: String,
+    samples: usize,
+    rounds: usize,
+    runs: usize,
+    threads: usize,
+    models: Vec<ModelRow>,
+    shapes: Vec<ShapeRow>,
+    targets: Vec<Target>,
+}
+
+/// The Python harness's output.
+#[derive(Debug, Deserialize)]
+struct Times {
+    versions: std::collections::BTreeMap<String, String>,
+    shapes: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<f64>>>,
+}
+
+pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadArgs) -> Result<()> {
+    let mut download = download.resolved();
+    download.set.get_or_insert_with(|| "minilm".to_owned());
+    let paths = resolve_paths(&paths_from, &download)?;
+    let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
+    let work = paths_from.out.join("cpu_int8");
+    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
+    let script = root().join("xtask/python/cpu_int8.py");
+    let qdq_cmd = |sub: &str| {
+        let mut c = Command::new(&qdq);
+        c.arg(sub).env(LIBRARY_ENV, &lib);
+        c
+    };
+
+    // The models.
+    eprintln!("xtask: qdq's default CPU model (qdq e2e --ep cpu --no-eval)");
+    let static_dir = work.join("static");
+    run_cmd(
+        qdq_cmd("e2e")
+            .args(["--ep", "cpu", "--no-eval", "--model"])
+            .arg(&paths.model)
+            .arg("--vocab")
+            .arg(&paths.vocab)
+            .arg("--calibration-data")
+            .arg(&paths.calibration)
+            .arg("--cal-num")
+            .arg(paths_from.cal_num.to_string())
+            .arg("--out")
+            .arg(&static_dir),
+    )?;
+    let dynamic = work.join("qdq_dynamic.onnx");
+    eprintln!("xtask: qdq quantize --mode dynamic");
+    run_cmd(qdq_cmd("quantize").arg("--model").arg(&paths.model).args(["--mode", "dynamic", "-o"]).arg(&dynamic))?;
+    let ort_dynamic = work.join("ort_dynamic.onnx");
+    eprintln!("xtask: ONNX Runtime quantize_dynamic");
+    run_cmd(
+        Command::new(&py).arg(&script).args(["dynamic", "--model"]).arg(&paths.model).arg("--out").arg(&ort_dynamic),
+    )?;
+    let models = [
+        ("fp32", "FP32", paths.model.clone()),
+        ("qdq", "qdq default for --ep cpu (static, `cpu` preset)", static_dir.join("model_qdq.onnx")),
+        ("qdq-dynamic", "qdq --mode dynamic", dynamic),
+        ("ort-dynamic", "ORT quantize_dynamic (defaults)", ort_dynamic),
+    ];
+
+    // Latency: every model in one harness, alternating.
+    wait_quiet(paths_from.wait);
+    eprintln!("xtask: timing {} models at {} ({} rounds x {} runs)", models.len(), args.shapes, args.rounds, args.runs);
+    let times_path = work.join("times.json");
+    let list: Vec<String> = models.iter().map(|(n, _, p)| format!("{n}={}", p.display())).collect();
+    run_cmd(
+        Command::new(&py)
+            .arg(&script)
+            .args(["time", "--models", &list.join(","), "--shapes", &args.shapes])
+            .args(["--rounds", &args.rounds.to_string(), "--runs", &args.runs.to_string()])
+            .args(["--threads", &args.threads.to_string(), "--out"])
+            .arg(&times_path),
+    )?;
+    let times: Times =
+        serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")?;
+
+    // Accuracy (and qdq eval's own latency).
+    let mut rows = vec![];
+    for (name, what, path) in &models {
+        eprintln!("xtask: qdq eval {name} on {} dev questions", args.f1_samples);
+        let out = qdq_cmd("eval")
+            .arg("--model")
+            .arg(path)
+            .arg("--vocab")
+            .arg(&paths.vocab)
+            .arg("--dataset")
+            .arg(&paths.dataset)
+            .args(["--samples", &args.f1_samples.to_string(), "--json"])
+            .current_dir(root())
+            .output()?;
+        if !out.status.success() {
+            bail!("qdq eval of {} failed:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
+        }
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).context("qdq eval --json")?;
+        let num = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+        rows.push(ModelRow {
+            name: (*name).to_owned(),
+            what: (*what).to_owned(),
+            path: path.clone(),
+            bytes: std::fs::metadata(path)?.len(),
+            em: num(&doc["exact_match"]),
+            f1: num(&doc["f1"]),
+            eval_ms_per_feature: num(&doc["latency"]["ms_per_feature"]),
+        });
+    }
+    let report = CpuInt8Report {
+        command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
+        git: git_head(),
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        onnxruntime: times.versions.get("onnxruntime").cloned().unwrap_or_default(),
+        samples: args.f1_samples,
+        rounds: args.rounds,
+        runs: args.runs,
+        threads: args.threads,
+        shapes: shape_rows(&times),
+        targets: vec![],
+        models: rows,
+    };
+    let report = CpuInt8Report { targets: targets(&report), ..report };
+    write_report(&report, &paths_from.out)
+}
+
+fn shape_rows(times: &Times) -> Vec<ShapeRow> {
+    times
+        .shapes
+        .iter()
+        .map(|(shape, rounds)| {
+            let fp32 = rounds.get("fp32").cloned().unwrap_or_default();
+            let speedup = rounds
+                .iter()
+                .filter(|(m, _)| *m != "fp32")
+                .map(|(m, r)| {
+                    let mut per_round: Vec<f64> = fp32.iter().zip(r).map(|(f, x)| f / x).collect();
+                    per_round.sort_by(f64::total_cmp);
+                    let median = per_round.get(per_round.len() / 2).copied().unwrap_or(f64::NAN);
+                    let (min, max) = (per_round.first().copied(), per_round.last().copied());
+                    (m.clone(), Ratio { median, min: min.unwrap_or(f64::NAN), max: max.unwrap_or(f64::NAN) })
+                })
+                .collect();
+            ShapeRow { shape: shape.clone(), rounds_ms: rounds.clone(), speedup }
+        })
+        .collect()
+}
+
+/// The issue's goals for qdq's default CPU model: at least ORT dynamic's speed-up at every shape and in `qdq eval`,
+/// at most [`MAX_MB`], and F1 within [`MAX_DF1`] of FP32.
+fn targets(r: &CpuInt8Report) -> Vec<Target> {
+    let model = |n: &str| r.models.iter().find(|m| m.name == n);
+    let mut out = vec![];
+    for s in &r.shapes {
+        let (Some(ours), Some(ort)) = (s.speedup.get("qdq"), s.speedup.get("ort-dynamic")) else { continue };
+        out.push(Target {
+            name: format!("speed-up over FP32 at {} (median of rounds)", s.shape),
+            target: format!(">= ORT dynamic's {:.2}x", ort.median),
+            value: format!("{:.2}x", ours.median),
+            pass: ours.median >= ort.median,
+        });
+    }
+    if let (Some(f), Some(q), Some(o)) = (model("fp32"), model("qdq"), model("ort-dynamic")) {
+        let (ours, ort) =
+            (f.eval_ms_per_feature / q.eval_ms_per_feature, f.eval_ms_per_feature / o.eval_ms_per_feature);
+        out.push(Target {
+            name: "speed-up over FP32 in qdq eval (dynamic padding, one run each)".into(),
+            target: format!(">= ORT dynamic's {ort:.2}x"),
+            value: format!("{ours:.2}x"),
+            pass: ours >= ort,
+        });
+        let mb = q.bytes as f64 / 1e6;
+        out.push(Target {
+            name: "file size".into(),
+            target: format!("<= {MAX_MB} MB"),
+            value: format!("{mb:.1} MB"),
+            pass: mb <= MAX_MB,
+        });
+        let df1 = q.f1 - f.f1;
+        out.push(Target {
+            name: format!("dF1 on the first {} dev questions", r.samples),
+            target: format!(">= -{MAX_DF1}"),
+            value: format!("{df1:+.2}"),
+            pass: df1 >= -MAX_DF1,
+        });
+    }
+    out
+}
+
+fn render(r: &CpuInt8Report) -> String {
+    let mut md = String::from("# CPU INT8: qdq against FP32 and ONNX Runtime's quantize_dynamic\n\n");
+    let _ = writeln!(
+        md,
+        "ONNX Runtime {} CPU EP, {} intra-op threads, {} CPUs; latency: {} rounds x {} runs per model and shape, \
+         models alternating within each round; speed-up = FP32 / model per round (median, [min, max]). F1 with \
+         `qdq eval` on the first {} dev questions. Commit {}. Command: `{}`.\n",
+        r.onnxruntime,
+        r.threads,
+        r.cpus,
+        r.rounds,
+        r.runs,
+        r.samples,
+        r.git.as_deref().unwrap_or("?"),
+        r.command
+    );
+    let shapes: Vec<&str> = r.shapes.iter().map(|s| s.shape.as_str()).collect();
+    let _ = write!(md, "| model |");
+    for s in &shapes {
+        let _ = write!(md, " speed-up {s} |");
+    }
+    let _ = writeln!(md, " qdq eval speed-up | size MB | EM | F1 | dF1 |");
+    let _ = writeln!(md, "|---|{}---:|---:|---:|---:|---:|", "---:|".repeat(shapes.len()));
+    let fp32 = r.models.iter().find(|m| m.name == "fp32");
+    for m in &r.models {
+        let _ = write!(md, "| {} |", m.what);
+        for s in &r.shapes {
+            let cell = s
+                .speedup
+                .get(&m.name)
+                .map_or("1.00x".to_owned(), |x| format!("{:.2}x [{:.2}, {:.2}]", x.median, x.min, x.max));
+            let _ = write!(md, " {cell} |");
+        }
+        let eval = fp32.map_or(f64::NAN, |f| f.eval_ms_per_feature / m.eval_ms_per_feature);
+        let df1 = fp32.filter(|f| f.name != m.name).map(|f| format!("{:+.2}", m.f1 - f.f1)).unwrap_or_default();
+        let _ = writeln!(md, " {eval:.2}x | {:.1} | {:.2} | {:.2} | {df1} |", m.bytes as f64 / 1e6, m.em, m.f1);
+    }
+    let _ = writeln!(
+        md,
+        "\n## Targets (qdq's default CPU model)\n\n| target | goal | value | verdict |\n|---|---|---|---|"
+    );
+    for t in &r.targets {
+        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "pass" } else { "FAIL" });
+    }
+    md
+}
+
+fn write_report(r: &CpuInt8Report, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    write_atomic(&out.join("cpu_int8.json"), &serde_json::to_vec_pretty(r)?)?;
+    let md = render(r);
+    write_atomic(&out.join("cpu_int8.md"), md.as_bytes())?;
+    print!("{md}");
+    eprintln!("xtask: written {}", out.join("cpu_int8.{json,md}").display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times() -> Times {
+        serde_json::from_str(
+            r#"{"versions": {"onnxruntime": "1.31.1"}, "shapes": {"1x256": {
+                "fp32": [30.0, 40.0, 30.0], "qdq": [10.0, 20.0, 15.0], "ort-dynamic": [15.0, 20.0, 15.0]}}}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn speedups_are_per_round_ratios_and_targets_compare_with_ort() {
+        let shapes = shape_rows(&times());
+        let q = &shapes[0].speedup["qdq"];
+        assert_eq!((q.min, q.median, q.max), (2.0, 2.0, 3.0));
+        let o = &shapes[0].speedup["ort-dynamic"];
+        assert_eq!((o.min, o.median, o.max), (2.0, 2.0, 2.0));
+        let row = |name: &str, bytes: u64, f1: f64, ms: f64| ModelRow {
+            name: name.into(),
+            what: name.into(),
+            path: PathBuf::new(),
+            bytes,
+            em: 0.0,
+            f1,
+            eval_ms_per_feature: ms,
+        };
+        let r = CpuInt8Report {
+            command: String::new(),
+            git: None,
+            cpus: 2,
+            onnxruntime: "1.31.1".into(),
+            samples: 1000,
+            rounds: 3,
+            runs: 8,
+            threads: 2,
+            models: vec![
+                row("fp32", 90_000_000, 73.0, 30.0),
+                row("qdq", 23_000_000, 72.5, 15.0),
+                row("ort-dynamic", 22_000_000, 69.0, 14.0),
+            ],
+            shapes,
+            targets: vec![],
+        };
+        let t = targets(&r);
+        let verdicts: Vec<(&str, bool)> = t.iter().map(|t| (t.name.as_str(), t.pass)).collect();
+        assert_eq!(verdicts.len(), 4, "{verdicts:?}");
+        assert!(t[0].pass, "equal medians pass");
+        assert!(!t[1].pass, "qdq eval 2.00x < ORT's 2.14x fails");
+        assert!(t[2].pass && t[3].pass);
+        let md = render(&CpuInt8Report { targets: t, ..r });
+        assert!(md.contains("| qdq | 2.00x [2.00, 3.00] |") && md.contains("FAIL"), "{md}");
+    }
+}
