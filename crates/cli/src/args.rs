@@ -18,7 +18,14 @@ ONNX Runtime execution provider, reporting EM/F1 and latency side by side.
 ONNX Runtime is loaded from ORT_DYLIB_PATH, --ort-lib, or the copy `cargo xtask setup` installs.";
 
 #[derive(Debug, Parser)]
-#[command(name = "qdq", version, about = ABOUT, long_about = LONG_ABOUT, args_override_self = true)]
+#[command(
+    name = "qdq",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    args_override_self = true,
+    disable_help_subcommand = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -42,6 +49,14 @@ pub enum Command {
     Inspect(InspectArgs),
     /// List the execution providers of the loaded ONNX Runtime.
     Providers(ProvidersArgs),
+    /// Print the help of qdq or of one of its commands (as `qdq <COMMAND> --help`).
+    Help(HelpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HelpArgs {
+    /// The command to explain (default: qdq itself).
+    pub command: Option<String>,
 }
 
 const E2E_ABOUT: &str = "\

@@ -78,6 +78,23 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(a) => eval(*a),
         Command::Inspect(a) => inspect(a),
         Command::Providers(a) => providers(a),
+        Command::Help(a) => help(a),
+    }
+}
+
+/// `qdq help [COMMAND]`: clap's own help subcommand rejected `qdq help --help`; this one is a command like the others
+/// and prints exactly what `qdq [COMMAND] --help` prints.
+fn help(a: args::HelpArgs) -> Result<()> {
+    let cmd = Cli::command();
+    let names: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_owned()).collect();
+    let argv: Vec<&str> = match &a.command {
+        None => vec!["qdq", "--help"],
+        Some(name) if names.contains(name) => vec!["qdq", name, "--help"],
+        Some(name) => bail!("no command `{name}`; commands: {}", names.join(", ")),
+    };
+    match cmd.try_get_matches_from(argv) {
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Ok(e.print()?),
+        _ => bail!("cannot render the help"),
     }
 }
 

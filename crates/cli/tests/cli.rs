@@ -489,3 +489,19 @@ fn dynamic_mode_quantizes_without_ranges() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("static, dynamic"), "{}", stderr(&o));
 }
+
+/// `qdq help` is a command like the others: `qdq help --help` explains it (clap's built-in one exited 2), `qdq help
+/// eval` is `qdq eval --help`, and an unknown command is one error listing the commands.
+#[test]
+fn help_command_explains_itself_and_every_command() {
+    let o = qdq(&["help", "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Usage: qdq help [OPTIONS] [COMMAND]"));
+    let (a, b) = (qdq(&["help", "eval"]), qdq(&["eval", "--help"]));
+    assert!(a.status.success());
+    assert_eq!(String::from_utf8_lossy(&a.stdout), String::from_utf8_lossy(&b.stdout));
+    let top = qdq(&["help"]);
+    assert!(top.status.success() && String::from_utf8_lossy(&top.stdout).contains("Usage: qdq [OPTIONS] <COMMAND>"));
+    let e = one_error(&qdq(&["help", "nope"]));
+    assert!(e.contains("nope") && e.contains("calibrate, quantize"), "{e}");
+}
