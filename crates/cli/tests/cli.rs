@@ -505,3 +505,21 @@ fn help_command_explains_itself_and_every_command() {
     let e = one_error(&qdq(&["help", "nope"]));
     assert!(e.contains("nope") && e.contains("calibrate, quantize"), "{e}");
 }
+
+/// Off a terminal (here: a pipe) long stages log plain progress lines (done / total, rate, time left) in the same
+/// log format as every other message, instead of hidden bars; notes are log lines too, not `qdq:` lines.
+#[test]
+fn progress_in_a_pipe_is_plain_log_lines() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let args = e2e_args(&f, "piped", vocab.to_str().unwrap(), data.to_str().unwrap());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = Command::new(env!("CARGO_BIN_EXE_qdq")).args(&refs).env("QDQ_PROGRESS_SECS", "0").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let progress: Vec<&str> = err.lines().filter(|l| l.contains(" features (") && l.contains("%), ")).collect();
+    assert!(!progress.is_empty(), "no progress line:\n{err}");
+    assert!(progress.iter().all(|l| l.contains(" INFO ") && l.contains("/s, about")), "{progress:?}");
+    assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("features in")), "{err}");
+    assert!(err.lines().all(|l| !l.starts_with("qdq:")), "{err}");
+}
