@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// How often a stage logs its progress when no bar is drawn (`QDQ_PROGRESS_SECS` overrides it).
 const LINE_EVERY: Duration = Duration::from_secs(10);
