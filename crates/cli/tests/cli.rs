@@ -87,7 +87,11 @@ fn e2e_prints_the_table_and_writes_every_output() {
     let o = run(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("| FP32 | cpu |") && stdout.contains("| INT8 (QDQ) | cpu |"), "{stdout}");
+    // An aligned table (every line as wide as the header), which is also valid Markdown.
+    let table: Vec<&str> = stdout.lines().take_while(|l| l.starts_with('|')).collect();
+    assert_eq!(table.len(), 4, "{stdout}");
+    assert!(table.iter().all(|l| l.chars().count() == table[0].chars().count()), "{stdout}");
+    assert!(table[2].starts_with("| FP32 ") && table[3].starts_with("| INT8 (QDQ) | cpu |"), "{stdout}");
     let out = f.dir.path().join("out");
     for file in [
         "model_qdq.onnx",

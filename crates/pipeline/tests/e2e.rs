@@ -168,7 +168,7 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         let dq = q.graph().node.iter().filter(|n| n.op_type() == "DequantizeLinear").count();
         assert_eq!(results.quantization.dequantize_nodes, dq);
         assert!(results.quantization.skipped.is_empty(), "{:?}", results.quantization.skipped);
-        assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("| FP32 | cpu |"));
+        assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("| FP32       | cpu |"));
     }
 }
 
