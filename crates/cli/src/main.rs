@@ -110,6 +110,7 @@ fn e2e(a: args::E2eArgs) -> Result<()> {
         calib: a.calib,
         policy: a.policy,
         runtime: a.runtime,
+        invocation: pipeline::Invocation { command_line: std::env::args().collect() },
     };
     emit(&pipeline::e2e_job(&job, &progress::Bars::new())?, a.json)
 }

@@ -112,6 +112,9 @@ fn e2e_prints_the_table_and_writes_every_output() {
     // No --policy: the preset made for the EP (--ep defaults to cpu), and the run says so.
     assert_eq!(results["quantization"]["policy"], "cpu");
     assert_eq!(results["quantization"]["policy_chosen_by"], "--ep cpu");
+    // The command line as given, for reproduction.
+    let line = results["provenance"]["command_line"].as_array().unwrap();
+    assert!(line[1] == "e2e" && line.iter().any(|a| a == "entropy"), "{line:?}");
 
     // inspect reads the QDQ model back.
     let o = qdq(&["inspect", out.join("model_qdq.onnx").to_str().unwrap(), "--ranges"]);

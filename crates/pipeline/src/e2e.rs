@@ -1,6 +1,8 @@
 //! The whole job: calibrate → quantize → evaluate FP32 and INT8 → output directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use onnx_ir::Model;
 use runtime::SessionConfig;
@@ -8,6 +10,7 @@ use runtime::SessionConfig;
 use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::provenance::{Invocation, Machine, Provenance};
 use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
 use crate::settings::{Mode, PolicyChoice};
 use crate::{Error, Progress, Result, write_predictions};
@@ -30,6 +33,8 @@ pub struct E2eConfig {
     pub policy_choice: PolicyChoice,
     /// Static (calibrated) or dynamic (no calibration; `calibration_data` and `calibrate` unused).
     pub mode: Mode,
+    /// The command line, for results.json's provenance.
+    pub invocation: Invocation,
     /// Session settings of the FP32 evaluation; the INT8 one is passed to [`e2e`] (see
     /// [`crate::RuntimeSettings::int8_session`]).
     pub eval: EvalOptions,
@@ -49,6 +54,8 @@ fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings.
 pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
     std::fs::create_dir_all(&cfg.out).map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
+    let started = Instant::now();
+    let mut phases = BTreeMap::new();
     let model = Model::load(&cfg.model)?;
     let tokenizer = cfg.data.tokenizer()?;
     let eval_data = if cfg.no_eval {
@@ -63,9 +70,9 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         Mode::Static => {
             let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
             cal_data.fit_model(&model, &cfg.model)?;
-            quantize_static(cfg, &model, &cal_data, progress)?
+            quantize_static(cfg, &model, &cal_data, progress, &mut phases)?
         }
-        Mode::Dynamic => quantize_dynamic(cfg, &model)?,
+        Mode::Dynamic => quantize_dynamic(cfg, &model, &mut phases)?,
     };
     let qpath = cfg.out.join("model_qdq.onnx");
     qmodel.save(&qpath)?;
@@ -79,21 +86,40 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         quantization,
         fp32: None,
         int8: None,
+        provenance: Provenance::default(),
     };
 
     // 3. evaluate
     if let Some(data) = &eval_data {
         let fbytes = model.to_bytes()?;
         drop(model);
+        let t = Instant::now();
         let fp32 = evaluate(&fbytes, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
+        phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
         write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
         results.fp32 = Some(model_result(&fp32, &cfg.model, file_len(&cfg.model)));
         drop(fbytes);
         let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
+        let t = Instant::now();
         let int8 = evaluate(&qbytes, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
+        phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
         write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
         results.int8 = Some(model_result(&int8, &qpath, file_len(&qpath)));
     }
+    phases.insert("total".to_owned(), started.elapsed().as_secs_f64());
+    results.provenance = Provenance {
+        qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
+        git_commit: crate::GIT_COMMIT.to_owned(),
+        command_line: cfg.invocation.command_line.clone(),
+        onnxruntime: crate::provenance::onnxruntime(cfg.eval.session.library.as_deref()),
+        sessions: [("fp32", &cfg.eval.session), ("int8", int8_session)]
+            .into_iter()
+            .map(|(k, s)| (k.to_owned(), format!("{s:?}")))
+            .collect(),
+        settings: crate::provenance::settings(cfg),
+        machine: Machine::this(),
+        phase_seconds: phases,
+    };
     results.write(&cfg.out)?;
     Ok(results)
 }
@@ -105,7 +131,9 @@ fn quantize_static(
     model: &Model,
     cal_data: &Corpus,
     progress: &dyn Progress,
+    phases: &mut BTreeMap<String, f64>,
 ) -> Result<(Model, Option<CalibrationSummary>, QuantizationSummary)> {
+    let t = Instant::now();
     let (smoothed, smoothing) = match smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)? {
         Some((m, s)) => {
             progress.note(&s.describe());
@@ -119,8 +147,11 @@ fn quantize_static(
     write_tables(&cal, &cfg.out)?;
     let non_finite: Vec<String> =
         cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
+    phases.insert("smoothing_and_calibration".to_owned(), t.elapsed().as_secs_f64());
+    let t = Instant::now();
     let main = &cal.tables[0];
     let (qmodel, plan) = qdq::quantize(to_quantize, &main.min_max(), &cfg.policy)?;
+    phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
     let counts = qdq::QdqCounts::of(&qmodel);
     let calibration = CalibrationSummary {
         data: cfg.calibration_data.display().to_string(),
@@ -147,8 +178,11 @@ fn quantize_static(
 fn quantize_dynamic(
     cfg: &E2eConfig,
     model: &Model,
+    phases: &mut BTreeMap<String, f64>,
 ) -> Result<(Model, Option<CalibrationSummary>, QuantizationSummary)> {
+    let t = Instant::now();
     let (qmodel, plan) = qdq::quantize_dynamic(model, &cfg.policy)?;
+    phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
     tracing::info!("{}", plan.to_string().lines().next().unwrap_or_default());
     let counts = qdq::QdqCounts::of(&qmodel);
     let quantization = QuantizationSummary {

@@ -352,6 +352,8 @@ pub struct E2eJob {
     pub calib: CalibSettings,
     pub policy: PolicySettings,
     pub runtime: RuntimeSettings,
+    /// The command line, recorded in results.json.
+    pub invocation: crate::Invocation,
 }
 
 /// What [`e2e_job`] did: the results (as results.json) and where everything went.
@@ -414,6 +416,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
         policy,
         policy_choice: choice,
         mode: job.policy.mode,
+        invocation: job.invocation.clone(),
         eval: EvalOptions { batch: job.batch, session: fp32, warmup: job.runtime.warmup },
         no_eval: job.no_eval,
     };

@@ -20,6 +20,7 @@ mod e2e;
 mod evaluate;
 mod jobs;
 mod progress;
+mod provenance;
 mod report;
 mod settings;
 
@@ -38,6 +39,7 @@ pub use settings::{
 pub use calib::{MethodKind, MethodOptions};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};
 pub use progress::{NoProgress, Progress};
+pub use provenance::{GIT_COMMIT, Invocation, Machine, OnnxRuntime, Provenance};
 pub use report::{CalibrationSummary, E2eResults, Latency, ModelResult, QuantizationSummary};
 pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 

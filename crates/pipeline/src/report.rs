@@ -106,6 +106,9 @@ pub struct E2eResults {
     pub quantization: QuantizationSummary,
     pub fp32: Option<ModelResult>,
     pub int8: Option<ModelResult>,
+    /// How the run was made (build, command line, ONNX Runtime, settings, machine, phase times).
+    #[serde(default)]
+    pub provenance: crate::Provenance,
 }
 
 impl E2eResults {

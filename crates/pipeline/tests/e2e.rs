@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, IoNames, MethodKind,
-    MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
+    MethodOptions, Invocation, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
 };
 use runtime::SessionConfig;
 
@@ -53,6 +53,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         policy: qdq::Policy::preset(policy).unwrap(),
         policy_choice: PolicyChoice { preset: policy.to_owned(), chosen_by: "--policy".to_owned() },
         mode: Mode::Static,
+        invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()] },
         eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1 },
         no_eval: false,
     }
@@ -106,6 +107,22 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
 
         let on_disk: E2eResults = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
         assert_eq!(on_disk, results);
+        // Provenance: enough to reproduce the run.
+        let p = &results.provenance;
+        assert!(!p.git_commit.is_empty() && !p.qdq_version.is_empty());
+        assert_eq!(p.command_line, ["qdq", "e2e"]);
+        assert!(p.onnxruntime.version.starts_with("1.") && p.onnxruntime.library.contains("onnxruntime"), "{p:?}");
+        assert!(p.sessions["fp32"].contains("Cpu") && p.sessions.contains_key("int8"));
+        assert_eq!(p.settings["data"]["seq_len"], cfg.data.features.max_seq_len);
+        assert_eq!(p.settings["calibration"]["questions"], 5);
+        assert_eq!(p.settings["policy"]["preset"], "tensorrt");
+        for key in qdq::KEYS {
+            assert!(p.settings["policy"]["options"].get(key).is_some(), "policy option {key} not recorded");
+        }
+        assert!(p.machine.cores > 0 && !p.machine.cpu.is_empty());
+        for phase in ["smoothing_and_calibration", "quantization", "fp32_eval", "int8_eval", "total"] {
+            assert!(p.phase_seconds.get(phase).is_some_and(|s| *s >= 0.0), "{phase}: {:?}", p.phase_seconds);
+        }
         let total = questions_in(&cfg.dataset);
         let gold = squad_metrics::load_dataset(&cfg.dataset).unwrap();
         for (r, file) in [(&results.fp32, "predictions_fp32.json"), (&results.int8, "predictions_int8.json")] {

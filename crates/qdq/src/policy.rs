@@ -494,6 +494,11 @@ impl Policy {
         })
     }
 
+    /// Every option's value, in [`KEYS`] order, as [`Policy::set`] takes it.
+    pub fn values(&self) -> Vec<(&'static str, String)> {
+        OPTIONS.iter().map(|o| (o.key, (o.get)(self))).collect()
+    }
+
     /// One `key = value` line per option, in [`KEYS`] order (values as [`Policy::set`] takes them), after the
     /// preset's name.
     pub fn describe(&self) -> String {

@@ -1,0 +1,98 @@
+//! How a result was made, recorded in results.json so a run can be reproduced: the build, the command line, ONNX
+//! Runtime, the sessions, every setting, the machine, and the wall time of each phase.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::e2e::E2eConfig;
+
+/// qdq's git commit when it was built (`unknown` outside a git checkout; see build.rs).
+pub const GIT_COMMIT: &str = env!("QDQ_GIT_COMMIT");
+
+/// What the caller knows of the invocation (the CLI fills it; a library caller may leave it empty).
+#[derive(Debug, Clone, Default)]
+pub struct Invocation {
+    pub command_line: Vec<String>,
+}
+
+/// results.json's `provenance`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Provenance {
+    pub qdq_version: String,
+    pub git_commit: String,
+    /// Empty when the run was not started from the command line.
+    pub command_line: Vec<String>,
+    pub onnxruntime: OnnxRuntime,
+    /// The FP32 and INT8 sessions (EP with its options, optimization level, threads, fallback), as Rust writes them.
+    pub sessions: BTreeMap<String, String>,
+    /// Data, policy, calibration and evaluation settings, each as a JSON object.
+    pub settings: Value,
+    pub machine: Machine,
+    /// Wall seconds per phase (`smoothing_and_calibration`, `quantization`, `fp32_eval`, `int8_eval`, `total`).
+    pub phase_seconds: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OnnxRuntime {
+    pub version: String,
+    pub library: String,
+    pub providers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub os: String,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+                })
+            })
+            .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+        Machine {
+            cpu,
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            os: std::env::consts::OS.to_owned(),
+        }
+    }
+}
+
+/// Every setting of an e2e run, grouped as the CLI groups its flags.
+pub fn settings(cfg: &E2eConfig) -> Value {
+    let d = &cfg.data;
+    let policy: BTreeMap<&str, String> = cfg.policy.values().into_iter().collect();
+    let methods: Vec<Value> =
+        cfg.calibrate.methods.iter().map(|m| json!({"method": m.name(), "options": m.options_json()})).collect();
+    json!({
+        "data": {
+            "model": cfg.model, "dataset": cfg.dataset, "samples": cfg.samples,
+            "vocab": d.vocab, "tokenizer_json": d.tokenizer_json, "lowercase": d.lowercase, "squad_v2": d.version_2,
+            "seq_len": d.features.max_seq_len, "doc_stride": d.features.doc_stride,
+            "query_len": d.features.max_query_len, "io": format!("{:?}", d.io), "padding": format!("{:?}", d.padding),
+        },
+        "policy": {"mode": cfg.mode, "preset": cfg.policy_choice.preset, "chosen_by": cfg.policy_choice.chosen_by, "options": policy},
+        "calibration": {
+            "data": cfg.calibration_data, "questions": cfg.cal_num, "batch": cfg.calibrate.batch,
+            "num_bins": cfg.calibrate.num_bins, "methods": methods,
+            "session": format!("{:?}", cfg.calibrate.session),
+        },
+        "evaluation": {"batch": cfg.eval.batch, "warmup": cfg.eval.warmup},
+    })
+}
+
+/// The ONNX Runtime this process loaded (empty fields if none is loaded yet and loading fails).
+pub fn onnxruntime(library: Option<&std::path::Path>) -> OnnxRuntime {
+    match runtime::init(library) {
+        Ok(i) => OnnxRuntime { version: i.version, library: i.path.display().to_string(), providers: i.providers },
+        Err(_) => OnnxRuntime::default(),
+    }
+}
