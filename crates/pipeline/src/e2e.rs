@@ -11,7 +11,7 @@ use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::provenance::{Invocation, Machine, Provenance};
-use crate::report::{CalibrationSummary, E2eResults, ModelResult, QuantizationSummary};
+use crate::report::{CalibrationSummary, ComparedMethod, E2eResults, ModelResult, QuantizationSummary};
 use crate::settings::{Mode, PolicyChoice};
 use crate::{Error, Progress, Result, write_predictions};
 
@@ -66,7 +66,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         Some(d)
     };
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
-    let (qmodel, calibration, quantization) = match cfg.mode {
+    let Quantized { model: qmodel, calibration, quantization, compared } = match cfg.mode {
         Mode::Static => {
             let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
             cal_data.fit_model(&model, &cfg.model)?;
@@ -86,6 +86,14 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         quantization,
         fp32: None,
         int8: None,
+        compared_methods: compared
+            .iter()
+            .map(|(method, path)| ComparedMethod {
+                method: method.clone(),
+                model: path.display().to_string(),
+                int8: None,
+            })
+            .collect(),
         provenance: Provenance::default(),
     };
 
@@ -105,6 +113,18 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
         write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
         results.int8 = Some(model_result(&int8, &qpath, file_len(&qpath)));
+        // --compare-methods: each other method's model, evaluated the same way.
+        let t = Instant::now();
+        for (c, (method, path)) in results.compared_methods.iter_mut().zip(&compared) {
+            let bytes = std::fs::read(path).map_err(|e| Error::Input { path: path.clone(), reason: e.to_string() })?;
+            let label = format!("INT8 {method}");
+            let r = evaluate(&bytes, &path.display().to_string(), data, &int8_opts, &label, progress)?;
+            write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
+            c.int8 = Some(model_result(&r, path, file_len(path)));
+        }
+        if !compared.is_empty() {
+            phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
+        }
     }
     phases.insert("total".to_owned(), started.elapsed().as_secs_f64());
     results.provenance = Provenance {
@@ -132,7 +152,7 @@ fn quantize_static(
     cal_data: &Corpus,
     progress: &dyn Progress,
     phases: &mut BTreeMap<String, f64>,
-) -> Result<(Model, Option<CalibrationSummary>, QuantizationSummary)> {
+) -> Result<Quantized> {
     let t = Instant::now();
     let (smoothed, smoothing) = match smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)? {
         Some((m, s)) => {
@@ -151,6 +171,14 @@ fn quantize_static(
     let t = Instant::now();
     let main = &cal.tables[0];
     let (qmodel, plan) = qdq::quantize(to_quantize, &main.min_max(), &cfg.policy)?;
+    // --compare-methods: the same placement with each other method's ranges, saved for evaluation.
+    let mut compared = vec![];
+    for table in &cal.tables[1..] {
+        let (m, _) = qdq::quantize(to_quantize, &table.min_max(), &cfg.policy)?;
+        let path = cfg.out.join(format!("model_qdq_{}.onnx", table.method));
+        m.save(&path)?;
+        compared.push((table.method.clone(), path));
+    }
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
     let counts = qdq::QdqCounts::of(&qmodel);
     let calibration = CalibrationSummary {
@@ -171,15 +199,11 @@ fn quantize_static(
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         ..summary_base(cfg)
     };
-    Ok((qmodel, Some(calibration), quantization))
+    Ok(Quantized { model: qmodel, calibration: Some(calibration), quantization, compared })
 }
 
 /// [`qdq::quantize_dynamic`]: no calibration, so no tables and no smoothing.
-fn quantize_dynamic(
-    cfg: &E2eConfig,
-    model: &Model,
-    phases: &mut BTreeMap<String, f64>,
-) -> Result<(Model, Option<CalibrationSummary>, QuantizationSummary)> {
+fn quantize_dynamic(cfg: &E2eConfig, model: &Model, phases: &mut BTreeMap<String, f64>) -> Result<Quantized> {
     let t = Instant::now();
     let (qmodel, plan) = qdq::quantize_dynamic(model, &cfg.policy)?;
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
@@ -192,7 +216,16 @@ fn quantize_dynamic(
         embedding_tables: plan.embeddings.len(),
         ..summary_base(cfg)
     };
-    Ok((qmodel, None, quantization))
+    Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![] })
+}
+
+/// What the quantization step made: the INT8 model, its summaries, and the models of `--compare-methods` (method,
+/// file).
+struct Quantized {
+    model: Model,
+    calibration: Option<CalibrationSummary>,
+    quantization: QuantizationSummary,
+    compared: Vec<(String, PathBuf)>,
 }
 
 fn summary_base(cfg: &E2eConfig) -> QuantizationSummary {

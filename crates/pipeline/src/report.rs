@@ -60,6 +60,14 @@ pub struct ModelResult {
     pub latency: Latency,
 }
 
+/// One `--compare-methods` method: its model and, unless `--no-eval`, its INT8 result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ComparedMethod {
+    pub method: String,
+    pub model: String,
+    pub int8: Option<ModelResult>,
+}
+
 /// Calibration summary in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CalibrationSummary {
@@ -106,6 +114,9 @@ pub struct E2eResults {
     pub quantization: QuantizationSummary,
     pub fp32: Option<ModelResult>,
     pub int8: Option<ModelResult>,
+    /// `--compare-methods`: the same placement with each other method's ranges.
+    #[serde(default)]
+    pub compared_methods: Vec<ComparedMethod>,
     /// How the run was made (build, command line, ONNX Runtime, settings, machine, phase times).
     #[serde(default)]
     pub provenance: crate::Provenance,
@@ -122,14 +133,20 @@ impl E2eResults {
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
         t.set_header(["model", "EP", "EM", "F1", "dF1", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
-        for (name, r) in [("FP32", &self.fp32), ("INT8 (QDQ)", &self.int8)] {
+        let mut rows = vec![("FP32".to_owned(), &self.fp32), ("INT8 (QDQ)".to_owned(), &self.int8)];
+        let method = self.calibration.as_ref().map(|c| c.method.as_str());
+        if let (Some(m), false) = (method, self.compared_methods.is_empty()) {
+            rows[1].0 = format!("INT8 (QDQ, {m})");
+        }
+        rows.extend(self.compared_methods.iter().map(|c| (format!("INT8 (QDQ, {})", c.method), &c.int8)));
+        for (name, r) in rows {
             let Some(r) = r else { continue };
-            let d = match (&self.fp32, name) {
-                (Some(f), "INT8 (QDQ)") => format!("{:+.2}", r.score.f1 - f.score.f1),
+            let d = match &self.fp32 {
+                Some(f) if name != "FP32" => format!("{:+.2}", r.score.f1 - f.score.f1),
                 _ => "".to_owned(),
             };
             t.add_row([
-                name.to_owned(),
+                name,
                 r.ep.clone(),
                 format!("{:.2}", r.score.exact_match),
                 format!("{:.2}", r.score.f1),

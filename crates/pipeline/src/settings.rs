@@ -228,7 +228,9 @@ pub struct MethodSettings {
         )
     )]
     pub method: MethodKind,
-    /// Also compute ranges with these methods from the same statistics (written to calibration_<method>.json).
+    /// Also compute ranges with these methods from the same statistics (written to calibration_<method>.json); `qdq
+    /// e2e` also quantizes with each (model_qdq_<method>.onnx) and evaluates it: a table row, results.json
+    /// `compared_methods`, predictions_int8_<method>.json.
     #[cfg_attr(feature = "cli", arg(long = "compare-methods", value_delimiter = ',', value_name = "METHOD,..."))]
     pub compare: Vec<MethodKind>,
     /// Percentile for the percentile method.

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
-    CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, IoNames, MethodKind,
-    MethodOptions, Invocation, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
+    CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, Invocation, IoNames,
+    MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
 };
 use runtime::SessionConfig;
 
@@ -107,6 +107,17 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
 
         let on_disk: E2eResults = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
         assert_eq!(on_disk, results);
+        // --compare-methods: every other method quantized and evaluated like the main one.
+        let compared: Vec<&str> = results.compared_methods.iter().map(|c| c.method.as_str()).collect();
+        assert_eq!(compared, ["minmax", "entropy"], "{kind:?}");
+        for c in &results.compared_methods {
+            let r = c.int8.as_ref().unwrap();
+            assert_eq!(r.score.questions, questions_in(&cfg.dataset), "{kind:?} {}", c.method);
+            assert!(out.join(format!("model_qdq_{}.onnx", c.method)).is_file());
+            assert!(out.join(format!("predictions_int8_{}.json", c.method)).is_file());
+            assert!(results.table().contains(&format!("| INT8 (QDQ, {}) ", c.method)), "{}", results.table());
+        }
+        assert!(results.table().contains("| INT8 (QDQ, percentile) "), "{}", results.table());
         // Provenance: enough to reproduce the run.
         let p = &results.provenance;
         assert!(!p.git_commit.is_empty() && !p.qdq_version.is_empty());
@@ -185,7 +196,8 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         let dq = q.graph().node.iter().filter(|n| n.op_type() == "DequantizeLinear").count();
         assert_eq!(results.quantization.dequantize_nodes, dq);
         assert!(results.quantization.skipped.is_empty(), "{:?}", results.quantization.skipped);
-        assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("| FP32       | cpu |"));
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(report.lines().any(|l| l.starts_with("| FP32 ") && l.contains("| cpu ")), "{report}");
     }
 }
 
