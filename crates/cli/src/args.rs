@@ -69,7 +69,11 @@ on --dataset.
 
 Output directory (--out): model_qdq.onnx, calibration.json, calibration.flatbuffers (ORT TensorRT/MIGraphX
 table), calibration.cache (TensorRT native cache), calib_state.json (mergeable statistics),
-predictions_fp32.json, predictions_int8.json, results.json and report.md.
+predictions_fp32.json, predictions_int8.json, results.json and report.md; with --compare-methods also
+model_qdq_<method>.onnx and predictions_int8_<method>.json for each method, each a row of the table.
+
+Without --policy the preset is the one made for --ep (cpu -> cpu, tensorrt -> tensorrt, migraphx -> migraphx);
+--mode dynamic skips calibration (CPU: weights int8, inputs quantized at run time).
 
 Settings may also come from a TOML file (--config): keys are the long option names (`seq-len = 128`,
 `calibrate-method = \"entropy\"`); options on the command line win.";
