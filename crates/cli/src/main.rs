@@ -54,7 +54,13 @@ fn one_line(e: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
-    line.replace('\n', " ")
+    escape_controls(&line.replace('\n', " "))
+}
+
+/// Control characters (ESC, CR, ...) from model files or tables written as escapes, so a crafted name cannot rewrite
+/// the error line on a terminal.
+fn escape_controls(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 fn init_logging(verbose: bool) {

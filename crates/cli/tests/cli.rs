@@ -530,3 +530,47 @@ fn progress_in_a_pipe_is_plain_log_lines() {
     assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("features in")), "{err}");
     assert!(err.lines().all(|l| !l.starts_with("qdq:")), "{err}");
 }
+
+/// Issue 18, item 7: control characters from file names, model names or tables are escaped in the error line, so a
+/// crafted name cannot rewrite it on a terminal (here a model path ending in ESC [2K CR "qdq: ok").
+#[test]
+fn error_lines_escape_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let crafted = dir.path().join("m\u{1b}[2K\rqdq: ok.onnx");
+    let o = qdq(&["inspect", crafted.to_str().unwrap()]);
+    let e = one_error(&o);
+    assert!(!e.contains('\u{1b}') && !e.contains('\r'), "{e:?}");
+    assert!(e.contains("\\u{1b}[2K\\rqdq: ok"), "{e:?}");
+}
+
+/// Issue 18, item 8: an output path that cannot be written is an error before any work, and its missing directory
+/// is not created.
+#[test]
+fn unwritable_outputs_fail_before_any_work() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let missing = f.dir.path().join("no/such/dir");
+    let preds = missing.join("p.json");
+    let args = ["eval", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap()];
+    let o =
+        qdq(&[&args[..], &["--dataset", data.to_str().unwrap(), "--predictions", preds.to_str().unwrap()]].concat());
+    let e = one_error(&o);
+    assert!(e.contains("--predictions") && e.contains("does not exist"), "{e}");
+    assert!(!stderr(&o).contains("evaluating"), "{}", stderr(&o));
+    assert!(!missing.exists());
+    let out = missing.join("q.onnx");
+    let o = qdq(&["quantize", "--model", f.model.to_str().unwrap(), "--mode", "dynamic", "-o", out.to_str().unwrap()]);
+    let e = one_error(&o);
+    assert!(e.contains("--output") && e.contains("does not exist"), "{e}");
+    // A directory given as the output file.
+    let o = qdq(&[
+        "quantize",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--mode",
+        "dynamic",
+        "-o",
+        f.dir.path().to_str().unwrap(),
+    ]);
+    assert!(one_error(&o).contains("is a directory"));
+}

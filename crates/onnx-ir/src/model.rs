@@ -10,7 +10,7 @@ use prost::Message;
 use crate::error::{Error, Result};
 use crate::proto::tensor_proto::DataLocation;
 use crate::proto::{AttributeProto, GraphProto, ModelProto, SparseTensorProto, StringStringEntryProto, TensorProto};
-use crate::tensor::check_tensor;
+use crate::tensor::{check_tensor, data_type_name};
 
 /// Largest serialized protobuf message (2 GiB - 1).
 pub const PROTOBUF_LIMIT: u64 = i32::MAX as u64;
@@ -186,8 +186,13 @@ fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
     if !canon.starts_with(&canon_dir) {
         return Err(bad(format!("resolves to {} outside the model's directory", canon.display())));
     }
+    // Regular files only: a FIFO would block forever, a device (/dev/zero) never ends.
+    let meta = std::fs::metadata(&canon).map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
+    if !meta.is_file() {
+        return Err(bad(format!("{} is not a regular file", full.display())));
+    }
     let mut file = File::open(&canon).map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
-    let size = file.metadata().map_err(|e| bad(format!("{}: {e}", full.display())))?.len();
+    let size = meta.len();
     let end = match length {
         Some(l) => offset.checked_add(l),
         None => Some(size),
@@ -199,7 +204,26 @@ fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
             full.display()
         ))
     })?;
-    let len = usize::try_from(end - offset).map_err(|_| bad("length does not fit in memory".into()))?;
+    // The bytes the dims imply, checked before anything is allocated: a small tensor pointing at a huge file must not
+    // cost the file's size in memory.
+    let (_, count) = crate::tensor::tensor_shape(t)?;
+    let want = crate::tensor::raw_byte_len(t.data_type(), count).ok_or_else(|| {
+        bad(format!(
+            "dims {:?} of {} have no fixed byte size that fits in 64 bits",
+            t.dims,
+            data_type_name(t.data_type())
+        ))
+    })?;
+    if end - offset != want {
+        return Err(bad(format!(
+            "{} bytes at offset {offset} of {}, but dims {:?} of {} need {want}",
+            end - offset,
+            full.display(),
+            t.dims,
+            data_type_name(t.data_type())
+        )));
+    }
+    let len = usize::try_from(want).map_err(|_| bad("length does not fit in memory".into()))?;
     let mut buf = vec![0u8; len];
     file.seek(SeekFrom::Start(offset))
         .and_then(|_| file.read_exact(&mut buf))
@@ -251,6 +275,22 @@ impl Model {
     /// Reads, decodes and checks a model file, loading all external data into memory.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
         let path = path.as_ref();
+        // Regular files only, and at most protobuf's 2 GiB: a FIFO or a device (/dev/zero) would block or read until
+        // memory runs out.
+        let meta = std::fs::metadata(path).map_err(io_err(path))?;
+        if !meta.is_file() {
+            return Err(Error::Graph { reason: format!("{}: not a regular file", path.display()) });
+        }
+        if meta.len() > PROTOBUF_LIMIT {
+            return Err(Error::Graph {
+                reason: format!(
+                    "{}: {} bytes, more than protobuf's 2 GiB limit for one file (larger models keep their weights as \
+                     external data beside the .onnx file)",
+                    path.display(),
+                    meta.len()
+                ),
+            });
+        }
         let bytes = std::fs::read(path).map_err(io_err(path))?;
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

@@ -83,6 +83,12 @@ pub(crate) fn check_tensor(t: &TensorProto, context: &str) -> Result<()> {
         return Ok(());
     }
     if let Some(raw) = &t.raw_data {
+        // A fixed-size type whose byte count overflows u64 cannot match any data (it used to skip this check).
+        if raw_byte_len(t.data_type(), 1).is_some() && raw_byte_len(t.data_type(), count).is_none() {
+            let reason =
+                format!("dims {:?} of {} need more bytes than fit in 64 bits", t.dims, data_type_name(t.data_type()));
+            return Err(tensor_err(label(), reason));
+        }
         if let Some(want) = raw_byte_len(t.data_type(), count)
             && raw.len() as u64 != want
         {

@@ -253,3 +253,45 @@ fn tiny_bert_odd_config_still_valid() {
     let shape = tensor_to_array::<i64>(m.graph().initializer("/bert/Constant_heads_shape").unwrap()).unwrap();
     assert_eq!(shape.as_slice().unwrap(), &[0, 0, 4, 3], "heads lowered to a divisor of 12");
 }
+
+/// Issue 18, items 1-3: a FIFO as external data (or as the model) is refused instead of blocking; a small tensor
+/// pointing at a large file is refused before its bytes are allocated; dims whose byte count overflows u64 are an
+/// error instead of skipping the length check.
+#[test]
+fn bounded_reading_of_models_and_external_data() {
+    let dir = tempfile::tempdir().unwrap();
+    #[cfg(unix)]
+    {
+        let fifo = dir.path().join("pipe.bin");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success());
+        if made {
+            let p = write_with_tensor(dir.path(), external_tensor("pipe.bin"));
+            assert_external_err(&p, "pipe.bin", "not a regular file");
+            let e = Model::load(&fifo).unwrap_err().to_string();
+            assert!(e.contains("pipe.bin") && e.contains("not a regular file"), "{e}");
+        }
+        let e = Model::load("/dev/zero").unwrap_err().to_string();
+        assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
+    }
+    assert!(Model::load(dir.path()).is_err(), "a directory is not a model");
+    // 2 floats (8 bytes) pointing at a 64 MiB sparse file without a length: refused from the sizes alone.
+    let big = std::fs::File::create(dir.path().join("big.bin")).unwrap();
+    big.set_len(64 << 20).unwrap();
+    let mut t = external_tensor("big.bin");
+    t.external_data.retain(|e| e.key() != "length");
+    let p = write_with_tensor(dir.path(), t);
+    assert_external_err(&p, "big.bin", "need 8");
+    // Dims [2^31, 2^31] of FLOAT: 2^64 bytes, which no u64 holds.
+    let mut m = crate::common::small_model();
+    m.graph_mut().add_initializer(TensorProto {
+        name: Some("huge".into()),
+        dims: vec![1 << 31, 1 << 31],
+        data_type: Some(DataType::Float as i32),
+        raw_data: Some(vec![0; 4]),
+        ..Default::default()
+    });
+    let p = dir.path().join("huge.onnx");
+    std::fs::write(&p, m.to_bytes().unwrap()).unwrap();
+    let e = Model::load(&p).unwrap_err().to_string();
+    assert!(e.contains("huge") && e.contains("64 bits"), "{e}");
+}

@@ -204,6 +204,9 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     if job.output.is_none() && !job.dry_run {
         return Err(Error::Config("qdq quantize needs --output FILE (or --dry-run)".into()));
     }
+    if let (Some(out), false) = (&job.output, job.dry_run) {
+        crate::check_writable(out, "--output")?;
+    }
     let (policy, choice) = job.policy.policy(&job.ep)?;
     tracing::info!("{choice}");
     if job.policy.mode == Mode::Dynamic {
@@ -315,6 +318,9 @@ impl fmt::Display for EvalReport {
 /// Runs [`EvalJob`]. With `save_load` the optimised model goes beside the evaluated one
 /// (model_eval_optimized.onnx); with `int8` TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
 pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalReport> {
+    if let Some(p) = &job.predictions {
+        crate::check_writable(p, "--predictions")?;
+    }
     let data_cfg = job.data.config()?;
     let tokenizer = data_cfg.tokenizer()?;
     let model = Model::load(&job.model)?;
@@ -365,7 +371,11 @@ pub struct E2eReport {
 
 impl fmt::Display for E2eReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}", self.results.table())?;
+        if self.results.fp32.is_none() && self.results.int8.is_none() {
+            writeln!(f, "Quantized (no evaluation: --no-eval)")?;
+        } else {
+            writeln!(f, "{}", self.results.table())?;
+        }
         write!(f, "Outputs written to {}", self.out.display())
     }
 }

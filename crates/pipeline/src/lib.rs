@@ -82,6 +82,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     file.commit().map_err(err)
 }
 
+/// Checks, before any work, that a file can be written at `path`: its directory exists and takes a new file (tried
+/// with an unnamed temporary file that is discarded), and `path` is not a directory.
+pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
+    let err = |reason: String| Error::Output { path: path.to_path_buf(), reason: format!("{flag}: {reason}") };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(err(format!("directory {} does not exist", dir.display())));
+    }
+    if path.is_dir() {
+        return Err(err("is a directory".into()));
+    }
+    let probe =
+        atomic_write_file::AtomicWriteFile::options().open(path).map_err(|e| err(format!("cannot write: {e}")))?;
+    probe.discard().map_err(|e| err(format!("cannot write: {e}")))
+}
+
 /// Writes SQuAD predictions (question id -> answer text, sorted by id) as pretty JSON, atomically.
 pub fn write_predictions(path: &Path, predictions: &HashMap<String, String>) -> Result<()> {
     let sorted: BTreeMap<&String, &String> = predictions.iter().collect();
