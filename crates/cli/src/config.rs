@@ -38,11 +38,13 @@ fn to_args(path: &Path, sub: &clap::Command) -> Result<Vec<OsString>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("config file {} is not valid TOML", path.display()))?;
+    // Long names and their visible aliases (the seeds' spellings, e.g. `version` for `squad-version`).
     let longs: Vec<(String, bool)> = sub
         .get_arguments()
-        .filter_map(|a| {
+        .flat_map(|a| {
             let takes_value = a.get_action().takes_values();
-            a.get_long().map(|l| (l.to_owned(), takes_value))
+            let aliases = a.get_visible_aliases().unwrap_or_default();
+            a.get_long().into_iter().chain(aliases).map(move |l| (l.to_owned(), takes_value))
         })
         .filter(|(l, _)| l != "config")
         .collect();

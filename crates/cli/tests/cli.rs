@@ -128,7 +128,9 @@ fn a_config_file_supplies_settings_and_the_command_line_wins() {
     let f = tiny();
     let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let cfg = f.dir.path().join("run.toml");
-    std::fs::write(&cfg, "no_eval = true\ncal_num = 2\ncalibrate-method = \"minmax\"\nseq-len = 999\n").unwrap();
+    // Long names and the seeds' aliases (`version` for `squad-version`) are both keys.
+    let toml = "no_eval = true\ncal_num = 2\ncalibrate-method = \"minmax\"\nseq-len = 999\nversion = \"1.1\"\n";
+    std::fs::write(&cfg, toml).unwrap();
     let mut args = e2e_args(&f, "cfg_out", vocab.to_str().unwrap(), data.to_str().unwrap());
     args.extend(["--config".into(), cfg.to_str().unwrap().into()]);
     let o = run(&args);

@@ -171,8 +171,18 @@ pub struct DataSettings {
     /// The vocabulary is cased: do not lower-case text.
     #[cfg_attr(feature = "cli", arg(long = "cased", action = clap::ArgAction::SetFalse))]
     pub lowercase: bool,
-    /// SQuAD version of the dataset: 1.1 or 2.0.
-    #[cfg_attr(feature = "cli", arg(long, default_value = "1.1", value_parser = cli::choice::<SquadVersion>(&["1.1", "2.0"])))]
+    /// SQuAD version of the dataset: 1.1 or 2.0 (`--version` is the seed scripts' spelling; qdq's own version is
+    /// `qdq --version`).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "squad-version",
+            visible_alias = "version",
+            default_value = "1.1",
+            value_name = "VERSION",
+            value_parser = cli::choice::<SquadVersion>(&["1.1", "2.0"])
+        )
+    )]
     pub version: SquadVersion,
     /// Sequence length of a feature (query + window + 3 special tokens).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 384, visible_alias = "seq_len", value_name = "N"))]
