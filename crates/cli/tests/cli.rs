@@ -576,3 +576,44 @@ fn unwritable_outputs_fail_before_any_work() {
     ]);
     assert!(one_error(&o).contains("is a directory"));
 }
+
+/// Issue 18, item 9: a tensor that is NaN everywhere (here the last LayerNorm output, through a NaN β) is named by
+/// `calibrate` (it gets no range and stays in float), and `quantize` names it among the skipped tensors.
+#[test]
+fn non_finite_tensors_are_named_not_dropped_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = build(&TinyBertConfig { max_positions: 64, layers: 1, ..Default::default() });
+    let beta = "bert.encoder.layer.0.output.LayerNorm.bias";
+    let t = m.graph_mut().initializer.iter_mut().find(|t| t.name() == beta).unwrap();
+    let n = t.dims.iter().product::<i64>() as usize;
+    *t = onnx_ir::tensor_from_vec::<f32>(beta, &[n], vec![f32::NAN; n]).unwrap();
+    let model = dir.path().join("nan.onnx");
+    m.save(&model).unwrap();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let cal = dir.path().join("cal");
+    let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24", "--policy-option", "smooth=off"];
+    let args = ["calibrate", "--model", model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap()];
+    let o =
+        qdq(&[&args[..], &["--calibration-data", data.to_str().unwrap(), "--out", cal.to_str().unwrap()], &small]
+            .concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tensor = "/bert/encoder/layer.0/output/LayerNorm/Add_1_output_0";
+    let err = stderr(&o);
+    assert!(err.lines().any(|l| l.contains(tensor) && l.contains("NaN")), "{err}");
+    assert!(err.lines().any(|l| l.contains(tensor) && l.contains("no finite value")), "{err}");
+    let out = dir.path().join("q.onnx");
+    let q = qdq(&[
+        "quantize",
+        "--model",
+        model.to_str().unwrap(),
+        "--ranges",
+        cal.join("calibration.json").to_str().unwrap(),
+        "--policy-option",
+        "smooth=off",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(q.status.success(), "{}", stderr(&q));
+    let text = String::from_utf8_lossy(&q.stdout);
+    assert!(text.contains(&format!("skipped {tensor}: no calibration range")), "{text}");
+}

@@ -54,6 +54,7 @@ pub fn calibrate(
     let (state, features) =
         collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
     let tables = calib::compute_all(&state, &opts.methods)?;
+    report_non_finite(&state, &tables[0], tensors);
     Ok(Calibration {
         state,
         tables,
@@ -62,6 +63,17 @@ pub fn calibrate(
         features,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Says which tensors held NaN or ±Inf (left out of their statistics), and which got no range at all (no finite
+/// value: they stay in float, and would otherwise vanish from calibration.json without a word).
+fn report_non_finite(state: &CalibState, main: &RangeTable, tensors: &[String]) {
+    for (t, c) in state.non_finite() {
+        tracing::warn!("{t}: {} NaN, {} +Inf, {} -Inf values left out of its calibration", c.nan, c.pos_inf, c.neg_inf);
+    }
+    for t in tensors.iter().filter(|t| !main.ranges.contains_key(*t)) {
+        tracing::warn!("{t}: no finite value seen in calibration, so no range: it stays in float");
+    }
 }
 
 /// What the smoothing step did (see [`smooth_model`]).

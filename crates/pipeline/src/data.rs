@@ -71,6 +71,15 @@ impl Corpus {
     pub fn load(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, limit: usize) -> Result<Corpus> {
         let gold = squad::read_dataset(path)?;
         let gold = if limit == 0 { gold } else { gold.first_n(limit) };
+        let dup = gold.duplicate_ids();
+        if !dup.is_empty() {
+            tracing::warn!(
+                "{}: {} question ids occur more than once (first: {}); predictions hold one answer per id",
+                path.display(),
+                dup.len(),
+                dup[0]
+            );
+        }
         let data = squad::SquadData::from_dataset(gold.clone(), path)?;
         if data.examples.is_empty() {
             return Err(Error::Input { path: path.to_path_buf(), reason: "the file holds no questions".into() });

@@ -157,7 +157,12 @@ pub struct QuantizeJob {
 pub enum QuantizeReport {
     Planned(qdq::Plan),
     PlannedDynamic(qdq::DynamicPlan),
-    Written { output: PathBuf, tensors: usize, skipped: usize },
+    /// `skipped`: each tensor the policy wanted but left in float, with the reason.
+    Written {
+        output: PathBuf,
+        tensors: usize,
+        skipped: Vec<String>,
+    },
 }
 
 impl Report for QuantizeReport {
@@ -181,7 +186,8 @@ impl Report for QuantizeReport {
                 "dry_run": false,
                 "output": output,
                 "quantized_tensors": tensors,
-                "skipped_tensors": skipped,
+                "skipped_tensors": skipped.len(),
+                "skipped": skipped,
             }),
         }
     }
@@ -193,7 +199,11 @@ impl fmt::Display for QuantizeReport {
             QuantizeReport::Planned(plan) => write!(f, "{plan}"),
             QuantizeReport::PlannedDynamic(plan) => write!(f, "{plan}"),
             QuantizeReport::Written { output, tensors, skipped } => {
-                write!(f, "Wrote {} ({tensors} tensors quantized, {skipped} skipped)", output.display())
+                write!(f, "Wrote {} ({tensors} tensors quantized, {} skipped)", output.display(), skipped.len())?;
+                for s in skipped {
+                    write!(f, "\n  skipped {s}")?;
+                }
+                Ok(())
             }
         }
     }
@@ -238,7 +248,8 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     let mut model = model;
     plan.apply(&mut model)?;
     model.save(output)?;
-    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped: plan.skipped.len() })
+    let skipped = plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect();
+    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped })
 }
 
 /// `qdq quantize --mode dynamic`: no ranges ([`qdq::quantize_dynamic`]).
@@ -252,7 +263,7 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
         return Ok(QuantizeReport::PlannedDynamic(plan));
     };
     qmodel.save(output)?;
-    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.matmuls.len(), skipped: 0 })
+    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.matmuls.len(), skipped: vec![] })
 }
 
 /// `qdq eval`: one model on SQuAD.

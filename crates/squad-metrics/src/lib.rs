@@ -108,6 +108,19 @@ impl Dataset {
         self.questions().count()
     }
 
+    /// Question ids that occur more than once, each once, in file order of their second occurrence. A predictions
+    /// file maps an id to one answer, so every copy of a duplicated id is scored against that one answer.
+    pub fn duplicate_ids(&self) -> Vec<&str> {
+        let mut seen = std::collections::HashSet::new();
+        let mut dup = Vec::new();
+        for q in self.questions() {
+            if !seen.insert(q.id.as_str()) && !dup.contains(&q.id.as_str()) {
+                dup.push(q.id.as_str());
+            }
+        }
+        dup
+    }
+
     /// A copy restricted to the first `n` questions in file order; paragraphs and articles left without questions
     /// are dropped.
     pub fn first_n(&self, n: usize) -> Dataset {

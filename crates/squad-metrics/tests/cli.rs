@@ -68,3 +68,31 @@ fn v2_output_keys() {
     assert_eq!(v["best_exact_thresh"], 0.1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 18, item 12: duplicate question ids are reported (by `Dataset::duplicate_ids` and a squad-eval warning).
+#[test]
+fn duplicate_question_ids_are_reported() {
+    let dir = tempfile_dir("dup");
+    let ds = dir.join("dup.json");
+    std::fs::write(
+        &ds,
+        r#"{"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": [
+            {"id": "a", "question": "Where?", "answers": [{"text": "France", "answer_start": 12}]},
+            {"id": "a", "question": "What?", "answers": [{"text": "Paris", "answer_start": 0}]},
+            {"id": "b", "question": "Which?", "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}"#,
+    )
+    .unwrap();
+    let dataset = qdq_squad_metrics::load_dataset(&ds).unwrap();
+    assert_eq!(dataset.duplicate_ids(), ["a"]);
+    let preds = dir.join("p.json");
+    std::fs::write(&preds, r#"{"a": "France", "b": "Paris"}"#).unwrap();
+    let (code, _, err) = run(&[ds.as_os_str(), preds.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("1 question ids occur more than once") && err.contains("first: a"), "{err}");
+}
+
+fn tempfile_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("squad-eval-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

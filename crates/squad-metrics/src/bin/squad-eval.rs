@@ -45,6 +45,16 @@ fn run(args: Args) -> Result<String, qdq_squad_metrics::Error> {
     if let Some(n) = args.first {
         dataset = dataset.first_n(n);
     }
+    let dup = dataset.duplicate_ids();
+    if !dup.is_empty() {
+        eprintln!(
+            "warning: {} question ids occur more than once in {} (first: {}); each copy is scored against the one answer \
+             the predictions hold for it",
+            dup.len(),
+            args.dataset,
+            dup[0]
+        );
+    }
     let preds = qdq_squad_metrics::load_predictions(&args.predictions)?;
     let na_probs = args.na_prob.as_ref().map(qdq_squad_metrics::load_na_probs).transpose()?;
     let warn = |missing: usize, total: usize| {
