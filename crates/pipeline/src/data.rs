@@ -23,8 +23,10 @@ pub struct DataConfig {
     pub version_2: bool,
     /// Sequence length, document stride, query length.
     pub features: FeatureConfig,
-    /// Model input and output names.
+    /// Model input and output names (for `Auto` / `Explicit` [`Self::io_names`], settled by [`Corpus::fit_model`]).
     pub io: ModelIo,
+    /// How `io` was asked for.
+    pub io_names: crate::IoNames,
     /// Pad each batch to its longest feature or to a fixed length.
     pub padding: Padding,
 }
@@ -134,6 +136,30 @@ impl Corpus {
     /// that the vocabulary fits its word embedding. A model without a segment-ids input (e.g. DistilBERT) is fed
     /// without one.
     pub fn fit_model(&mut self, model: &Model, model_path: &Path) -> Result<()> {
+        match &self.cfg.io_names {
+            crate::IoNames::Hf | crate::IoNames::Nvidia => {}
+            named => {
+                let io = detect_io(model, model_path, named)?;
+                if io != self.cfg.io {
+                    tracing::info!(
+                        "model inputs: ids `{}`, mask `{}`, segment {}; outputs: start `{}`, end `{}` (--io-names to change)",
+                        io.input_ids,
+                        io.attention_mask,
+                        io.token_type_ids.as_deref().map_or("none".to_owned(), |t| format!("`{t}`")),
+                        io.start_logits,
+                        io.end_logits
+                    );
+                }
+                self.cfg.io = io;
+                self.cfg.io_names = crate::IoNames::Explicit(crate::ExplicitIo {
+                    ids: Some(self.cfg.io.input_ids.clone()),
+                    mask: Some(self.cfg.io.attention_mask.clone()),
+                    segment: Some(self.cfg.io.token_type_ids.clone().unwrap_or_default()),
+                    start: Some(self.cfg.io.start_logits.clone()),
+                    end: Some(self.cfg.io.end_logits.clone()),
+                });
+            }
+        }
         fit_io(&mut self.cfg.io, model, model_path)?;
         check_vocab(model, model_path, &self.cfg.io.input_ids, &self.tokenizer, self.cfg.tokenizer_source())
     }
@@ -171,6 +197,110 @@ fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The model's input and output roles (module docs of [`crate::IoNames::Auto`]); named roles of `Explicit` win.
+pub fn detect_io(model: &Model, model_path: &Path, names: &crate::IoNames) -> Result<ModelIo> {
+    let none = crate::ExplicitIo::default();
+    let given = match names {
+        crate::IoNames::Explicit(e) => e,
+        _ => &none,
+    };
+    let g = model.graph();
+    let bad = |reason: String| Error::Input { path: model_path.to_path_buf(), reason };
+    let inputs: Vec<&str> = g.input.iter().map(|v| v.name()).filter(|n| !g.is_initializer(n)).collect();
+    let role = |input: &str| input_role(model, input);
+    let pick = |want: Role, hint: &[&str]| -> Vec<&str> {
+        let by_graph: Vec<&str> = inputs.iter().copied().filter(|i| role(i) == Some(want)).collect();
+        if by_graph.len() == 1 {
+            return by_graph;
+        }
+        let lower = |s: &str| s.to_ascii_lowercase();
+        inputs.iter().copied().filter(|i| role(i).is_none() && hint.iter().any(|h| lower(i).contains(h))).collect()
+    };
+    let one = |given: &Option<String>, found: Vec<&str>, what: &str| -> Result<String> {
+        if let Some(g) = given {
+            return Ok(g.clone());
+        }
+        match found.as_slice() {
+            [one] => Ok((*one).to_owned()),
+            _ => Err(bad(format!(
+                "cannot tell which input is the {what} among [{}] (found: {}); name it with --io-names ids=...,mask=...,\
+                 segment=...",
+                inputs.join(", "),
+                if found.is_empty() { "none".to_owned() } else { found.join(", ") }
+            ))),
+        }
+    };
+    let ids = one(&given.ids, pick(Role::Ids, &["input_ids", "ids"]), "token ids")?;
+    let segment = match &given.segment {
+        Some(s) if s.is_empty() => None,
+        Some(s) => Some(s.clone()),
+        None => {
+            let found: Vec<&str> =
+                pick(Role::Segment, &["type", "segment"]).into_iter().filter(|s| *s != ids).collect();
+            (!found.is_empty()).then(|| one(&None, found, "segment ids")).transpose()?
+        }
+    };
+    let rest: Vec<&str> = inputs.iter().copied().filter(|i| *i != ids && Some(*i) != segment.as_deref()).collect();
+    let mask_found =
+        if rest.len() == 1 { rest.clone() } else { rest.iter().copied().filter(|i| i.contains("mask")).collect() };
+    let mask = one(&given.mask, mask_found, "attention mask")?;
+    let (start, end) = output_roles(g, given).map_err(bad)?;
+    Ok(ModelIo { input_ids: ids, attention_mask: mask, token_type_ids: segment, start_logits: start, end_logits: end })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Ids,
+    Segment,
+    Mask,
+}
+
+/// What the graph does with an input: the index of a Gather on an embedding table (the largest table: token ids; one
+/// of at most 16 rows: segment ids), or a slot of ORT's fused EmbedLayerNormalization (0 ids, 1 segment, 7 mask).
+fn input_role(model: &Model, input: &str) -> Option<Role> {
+    let g = model.graph();
+    for n in g.node.iter().filter(|n| n.input.iter().any(|i| i == input)) {
+        let slot = n.input.iter().position(|i| i == input)?;
+        match (n.op_type(), slot) {
+            ("EmbedLayerNormalization", 0) => return Some(Role::Ids),
+            ("EmbedLayerNormalization", 1) => return Some(Role::Segment),
+            ("EmbedLayerNormalization", 7) => return Some(Role::Mask),
+            ("Gather", 1) => {
+                let rows = *g.initializer(n.input.first()?)?.dims.first()?;
+                return Some(if rows <= 16 { Role::Segment } else { Role::Ids });
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Start and end logits: named outputs, else outputs whose names say start / end, else the only two in order.
+fn output_roles(
+    g: &onnx_ir::proto::GraphProto,
+    given: &crate::ExplicitIo,
+) -> std::result::Result<(String, String), String> {
+    let outputs: Vec<&str> = g.output.iter().map(|v| v.name()).collect();
+    let named = |word: &str| -> Vec<&str> {
+        outputs.iter().copied().filter(|o| o.to_ascii_lowercase().contains(word)).collect()
+    };
+    let (s, e) = (named("start"), named("end"));
+    let found = match (s.as_slice(), e.as_slice(), outputs.as_slice()) {
+        ([s], [e], _) if s != e => Some((s.to_string(), e.to_string())),
+        (_, _, [a, b]) => Some((a.to_string(), b.to_string())),
+        _ => None,
+    };
+    match (&given.start, &given.end, found) {
+        (Some(s), Some(e), _) => Ok((s.clone(), e.clone())),
+        (s, e, Some((fs, fe))) => Ok((s.clone().unwrap_or(fs), e.clone().unwrap_or(fe))),
+        _ => Err(format!(
+            "cannot tell the start and end logits among the outputs [{}]; name them with --io-names start=...,end=... \
+             (a model with one [batch, seq, 2] output or class logits is not a SQuAD model qdq evaluates yet)",
+            outputs.join(", ")
+        )),
+    }
 }
 
 /// The rows of the embedding table `input_ids` is gathered from, with the table's name.

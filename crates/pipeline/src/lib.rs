@@ -25,15 +25,15 @@ mod report;
 mod settings;
 
 pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
-pub use data::{Corpus, DataConfig, Score};
+pub use data::{Corpus, DataConfig, Score, detect_io};
 pub use e2e::{E2eConfig, e2e};
 pub use jobs::{
     CalibrateJob, CalibrateReport, E2eJob, E2eReport, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,
     Report, calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
 };
 pub use settings::{
-    CalibSettings, DataSettings, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings, RuntimeSettings,
-    SquadVersion, calibration_session, describe_policies, preset_for_ep,
+    CalibSettings, DataSettings, ExplicitIo, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings,
+    RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep,
 };
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};

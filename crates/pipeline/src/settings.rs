@@ -127,13 +127,31 @@ impl std::fmt::Display for SquadVersion {
 }
 
 /// Which names the model's inputs and outputs have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum IoNames {
-    /// input_ids, attention_mask, token_type_ids -> start_logits, end_logits.
+    /// Found in the graph: token ids feed the largest embedding Gather, segment ids a small one (or ORT's fused
+    /// EmbedLayerNormalization's slots), the mask is the remaining integer input; start / end logits by name, else the
+    /// two outputs in order ([`crate::data::detect_io`]).
     #[default]
+    Auto,
+    /// input_ids, attention_mask, token_type_ids -> start_logits, end_logits.
     Hf,
     /// input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits.
     Nvidia,
+    /// Named roles (`ids=...,mask=...,segment=...,start=...,end=...`); roles not named are found as with `Auto`, and
+    /// `segment=` (empty) means the model takes no segment ids.
+    Explicit(ExplicitIo),
+}
+
+/// The roles `--io-names ids=...,mask=...` names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExplicitIo {
+    pub ids: Option<String>,
+    pub mask: Option<String>,
+    /// `Some("")`: no segment input.
+    pub segment: Option<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
 }
 
 impl FromStr for IoNames {
@@ -141,18 +159,43 @@ impl FromStr for IoNames {
 
     fn from_str(s: &str) -> Result<IoNames> {
         match s.trim() {
+            "auto" => Ok(IoNames::Auto),
             "hf" | "huggingface" => Ok(IoNames::Hf),
             "nvidia" | "bert-tf" => Ok(IoNames::Nvidia),
-            other => Err(Error::Config(format!("io names `{other}` are not known; use hf or nvidia"))),
+            other if other.contains('=') => {
+                let mut e = ExplicitIo::default();
+                for pair in other.split(',') {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    let slot = match k.trim() {
+                        "ids" => &mut e.ids,
+                        "mask" => &mut e.mask,
+                        "segment" => &mut e.segment,
+                        "start" => &mut e.start,
+                        "end" => &mut e.end,
+                        k => {
+                            return Err(Error::Config(format!(
+                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end"
+                            )));
+                        }
+                    };
+                    *slot = Some(v.trim().to_owned());
+                }
+                Ok(IoNames::Explicit(e))
+            }
+            other => Err(Error::Config(format!(
+                "--io-names `{other}` is not known: auto, hf, nvidia, or roles like ids=input.1,mask=input.2,segment=,\
+                 start=s,end=e"
+            ))),
         }
     }
 }
 
 impl IoNames {
-    fn io(self) -> ModelIo {
+    /// The fixed names of `Hf` / `Nvidia`; the others start from the Hugging Face names until the model is seen.
+    fn io(&self) -> ModelIo {
         match self {
-            IoNames::Hf => ModelIo::huggingface(),
             IoNames::Nvidia => ModelIo::bert_tf(),
+            _ => ModelIo::huggingface(),
         }
     }
 }
@@ -193,9 +236,12 @@ pub struct DataSettings {
     /// Step between the starts of consecutive windows over a long context, in tokens.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 128, visible_alias = "doc_stride", value_name = "N"))]
     pub doc_stride: usize,
-    /// Model input/output names: `hf` (input_ids, attention_mask, token_type_ids -> start_logits, end_logits) or
-    /// `nvidia` (input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits).
-    #[cfg_attr(feature = "cli", arg(long, default_value = "hf", value_parser = cli::choice::<IoNames>(&["hf", "nvidia"])))]
+    /// Model input/output names. auto (the default): found in the graph (token ids feed the word-embedding Gather,
+    /// segment ids the small one, the mask is the other integer input; outputs named start/end, else the two outputs
+    /// in order), printed. hf: input_ids, attention_mask, token_type_ids -> start_logits, end_logits. nvidia:
+    /// input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits. Or roles:
+    /// `ids=input.1,mask=input.2,segment=input.3,start=out0,end=out1` (roles left out are found; `segment=` = none).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "auto", value_name = "NAMES"))]
     pub io_names: IoNames,
     /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines).
     #[cfg_attr(feature = "cli", arg(long))]
@@ -215,6 +261,7 @@ impl DataSettings {
             version_2: self.version == SquadVersion::V2_0,
             features,
             io: self.io_names.io(),
+            io_names: self.io_names.clone(),
             padding: if self.pad_to_max { Padding::Fixed(self.seq_len) } else { Padding::Longest },
         })
     }

@@ -292,7 +292,10 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     // Bad settings.
     let e = "3.0".parse::<SquadVersion>().unwrap_err().to_string();
     assert!(e.contains("3.0") && e.contains("1.1 or 2.0"), "{e}");
-    assert!("tf".parse::<IoNames>().unwrap_err().to_string().contains("hf or nvidia"));
+    let e = "tf".parse::<IoNames>().unwrap_err().to_string();
+    assert!(e.contains("auto, hf, nvidia") && e.contains("ids="), "{e}");
+    let e = "ids=a,tokens=b".parse::<IoNames>().unwrap_err().to_string();
+    assert!(e.contains("tokens") && e.contains("ids, mask, segment, start, end"), "{e}");
     assert!(DataSettings { seq_len: 16, ..data_settings() }.config().is_err());
 }
 
@@ -358,4 +361,99 @@ fn dynamic_mode_needs_no_calibration() {
     assert_eq!(int8.score.questions, fp32.score.questions);
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("- mode: dynamic") && report.contains("dynamic mode quantizes"), "{report}");
+}
+
+/// Issue 16: input and output roles found in the graph, whatever the names (the Hugging Face names, NVIDIA's,
+/// `input.N` / `output.N` as torch.onnx writes without names, shuffled input order), named ones win, and a model whose
+/// roles cannot be told apart is one error listing what was found.
+#[test]
+fn io_roles_are_found_in_the_graph() {
+    let path = Path::new("odd.onnx");
+    let renamed = |names: [(&str, &str); 5], shuffle: bool| {
+        let mut m = build(&TinyBertConfig::default());
+        let g = m.graph_mut();
+        for (from, to) in names {
+            for n in &mut g.node {
+                for i in n.input.iter_mut().chain(n.output.iter_mut()) {
+                    if i == from {
+                        *i = to.to_owned();
+                    }
+                }
+            }
+            for v in g.input.iter_mut().chain(g.output.iter_mut()) {
+                if v.name() == from {
+                    v.name = Some(to.to_owned());
+                }
+            }
+        }
+        if shuffle {
+            g.input.reverse();
+        }
+        m
+    };
+    let hf = [
+        ("input_ids", "input_ids"),
+        ("attention_mask", "attention_mask"),
+        ("token_type_ids", "token_type_ids"),
+        ("start_logits", "start_logits"),
+        ("end_logits", "end_logits"),
+    ];
+    let odd = [
+        ("input_ids", "input.1"),
+        ("attention_mask", "input.2"),
+        ("token_type_ids", "input.3"),
+        ("start_logits", "output.0"),
+        ("end_logits", "output.1"),
+    ];
+    let nvidia = [
+        ("input_ids", "input_ids"),
+        ("attention_mask", "input_mask"),
+        ("token_type_ids", "segment_ids"),
+        ("start_logits", "output_start_logits"),
+        ("end_logits", "output_end_logits"),
+    ];
+    let auto = IoNames::Auto;
+    for (names, shuffle) in [(hf, false), (odd, true), (nvidia, true)] {
+        let m = renamed(names, shuffle);
+        let io = qdq_pipeline::detect_io(&m, path, &auto).unwrap();
+        let got =
+            [&io.input_ids, &io.attention_mask, io.token_type_ids.as_ref().unwrap(), &io.start_logits, &io.end_logits];
+        let want: Vec<&str> = names.iter().map(|(_, to)| *to).collect();
+        assert_eq!(got.map(String::as_str).to_vec(), want, "{names:?}");
+        // And the whole pipeline runs on it.
+        let cfg = data_config();
+        let tok = cfg.tokenizer().unwrap();
+        let mut d = Corpus::load(
+            &testdata("squad/tiny-v1.1.json"),
+            &DataSettings { io_names: IoNames::Auto, ..data_settings() }.config().unwrap(),
+            &tok,
+            2,
+        )
+        .unwrap();
+        d.fit_model(&m, path).unwrap();
+        assert_eq!(d.io().input_ids, want[0]);
+    }
+    // Named roles win over what the graph says (here: start and end swapped on purpose).
+    let m = renamed(odd, false);
+    let swapped: IoNames = "start=output.1,end=output.0".parse().unwrap();
+    let io = qdq_pipeline::detect_io(&m, path, &swapped).unwrap();
+    assert_eq!(
+        (io.start_logits.as_str(), io.end_logits.as_str(), io.input_ids.as_str()),
+        ("output.1", "output.0", "input.1")
+    );
+    // A model without segment ids (DistilBERT-style): none found, and `segment=` says so explicitly.
+    let no_tt = build(&TinyBertConfig { type_vocab: 0, ..Default::default() });
+    assert_eq!(qdq_pipeline::detect_io(&no_tt, path, &auto).unwrap().token_type_ids, None);
+    let none: IoNames = "segment=".parse().unwrap();
+    assert_eq!(qdq_pipeline::detect_io(&no_tt, path, &none).unwrap().token_type_ids, None);
+    // Two integer inputs the graph does not tell apart: one error naming them.
+    let mut amb = renamed(odd, false);
+    let g = amb.graph_mut();
+    let extra = g.input.iter().find(|i| i.name() == "input.2").unwrap().clone();
+    g.input.push(onnx_ir::proto::ValueInfoProto { name: Some("input.4".into()), ..extra });
+    let e = qdq_pipeline::detect_io(&amb, path, &auto).unwrap_err().to_string();
+    assert!(
+        e.contains("attention mask") && e.contains("input.2") && e.contains("input.4") && e.contains("--io-names"),
+        "{e}"
+    );
 }
