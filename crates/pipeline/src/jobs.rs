@@ -12,7 +12,7 @@ use crate::data::Corpus;
 use crate::e2e::{E2eConfig, e2e};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::report::E2eResults;
-use crate::settings::{CalibSettings, DataSettings, Mode, PolicySettings, RuntimeSettings};
+use crate::settings::{CalibSettings, DataSettings, Mode, PolicySettings, RuntimeSettings, resolve_model};
 use crate::{Error, Progress, Result, write_predictions};
 
 /// What a job hands back: its text (`Display`, what the command prints) and its `--json` document (docs/JSON.md).
@@ -88,6 +88,7 @@ impl fmt::Display for CalibrateReport {
 /// Runs [`CalibrateJob`]: model_smoothed.onnx (when smoothing), calibration.json, calibration_<method>.json,
 /// calibration.flatbuffers, calibration.cache and calib_state.json into `job.out`.
 pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<CalibrateReport> {
+    let job = &CalibrateJob { model: resolve_model(&job.model)?, ..job.clone() };
     if job.policy.mode == Mode::Dynamic {
         return Err(Error::Config("--mode dynamic needs no calibration: run `qdq quantize --mode dynamic`".into()));
     }
@@ -95,7 +96,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
         return Err(Error::Config("qdq calibrate needs --calibration-data FILE".into()));
     };
     let model = Model::load(&job.model)?;
-    let data_cfg = job.data.config()?;
+    let data_cfg = job.data.config(&job.model)?;
     let tokenizer = data_cfg.tokenizer()?;
     let mut data = Corpus::load(calibration_data, &data_cfg, &tokenizer, job.calib.cal_num)?;
     data.fit_model(&model, &job.model)?;
@@ -211,6 +212,7 @@ impl fmt::Display for QuantizeReport {
 
 /// Runs [`QuantizeJob`]. A smoothing policy on an unsmoothed model is an error naming the model file.
 pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
+    let job = &QuantizeJob { model: resolve_model(&job.model)?, ..job.clone() };
     if job.output.is_none() && !job.dry_run {
         return Err(Error::Config("qdq quantize needs --output FILE (or --dry-run)".into()));
     }
@@ -329,10 +331,11 @@ impl fmt::Display for EvalReport {
 /// Runs [`EvalJob`]. With `save_load` the optimised model goes beside the evaluated one
 /// (model_eval_optimized.onnx); with `int8` TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
 pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalReport> {
+    let job = &EvalJob { model: resolve_model(&job.model)?, ..job.clone() };
     if let Some(p) = &job.predictions {
         crate::check_writable(p, "--predictions")?;
     }
-    let data_cfg = job.data.config()?;
+    let data_cfg = job.data.config(&job.model)?;
     let tokenizer = data_cfg.tokenizer()?;
     let model = Model::load(&job.model)?;
     let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.samples)?;
@@ -405,6 +408,7 @@ impl Report for E2eReport {
 
 /// Runs [`E2eJob`]. Every EP is checked against the loaded ONNX Runtime before any work.
 pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
+    let job = &E2eJob { model: resolve_model(&job.model)?, ..job.clone() };
     let dataset = job.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", job.data.version)));
     let fp32 = job.runtime.fp32_session(Some(&job.out), "fp32");
     let mut int8 = job.runtime.int8_session(&fp32, &job.out.join("calibration.flatbuffers"));
@@ -430,7 +434,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
         calibration_data: job.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
         dataset,
         out: job.out.clone(),
-        data: job.data.config()?,
+        data: job.data.config(&job.model)?,
         samples: job.samples,
         cal_num: job.calib.cal_num,
         calibrate: job.calib.options(job.batch, &fp32)?,
@@ -463,6 +467,7 @@ pub struct Inspection {
 
 /// Reads the model at `path` and summarises it.
 pub fn inspect(path: &Path) -> Result<Inspection> {
+    let path = &resolve_model(path)?;
     let model = Model::load(path)?;
     let g = model.graph();
     let names = |v: &[onnx_ir::proto::ValueInfoProto]| v.iter().map(|v| v.name().to_owned()).collect::<Vec<_>>();

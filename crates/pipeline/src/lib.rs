@@ -33,7 +33,7 @@ pub use jobs::{
 };
 pub use settings::{
     CalibSettings, DataSettings, ExplicitIo, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings,
-    RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep,
+    RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep, resolve_model,
 };
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};

@@ -204,9 +204,10 @@ impl IoNames {
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct DataSettings {
-    /// WordPiece vocabulary of the model.
-    #[cfg_attr(feature = "cli", arg(long, default_value = "squad/vocab.txt", value_name = "FILE"))]
-    pub vocab: PathBuf,
+    /// WordPiece vocabulary of the model. Default: the model directory's tokenizer.json (as --token) or vocab.txt,
+    /// else squad/vocab.txt.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub vocab: Option<PathBuf>,
     /// Tokenizer of the inputs: a Hugging Face tokenizer.json saved with the model (its own lower-casing applies).
     /// Default: WordPiece built from --vocab.
     #[cfg_attr(feature = "cli", arg(long = "token", value_name = "FILE"))]
@@ -249,14 +250,28 @@ pub struct DataSettings {
 }
 
 impl DataSettings {
-    /// The checked data configuration (window sizes validated).
-    pub fn config(&self) -> Result<DataConfig> {
+    /// The checked data configuration (window sizes validated) for the model at `model` (a file; see
+    /// [`resolve_model`]): without --vocab and --token, the tokenizer is the one beside the model (tokenizer.json,
+    /// else vocab.txt), else squad/vocab.txt.
+    pub fn config(&self, model: &Path) -> Result<DataConfig> {
         let features =
             FeatureConfig { max_seq_len: self.seq_len, doc_stride: self.doc_stride, max_query_len: self.query_len };
         features.validate()?;
+        let dir = model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let (vocab, tokenizer_json) = match (&self.vocab, &self.tokenizer_json) {
+            (v, Some(t)) => (v.clone().unwrap_or_default(), Some(t.clone())),
+            (Some(v), None) => (v.clone(), None),
+            (None, None) if dir.join("tokenizer.json").is_file() => (PathBuf::new(), Some(dir.join("tokenizer.json"))),
+            (None, None) if dir.join("vocab.txt").is_file() => (dir.join("vocab.txt"), None),
+            (None, None) => (PathBuf::from("squad/vocab.txt"), None),
+        };
+        if vocab != self.vocab.clone().unwrap_or_default() || tokenizer_json != self.tokenizer_json {
+            let found = tokenizer_json.as_ref().unwrap_or(&vocab);
+            tracing::info!("tokenizer: {} (no --vocab / --token given)", found.display());
+        }
         Ok(DataConfig {
-            vocab: self.vocab.clone(),
-            tokenizer_json: self.tokenizer_json.clone(),
+            vocab,
+            tokenizer_json,
             lowercase: self.lowercase,
             version_2: self.version == SquadVersion::V2_0,
             features,
@@ -264,6 +279,32 @@ impl DataSettings {
             io_names: self.io_names.clone(),
             padding: if self.pad_to_max { Padding::Fixed(self.seq_len) } else { Padding::Longest },
         })
+    }
+}
+
+/// The model file `path` names: the file itself, or in a directory (a Hugging Face export folder) its model.onnx,
+/// else its only .onnx file.
+pub fn resolve_model(path: &Path) -> Result<PathBuf> {
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    if path.join("model.onnx").is_file() {
+        return Ok(path.join("model.onnx"));
+    }
+    let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
+    let entries = std::fs::read_dir(path).map_err(|e| bad(e.to_string()))?;
+    let onnx: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx") && p.is_file())
+        .collect();
+    match onnx.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(bad("a directory without model.onnx or any .onnx file".into())),
+        many => Err(bad(format!(
+            "a directory with {} .onnx files and no model.onnx; name one: {}",
+            many.len(),
+            many.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy()).collect::<Vec<_>>().join(", ")
+        ))),
     }
 }
 

@@ -15,7 +15,7 @@ fn testdata(rel: &str) -> PathBuf {
 
 fn data_settings() -> DataSettings {
     DataSettings {
-        vocab: testdata("squad/vocab.txt"),
+        vocab: Some(testdata("squad/vocab.txt")),
         tokenizer_json: None,
         lowercase: true,
         version: SquadVersion::V1_1,
@@ -28,7 +28,7 @@ fn data_settings() -> DataSettings {
 }
 
 fn data_config() -> DataConfig {
-    data_settings().config().unwrap()
+    data_settings().config(Path::new("model.onnx")).unwrap()
 }
 
 fn methods() -> Vec<calib::Method> {
@@ -261,7 +261,7 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     let tok = cfg.tokenizer().unwrap();
 
     // Names of another export.
-    let nvidia = DataSettings { io_names: IoNames::Nvidia, ..data_settings() }.config().unwrap();
+    let nvidia = DataSettings { io_names: IoNames::Nvidia, ..data_settings() }.config(Path::new("model.onnx")).unwrap();
     let mut d = Corpus::load(&testdata("squad/tiny-v1.1.json"), &nvidia, &tok, 0).unwrap();
     let e = d.fit_model(&model, &path).unwrap_err().to_string();
     assert!(e.contains("tiny.onnx") && e.contains("input_mask") && e.contains("attention_mask"), "{e}");
@@ -296,7 +296,7 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     assert!(e.contains("auto, hf, nvidia") && e.contains("ids="), "{e}");
     let e = "ids=a,tokens=b".parse::<IoNames>().unwrap_err().to_string();
     assert!(e.contains("tokens") && e.contains("ids, mask, segment, start, end"), "{e}");
-    assert!(DataSettings { seq_len: 16, ..data_settings() }.config().is_err());
+    assert!(DataSettings { seq_len: 16, ..data_settings() }.config(Path::new("model.onnx")).is_err());
 }
 
 /// Warm-up runs are untimed and change no prediction: the timed batches and the answers are the same with none.
@@ -425,7 +425,7 @@ fn io_roles_are_found_in_the_graph() {
         let tok = cfg.tokenizer().unwrap();
         let mut d = Corpus::load(
             &testdata("squad/tiny-v1.1.json"),
-            &DataSettings { io_names: IoNames::Auto, ..data_settings() }.config().unwrap(),
+            &DataSettings { io_names: IoNames::Auto, ..data_settings() }.config(Path::new("model.onnx")).unwrap(),
             &tok,
             2,
         )
@@ -456,4 +456,34 @@ fn io_roles_are_found_in_the_graph() {
         e.contains("attention mask") && e.contains("input.2") && e.contains("input.4") && e.contains("--io-names"),
         "{e}"
     );
+}
+
+/// Issue 16: a Hugging Face export folder as --model: its model.onnx (or only .onnx), and its tokenizer (tokenizer.json,
+/// else vocab.txt) when no --vocab / --token is given; a folder with several models is an error naming them.
+#[test]
+fn a_model_directory_is_looked_into() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("bert-squad");
+    std::fs::create_dir(&folder).unwrap();
+    build(&TinyBertConfig::default()).save(folder.join("exported.onnx")).unwrap();
+    std::fs::copy(testdata("squad/vocab.txt"), folder.join("vocab.txt")).unwrap();
+    let model = qdq_pipeline::resolve_model(&folder).unwrap();
+    assert_eq!(model, folder.join("exported.onnx"));
+    let settings = DataSettings { vocab: None, ..data_settings() };
+    let cfg = settings.config(&model).unwrap();
+    assert_eq!((cfg.vocab.as_path(), cfg.tokenizer_json.as_deref()), (folder.join("vocab.txt").as_path(), None));
+    // An explicit --vocab wins.
+    let given = DataSettings { vocab: Some(testdata("squad/vocab.txt")), ..data_settings() }.config(&model).unwrap();
+    assert_eq!(given.vocab, testdata("squad/vocab.txt"));
+    // A tokenizer.json beside the model is preferred to vocab.txt.
+    std::fs::write(folder.join("tokenizer.json"), "{}").unwrap();
+    assert_eq!(settings.config(&model).unwrap().tokenizer_json, Some(folder.join("tokenizer.json")));
+    // model.onnx wins over other .onnx files; without it, two models are ambiguous.
+    build(&TinyBertConfig::default()).save(folder.join("other.onnx")).unwrap();
+    let e = qdq_pipeline::resolve_model(&folder).unwrap_err().to_string();
+    assert!(e.contains("bert-squad") && e.contains("exported.onnx") && e.contains("other.onnx"), "{e}");
+    build(&TinyBertConfig::default()).save(folder.join("model.onnx")).unwrap();
+    assert_eq!(qdq_pipeline::resolve_model(&folder).unwrap(), folder.join("model.onnx"));
+    // A plain file is itself.
+    assert_eq!(qdq_pipeline::resolve_model(&model).unwrap(), model);
 }
