@@ -480,6 +480,11 @@ fn dynamic_mode_quantizes_without_ranges() {
     assert!(!out.exists());
     let o = qdq(&["quantize", "--model", model, "--mode", "dynamic", "-o", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The attention MatMuls (Q*K and P*V, 2 per layer) stay in float in dynamic mode, and the run says so.
+    let text = String::from_utf8_lossy(&o.stdout);
+    let layers = TinyBertConfig::default().layers;
+    assert!(text.contains(&format!("{} MatMul-like nodes left in float", 2 * layers)), "{text}");
+    assert!(text.contains("attention/self/MatMul (MatMul; float:"), "{text}");
     let inspect = qdq(&["inspect", out.to_str().unwrap(), "--json"]);
     let i: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert!(i.to_string().contains("MatMulInteger") && i.to_string().contains("DynamicQuantizeLinear"), "{i}");

@@ -195,6 +195,7 @@ fn quantize_static(
         quantize_nodes: counts.quantize,
         dequantize_nodes: counts.dequantize,
         embedding_tables: plan.embeddings.len(),
+        float_matmul_like: float_work(&qmodel),
         smoothing: smoothing.as_ref().map(|s| s.describe()),
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         ..summary_base(cfg)
@@ -214,6 +215,7 @@ fn quantize_dynamic(cfg: &E2eConfig, model: &Model, phases: &mut BTreeMap<String
         quantize_nodes: counts.quantize,
         dequantize_nodes: counts.dequantize,
         embedding_tables: plan.embeddings.len(),
+        float_matmul_like: float_work(&qmodel),
         ..summary_base(cfg)
     };
     Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![] })
@@ -228,6 +230,18 @@ struct Quantized {
     compared: Vec<(String, PathBuf)>,
 }
 
+/// The MatMul-like work the quantized model still does in float, said once in the log (and kept for results.json).
+fn float_work(qmodel: &Model) -> Vec<String> {
+    let nodes = qdq::coverage(qmodel).float_matmul_like;
+    if !nodes.is_empty() {
+        tracing::warn!(
+            "MatMul-like work left in float: {} (report.md and results.json list the nodes)",
+            crate::jobs::float_summary(&nodes)
+        );
+    }
+    nodes.iter().map(ToString::to_string).collect()
+}
+
 fn summary_base(cfg: &E2eConfig) -> QuantizationSummary {
     QuantizationSummary {
         mode: cfg.mode,
@@ -237,6 +251,7 @@ fn summary_base(cfg: &E2eConfig) -> QuantizationSummary {
         quantize_nodes: 0,
         dequantize_nodes: 0,
         embedding_tables: 0,
+        float_matmul_like: vec![],
         smoothing: None,
         skipped: vec![],
     }

@@ -158,11 +158,13 @@ pub struct QuantizeJob {
 pub enum QuantizeReport {
     Planned(qdq::Plan),
     PlannedDynamic(qdq::DynamicPlan),
-    /// `skipped`: each tensor the policy wanted but left in float, with the reason.
+    /// `skipped`: each tensor the policy wanted but left in float, with the reason; `float_matmul_like`: the
+    /// MatMul-like nodes of the written model that still read float inputs.
     Written {
         output: PathBuf,
         tensors: usize,
         skipped: Vec<String>,
+        float_matmul_like: Vec<String>,
     },
 }
 
@@ -182,13 +184,14 @@ impl Report for QuantizeReport {
                 "mode": "dynamic",
                 "plan": plan,
             }),
-            QuantizeReport::Written { output, tensors, skipped } => serde_json::json!({
+            QuantizeReport::Written { output, tensors, skipped, float_matmul_like } => serde_json::json!({
                 "schema": "qdq.quantize/1",
                 "dry_run": false,
                 "output": output,
                 "quantized_tensors": tensors,
                 "skipped_tensors": skipped.len(),
                 "skipped": skipped,
+                "float_matmul_like": float_matmul_like,
             }),
         }
     }
@@ -199,15 +202,30 @@ impl fmt::Display for QuantizeReport {
         match self {
             QuantizeReport::Planned(plan) => write!(f, "{plan}"),
             QuantizeReport::PlannedDynamic(plan) => write!(f, "{plan}"),
-            QuantizeReport::Written { output, tensors, skipped } => {
+            QuantizeReport::Written { output, tensors, skipped, float_matmul_like } => {
                 write!(f, "Wrote {} ({tensors} tensors quantized, {} skipped)", output.display(), skipped.len())?;
                 for s in skipped {
                     write!(f, "\n  skipped {s}")?;
+                }
+                if !float_matmul_like.is_empty() {
+                    write!(f, "\n{} MatMul-like nodes left in float:", float_matmul_like.len())?;
+                    for n in float_matmul_like {
+                        write!(f, "\n  {n}")?;
+                    }
                 }
                 Ok(())
             }
         }
     }
+}
+
+/// `MatMul 12, Attention 6`: the float MatMul-like nodes counted per op type.
+pub fn float_summary(nodes: &[qdq::FloatNode]) -> String {
+    let mut by_op: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for n in nodes {
+        *by_op.entry(n.op_type.as_str()).or_default() += 1;
+    }
+    by_op.iter().map(|(op, c)| format!("{op} {c}")).collect::<Vec<_>>().join(", ")
 }
 
 /// Runs [`QuantizeJob`]. A smoothing policy on an unsmoothed model is an error naming the model file.
@@ -251,7 +269,8 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     plan.apply(&mut model)?;
     model.save(output)?;
     let skipped = plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect();
-    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped })
+    let float_matmul_like = qdq::coverage(&model).float_matmul_like.iter().map(ToString::to_string).collect();
+    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped, float_matmul_like })
 }
 
 /// `qdq quantize --mode dynamic`: no ranges ([`qdq::quantize_dynamic`]).
@@ -265,7 +284,13 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
         return Ok(QuantizeReport::PlannedDynamic(plan));
     };
     qmodel.save(output)?;
-    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.matmuls.len(), skipped: vec![] })
+    let float_matmul_like = qdq::coverage(&qmodel).float_matmul_like.iter().map(ToString::to_string).collect();
+    Ok(QuantizeReport::Written {
+        output: output.clone(),
+        tensors: plan.matmuls.len(),
+        skipped: vec![],
+        float_matmul_like,
+    })
 }
 
 /// `qdq eval`: one model on SQuAD.
@@ -541,6 +566,10 @@ impl Inspection {
                 let _ = writeln!(s, "{op:<24} {:>6} {:>10}", c.nodes, c.covered);
             }
             if dq > 0 {
+                let float = float_summary(&self.coverage.float_matmul_like);
+                if !float.is_empty() {
+                    let _ = writeln!(s, "MatMul-like work left in float: {float} (--ranges lists the nodes)");
+                }
                 let _ = writeln!(s, "(--ranges lists every pair with its scale and range)");
             }
         }

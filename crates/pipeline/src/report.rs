@@ -97,6 +97,10 @@ pub struct QuantizationSummary {
     /// Embedding tables stored as int8.
     #[serde(default)]
     pub embedding_tables: usize,
+    /// MatMul-like nodes (MatMul, Gemm, FusedMatMul, Attention, ...) that still read a float input that is not
+    /// dequantized: `node (op; float: inputs)`.
+    #[serde(default)]
+    pub float_matmul_like: Vec<String>,
     /// SmoothQuant-style migration applied before calibration (one line), if any.
     #[serde(default)]
     pub smoothing: Option<String>,
@@ -202,6 +206,12 @@ impl E2eResults {
         );
         if let Some(s) = &q.smoothing {
             let _ = writeln!(md, "- smoothing: {s}");
+        }
+        if !q.float_matmul_like.is_empty() {
+            let _ = writeln!(md, "- MatMul-like nodes left in float ({}):", q.float_matmul_like.len());
+            for n in &q.float_matmul_like {
+                let _ = writeln!(md, "  - {n}");
+            }
         }
         if !q.skipped.is_empty() {
             let _ = writeln!(md, "- skipped ({}):", q.skipped.len());

@@ -39,6 +39,26 @@ pub struct PairInfo {
     pub consumers: Vec<(String, usize)>,
 }
 
+/// Op types that do matrix-multiply work (the plain ONNX ones and ONNX Runtime's fused transformer ops): when one of
+/// them reads a float input that is not dequantized, that work runs in float, and qdq says so.
+pub const MATMUL_LIKE: [&str; 7] =
+    ["MatMul", "Gemm", "FusedMatMul", "Attention", "MultiHeadAttention", "GroupQueryAttention", "Conv"];
+
+/// A node of a [`MATMUL_LIKE`] op type that reads a float input that is not the output of a DequantizeLinear.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FloatNode {
+    pub node: String,
+    pub op_type: String,
+    /// Its float inputs that are not dequantized.
+    pub float_inputs: Vec<String>,
+}
+
+impl fmt::Display for FloatNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}; float: {})", self.node, self.op_type, self.float_inputs.join(", "))
+    }
+}
+
 /// Summary of Q/DQ in a model.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Coverage {
@@ -46,6 +66,8 @@ pub struct Coverage {
     pub by_op: BTreeMap<String, OpCoverage>,
     /// Every DQ node, sorted by tensor then consumers.
     pub pairs: Vec<PairInfo>,
+    /// MatMul-like work left in float, in graph order.
+    pub float_matmul_like: Vec<FloatNode>,
 }
 
 fn int_values(t: &TensorProto) -> Vec<i32> {
@@ -129,10 +151,22 @@ pub fn coverage(model: &Model) -> Coverage {
         e.nodes += 1;
         // Covered: it has float inputs, and every one is a DequantizeLinear output (a node reading only integer
         // tensors, such as Shape(input_ids), is not "behind DQ").
-        let mut float_inputs = n.input.iter().filter(|i| !i.is_empty() && !is_non_float_constant(g, i)).peekable();
-        let has_float = float_inputs.peek().is_some();
-        if has_float && float_inputs.all(|i| producer_op.get(i.as_str()) == Some(&"DequantizeLinear")) {
+        let float_inputs: Vec<&String> =
+            n.input.iter().filter(|i| !i.is_empty() && !is_non_float_constant(g, i)).collect();
+        let plain: Vec<String> = float_inputs
+            .iter()
+            .filter(|i| producer_op.get(i.as_str()) != Some(&"DequantizeLinear"))
+            .map(|i| i.to_string())
+            .collect();
+        if !float_inputs.is_empty() && plain.is_empty() {
             e.covered += 1;
+        }
+        if MATMUL_LIKE.contains(&op) && !plain.is_empty() {
+            cov.float_matmul_like.push(FloatNode {
+                node: n.name().to_owned(),
+                op_type: op.to_owned(),
+                float_inputs: plain,
+            });
         }
     }
     cov.pairs.sort_by(|a, b| (&a.tensor, &a.consumers).cmp(&(&b.tensor, &b.consumers)));
@@ -145,6 +179,16 @@ impl fmt::Display for Coverage {
         writeln!(f, "{:<24} {:>6} {:>8}", "op type", "nodes", "behind DQ")?;
         for (op, c) in &self.by_op {
             writeln!(f, "{op:<24} {:>6} {:>8}", c.nodes, c.covered)?;
+        }
+        if !self.float_matmul_like.is_empty() {
+            writeln!(
+                f,
+                "{} MatMul-like nodes read float inputs that are not dequantized:",
+                self.float_matmul_like.len()
+            )?;
+            for n in &self.float_matmul_like {
+                writeln!(f, "  {n}")?;
+            }
         }
         writeln!(f, "{} DequantizeLinear nodes:", self.pairs.len())?;
         for p in &self.pairs {

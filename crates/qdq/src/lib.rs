@@ -40,7 +40,7 @@ mod shift;
 mod smooth;
 mod types;
 
-pub use coverage::{Coverage, OpCoverage, PairInfo, QdqCounts, coverage};
+pub use coverage::{Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QdqCounts, coverage};
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::EmbeddingTable;
 pub use error::{Error, Result};

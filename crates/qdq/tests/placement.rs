@@ -224,3 +224,24 @@ fn fp32_model_has_nothing_behind_dq() {
     }
     assert!(cov.pairs.is_empty());
 }
+
+/// Issue 16: MatMul-like work the policy does not quantize (here an ORT FusedMatMul, which no preset handles yet)
+/// is listed by `coverage` with its float inputs, never silent; the quantized MatMuls are not listed.
+#[test]
+fn matmul_like_work_left_in_float_is_listed() {
+    let mut fp32 = tiny_bert(Ln::Fused);
+    let qa = fp32.graph().node.iter().position(|n| n.name() == "/qa_outputs/MatMul").unwrap();
+    let n = &mut fp32.graph_mut().node[qa];
+    n.op_type = Some("FusedMatMul".into());
+    n.domain = Some("com.microsoft".into());
+    let policy = unsmoothed("cpu");
+    let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+    let (q, _) = qdq::quantize(&fp32, &observed_ranges(&fp32, &tensors), &policy).unwrap();
+    let float = qdq::coverage(&q).float_matmul_like;
+    let names: Vec<(&str, &str)> = float.iter().map(|f| (f.node.as_str(), f.op_type.as_str())).collect();
+    assert_eq!(names, [("/qa_outputs/MatMul", "FusedMatMul")], "{float:?}");
+    assert_eq!(float[0].float_inputs.len(), 2, "activation and weight both float: {float:?}");
+    // On the FP32 model every MatMul is listed.
+    let all = qdq::coverage(&fp32).float_matmul_like;
+    assert_eq!(all.len(), fp32.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count());
+}
