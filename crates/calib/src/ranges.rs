@@ -52,6 +52,10 @@ pub struct RangeTable {
     /// Histogram mean/std ([`Method::Distribution`] only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub distribution: BTreeMap<String, DistributionStats>,
+    /// An opaque identity of the model the ranges were measured on, set by the caller (qdq: the fingerprint of the
+    /// smoothing it applied first), so that a reader can tell ranges of another model apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl RangeTable {
@@ -94,6 +98,7 @@ pub fn compute_ranges(state: &CalibState, method: &Method) -> Result<RangeTable>
         ranges: BTreeMap::new(),
         channels: BTreeMap::new(),
         distribution: BTreeMap::new(),
+        model: None,
     };
     for (name, r) in results {
         let Some(r) = r else { continue };

@@ -91,6 +91,8 @@ pub struct TableRanges {
     /// Entries left out, with why (non-finite, min > max, not a number): whether one matters depends on whether the
     /// caller needs that tensor, so it is the caller's to report as an error or a warning.
     pub rejected: Rejected,
+    /// qdq's own table: the identity of the model it was measured on ([`crate::RangeTable::model`]).
+    pub model: Option<String>,
 }
 
 /// Ranges `tensor -> (min, max)` from any table file qdq or ONNX Runtime / TensorRT write, told apart by content:
@@ -123,8 +125,9 @@ fn read_any_table(path: &Path) -> Result<TableRanges> {
             serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
         if v.get("ranges").is_some() && v.get("method").is_some() {
             let table = serde_json::from_value(v).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
-            let ranges = checked(table, path)?.min_max();
-            return Ok(TableRanges { format: TableFormat::Qdq, ranges, rejected: vec![] });
+            let table = checked(table, path)?;
+            let model = table.model.clone();
+            return Ok(TableRanges { format: TableFormat::Qdq, ranges: table.min_max(), rejected: vec![], model });
         }
         return ort_json(&v, path);
     }
@@ -132,7 +135,7 @@ fn read_any_table(path: &Path) -> Result<TableRanges> {
         let text =
             String::from_utf8(bytes).map_err(|_| table_err(path, "file", "a TensorRT cache is text; not UTF-8"))?;
         let ranges = symmetric(decode_trt_cache(&text, path)?.amax());
-        return Ok(TableRanges { format: TableFormat::TrtCache, ranges, rejected: vec![] });
+        return Ok(TableRanges { format: TableFormat::TrtCache, ranges, rejected: vec![], model: None });
     }
     if let Some(t) = ort_text(&bytes) {
         return Ok(t);
@@ -147,7 +150,7 @@ fn read_any_table(path: &Path) -> Result<TableRanges> {
             Err(why) => rejected.push((k, why)),
         }
     }
-    Ok(TableRanges { format: TableFormat::OrtFlatbuffers, ranges, rejected })
+    Ok(TableRanges { format: TableFormat::OrtFlatbuffers, ranges, rejected, model: None })
 }
 
 /// `|v|` of an amax-style value, which must be finite.
@@ -164,7 +167,7 @@ fn ort_json(v: &serde_json::Value, path: &Path) -> Result<TableRanges> {
     let Some(entries) = entries.and_then(|e| e.as_object()) else {
         return Err(table_err(path, "data", "expected qdq's calibration.json or ONNX Runtime's {tensor: range} map"));
     };
-    let mut out = TableRanges { format: TableFormat::OrtJson, ranges: BTreeMap::new(), rejected: vec![] };
+    let mut out = TableRanges { format: TableFormat::OrtJson, ranges: BTreeMap::new(), rejected: vec![], model: None };
     for (k, e) in entries.iter().filter(|(k, _)| *k != "CLS" && *k != "calibration_method") {
         match ort_json_range(e) {
             Ok(r) => {
@@ -207,7 +210,7 @@ fn ort_text(bytes: &[u8]) -> Option<TableRanges> {
         return None;
     }
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut out = TableRanges { format: TableFormat::OrtText, ranges: BTreeMap::new(), rejected: vec![] };
+    let mut out = TableRanges { format: TableFormat::OrtText, ranges: BTreeMap::new(), rejected: vec![], model: None };
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let line = line.trim_end();
         match line.rsplit_once(' ').map(|(name, v)| (name, v.parse::<f32>())) {

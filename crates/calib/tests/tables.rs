@@ -22,6 +22,7 @@ fn sample() -> RangeTable {
         ranges,
         channels: BTreeMap::new(),
         distribution: BTreeMap::new(),
+        model: Some("fingerprint".into()),
     }
 }
 

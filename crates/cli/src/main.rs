@@ -19,6 +19,12 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // A write past `ulimit -f` must be an error (EFBIG, reported with the file's name), not a silent death by SIGXFSZ.
+    #[cfg(unix)]
+    // SAFETY: as above.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cmd = Cli::command();
     let cli = match config::expand(argv, &cmd).and_then(|argv| {

@@ -622,3 +622,59 @@ fn non_finite_tensors_are_named_not_dropped_silently() {
     let text = String::from_utf8_lossy(&q.stdout);
     assert!(text.contains(&format!("skipped {tensor}: no calibration range")), "{text}");
 }
+
+/// Issue 18, item 5: model_smoothed.onnx and calibration.json of two different calibrate runs (what a run killed
+/// between its writes leaves) are refused by quantize instead of giving a model whose ranges describe another one;
+/// the pair of one run is accepted.
+#[test]
+fn quantize_refuses_a_smoothed_model_and_tables_of_different_runs() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let calibrate = |out: &Path, questions: &str| {
+        let args = ["calibrate", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap()];
+        let rest =
+            ["--calibration-data", data.to_str().unwrap(), "--cal-num", questions, "--out", out.to_str().unwrap()];
+        let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+        let o = qdq(&[&args[..], &rest, &small].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    let (a, b) = (f.dir.path().join("a"), f.dir.path().join("b"));
+    calibrate(&a, "3");
+    calibrate(&b, "9");
+    let quantize = |model: &Path, table: &Path| {
+        let out = f.dir.path().join("q.onnx");
+        qdq(&[
+            "quantize",
+            "--model",
+            model.to_str().unwrap(),
+            "--ranges",
+            table.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    };
+    let mixed = quantize(&a.join("model_smoothed.onnx"), &b.join("calibration.json"));
+    let e = one_error(&mixed);
+    assert!(e.contains("calibration.json") && e.contains("different runs"), "{e}");
+    let same = quantize(&b.join("model_smoothed.onnx"), &b.join("calibration.json"));
+    assert!(same.status.success(), "{}", stderr(&same));
+}
+
+/// Issue 18, item 6: under `ulimit -f` (a file size limit) a write that passes it is one error line naming the
+/// output, not a death by SIGXFSZ, and no partial output is left.
+#[cfg(unix)]
+#[test]
+fn a_file_size_limit_is_an_error_line() {
+    let f = tiny();
+    let out = f.dir.path().join("q.onnx");
+    let script = format!(
+        "ulimit -f 1; exec '{}' quantize --model '{}' --mode dynamic -o '{}'",
+        env!("CARGO_BIN_EXE_qdq"),
+        f.model.display(),
+        out.display()
+    );
+    let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let e = one_error(&o);
+    assert!(e.contains("q.onnx") && e.to_lowercase().contains("too large"), "{e}");
+    assert!(!out.exists());
+}

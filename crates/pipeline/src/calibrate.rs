@@ -53,8 +53,12 @@ pub fn calibrate(
     let collect = CollectOptions::for_methods(&opts.methods, opts.num_bins);
     let (state, features) =
         collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
-    let tables = calib::compute_all(&state, &opts.methods)?;
+    let mut tables = calib::compute_all(&state, &opts.methods)?;
     report_non_finite(&state, &tables[0], tensors);
+    // Tables of a smoothed model carry its smoothing's fingerprint: `quantize` refuses them with another model.
+    for t in &mut tables {
+        t.model = qdq::smoothing_fingerprint(model).map(str::to_owned);
+    }
     Ok(Calibration {
         state,
         tables,

@@ -247,6 +247,26 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     };
     let model = Model::load(&job.model)?;
     let table = calib::tables::read_ranges(ranges)?;
+    // calibrate writes model_smoothed.onnx and the tables one by one: a killed or repeated run can leave a pair from
+    // two runs, whose ranges do not describe the model.
+    if let Some(want) = &table.model {
+        let reason = match qdq::smoothing_fingerprint(&model) {
+            Some(has) if has == want => None,
+            Some(has) => Some(format!(
+                "its ranges were measured on the model smoothed as `{want}`, but {} is smoothed as `{has}`: they come \
+                 from different runs of qdq calibrate; run it again and quantize the model_smoothed.onnx it writes",
+                job.model.display()
+            )),
+            None => Some(format!(
+                "its ranges were measured on a smoothed model, but {} is not smoothed: quantize the model_smoothed.onnx \
+                 that qdq calibrate wrote beside this table (or calibrate with --policy-option smooth=off)",
+                job.model.display()
+            )),
+        };
+        if let Some(reason) = reason {
+            return Err(Error::Input { path: ranges.clone(), reason });
+        }
+    }
     // A bad entry matters only for a tensor the policy quantizes; ONNX Runtime's tables list every tensor it saw.
     if !table.rejected.is_empty() {
         let wanted = qdq::tensors_to_calibrate(&model, &policy)?;

@@ -53,6 +53,6 @@ pub use policy::{
 };
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{
-    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smoothing_record,
-    smoothing_sites,
+    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smoothing_fingerprint,
+    smoothing_record, smoothing_sites,
 };

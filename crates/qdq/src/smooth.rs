@@ -223,7 +223,7 @@ pub fn smooth(
         out.proto.metadata_props.retain(|e| e.key() != SMOOTH_METADATA_KEY);
         out.proto.metadata_props.push(StringStringEntryProto {
             key: Some(SMOOTH_METADATA_KEY.into()),
-            value: Some(format!("alpha={alpha}; tensors={}", done.len())),
+            value: Some(format!("alpha={alpha}; tensors={}; factors={}", done.len(), fingerprint(&done))),
         });
     }
     Ok((out, done))
@@ -414,7 +414,32 @@ pub fn check_mergeable(model: &Model, policy: &Policy) -> Result<()> {
     Ok(())
 }
 
-/// The smoothing recorded in a model's metadata by [`smooth`], if any (e.g. `alpha=0.5; tensors=13`).
+/// FNV-1a (64 bits) over every site's tensor name and factor bits: the identity of one smoothing run, which
+/// [`smoothing_fingerprint`] reads back and calibration tables record, so tables and smoothed models of different runs
+/// cannot be mixed silently.
+fn fingerprint(done: &[SmoothedSite]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for d in done {
+        eat(d.site.tensor.as_bytes());
+        for f in &d.factors {
+            eat(&f.to_bits().to_le_bytes());
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// The fingerprint of the smoothing `model` went through (`factors=` of its [`SMOOTH_METADATA_KEY`] record), if it
+/// was smoothed by a qdq that records one.
+pub fn smoothing_fingerprint(model: &Model) -> Option<&str> {
+    smoothing_record(model)?.split("; ").find_map(|p| p.strip_prefix("factors="))
+}
+
+/// The smoothing recorded in a model's metadata by [`smooth`], if any (e.g. `alpha=0.5; tensors=13; factors=...`).
 pub fn smoothing_record(model: &Model) -> Option<&str> {
     model.proto.metadata_props.iter().find(|e| e.key() == SMOOTH_METADATA_KEY).map(|e| e.value())
 }

@@ -112,7 +112,13 @@ fn smoothed_model_computes_the_same_and_moves_the_spread_into_weights() {
         let (s, done) = qdq::smooth(&m, &policy, &absmax, 0.5).unwrap();
         s.validate().unwrap();
         assert_eq!(done.len(), 3);
-        assert_eq!(qdq::smoothing_record(&s), Some("alpha=0.5; tensors=3"));
+        let record = qdq::smoothing_record(&s).unwrap();
+        assert!(record.starts_with("alpha=0.5; tensors=3; factors="), "{record}");
+        // The fingerprint is the factors': the same smoothing gives the same one, other statistics another.
+        let fp = qdq::smoothing_fingerprint(&s).unwrap();
+        assert_eq!(fp.len(), 16);
+        assert_eq!(qdq::smoothing_fingerprint(&qdq::smooth(&m, &policy, &absmax, 0.5).unwrap().0), Some(fp));
+        assert_ne!(qdq::smoothing_fingerprint(&qdq::smooth(&m, &policy, &absmax, 0.8).unwrap().0), Some(fp));
         assert_eq!(qdq::smoothing_record(&m), None);
 
         // Same function: logits agree to float rounding.
