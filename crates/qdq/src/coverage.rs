@@ -124,27 +124,11 @@ pub fn coverage(model: &Model) -> Coverage {
     for n in &g.node {
         let op = n.op_type();
         if op == "QuantizeLinear" || op == "DequantizeLinear" {
-            let Some(dq_in) = n.input.first().filter(|_| op == "DequantizeLinear") else { continue };
-            let q = q_by_output.get(dq_in.as_str());
-            let tensor = q.and_then(|q| q.input.first()).unwrap_or(dq_in).clone();
-            let init = |slot: usize| n.input.get(slot).and_then(|s| g.initializer(s));
-            let mut consumers: Vec<(String, usize)> =
-                n.output.first().and_then(|o| readers.get(o.as_str())).cloned().unwrap_or_default();
-            consumers.sort();
-            cov.pairs.push(PairInfo {
-                is_initializer: g.is_initializer(&tensor),
-                tensor,
-                quantize_node: q.map(|q| q.name().to_string()),
-                dequantize_node: n.name().to_string(),
-                scales: init(1)
-                    .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
-                    .map(|a| a.iter().copied().collect())
-                    .unwrap_or_default(),
-                zero_points: init(2).map(int_values).unwrap_or_default(),
-                unsigned: init(2).is_some_and(|t| t.data_type() == DataType::Uint8 as i32),
-                axis: onnx_ir::get_attr_int(n, "axis").ok().flatten(),
-                consumers,
-            });
+            if op == "DequantizeLinear"
+                && let Some(p) = pair_info(g, n, &q_by_output, &readers)
+            {
+                cov.pairs.push(p);
+            }
             continue;
         }
         let e = cov.by_op.entry(op.to_string()).or_default();
@@ -171,6 +155,36 @@ pub fn coverage(model: &Model) -> Coverage {
     }
     cov.pairs.sort_by(|a, b| (&a.tensor, &a.consumers).cmp(&(&b.tensor, &b.consumers)));
     cov
+}
+
+/// The pair a DequantizeLinear node `n` ends: the tensor behind it, its parameters and readers.
+fn pair_info(
+    g: &GraphProto,
+    n: &onnx_ir::proto::NodeProto,
+    q_by_output: &HashMap<&str, &onnx_ir::proto::NodeProto>,
+    readers: &HashMap<&str, Vec<(String, usize)>>,
+) -> Option<PairInfo> {
+    let dq_in = n.input.first()?;
+    let q = q_by_output.get(dq_in.as_str());
+    let tensor = q.and_then(|q| q.input.first()).unwrap_or(dq_in).clone();
+    let init = |slot: usize| n.input.get(slot).and_then(|s| g.initializer(s));
+    let mut consumers: Vec<(String, usize)> =
+        n.output.first().and_then(|o| readers.get(o.as_str())).cloned().unwrap_or_default();
+    consumers.sort();
+    Some(PairInfo {
+        is_initializer: g.is_initializer(&tensor),
+        tensor,
+        quantize_node: q.map(|q| q.name().to_string()),
+        dequantize_node: n.name().to_string(),
+        scales: init(1)
+            .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
+            .map(|a| a.iter().copied().collect())
+            .unwrap_or_default(),
+        zero_points: init(2).map(int_values).unwrap_or_default(),
+        unsigned: init(2).is_some_and(|t| t.data_type() == DataType::Uint8 as i32),
+        axis: onnx_ir::get_attr_int(n, "axis").ok().flatten(),
+        consumers,
+    })
 }
 
 impl fmt::Display for Coverage {
