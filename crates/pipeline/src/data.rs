@@ -161,6 +161,7 @@ impl Corpus {
             }
         }
         fit_io(&mut self.cfg.io, model, model_path)?;
+        check_positions(model, model_path, self.cfg.features.max_seq_len)?;
         check_vocab(model, model_path, &self.cfg.io.input_ids, &self.tokenizer, self.cfg.tokenizer_source())
     }
 }
@@ -301,6 +302,47 @@ fn output_roles(
             outputs.join(", ")
         )),
     }
+}
+
+/// The position-embedding table and its rows: the table of ORT's EmbedLayerNormalization (input 3), else the one float
+/// 2-D table a Gather reads with indices that are not a graph input (preferring a name with "position").
+fn position_rows(model: &Model) -> Option<(String, i64)> {
+    let g = model.graph();
+    let rows = |t: &str| g.initializer(t).filter(|t| t.dims.len() == 2).map(|t| (t.name().to_owned(), t.dims[0]));
+    if let Some(n) = g.node.iter().find(|n| n.op_type() == "EmbedLayerNormalization") {
+        return rows(n.input.get(3)?);
+    }
+    let is_input = |t: &str| g.input.iter().any(|i| i.name() == t);
+    let tables: Vec<(String, i64)> = g
+        .node
+        .iter()
+        .filter(|n| n.op_type() == "Gather" && n.input.len() == 2 && !is_input(&n.input[1]))
+        .filter_map(|n| rows(&n.input[0]))
+        .collect();
+    match tables.iter().find(|(t, _)| t.contains("position")) {
+        Some(t) => Some(t.clone()),
+        None if tables.len() == 1 => tables.first().cloned(),
+        None => None,
+    }
+}
+
+/// A model embeds a fixed number of positions: a longer --seq-len would fail at the first inference with a broadcast
+/// error from ONNX Runtime, so it is checked here.
+fn check_positions(model: &Model, model_path: &Path, seq_len: usize) -> Result<()> {
+    let Some((table, rows)) = position_rows(model) else {
+        tracing::debug!("no position-embedding table found; --seq-len not checked against it");
+        return Ok(());
+    };
+    if (seq_len as i64) > rows {
+        return Err(Error::Input {
+            path: model_path.to_path_buf(),
+            reason: format!(
+                "the model embeds at most {rows} positions (initializer `{table}`) but --seq-len is {seq_len}: use \
+                 --seq-len {rows} or less"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The rows of the embedding table `input_ids` is gathered from, with the table's name.

@@ -275,6 +275,12 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     let e = d.fit_model(&small, &path).unwrap_err().to_string();
     assert!(e.contains("vocab.txt") && e.contains("100"), "{e}");
 
+    // A model with fewer positions than --seq-len: said before any inference (issue 18, item 8).
+    let short = build(&TinyBertConfig { max_positions: 32, ..Default::default() });
+    let mut d = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    let e = d.fit_model(&short, &path).unwrap_err().to_string();
+    assert!(e.contains("tiny.onnx") && e.contains("32 positions") && e.contains("--seq-len 32"), "{e}");
+
     // A model without segment ids is fed without them.
     let mut no_tt = model.clone();
     no_tt.graph_mut().input.retain(|i| i.name() != "token_type_ids");
