@@ -357,7 +357,40 @@ fn embedding_rows(model: &Model, input_ids: &str) -> Option<(String, i64)> {
     )
 }
 
+/// Ids that every BERT WordPiece vocabulary (uncased, cased, multilingual, DistilBERT) gives its special tokens.
+const BERT_ANCHORS: [(u32, &str); 5] = [(0, "[PAD]"), (100, "[UNK]"), (101, "[CLS]"), (102, "[SEP]"), (103, "[MASK]")];
+
+/// The BERT special tokens that are not at their usual ids (empty for a vocabulary under 1,000 tokens: test and toy
+/// vocabularies are laid out freely).
+fn anchor_mismatches(tok: &SquadTokenizer) -> Vec<String> {
+    if tok.vocab_size() < 1000 {
+        return vec![];
+    }
+    BERT_ANCHORS
+        .iter()
+        .filter(|(id, token)| tok.id_to_token(*id).as_deref() != Some(*token))
+        .map(|(id, token)| format!("{token} expected at {id}, found {:?}", tok.id_to_token(*id).unwrap_or_default()))
+        .collect()
+}
+
+/// A vocabulary of the right size can still be the wrong one (EM falls to a tenth): warns when the special tokens
+/// are not at the ids BERT vocabularies give them, naming what was checked.
+fn check_anchors(tok: &SquadTokenizer, vocab: &Path) {
+    let off = anchor_mismatches(tok);
+    if off.is_empty() {
+        tracing::debug!("{}: [PAD] [UNK] [CLS] [SEP] [MASK] at BERT's ids 0, 100-103", vocab.display());
+    } else {
+        tracing::warn!(
+            "{}: special tokens not where BERT vocabularies have them ({}); if this is not the model's own \
+             vocabulary, every answer will be wrong",
+            vocab.display(),
+            off.join("; ")
+        );
+    }
+}
+
 fn check_vocab(model: &Model, model_path: &Path, input_ids: &str, tok: &SquadTokenizer, vocab: &Path) -> Result<()> {
+    check_anchors(tok, vocab);
     let Some((table, rows)) = embedding_rows(model, input_ids) else {
         tracing::debug!("no Gather of {input_ids} on an initializer found; vocabulary size not checked");
         return Ok(());
@@ -381,4 +414,31 @@ fn check_vocab(model: &Model, model_path: &Path, input_ids: &str, tok: &SquadTok
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 18, item 10: a vocabulary laid out as BERT's passes; the same tokens in another order (same size) are
+    /// named.
+    #[test]
+    fn bert_special_tokens_are_checked_at_their_ids() {
+        let dir = std::env::temp_dir().join(format!("qdq-anchors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut tokens: Vec<String> = (0..1200).map(|i| format!("[unused{i}]")).collect();
+        for (id, t) in BERT_ANCHORS {
+            tokens[id as usize] = t.to_owned();
+        }
+        let write = |name: &str, tokens: &[String]| {
+            let p = dir.join(name);
+            std::fs::write(&p, tokens.join("\n")).unwrap();
+            SquadTokenizer::from_vocab(&p, true).unwrap()
+        };
+        assert!(anchor_mismatches(&write("bert.txt", &tokens)).is_empty());
+        tokens.swap(101, 500);
+        let off = anchor_mismatches(&write("shuffled.txt", &tokens));
+        assert_eq!(off.len(), 1, "{off:?}");
+        assert!(off[0].contains("[CLS] expected at 101"), "{off:?}");
+    }
 }
