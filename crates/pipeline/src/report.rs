@@ -137,7 +137,11 @@ impl E2eResults {
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
         t.set_header(["model", "EP", "EM", "F1", "dF1", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
-        let mut rows = vec![("FP32".to_owned(), &self.fp32), ("INT8 (QDQ)".to_owned(), &self.int8)];
+        let int8 = match self.quantization.mode {
+            crate::Mode::Dynamic => "INT8 (dynamic)",
+            crate::Mode::Static => "INT8 (QDQ)",
+        };
+        let mut rows = vec![("FP32".to_owned(), &self.fp32), (int8.to_owned(), &self.int8)];
         let method = self.calibration.as_ref().map(|c| c.method.as_str());
         if let (Some(m), false) = (method, self.compared_methods.is_empty()) {
             rows[1].0 = format!("INT8 (QDQ, {m})");

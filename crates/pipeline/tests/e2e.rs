@@ -370,6 +370,7 @@ fn dynamic_mode_needs_no_calibration() {
     assert_eq!(int8.score.questions, fp32.score.questions);
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("- mode: dynamic") && report.contains("dynamic mode quantizes"), "{report}");
+    assert!(report.lines().any(|l| l.starts_with("| INT8 (dynamic) ")), "{report}");
 }
 
 /// Issue 16: input and output roles found in the graph, whatever the names (the Hugging Face names, NVIDIA's,
