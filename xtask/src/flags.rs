@@ -36,6 +36,26 @@ pub enum Cmd {
     /// criterion benchmarks of calib, then an e2e run for timing (out/bench/summary.md); with --vs-python, the
     /// comparison with ONNX Runtime's Python calibration instead.
     Bench(Box<BenchArgs>),
+    /// Seeded mutation of ONNX models, range tables and SQuAD files through the library loaders: no panic, no
+    /// case over 5 s, every error with a message (runs briefly inside `cargo xtask test`; this runs it long).
+    Fuzz(FuzzArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FuzzArgs {
+    /// Cases per seed file.
+    #[arg(long, default_value_t = 10_000, value_parser = positive_u64, value_name = "N")]
+    pub cases: u64,
+    /// First case number (the generator's seed): reruns a reported case.
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub first: u64,
+}
+
+fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("expected a whole number of at least 1, got `{s}`")),
+    }
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -245,6 +265,13 @@ mod tests {
         let e = parse(&["e2e", "--int8-tolerance", "2"]).unwrap_err().to_string();
         assert!(e.contains("--check"), "{e}");
         assert!(parse(&["e2e", "--check", "--int8-tolerance", "-1"]).unwrap_err().to_string().contains("non-negative"));
+    }
+
+    #[test]
+    fn fuzz_takes_cases_and_a_first_case() {
+        let Ok(Cmd::Fuzz(f)) = parse(&["fuzz", "--cases", "50", "--first", "7"]) else { panic!("not fuzz") };
+        assert_eq!((f.cases, f.first), (50, 7));
+        assert!(parse(&["fuzz", "--cases", "0"]).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod cpu_int8;
 mod download;
 mod e2e;
 mod flags;
+mod fuzz;
 mod npy;
 mod setup;
 mod tidy;
@@ -41,6 +42,7 @@ fn run(cmd: Cmd) -> Result<()> {
         }
         Cmd::E2e(a) => e2e::e2e(a),
         Cmd::Bench(a) => bench::bench(*a),
+        Cmd::Fuzz(a) => fuzz::fuzz(a.cases, a.first),
     }
 }
 

@@ -1,0 +1,192 @@
+//! `cargo xtask fuzz --cases N`: a seeded mutation harness over the library entry points that read user files
+//! (issue 18). Seeds are the repository's own fixtures and a tiny BERT: ONNX models through `onnx_ir::Model`
+//! (decoded, checked, re-encoded and decoded again), range tables of every format through
+//! `calib::tables::read_ranges`, SQuAD files through `squad::read_dataset` and `squad_metrics` scoring. Each case
+//! applies one to four mutations (bit flips, random bytes, truncation, inserted or repeated chunks) chosen by a
+//! xorshift generator seeded with the case number, so a failure is reproduced by `--cases` and `--first`.
+//!
+//! The oracle: no panic, no case over [`CASE_LIMIT`], every error has a message, and a model that loads re-encodes to
+//! itself. A seeded mutator in xtask rather than cargo-fuzz: that needs a nightly toolchain, which this machine's
+//! stable-only setup does not have; the harness is also a unit test, so `cargo xtask test` runs it briefly.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+
+use crate::root;
+
+/// A case that takes longer than this is a failure (a hang or a runaway loop).
+pub const CASE_LIMIT: Duration = Duration::from_secs(5);
+
+/// xorshift64*: deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One to four mutations of `bytes`.
+fn mutate(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        if b.is_empty() {
+            b.push(rng.next() as u8);
+            continue;
+        }
+        let at = rng.below(b.len());
+        match rng.below(5) {
+            0 => b[at] ^= 1 << rng.below(8),
+            1 => b[at] = rng.next() as u8,
+            2 => b.truncate(at),
+            3 => {
+                let chunk: Vec<u8> = (0..1 + rng.below(16)).map(|_| rng.next() as u8).collect();
+                b.splice(at..at, chunk);
+            }
+            _ => {
+                let end = (at + 1 + rng.below(64)).min(b.len());
+                let chunk = b[at..end].to_vec();
+                let to = rng.below(b.len());
+                b.splice(to..to, chunk);
+            }
+        }
+    }
+    b
+}
+
+/// What one target does with a mutant file: `Ok(true)` accepted, `Ok(false)` refused with a message.
+type Check = fn(&Path) -> Result<bool>;
+
+fn onnx(path: &Path) -> Result<bool> {
+    match onnx_ir::Model::load(path) {
+        Ok(m) => {
+            let again = onnx_ir::Model::from_bytes(&m.to_bytes()?, "re-encoded")?;
+            if again.proto != m.proto {
+                bail!("a loaded model does not re-encode to itself");
+            }
+            Ok(true)
+        }
+        Err(e) if e.to_string().is_empty() => bail!("an error without a message"),
+        Err(_) => Ok(false),
+    }
+}
+
+fn table(path: &Path) -> Result<bool> {
+    match calib::tables::read_ranges(path) {
+        Ok(t) if t.ranges.values().any(|(lo, hi)| !(lo.is_finite() && hi.is_finite() && lo <= hi)) => {
+            bail!("an accepted table holds an invalid range")
+        }
+        Ok(_) => Ok(true),
+        Err(e) if e.to_string().is_empty() => bail!("an error without a message"),
+        Err(_) => Ok(false),
+    }
+}
+
+fn squad_file(path: &Path) -> Result<bool> {
+    let ours = squad::read_dataset(path).is_ok();
+    match squad_metrics::load_dataset(path) {
+        Ok(d) => {
+            let m = squad_metrics::evaluate_v1(&d, &Default::default());
+            if !(m.f1.is_finite() || d.num_questions() == 0) {
+                bail!("scoring an accepted file gave F1 {}", m.f1);
+            }
+            Ok(ours)
+        }
+        Err(e) if e.to_string().is_empty() => bail!("an error without a message"),
+        Err(_) => Ok(false),
+    }
+}
+
+/// The targets and their seed files.
+fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
+    let data = root().join("testdata");
+    let tiny = work.join("tiny_bert.onnx");
+    let cfg = onnx_ir::tiny_bert::TinyBertConfig { layers: 1, hidden: 8, intermediate: 16, ..Default::default() };
+    onnx_ir::tiny_bert::build(&cfg).save(&tiny)?;
+    Ok(vec![
+        ("onnx model", onnx as Check, vec![tiny, data.join("onnx-ir/attrs.onnx")]),
+        (
+            "range table",
+            table as Check,
+            vec![
+                data.join("calib/ort/calibration.json"),
+                data.join("calib/ort/calibration.flatbuffers"),
+                data.join("calib/ort/calibration.cache"),
+                data.join("qdq/ranges_tiny_bert_fused.json"),
+            ],
+        ),
+        ("squad file", squad_file as Check, vec![data.join("squad/tiny-v1.1.json"), data.join("squad/tiny-v2.0.json")]),
+    ])
+}
+
+/// Runs `cases` mutants of every seed of every target, starting at case `first`; returns per target (accepted,
+/// refused).
+pub fn run(cases: u64, first: u64) -> Result<Vec<(&'static str, u64, u64)>> {
+    let dir = std::env::temp_dir().join(format!("qdq-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut out = vec![];
+    for (name, check, seeds) in targets(&dir)? {
+        let (mut ok, mut refused) = (0, 0);
+        for seed in &seeds {
+            let bytes = std::fs::read(seed)?;
+            let ext = seed.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+            let mutant = dir.join(format!("mutant{ext}"));
+            for case in first..first + cases {
+                std::fs::write(&mutant, mutate(&bytes, &mut Rng::new(case)))?;
+                let started = Instant::now();
+                let outcome = std::panic::catch_unwind(|| check(&mutant));
+                let took = started.elapsed();
+                let what = format!("{name}, seed {}, case {case}", seed.display());
+                match outcome {
+                    Err(_) => bail!("{what}: panicked"),
+                    Ok(Err(e)) => bail!("{what}: {e:#}"),
+                    Ok(Ok(_)) if took > CASE_LIMIT => bail!("{what}: took {took:?}"),
+                    Ok(Ok(true)) => ok += 1,
+                    Ok(Ok(false)) => refused += 1,
+                }
+            }
+        }
+        out.push((name, ok, refused));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+/// `cargo xtask fuzz`.
+pub fn fuzz(cases: u64, first: u64) -> Result<()> {
+    // A panic is caught and reported as a failing case; its default message would only repeat it.
+    std::panic::set_hook(Box::new(|_| {}));
+    let started = Instant::now();
+    let result = run(cases, first);
+    let _ = std::panic::take_hook();
+    for (name, ok, refused) in result? {
+        eprintln!("xtask: fuzz {name}: {ok} mutants accepted, {refused} refused with an error, no panic");
+    }
+    eprintln!("xtask: fuzz: {cases} cases per seed from case {first} in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The harness in `cargo xtask test`: a few hundred cases per seed (about a second in debug).
+    #[test]
+    fn mutated_inputs_never_panic() {
+        let counts = super::run(200, 0).unwrap();
+        assert_eq!(counts.len(), 3);
+        for (name, ok, refused) in counts {
+            assert!(refused > 0, "{name}: no mutant refused, the mutator does nothing");
+            assert!(ok + refused > 0, "{name}");
+        }
+    }
+}
