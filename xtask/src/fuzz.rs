@@ -6,8 +6,9 @@
 //! xorshift generator seeded with the case number, so a failure is reproduced by `--cases` and `--first`.
 //!
 //! The oracle: no panic, no case over [`CASE_LIMIT`], every error has a message, and a model that loads re-encodes to
-//! itself. A seeded mutator in xtask rather than cargo-fuzz: that needs a nightly toolchain, which this machine's
-//! stable-only setup does not have; the harness is also a unit test, so `cargo xtask test` runs it briefly.
+//! itself. A seeded mutator in xtask rather than cargo-fuzz: cargo-fuzz needs the nightly toolchain and its own
+//! install in CI, while this runs on stable as a unit test (so `cargo xtask test` runs it briefly) and reproduces any
+//! case from its number. Coverage-guided fuzzing can be added later with the same targets.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
