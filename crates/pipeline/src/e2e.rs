@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use onnx_ir::Model;
 use runtime::SessionConfig;
+use serde_json::{Value, json};
 
 use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
 use crate::data::{Corpus, DataConfig};
@@ -136,7 +137,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             .into_iter()
             .map(|(k, s)| (k.to_owned(), format!("{s:?}")))
             .collect(),
-        settings: crate::provenance::settings(cfg),
+        settings: settings(cfg),
         machine: Machine::this(),
         phase_seconds: phases,
     };
@@ -236,7 +237,7 @@ fn float_work(qmodel: &Model) -> Vec<String> {
     if !nodes.is_empty() {
         tracing::warn!(
             "MatMul-like work left in float: {} (report.md and results.json list the nodes)",
-            crate::jobs::float_summary(&nodes)
+            crate::report::float_summary(&nodes)
         );
     }
     nodes.iter().map(ToString::to_string).collect()
@@ -259,4 +260,27 @@ fn summary_base(cfg: &E2eConfig) -> QuantizationSummary {
 
 fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Every setting of an e2e run, grouped as the CLI groups its flags.
+fn settings(cfg: &E2eConfig) -> Value {
+    let d = &cfg.data;
+    let policy: BTreeMap<&str, String> = cfg.policy.values().into_iter().collect();
+    let methods: Vec<Value> =
+        cfg.calibrate.methods.iter().map(|m| json!({"method": m.name(), "options": m.options_json()})).collect();
+    json!({
+        "data": {
+            "model": cfg.model, "dataset": cfg.dataset, "samples": cfg.samples,
+            "vocab": d.vocab, "tokenizer_json": d.tokenizer_json, "lowercase": d.lowercase, "squad_v2": d.version_2,
+            "seq_len": d.features.max_seq_len, "doc_stride": d.features.doc_stride,
+            "query_len": d.features.max_query_len, "io": format!("{:?}", d.io), "padding": format!("{:?}", d.padding),
+        },
+        "policy": {"mode": cfg.mode, "preset": cfg.policy_choice.preset, "chosen_by": cfg.policy_choice.chosen_by, "options": policy},
+        "calibration": {
+            "data": cfg.calibration_data, "questions": cfg.cal_num, "batch": cfg.calibrate.batch,
+            "num_bins": cfg.calibrate.num_bins, "methods": methods,
+            "session": format!("{:?}", cfg.calibrate.session),
+        },
+        "evaluation": {"batch": cfg.eval.batch, "warmup": cfg.eval.warmup},
+    })
 }

@@ -219,15 +219,6 @@ impl fmt::Display for QuantizeReport {
     }
 }
 
-/// `MatMul 12, Attention 6`: the float MatMul-like nodes counted per op type.
-pub fn float_summary(nodes: &[qdq::FloatNode]) -> String {
-    let mut by_op: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for n in nodes {
-        *by_op.entry(n.op_type.as_str()).or_default() += 1;
-    }
-    by_op.iter().map(|(op, c)| format!("{op} {c}")).collect::<Vec<_>>().join(", ")
-}
-
 /// Runs [`QuantizeJob`]. A smoothing policy on an unsmoothed model is an error naming the model file.
 pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     let job = &QuantizeJob { model: resolve_model(&job.model)?, ..job.clone() };
@@ -586,7 +577,7 @@ impl Inspection {
                 let _ = writeln!(s, "{op:<24} {:>6} {:>10}", c.nodes, c.covered);
             }
             if dq > 0 {
-                let float = float_summary(&self.coverage.float_matmul_like);
+                let float = crate::report::float_summary(&self.coverage.float_matmul_like);
                 if !float.is_empty() {
                     let _ = writeln!(s, "MatMul-like work left in float: {float} (--ranges lists the nodes)");
                 }

@@ -4,9 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-use crate::e2e::E2eConfig;
+use serde_json::Value;
 
 /// qdq's git commit when it was built (`unknown` outside a git checkout; see build.rs).
 pub const GIT_COMMIT: &str = env!("QDQ_GIT_COMMIT");
@@ -64,29 +62,6 @@ impl Machine {
             os: std::env::consts::OS.to_owned(),
         }
     }
-}
-
-/// Every setting of an e2e run, grouped as the CLI groups its flags.
-pub fn settings(cfg: &E2eConfig) -> Value {
-    let d = &cfg.data;
-    let policy: BTreeMap<&str, String> = cfg.policy.values().into_iter().collect();
-    let methods: Vec<Value> =
-        cfg.calibrate.methods.iter().map(|m| json!({"method": m.name(), "options": m.options_json()})).collect();
-    json!({
-        "data": {
-            "model": cfg.model, "dataset": cfg.dataset, "samples": cfg.samples,
-            "vocab": d.vocab, "tokenizer_json": d.tokenizer_json, "lowercase": d.lowercase, "squad_v2": d.version_2,
-            "seq_len": d.features.max_seq_len, "doc_stride": d.features.doc_stride,
-            "query_len": d.features.max_query_len, "io": format!("{:?}", d.io), "padding": format!("{:?}", d.padding),
-        },
-        "policy": {"mode": cfg.mode, "preset": cfg.policy_choice.preset, "chosen_by": cfg.policy_choice.chosen_by, "options": policy},
-        "calibration": {
-            "data": cfg.calibration_data, "questions": cfg.cal_num, "batch": cfg.calibrate.batch,
-            "num_bins": cfg.calibrate.num_bins, "methods": methods,
-            "session": format!("{:?}", cfg.calibrate.session),
-        },
-        "evaluation": {"batch": cfg.eval.batch, "warmup": cfg.eval.warmup},
-    })
 }
 
 /// The ONNX Runtime this process loaded (empty fields if none is loaded yet and loading fails).

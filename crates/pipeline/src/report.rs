@@ -234,6 +234,15 @@ impl E2eResults {
     }
 }
 
+/// `MatMul 12, Attention 6`: the float MatMul-like nodes counted per op type.
+pub fn float_summary(nodes: &[qdq::FloatNode]) -> String {
+    let mut by_op: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for n in nodes {
+        *by_op.entry(n.op_type.as_str()).or_default() += 1;
+    }
+    by_op.iter().map(|(op, c)| format!("{op} {c}")).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

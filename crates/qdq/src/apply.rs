@@ -5,7 +5,7 @@ use onnx_ir::{GraphExt, Model, NameSet, NodeExt, attr_int, node};
 
 use crate::error::{Error, Result};
 use crate::plan::{Plan, PlannedTensor};
-use crate::scale::{QuantType, ScaleZp, quantize_value};
+use crate::scale::QuantType;
 use crate::shift;
 use crate::types::Consumer;
 
@@ -24,28 +24,7 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
 
 fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
     let scales = if p.axis.is_some() { &p.scales[..] } else { &p.scales[..1] };
-    int8_columns(name, w, scales, p.qtype.range(true, reduce_range))
-}
-
-/// `w` (float, at most 2-D) as an int8 initializer `name`, zero point 0: one scale per column (`scales.len()` =
-/// the last dimension) or one for all (`scales.len()` = 1). Weights, embedding tables and dynamic-mode weights.
-pub(crate) fn int8_columns(
-    name: &str,
-    w: &TensorProto,
-    scales: &[f32],
-    (qmin, qmax): (i32, i32),
-) -> Result<TensorProto> {
-    let a = onnx_ir::tensor_to_array::<f32>(w)?;
-    let cols = scales.len();
-    let values: Vec<i8> = a
-        .iter()
-        .enumerate()
-        .map(|(k, &v)| {
-            let sz = ScaleZp { scale: scales[k % cols], zero_point: 0, degenerate: false };
-            quantize_value(v, sz, qmin, qmax) as i8
-        })
-        .collect();
-    Ok(onnx_ir::tensor_from_vec::<i8>(name, a.shape(), values)?)
+    crate::scale::int8_columns(name, w, scales, p.qtype.range(true, reduce_range))
 }
 
 fn with_axis(n: NodeProto, axis: Option<usize>) -> NodeProto {
