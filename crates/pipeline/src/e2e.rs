@@ -181,7 +181,6 @@ fn quantize_static(
         compared.push((table.method.clone(), path));
     }
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
-    let counts = qdq::QdqCounts::of(&qmodel);
     let calibration = CalibrationSummary {
         data: cfg.calibration_data.display().to_string(),
         questions: cal.questions,
@@ -193,13 +192,10 @@ fn quantize_static(
     };
     let quantization = QuantizationSummary {
         quantized_tensors: plan.tensors.len(),
-        quantize_nodes: counts.quantize,
-        dequantize_nodes: counts.dequantize,
         embedding_tables: plan.embeddings.len(),
-        float_matmul_like: float_work(&qmodel),
         smoothing: smoothing.as_ref().map(|s| s.describe()),
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
-        ..summary_base(cfg)
+        ..summary_base(cfg, &qmodel)
     };
     Ok(Quantized { model: qmodel, calibration: Some(calibration), quantization, compared })
 }
@@ -210,14 +206,10 @@ fn quantize_dynamic(cfg: &E2eConfig, model: &Model, phases: &mut BTreeMap<String
     let (qmodel, plan) = qdq::quantize_dynamic(model, &cfg.policy)?;
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
     tracing::info!("{}", plan.to_string().lines().next().unwrap_or_default());
-    let counts = qdq::QdqCounts::of(&qmodel);
     let quantization = QuantizationSummary {
         quantized_tensors: plan.matmuls.len(),
-        quantize_nodes: counts.quantize,
-        dequantize_nodes: counts.dequantize,
         embedding_tables: plan.embeddings.len(),
-        float_matmul_like: float_work(&qmodel),
-        ..summary_base(cfg)
+        ..summary_base(cfg, &qmodel)
     };
     Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![] })
 }
@@ -243,16 +235,18 @@ fn float_work(qmodel: &Model) -> Vec<String> {
     nodes.iter().map(ToString::to_string).collect()
 }
 
-fn summary_base(cfg: &E2eConfig) -> QuantizationSummary {
+/// What every quantization summary says of `qmodel`: mode, preset, Q/DQ counts and the MatMul-like work left in float.
+fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
+    let counts = qdq::QdqCounts::of(qmodel);
     QuantizationSummary {
         mode: cfg.mode,
         policy: cfg.policy_choice.preset.clone(),
         policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
         quantized_tensors: 0,
-        quantize_nodes: 0,
-        dequantize_nodes: 0,
+        quantize_nodes: counts.quantize,
+        dequantize_nodes: counts.dequantize,
         embedding_tables: 0,
-        float_matmul_like: vec![],
+        float_matmul_like: float_work(qmodel),
         smoothing: None,
         skipped: vec![],
     }
