@@ -36,17 +36,17 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             qdq: vec!["--out".to_owned(), e2e_out.display().to_string()],
         })?;
         let results = std::fs::read_to_string(e2e_out.join("results.json")).context("e2e wrote no results.json")?;
-        let v: serde_json::Value = serde_json::from_str(&results)?;
+        let v: crate::qdq_json::E2e = crate::qdq_json::parse(&results).context("e2e's results.json")?;
         let _ = writeln!(md, "\n## end to end\n");
-        let _ = writeln!(md, "calibration: {:.1} s\n", v["calibration"]["seconds"].as_f64().unwrap_or(f64::NAN));
-        for leg in ["fp32", "int8"] {
-            let l = &v[leg]["latency"];
+        let seconds = v.calibration.and_then(|c| c.seconds).unwrap_or(f64::NAN);
+        let _ = writeln!(md, "calibration: {seconds:.1} s\n");
+        for (leg, e) in [("fp32", &v.fp32), ("int8", &v.int8)] {
             let _ = writeln!(
                 md,
                 "- {leg}: F1 {:.2}, {:.2} ms/feature, {:.1} features/s",
-                v[leg]["f1"].as_f64().unwrap_or(f64::NAN),
-                l["ms_per_feature"].as_f64().unwrap_or(f64::NAN),
-                l["features_per_second"].as_f64().unwrap_or(f64::NAN)
+                e.f1,
+                e.latency.ms_per_feature.unwrap_or(f64::NAN),
+                e.latency.features_per_second.unwrap_or(f64::NAN)
             );
         }
     }
@@ -87,12 +87,10 @@ fn read_one(new_dir: &Path) -> Result<Option<(String, f64, Option<u64>)>> {
     ) else {
         return Ok(None);
     };
-    let est: serde_json::Value = serde_json::from_str(&est)?;
-    let bench: serde_json::Value = serde_json::from_str(&bench)?;
-    let Some(median) = est["median"]["point_estimate"].as_f64() else { return Ok(None) };
-    let id = bench["full_id"].as_str().unwrap_or("?").to_owned();
-    let elements = bench["throughput"]["Elements"].as_u64();
-    Ok(Some((id, median, elements)))
+    let est: Estimates = serde_json::from_str(&est).context("criterion's estimates.json")?;
+    let bench: Benchmark = serde_json::from_str(&bench).context("criterion's benchmark.json")?;
+    let elements = bench.throughput.and_then(|t| t.elements);
+    Ok(Some((bench.full_id, est.median.point_estimate, elements)))
 }
 
 fn human_ns(ns: f64) -> String {
@@ -102,4 +100,27 @@ fn human_ns(ns: f64) -> String {
         n if n >= 1e3 => format!("{:.2} µs", n / 1e3),
         n => format!("{n:.0} ns"),
     }
+}
+
+/// The parts of criterion's estimates.json and benchmark.json read here.
+#[derive(serde::Deserialize)]
+struct Estimates {
+    median: Estimate,
+}
+
+#[derive(serde::Deserialize)]
+struct Estimate {
+    point_estimate: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct Benchmark {
+    full_id: String,
+    throughput: Option<Throughput>,
+}
+
+#[derive(serde::Deserialize)]
+struct Throughput {
+    #[serde(rename = "Elements")]
+    elements: Option<u64>,
 }

@@ -163,16 +163,16 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
         if !out.status.success() {
             bail!("qdq eval of {} failed:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
         }
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).context("qdq eval --json")?;
-        let num = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+        let doc: crate::qdq_json::Eval =
+            crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")?;
         rows.push(ModelRow {
             name: (*name).to_owned(),
             what: (*what).to_owned(),
             path: path.clone(),
             bytes: std::fs::metadata(path)?.len(),
-            em: num(&doc["exact_match"]),
-            f1: num(&doc["f1"]),
-            eval_ms_per_feature: num(&doc["latency"]["ms_per_feature"]),
+            em: doc.exact_match,
+            f1: doc.f1,
+            eval_ms_per_feature: doc.latency.ms_per_feature.unwrap_or(f64::NAN),
         });
     }
     let report = CpuInt8Report {

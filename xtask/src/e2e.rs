@@ -7,6 +7,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::download::{DownloadArgs, download};
 use crate::flags::E2eArgs;
+use crate::qdq_json::{self, Metrics, ReferenceMetrics};
 use crate::setup::{LIBRARY_ENV, SetupArgs, install_dir, library_path, setup};
 use crate::{cargo, root, run_cmd};
 
@@ -115,30 +116,18 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
-fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
-}
-
-fn number(v: &serde_json::Value, path: &[&str], file: &Path) -> Result<f64> {
-    let mut cur = v;
-    for key in path {
-        cur = cur.get(key).with_context(|| format!("{}: missing `{}`", file.display(), path.join(".")))?;
-    }
-    cur.as_f64().with_context(|| format!("{}: `{}` is not a number", file.display(), path.join(".")))
-}
-
 /// Scorer parity: the reference pipeline's predictions, scored by `squad-metrics`, must give the reference EM and F1
 /// (measured with the official evaluate-v1.1 script) to 1e-9, on the whole dev set and on its first 1,000 and 300
 /// questions.
 fn check_scorer(dataset: &Path, predictions: &Path, reference: &Path) -> Result<()> {
     let data = squad_metrics::load_dataset(dataset)?;
     let preds = squad_metrics::load_predictions(predictions)?;
-    let refs = read_json(reference)?;
+    let refs: ReferenceMetrics = qdq_json::read(reference)?;
     for (key, first) in [("all_10570", None), ("first_1000", Some(1000)), ("first_300", Some(300))] {
         let subset = first.map(|n| data.first_n(n));
         let m = squad_metrics::evaluate_v1(subset.as_ref().unwrap_or(&data), &preds);
-        let (em, f1) = (number(&refs, &[key, "exact_match"], reference)?, number(&refs, &[key, "f1"], reference)?);
+        let Metrics { exact_match: em, f1 } =
+            *refs.get(key).with_context(|| format!("{}: no `{key}` metrics", reference.display()))?;
         println!(
             "check: squad-metrics on the reference predictions, {key}: EM {} F1 {} (reference EM {em} F1 {f1}, tolerance 1e-9)",
             m.exact_match, m.f1
@@ -159,16 +148,16 @@ fn check_scorer(dataset: &Path, predictions: &Path, reference: &Path) -> Result<
 /// FP32 F1 must match the reference within 0.1; INT8 F1 must be within `int8_tolerance` (the product goal: 1.0)
 /// of FP32.
 fn check_results(results: &Path, reference: &Path, samples: &str, int8_tolerance: f64) -> Result<()> {
-    let r = read_json(results)?;
-    let fp32 = number(&r, &["fp32", "f1"], results)?;
-    let int8 = number(&r, &["int8", "f1"], results)?;
+    let r: qdq_json::E2e = qdq_json::read(results)?;
+    let (fp32, int8) = (r.fp32.f1, r.int8.f1);
     let key = match samples {
         "0" => "all_10570",
         "1000" => "first_1000",
         "300" => "first_300",
         other => bail!("--check needs --samples 0, 1000 or 300 (the reference has no numbers for {other})"),
     };
-    let reference_f1 = number(&read_json(reference)?, &[key, "f1"], reference)?;
+    let refs: ReferenceMetrics = qdq_json::read(reference)?;
+    let reference_f1 = refs.get(key).with_context(|| format!("{}: no `{key}` metrics", reference.display()))?.f1;
     println!(
         "check: FP32 F1 {fp32:.3} vs reference {reference_f1:.3} (tolerance 0.1); INT8 F1 {int8:.3}, dF1 {:.3} (tolerance {int8_tolerance})",
         int8 - fp32

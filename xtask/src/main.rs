@@ -11,6 +11,7 @@ mod e2e;
 mod flags;
 mod fuzz;
 mod npy;
+mod qdq_json;
 mod setup;
 mod tidy;
 mod vs_python;

@@ -24,15 +24,16 @@ impl Run {
     pub(super) fn ok(&self) -> bool {
         self.code == Some(0)
     }
-    pub(super) fn json(&self) -> Value {
-        json!({
-            "wall_s": self.wall_s,
-            "peak_rss_mb": self.peak_rss_mb,
-            "exit_code": self.code,
-            "load1_before": self.load1,
-            "other_cpu_s": self.other_cpu_s,
-            "log": self.log,
-        })
+    /// The run as the report records it.
+    pub(super) fn record(&self) -> RunRecord {
+        RunRecord {
+            wall_s: Some(self.wall_s),
+            peak_rss_mb: Some(self.peak_rss_mb),
+            exit_code: self.code,
+            load1_before: Some(self.load1).filter(|l| l.is_finite()),
+            other_cpu_s: Some(self.other_cpu_s),
+            log: Some(self.log.clone()),
+        }
     }
     /// Everything the command printed: stderr, then stdout.
     pub(super) fn log_text(&self) -> String {
@@ -40,7 +41,7 @@ impl Run {
         read(&self.log) + &read(&self.stdout)
     }
     /// The JSON document qdq printed with `--json` (docs/JSON.md), if it printed one.
-    pub(super) fn stdout_json(&self) -> Option<Value> {
+    pub(super) fn stdout_json<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         serde_json::from_slice(&std::fs::read(&self.stdout).ok()?).ok()
     }
 }
@@ -178,21 +179,29 @@ pub(super) fn cpu_between(before: &Snapshot, after: &Snapshot, me: u32) -> Vec<(
 }
 
 /// Timed runs during which other processes used more than a tenth of the wall time in CPU: `log: X CPU-s during
-/// Y s`, found anywhere in the report.
-pub(super) fn disturbed(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::Object(m) => {
-            if let (Some(wall), Some(other)) = (f(&v["wall_s"]), f(&v["other_cpu_s"]))
-                && other > 0.1 * wall
-            {
-                let log = v["log"].as_str().and_then(|l| Path::new(l).file_stem()?.to_str()).unwrap_or("?");
-                out.push(format!("{log}: other processes used {other:.1} CPU-s during its {wall:.1} s"));
-            }
-            m.values().for_each(|x| disturbed(x, out));
-        }
-        Value::Array(a) => a.iter().for_each(|x| disturbed(x, out)),
-        _ => {}
+/// Y s`, for every run the report records.
+pub(super) fn disturbed(r: &Report) -> Vec<String> {
+    let mut runs: Vec<&RunRecord> = Vec::new();
+    for m in &r.methods {
+        runs.extend([&m.ours.run, &m.ort.run]);
     }
+    for m in &r.memory {
+        runs.extend([&m.ours_small, &m.ours_large.run, &m.ort_small.run, &m.ort_large.run]);
+    }
+    runs.extend(r.one_pass.as_ref().map(|o| &o.run));
+    let mut out: Vec<String> = runs
+        .into_iter()
+        .filter_map(|run| {
+            let (wall, other) = (run.wall_s?, run.other_cpu_s?);
+            (other > 0.1 * wall).then(|| {
+                let log = run.log.as_deref().and_then(|l| l.file_stem()?.to_str()).unwrap_or("?");
+                format!("{log}: other processes used {other:.1} CPU-s during its {wall:.1} s")
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Waits (polling every 20 s) until [`disturbers`] finds nothing; returns the seconds waited.

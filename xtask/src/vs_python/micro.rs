@@ -27,7 +27,7 @@ pub(super) fn normal_values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Our microbench (default threads and one thread) and vs_ort.py micro on the same arrays and histograms.
-pub(super) fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Value> {
+pub(super) fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Micro> {
     let dir = cx.work.join("micro");
     let mut arrays = Vec::new();
     for (i, (n, name)) in MICRO_SIZES.iter().enumerate() {
@@ -68,7 +68,7 @@ pub(super) fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Value>
         let run = measure_ok(&mut cmd, &log, &mut cx.commands)?;
         let text = std::fs::read_to_string(&run.stdout).unwrap_or_default();
         let start = text.find('{').context("microbench printed no JSON")?;
-        ours.push(serde_json::from_str::<Value>(&text[start..]).context("microbench printed bad JSON")?);
+        ours.push(serde_json::from_str::<OursMicro>(&text[start..]).context("microbench printed unexpected JSON")?);
     }
     let py_out = dir.join("python.json");
     let mut cmd = cx.python("micro");
@@ -78,55 +78,59 @@ pub(super) fn micro_benchmarks(cx: &mut Ctx, microbench: &Path) -> Result<Value>
     eprintln!("xtask: micro-benchmarks: numpy and ORT's entropy search (ORT takes ~10-60 s per histogram)");
     let log = cx.log("micro_python");
     measure_ok(&mut cmd, &log, &mut cx.commands)?;
-    let py = read_json(&py_out)?;
+    let py: PythonMicro = read_json(&py_out)?;
     Ok(merge_micro(&ours[0], &ours[1], &py))
 }
 
 /// One row per array and per histogram, from our two runs (default threads, one thread) and Python's.
-pub(super) fn merge_micro(ours: &Value, ours_1t: &Value, py: &Value) -> Value {
-    let find = |v: &Value, list: &str, keys: &[&str], like: &Value| -> Value {
-        let same = |x: &&Value| keys.iter().all(|k| x[*k] == like[*k]);
-        v[list].as_array().and_then(|a| a.iter().find(same)).cloned().unwrap_or(Value::Null)
-    };
-    let collection: Vec<Value> = ours["collection"]
-        .as_array()
-        .into_iter()
-        .flatten()
+pub(super) fn merge_micro(ours: &OursMicro, ours_1t: &OursMicro, py: &PythonMicro) -> Micro {
+    let collection = ours
+        .collection
+        .iter()
         .map(|c| {
-            let one = find(ours_1t, "collection", &["array", "bins"], c);
-            let p = find(py, "collection", &["array", "bins"], c);
-            json!({
-                "array": c["array"], "values": c["values"], "bins": c["bins"],
-                "ours_observe_s": c["observe_s"], "ours_histogram_only_s": c["histogram_only_s"],
-                "ours_minmax_only_s": c["minmax_only_s"], "ours_minmax_only_1t_s": one["minmax_only_s"],
-                "ours_observe_1t_s": one["observe_s"], "ours_histogram_only_1t_s": one["histogram_only_s"],
-                "np_histogram_s": p["np_histogram_s"], "ort_collect_value_s": p["ort_collect_value_s"],
-            })
+            let one = ours_1t.collection.iter().find(|x| x.array == c.array && x.bins == c.bins);
+            let p = py.collection.iter().find(|x| x.array == c.array && x.bins == c.bins);
+            CollectionRow {
+                array: c.array.clone(),
+                values: c.values,
+                bins: c.bins,
+                ours_observe_s: c.observe_s,
+                ours_histogram_only_s: c.histogram_only_s,
+                ours_minmax_only_s: c.minmax_only_s,
+                ours_minmax_only_1t_s: one.and_then(|o| o.minmax_only_s),
+                ours_observe_1t_s: one.and_then(|o| o.observe_s),
+                ours_histogram_only_1t_s: one.and_then(|o| o.histogram_only_s),
+                np_histogram_s: p.and_then(|p| p.np_histogram_s),
+                ort_collect_value_s: p.and_then(|p| p.ort_collect_value_s),
+            }
         })
         .collect();
-    let entropy: Vec<Value> = ours["entropy"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let entropy = ours
+        .entropy
+        .iter()
         .map(|e| {
-            let p = find(py, "entropy", &["name"], e);
-            json!({
-                "name": e["name"], "bins": e["bins"],
-                "ours_s": e["seconds"], "ours_candidates": e["candidates"], "ours_threshold": e["threshold"],
-                "ort_s": p["seconds"], "ort_candidates": p["candidates"], "ort_threshold": p["threshold"],
-            })
+            let p = py.entropy.iter().find(|x| x.name == e.name);
+            EntropyRow {
+                name: e.name.clone(),
+                bins: e.bins,
+                ours_s: e.seconds,
+                ours_candidates: e.candidates,
+                ours_threshold: e.threshold,
+                ort_s: p.and_then(|p| p.seconds),
+                ort_candidates: p.and_then(|p| p.candidates),
+                ort_threshold: p.and_then(|p| p.threshold),
+            }
         })
         .collect();
-    json!({"threads": ours["threads"], "versions": py["versions"], "collection": collection, "entropy": entropy})
+    Micro { threads: ours.threads, versions: py.versions.clone(), collection, entropy }
 }
 
 /// The collection row of the largest array at the largest bin count (the seeds' entropy histogram size).
-pub(super) fn main_collection_row(r: &Value) -> Option<&Value> {
-    let rows = r["micro"]["collection"].as_array()?;
-    rows.iter().max_by_key(|c| (c["values"].as_u64().unwrap_or(0), c["bins"].as_u64().unwrap_or(0)))
+pub(super) fn main_collection_row(r: &Report) -> Option<&CollectionRow> {
+    r.micro.collection.iter().max_by_key(|c| (c.values, c.bins))
 }
 
-/// Nanoseconds per value of a timing `key` in a collection row.
-pub(super) fn ns_per_value(row: &Value, key: &str) -> Option<f64> {
-    div(f(&row[key]).map(|s| s * 1e9), f(&row["values"]))
+/// Nanoseconds per value of a timing in a collection row.
+pub(super) fn ns_per_value(row: &CollectionRow, seconds: Option<f64>) -> Option<f64> {
+    div(seconds.map(|s| s * 1e9), Some(row.values as f64))
 }

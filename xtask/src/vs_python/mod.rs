@@ -17,20 +17,21 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
 
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library, target_dir};
 use crate::setup::{LIBRARY_ENV, ORT_VERSION, python};
-use crate::{cargo, npy, root, run_cmd};
+use crate::{cargo, npy, qdq_json, root, run_cmd};
 
 pub(crate) mod measure;
 mod micro;
 mod report;
+mod types;
 
 use measure::*;
 use micro::*;
 use report::*;
+use types::*;
 
 /// Python packages of the benchmark venv (ORT's quantization tools need onnx and numpy).
 const PY_PACKAGES: [&str; 3] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6"];
@@ -65,7 +66,7 @@ fn method_flags(method: &str) -> (Vec<&'static str>, Vec<&'static str>) {
 
 /// Writes the features of the first `questions` questions as `qdq calibrate` builds them (WordPiece, lower case,
 /// query 64 tokens, padded to `seq_len`): input_ids, attention_mask, token_type_ids `[features, seq_len]` and
-/// example_index `[features]`, all int64. Returns the number of features.
+/// example_index `[features]`, all int64. Returns each feature's question index.
 fn export_features(
     calibration: &Path,
     vocab: &Path,
@@ -73,7 +74,7 @@ fn export_features(
     seq_len: usize,
     doc_stride: usize,
     dir: &Path,
-) -> Result<usize> {
+) -> Result<Vec<i64>> {
     let mut data = squad::load_squad(calibration)?;
     data.limit(questions);
     let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
@@ -92,7 +93,7 @@ fn export_features(
         npy::write(&dir.join(format!("{name}.npy")), &[n, seq_len], values)?;
     }
     npy::write(&dir.join("example_index.npy"), &[n], &example)?;
-    Ok(n)
+    Ok(example)
 }
 
 /// Creates (once) the venv with [`PY_PACKAGES`] and returns its interpreter.
@@ -128,29 +129,24 @@ pub(crate) fn ensure_venv() -> Result<PathBuf> {
 // ---------------------------------------------------------------------------------------------------------------
 // Reading results
 
-fn read_json(path: &Path) -> Result<Value> {
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+    serde_json::from_str(&text).with_context(|| format!("{} is not the JSON this bench expects", path.display()))
 }
 
-/// `{tensor: [min, max]}` (ORT side) or `{tensor: {"min", "max"}}` (our calibration.json) as `{tensor: amax}`.
-fn amax_table(ranges: &Value) -> BTreeMap<String, f64> {
-    let Some(map) = ranges.as_object() else { return BTreeMap::new() };
-    map.iter()
-        .filter_map(|(k, v)| {
-            let (lo, hi) = match v {
-                Value::Array(a) => (a.first()?.as_f64()?, a.get(1)?.as_f64()?),
-                _ => (v["min"].as_f64()?, v["max"].as_f64()?),
-            };
-            Some((k.clone(), lo.abs().max(hi.abs())))
-        })
-        .collect()
+/// Our calibration.json's `{tensor: {min, max}}` as `{tensor: amax}`.
+fn amax_ours(ranges: &BTreeMap<String, MinMax>) -> BTreeMap<String, f64> {
+    ranges.iter().map(|(k, r)| (k.clone(), r.min.abs().max(r.max.abs()))).collect()
+}
+
+/// ORT's `{tensor: [min, max]}` as `{tensor: amax}`.
+fn amax_ort(ranges: &BTreeMap<String, [f64; 2]>) -> BTreeMap<String, f64> {
+    ranges.iter().map(|(k, [lo, hi])| (k.clone(), lo.abs().max(hi.abs()))).collect()
 }
 
 /// Agreement of two range tables on amax: per tensor `|ours - ort| / ort`; the largest, the median, the worst
 /// tensor, and tensors only one side has.
-fn compare_ranges(ours: &Value, ort: &Value) -> Value {
-    let (a, b) = (amax_table(ours), amax_table(ort));
+fn compare_ranges(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> RangeAgreement {
     let mut rel: Vec<(f64, &str)> = a
         .iter()
         .filter_map(|(k, &x)| {
@@ -163,21 +159,25 @@ fn compare_ranges(ours: &Value, ort: &Value) -> Value {
     let only = |x: &BTreeMap<String, f64>, y: &BTreeMap<String, f64>| -> Vec<String> {
         x.keys().filter(|k| !y.contains_key(*k)).cloned().collect()
     };
-    let worst = rel.last().map(|&(r, k)| json!({"tensor": k, "rel_diff": r, "ours_amax": a[k], "ort_amax": b[k]}));
-    json!({
-        "tensors": rel.len(),
-        "max_rel_diff": rel.last().map(|r| r.0),
-        "median_rel_diff": rel.get(rel.len() / 2).map(|r| r.0),
-        "within_1pct": rel.iter().filter(|r| r.0 <= 0.01).count(),
-        "worst": worst,
-        "only_ours": only(&a, &b),
-        "only_ort": only(&b, &a),
-    })
+    RangeAgreement {
+        tensors: rel.len(),
+        max_rel_diff: rel.last().map(|r| r.0),
+        median_rel_diff: rel.get(rel.len() / 2).map(|r| r.0),
+        within_1pct: rel.iter().filter(|r| r.0 <= 0.01).count(),
+        worst: rel.last().map(|&(rel_diff, k)| WorstTensor {
+            tensor: k.to_owned(),
+            rel_diff,
+            ours_amax: a[k],
+            ort_amax: b[k],
+        }),
+        only_ours: only(a, b),
+        only_ort: only(b, a),
+    }
 }
 
 /// Finite values our calibration observed (sum of the per-tensor counts of calib_state.json).
-fn values_observed(state: &Value) -> u64 {
-    state["tensors"].as_object().map_or(0, |t| t.values().filter_map(|s| s["count"].as_u64()).sum())
+fn values_observed(state: &StateCounts) -> u64 {
+    state.tensors.values().map(|t| t.count).sum()
 }
 
 pub(crate) struct Paths {
@@ -272,7 +272,7 @@ impl Ctx {
         tensors: &Path,
         out: &Path,
         log: &str,
-    ) -> Result<(Run, Value)> {
+    ) -> Result<(Run, OrtCalibration)> {
         let mut cmd = self.python("calibrate");
         cmd.arg("--model").arg(&self.paths.model).arg("--features").arg(&self.features).arg("--tensors").arg(tensors);
         cmd.args(method_flags).args([
@@ -288,12 +288,14 @@ impl Ctx {
         self.quiet();
         let log = self.log(log);
         let run = measure(&mut cmd, &log, &mut self.commands)?;
-        let result = read_json(out)
-            .unwrap_or_else(|_| json!({"error": format!("no result; end of the log:\n{}", tail(&run.log_text(), 5))}));
+        let result = read_json(out).unwrap_or_else(|_| OrtCalibration {
+            error: Some(format!("no result; end of the log:\n{}", tail(&run.log_text(), 5))),
+            ..Default::default()
+        });
         Ok((run, result))
     }
 
-    /// `qdq eval` of `model` on the first `samples` questions of `dataset`; the log's EM/F1 (or the error).
+    /// `qdq eval` of `model` on the first `samples` questions of `dataset`; its EM/F1 (or the error) and its JSON.
     fn eval(
         &mut self,
         model: &Path,
@@ -301,7 +303,7 @@ impl Ctx {
         samples: usize,
         extra: &[&str],
         log: &str,
-    ) -> Result<(Value, Option<Value>)> {
+    ) -> Result<(Score, Option<qdq_json::Eval>)> {
         let mut cmd = self.qdq("eval");
         cmd.arg("--model")
             .arg(model)
@@ -313,26 +315,23 @@ impl Ctx {
             .arg("--json");
         let log = self.log(log);
         let run = measure(&mut cmd, &log, &mut self.commands)?;
-        let doc = run.stdout_json().filter(|_| run.ok());
-        let v = match &doc {
-            Some(d) => json!({"em": d["exact_match"], "f1": d["f1"]}),
-            None => json!({"error": tail(&run.log_text(), 3)}),
+        let doc: Option<qdq_json::Eval> = run.stdout_json().filter(|_| run.ok());
+        let score = match &doc {
+            Some(d) => Score { em: Some(d.exact_match), f1: Some(d.f1), error: None },
+            None => Score { error: Some(tail(&run.log_text(), 3)), ..Default::default() },
         };
-        eprintln!("xtask:   {} -> {}", model.display(), v);
-        Ok((v, doc))
+        eprintln!("xtask:   {} -> {score:?}", model.display());
+        Ok((score, doc))
     }
 }
 
-fn ort_summary(run: &Run, result: &Value) -> Value {
-    let mut v = run.json();
-    v["phases"] = result["phases"].clone();
-    v["features"] = result["features"].clone();
-    if let Some(e) = result["error"].as_str() {
-        v["error"] = e.lines().last().unwrap_or(e).into();
-    } else if !run.ok() {
-        v["error"] = format!("exit code {:?}", run.code).into();
-    }
-    v
+fn ort_summary(run: &Run, result: &OrtCalibration) -> OrtRun {
+    let error = match &result.error {
+        Some(e) => Some(e.lines().last().unwrap_or(e).to_owned()),
+        None if !run.ok() => Some(format!("exit code {:?}", run.code)),
+        None => None,
+    };
+    OrtRun { run: run.record(), phases: result.phases.clone(), features: result.features, error, ..Default::default() }
 }
 
 pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
@@ -341,7 +340,7 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let command = format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
     if opts.render {
-        let mut report = read_json(&opts.out.join("vs_python.json"))?;
+        let mut report: Report = read_json(&opts.out.join("vs_python.json"))?;
         return write_report(&mut report, &opts.out);
     }
 
@@ -360,7 +359,7 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
     let features = work.join("features");
     let questions = opts.cal_num.max(opts.memory_cal_num);
     eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
-    let n_features =
+    let example_index =
         export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
     let mut cx = Ctx {
         opts,
@@ -376,29 +375,94 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
     };
     let o = cx.opts.clone();
 
-    // Calibration, per method.
-    let mut methods = Vec::new();
-    let mut models = Vec::new();
-    let mut tensors = 0usize;
-    let mut ort_versions = Value::Null;
+    let mut report = Report { command, ..Default::default() };
+    let Calibrated { models, tensors, ort_versions } = calibrate_each_method(&mut cx, &mut report.methods)?;
+    report.one_pass = Some(one_pass(&mut cx)?);
+    report.memory = memory_rows(&mut cx, &report.methods)?;
+
+    // Inference alone on the calibration features (no extra outputs, no statistics): the floor of a calibration.
+    eprintln!("xtask: FP32 inference alone on the calibration features");
+    cx.quiet();
+    let model = cx.paths.model.clone();
+    let calibration = cx.paths.calibration.clone();
+    let (_, doc) =
+        cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
+    report.inference_on_calibration_features = Inference {
+        ms_per_feature: doc.and_then(|d| d.latency.ms_per_feature),
+        features: Some(n_features_for(&example_index, o.cal_num)),
+    };
+
+    // F1 of every model on the first K dev questions.
+    eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
+    let dataset = cx.paths.dataset.clone();
+    report.fp32 = Some(cx.eval(&model, &dataset, o.samples, &[], "eval_fp32")?.0);
+    for (method, tool, path) in &models {
+        let (score, _) = cx.eval(path, &dataset, o.samples, &[], &format!("eval_{tool}_{method}"))?;
+        if let Some(m) = report.methods.iter_mut().find(|m| m.method == *method) {
+            *if *tool == "ours" { &mut m.f1.ours } else { &mut m.f1.ort } = Some(score);
+        }
+    }
+
+    report.micro = micro_benchmarks(&mut cx, &microbench)?;
+    report.setup = Setup {
+        model: cx.paths.model.clone(),
+        vocab: cx.paths.vocab.clone(),
+        dataset: cx.paths.dataset.clone(),
+        calibration_data: cx.paths.calibration.clone(),
+        cal_num: o.cal_num,
+        memory_cal_num: o.memory_cal_num,
+        samples: o.samples,
+        seq_len: o.seq_len,
+        doc_stride: o.doc_stride,
+        stride: o.stride,
+        micro_repeat: o.micro_repeat,
+        features: Some(n_features_for(&example_index, o.cal_num)),
+        features_exported: example_index.len(),
+        tensors,
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        versions: ort_versions.unwrap_or_else(|| report.micro.versions.clone()),
+        git: git_head(),
+        waited_for_quiet_s: cx.waited_s,
+        quiet_check: o.wait,
+    };
+    report.commands = std::mem::take(&mut cx.commands);
+    estimate_skipped(&mut report);
+    write_report(&mut report, &o.out)
+}
+
+/// A model to evaluate: (method, "ours" | "ort", path).
+type ModelToEvaluate = (String, &'static str, PathBuf);
+
+/// What the per-method calibrations leave for the rest of the run.
+struct Calibrated {
+    models: Vec<ModelToEvaluate>,
+    /// Tensors our calibration collected.
+    tensors: usize,
+    /// The Python-side versions ORT's script reported.
+    ort_versions: Option<BTreeMap<String, String>>,
+}
+
+/// Per method: both calibrations, their ranges compared, both tables quantized.
+fn calibrate_each_method(cx: &mut Ctx, methods: &mut Vec<MethodRow>) -> Result<Calibrated> {
+    let o = cx.opts.clone();
+    let (mut models, mut tensors, mut ort_versions) = (Vec::new(), 0, None);
     for method in &o.methods {
         let (ours_flags, ort_flags) = method_flags(method);
         let dir = cx.work.join(format!("ours_{method}"));
         eprintln!("xtask: [{method}] qdq calibrate");
         let ours = cx.ours_calibrate(&ours_flags, o.cal_num, &dir, &format!("ours_calibrate_{method}"))?;
-        let table = read_json(&dir.join("calibration.json"))?;
-        tensors = table["ranges"].as_object().map_or(0, |m| m.len());
-        let mut ours_v = ours.json();
-        ours_v["pipeline_s"] = ours.stdout_json().map_or(Value::Null, |j| j["seconds"].clone());
-        ours_v["values_observed"] =
-            read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0).into();
+        let table: OursTable = read_json(&dir.join("calibration.json"))?;
+        tensors = table.ranges.len();
+        let ours_v = OursRun {
+            run: ours.record(),
+            pipeline_s: ours.stdout_json::<qdq_json::Calibrate>().and_then(|j| j.seconds),
+            values_observed: Some(read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0)),
+        };
         let ort_json = cx.work.join(format!("ort_{method}.json"));
         let (ort_v, ort_result) = if method == "entropy" && o.quick {
             eprintln!("xtask: [{method}] ORT skipped (--quick; its threshold search takes ~5 s per tensor)");
-            (
-                json!({"skipped": "not run (--quick): ORT's entropy threshold search takes ~5 s per tensor here"}),
-                Value::Null,
-            )
+            let why = "not run (--quick): ORT's entropy threshold search takes ~5 s per tensor here";
+            (OrtRun { skipped: Some(why.to_owned()), ..Default::default() }, OrtCalibration::default())
         } else {
             eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
             let (ort, ort_result) = cx.ort_calibrate(
@@ -410,21 +474,17 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
             )?;
             (ort_summary(&ort, &ort_result), ort_result)
         };
-        if ort_versions.is_null() {
-            ort_versions = ort_result["versions"].clone();
+        if ort_versions.is_none() {
+            ort_versions = ort_result.versions.clone();
         }
-        let ranges = if ort_result["ranges"].is_object() {
-            compare_ranges(&table["ranges"], &ort_result["ranges"])
-        } else {
-            Value::Null
-        };
+        let ranges = ort_result.ranges.as_ref().map(|r| compare_ranges(&amax_ours(&table.ranges), &amax_ort(r)));
         eprintln!(
             "xtask: [{method}] ours {:.1} s / {:.0} MB, ORT {} s / {} MB{}",
             ours.wall_s,
             ours.peak_rss_mb,
-            num(&ort_v["wall_s"], 1),
-            num(&ort_v["peak_rss_mb"], 0),
-            ort_v["error"].as_str().map(|e| format!(" (ORT failed: {e})")).unwrap_or_default()
+            num(ort_v.run.wall_s, 1),
+            num(ort_v.run.peak_rss_mb, 0),
+            ort_v.error.as_deref().map(|e| format!(" (ORT failed: {e})")).unwrap_or_default()
         );
 
         // Quantize both tables.
@@ -439,7 +499,7 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
         let log = cx.log(&format!("ours_quantize_{method}"));
         measure_ok(&mut cmd, &log, &mut cx.commands)?;
         models.push((method.clone(), "ours", ours_q));
-        if ranges.is_object() {
+        if ranges.is_some() {
             let ort_q = cx.work.join(format!("ort_{method}_qdq.onnx"));
             let mut cmd = cx.python("quantize");
             cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(&ort_json).arg("--out").arg(&ort_q);
@@ -448,30 +508,38 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
                 models.push((method.clone(), "ort", ort_q));
             }
         }
-        methods.push(json!({
-            "method": method,
-            "ours_flags": ours_flags.join(" "),
-            "ort_flags": ort_flags.join(" "),
-            "ours": ours_v,
-            "ort": ort_v,
-            "ranges": ranges,
-            "f1": {},
-        }));
+        methods.push(MethodRow {
+            method: method.clone(),
+            ours_flags: ours_flags.join(" "),
+            ort_flags: ort_flags.join(" "),
+            ours: ours_v,
+            ort: ort_v,
+            ranges,
+            f1: ToolScores::default(),
+        });
     }
+    Ok(Calibrated { models, tensors, ort_versions })
+}
 
-    // Ours, every method from one pass.
-    let mut flags = vec!["--calibrate-method", o.methods[0].as_str()];
-    let compare = o.methods[1..].join(",");
+/// Ours, every method from one pass.
+fn one_pass(cx: &mut Ctx) -> Result<OnePass> {
+    let methods = cx.opts.methods.clone();
+    let mut flags = vec!["--calibrate-method", methods[0].as_str()];
+    let compare = methods[1..].join(",");
     if !compare.is_empty() {
         flags.extend(["--compare-methods", compare.as_str()]);
     }
     flags.extend(["--percentile", "99.999", "--symmetric", "--num-bins", "8001", "--num-quantized-bins", "255"]);
     eprintln!("xtask: ours, all methods in one pass");
-    let one = cx.ours_calibrate(&flags, o.cal_num, &cx.work.join("ours_one_pass"), "ours_calibrate_one_pass")?;
-    let mut one_pass = one.json();
-    one_pass["flags"] = flags.join(" ").into();
+    let dir = cx.work.join("ours_one_pass");
+    let one = cx.ours_calibrate(&flags, cx.opts.cal_num, &dir, "ours_calibrate_one_pass")?;
+    Ok(OnePass { run: one.record(), flags: flags.join(" ") })
+}
 
-    // Memory at two sizes (minmax and percentile: ORT's entropy search alone takes many minutes).
+/// Memory at two sizes (minmax and percentile: ORT's entropy search alone takes many minutes); the large size is
+/// each method's calibration run.
+fn memory_rows(cx: &mut Ctx, methods: &[MethodRow]) -> Result<Vec<MemoryRow>> {
+    let o = cx.opts.clone();
     let mut memory = Vec::new();
     for method in o.methods.iter().filter(|m| *m != "entropy") {
         let (ours_flags, ort_flags) = method_flags(method);
@@ -490,74 +558,21 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
             &cx.work.join(format!("ort_{method}_small.json")),
             &format!("ort_calibrate_{method}_small"),
         )?;
-        let large = methods.iter().find(|m| m["method"] == method.as_str()).cloned().unwrap_or_default();
-        memory.push(json!({
-            "method": method,
-            "ours_small": small.json(),
-            "ours_large": large["ours"],
-            "ort_small": ort_summary(&ort_small, &ort_small_result),
-            "ort_large": large["ort"],
-        }));
+        let large = methods.iter().find(|m| m.method == *method).cloned().unwrap_or_default();
+        memory.push(MemoryRow {
+            method: method.clone(),
+            ours_small: small.record(),
+            ours_large: large.ours,
+            ort_small: ort_summary(&ort_small, &ort_small_result),
+            ort_large: large.ort,
+        });
     }
-
-    // Inference alone on the calibration features (no extra outputs, no statistics): the floor of a calibration.
-    eprintln!("xtask: FP32 inference alone on the calibration features");
-    cx.quiet();
-    let model = cx.paths.model.clone();
-    let calibration = cx.paths.calibration.clone();
-    let (_, doc) =
-        cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
-    let ms = doc.map_or(Value::Null, |d| d["latency"]["ms_per_feature"].clone());
-    let inference = json!({"ms_per_feature": ms, "features": n_features_for(&cx.features, o.cal_num)});
-
-    // F1 of every model on the first K dev questions.
-    eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
-    let dataset = cx.paths.dataset.clone();
-    let (fp32, _) = cx.eval(&model, &dataset, o.samples, &[], "eval_fp32")?;
-    for (method, tool, path) in &models {
-        let (v, _) = cx.eval(path, &dataset, o.samples, &[], &format!("eval_{tool}_{method}"))?;
-        if let Some(m) = methods.iter_mut().find(|m| m["method"] == method.as_str()) {
-            m["f1"][*tool] = v;
-        }
-    }
-
-    // Micro-benchmarks.
-    let micro = micro_benchmarks(&mut cx, &microbench)?;
-
-    let mut report = json!({
-        "command": command,
-        "setup": {
-            "model": cx.paths.model, "vocab": cx.paths.vocab, "dataset": cx.paths.dataset,
-            "calibration_data": cx.paths.calibration,
-            "cal_num": o.cal_num, "memory_cal_num": o.memory_cal_num, "samples": o.samples,
-            "seq_len": o.seq_len, "doc_stride": o.doc_stride, "stride": o.stride, "micro_repeat": o.micro_repeat,
-            "features": n_features_for(&cx.features, o.cal_num), "features_exported": n_features, "tensors": tensors,
-            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
-            "versions": if ort_versions.is_null() { micro["versions"].clone() } else { ort_versions }, "git": git_head(), "waited_for_quiet_s": cx.waited_s,
-            "quiet_check": o.wait,
-        },
-        "methods": methods,
-        "one_pass": one_pass,
-        "memory": memory,
-        "fp32": fp32,
-        "inference_on_calibration_features": inference,
-        "micro": micro,
-        "commands": cx.commands,
-    });
-    estimate_skipped(&mut report);
-    write_report(&mut report, &o.out)
+    Ok(memory)
 }
 
-/// Features of the first `questions` questions in the exported set.
-fn n_features_for(features: &Path, questions: usize) -> Value {
-    // example_index.npy is int64 after a 128-byte header (our own writer's layout for a 1-D array).
-    let Ok(bytes) = std::fs::read(features.join("example_index.npy")) else { return Value::Null };
-    let Some(&[lo, hi]) = bytes.get(8..10) else { return Value::Null };
-    let data = bytes.get(10 + usize::from(u16::from_le_bytes([lo, hi]))..).unwrap_or_default();
-    data.chunks_exact(8)
-        .filter(|c| i64::from_le_bytes((*c).try_into().unwrap_or([0; 8])) < questions as i64)
-        .count()
-        .into()
+/// Features of the first `questions` questions, given each exported feature's question index.
+fn n_features_for(example_index: &[i64], questions: usize) -> usize {
+    example_index.iter().filter(|&&e| e < questions as i64).count()
 }
 
 pub(crate) fn git_head() -> Option<String> {
@@ -573,6 +588,8 @@ pub(crate) fn git_head() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     fn strings(v: &[&str]) -> Vec<String> {
@@ -581,22 +598,24 @@ mod tests {
 
     #[test]
     fn ranges_compare_on_amax_relative_to_ort() {
-        let ours =
-            json!({"a": {"min": -2.0, "max": 1.0}, "b": {"min": 0.0, "max": 4.0}, "c": {"min": -1.0, "max": 1.0}});
-        let ort = json!({"a": [-1.0, 2.0], "b": [0.0, 5.0], "d": [0.0, 1.0]});
-        let c = compare_ranges(&ours, &ort);
-        assert_eq!(c["tensors"], 2);
-        assert_eq!(c["max_rel_diff"], 0.2); // b: |4 - 5| / 5; a has amax 2 on both sides
-        assert_eq!(c["worst"]["tensor"], "b");
-        assert_eq!(c["worst"]["ours_amax"], 4.0);
-        assert_eq!(c["within_1pct"], 1);
-        assert_eq!(c["only_ours"], json!(["c"]));
-        assert_eq!(c["only_ort"], json!(["d"]));
+        let ours: OursTable = serde_json::from_value(json!({"ranges":
+            {"a": {"min": -2.0, "max": 1.0}, "b": {"min": 0.0, "max": 4.0}, "c": {"min": -1.0, "max": 1.0}}}))
+        .unwrap();
+        let ort: OrtCalibration =
+            serde_json::from_value(json!({"ranges": {"a": [-1.0, 2.0], "b": [0.0, 5.0], "d": [0.0, 1.0]}})).unwrap();
+        let c = compare_ranges(&amax_ours(&ours.ranges), &amax_ort(ort.ranges.as_ref().unwrap()));
+        assert_eq!(c.tensors, 2);
+        assert_eq!(c.max_rel_diff, Some(0.2)); // b: |4 - 5| / 5; a has amax 2 on both sides
+        let worst = c.worst.unwrap();
+        assert_eq!((worst.tensor.as_str(), worst.ours_amax, worst.ort_amax), ("b", 4.0, 5.0));
+        assert_eq!(c.within_1pct, 1);
+        assert_eq!(c.only_ours, ["c"]);
+        assert_eq!(c.only_ort, ["d"]);
     }
 
     #[test]
     fn calib_state_counts_add_up() {
-        let state = json!({"tensors": {"a": {"count": 10}, "b": {"count": 5}}});
+        let state = serde_json::from_value(json!({"tensors": {"a": {"count": 10}, "b": {"count": 5}}})).unwrap();
         assert_eq!(values_observed(&state), 15);
     }
 
@@ -622,11 +641,18 @@ mod tests {
         let used = cpu_between(&before, &after, 9);
         assert_eq!(used, vec![(2, 3.0, "busy".to_owned()), (3, 0.5, "new".to_owned())]);
 
-        let report = json!({"a": {"wall_s": 10.0, "other_cpu_s": 2.5, "log": "/x/logs/ours_calibrate_minmax.log"},
-                            "b": [{"wall_s": 10.0, "other_cpu_s": 0.5, "log": "/x/logs/quiet.log"}]});
-        let mut out = Vec::new();
-        disturbed(&report, &mut out);
-        assert_eq!(out, ["ours_calibrate_minmax: other processes used 2.5 CPU-s during its 10.0 s"]);
+        let report: Report = serde_json::from_value(json!({
+            "methods": [{"ours": {"wall_s": 10.0, "other_cpu_s": 2.5, "log": "/x/logs/ours_calibrate_minmax.log"}}],
+            "memory": [{"ours_small": {"wall_s": 10.0, "other_cpu_s": 0.5, "log": "/x/logs/quiet.log"},
+                        "ort_large": {"wall_s": 4.0, "other_cpu_s": 0.5, "log": "/x/logs/ort.log"}}]}))
+        .unwrap();
+        assert_eq!(
+            disturbed(&report),
+            [
+                "ort: other processes used 0.5 CPU-s during its 4.0 s",
+                "ours_calibrate_minmax: other processes used 2.5 CPU-s during its 10.0 s"
+            ]
+        );
     }
 
     #[test]
@@ -643,18 +669,18 @@ mod tests {
         assert!(a.iter().all(|x| x.is_finite()));
     }
 
-    fn sample_report() -> Value {
+    fn sample_value() -> Value {
         json!({
             "command": "cargo xtask bench --vs-python",
             "setup": {"model": "m.onnx", "cal_num": 100, "memory_cal_num": 10, "features": 105, "seq_len": 384,
                       "doc_stride": 128, "samples": 300, "stride": 10, "tensors": 63, "cpus": 2, "micro_repeat": 5,
                       "versions": {"onnxruntime": "1.31.1"}},
             "methods": [
-                {"method": "minmax", "ours": {"wall_s": 10.0, "peak_rss_mb": 400.0, "pipeline_s": 8.0, "values_observed": 1e9},
+                {"method": "minmax", "ours": {"wall_s": 10.0, "peak_rss_mb": 400.0, "pipeline_s": 8.0, "values_observed": 1_000_000_000u64},
                  "ort": {"wall_s": 30.0, "peak_rss_mb": 900.0, "phases": {"inference": 20.0, "collect_data": 22.0, "compute_data": 0.5}},
                  "ranges": {"max_rel_diff": 1e-6, "median_rel_diff": 0.0, "worst": {"tensor": "t1", "ours_amax": 1.0, "ort_amax": 1.0}},
                  "f1": {"ours": {"em": 60.0, "f1": 72.5}, "ort": {"em": 60.0, "f1": 72.4}}},
-                {"method": "percentile", "ours": {"wall_s": 30.0, "peak_rss_mb": 480.0, "pipeline_s": 27.0, "values_observed": 5e8},
+                {"method": "percentile", "ours": {"wall_s": 30.0, "peak_rss_mb": 480.0, "pipeline_s": 27.0, "values_observed": 500_000_000u64},
                  "ort": {"wall_s": 50.0, "peak_rss_mb": 1200.0, "phases": {"inference": 20.0, "collect_data": 45.0, "compute_data": 0.5}},
                  "ranges": {"max_rel_diff": 0.03, "median_rel_diff": 0.001, "worst": {"tensor": "t2", "ours_amax": 3.5, "ort_amax": 3.4}},
                  "f1": {"ours": {"em": 61.0, "f1": 73.0}, "ort": {"em": 61.0, "f1": 72.9}}},
@@ -682,6 +708,24 @@ mod tests {
         })
     }
 
+    fn report(v: Value) -> Report {
+        serde_json::from_value(v).expect("the fixture has the report's shape")
+    }
+
+    fn sample_report() -> Report {
+        report(sample_value())
+    }
+
+    #[test]
+    fn a_report_survives_its_own_json() {
+        let mut r = sample_report();
+        estimate_skipped(&mut r);
+        r.analysis = analysis(&r);
+        let again = report(serde_json::to_value(&r).unwrap());
+        assert_eq!(render_markdown(&again), render_markdown(&r));
+        assert_eq!(again.methods[0].ort.phases.as_ref().unwrap().inference, Some(20.0));
+    }
+
     #[test]
     fn targets_pick_the_worst_case_and_judge_it() {
         let t = targets(&sample_report());
@@ -694,7 +738,7 @@ mod tests {
         assert_eq!(t[2].pass, Some(false));
         assert_eq!(t[3].measured.as_deref(), Some("1.26x (worst: percentile)"));
         assert_eq!(t[3].pass, Some(false));
-        let empty = targets(&json!({}));
+        let empty = targets(&Report::default());
         assert!(empty.iter().all(|t| t.pass.is_none() && t.measured.is_none()));
     }
 
@@ -702,10 +746,10 @@ mod tests {
     fn skipped_ort_runs_get_an_estimate() {
         let mut r = sample_report();
         estimate_skipped(&mut r);
-        let ort = &r["methods"][2]["ort"];
-        assert_eq!(ort["estimated_wall_s"], 63.0 * 14.0 + 49.5); // tensors x search + percentile's run without compute
-        assert!(ort["estimate"].as_str().unwrap().starts_with("63 tensors x 14.0 s per threshold search"));
-        assert!(r["methods"][0]["ort"]["estimated_wall_s"].is_null());
+        let ort = &r.methods[2].ort;
+        assert_eq!(ort.estimated_wall_s, Some(63.0 * 14.0 + 49.5)); // tensors x search + percentile's run w/o compute
+        assert!(ort.estimate.as_deref().unwrap().starts_with("63 tensors x 14.0 s per threshold search"));
+        assert!(r.methods[0].ort.estimated_wall_s.is_none());
     }
 
     #[test]
@@ -733,7 +777,7 @@ mod tests {
             assert!(hist.contains(part), "`{part}` not in {hist}");
         }
         let mut r = sample_report();
-        r["methods"][1]["ours"]["values_observed"] = 1.6e9.into();
+        r.methods[1].ours.values_observed = Some(1_600_000_000);
         assert!(analysis(&r)[0].contains("together already exceed the pass"));
         let rss = notes.iter().find(|n| n.starts_with("peak RSS, percentile")).unwrap();
         assert_eq!(rss, "peak RSS, percentile: 380 MB at 10 questions, 480 MB at 100 (+100 MB).");
@@ -742,10 +786,10 @@ mod tests {
 
     #[test]
     fn entropy_disagreement_is_explained() {
-        let mut r = sample_report();
-        r["methods"][2]["ort"] = json!({"wall_s": 900.0});
-        r["methods"][2]["ranges"] = json!({"max_rel_diff": 4.85, "median_rel_diff": 0.05, "worst": {"tensor": "sm", "ours_amax": 0.1865, "ort_amax": 0.0319}});
-        let notes = analysis(&r);
+        let mut v = sample_value();
+        v["methods"][2]["ort"] = json!({"wall_s": 900.0});
+        v["methods"][2]["ranges"] = json!({"max_rel_diff": 4.85, "median_rel_diff": 0.05, "worst": {"tensor": "sm", "ours_amax": 0.1865, "ort_amax": 0.0319}});
+        let notes = analysis(&report(v));
         let note = notes.iter().find(|n| n.starts_with("entropy ranges")).unwrap();
         assert!(note.contains("up to 485.000 % (`sm`: 0.1865 vs 0.0319)"), "{note}");
         assert!(note.contains("identical histogram (`t3`: ours 14.3500, ORT [-10.7000, 10.7000])"), "{note}");
@@ -754,10 +798,11 @@ mod tests {
 
     #[test]
     fn markdown_has_every_section_and_number() {
-        let mut r = sample_report();
-        r["methods"][0]["ort"]["error"] = "ValueError: Too many bins for data range".into();
+        let mut v = sample_value();
+        v["methods"][0]["ort"]["error"] = "ValueError: Too many bins for data range".into();
+        let mut r = report(v);
         estimate_skipped(&mut r);
-        r["analysis"] = analysis(&r).into();
+        r.analysis = analysis(&r);
         let md = render_markdown(&r);
         for needle in [
             "| histogram collection vs numpy np.histogram | >= 5x | 2.00x (worst: normal_16m.npy, 8000 bins) | MISS |",

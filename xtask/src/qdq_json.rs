@@ -1,0 +1,81 @@
+//! What xtask reads from the JSON documents `qdq` writes (docs/JSON.md) and from the reference metrics in the
+//! assets, as types: only the fields xtask uses, so that qdq can add fields freely, and a missing or mistyped one is
+//! an error naming the file and the field.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// `qdq eval --json`, and each model's part of `qdq e2e`'s results.json.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Eval {
+    pub exact_match: f64,
+    pub f1: f64,
+    #[serde(default)]
+    pub latency: Latency,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Latency {
+    pub ms_per_feature: Option<f64>,
+    pub features_per_second: Option<f64>,
+}
+
+/// `qdq calibrate --json`, and the calibration part of results.json.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Calibrate {
+    pub seconds: Option<f64>,
+}
+
+/// `qdq e2e`'s results.json.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct E2e {
+    /// None when the run used a given range table instead of calibrating.
+    #[serde(default)]
+    pub calibration: Option<Calibrate>,
+    pub fp32: Eval,
+    pub int8: Eval,
+}
+
+/// The reference metrics of the assets: `{"all_10570": {"exact_match", "f1"}, "first_1000": ..., ...}`.
+pub(crate) type ReferenceMetrics = BTreeMap<String, Metrics>;
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct Metrics {
+    pub exact_match: f64,
+    pub f1: f64,
+}
+
+/// Reads a JSON file as `T`; errors name the file and, through serde, the field.
+pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    parse(&text).with_context(|| format!("{} is not the JSON xtask expects", path.display()))
+}
+
+pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<T> {
+    Ok(serde_json::from_str(text)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_read_with_extra_fields_and_name_a_missing_one() {
+        let r: E2e = parse(
+            r#"{"calibration": {"seconds": 3.5, "method": "entropy"}, "fp32": {"exact_match": 60, "f1": 73.4,
+                "latency": {"ms_per_feature": 20.0}}, "int8": {"exact_match": 59, "f1": 73.1}, "quantization": {}}"#,
+        )
+        .unwrap();
+        assert_eq!((r.fp32.f1, r.int8.f1, r.calibration.unwrap().seconds), (73.4, 73.1, Some(3.5)));
+        assert_eq!(r.fp32.latency.ms_per_feature, Some(20.0));
+        assert_eq!(r.int8.latency.ms_per_feature, None);
+        let e = parse::<E2e>(r#"{"fp32": {"exact_match": 60, "f1": 73.4}, "int8": {"exact_match": 59}}"#).unwrap_err();
+        assert!(e.to_string().contains("missing field `f1`"), "{e}");
+    }
+}
