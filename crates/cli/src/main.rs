@@ -13,16 +13,12 @@ use args::{Cli, Command};
 
 fn main() -> ExitCode {
     // `qdq inspect model.onnx | head` must end quietly when the reader goes away, as other Unix tools do, instead
-    // of panicking in println! on EPIPE (Rust ignores SIGPIPE by default).
+    // of panicking in println! on EPIPE (Rust ignores SIGPIPE by default); a write past `ulimit -f` must be an error
+    // naming the file (EFBIG), not a silent death by SIGXFSZ.
     #[cfg(unix)]
-    // SAFETY: restoring the default disposition of one signal at start-up, before any thread exists.
+    // SAFETY: setting the disposition of two signals at start-up, before any thread exists.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-    // A write past `ulimit -f` must be an error (EFBIG, reported with the file's name), not a silent death by SIGXFSZ.
-    #[cfg(unix)]
-    // SAFETY: as above.
-    unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -176,11 +172,9 @@ fn eval(a: args::EvalArgs) -> Result<()> {
 
 fn inspect(a: args::InspectArgs) -> Result<()> {
     let inspection = pipeline::inspect(&a.model)?;
-    if a.json {
-        print_json(&inspection.json())?;
-    } else {
-        print!("{}", inspection.text(a.ranges));
-    }
+    let text =
+        if a.json { serde_json::to_string_pretty(&inspection.json())? + "\n" } else { inspection.text(a.ranges) };
+    print!("{text}");
     Ok(())
 }
 
@@ -193,17 +187,9 @@ fn providers(a: args::ProvidersArgs) -> Result<()> {
     Ok(())
 }
 
-/// A job's report on stdout: its text, or with `--json` its one JSON document.
+/// A job's report on stdout: its text, or with `--json` its one JSON document (docs/JSON.md).
 fn emit(report: &impl pipeline::Report, json: bool) -> Result<()> {
-    if json {
-        return print_json(&report.json());
-    }
-    println!("{report}");
-    Ok(())
-}
-
-/// One JSON document on stdout (`--json`).
-fn print_json(v: &serde_json::Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    let text = if json { serde_json::to_string_pretty(&report.json())? } else { report.to_string() };
+    println!("{text}");
     Ok(())
 }

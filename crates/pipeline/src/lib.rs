@@ -38,7 +38,7 @@ pub use settings::{
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};
-pub use progress::{NoProgress, Progress};
+pub use progress::{LogProgress, NoProgress, Progress};
 pub use provenance::{GIT_COMMIT, Invocation, Machine, OnnxRuntime, Provenance};
 pub use report::{CalibrationSummary, E2eResults, Latency, ModelResult, QuantizationSummary};
 pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
