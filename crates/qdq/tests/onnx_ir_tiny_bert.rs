@@ -4,37 +4,26 @@ use std::collections::HashMap;
 
 use ndarray::Array2;
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
-use onnx_ir::{DataType, GraphExt, Model};
+use onnx_ir::{GraphExt, Model};
 use qdq::Policy;
 
 const SEQ: usize = 12;
 
+/// Token ids, an all-ones mask and two segments, `SEQ` long.
+fn feed() -> Vec<(&'static str, Array2<i64>)> {
+    vec![
+        ("input_ids", Array2::from_shape_fn((1, SEQ), |(_, j)| ((j * 37 + 11) % 1000) as i64)),
+        ("attention_mask", Array2::from_elem((1, SEQ), 1i64)),
+        ("token_type_ids", Array2::from_shape_fn((1, SEQ), |(_, j)| i64::from(j >= SEQ / 2))),
+    ]
+}
+
 fn run(model: &Model, outputs: &[&str], opt: runtime::OptLevel) -> Vec<ndarray::ArrayD<f32>> {
-    let cfg = runtime::SessionConfig { opt_level: opt, ..Default::default() };
-    let mut s = runtime::Session::from_bytes(&model.to_bytes().unwrap(), "tiny_bert", &cfg).unwrap();
-    let ids = Array2::from_shape_fn((1, SEQ), |(_, j)| ((j * 37 + 11) % 1000) as i64);
-    let mask = Array2::from_elem((1, SEQ), 1i64);
-    let types = Array2::from_shape_fn((1, SEQ), |(_, j)| i64::from(j >= SEQ / 2));
-    s.run(&[("input_ids", ids.view()), ("attention_mask", mask.view()), ("token_type_ids", types.view())], outputs)
-        .unwrap()
+    crate::common::run_feed(model, &feed(), outputs, opt)
 }
 
 fn observed(model: &Model, tensors: &[String]) -> qdq::Ranges {
-    let mut m = model.clone();
-    for t in tensors {
-        m.graph_mut().add_output(t, DataType::Float);
-    }
-    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
-    let outs = run(&m, &names, runtime::OptLevel::Disable);
-    tensors
-        .iter()
-        .zip(outs)
-        .map(|(t, a)| {
-            let lo = a.iter().copied().fold(f32::INFINITY, f32::min);
-            let hi = a.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            (t.clone(), (lo * 1.1, hi * 1.1))
-        })
-        .collect()
+    crate::common::observed_on(model, tensors, &feed(), runtime::OptLevel::Disable)
 }
 
 fn producer_op<'a>(m: &'a Model, tensor: &str) -> Option<&'a str> {

@@ -61,22 +61,46 @@ pub fn session(model: &Model, cfg: &runtime::SessionConfig) -> runtime::Session 
     runtime::Session::from_bytes(&model.to_bytes().unwrap(), "tiny", cfg).unwrap()
 }
 
-/// Runs the model and returns `outputs` in order.
-pub fn run(model: &Model, outputs: &[&str]) -> Vec<ndarray::ArrayD<f32>> {
-    let mut s = session(model, &runtime::SessionConfig::default());
-    let ids = input_ids();
-    let mask = Array2::<i64>::ones((1, SEQ));
-    s.run(&[("input_ids", ids.view()), ("attention_mask", mask.view())], outputs).unwrap()
+/// The inputs of this file's tiny BERT: [`input_ids`] and an all-ones mask.
+pub fn feed() -> Vec<(&'static str, Array2<i64>)> {
+    vec![("input_ids", input_ids()), ("attention_mask", Array2::<i64>::ones((1, SEQ)))]
 }
 
-/// Ranges of `tensors` observed by running the FP32 model on [`input_ids`], widened by 10%.
+/// Runs the model on [`feed`] and returns `outputs` in order.
+pub fn run(model: &Model, outputs: &[&str]) -> Vec<ndarray::ArrayD<f32>> {
+    run_feed(model, &feed(), outputs, runtime::OptLevel::default())
+}
+
+/// Runs the model on `feed` at ORT optimisation level `opt` and returns `outputs` in order.
+pub fn run_feed(
+    model: &Model,
+    feed: &[(&str, Array2<i64>)],
+    outputs: &[&str],
+    opt: runtime::OptLevel,
+) -> Vec<ndarray::ArrayD<f32>> {
+    let mut s = session(model, &runtime::SessionConfig { opt_level: opt, ..Default::default() });
+    let inputs: Vec<(&str, ndarray::ArrayView2<i64>)> = feed.iter().map(|(n, a)| (*n, a.view())).collect();
+    s.run(&inputs, outputs).unwrap()
+}
+
+/// Ranges of `tensors` observed by running the FP32 model on [`feed`], widened by 10%.
 pub fn observed_ranges(model: &Model, tensors: &[String]) -> qdq::Ranges {
+    observed_on(model, tensors, &feed(), runtime::OptLevel::default())
+}
+
+/// Ranges of `tensors` observed by running the FP32 model on `feed` at optimisation level `opt`, widened by 10%.
+pub fn observed_on(
+    model: &Model,
+    tensors: &[String],
+    feed: &[(&str, Array2<i64>)],
+    opt: runtime::OptLevel,
+) -> qdq::Ranges {
     let mut m = model.clone();
     for t in tensors {
         m.graph_mut().add_output(t, DataType::Float);
     }
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
-    let outs = run(&m, &names);
+    let outs = run_feed(&m, feed, &names, opt);
     tensors
         .iter()
         .zip(outs)
