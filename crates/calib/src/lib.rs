@@ -5,7 +5,8 @@
 //! collectors (min/max, optional moving average, optional per-channel min/max, signed and/or absolute
 //! histograms); [`compute_ranges`] / [`compute_all`] turn one collection into a [`RangeTable`] per [`Method`];
 //! [`tables`] reads and writes `calibration.json`, ONNX Runtime's flatbuffers table (TensorRT / MIGraphX EPs)
-//! and TensorRT's native calibration cache.
+//! and TensorRT's native calibration cache. [`ErrorStats`] and [`softmax_kl`] measure how far a quantized tensor or
+//! logit vector is from its float reference (`qdq debug`).
 //!
 //! Observe two shards of activations, compute ranges, and check that merging the shards gives exactly the ranges
 //! of one pass:
@@ -47,6 +48,7 @@
 //! * Every error is a typed [`Error`] naming the tensor, field, file or line at fault; nothing panics on user input
 //!   and every written file is written to a temporary sibling first and then renamed.
 
+mod compare;
 mod error;
 pub mod hist;
 mod method;
@@ -54,6 +56,7 @@ mod ranges;
 mod state;
 pub mod tables;
 
+pub use compare::{ErrorStats, argmax, softmax_kl};
 pub use error::{Error, Result};
 pub use method::{Method, MethodKind, MethodOptions};
 pub use ranges::{

@@ -45,6 +45,10 @@ pub enum Command {
     Quantize(Box<QuantizeArgs>),
     /// Evaluate a model (FP32 or QDQ) on SQuAD: EM, F1 and latency.
     Eval(Box<EvalArgs>),
+    /// Where a QDQ model loses accuracy: each quantized tensor and the logits against the float model, on held-out
+    /// questions.
+    #[command(long_about = DEBUG_ABOUT)]
+    Debug(Box<DebugArgs>),
     /// Summarise a model: operators, Q/DQ coverage, and the ranges Q/DQ pairs encode.
     Inspect(InspectArgs),
     /// List the execution providers of the loaded ONNX Runtime.
@@ -183,23 +187,23 @@ pub struct EvalArgs {
     /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
     #[arg(long)]
     pub json: bool,
-    /// The ONNX model (FP32 or QDQ).
-    #[arg(long, value_name = "FILE")]
-    pub model: PathBuf,
-    /// SQuAD file to evaluate on.
-    #[arg(long, value_name = "FILE")]
-    pub dataset: PathBuf,
-    #[arg(long, default_value_t = 0, value_name = "N", help = "Questions to evaluate (first N; 0 = all)")]
-    pub samples: usize,
-    #[arg(long, default_value_t = 1, value_name = "N", help = "Features per inference batch")]
-    pub batch: usize,
-    /// Write predictions here (SQuAD predictions JSON).
-    #[arg(long, value_name = "FILE")]
-    pub predictions: Option<PathBuf>,
     #[command(flatten)]
-    pub runtime: RuntimeSettings,
+    pub job: pipeline::EvalJob,
+}
+
+const DEBUG_ABOUT: &str = "\
+Where a QDQ model loses accuracy, on held-out questions (the last --questions of --dataset): every activation pair's
+dequantized tensor against its float value in the QDQ model's float reference (the model without its activation
+pairs, so shifted or smoothed tensors meet what they stand for): SQNR dB, relative error, clipped share, the pair's
+own rounding; and the logits of the QDQ model and of that reference against FP32 (KL, argmax agreement).";
+
+#[derive(Debug, Args)]
+pub struct DebugArgs {
+    /// Print one JSON document on stdout instead of text (schema qdq.debug/1 in docs/JSON.md; every tensor).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
-    pub data: DataSettings,
+    pub job: pipeline::DebugJob,
 }
 
 #[derive(Debug, Args)]

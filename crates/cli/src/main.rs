@@ -83,7 +83,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::E2e(a) => e2e(*a),
         Command::Calibrate(a) => calibrate(*a),
         Command::Quantize(a) => quantize(*a),
-        Command::Eval(a) => eval(*a),
+        Command::Eval(a) => emit(&pipeline::evaluate_file(&a.job, &progress::Bars::new())?, a.json),
+        Command::Debug(a) => emit(&pipeline::debug_models(&a.job, &progress::Bars::new())?, a.json),
         Command::Inspect(a) => inspect(a),
         Command::Providers(a) => providers(a),
         Command::Help(a) => help(a),
@@ -155,19 +156,6 @@ fn quantize(a: args::QuantizeArgs) -> Result<()> {
         ep: a.ep,
     };
     emit(&pipeline::quantize_file(&job)?, a.json)
-}
-
-fn eval(a: args::EvalArgs) -> Result<()> {
-    let job = pipeline::EvalJob {
-        model: a.model,
-        dataset: a.dataset,
-        samples: a.samples,
-        batch: a.batch,
-        predictions: a.predictions,
-        runtime: a.runtime,
-        data: a.data,
-    };
-    emit(&pipeline::evaluate_file(&job, &progress::Bars::new())?, a.json)
 }
 
 fn inspect(a: args::InspectArgs) -> Result<()> {

@@ -72,7 +72,21 @@ impl Corpus {
     /// Reads `path` and keeps its first `limit` questions (0 = all). An empty selection is an error.
     pub fn load(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, limit: usize) -> Result<Corpus> {
         let gold = squad::read_dataset(path)?;
-        let gold = if limit == 0 { gold } else { gold.first_n(limit) };
+        Corpus::from_gold(path, if limit == 0 { gold } else { gold.first_n(limit) }, cfg, tokenizer)
+    }
+
+    /// Reads `path` and keeps its last `n` questions: questions held out from an evaluation of the first ones.
+    pub fn load_last(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, n: usize) -> Result<Corpus> {
+        let gold = squad::read_dataset(path)?;
+        Corpus::from_gold(path, gold.last_n(n), cfg, tokenizer)
+    }
+
+    fn from_gold(
+        path: &Path,
+        gold: squad_metrics::Dataset,
+        cfg: &DataConfig,
+        tokenizer: &Arc<SquadTokenizer>,
+    ) -> Result<Corpus> {
         let dup = gold.duplicate_ids();
         if !dup.is_empty() {
             tracing::warn!(

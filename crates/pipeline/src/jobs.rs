@@ -306,15 +306,26 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
 
 /// `qdq eval`: one model on SQuAD.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct EvalJob {
+    /// The ONNX model (FP32 or QDQ).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub model: PathBuf,
+    /// SQuAD file to evaluate on.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub dataset: PathBuf,
-    /// Questions (the first N; 0 = all).
+    /// Questions to evaluate (first N; 0 = all).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0, value_name = "N"))]
     pub samples: usize,
+    /// Features per inference batch.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N"))]
     pub batch: usize,
-    /// Write the predictions here.
+    /// Write predictions here (SQuAD predictions JSON).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub predictions: Option<PathBuf>,
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub runtime: RuntimeSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub data: DataSettings,
 }
 

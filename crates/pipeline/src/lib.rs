@@ -5,7 +5,7 @@
 //!
 //! The `qdq` binary fills the typed settings ([`RuntimeSettings`], [`DataSettings`], [`CalibSettings`],
 //! [`MethodSettings`], [`PolicySettings`]; with feature `cli` they declare their own flags) into a job
-//! ([`E2eJob`], [`CalibrateJob`], [`QuantizeJob`], [`EvalJob`], [`inspect`]) and prints the [`Report`] it returns.
+//! ([`E2eJob`], [`CalibrateJob`], [`QuantizeJob`], [`EvalJob`], [`DebugJob`], [`inspect`]) and prints the [`Report`] it returns.
 //!
 //! Invariants:
 //! - Memory is flat in the amount of data: calibration folds each batch into fixed-size statistics; evaluation turns
@@ -16,6 +16,7 @@
 
 mod calibrate;
 mod data;
+mod debug;
 mod e2e;
 mod evaluate;
 mod jobs;
@@ -26,6 +27,7 @@ mod settings;
 
 pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
 pub use data::{Corpus, DataConfig, Score, detect_io};
+pub use debug::{DebugJob, DebugReport, LogitAgreement, TensorError, debug_models};
 pub use e2e::{E2eConfig, e2e};
 pub use jobs::{
     CalibrateJob, CalibrateReport, E2eJob, E2eReport, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,

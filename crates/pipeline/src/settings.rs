@@ -57,6 +57,25 @@ pub struct RuntimeSettings {
     pub warmup: usize,
 }
 
+impl Default for RuntimeSettings {
+    /// The command line's defaults: the CPU EP, one warm-up run, everything else off.
+    fn default() -> Self {
+        RuntimeSettings {
+            ep: Ep::Cpu,
+            fp16: false,
+            int8: false,
+            allow_fallback: false,
+            ort_verbose: false,
+            save_load: false,
+            opt_level: None,
+            threads: None,
+            ort_lib: None,
+            trt_engine_cache: None,
+            warmup: 1,
+        }
+    }
+}
+
 impl RuntimeSettings {
     /// The session of an FP32 model: the EP with the seeds' environment switches and `fp16` applied, INT8 mode off;
     /// with `save_load`, the optimised model goes to `dir/model_<tag>_optimized.onnx`.

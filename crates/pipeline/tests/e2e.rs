@@ -497,3 +497,66 @@ fn a_model_directory_is_looked_into() {
     // A plain file is itself.
     assert_eq!(qdq_pipeline::resolve_model(&model).unwrap(), model);
 }
+
+/// Issue 14: `qdq debug` measures every activation pair against its float value and finds the one that does the
+/// damage; a model compared with itself agrees exactly.
+#[test]
+fn debug_finds_the_tensor_that_does_the_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("tiny.onnx");
+    build(&TinyBertConfig { max_positions: 64, ..Default::default() }).save(&model_path).unwrap();
+    let out = dir.path().join("out");
+    let mut cfg = config(model_path.clone(), out.clone(), "tensorrt");
+    cfg.no_eval = true;
+    cfg.policy.softmax_range = qdq::SoftmaxRange::Shifted;
+    qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    let job = |qdq_model: PathBuf| qdq_pipeline::DebugJob {
+        model: model_path.clone(),
+        qdq: qdq_model,
+        dataset: testdata("squad/tiny-v1.1.json"),
+        questions: 3,
+        top: 5,
+        runtime: qdq_pipeline::RuntimeSettings::default(),
+        data: data_settings(),
+    };
+
+    // Itself: no pairs, identical logits.
+    let same = qdq_pipeline::debug_models(&job(model_path.clone()), &NoProgress).unwrap();
+    assert!(same.tensors.is_empty() && same.features >= 3, "{same}");
+    assert_eq!((same.logits.kl_start, same.logits.argmax_start, same.logits.max_abs_diff), (0.0, 1.0, 0.0));
+
+    let qdq_path = out.join("model_qdq.onnx");
+    let honest = qdq_pipeline::debug_models(&job(qdq_path.clone()), &NoProgress).unwrap();
+    let int8 = onnx_ir::Model::load(&qdq_path).unwrap();
+    let quantized: std::collections::BTreeSet<String> =
+        qdq::activation_pairs(&int8).into_iter().map(|p| p.tensor).collect();
+    assert_eq!(honest.tensors.len(), quantized.len());
+    assert!(honest.tensors.iter().any(|t| t.tensor.contains("_shifted")), "the shifted Softmax pair is measured");
+    let db: Vec<f64> = honest.tensors.iter().map(|t| t.total.sqnr_db()).collect();
+    assert!(db.windows(2).all(|w| w[0] <= w[1]), "worst first: {db:?}");
+    assert!(honest.tensors.iter().all(|t| t.own.sqnr_db() > 15.0 && t.total.values > 0), "{honest}");
+
+    // The pair read by the QA head made 40x coarser (its scale is shared by its Q and DQ): nothing downstream is
+    // quantized, so it becomes the worst tensor, by its own rounding.
+    let victim = honest.tensors.iter().find(|t| t.readers.iter().any(|r| r.contains("qa_outputs"))).unwrap();
+    let victim = victim.tensor.clone();
+    let mut broken = int8.clone();
+    let scale =
+        broken.graph().node.iter().find(|n| n.op_type() == "QuantizeLinear" && n.input[0] == victim).unwrap().input[1]
+            .clone();
+    let t = onnx_ir::GraphExt::initializer(broken.graph(), &scale).unwrap().clone();
+    let v: Vec<f32> = onnx_ir::tensor_to_array::<f32>(&t).unwrap().iter().map(|s| s * 40.0).collect();
+    onnx_ir::GraphExt::add_initializer(broken.graph_mut(), onnx_ir::tensor_from_vec::<f32>(&scale, &[], v).unwrap());
+    let broken_path = dir.path().join("broken_qdq.onnx");
+    broken.save(&broken_path).unwrap();
+    let found = qdq_pipeline::debug_models(&job(broken_path), &NoProgress).unwrap();
+    assert_eq!(found.tensors[0].tensor, victim, "{found}");
+    let before = honest.tensors.iter().find(|t| t.tensor == victim).unwrap();
+    assert!(found.tensors[0].own.sqnr_db() < before.own.sqnr_db() - 20.0, "{found}");
+    assert!(found.logits.kl_start > honest.logits.kl_start, "{found}");
+    // The JSON lists every tensor, worst first.
+    let json = qdq_pipeline::Report::json(&found);
+    assert_eq!(json["schema"], "qdq.debug/1");
+    assert_eq!(json["tensors"][0]["tensor"], victim.as_str());
+    assert_eq!(json["tensors"].as_array().unwrap().len(), found.tensors.len());
+}

@@ -27,6 +27,8 @@ pub struct PairInfo {
     pub quantize_node: Option<String>,
     /// DequantizeLinear node name.
     pub dequantize_node: String,
+    /// The DequantizeLinear node's output: the dequantized tensor the readers see.
+    pub output: String,
     /// Scales (empty if the scale is not a float initializer).
     pub scales: Vec<f32>,
     /// Zero points (empty if absent or not an int8/uint8 initializer).
@@ -176,6 +178,7 @@ fn pair_info(
         tensor,
         quantize_node: q.map(|q| q.name().to_string()),
         dequantize_node: n.name().to_string(),
+        output: n.output.first().cloned().unwrap_or_default(),
         scales: init(1)
             .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
             .map(|a| a.iter().copied().collect())

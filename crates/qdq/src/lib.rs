@@ -4,7 +4,8 @@
 //!
 //! Flow: [`tensors_to_calibrate`] names the activations needing ranges; [`plan`] turns ranges
 //! into per-tensor scales / zero points and placements; [`Plan::apply`] edits the model;
-//! [`coverage`] reports what a (quantized) model contains. Before calibration, [`smooth`] can migrate the
+//! [`coverage`] reports what a (quantized) model contains; [`float_reference`] takes a QDQ model's activation pairs
+//! out again, so each quantized tensor can be compared with the float value it stands for (`qdq debug`). Before calibration, [`smooth`] can migrate the
 //! LayerNorm outputs' outlier channels into the weights of the MatMuls that read them (SmoothQuant), given each
 //! channel's calibrated max; [`smoothing_sites`] names the tensors whose per-channel max it needs.
 //!
@@ -34,6 +35,7 @@ mod params;
 mod patterns;
 mod plan;
 mod policy;
+mod reference;
 mod scale;
 mod select;
 mod shift;
@@ -51,6 +53,7 @@ pub use policy::{
     Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd,
     SmoothTargets, SoftmaxRange, WeightStorage,
 };
+pub use reference::{activation_pairs, float_reference};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{
     SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smoothing_fingerprint,

@@ -9,5 +9,6 @@ mod errors;
 mod onnx_ir_tiny_bert;
 mod parity;
 mod placement;
+mod reference;
 mod smooth;
 mod write_tiny;

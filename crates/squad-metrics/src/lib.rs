@@ -124,25 +124,49 @@ impl Dataset {
     /// A copy restricted to the first `n` questions in file order; paragraphs and articles left without questions
     /// are dropped.
     pub fn first_n(&self, n: usize) -> Dataset {
-        let mut left = n;
+        self.questions_in(0..n)
+    }
+
+    /// A copy restricted to the last `n` questions in file order (all of them if there are fewer): questions held
+    /// out from an evaluation of the first ones.
+    ///
+    /// ```
+    /// use qdq_squad_metrics::Dataset;
+    ///
+    /// let d: Dataset = serde_json::from_str(r#"{"version": "1.1", "data": [{"title": "t", "paragraphs": [
+    ///     {"context": "a b", "qas": [{"id": "1", "question": "?", "answers": [{"text": "a", "answer_start": 0}]},
+    ///                                {"id": "2", "question": "?", "answers": [{"text": "b", "answer_start": 2}]}]},
+    ///     {"context": "c", "qas": [{"id": "3", "question": "?", "answers": [{"text": "c", "answer_start": 0}]}]}]}]}"#)
+    /// .unwrap();
+    /// let ids = |d: &Dataset| d.questions().map(|q| q.id.clone()).collect::<Vec<_>>();
+    /// assert_eq!(ids(&d.last_n(2)), ["2", "3"]);
+    /// assert_eq!(ids(&d.first_n(2)), ["1", "2"]);
+    /// assert_eq!(ids(&d.last_n(9)), ["1", "2", "3"]);
+    /// ```
+    pub fn last_n(&self, n: usize) -> Dataset {
+        let total = self.num_questions();
+        self.questions_in(total.saturating_sub(n)..total)
+    }
+
+    /// A copy restricted to the questions whose file-order index is in `range`.
+    fn questions_in(&self, range: std::ops::Range<usize>) -> Dataset {
+        let mut index = 0;
         let mut data = Vec::new();
         for article in &self.data {
-            if left == 0 {
-                break;
-            }
             let mut paragraphs = Vec::new();
             for p in &article.paragraphs {
-                if left == 0 {
-                    break;
-                }
-                let take = p.qas.len().min(left);
-                left -= take;
-                if take > 0 {
-                    paragraphs.push(Paragraph { context: p.context.clone(), qas: p.qas[..take].to_vec() });
+                let (lo, hi) = (index, index + p.qas.len());
+                index = hi;
+                let (from, to) = (range.start.clamp(lo, hi) - lo, range.end.clamp(lo, hi) - lo);
+                if from < to {
+                    paragraphs.push(Paragraph { context: p.context.clone(), qas: p.qas[from..to].to_vec() });
                 }
             }
             if !paragraphs.is_empty() {
                 data.push(Article { title: article.title.clone(), paragraphs });
+            }
+            if index >= range.end {
+                break;
             }
         }
         Dataset { version: self.version.clone(), data }

@@ -1,0 +1,56 @@
+//! The float reference of a QDQ model, for `qdq debug`: the same graph with every activation pair taken out, so
+//! each tensor a pair quantizes has its float value under the same name, whatever rewrite produced it (a smoothed
+//! input, a shifted Softmax output, a tool's own names). Weights stay as the model stores them (dequantized), so the
+//! reference differs from the FP32 model by the weights' quantization alone.
+
+use std::collections::HashSet;
+
+use onnx_ir::{Model, node};
+
+use crate::coverage::{PairInfo, coverage};
+
+/// An activation Q/DQ pair of a QDQ model: a QuantizeLinear on a computed float tensor and a DequantizeLinear
+/// reading it.
+pub fn activation_pairs(model: &Model) -> Vec<PairInfo> {
+    coverage(model).pairs.into_iter().filter(|p| p.quantize_node.is_some() && !p.is_initializer).collect()
+}
+
+/// `model` with every activation pair ([`activation_pairs`]) replaced by `Identity(tensor) -> dequantized`, and the
+/// QuantizeLinear nodes left without readers removed. Every tensor name of `model` keeps its meaning: the
+/// dequantized tensors now carry the float value they stand for.
+///
+/// ```
+/// use onnx_ir::tiny_bert::{TinyBertConfig, build};
+///
+/// let fp32 = build(&TinyBertConfig::default());
+/// let ranges: qdq::Ranges = qdq::tensors_to_calibrate(&fp32, &qdq::Policy::preset("tensorrt").unwrap())
+///     .unwrap()
+///     .into_iter()
+///     .map(|t| (t, (-4.0, 4.0)))
+///     .collect();
+/// let policy = qdq::Policy { smooth: None, ..qdq::Policy::preset("tensorrt").unwrap() };
+/// let (int8, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+/// let pairs = qdq::activation_pairs(&int8);
+/// assert!(!pairs.is_empty());
+/// let reference = qdq::float_reference(&int8);
+/// assert!(qdq::activation_pairs(&reference).is_empty());
+/// // The weights' pairs stay.
+/// assert!(reference.graph().node.iter().any(|n| n.op_type() == "DequantizeLinear"));
+/// ```
+pub fn float_reference(model: &Model) -> Model {
+    let pairs = activation_pairs(model);
+    let dq_nodes: HashSet<&str> = pairs.iter().map(|p| p.dequantize_node.as_str()).collect();
+    let mut out = model.clone();
+    let g = out.graph_mut();
+    for n in g.node.iter_mut().filter(|n| n.op_type() == "DequantizeLinear" && dq_nodes.contains(n.name())) {
+        let Some(p) = pairs.iter().find(|p| p.dequantize_node == n.name()) else { continue };
+        *n = node("Identity", n.name(), &[&p.tensor], &[&p.output]);
+    }
+    // QuantizeLinear nodes nothing reads any more.
+    let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
+    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    g.node.retain(|n| {
+        n.op_type() != "QuantizeLinear" || n.output.iter().any(|o| read.contains(o) || outputs.contains(o))
+    });
+    out
+}
