@@ -44,11 +44,14 @@ pub enum Command {
     /// Insert Q/DQ pairs into a model, with ranges from a calibration file.
     Quantize(Box<QuantizeArgs>),
     /// Evaluate a model (FP32 or QDQ) on SQuAD: EM, F1 and latency.
-    Eval(Box<EvalArgs>),
+    Eval(Box<JobArgs<pipeline::EvalJob>>),
     /// Where a QDQ model loses accuracy: each quantized tensor and the logits against the float model, on held-out
     /// questions.
     #[command(long_about = DEBUG_ABOUT)]
-    Debug(Box<DebugArgs>),
+    Debug(Box<JobArgs<pipeline::DebugJob>>),
+    /// The most-integer QDQ model within an F1 budget: calibrate, quantize, keep the most sensitive nodes in float
+    /// until the budget is met; writes the model, a recipe `qdq quantize --config` replays, and the trade-off curve.
+    Tune(Box<JobArgs<pipeline::TuneJob>>),
     /// Summarise a model: operators, Q/DQ coverage, and the ranges Q/DQ pairs encode.
     Inspect(InspectArgs),
     /// List the execution providers of the loaded ONNX Runtime.
@@ -182,28 +185,20 @@ pub struct QuantizeArgs {
     pub ep: pipeline::Ep,
 }
 
-#[derive(Debug, Args)]
-pub struct EvalArgs {
-    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub job: pipeline::EvalJob,
-}
-
 const DEBUG_ABOUT: &str = "\
 Where a QDQ model loses accuracy, on held-out questions (the last --questions of --dataset): every activation pair's
 dequantized tensor against its float value in the QDQ model's float reference (the model without its activation
 pairs, so shifted or smoothed tensors meet what they stand for): SQNR dB, relative error, clipped share, the pair's
 own rounding; and the logits of the QDQ model and of that reference against FP32 (KL, argmax agreement).";
 
+/// A job that declares its own flags (pipeline, feature `cli`), and `--json`.
 #[derive(Debug, Args)]
-pub struct DebugArgs {
-    /// Print one JSON document on stdout instead of text (schema qdq.debug/1 in docs/JSON.md; every tensor).
+pub struct JobArgs<T: Args> {
+    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub job: pipeline::DebugJob,
+    pub job: T,
 }
 
 #[derive(Debug, Args)]

@@ -85,6 +85,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::Quantize(a) => quantize(*a),
         Command::Eval(a) => emit(&pipeline::evaluate_file(&a.job, &progress::Bars::new())?, a.json),
         Command::Debug(a) => emit(&pipeline::debug_models(&a.job, &progress::Bars::new())?, a.json),
+        Command::Tune(a) => {
+            let report = pipeline::tune(&a.job, &progress::Bars::new())?;
+            emit(&report, a.json)?;
+            Ok(report.gate()?)
+        }
         Command::Inspect(a) => inspect(a),
         Command::Providers(a) => providers(a),
         Command::Help(a) => help(a),

@@ -678,3 +678,43 @@ fn a_file_size_limit_is_an_error_line() {
     assert!(e.contains("q.onnx") && e.to_lowercase().contains("too large"), "{e}");
     assert!(!out.exists());
 }
+
+/// Issue 14: `qdq tune` walks the trade-off curve (float nodes 0, 1, 2 here, where no candidate can meet a budget
+/// that asks INT8 to beat FP32 by 100 F1), keeps the best, and its recipe replays the chosen model byte for byte.
+#[test]
+fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
+    let f = tiny();
+    let out = f.dir.path().join("tune");
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "unused", vocab.to_str().unwrap(), dataset.to_str().unwrap());
+    args.retain(|a| a != "e2e" && a != "--batch" && a != "2");
+    let out_at = args.iter().position(|a| a == "--out").unwrap();
+    args[out_at + 1] = out.display().to_string();
+    let tail = ["--calibration-data", dataset.to_str().unwrap(), "--budget=-100", "--max-float", "2"];
+    args.extend(tail.iter().map(|s| s.to_string()));
+    args.extend(["--samples", "0", "--held-out", "3", "--json"].iter().map(|s| s.to_string()));
+    args.insert(0, "tune".into());
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["schema"], "qdq.tune/1");
+    let curve = report["curve"].as_array().unwrap();
+    let floats: Vec<usize> = curve.iter().map(|c| c["float_nodes"].as_array().unwrap().len()).collect();
+    assert_eq!(floats, [0, 1, 2]);
+    assert_eq!(report["within_budget"], false);
+    assert!(curve.iter().all(|c| c["integer_matmuls"].as_u64() <= c["matmuls"].as_u64()));
+    let on_disk: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tune.json")).unwrap()).unwrap();
+    assert_eq!(on_disk, report);
+    assert!(std::fs::read_to_string(out.join("tune.md")).unwrap().contains("(chosen)"));
+
+    let replay = f.dir.path().join("replay.onnx");
+    let recipe = out.join("recipe.toml");
+    let o = qdq(&["quantize", "--config", recipe.to_str().unwrap(), "-o", replay.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&replay).unwrap() == std::fs::read(out.join("model_qdq.onnx")).unwrap());
+    let chosen = &curve[report["chosen"].as_u64().unwrap() as usize];
+    let text = std::fs::read_to_string(&recipe).unwrap();
+    for node in chosen["float_nodes"].as_array().unwrap() {
+        assert!(text.contains(node.as_str().unwrap()), "{text}");
+    }
+}

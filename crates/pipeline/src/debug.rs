@@ -37,6 +37,10 @@ pub struct DebugJob {
     /// Tensors in the printed table, worst first (--json lists all).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 20, value_name = "N"))]
     pub top: usize,
+    /// Also measure each node's sensitivity: the logits' KL against FP32 with only that node's quantized inputs
+    /// kept in float (same ranges, no re-calibration; one more run of the questions per node).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub sensitivity: bool,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub runtime: RuntimeSettings,
     #[cfg_attr(feature = "cli", command(flatten))]
@@ -73,6 +77,26 @@ pub struct LogitAgreement {
     pub max_abs_diff: f64,
 }
 
+/// The QDQ model with one node's quantized activation inputs kept in float, against FP32.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeSensitivity {
+    /// The node whose dequantized inputs were replaced by the float tensors.
+    pub node: String,
+    pub op_type: String,
+    /// Its quantized activation inputs.
+    pub inputs: Vec<String>,
+    pub logits: LogitAgreement,
+    /// The share of the QDQ model's KL (mean of start and end) this recovers; negative when it gets worse.
+    pub recovered: f64,
+}
+
+impl LogitAgreement {
+    /// The mean of the start and end KL.
+    pub fn kl(&self) -> f64 {
+        (self.kl_start + self.kl_end) / 2.0
+    }
+}
+
 /// What `qdq debug` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct DebugReport {
@@ -87,6 +111,8 @@ pub struct DebugReport {
     pub weights_only_logits: LogitAgreement,
     /// Every activation pair, worst total SQNR first.
     pub tensors: Vec<TensorError>,
+    /// With `--sensitivity`: every node reading quantized activations, most recovering first.
+    pub sensitivity: Vec<NodeSensitivity>,
     /// Rows of the printed table.
     #[serde(skip)]
     pub top: usize,
@@ -138,9 +164,11 @@ struct LogitSums {
 }
 
 impl LogitSums {
-    /// Adds a batch: `fp32` and `other` hold `[start, end]` as `[batch, seq]`, `mask` is `[batch, seq]`.
-    fn add(&mut self, fp32: &[Vec<f32>; 2], other: &[Vec<f32>; 2], mask: &[i64], seq: usize) {
-        for (row, m) in mask.chunks(seq.max(1)).enumerate() {
+    /// Adds a batch: `fp32` and `other` hold `[start, end]` as `[batch, seq]`; positions the batch's attention
+    /// mask leaves out do not count.
+    fn add(&mut self, fp32: &Logits, other: &Logits, batch: &squad::Batch) {
+        let seq = batch.input_ids.ncols();
+        for (row, m) in batch.attention_mask.rows().into_iter().enumerate() {
             let keep: Vec<bool> = m.iter().map(|&v| v != 0).collect();
             for k in 0..2 {
                 let (a, b) = (&fp32[k][row * seq..(row + 1) * seq], &other[k][row * seq..(row + 1) * seq]);
@@ -165,6 +193,9 @@ impl LogitSums {
     }
 }
 
+/// The FP32 logits `[start, end]` of one batch.
+type Logits = [Vec<f32>; 2];
+
 /// Runs [`DebugJob`].
 pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugReport> {
     let (fp32_path, int8_path) = (resolve_model(&job.model)?, resolve_model(&job.qdq)?);
@@ -183,71 +214,156 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
             int8_path.display()
         ));
     }
-    let io = data.io().clone();
-    let logits = [io.start_logits.as_str(), io.end_logits.as_str()];
+    let batches = data.batches(1)?.collect::<std::result::Result<Vec<_>, _>>()?;
     let dir = fp32_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let cfg = job.runtime.fp32_session(Some(dir), "debug");
-    let tensors: Vec<&str> = probes.iter().map(|p| p.tensor.as_str()).collect();
-    let mut int8_outputs = logits.to_vec();
-    int8_outputs.extend(&tensors);
-    int8_outputs.extend(probes.iter().map(|p| p.dequantized.as_str()));
-    let mut ref_outputs = logits.to_vec();
-    ref_outputs.extend(&tensors);
-    let mut sessions = [
-        session_with(&fp32, &logits, "FP32 model", &cfg)?,
-        session_with(&qdq::float_reference(&int8), &ref_outputs, "float reference of the QDQ model", &cfg)?,
-        session_with(&int8, &int8_outputs, "QDQ model", &cfg)?,
-    ];
-    drop((fp32, int8));
-
-    let n = probes.len();
-    let (mut total, mut own) = (vec![ErrorStats::default(); n], vec![ErrorStats::default(); n]);
-    let (mut vs_int8, mut vs_ref) = (LogitSums::default(), LogitSums::default());
+    let run = Runs { cfg: job.runtime.fp32_session(Some(dir), "debug"), io: data.io().clone(), batches };
+    let fp32_logits = run.logits(&fp32, "FP32 model")?;
+    drop(fp32);
+    let reference = qdq::float_reference(&int8);
+    let (reference_logits, reference_values) = run.values(&reference, &probes, "float reference of the QDQ model")?;
+    drop(reference);
     progress.start("debugging", Some(data.questions() as u64));
-    let mut features = 0;
-    for batch in data.batches(1)? {
-        let batch = batch?;
-        let inputs = batch.inputs(&io);
-        let seq = batch.input_ids.ncols();
-        let mask = batch.attention_mask.as_slice().unwrap_or_default();
-        let pair = |o: &[runtime::OutputRef<'_>]| [o[0].data.to_vec(), o[1].data.to_vec()];
-        let f = sessions[0].run_with(&inputs, &logits, |o| Ok::<_, Error>(pair(o)))?;
-        let (r_logits, reference) = sessions[1].run_with(&inputs, &ref_outputs, |o| {
-            Ok::<_, Error>((pair(o), o[2..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
-        })?;
-        sessions[2].run_with(&inputs, &int8_outputs, |o| {
-            vs_int8.add(&f, &pair(o), mask, seq);
-            for (i, p) in probes.iter().enumerate() {
-                let (x, y) = (o[2 + i].data, o[2 + n + i].data);
-                total[i].observe(&reference[i], y);
-                own[i].observe(x, y);
-                own[i].observe_clipping(x, p.range);
-            }
-            Ok::<_, Error>(())
-        })?;
-        vs_ref.add(&f, &r_logits, mask, seq);
-        features += batch.len();
-        progress.advance(crate::calibrate::questions_done(&batch));
-    }
+    let (logits, tensors) = run.measure(&int8, &probes, &fp32_logits, &reference_values, progress)?;
     progress.finish();
-
-    let mut tensors: Vec<TensorError> = probes
-        .into_iter()
-        .zip(total.into_iter().zip(own))
-        .map(|(p, (total, own))| TensorError { tensor: p.tensor, readers: p.readers, range: p.range, total, own })
-        .collect();
-    tensors.sort_by(|a, b| a.total.sqnr_db().total_cmp(&b.total.sqnr_db()));
+    let sensitivity =
+        if job.sensitivity { run.sensitivity(&int8, &fp32_logits, logits.kl(), progress)? } else { Vec::new() };
     Ok(DebugReport {
         model: fp32_path,
         qdq: int8_path,
         dataset: job.dataset.clone(),
         questions: data.questions(),
-        features,
-        logits: vs_int8.agreement(),
-        weights_only_logits: vs_ref.agreement(),
+        features: run.batches.iter().map(squad::Batch::len).sum(),
+        logits,
+        weights_only_logits: agreement(&fp32_logits, &reference_logits, &run.batches),
         tensors,
+        sensitivity,
         top: job.top,
     })
+}
+
+/// The held-out batches and how to run a model on them.
+struct Runs {
+    cfg: SessionConfig,
+    io: squad::ModelIo,
+    batches: Vec<squad::Batch>,
+}
+
+impl Runs {
+    fn logit_names(&self) -> [&str; 2] {
+        [self.io.start_logits.as_str(), self.io.end_logits.as_str()]
+    }
+
+    /// `model`'s logits on every batch.
+    fn logits(&self, model: &Model, label: &str) -> Result<Vec<Logits>> {
+        Ok(self.values(model, &[], label)?.0)
+    }
+
+    /// `model`'s logits on every batch, and the values of the probes' tensors (per batch, per probe).
+    #[allow(clippy::type_complexity)]
+    fn values(&self, model: &Model, probes: &[Probe], label: &str) -> Result<(Vec<Logits>, Vec<Vec<Vec<f32>>>)> {
+        let mut names = self.logit_names().to_vec();
+        names.extend(probes.iter().map(|p| p.tensor.as_str()));
+        let mut session = session_with(model, &names, label, &self.cfg)?;
+        let (mut logits, mut values) = (Vec::new(), Vec::new());
+        for batch in &self.batches {
+            let (l, v) = session.run_with(&batch.inputs(&self.io), &names, |o| {
+                Ok::<_, Error>((pair(o), o[2..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
+            })?;
+            logits.push(l);
+            values.push(v);
+        }
+        Ok((logits, values))
+    }
+
+    /// The QDQ model's logits against FP32's, and every probe against the reference's values.
+    fn measure(
+        &self,
+        int8: &Model,
+        probes: &[Probe],
+        fp32: &[Logits],
+        reference: &[Vec<Vec<f32>>],
+        progress: &dyn Progress,
+    ) -> Result<(LogitAgreement, Vec<TensorError>)> {
+        let n = probes.len();
+        let mut names = self.logit_names().to_vec();
+        names.extend(probes.iter().map(|p| p.tensor.as_str()));
+        names.extend(probes.iter().map(|p| p.dequantized.as_str()));
+        let mut session = session_with(int8, &names, "QDQ model", &self.cfg)?;
+        let (mut total, mut own) = (vec![ErrorStats::default(); n], vec![ErrorStats::default(); n]);
+        let mut sums = LogitSums::default();
+        for (b, batch) in self.batches.iter().enumerate() {
+            session.run_with(&batch.inputs(&self.io), &names, |o| {
+                sums.add(&fp32[b], &pair(o), batch);
+                for (i, p) in probes.iter().enumerate() {
+                    let (x, y) = (o[2 + i].data, o[2 + n + i].data);
+                    total[i].observe(&reference[b][i], y);
+                    own[i].observe(x, y);
+                    own[i].observe_clipping(x, p.range);
+                }
+                Ok::<_, Error>(())
+            })?;
+            progress.advance(crate::calibrate::questions_done(batch));
+        }
+        let mut tensors: Vec<TensorError> = probes
+            .iter()
+            .zip(total.into_iter().zip(own))
+            .map(|(p, (total, own))| TensorError {
+                tensor: p.tensor.clone(),
+                readers: p.readers.clone(),
+                range: p.range,
+                total,
+                own,
+            })
+            .collect();
+        tensors.sort_by(|a, b| a.total.sqnr_db().total_cmp(&b.total.sqnr_db()));
+        Ok((sums.agreement(), tensors))
+    }
+
+    /// Per node reading quantized activations: the logits with only that node's activation pairs taken out.
+    fn sensitivity(
+        &self,
+        int8: &Model,
+        fp32: &[Logits],
+        base_kl: f64,
+        progress: &dyn Progress,
+    ) -> Result<Vec<NodeSensitivity>> {
+        let op_of: BTreeMap<&str, &str> = int8.graph().node.iter().map(|n| (n.name(), n.op_type())).collect();
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in qdq::activation_pairs(int8) {
+            for (node, _) in &p.consumers {
+                groups.entry(node.clone()).or_default().push(p.tensor.clone());
+            }
+        }
+        progress.start("sensitivity (nodes)", Some(groups.len() as u64));
+        let mut out = Vec::with_capacity(groups.len());
+        for (node, mut inputs) in groups {
+            let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([node.as_str()]));
+            let logits = self.logits(&model, &format!("QDQ model with {node}'s inputs in float"))?;
+            let a = agreement(fp32, &logits, &self.batches);
+            let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
+            inputs.dedup();
+            let op_type = op_of.get(node.as_str()).copied().unwrap_or("?").to_owned();
+            out.push(NodeSensitivity { node, op_type, inputs, logits: a, recovered });
+            progress.advance(1);
+        }
+        progress.finish();
+        out.sort_by(|a, b| a.logits.kl().total_cmp(&b.logits.kl()));
+        Ok(out)
+    }
+}
+
+/// The `[start, end]` logits of a run's outputs (the first two).
+fn pair(o: &[runtime::OutputRef<'_>]) -> Logits {
+    [o[0].data.to_vec(), o[1].data.to_vec()]
+}
+
+/// How `other`'s logits agree with `fp32`'s over `batches`.
+fn agreement(fp32: &[Logits], other: &[Logits], batches: &[squad::Batch]) -> LogitAgreement {
+    let mut sums = LogitSums::default();
+    for ((f, o), b) in fp32.iter().zip(other).zip(batches) {
+        sums.add(f, o, b);
+    }
+    sums.agreement()
 }
 
 impl Report for DebugReport {
@@ -280,6 +396,13 @@ impl Report for DebugReport {
             "logits": self.logits,
             "weights_only_logits": self.weights_only_logits,
             "tensors": tensors,
+            "sensitivity": self.sensitivity.iter().map(|n| serde_json::json!({
+                "node": n.node,
+                "op_type": n.op_type,
+                "inputs": n.inputs,
+                "logits": n.logits,
+                "recovered": finite(n.recovered),
+            })).collect::<Vec<_>>(),
         })
     }
 }
@@ -343,6 +466,36 @@ impl fmt::Display for DebugReport {
             ]);
         }
         for c in 1..=4 {
+            if let Some(col) = t.column_mut(c) {
+                col.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        write!(f, "{t}")?;
+        if self.sensitivity.is_empty() {
+            return Ok(());
+        }
+        let shown = self.top.min(self.sensitivity.len());
+        writeln!(
+            f,
+            "\n\nSensitivity: the {shown} nodes (of {}) whose quantized inputs, kept in float alone, bring the logits \
+             closest to FP32 (KL: mean of start and end; recovered: share of the QDQ model's KL {:.4}):",
+            self.sensitivity.len(),
+            self.logits.kl()
+        )?;
+        let mut t = Table::new();
+        t.load_preset(ASCII_MARKDOWN);
+        t.set_header(["node", "op", "KL", "recovered", "same argmax", "inputs"]);
+        for n in &self.sensitivity[..shown] {
+            t.add_row([
+                n.node.clone(),
+                n.op_type.clone(),
+                format!("{:.4}", n.logits.kl()),
+                format!("{:.0} %", 100.0 * n.recovered),
+                format!("{:.1} %", 50.0 * (n.logits.argmax_start + n.logits.argmax_end)),
+                n.inputs.join(", "),
+            ]);
+        }
+        for c in 2..=4 {
             if let Some(col) = t.column_mut(c) {
                 col.set_cell_alignment(CellAlignment::Right);
             }

@@ -5,7 +5,7 @@
 //!
 //! The `qdq` binary fills the typed settings ([`RuntimeSettings`], [`DataSettings`], [`CalibSettings`],
 //! [`MethodSettings`], [`PolicySettings`]; with feature `cli` they declare their own flags) into a job
-//! ([`E2eJob`], [`CalibrateJob`], [`QuantizeJob`], [`EvalJob`], [`DebugJob`], [`inspect`]) and prints the [`Report`] it returns.
+//! ([`E2eJob`], [`CalibrateJob`], [`QuantizeJob`], [`EvalJob`], [`DebugJob`], [`TuneJob`], [`inspect`]) and prints the [`Report`] it returns.
 //!
 //! Invariants:
 //! - Memory is flat in the amount of data: calibration folds each batch into fixed-size statistics; evaluation turns
@@ -24,6 +24,7 @@ mod progress;
 mod provenance;
 mod report;
 mod settings;
+mod tune;
 
 pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
 pub use data::{Corpus, DataConfig, Score, detect_io};
@@ -37,6 +38,7 @@ pub use settings::{
     CalibSettings, DataSettings, ExplicitIo, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings,
     RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep, resolve_model,
 };
+pub use tune::{Candidate, TuneJob, TuneReport, tune};
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};

@@ -516,6 +516,7 @@ fn debug_finds_the_tensor_that_does_the_damage() {
         dataset: testdata("squad/tiny-v1.1.json"),
         questions: 3,
         top: 5,
+        sensitivity: true,
         runtime: qdq_pipeline::RuntimeSettings::default(),
         data: data_settings(),
     };
@@ -554,9 +555,17 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     let before = honest.tensors.iter().find(|t| t.tensor == victim).unwrap();
     assert!(found.tensors[0].own.sqnr_db() < before.own.sqnr_db() - 20.0, "{found}");
     assert!(found.logits.kl_start > honest.logits.kl_start, "{found}");
+    // Sensitivity: keeping the broken pair's reader in float recovers (nearly) all of the damage, more than any other
+    // node; every node reading quantized activations is measured.
+    let readers: std::collections::BTreeSet<&str> =
+        found.tensors.iter().flat_map(|t| &t.readers).map(|r| r.split('[').next().unwrap()).collect();
+    assert_eq!(found.sensitivity.len(), readers.len());
+    let best = &found.sensitivity[0];
+    assert!(best.inputs.contains(&victim) && best.recovered > 0.8, "{found}");
     // The JSON lists every tensor, worst first.
     let json = qdq_pipeline::Report::json(&found);
     assert_eq!(json["schema"], "qdq.debug/1");
     assert_eq!(json["tensors"][0]["tensor"], victim.as_str());
     assert_eq!(json["tensors"].as_array().unwrap().len(), found.tensors.len());
+    assert_eq!(json["sensitivity"][0]["node"], best.node.as_str());
 }

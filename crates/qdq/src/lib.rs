@@ -53,7 +53,7 @@ pub use policy::{
     Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd,
     SmoothTargets, SoftmaxRange, WeightStorage,
 };
-pub use reference::{activation_pairs, float_reference};
+pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{
     SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smoothing_fingerprint,

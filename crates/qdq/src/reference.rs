@@ -3,8 +3,9 @@
 //! input, a shifted Softmax output, a tool's own names). Weights stay as the model stores them (dequantized), so the
 //! reference differs from the FP32 model by the weights' quantization alone.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use onnx_ir::proto::GraphProto;
 use onnx_ir::{Model, node};
 
 use crate::coverage::{PairInfo, coverage};
@@ -38,7 +39,14 @@ pub fn activation_pairs(model: &Model) -> Vec<PairInfo> {
 /// assert!(reference.graph().node.iter().any(|n| n.op_type() == "DequantizeLinear"));
 /// ```
 pub fn float_reference(model: &Model) -> Model {
-    let pairs = activation_pairs(model);
+    without_pairs(model, |_| true)
+}
+
+/// `model` with the activation pairs `take_out` selects replaced by `Identity(tensor) -> dequantized` (their
+/// readers then see the float tensor), and the QuantizeLinear nodes left without readers removed: the model as if
+/// those inputs had been kept in float, with every other pair and range unchanged (no re-calibration).
+pub fn without_pairs(model: &Model, take_out: impl Fn(&PairInfo) -> bool) -> Model {
+    let pairs: Vec<PairInfo> = activation_pairs(model).into_iter().filter(|p| take_out(p)).collect();
     let dq_nodes: HashSet<&str> = pairs.iter().map(|p| p.dequantize_node.as_str()).collect();
     let mut out = model.clone();
     let g = out.graph_mut();
@@ -46,11 +54,39 @@ pub fn float_reference(model: &Model) -> Model {
         let Some(p) = pairs.iter().find(|p| p.dequantize_node == n.name()) else { continue };
         *n = node("Identity", n.name(), &[&p.tensor], &[&p.output]);
     }
-    // QuantizeLinear nodes nothing reads any more.
+    prune_unread(g, "QuantizeLinear");
+    out
+}
+
+/// `model` with each node `nodes` names reading, instead of its dequantized activation inputs, the float tensors
+/// behind them; pairs no other node reads are removed. Unlike [`without_pairs`], a pair several nodes share stays
+/// for the others: the model as if only these nodes' inputs had been kept in float (same ranges, no
+/// re-calibration).
+pub fn with_float_inputs(model: &Model, nodes: &HashSet<&str>) -> Model {
+    let pairs = activation_pairs(model);
+    let float_of: HashMap<&str, &str> = pairs.iter().map(|p| (p.output.as_str(), p.tensor.as_str())).collect();
+    let mut out = model.clone();
+    let g = out.graph_mut();
+    for n in g.node.iter_mut().filter(|n| nodes.contains(n.name())) {
+        for input in n.input.iter_mut() {
+            if let Some(t) = float_of.get(input.as_str()) {
+                *input = (*t).to_owned();
+            }
+        }
+    }
+    let activation_dq: HashSet<&str> = pairs.iter().map(|p| p.dequantize_node.as_str()).collect();
     let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
     let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
     g.node.retain(|n| {
-        n.op_type() != "QuantizeLinear" || n.output.iter().any(|o| read.contains(o) || outputs.contains(o))
+        !activation_dq.contains(n.name()) || n.output.iter().any(|o| read.contains(o) || outputs.contains(o))
     });
+    prune_unread(g, "QuantizeLinear");
     out
+}
+
+/// Removes the `op_type` nodes none of whose outputs is read by a node or is a graph output.
+fn prune_unread(g: &mut GraphProto, op_type: &str) {
+    let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
+    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    g.node.retain(|n| n.op_type() != op_type || n.output.iter().any(|o| read.contains(o) || outputs.contains(o)));
 }

@@ -57,3 +57,29 @@ fn the_reference_holds_each_quantized_tensors_float_value() {
         assert!(er < 0.02 && er * 5.0 < eq, "{}: reference {er}, int8 {eq}", variant_name(ln));
     }
 }
+
+#[test]
+fn one_node_keeps_its_inputs_in_float_and_the_others_keep_their_pairs() {
+    let fp32 = tiny_bert(Ln::Decomposed);
+    let policy = unsmoothed("tensorrt");
+    let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+    let (int8, _) = qdq::quantize(&fp32, &observed_ranges(&fp32, &tensors), &policy).unwrap();
+    let pairs = qdq::activation_pairs(&int8);
+    // A node that reads dequantized activations, and the tensors behind them.
+    let (node, _) = pairs.iter().flat_map(|p| &p.consumers).find(|(n, _)| n.ends_with("query/MatMul")).unwrap().clone();
+    let behind: Vec<String> =
+        pairs.iter().filter(|p| p.consumers.iter().any(|(n, _)| *n == node)).map(|p| p.tensor.clone()).collect();
+    let edited = qdq::with_float_inputs(&int8, &std::collections::HashSet::from([node.as_str()]));
+    let g = edited.graph();
+    let n = g.node.iter().find(|n| n.name() == node).unwrap();
+    assert!(behind.iter().all(|t| n.input.contains(t)), "{node} reads {:?}, not {behind:?}", n.input);
+    let after = qdq::activation_pairs(&edited);
+    assert!(after.iter().all(|p| p.consumers.iter().all(|(c, _)| *c != node)));
+    // Every other reader keeps its pairs.
+    let others =
+        |ps: &[qdq::PairInfo]| -> usize { ps.iter().flat_map(|p| &p.consumers).filter(|(c, _)| *c != node).count() };
+    assert_eq!(others(&after), others(&pairs));
+    assert!(!after.is_empty());
+    // And it still runs.
+    let _ = run(&edited, &["start_logits"]);
+}

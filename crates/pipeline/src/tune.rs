@@ -1,0 +1,385 @@
+//! `qdq tune`: the most-integer QDQ model within an F1 budget. Calibrates once; quantizes with the policy; if the
+//! INT8 model loses more F1 than the budget, ranks the nodes reading quantized activations by the sensitivity of
+//! `qdq debug` (logit KL on held-out questions with only that node's inputs in float) and keeps the most sensitive
+//! 1, 2, 4, 8, ... of them in float (`exclude_nodes`, same ranges, no re-calibration), scoring each candidate on
+//! the evaluation questions, until one is within budget. Writes the chosen model, a recipe that `qdq quantize
+//! --config` replays exactly, and the trade-off curve.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::debug::{DebugJob, debug_models};
+use crate::jobs::{
+    CalibrateJob, EvalJob, QuantizeJob, QuantizeReport, Report, calibrate_to_dir, evaluate_file, quantize_file,
+};
+use crate::progress::Progress;
+use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings, resolve_model};
+use crate::{Error, Result, write_atomic};
+
+/// `qdq tune`.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct TuneJob {
+    /// The FP32 ONNX model (file or model directory).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub model: PathBuf,
+    /// SQuAD file: candidates are scored on its first --samples questions, the sensitivity on its last --held-out.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub dataset: PathBuf,
+    /// Output directory: the calibration, candidates/, model_qdq.onnx (the choice), recipe.toml, tune.json, tune.md.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "out-tune", value_name = "DIR"))]
+    pub out: PathBuf,
+    /// The largest F1 loss against FP32 accepted, in F1 points.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1.0, value_name = "DF1"))]
+    pub budget: f64,
+    /// Evaluation questions each candidate is scored on (the first N of --dataset; 0 = all).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1000, value_name = "N"))]
+    pub samples: usize,
+    /// Held-out questions the sensitivity is measured on (the last N of --dataset).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N"))]
+    pub held_out: usize,
+    /// The most nodes kept in float.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 16, value_name = "N"))]
+    pub max_float: usize,
+    /// Exit with an error (after writing everything) when the chosen model loses more than DF1 F1 points: a CI gate.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DF1"))]
+    pub fail_above: Option<f64>,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub runtime: RuntimeSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub data: DataSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub calib: CalibSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub policy: PolicySettings,
+}
+
+/// One point of the trade-off curve.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// The nodes kept in float (besides what the policy leaves in float).
+    pub float_nodes: Vec<String>,
+    pub model: PathBuf,
+    pub exact_match: f64,
+    pub f1: f64,
+    /// F1 minus FP32's F1.
+    pub delta_f1: f64,
+    pub ms_per_feature: f64,
+    /// MatMul-like nodes of the model reading only dequantized inputs, of all of them.
+    pub integer_matmuls: usize,
+    pub matmuls: usize,
+}
+
+/// What `qdq tune` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TuneReport {
+    pub out: PathBuf,
+    pub budget: f64,
+    pub fp32_f1: f64,
+    pub fp32_ms_per_feature: f64,
+    pub questions: usize,
+    /// Every candidate scored, in order (float nodes 0, 1, 2, 4, ...).
+    pub curve: Vec<Candidate>,
+    /// Index into `curve` of the choice: the first within budget, else the best F1.
+    pub chosen: usize,
+    pub within_budget: bool,
+    /// The sensitivity order the float nodes were taken in (most recovering first).
+    pub ranking: Vec<String>,
+    pub recipe: PathBuf,
+    #[serde(skip)]
+    pub fail_above: Option<f64>,
+}
+
+impl TuneReport {
+    pub fn choice(&self) -> &Candidate {
+        &self.curve[self.chosen]
+    }
+
+    /// `--fail-above`: an error when the chosen model loses more than allowed.
+    pub fn gate(&self) -> Result<()> {
+        match self.fail_above {
+            Some(limit) if -self.choice().delta_f1 > limit => Err(Error::Config(format!(
+                "the chosen model loses {:.2} F1, more than --fail-above {limit}",
+                -self.choice().delta_f1
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Runs [`TuneJob`].
+pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
+    if !job.budget.is_finite() {
+        return Err(Error::Config(format!("--budget must be a number of F1 points, not {}", job.budget)));
+    }
+    let fp32_path = resolve_model(&job.model)?;
+    std::fs::create_dir_all(job.out.join("candidates"))
+        .map_err(|e| Error::Output { path: job.out.join("candidates"), reason: e.to_string() })?;
+    crate::check_writable(&job.out.join("tune.json"), "--out")?;
+    let calibrated = calibrate_to_dir(
+        &CalibrateJob {
+            model: fp32_path.clone(),
+            batch: 1,
+            out: job.out.clone(),
+            merge: Vec::new(),
+            data: job.data.clone(),
+            calib: job.calib.clone(),
+            policy: job.policy.clone(),
+            ep: job.runtime.ep.clone(),
+            ort_lib: job.runtime.ort_lib.clone(),
+        },
+        progress,
+    )?;
+    let base = calibrated.smoothed.map_or(fp32_path.clone(), |(_, p)| p);
+    let ranges = job.out.join("calibration.json");
+    let eval = |model: &Path| -> Result<crate::Evaluation> {
+        let job = EvalJob {
+            model: model.to_path_buf(),
+            dataset: job.dataset.clone(),
+            samples: job.samples,
+            batch: 1,
+            predictions: None,
+            runtime: job.runtime.clone(),
+            data: job.data.clone(),
+        };
+        Ok(evaluate_file(&job, progress)?.evaluation)
+    };
+    let fp32 = eval(&fp32_path)?;
+    let candidate = |nodes: &[String]| -> Result<Candidate> {
+        let model = job.out.join("candidates").join(format!("model_qdq_float{}.onnx", nodes.len()));
+        let (integer_matmuls, matmuls) = quantize_with_float(job, &base, &ranges, nodes, &model)?;
+        let e = eval(&model)?;
+        progress.note(&format!(
+            "{} nodes in float: F1 {:.2} ({:+.2}), {:.2} ms/feature",
+            nodes.len(),
+            e.score.f1,
+            e.score.f1 - fp32.score.f1,
+            e.latency.ms_per_feature
+        ));
+        Ok(Candidate {
+            float_nodes: nodes.to_vec(),
+            model,
+            exact_match: e.score.exact_match,
+            f1: e.score.f1,
+            delta_f1: e.score.f1 - fp32.score.f1,
+            ms_per_feature: e.latency.ms_per_feature,
+            integer_matmuls,
+            matmuls,
+        })
+    };
+    let within = |c: &Candidate| -c.delta_f1 <= job.budget;
+    let mut curve = vec![candidate(&[])?];
+    let mut ranking = Vec::new();
+    if !within(&curve[0]) && job.max_float > 0 {
+        ranking = rank_nodes(job, &fp32_path, &curve[0].model, progress)?;
+        let mut k = 1;
+        while k <= job.max_float.min(ranking.len()) && !within(curve.last().expect("one candidate")) {
+            curve.push(candidate(&ranking[..k])?);
+            k *= 2;
+        }
+    }
+    let chosen = curve
+        .iter()
+        .position(within)
+        .unwrap_or_else(|| (0..curve.len()).max_by(|&a, &b| curve[a].f1.total_cmp(&curve[b].f1)).unwrap_or(0));
+    let report = TuneReport {
+        out: job.out.clone(),
+        budget: job.budget,
+        fp32_f1: fp32.score.f1,
+        fp32_ms_per_feature: fp32.latency.ms_per_feature,
+        questions: fp32.score.questions,
+        within_budget: within(&curve[chosen]),
+        curve,
+        chosen,
+        ranking,
+        recipe: job.out.join("recipe.toml"),
+        fail_above: job.fail_above,
+    };
+    write_outputs(job, &report, &base, &ranges)?;
+    Ok(report)
+}
+
+/// Quantizes `base` with the job's policy plus `nodes` kept in float into `output`; returns (integer MatMul-like
+/// nodes, all MatMul-like nodes).
+fn quantize_with_float(
+    job: &TuneJob,
+    base: &Path,
+    ranges: &Path,
+    nodes: &[String],
+    output: &Path,
+) -> Result<(usize, usize)> {
+    let mut policy = job.policy.clone();
+    policy.exclude_nodes.extend(nodes.iter().cloned());
+    let q = QuantizeJob {
+        model: base.to_path_buf(),
+        ranges: Some(ranges.to_path_buf()),
+        output: Some(output.to_path_buf()),
+        dry_run: false,
+        policy,
+        ep: job.runtime.ep.clone(),
+    };
+    let QuantizeReport::Written { float_matmul_like, .. } = quantize_file(&q)? else {
+        return Err(Error::Config("quantize wrote no model".into()));
+    };
+    let model = onnx_ir::Model::load(output)?;
+    let matmuls = model.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count();
+    Ok((matmuls.saturating_sub(float_matmul_like.len()), matmuls))
+}
+
+/// The nodes reading quantized activations, most recovering first (those that make the logits worse last).
+fn rank_nodes(job: &TuneJob, fp32: &Path, int8: &Path, progress: &dyn Progress) -> Result<Vec<String>> {
+    let debug = DebugJob {
+        model: fp32.to_path_buf(),
+        qdq: int8.to_path_buf(),
+        dataset: job.dataset.clone(),
+        questions: job.held_out,
+        top: 0,
+        sensitivity: true,
+        runtime: job.runtime.clone(),
+        data: job.data.clone(),
+    };
+    let found = debug_models(&debug, progress)?;
+    Ok(found.sensitivity.into_iter().map(|n| n.node).collect())
+}
+
+/// The chosen model as out/model_qdq.onnx, the recipe that replays it, tune.json and tune.md.
+fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path) -> Result<()> {
+    let choice = report.choice();
+    let bytes =
+        std::fs::read(&choice.model).map_err(|e| Error::Input { path: choice.model.clone(), reason: e.to_string() })?;
+    write_atomic(&job.out.join("model_qdq.onnx"), &bytes)?;
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut recipe = toml::Table::new();
+    let mut put = |k: &str, v: toml::Value| {
+        recipe.insert(k.to_owned(), v);
+    };
+    put("model", absolute(base).display().to_string().into());
+    put("ranges", absolute(ranges).display().to_string().into());
+    put("ep", job.runtime.ep.to_string().into());
+    if let Some(p) = &job.policy.preset {
+        put("policy", p.clone().into());
+    }
+    if job.policy.ort_quant {
+        put("ort-quant", true.into());
+    }
+    let options: Vec<toml::Value> = job.policy.options.iter().map(|(k, v)| format!("{k}={v}").into()).collect();
+    if !options.is_empty() {
+        put("policy-option", options.into());
+    }
+    let nodes: Vec<toml::Value> =
+        job.policy.exclude_nodes.iter().chain(&choice.float_nodes).map(|n| n.clone().into()).collect();
+    if !nodes.is_empty() {
+        put("exclude-node", nodes.into());
+    }
+    let text = format!(
+        "# qdq tune's choice ({} nodes kept in float, dF1 {:+.2} on {} questions).\n# Replay: qdq quantize --config {} \
+         -o model_qdq.onnx\n{}",
+        choice.float_nodes.len(),
+        choice.delta_f1,
+        report.questions,
+        report.recipe.display(),
+        toml::to_string(&recipe).map_err(|e| Error::Config(format!("cannot write the recipe: {e}")))?
+    );
+    write_atomic(&report.recipe, text.as_bytes())?;
+    let json = serde_json::to_string_pretty(&report.json()).map_err(|e| Error::Config(e.to_string()))?;
+    write_atomic(&job.out.join("tune.json"), json.as_bytes())?;
+    write_atomic(&job.out.join("tune.md"), format!("{report}\n").as_bytes())
+}
+
+impl Report for TuneReport {
+    /// The document `qdq tune --json` prints and tune.json holds (docs/JSON.md, schema `qdq.tune/1`).
+    fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        v["schema"] = "qdq.tune/1".into();
+        v
+    }
+}
+
+impl fmt::Display for TuneReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+        let c = self.choice();
+        writeln!(
+            f,
+            "{} within the budget of {:.2} F1: {} nodes kept in float, F1 {:.2} ({:+.2} vs FP32 {:.2}) on {} \
+             questions, {}/{} MatMul-like nodes integer.",
+            if self.within_budget { "Chosen" } else { "NOT" },
+            self.budget,
+            c.float_nodes.len(),
+            c.f1,
+            c.delta_f1,
+            self.fp32_f1,
+            self.questions,
+            c.integer_matmuls,
+            c.matmuls
+        )?;
+        if !self.within_budget {
+            writeln!(f, "No candidate met the budget; the best one is kept (raise --max-float or the budget).")?;
+        }
+        writeln!(f, "Model: {}; recipe: {}\n", self.out.join("model_qdq.onnx").display(), self.recipe.display())?;
+        let mut t = Table::new();
+        t.load_preset(ASCII_MARKDOWN);
+        t.set_header(["float nodes", "EM", "F1", "dF1", "ms/feature", "vs FP32", "integer MatMuls", "last added"]);
+        for (i, c) in self.curve.iter().enumerate() {
+            t.add_row([
+                format!("{}{}", c.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
+                format!("{:.2}", c.exact_match),
+                format!("{:.2}", c.f1),
+                format!("{:+.2}", c.delta_f1),
+                format!("{:.2}", c.ms_per_feature),
+                format!("{:.2}x", self.fp32_ms_per_feature / c.ms_per_feature),
+                format!("{}/{}", c.integer_matmuls, c.matmuls),
+                c.float_nodes.last().cloned().unwrap_or_default(),
+            ]);
+        }
+        for col in 1..=6 {
+            if let Some(column) = t.column_mut(col) {
+                column.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        write!(f, "{t}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(delta_f1: f64, fail_above: Option<f64>) -> TuneReport {
+        let c = Candidate {
+            float_nodes: vec![],
+            model: "m.onnx".into(),
+            exact_match: 60.0,
+            f1: 70.0 + delta_f1,
+            delta_f1,
+            ms_per_feature: 10.0,
+            integer_matmuls: 40,
+            matmuls: 49,
+        };
+        TuneReport {
+            out: "out".into(),
+            budget: 1.0,
+            fp32_f1: 70.0,
+            fp32_ms_per_feature: 20.0,
+            questions: 100,
+            curve: vec![c],
+            chosen: 0,
+            within_budget: delta_f1 >= -1.0,
+            ranking: vec![],
+            recipe: "out/recipe.toml".into(),
+            fail_above,
+        }
+    }
+
+    #[test]
+    fn the_gate_fails_only_above_its_limit() {
+        assert!(report(-0.4, Some(0.5)).gate().is_ok());
+        let e = report(-0.6, Some(0.5)).gate().unwrap_err().to_string();
+        assert!(e.contains("loses 0.60 F1, more than --fail-above 0.5"), "{e}");
+        assert!(report(-9.0, None).gate().is_ok());
+        let text = report(-0.6, None).to_string();
+        assert!(text.contains("| 0 (chosen) ") && text.contains("2.00x") && text.contains("40/49"), "{text}");
+    }
+}
