@@ -40,16 +40,16 @@ impl Bars {
 }
 
 impl Progress for Bars {
-    fn start(&self, stage: &str, total: Option<u64>) {
+    fn start(&self, stage: &str, total: Option<u64>, unit: &str) {
         let slot = match self {
-            Bars::Log(log) => return log.start(stage, total),
+            Bars::Log(log) => return log.start(stage, total, unit),
             Bars::Terminal(slot) => slot,
         };
         let bar = match total {
             Some(n) => ProgressBar::new(n).with_style(
-                ProgressStyle::with_template(
-                    "{prefix:>12.bold} [{bar:30}] {pos}/{len} features ({per_sec}, eta {eta})",
-                )
+                ProgressStyle::with_template(&format!(
+                    "{{prefix:>12.bold}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, eta {{eta}})"
+                ))
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
             ),

@@ -531,10 +531,10 @@ fn progress_in_a_pipe_is_plain_log_lines() {
     let o = Command::new(env!("CARGO_BIN_EXE_qdq")).args(&refs).env("QDQ_PROGRESS_SECS", "0").output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
-    let progress: Vec<&str> = err.lines().filter(|l| l.contains(" features (") && l.contains("%), ")).collect();
+    let progress: Vec<&str> = err.lines().filter(|l| l.contains(" questions (") && l.contains("%), ")).collect();
     assert!(!progress.is_empty(), "no progress line:\n{err}");
     assert!(progress.iter().all(|l| l.contains(" INFO ") && l.contains("/s, about")), "{progress:?}");
-    assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("features in")), "{err}");
+    assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("questions in")), "{err}");
     assert!(err.lines().all(|l| !l.starts_with("qdq:")), "{err}");
 }
 

@@ -183,7 +183,7 @@ pub fn collect_stats(
     let mut state = CalibState::try_new(collect)?;
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
     let io = data.io();
-    progress.start(label, Some(data.questions() as u64));
+    progress.start(label, Some(data.questions() as u64), "questions");
     let mut features = 0usize;
     for batch in data.batches(batch_size)? {
         let batch = batch?;

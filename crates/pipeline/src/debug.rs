@@ -222,7 +222,7 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     let reference = qdq::float_reference(&int8);
     let (reference_logits, reference_values) = run.values(&reference, &probes, "float reference of the QDQ model")?;
     drop(reference);
-    progress.start("debugging", Some(data.questions() as u64));
+    progress.start("debugging", Some(data.questions() as u64), "questions");
     let (logits, tensors) = run.measure(&int8, &probes, &fp32_logits, &reference_values, progress)?;
     progress.finish();
     let sensitivity =
@@ -334,7 +334,7 @@ impl Runs {
                 groups.entry(node.clone()).or_default().push(p.tensor.clone());
             }
         }
-        progress.start("sensitivity (nodes)", Some(groups.len() as u64));
+        progress.start("sensitivity", Some(groups.len() as u64), "nodes");
         let mut out = Vec::with_capacity(groups.len());
         for (node, mut inputs) in groups {
             let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([node.as_str()]));

@@ -61,7 +61,7 @@ pub fn evaluate(
             session.run_with(&inputs, &outputs, |_| Ok::<_, Error>(()))?;
         }
     }
-    progress.start(stage, Some(data.questions() as u64));
+    progress.start(stage, Some(data.questions() as u64), "questions");
     for batch in data.batches(opts.batch)? {
         let batch = batch?;
         let inputs = batch.inputs(io);

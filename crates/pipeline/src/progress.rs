@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 /// Receives progress of long stages. The CLI implements it with indicatif on a terminal and [`LogProgress`]
 /// elsewhere; tests use [`NoProgress`].
 pub trait Progress: Sync {
-    /// A stage starts; `total` is the number of units (features) when known.
-    fn start(&self, stage: &str, total: Option<u64>);
+    /// A stage starts; `total` is the number of `unit`s (e.g. "questions") when known.
+    fn start(&self, stage: &str, total: Option<u64>, unit: &str);
     /// `n` more units are done.
     fn advance(&self, n: u64);
     /// The stage is over.
@@ -22,12 +22,12 @@ pub trait Progress: Sync {
 pub struct NoProgress;
 
 impl Progress for NoProgress {
-    fn start(&self, _: &str, _: Option<u64>) {}
+    fn start(&self, _: &str, _: Option<u64>, _: &str) {}
     fn advance(&self, _: u64) {}
     fn finish(&self) {}
 }
 
-/// Progress as log lines (through `tracing`, at info level): the stage when it starts, `done/total features (pct),
+/// Progress as log lines (through `tracing`, at info level): the stage when it starts, `done/total units (pct),
 /// rate, time left` at most every `every`, and the total when it ends. For pipes, CI logs and library callers.
 pub struct LogProgress {
     every: Duration,
@@ -36,6 +36,7 @@ pub struct LogProgress {
 
 struct Stage {
     name: String,
+    unit: String,
     total: Option<u64>,
     done: u64,
     started: Instant,
@@ -49,9 +50,12 @@ impl Stage {
             Some(t) if t > 0 => {
                 let left = t.saturating_sub(self.done) as f64 / rate.max(1e-9);
                 let pct = 100.0 * self.done as f64 / t as f64;
-                format!("{}: {}/{t} features ({pct:.0}%), {rate:.1}/s, about {left:.0} s left", self.name, self.done)
+                format!(
+                    "{}: {}/{t} {} ({pct:.0}%), {rate:.1}/s, about {left:.0} s left",
+                    self.name, self.done, self.unit
+                )
             }
-            _ => format!("{}: {} features, {rate:.1}/s", self.name, self.done),
+            _ => format!("{}: {} {}, {rate:.1}/s", self.name, self.done, self.unit),
         }
     }
 }
@@ -64,11 +68,18 @@ impl LogProgress {
 }
 
 impl Progress for LogProgress {
-    fn start(&self, stage: &str, total: Option<u64>) {
+    fn start(&self, stage: &str, total: Option<u64>, unit: &str) {
         tracing::info!("{stage}...");
         let now = Instant::now();
         if let Ok(mut s) = self.stage.lock() {
-            *s = Some(Stage { name: stage.to_owned(), total, done: 0, started: now, logged: now });
+            *s = Some(Stage {
+                name: stage.to_owned(),
+                unit: unit.to_owned(),
+                total,
+                done: 0,
+                started: now,
+                logged: now,
+            });
         }
     }
 
@@ -88,7 +99,7 @@ impl Progress for LogProgress {
         if let Ok(mut guard) = self.stage.lock()
             && let Some(s) = guard.take()
         {
-            tracing::info!("{}: {} features in {:.1} s", s.name, s.done, s.started.elapsed().as_secs_f64());
+            tracing::info!("{}: {} {} in {:.1} s", s.name, s.done, s.unit, s.started.elapsed().as_secs_f64());
         }
     }
 
@@ -104,10 +115,17 @@ mod tests {
     #[test]
     fn a_stage_line_says_done_total_rate_and_time_left() {
         let started = Instant::now() - Duration::from_secs(10);
-        let s = Stage { name: "calibrating".into(), total: Some(400), done: 100, started, logged: started };
+        let s = Stage {
+            name: "calibrating".into(),
+            unit: "questions".into(),
+            total: Some(400),
+            done: 100,
+            started,
+            logged: started,
+        };
         let line = s.line();
-        assert!(line.starts_with("calibrating: 100/400 features (25%), 10.0/s, about 30 s left"), "{line}");
+        assert!(line.starts_with("calibrating: 100/400 questions (25%), 10.0/s, about 30 s left"), "{line}");
         let open = Stage { total: None, ..s };
-        assert!(open.line().starts_with("calibrating: 100 features, 10.0/s"), "{}", open.line());
+        assert!(open.line().starts_with("calibrating: 100 questions, 10.0/s"), "{}", open.line());
     }
 }

@@ -115,6 +115,10 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         return Err(Error::Config(format!("--budget must be a number of F1 points, not {}", job.budget)));
     }
     let fp32_path = resolve_model(&job.model)?;
+    // The tokenizer found beside the FP32 model serves every candidate (they are written elsewhere).
+    let found = job.data.config(&fp32_path)?;
+    let data = DataSettings { vocab: Some(found.vocab), tokenizer_json: found.tokenizer_json, ..job.data.clone() };
+    let job = &TuneJob { model: fp32_path.clone(), data, ..job.clone() };
     std::fs::create_dir_all(job.out.join("candidates"))
         .map_err(|e| Error::Output { path: job.out.join("candidates"), reason: e.to_string() })?;
     crate::check_writable(&job.out.join("tune.json"), "--out")?;
@@ -152,8 +156,8 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         let (integer_matmuls, matmuls) = quantize_with_float(job, &base, &ranges, nodes, &model)?;
         let e = eval(&model)?;
         progress.note(&format!(
-            "{} nodes in float: F1 {:.2} ({:+.2}), {:.2} ms/feature",
-            nodes.len(),
+            "{} in float: F1 {:.2} ({:+.2}), {:.2} ms/feature",
+            count_nodes(nodes.len()),
             e.score.f1,
             e.score.f1 - fp32.score.f1,
             e.latency.ms_per_feature
@@ -274,9 +278,9 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path)
         put("exclude-node", nodes.into());
     }
     let text = format!(
-        "# qdq tune's choice ({} nodes kept in float, dF1 {:+.2} on {} questions).\n# Replay: qdq quantize --config {} \
+        "# qdq tune's choice ({} kept in float, dF1 {:+.2} on {} questions).\n# Replay: qdq quantize --config {} \
          -o model_qdq.onnx\n{}",
-        choice.float_nodes.len(),
+        count_nodes(choice.float_nodes.len()),
         choice.delta_f1,
         report.questions,
         report.recipe.display(),
@@ -286,6 +290,11 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path)
     let json = serde_json::to_string_pretty(&report.json()).map_err(|e| Error::Config(e.to_string()))?;
     write_atomic(&job.out.join("tune.json"), json.as_bytes())?;
     write_atomic(&job.out.join("tune.md"), format!("{report}\n").as_bytes())
+}
+
+/// "1 node", "3 nodes".
+fn count_nodes(n: usize) -> String {
+    format!("{n} node{}", if n == 1 { "" } else { "s" })
 }
 
 impl Report for TuneReport {
@@ -303,11 +312,11 @@ impl fmt::Display for TuneReport {
         let c = self.choice();
         writeln!(
             f,
-            "{} within the budget of {:.2} F1: {} nodes kept in float, F1 {:.2} ({:+.2} vs FP32 {:.2}) on {} \
+            "{} within the budget of {:.2} F1: {} kept in float, F1 {:.2} ({:+.2} vs FP32 {:.2}) on {} \
              questions, {}/{} MatMul-like nodes integer.",
             if self.within_budget { "Chosen" } else { "NOT" },
             self.budget,
-            c.float_nodes.len(),
+            count_nodes(c.float_nodes.len()),
             c.f1,
             c.delta_f1,
             self.fp32_f1,
