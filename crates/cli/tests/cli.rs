@@ -705,7 +705,11 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     assert!(curve.iter().all(|c| c["integer_matmuls"].as_u64() <= c["matmuls"].as_u64()));
     let on_disk: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tune.json")).unwrap()).unwrap();
     assert_eq!(on_disk, report);
-    assert!(std::fs::read_to_string(out.join("tune.md")).unwrap().contains("(chosen)"));
+    let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    assert!(md.contains("(chosen)") && md.contains("](curve.svg)") && md.contains("debug/debug.md"), "{md}");
+    for chart in ["curve.svg", "debug/sqnr.svg"] {
+        assert!(std::fs::read_to_string(out.join(chart)).unwrap().starts_with("<svg"), "{chart}");
+    }
 
     let replay = f.dir.path().join("replay.onnx");
     let recipe = out.join("recipe.toml");

@@ -37,6 +37,9 @@ pub struct DebugJob {
     /// Tensors in the printed table, worst first (--json lists all).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 20, value_name = "N"))]
     pub top: usize,
+    /// Also write debug.json, debug.md and sqnr.svg (each pair's SQNR, graph order) into this directory.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DIR"))]
+    pub out: Option<PathBuf>,
     /// Also measure each node's sensitivity: the logits' KL against FP32 with only that node's quantized inputs
     /// kept in float (same ranges, no re-calibration; one more run of the questions per node).
     #[cfg_attr(feature = "cli", arg(long))]
@@ -52,6 +55,8 @@ pub struct DebugJob {
 pub struct TensorError {
     /// The quantized float tensor (the QuantizeLinear's input in the QDQ model).
     pub tensor: String,
+    /// Position of its QuantizeLinear among the graph's nodes (the graph's order is the layers' order).
+    pub graph_order: usize,
     /// The nodes reading its dequantized value, `node[slot]`.
     pub readers: Vec<String>,
     /// The pair's range `[(qmin - zp)·scale, (qmax - zp)·scale]`.
@@ -121,6 +126,7 @@ pub struct DebugReport {
 /// Per activation pair: the tensor, the dequantized output it is read as, readers and range.
 struct Probe {
     tensor: String,
+    graph_order: usize,
     dequantized: String,
     readers: Vec<String>,
     range: (f32, f32),
@@ -129,12 +135,15 @@ struct Probe {
 /// The activation pairs of `int8`, one per quantized tensor (a tensor with several DequantizeLinear readers has
 /// the same dequantized value in each); pairs without a per-tensor range are left out.
 fn probes(int8: &Model) -> Vec<Probe> {
+    let order: BTreeMap<&str, usize> = int8.graph().node.iter().enumerate().map(|(i, n)| (n.name(), i)).collect();
     let mut by_tensor: BTreeMap<String, Probe> = BTreeMap::new();
     for p in qdq::activation_pairs(int8) {
         let Some(range) = p.range() else { continue };
         let readers = p.consumers.iter().map(|(n, s)| format!("{n}[{s}]"));
+        let graph_order = p.quantize_node.as_deref().and_then(|q| order.get(q)).copied().unwrap_or(usize::MAX);
         let probe = by_tensor.entry(p.tensor.clone()).or_insert_with(|| Probe {
             tensor: p.tensor.clone(),
+            graph_order,
             dequantized: p.output.clone(),
             readers: Vec::new(),
             range,
@@ -227,7 +236,7 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     progress.finish();
     let sensitivity =
         if job.sensitivity { run.sensitivity(&int8, &fp32_logits, logits.kl(), progress)? } else { Vec::new() };
-    Ok(DebugReport {
+    let report = DebugReport {
         model: fp32_path,
         qdq: int8_path,
         dataset: job.dataset.clone(),
@@ -238,7 +247,22 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
         tensors,
         sensitivity,
         top: job.top,
-    })
+    };
+    if let Some(dir) = &job.out {
+        report.write(dir)?;
+    }
+    Ok(report)
+}
+
+impl DebugReport {
+    /// debug.json, debug.md (the text, the chart linked) and sqnr.svg into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_string_pretty(&self.json()).map_err(|e| Error::Config(e.to_string()))?;
+        crate::write_atomic(&dir.join("debug.json"), json.as_bytes())?;
+        crate::write_atomic(&dir.join("sqnr.svg"), crate::plots::sqnr_svg(self)?.as_bytes())?;
+        let md = format!("# qdq debug\n\n{self}\n\n![SQNR of each quantized activation](sqnr.svg)\n");
+        crate::write_atomic(&dir.join("debug.md"), md.as_bytes())
+    }
 }
 
 /// The held-out batches and how to run a model on them.
@@ -309,6 +333,7 @@ impl Runs {
             .zip(total.into_iter().zip(own))
             .map(|(p, (total, own))| TensorError {
                 tensor: p.tensor.clone(),
+                graph_order: p.graph_order,
                 readers: p.readers.clone(),
                 range: p.range,
                 total,

@@ -20,6 +20,7 @@ mod debug;
 mod e2e;
 mod evaluate;
 mod jobs;
+mod plots;
 mod progress;
 mod provenance;
 mod report;

@@ -239,7 +239,8 @@ fn rank_nodes(job: &TuneJob, fp32: &Path, int8: &Path, progress: &dyn Progress) 
         qdq: int8.to_path_buf(),
         dataset: job.dataset.clone(),
         questions: job.held_out,
-        top: 0,
+        top: 20,
+        out: Some(job.out.join("debug")),
         sensitivity: true,
         runtime: job.runtime.clone(),
         data: job.data.clone(),
@@ -289,7 +290,12 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path)
     write_atomic(&report.recipe, text.as_bytes())?;
     let json = serde_json::to_string_pretty(&report.json()).map_err(|e| Error::Config(e.to_string()))?;
     write_atomic(&job.out.join("tune.json"), json.as_bytes())?;
-    write_atomic(&job.out.join("tune.md"), format!("{report}\n").as_bytes())
+    write_atomic(&job.out.join("curve.svg"), crate::plots::curve_svg(report)?.as_bytes())?;
+    let mut md = format!("# qdq tune\n\n{report}\n\n![dF1 and speed against nodes kept in float](curve.svg)\n");
+    if !report.ranking.is_empty() {
+        md.push_str("\nThe sensitivity behind the ranking: [debug/debug.md](debug/debug.md).\n");
+    }
+    write_atomic(&job.out.join("tune.md"), md.as_bytes())
 }
 
 /// "1 node", "3 nodes".

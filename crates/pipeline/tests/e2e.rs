@@ -516,6 +516,7 @@ fn debug_finds_the_tensor_that_does_the_damage() {
         dataset: testdata("squad/tiny-v1.1.json"),
         questions: 3,
         top: 5,
+        out: Some(dir.path().join("debug")),
         sensitivity: true,
         runtime: qdq_pipeline::RuntimeSettings::default(),
         data: data_settings(),
@@ -568,4 +569,11 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     assert_eq!(json["tensors"][0]["tensor"], victim.as_str());
     assert_eq!(json["tensors"].as_array().unwrap().len(), found.tensors.len());
     assert_eq!(json["sensitivity"][0]["node"], best.node.as_str());
+    // --out: the same document, the text and the chart (one bar per pair).
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("debug/debug.json")).unwrap()).unwrap();
+    assert_eq!(written, json);
+    let svg = std::fs::read_to_string(dir.path().join("debug/sqnr.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.matches("<rect").count() > found.tensors.len(), "{svg}");
+    assert!(std::fs::read_to_string(dir.path().join("debug/debug.md")).unwrap().contains("](sqnr.svg)"));
 }
