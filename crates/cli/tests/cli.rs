@@ -722,3 +722,52 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
         assert!(text.contains(node.as_str().unwrap()), "{text}");
     }
 }
+
+/// Issue 14: a planted bad range (one tensor's range shrunk 100x) is the first tensor `qdq debug` lists, and the
+/// node reading it is the first `qdq tune` keeps in float, from the same table (`--ranges`, no re-calibration).
+#[test]
+fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
+    let f = tiny();
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
+    let policy = ["--policy", "tensorrt", "--policy-option", "smooth=off"];
+    let mut args = e2e_args(&f, "cal", vocab, dataset);
+    args.extend(policy.iter().chain(&["--no-eval"]).map(|s| s.to_string()));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let planted_tensor = "/bert/encoder/layer.1/intermediate/intermediate_act_fn/Mul_1_output_0";
+    let table = f.dir.path().join("cal/calibration.json");
+    let mut ranges: serde_json::Value = serde_json::from_slice(&std::fs::read(&table).unwrap()).unwrap();
+    let r = &mut ranges["ranges"][planted_tensor];
+    for k in ["min", "max"] {
+        r[k] = (r[k].as_f64().unwrap() / 100.0).into();
+    }
+    let planted = f.dir.path().join("planted.json");
+    std::fs::write(&planted, serde_json::to_vec(&ranges).unwrap()).unwrap();
+    let (model, planted) = (f.model.to_str().unwrap(), planted.to_str().unwrap());
+    let data = ["--vocab", vocab, "--dataset", dataset, "--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+
+    let bad = f.dir.path().join("planted_qdq.onnx");
+    let mut q = vec!["quantize", "--model", model, "--ranges", planted, "-o", bad.to_str().unwrap()];
+    q.extend(policy);
+    let o = qdq(&q);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut d = vec!["debug", "--model", model, "--qdq", bad.to_str().unwrap(), "--questions", "4", "--json"];
+    d.extend(data);
+    let o = qdq(&d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let found: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(found["tensors"][0]["tensor"], planted_tensor, "{found:#}");
+    assert!(found["tensors"][0]["clipped_fraction"].as_f64().unwrap() > 0.5, "{found:#}");
+
+    let out = f.dir.path().join("tune");
+    let mut t = vec!["tune", "--model", model, "--ranges", planted, "--out", out.to_str().unwrap(), "--json"];
+    t.extend(["--budget=-100", "--max-float", "1", "--samples", "0", "--held-out", "4"]);
+    t.extend(policy);
+    t.extend(data);
+    let o = qdq(&t);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tuned: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(tuned["ranking"][0], "/bert/encoder/layer.1/output/dense/MatMul", "{tuned:#}");
+    assert_eq!(tuned["curve"][1]["float_nodes"][0], tuned["ranking"][0]);
+}

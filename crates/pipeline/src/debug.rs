@@ -114,7 +114,8 @@ pub struct DebugReport {
     pub logits: LogitAgreement,
     /// The float reference (the QDQ model without its activation pairs: only its weights quantized) against FP32.
     pub weights_only_logits: LogitAgreement,
-    /// Every activation pair, worst total SQNR first.
+    /// Every activation pair, the worst own rounding (lowest `own` SQNR) first: the pairs that add the most error
+    /// themselves, not those that only carry error from upstream.
     pub tensors: Vec<TensorError>,
     /// With `--sensitivity`: every node reading quantized activations, most recovering first.
     pub sensitivity: Vec<NodeSensitivity>,
@@ -340,7 +341,7 @@ impl Runs {
                 own,
             })
             .collect();
-        tensors.sort_by(|a, b| a.total.sqnr_db().total_cmp(&b.total.sqnr_db()));
+        tensors.sort_by(|a, b| a.own.sqnr_db().total_cmp(&b.own.sqnr_db()));
         Ok((sums.agreement(), tensors))
     }
 
@@ -467,13 +468,14 @@ impl fmt::Display for DebugReport {
         let shown = self.top.min(self.tensors.len());
         writeln!(
             f,
-            "\n{} activation pairs; the {shown} furthest from their float value (SQNR: signal to quantization noise, \
-             higher is better; own = this pair's rounding and clipping alone):",
+            "\n{} activation pairs; the {shown} that add the most error themselves (own: SQNR of this pair's rounding \
+             and clipping alone; SQNR: the dequantized tensor against its float value, upstream error included; \
+             higher is better):",
             self.tensors.len()
         )?;
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        t.set_header(["tensor", "SQNR dB", "own dB", "rel. error", "clipped", "range", "read by"]);
+        t.set_header(["tensor", "own dB", "SQNR dB", "rel. error", "clipped", "range", "read by"]);
         let db = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "exact".into() };
         for e in &self.tensors[..shown] {
             let mut readers = e.readers.first().cloned().unwrap_or_default();
@@ -482,8 +484,8 @@ impl fmt::Display for DebugReport {
             }
             t.add_row([
                 e.tensor.clone(),
-                db(e.total.sqnr_db()),
                 db(e.own.sqnr_db()),
+                db(e.total.sqnr_db()),
                 format!("{:.4}", e.total.relative_error()),
                 format!("{:.3} %", 100.0 * e.own.clipped_fraction()),
                 format!("[{:.3}, {:.3}]", e.range.0, e.range.1),

@@ -40,6 +40,10 @@ pub struct TuneJob {
     /// Held-out questions the sensitivity is measured on (the last N of --dataset).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N"))]
     pub held_out: usize,
+    /// Ranges to use instead of calibrating (any table `qdq quantize --ranges` reads); --model is then the model they
+    /// were calibrated on (model_smoothed.onnx of `qdq calibrate` when the policy smooths).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub ranges: Option<PathBuf>,
     /// The most nodes kept in float.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 16, value_name = "N"))]
     pub max_float: usize,
@@ -122,22 +126,26 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     std::fs::create_dir_all(job.out.join("candidates"))
         .map_err(|e| Error::Output { path: job.out.join("candidates"), reason: e.to_string() })?;
     crate::check_writable(&job.out.join("tune.json"), "--out")?;
-    let calibrated = calibrate_to_dir(
-        &CalibrateJob {
-            model: fp32_path.clone(),
-            batch: 1,
-            out: job.out.clone(),
-            merge: Vec::new(),
-            data: job.data.clone(),
-            calib: job.calib.clone(),
-            policy: job.policy.clone(),
-            ep: job.runtime.ep.clone(),
-            ort_lib: job.runtime.ort_lib.clone(),
-        },
-        progress,
-    )?;
-    let base = calibrated.smoothed.map_or(fp32_path.clone(), |(_, p)| p);
-    let ranges = job.out.join("calibration.json");
+    let (base, ranges) = match &job.ranges {
+        Some(r) => (fp32_path.clone(), r.clone()),
+        None => {
+            let calibrated = calibrate_to_dir(
+                &CalibrateJob {
+                    model: fp32_path.clone(),
+                    batch: 1,
+                    out: job.out.clone(),
+                    merge: Vec::new(),
+                    data: job.data.clone(),
+                    calib: job.calib.clone(),
+                    policy: job.policy.clone(),
+                    ep: job.runtime.ep.clone(),
+                    ort_lib: job.runtime.ort_lib.clone(),
+                },
+                progress,
+            )?;
+            (calibrated.smoothed.map_or(fp32_path.clone(), |(_, p)| p), job.out.join("calibration.json"))
+        }
+    };
     let eval = |model: &Path| -> Result<crate::Evaluation> {
         let job = EvalJob {
             model: model.to_path_buf(),

@@ -534,7 +534,7 @@ fn debug_finds_the_tensor_that_does_the_damage() {
         qdq::activation_pairs(&int8).into_iter().map(|p| p.tensor).collect();
     assert_eq!(honest.tensors.len(), quantized.len());
     assert!(honest.tensors.iter().any(|t| t.tensor.contains("_shifted")), "the shifted Softmax pair is measured");
-    let db: Vec<f64> = honest.tensors.iter().map(|t| t.total.sqnr_db()).collect();
+    let db: Vec<f64> = honest.tensors.iter().map(|t| t.own.sqnr_db()).collect();
     assert!(db.windows(2).all(|w| w[0] <= w[1]), "worst first: {db:?}");
     assert!(honest.tensors.iter().all(|t| t.own.sqnr_db() > 15.0 && t.total.values > 0), "{honest}");
 
