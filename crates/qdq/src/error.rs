@@ -77,15 +77,21 @@ pub enum Error {
         /// The first difference found.
         reason: String,
     },
-    /// A node name or glob of the policy matches no node of the model.
-    #[error("policy option '{key}': '{pattern}' matches no node of the model (node names look like '{example}')")]
+    /// A node or tensor name or glob of the policy matches no node (tensor) of the model.
+    #[error(
+        "policy option '{key}': '{pattern}' matches no {what} of the model ({what} names look like '{example}'){hint}"
+    )]
     UnmatchedPattern {
-        /// `include_nodes` or `exclude_nodes`.
+        /// `include_nodes`, `exclude_nodes` or `exclude_tensors`.
         key: &'static str,
         /// The name or glob given.
         pattern: String,
-        /// One node name of the model.
+        /// "node" or "tensor".
+        what: &'static str,
+        /// One node (tensor) name of the model.
         example: String,
+        /// More help, or empty.
+        hint: String,
     },
     /// A smoothing policy was planned on a model it smooths that is not smoothed.
     #[error(

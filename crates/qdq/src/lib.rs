@@ -23,7 +23,7 @@
 //!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.
 //!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).
 //! - A policy that smooths is planned only on a model that records its smoothing ([`Error::NotSmoothed`]), and a
-//!   node name or glob it lists must match a node ([`Error::UnmatchedPattern`]).
+//!   node or tensor name or glob it lists must match a node or tensor ([`Error::UnmatchedPattern`]).
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
 
 mod apply;

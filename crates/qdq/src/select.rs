@@ -102,22 +102,37 @@ fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
     }
 }
 
-/// Every node name or glob of `include_nodes` / `exclude_nodes` must match a node: a mistyped one would otherwise be
-/// ignored without a word. Uses the policy's compiled sets (`m`), whose pattern indices follow the lists.
+/// Every node name or glob of `include_nodes` / `exclude_nodes` must match a node, and every one of
+/// `exclude_tensors` a tensor: a mistyped one would otherwise be ignored without a word. Uses the policy's compiled
+/// sets (`m`), whose pattern indices follow the lists.
 pub(crate) fn check_node_patterns(ix: &GraphIndex, policy: &Policy, m: &Matchers) -> Result<()> {
-    let lists =
-        [("include_nodes", &policy.include_nodes, &m.include), ("exclude_nodes", &policy.exclude_nodes, &m.exclude)];
-    for (key, patterns, set) in lists {
+    let nodes: Vec<&str> = ix.graph().node.iter().map(|n| n.name()).filter(|n| !n.is_empty()).collect();
+    let tensors: Vec<&str> =
+        ix.graph().node.iter().flat_map(|n| n.input.iter().chain(&n.output)).map(String::as_str).collect();
+    let lists = [
+        ("include_nodes", &policy.include_nodes, &m.include, "node", &nodes),
+        ("exclude_nodes", &policy.exclude_nodes, &m.exclude, "node", &nodes),
+        ("exclude_tensors", &policy.exclude_tensors, &m.tensors, "tensor", &tensors),
+    ];
+    for (key, patterns, set, what, names) in lists {
         let Some(set) = set else { continue };
         let mut hit = vec![false; patterns.len()];
-        for n in &ix.graph().node {
-            for i in set.matches(n.name()) {
+        for name in names.iter() {
+            for i in set.matches(name) {
                 hit[i] = true;
             }
         }
         if let Some(i) = hit.iter().position(|h| !h) {
-            let example = ix.graph().node.iter().map(|n| n.name()).find(|n| !n.is_empty()).unwrap_or_default();
-            return Err(Error::UnmatchedPattern { key, pattern: patterns[i].clone(), example: example.to_string() });
+            let pattern = patterns[i].clone();
+            let hint = if what == "tensor"
+                && ["_shifted", "_QuantizeLinear", "_DequantizeLinear"].iter().any(|s| pattern.contains(s))
+            {
+                "; a name from a QDQ model (`<t>_shifted`, `<t>_QuantizeLinear_Output`, ...) stands for the float tensor `<t>`".to_owned()
+            } else {
+                String::new()
+            };
+            let example = names.first().copied().unwrap_or_default().to_owned();
+            return Err(Error::UnmatchedPattern { key, pattern, what, example, hint });
         }
     }
     Ok(())

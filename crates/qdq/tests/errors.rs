@@ -123,4 +123,12 @@ fn node_patterns_that_match_nothing_are_errors() {
     qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap();
     p.set("include_nodes", "nothing").unwrap();
     assert!(qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap_err().to_string().contains("'nothing'"));
+    // Tensors too; a name copied from a QDQ model (qdq debug lists the shifted Softmax pair as `<P>_shifted`) gets
+    // told which name to use.
+    let mut p = unsmoothed("tensorrt");
+    p.set("exclude_tensors", "x").unwrap();
+    qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap();
+    p.set("exclude_tensors", "x_shifted").unwrap();
+    let e = qdq::plan(&m, &ranges(&[("x", -1.0, 1.0)]), &p).unwrap_err().to_string();
+    assert!(e.contains("exclude_tensors") && e.contains("matches no tensor") && e.contains("stands for"), "{e}");
 }
