@@ -463,8 +463,12 @@ impl Policy {
                 smooth_targets: SmoothTargets::All,
                 ..base
             }),
+            // For ORT's CPU EP (docs/QUANTIZATION.md, "What decides CPU speed"): the constant-weight MatMuls only
+            // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
+            // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed.
             "cpu" => Ok(Policy {
                 op_types: vec!["MatMul".into()],
+                matmul_const_b_only: true,
                 residual_add: ResidualAdd::Skip,
                 dedicated_pairs: false,
                 activations: Activations::Uint8Asymmetric,

@@ -239,8 +239,14 @@ fn matmul_like_work_left_in_float_is_listed() {
     let (q, _) = qdq::quantize(&fp32, &observed_ranges(&fp32, &tensors), &policy).unwrap();
     let float = qdq::coverage(&q).float_matmul_like;
     let names: Vec<(&str, &str)> = float.iter().map(|f| (f.node.as_str(), f.op_type.as_str())).collect();
-    assert_eq!(names, [("/qa_outputs/MatMul", "FusedMatMul")], "{float:?}");
-    assert_eq!(float[0].float_inputs.len(), 2, "activation and weight both float: {float:?}");
+    // The FusedMatMul, and the attention MatMuls the `cpu` preset leaves in float by design (Q·K and P·V).
+    let fused: Vec<(&str, &str)> = names.iter().copied().filter(|(_, op)| *op == "FusedMatMul").collect();
+    let attention: Vec<(&str, &str)> = names.iter().copied().filter(|(_, op)| *op != "FusedMatMul").collect();
+    assert_eq!(fused, [("/qa_outputs/MatMul", "FusedMatMul")], "{float:?}");
+    assert_eq!(attention.len(), 2, "{float:?}");
+    assert!(attention.iter().all(|(n, op)| *op == "MatMul" && n.contains("/attention/self/MatMul")), "{float:?}");
+    let qa = float.iter().find(|f| f.op_type == "FusedMatMul").unwrap();
+    assert_eq!(qa.float_inputs.len(), 2, "activation and weight both float: {float:?}");
     // On the FP32 model every MatMul is listed.
     let all = qdq::coverage(&fp32).float_matmul_like;
     assert_eq!(all.len(), fp32.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count());
