@@ -2,7 +2,6 @@
 //! assets, as types: only the fields xtask uses, so that qdq can add fields freely, and a missing or mistyped one is
 //! an error naming the file and the field.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -42,8 +41,26 @@ pub(crate) struct E2e {
     pub int8: Eval,
 }
 
-/// The reference metrics of the assets: `{"all_10570": {"exact_match", "f1"}, "first_1000": ..., ...}`.
-pub(crate) type ReferenceMetrics = BTreeMap<String, Metrics>;
+/// The reference metrics of the assets (reference_metrics.json): one `{exact_match, f1}` per subset of the dev set,
+/// beside text fields (`scorer`, `dataset`, `note`) that are not read.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ReferenceMetrics {
+    pub all_10570: Metrics,
+    pub first_1000: Metrics,
+    pub first_300: Metrics,
+}
+
+impl ReferenceMetrics {
+    /// The metrics of subset `key` (`all_10570`, `first_1000`, `first_300`).
+    pub fn get(&self, key: &str) -> Option<&Metrics> {
+        match key {
+            "all_10570" => Some(&self.all_10570),
+            "first_1000" => Some(&self.first_1000),
+            "first_300" => Some(&self.first_300),
+            _ => None,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 pub(crate) struct Metrics {
@@ -77,5 +94,19 @@ mod tests {
         assert_eq!(r.int8.latency.ms_per_feature, None);
         let e = parse::<E2e>(r#"{"fp32": {"exact_match": 60, "f1": 73.4}, "int8": {"exact_match": 59}}"#).unwrap_err();
         assert!(e.to_string().contains("missing field `f1`"), "{e}");
+    }
+
+    #[test]
+    fn reference_metrics_read_beside_their_text_fields() {
+        // The shape of the assets' reference_metrics.json.
+        let r: ReferenceMetrics = parse(
+            r#"{"scorer": "official SQuAD v1.1 evaluation semantics", "dataset": "squad/dev-v1.1.json",
+                "all_10570": {"exact_match": 61.89, "f1": 73.46}, "first_1000": {"exact_match": 64.7, "f1": 73.45},
+                "first_300": {"exact_match": 66.67, "f1": 73.14}, "note": "first N = the first N questions"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.get("first_1000").map(|m| m.f1), Some(73.45));
+        assert_eq!(r.get("all_10570").map(|m| m.exact_match), Some(61.89));
+        assert!(r.get("first_7").is_none());
     }
 }
