@@ -707,9 +707,12 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     assert_eq!(on_disk, report);
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert!(md.contains("(chosen)") && md.contains("](curve.svg)") && md.contains("debug/debug.md"), "{md}");
-    for chart in ["curve.svg", "debug/sqnr.svg"] {
+    for chart in ["curve.svg", "debug/sqnr.svg", "histograms.svg"] {
         assert!(std::fs::read_to_string(out.join(chart)).unwrap().starts_with("<svg"), "{chart}");
     }
+    // The histograms mark each calibrator's range (mse is the default; minmax needs no histogram).
+    let hist = std::fs::read_to_string(out.join("histograms.svg")).unwrap();
+    assert!(hist.contains("\nmse\n") && hist.contains("\nminmax\n") && md.contains("](histograms.svg)"), "{md}");
 
     let replay = f.dir.path().join("replay.onnx");
     let recipe = out.join("recipe.toml");
@@ -770,4 +773,6 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     let tuned: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(tuned["ranking"][0], "/bert/encoder/layer.1/output/dense/MatMul", "{tuned:#}");
     assert_eq!(tuned["curve"][1]["float_nodes"][0], tuned["ranking"][0]);
+    // A given table: no statistics, so no histograms.
+    assert!(!out.join("histograms.svg").exists());
 }

@@ -111,3 +111,90 @@ pub fn curve_svg(report: &TuneReport) -> Result<String> {
     }
     Ok(svg)
 }
+
+/// One tensor's calibration histogram and the ranges the calibrators chose for it.
+#[derive(Debug, Clone)]
+pub struct HistogramPanel {
+    pub tensor: String,
+    /// `(low, high, count)` per displayed bin.
+    pub bins: Vec<(f64, f64, u64)>,
+    /// `(method, min, max)`.
+    pub ranges: Vec<(String, f32, f32)>,
+}
+
+/// The range tables of every calibrator `state` holds the statistics for (default options).
+pub fn calibrator_tables(state: &calib::CalibState) -> Vec<calib::RangeTable> {
+    let options = calib::MethodOptions::default();
+    calib::MethodKind::ALL
+        .iter()
+        .filter_map(|&k| calib::compute_ranges(state, &calib::Method::new(k, &options).ok()?).ok())
+        .collect()
+}
+
+/// The histogram of `tensor` in `state` (the signed one, else |x|) merged into `display` bins over the values seen,
+/// with the range each of `tables` gives it; `None` when the tensor has no histogram.
+pub fn histogram_panel(
+    state: &calib::CalibState,
+    tables: &[calib::RangeTable],
+    tensor: &str,
+    display: usize,
+) -> Option<HistogramPanel> {
+    let t = state.tensor(tensor)?;
+    let h = t.signed.as_ref().or(t.abs.as_ref())?;
+    let w = h.width()?;
+    let reach = f64::from(h.max_abs()).max(w);
+    let lo = if h.is_signed() { -reach } else { 0.0 };
+    let step = (reach - lo) / display.max(1) as f64;
+    let mut bins: Vec<(f64, f64, u64)> =
+        (0..display).map(|i| (lo + i as f64 * step, lo + (i + 1) as f64 * step, 0)).collect();
+    for (i, &c) in h.counts().iter().enumerate().filter(|(_, c)| **c > 0) {
+        let x = (h.bin_of_index(i) as f64 + 0.5) * w;
+        let at = (((x - lo) / step).floor().max(0.0) as usize).min(display - 1);
+        bins[at].2 += c;
+    }
+    let ranges = tables.iter().filter_map(|t| t.ranges.get(tensor).map(|r| (t.method.clone(), r.min, r.max))).collect();
+    Some(HistogramPanel { tensor: tensor.to_owned(), bins, ranges })
+}
+
+/// One panel per tensor: its calibration histogram (log counts) and each calibrator's range as vertical lines.
+pub fn histograms_svg(panels: &[HistogramPanel]) -> Result<String> {
+    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+    let mut svg = String::new();
+    {
+        let height = 260 * panels.len().max(1) as u32;
+        let root = SVGBackend::with_string(&mut svg, (900, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        for (panel, area) in panels.iter().zip(root.split_evenly((panels.len().max(1), 1))) {
+            let lo = panel.bins.first().map_or(-1.0, |b| b.0);
+            let hi = panel.bins.last().map_or(1.0, |b| b.1);
+            let ranges_lo = panel.ranges.iter().map(|r| f64::from(r.1)).fold(lo, f64::min);
+            let ranges_hi = panel.ranges.iter().map(|r| f64::from(r.2)).fold(hi, f64::max);
+            let top = panel.bins.iter().map(|b| ((b.2 + 1) as f64).log10()).fold(1.0, f64::max) * 1.1;
+            let mut chart = ChartBuilder::on(&area)
+                .caption(&panel.tensor, ("sans-serif", 13))
+                .margin(8)
+                .x_label_area_size(24)
+                .y_label_area_size(44)
+                .build_cartesian_2d(ranges_lo..ranges_hi, 0f64..top)
+                .map_err(plot_error)?;
+            chart.configure_mesh().y_desc("log10(count + 1)").disable_x_mesh().draw().map_err(plot_error)?;
+            let bars = panel
+                .bins
+                .iter()
+                .map(|b| Rectangle::new([(b.0, 0.0), (b.1, ((b.2 + 1) as f64).log10())], BLACK.mix(0.35).filled()));
+            chart.draw_series(bars).map_err(plot_error)?;
+            for ((method, min, max), color) in panel.ranges.iter().zip(colors.iter().cycle()) {
+                let lines = [f64::from(*min), f64::from(*max)]
+                    .map(|x| PathElement::new([(x, 0.0), (x, top)], color.stroke_width(2)));
+                chart
+                    .draw_series(lines)
+                    .map_err(plot_error)?
+                    .label(method.as_str())
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+            }
+            chart.configure_series_labels().background_style(WHITE.mix(0.8)).draw().map_err(plot_error)?;
+        }
+        root.present().map_err(plot_error)?;
+    }
+    Ok(svg)
+}

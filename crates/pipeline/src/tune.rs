@@ -183,9 +183,12 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     let within = |c: &Candidate| -c.delta_f1 <= job.budget;
     let mut curve = vec![candidate(&[])?];
+    let over = !within(&curve[0]) && job.max_float > 0;
+    // The per-pair errors (debug/), and the sensitivity ranking when there is something to recover.
+    let debugged = debug_run(job, &fp32_path, &curve[0].model, over, progress)?;
     let mut ranking = Vec::new();
-    if !within(&curve[0]) && job.max_float > 0 {
-        ranking = rank_nodes(job, &fp32_path, &curve[0].model, progress)?;
+    if over {
+        ranking = debugged.sensitivity.iter().map(|n| n.node.clone()).collect();
         let mut k = 1;
         while k <= job.max_float.min(ranking.len()) && !within(curve.last().expect("one candidate")) {
             curve.push(candidate(&ranking[..k])?);
@@ -209,7 +212,8 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         recipe: job.out.join("recipe.toml"),
         fail_above: job.fail_above,
     };
-    write_outputs(job, &report, &base, &ranges)?;
+    let histograms = write_histograms(job, &debugged)?;
+    write_outputs(job, &report, &base, &ranges, histograms)?;
     Ok(report)
 }
 
@@ -240,8 +244,15 @@ fn quantize_with_float(
     Ok((matmuls.saturating_sub(float_matmul_like.len()), matmuls))
 }
 
-/// The nodes reading quantized activations, most recovering first (those that make the logits worse last).
-fn rank_nodes(job: &TuneJob, fp32: &Path, int8: &Path, progress: &dyn Progress) -> Result<Vec<String>> {
+/// `qdq debug` of the first candidate into out/debug (with the nodes' sensitivity, most recovering first, when
+/// `sensitivity`).
+fn debug_run(
+    job: &TuneJob,
+    fp32: &Path,
+    int8: &Path,
+    sensitivity: bool,
+    progress: &dyn Progress,
+) -> Result<crate::debug::DebugReport> {
     let debug = DebugJob {
         model: fp32.to_path_buf(),
         qdq: int8.to_path_buf(),
@@ -249,16 +260,37 @@ fn rank_nodes(job: &TuneJob, fp32: &Path, int8: &Path, progress: &dyn Progress) 
         questions: job.held_out,
         top: 20,
         out: Some(job.out.join("debug")),
-        sensitivity: true,
+        sensitivity,
         runtime: job.runtime.clone(),
         data: job.data.clone(),
     };
-    let found = debug_models(&debug, progress)?;
-    Ok(found.sensitivity.into_iter().map(|n| n.node).collect())
+    debug_models(&debug, progress)
+}
+
+/// histograms.svg: the calibration histograms of the (at most four) pairs with the worst own rounding, each
+/// calibrator's range marked; nothing when the run did not calibrate (`--ranges`).
+fn write_histograms(job: &TuneJob, debugged: &crate::debug::DebugReport) -> Result<bool> {
+    let path = job.out.join("calib_state.json");
+    if job.ranges.is_some() || !path.is_file() {
+        return Ok(false);
+    }
+    let state = calib::CalibState::load_json(&path)?;
+    let tables = crate::plots::calibrator_tables(&state);
+    let panels: Vec<_> = debugged
+        .tensors
+        .iter()
+        .filter_map(|t| crate::plots::histogram_panel(&state, &tables, &t.tensor, 120))
+        .take(4)
+        .collect();
+    if panels.is_empty() {
+        return Ok(false);
+    }
+    write_atomic(&job.out.join("histograms.svg"), crate::plots::histograms_svg(&panels)?.as_bytes())?;
+    Ok(true)
 }
 
 /// The chosen model as out/model_qdq.onnx, the recipe that replays it, tune.json and tune.md.
-fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path) -> Result<()> {
+fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path, histograms: bool) -> Result<()> {
     let choice = report.choice();
     let bytes =
         std::fs::read(&choice.model).map_err(|e| Error::Input { path: choice.model.clone(), reason: e.to_string() })?;
@@ -300,8 +332,9 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path)
     write_atomic(&job.out.join("tune.json"), json.as_bytes())?;
     write_atomic(&job.out.join("curve.svg"), crate::plots::curve_svg(report)?.as_bytes())?;
     let mut md = format!("# qdq tune\n\n{report}\n\n![dF1 and speed against nodes kept in float](curve.svg)\n");
-    if !report.ranking.is_empty() {
-        md.push_str("\nThe sensitivity behind the ranking: [debug/debug.md](debug/debug.md).\n");
+    md.push_str("\nEach pair's error (and the sensitivity behind the ranking, when there is one): [debug/debug.md](debug/debug.md).\n");
+    if histograms {
+        md.push_str("\n![Calibration histograms of the worst pairs, each calibrator's range marked](histograms.svg)\n");
     }
     write_atomic(&job.out.join("tune.md"), md.as_bytes())
 }
