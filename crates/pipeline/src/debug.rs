@@ -227,13 +227,10 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     let batches = data.batches(1)?.collect::<std::result::Result<Vec<_>, _>>()?;
     let dir = fp32_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let run = Runs { cfg: job.runtime.fp32_session(Some(dir), "debug"), io: data.io().clone(), batches };
-    let fp32_logits = run.logits(&fp32, "FP32 model")?;
+    let fp32_logits = run.values(&fp32, "FP32 model")?;
     drop(fp32);
-    let reference = qdq::float_reference(&int8);
-    let (reference_logits, reference_values) = run.values(&reference, &probes, "float reference of the QDQ model")?;
-    drop(reference);
     progress.start("debugging", Some(data.questions() as u64), "questions");
-    let (logits, tensors) = run.measure(&int8, &probes, &fp32_logits, &reference_values, progress)?;
+    let (logits, reference_logits, tensors) = run.measure(&int8, &probes, &fp32_logits, progress)?;
     progress.finish();
     let sensitivity =
         if job.sensitivity { run.sensitivity(&int8, &fp32_logits, logits.kl(), progress)? } else { Vec::new() };
@@ -279,49 +276,47 @@ impl Runs {
     }
 
     /// `model`'s logits on every batch.
-    fn logits(&self, model: &Model, label: &str) -> Result<Vec<Logits>> {
-        Ok(self.values(model, &[], label)?.0)
-    }
-
-    /// `model`'s logits on every batch, and the values of the probes' tensors (per batch, per probe).
-    #[allow(clippy::type_complexity)]
-    fn values(&self, model: &Model, probes: &[Probe], label: &str) -> Result<(Vec<Logits>, Vec<Vec<Vec<f32>>>)> {
-        let mut names = self.logit_names().to_vec();
-        names.extend(probes.iter().map(|p| p.tensor.as_str()));
+    fn values(&self, model: &Model, label: &str) -> Result<Vec<Logits>> {
+        let names = self.logit_names();
         let mut session = session_with(model, &names, label, &self.cfg)?;
-        let (mut logits, mut values) = (Vec::new(), Vec::new());
+        let mut logits = Vec::with_capacity(self.batches.len());
         for batch in &self.batches {
-            let (l, v) = session.run_with(&batch.inputs(&self.io), &names, |o| {
-                Ok::<_, Error>((pair(o), o[2..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
-            })?;
-            logits.push(l);
-            values.push(v);
+            logits.push(session.run_with(&batch.inputs(&self.io), &names, |o| Ok::<_, Error>(pair(o)))?);
         }
-        Ok((logits, values))
+        Ok(logits)
     }
 
-    /// The QDQ model's logits against FP32's, and every probe against the reference's values.
+    /// The QDQ model and its float reference, batch by batch (one batch's tensors in memory at a time): the QDQ
+    /// model's logits against FP32's, the reference's logits, and every probe against the reference's value.
     fn measure(
         &self,
         int8: &Model,
         probes: &[Probe],
         fp32: &[Logits],
-        reference: &[Vec<Vec<f32>>],
         progress: &dyn Progress,
-    ) -> Result<(LogitAgreement, Vec<TensorError>)> {
+    ) -> Result<(LogitAgreement, Vec<Logits>, Vec<TensorError>)> {
         let n = probes.len();
-        let mut names = self.logit_names().to_vec();
-        names.extend(probes.iter().map(|p| p.tensor.as_str()));
+        let mut ref_names = self.logit_names().to_vec();
+        ref_names.extend(probes.iter().map(|p| p.tensor.as_str()));
+        let mut names = ref_names.clone();
         names.extend(probes.iter().map(|p| p.dequantized.as_str()));
+        let reference = qdq::float_reference(int8);
+        let mut ref_session = session_with(&reference, &ref_names, "float reference of the QDQ model", &self.cfg)?;
+        drop(reference);
         let mut session = session_with(int8, &names, "QDQ model", &self.cfg)?;
         let (mut total, mut own) = (vec![ErrorStats::default(); n], vec![ErrorStats::default(); n]);
-        let mut sums = LogitSums::default();
+        let (mut sums, mut reference_logits) = (LogitSums::default(), Vec::with_capacity(self.batches.len()));
         for (b, batch) in self.batches.iter().enumerate() {
-            session.run_with(&batch.inputs(&self.io), &names, |o| {
+            let inputs = batch.inputs(&self.io);
+            let (logits, values) = ref_session.run_with(&inputs, &ref_names, |o| {
+                Ok::<_, Error>((pair(o), o[2..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
+            })?;
+            reference_logits.push(logits);
+            session.run_with(&inputs, &names, |o| {
                 sums.add(&fp32[b], &pair(o), batch);
                 for (i, p) in probes.iter().enumerate() {
                     let (x, y) = (o[2 + i].data, o[2 + n + i].data);
-                    total[i].observe(&reference[b][i], y);
+                    total[i].observe(&values[i], y);
                     own[i].observe(x, y);
                     own[i].observe_clipping(x, p.range);
                 }
@@ -342,7 +337,7 @@ impl Runs {
             })
             .collect();
         tensors.sort_by(|a, b| a.own.sqnr_db().total_cmp(&b.own.sqnr_db()));
-        Ok((sums.agreement(), tensors))
+        Ok((sums.agreement(), reference_logits, tensors))
     }
 
     /// Per node reading quantized activations: the logits with only that node's activation pairs taken out.
@@ -364,7 +359,7 @@ impl Runs {
         let mut out = Vec::with_capacity(groups.len());
         for (node, mut inputs) in groups {
             let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([node.as_str()]));
-            let logits = self.logits(&model, &format!("QDQ model with {node}'s inputs in float"))?;
+            let logits = self.values(&model, &format!("QDQ model with {node}'s inputs in float"))?;
             let a = agreement(fp32, &logits, &self.batches);
             let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
             inputs.dedup();
