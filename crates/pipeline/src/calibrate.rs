@@ -165,23 +165,13 @@ pub fn collect_stats(
     label: &str,
     progress: &dyn Progress,
 ) -> Result<(CalibState, usize)> {
-    let mut augmented = model.clone();
-    let graph_outputs: Vec<String> = augmented.graph().output.iter().map(|o| o.name().to_owned()).collect();
-    for t in tensors {
-        if !graph_outputs.contains(t) {
-            augmented.graph_mut().add_output(t, DataType::Float);
-        }
-    }
-    let bytes = augmented.to_bytes()?;
-    drop(augmented);
-    let mut session = Session::from_bytes(&bytes, "augmented calibration model", session)?;
-    drop(bytes);
+    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
+    let mut session = session_with_outputs(model, &names, "augmented calibration model", session)?;
     if let Some(why) = session.fallback() {
         progress.note(why);
     }
 
     let mut state = CalibState::try_new(collect)?;
-    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
     let io = data.io();
     progress.start(label, Some(data.questions() as u64), "questions");
     let mut features = 0usize;
@@ -201,6 +191,24 @@ pub fn collect_stats(
         return Err(Error::Config("calibration data produced no features".into()));
     }
     Ok((state, features))
+}
+
+/// A session on `model` with `tensors` exposed as float outputs (those already graph outputs stay as they are). The
+/// edited copy is dropped before the session is built, so the model is not held twice beside ONNX Runtime's.
+pub(crate) fn session_with_outputs(
+    model: &Model,
+    tensors: &[&str],
+    label: &str,
+    cfg: &SessionConfig,
+) -> Result<Session> {
+    let mut augmented = model.clone();
+    let graph_outputs: Vec<String> = augmented.graph().output.iter().map(|o| o.name().to_owned()).collect();
+    for t in tensors.iter().filter(|t| !graph_outputs.iter().any(|o| o == *t)) {
+        augmented.graph_mut().add_output(t, DataType::Float);
+    }
+    let bytes = augmented.to_bytes()?;
+    drop(augmented);
+    Ok(Session::from_bytes(&bytes, label, cfg)?)
 }
 
 /// Questions whose last window is in `batch`.

@@ -8,10 +8,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use calib::ErrorStats;
-use onnx_ir::{DataType, GraphExt, Model};
-use runtime::{Session, SessionConfig};
+use onnx_ir::Model;
+use runtime::SessionConfig;
 use serde::Serialize;
 
+use crate::calibrate::session_with_outputs;
 use crate::data::Corpus;
 use crate::jobs::Report;
 use crate::progress::Progress;
@@ -154,16 +155,6 @@ fn probes(int8: &Model) -> Vec<Probe> {
     by_tensor.into_values().collect()
 }
 
-/// A session on `model` with `extra` tensors exposed as float outputs.
-fn session_with(model: &Model, extra: &[&str], label: &str, cfg: &SessionConfig) -> Result<Session> {
-    let mut m = model.clone();
-    let existing: Vec<String> = m.graph().output.iter().map(|o| o.name().to_owned()).collect();
-    for t in extra.iter().filter(|t| !existing.iter().any(|e| e == *t)) {
-        m.graph_mut().add_output(t, DataType::Float);
-    }
-    Ok(Session::from_bytes(&m.to_bytes()?, label, cfg)?)
-}
-
 /// Sums of per-feature logit agreement.
 #[derive(Default)]
 struct LogitSums {
@@ -257,7 +248,9 @@ impl DebugReport {
     pub fn write(&self, dir: &Path) -> Result<()> {
         let json = serde_json::to_string_pretty(&self.json()).map_err(|e| Error::Config(e.to_string()))?;
         crate::write_atomic(&dir.join("debug.json"), json.as_bytes())?;
-        crate::write_atomic(&dir.join("sqnr.svg"), crate::plots::sqnr_svg(self)?.as_bytes())?;
+        let rows: Vec<(usize, f64, f64)> =
+            self.tensors.iter().map(|t| (t.graph_order, t.total.sqnr_db(), t.own.sqnr_db())).collect();
+        crate::write_atomic(&dir.join("sqnr.svg"), crate::plots::sqnr_svg(&rows)?.as_bytes())?;
         let md = format!("# qdq debug\n\n{self}\n\n![SQNR of each quantized activation](sqnr.svg)\n");
         crate::write_atomic(&dir.join("debug.md"), md.as_bytes())
     }
@@ -278,7 +271,7 @@ impl Runs {
     /// `model`'s logits on every batch.
     fn values(&self, model: &Model, label: &str) -> Result<Vec<Logits>> {
         let names = self.logit_names();
-        let mut session = session_with(model, &names, label, &self.cfg)?;
+        let mut session = session_with_outputs(model, &names, label, &self.cfg)?;
         let mut logits = Vec::with_capacity(self.batches.len());
         for batch in &self.batches {
             logits.push(session.run_with(&batch.inputs(&self.io), &names, |o| Ok::<_, Error>(pair(o)))?);
@@ -301,9 +294,10 @@ impl Runs {
         let mut names = ref_names.clone();
         names.extend(probes.iter().map(|p| p.dequantized.as_str()));
         let reference = qdq::float_reference(int8);
-        let mut ref_session = session_with(&reference, &ref_names, "float reference of the QDQ model", &self.cfg)?;
+        let mut ref_session =
+            session_with_outputs(&reference, &ref_names, "float reference of the QDQ model", &self.cfg)?;
         drop(reference);
-        let mut session = session_with(int8, &names, "QDQ model", &self.cfg)?;
+        let mut session = session_with_outputs(int8, &names, "QDQ model", &self.cfg)?;
         let (mut total, mut own) = (vec![ErrorStats::default(); n], vec![ErrorStats::default(); n]);
         let (mut sums, mut reference_logits) = (LogitSums::default(), Vec::with_capacity(self.batches.len()));
         for (b, batch) in self.batches.iter().enumerate() {

@@ -1,25 +1,21 @@
 //! SVG charts of `qdq debug` and `qdq tune`, drawn with plotters: each activation pair's SQNR in graph order, and the
-//! trade-off curve (dF1 and speed against the number of nodes kept in float).
+//! trade-off curve (dF1 and speed against the number of nodes kept in float), the worst pairs' calibration
+//! histograms. Charts take plain numbers; the reports that own them call in (this module knows no report).
 
 use plotters::prelude::*;
 
-use crate::debug::DebugReport;
-use crate::tune::TuneReport;
 use crate::{Error, Result};
 
 fn plot_error(e: impl std::fmt::Display) -> Error {
     Error::Config(format!("cannot draw the chart: {e}"))
 }
 
-/// Bars of every activation pair's SQNR against its float value (graph order, from the first layer to the last),
-/// with the SQNR of its own rounding as dots: a low bar under a high dot is error carried in from upstream.
-pub fn sqnr_svg(report: &DebugReport) -> Result<String> {
-    let mut rows: Vec<(usize, f64, f64)> = report
-        .tensors
-        .iter()
-        .map(|t| (t.graph_order, t.total.sqnr_db(), t.own.sqnr_db()))
-        .filter(|(_, a, b)| a.is_finite() && b.is_finite())
-        .collect();
+/// Bars of every activation pair's SQNR against its float value (`rows`: graph position, SQNR, own SQNR; drawn in
+/// graph order, from the first layer to the last), with the SQNR of its own rounding as dots: a low bar under a high
+/// dot is error carried in from upstream. Pairs with an infinite or undefined SQNR are left out.
+pub fn sqnr_svg(rows: &[(usize, f64, f64)]) -> Result<String> {
+    let mut rows: Vec<(usize, f64, f64)> =
+        rows.iter().copied().filter(|(_, a, b)| a.is_finite() && b.is_finite()).collect();
     rows.sort_by_key(|r| r.0);
     let top = rows.iter().map(|r| r.1.max(r.2)).fold(10.0, f64::max) * 1.1;
     let mut svg = String::new();
@@ -60,13 +56,23 @@ pub fn sqnr_svg(report: &DebugReport) -> Result<String> {
     Ok(svg)
 }
 
-/// dF1 (left axis) and speed against FP32 (right axis) for each candidate of `qdq tune`, with the budget as a line.
-pub fn curve_svg(report: &TuneReport) -> Result<String> {
-    let xs: Vec<f64> = report.curve.iter().map(|c| c.float_nodes.len() as f64).collect();
-    let df1: Vec<f64> = report.curve.iter().map(|c| c.delta_f1).collect();
-    let speed: Vec<f64> = report.curve.iter().map(|c| report.fp32_ms_per_feature / c.ms_per_feature).collect();
+/// One candidate of `qdq tune` on the trade-off curve.
+#[derive(Debug, Clone, Copy)]
+pub struct CurvePoint {
+    pub float_nodes: usize,
+    pub delta_f1: f64,
+    /// Speed-up over FP32.
+    pub speed: f64,
+}
+
+/// dF1 (left axis) and speed against FP32 (right axis) for each candidate, with the budget (F1 points) as a line
+/// and the point at index `chosen` circled.
+pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<String> {
+    let xs: Vec<f64> = points.iter().map(|c| c.float_nodes as f64).collect();
+    let df1: Vec<f64> = points.iter().map(|c| c.delta_f1).collect();
+    let speed: Vec<f64> = points.iter().map(|c| c.speed).collect();
     let x_max = xs.iter().copied().fold(1.0, f64::max);
-    let lo = df1.iter().copied().chain([-report.budget]).fold(0.0, f64::min) - 0.5;
+    let lo = df1.iter().copied().chain([-budget]).fold(0.0, f64::min) - 0.5;
     let hi = df1.iter().copied().fold(0.0, f64::max) + 0.5;
     let s_hi = speed.iter().copied().filter(|s| s.is_finite()).fold(1.0, f64::max) * 1.2;
     let mut svg = String::new();
@@ -84,28 +90,29 @@ pub fn curve_svg(report: &TuneReport) -> Result<String> {
             .set_secondary_coord(-0.5f64..x_max + 0.5, 0f64..s_hi);
         chart.configure_mesh().x_desc("nodes kept in float").y_desc("dF1 vs FP32").draw().map_err(plot_error)?;
         chart.configure_secondary_axes().y_desc("speed vs FP32 (x)").draw().map_err(plot_error)?;
-        let budget = [(-0.5, -report.budget), (x_max + 0.5, -report.budget)];
+        let budget = [(-0.5, -budget), (x_max + 0.5, -budget)];
         chart
             .draw_series(LineSeries::new(budget, BLACK.stroke_width(1)))
             .map_err(plot_error)?
             .label("budget")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK));
-        let points: Vec<(f64, f64)> = xs.iter().copied().zip(df1.iter().copied()).collect();
+        let line: Vec<(f64, f64)> = xs.iter().copied().zip(df1.iter().copied()).collect();
         chart
-            .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
+            .draw_series(LineSeries::new(line.clone(), BLUE.stroke_width(2)))
             .map_err(plot_error)?
             .label("dF1")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLUE));
-        chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, BLUE.filled()))).map_err(plot_error)?;
+        chart.draw_series(line.iter().map(|p| Circle::new(*p, 4, BLUE.filled()))).map_err(plot_error)?;
         let fast: Vec<(f64, f64)> = xs.iter().copied().zip(speed.iter().copied()).collect();
         chart
             .draw_secondary_series(LineSeries::new(fast, RED.stroke_width(2)))
             .map_err(plot_error)?
             .label("speed vs FP32")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], RED));
-        let chosen = report.choice();
-        let mark = (chosen.float_nodes.len() as f64, chosen.delta_f1);
-        chart.draw_series([Circle::new(mark, 8, GREEN.stroke_width(2))]).map_err(plot_error)?;
+        if let Some(c) = points.get(chosen) {
+            let mark = (c.float_nodes as f64, c.delta_f1);
+            chart.draw_series([Circle::new(mark, 8, GREEN.stroke_width(2))]).map_err(plot_error)?;
+        }
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).draw().map_err(plot_error)?;
         root.present().map_err(plot_error)?;
     }

@@ -330,7 +330,17 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
     write_atomic(&report.recipe, text.as_bytes())?;
     let json = serde_json::to_string_pretty(&report.json()).map_err(|e| Error::Config(e.to_string()))?;
     write_atomic(&job.out.join("tune.json"), json.as_bytes())?;
-    write_atomic(&job.out.join("curve.svg"), crate::plots::curve_svg(report)?.as_bytes())?;
+    let points: Vec<crate::plots::CurvePoint> = report
+        .curve
+        .iter()
+        .map(|c| crate::plots::CurvePoint {
+            float_nodes: c.float_nodes.len(),
+            delta_f1: c.delta_f1,
+            speed: report.fp32_ms_per_feature / c.ms_per_feature,
+        })
+        .collect();
+    let curve = crate::plots::curve_svg(&points, report.budget, report.chosen)?;
+    write_atomic(&job.out.join("curve.svg"), curve.as_bytes())?;
     let mut md = format!("# qdq tune\n\n{report}\n\n![dF1 and speed against nodes kept in float](curve.svg)\n");
     md.push_str("\nEach pair's error (and the sensitivity behind the ranking, when there is one): [debug/debug.md](debug/debug.md).\n");
     if histograms {

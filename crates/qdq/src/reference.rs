@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use onnx_ir::proto::GraphProto;
+use onnx_ir::proto::{GraphProto, NodeProto};
 use onnx_ir::{Model, node};
 
 use crate::coverage::{PairInfo, coverage};
@@ -54,7 +54,7 @@ pub fn without_pairs(model: &Model, take_out: impl Fn(&PairInfo) -> bool) -> Mod
         let Some(p) = pairs.iter().find(|p| p.dequantize_node == n.name()) else { continue };
         *n = node("Identity", n.name(), &[&p.tensor], &[&p.output]);
     }
-    prune_unread(g, "QuantizeLinear");
+    prune_unread(g, |n| n.op_type() == "QuantizeLinear");
     out
 }
 
@@ -75,18 +75,14 @@ pub fn with_float_inputs(model: &Model, nodes: &HashSet<&str>) -> Model {
         }
     }
     let activation_dq: HashSet<&str> = pairs.iter().map(|p| p.dequantize_node.as_str()).collect();
-    let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
-    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
-    g.node.retain(|n| {
-        !activation_dq.contains(n.name()) || n.output.iter().any(|o| read.contains(o) || outputs.contains(o))
-    });
-    prune_unread(g, "QuantizeLinear");
+    prune_unread(g, |n| activation_dq.contains(n.name()));
+    prune_unread(g, |n| n.op_type() == "QuantizeLinear");
     out
 }
 
-/// Removes the `op_type` nodes none of whose outputs is read by a node or is a graph output.
-fn prune_unread(g: &mut GraphProto, op_type: &str) {
+/// Removes the nodes `prunable` selects none of whose outputs is read by a node or is a graph output.
+fn prune_unread(g: &mut GraphProto, prunable: impl Fn(&NodeProto) -> bool) {
     let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
     let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
-    g.node.retain(|n| n.op_type() != op_type || n.output.iter().any(|o| read.contains(o) || outputs.contains(o)));
+    g.node.retain(|n| !prunable(n) || n.output.iter().any(|o| read.contains(o) || outputs.contains(o)));
 }
