@@ -580,6 +580,20 @@ fn unwritable_outputs_fail_before_any_work() {
         f.dir.path().to_str().unwrap(),
     ]);
     assert!(one_error(&o).contains("is a directory"));
+    // debug --out and tune --out: a file where the directory should be fails before any model is run.
+    let blocker = f.dir.path().join("a_file");
+    std::fs::write(&blocker, "x").unwrap();
+    let out = blocker.join("out");
+    let (model, data) = (f.model.to_str().unwrap(), data.to_str().unwrap());
+    for cmd in [
+        vec!["debug", "--model", model, "--qdq", model, "--dataset", data, "--out", out.to_str().unwrap()],
+        vec!["tune", "--model", model, "--dataset", data, "--out", out.to_str().unwrap()],
+    ] {
+        let o = qdq(&cmd);
+        let e = one_error(&o);
+        assert!(e.contains("--out") && e.contains("a_file"), "{e}");
+        assert!(!stderr(&o).contains("INFO"), "{}", stderr(&o));
+    }
 }
 
 /// Issue 18, item 9: a tensor that is NaN everywhere (here the last LayerNorm output, through a NaN β) is named by

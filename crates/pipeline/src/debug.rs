@@ -203,6 +203,9 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     if job.questions == 0 {
         return Err(Error::Config("--questions must be at least 1".into()));
     }
+    if let Some(dir) = &job.out {
+        crate::prepare_out_dir(dir, "--out")?;
+    }
     let data_cfg = job.data.config(&fp32_path)?;
     let tokenizer = data_cfg.tokenizer()?;
     let (fp32, int8) = (Model::load(&fp32_path)?, Model::load(&int8_path)?);

@@ -87,6 +87,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     file.commit().map_err(err)
 }
 
+/// Creates the output directory `dir` (of option `flag`) and checks that a file can be written in it, before any
+/// work: an unwritable `--out` fails at once, not after the run.
+pub fn prepare_out_dir(dir: &Path, flag: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Output { path: dir.to_path_buf(), reason: format!("{flag}: {e}") })?;
+    check_writable(&dir.join(".qdq-write-check"), flag)
+}
+
 /// Checks, before any work, that a file can be written at `path`: its directory exists and takes a new file (tried
 /// with an unnamed temporary file that is discarded), and `path` is not a directory.
 pub fn check_writable(path: &Path, flag: &str) -> Result<()> {

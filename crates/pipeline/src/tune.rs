@@ -118,14 +118,13 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     if !job.budget.is_finite() {
         return Err(Error::Config(format!("--budget must be a number of F1 points, not {}", job.budget)));
     }
+    // The candidates go to out/candidates (quantize_file wants its directory to exist).
+    crate::prepare_out_dir(&job.out.join("candidates"), "--out")?;
     let fp32_path = resolve_model(&job.model)?;
     // The tokenizer found beside the FP32 model serves every candidate (they are written elsewhere).
     let found = job.data.config(&fp32_path)?;
     let data = DataSettings { vocab: Some(found.vocab), tokenizer_json: found.tokenizer_json, ..job.data.clone() };
     let job = &TuneJob { model: fp32_path.clone(), data, ..job.clone() };
-    std::fs::create_dir_all(job.out.join("candidates"))
-        .map_err(|e| Error::Output { path: job.out.join("candidates"), reason: e.to_string() })?;
-    crate::check_writable(&job.out.join("tune.json"), "--out")?;
     let (base, ranges) = match &job.ranges {
         Some(r) => (fp32_path.clone(), r.clone()),
         None => {
