@@ -22,6 +22,22 @@ pub enum LayerNormKind {
     Fused,
 }
 
+/// Which exporter's graph the model mirrors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GraphForm {
+    /// `torch.onnx.export` of Hugging Face BERT: linear layers as `MatMul` + bias `Add`.
+    #[default]
+    Hf,
+    /// Linear layers as `Reshape` to 2-D, `Gemm` (`transB = 1`, weight `[out, in]`, bias as C), `Reshape` back: the
+    /// form of exporters that flatten to 2-D (and of 2-D heads).
+    Gemm,
+    /// What ONNX Runtime's transformers optimizer makes of the HF form: int32 `Cast`s of the inputs,
+    /// `EmbedLayerNormalization`, `Attention` with a packed `[hidden, 3·hidden]` QKV weight, `MatMul` +
+    /// `SkipLayerNormalization` (bias folded in), `MatMul` + `BiasGelu` (com.microsoft ops; ORT runs them). The
+    /// `layer_norm` choice does not apply; needs `type_vocab > 0`.
+    OrtFused,
+}
+
 /// Shape and seed of the tiny model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TinyBertConfig {
@@ -42,6 +58,8 @@ pub struct TinyBertConfig {
     pub type_vocab: usize,
     /// LayerNorm form (also picks the opset: 14 or 17).
     pub layer_norm: LayerNormKind,
+    /// Graph form.
+    pub form: GraphForm,
     /// Weight seed.
     pub seed: u64,
 }
@@ -57,6 +75,7 @@ impl Default for TinyBertConfig {
             max_positions: 128,
             type_vocab: 2,
             layer_norm: LayerNormKind::Decomposed,
+            form: GraphForm::Hf,
             seed: 0,
         }
     }
@@ -65,10 +84,16 @@ impl Default for TinyBertConfig {
 /// LayerNorm epsilon used by BERT.
 pub const LAYER_NORM_EPS: f32 = 1e-12;
 
+/// ONNX Runtime's contrib-op domain.
+const MS_DOMAIN: &str = "com.microsoft";
+
 struct Builder {
     g: GraphProto,
     rng: StdRng,
     ln: LayerNormKind,
+    form: GraphForm,
+    /// `[batch, sequence]` of `input_ids` (Gemm form: the shape linear layers reshape back to), once built.
+    batch_seq: Option<String>,
 }
 
 impl Builder {
@@ -117,12 +142,46 @@ impl Builder {
         out
     }
 
-    /// `x @ W + b` as MatMul then Add(bias, matmul) like HF exports.
+    /// `x @ W + b` as MatMul then Add(bias, matmul) like HF exports, or (Gemm form) as Reshape, Gemm, Reshape.
     fn dense(&mut self, x: &str, prefix: &str, weight_name: &str, k: usize, n: usize) -> String {
+        if self.form == GraphForm::Gemm {
+            return self.gemm(x, prefix, weight_name, k, n);
+        }
         let w = self.weight(&format!("{weight_name}.weight"), &[k, n], 0.0, 0.02);
         let b = self.weight(&format!("{weight_name}.bias"), &[n], 0.0, 0.02);
         let mm = self.op("MatMul", &format!("{prefix}/MatMul"), &[x, &w]);
         self.op("Add", &format!("{prefix}/Add"), &[&b, &mm])
+    }
+
+    /// `x @ W^T + b` on the rows of `x` flattened to 2-D: `Gemm(transB = 1)` with a `[n, k]` weight.
+    fn gemm(&mut self, x: &str, prefix: &str, weight_name: &str, k: usize, n: usize) -> String {
+        let w = self.weight(&format!("{weight_name}.weight"), &[n, k], 0.0, 0.02);
+        let b = self.weight(&format!("{weight_name}.bias"), &[n], 0.0, 0.02);
+        let flat = self.ints(&format!("{prefix}/Constant_flat"), &[-1, k as i64]);
+        let x2 = self.op("Reshape", &format!("{prefix}/Reshape_2d"), &[x, &flat]);
+        let y2 = self.op_with("Gemm", &format!("{prefix}/Gemm"), &[&x2, &w, &b], vec![attr_int("transB", 1)]);
+        let bs = match &self.batch_seq {
+            Some(bs) => bs.clone(),
+            None => {
+                let shape = self.op("Shape", "/bert/Shape_input_ids", &["input_ids"]);
+                let (c0, c2) = (self.ints("/bert/Constant_bs_0", &[0]), self.ints("/bert/Constant_bs_2", &[2]));
+                let bs = self.op("Slice", "/bert/Slice_batch_sequence", &[&shape, &c0, &c2]);
+                self.batch_seq = Some(bs.clone());
+                bs
+            }
+        };
+        let last = self.ints(&format!("{prefix}/Constant_out"), &[n as i64]);
+        let shape = self.op_with("Concat", &format!("{prefix}/Concat"), &[&bs, &last], vec![attr_int("axis", 0)]);
+        self.op("Reshape", &format!("{prefix}/Reshape_3d"), &[&y2, &shape])
+    }
+
+    /// A com.microsoft node (ONNX Runtime's contrib ops).
+    fn ms_op(&mut self, op: &str, name: &str, inputs: &[&str], attrs: Vec<crate::proto::AttributeProto>) -> String {
+        let out = self.op_with(op, name, inputs, attrs);
+        if let Some(n) = self.g.node.last_mut() {
+            n.domain = Some(MS_DOMAIN.into());
+        }
+        out
     }
 
     fn layer_norm(&mut self, x: &str, prefix: &str, param: &str, hidden: usize) -> String {
@@ -158,12 +217,13 @@ impl Builder {
 pub fn build(cfg: &TinyBertConfig) -> Model {
     let hidden = cfg.hidden.max(1);
     let heads = (1..=cfg.heads.clamp(1, hidden)).rev().find(|h| hidden.is_multiple_of(*h)).unwrap_or(1);
-    let head_dim = hidden / heads;
     let inter = cfg.intermediate.max(1);
     let mut b = Builder {
         g: GraphProto { name: Some("main_graph".into()), ..Default::default() },
         rng: StdRng::seed_from_u64(cfg.seed),
         ln: cfg.layer_norm,
+        form: cfg.form,
+        batch_seq: None,
     };
     let bs = [Err("batch"), Err("sequence")];
     let inputs: &[&str] = if cfg.type_vocab == 0 {
@@ -175,6 +235,46 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         b.g.input.push(value_info(name, DataType::Int64, Some(&bs)));
     }
 
+    let x = match cfg.form {
+        GraphForm::OrtFused => fused_encoder(&mut b, cfg, hidden, heads, inter),
+        GraphForm::Hf | GraphForm::Gemm => hf_encoder(&mut b, cfg, hidden, heads, inter),
+    };
+
+    // QA head: [batch, sequence, 2] -> two [batch, sequence] logits.
+    let logits = b.dense(&x, "/qa_outputs", "qa_outputs", hidden, 2);
+    let split = b.ints("/Constant_split", &[1, 1]);
+    let last = b.ints("/Constant_last_axis", &[-1]);
+    b.g.push_node(
+        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"])
+            .with_attr(attr_int("axis", -1)),
+    );
+    b.g.push_node(node("Squeeze", "/Squeeze", &["/Split_output_0", &last], &["start_logits"]));
+    b.g.push_node(node("Squeeze", "/Squeeze_1", &["/Split_output_1", &last], &["end_logits"]));
+    for name in ["start_logits", "end_logits"] {
+        b.g.output.push(value_info(name, DataType::Float, Some(&bs)));
+    }
+
+    let opset = match cfg.layer_norm {
+        LayerNormKind::Decomposed => 14,
+        LayerNormKind::Fused => 17,
+    };
+    let mut opset_import = vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }];
+    if cfg.form == GraphForm::OrtFused {
+        opset_import.push(OperatorSetIdProto { domain: Some(MS_DOMAIN.into()), version: Some(1) });
+    }
+    Model::new(ModelProto {
+        ir_version: Some(8),
+        opset_import,
+        producer_name: Some("onnx-ir tiny_bert".into()),
+        graph: Some(b.g),
+        metadata_props: vec![StringStringEntryProto { key: Some("seed".into()), value: Some(cfg.seed.to_string()) }],
+        ..Default::default()
+    })
+}
+
+/// The HF (and Gemm) form's embeddings and encoder layers; returns the last hidden state.
+fn hf_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: usize, inter: usize) -> String {
+    let head_dim = hidden / heads;
     // Embeddings.
     let e = "/bert/embeddings";
     let word = b.weight("bert.embeddings.word_embeddings.weight", &[cfg.vocab_size.max(1), hidden], 0.0, 0.02);
@@ -224,9 +324,9 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
             let r = b.op("Reshape", &format!("{a}/{which}/Reshape"), &[&y, &split_shape]);
             b.op_with("Transpose", &format!("{a}/{which}/Transpose"), &[&r], vec![attr_ints("perm", perm)])
         };
-        let q = heads_of(&mut b, "query", &[0, 2, 1, 3]);
-        let k = heads_of(&mut b, "key", &[0, 2, 3, 1]);
-        let v = heads_of(&mut b, "value", &[0, 2, 1, 3]);
+        let q = heads_of(b, "query", &[0, 2, 1, 3]);
+        let k = heads_of(b, "key", &[0, 2, 3, 1]);
+        let v = heads_of(b, "value", &[0, 2, 1, 3]);
         let scores = b.op("MatMul", &format!("{a}/MatMul"), &[&q, &k]);
         let scaled = b.op("Div", &format!("{a}/Div"), &[&scores, &scale]);
         let masked = b.op("Add", &format!("{a}/Add"), &[&scaled, &mask]);
@@ -254,30 +354,56 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         x = b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.output.LayerNorm"), hidden);
     }
 
-    // QA head: [batch, sequence, 2] -> two [batch, sequence] logits.
-    let logits = b.dense(&x, "/qa_outputs", "qa_outputs", hidden, 2);
-    let split = b.ints("/Constant_split", &[1, 1]);
-    let last = b.ints("/Constant_last_axis", &[-1]);
-    b.g.push_node(
-        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"])
-            .with_attr(attr_int("axis", -1)),
-    );
-    b.g.push_node(node("Squeeze", "/Squeeze", &["/Split_output_0", &last], &["start_logits"]));
-    b.g.push_node(node("Squeeze", "/Squeeze_1", &["/Split_output_1", &last], &["end_logits"]));
-    for name in ["start_logits", "end_logits"] {
-        b.g.output.push(value_info(name, DataType::Float, Some(&bs)));
-    }
+    x
+}
 
-    let opset = match cfg.layer_norm {
-        LayerNormKind::Decomposed => 14,
-        LayerNormKind::Fused => 17,
+/// ONNX Runtime's fused form ([`GraphForm::OrtFused`]); returns the last hidden state.
+fn fused_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: usize, inter: usize) -> String {
+    let to_i32 = || vec![attr_int("to", DataType::Int32 as i64)];
+    let ids = b.op_with("Cast", "/Cast_input_ids", &["input_ids"], to_i32());
+    let mask = b.op_with("Cast", "/Cast_attention_mask", &["attention_mask"], to_i32());
+    let word = b.weight("bert.embeddings.word_embeddings.weight", &[cfg.vocab_size.max(1), hidden], 0.0, 0.02);
+    let pos = b.weight("bert.embeddings.position_embeddings.weight", &[cfg.max_positions.max(1), hidden], 0.0, 0.02);
+    let (segment, tt_table) = if cfg.type_vocab > 0 {
+        let table = b.weight("bert.embeddings.token_type_embeddings.weight", &[cfg.type_vocab, hidden], 0.0, 0.02);
+        (b.op_with("Cast", "/Cast_token_type_ids", &["token_type_ids"], to_i32()), table)
+    } else {
+        (String::new(), String::new())
     };
-    Model::new(ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
-        producer_name: Some("onnx-ir tiny_bert".into()),
-        graph: Some(b.g),
-        metadata_props: vec![StringStringEntryProto { key: Some("seed".into()), value: Some(cfg.seed.to_string()) }],
-        ..Default::default()
-    })
+    let gamma = b.weight("bert.embeddings.LayerNorm.weight", &[hidden], 1.0, 0.02);
+    let beta = b.weight("bert.embeddings.LayerNorm.bias", &[hidden], 0.0, 0.02);
+    let eps = || vec![attr_float("epsilon", LAYER_NORM_EPS)];
+    let name = "EmbedLayerNormalization_0";
+    let (emb, mask_index) = (format!("{name}_output"), format!("{name}_mask_index"));
+    let inputs = [ids.as_str(), &segment, &word, &pos, &tt_table, &gamma, &beta, &mask];
+    let mut n = node("EmbedLayerNormalization", name, &inputs, &[&emb, &mask_index]).with_attr(eps()[0].clone());
+    n.domain = Some(MS_DOMAIN.into());
+    b.g.push_node(n);
+    let mut x = emb;
+    let skip_ln = |b: &mut Builder, y: &str, x: &str, name: &str, w: &str, bias: &str| {
+        let gamma = b.weight(&format!("{w}.LayerNorm.weight"), &[hidden], 1.0, 0.02);
+        let beta = b.weight(&format!("{w}.LayerNorm.bias"), &[hidden], 0.0, 0.02);
+        b.ms_op("SkipLayerNormalization", name, &[y, x, &gamma, &beta, bias], eps())
+    };
+    for l in 0..cfg.layers {
+        let (p, w) = (format!("/bert/encoder/layer.{l}"), format!("bert.encoder.layer.{l}"));
+        let qkv_w = b.weight(&format!("Attention_{l}_qkv_weight"), &[hidden, 3 * hidden], 0.0, 0.02);
+        let qkv_b = b.weight(&format!("Attention_{l}_qkv_bias"), &[3 * hidden], 0.0, 0.02);
+        let heads_attr = vec![attr_int("num_heads", heads as i64)];
+        let ctx = b.ms_op("Attention", &format!("Attention_{l}"), &[&x, &qkv_w, &qkv_b, &mask_index], heads_attr);
+        let o = format!("{w}.attention.output");
+        let wo = b.weight(&format!("{o}.dense.weight"), &[hidden, hidden], 0.0, 0.02);
+        let bo = b.weight(&format!("{o}.dense.bias"), &[hidden], 0.0, 0.02);
+        let ao = b.op("MatMul", &format!("{p}/attention/output/dense/MatMul"), &[&ctx, &wo]);
+        x = skip_ln(b, &ao, &x, &format!("SkipLayerNorm_AddBias_{}", 2 * l), &o, &bo);
+        let wi = b.weight(&format!("{w}.intermediate.dense.weight"), &[hidden, inter], 0.0, 0.02);
+        let bi = b.weight(&format!("{w}.intermediate.dense.bias"), &[inter], 0.0, 0.02);
+        let h = b.op("MatMul", &format!("{p}/intermediate/dense/MatMul"), &[&x, &wi]);
+        let g = b.ms_op("BiasGelu", &format!("Gelu_AddBias_{l}"), &[&h, &bi], vec![]);
+        let w2 = b.weight(&format!("{w}.output.dense.weight"), &[inter, hidden], 0.0, 0.02);
+        let b2 = b.weight(&format!("{w}.output.dense.bias"), &[hidden], 0.0, 0.02);
+        let f = b.op("MatMul", &format!("{p}/output/dense/MatMul"), &[&g, &w2]);
+        x = skip_ln(b, &f, &x, &format!("SkipLayerNorm_AddBias_{}", 2 * l + 1), &format!("{w}.output"), &b2);
+    }
+    x
 }
