@@ -273,12 +273,21 @@ enum Role {
 }
 
 /// What the graph does with an input: the index of a Gather on an embedding table (the largest table: token ids; one
-/// of at most 16 rows: segment ids), or a slot of ORT's fused EmbedLayerNormalization (0 ids, 1 segment, 7 mask).
+/// of at most 16 rows: segment ids), or a slot of ORT's fused EmbedLayerNormalization (0 ids, 1 segment, 7 mask),
+/// looked for through value-preserving `Cast` / `Identity` nodes (ORT's optimizer casts the inputs to int32).
 fn input_role(model: &Model, input: &str) -> Option<Role> {
-    let g = model.graph();
+    tensor_role(model.graph(), input, 4)
+}
+
+fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Option<Role> {
     for n in g.node.iter().filter(|n| n.input.iter().any(|i| i == input)) {
         let slot = n.input.iter().position(|i| i == input)?;
         match (n.op_type(), slot) {
+            ("Cast" | "Identity", 0) if depth > 0 => {
+                if let Some(role) = n.output.first().and_then(|o| tensor_role(g, o, depth - 1)) {
+                    return Some(role);
+                }
+            }
             ("EmbedLayerNormalization", 0) => return Some(Role::Ids),
             ("EmbedLayerNormalization", 1) => return Some(Role::Segment),
             ("EmbedLayerNormalization", 7) => return Some(Role::Mask),
