@@ -24,7 +24,7 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
 
 fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
     let scales = if p.axis.is_some() { &p.scales[..] } else { &p.scales[..1] };
-    crate::scale::int8_columns(name, w, scales, p.qtype.range(true, reduce_range))
+    crate::scale::int8_along(name, w, scales, p.axis.unwrap_or(0), p.qtype.range(true, reduce_range))
 }
 
 fn with_axis(n: NodeProto, axis: Option<usize>) -> NodeProto {
@@ -51,6 +51,7 @@ impl Plan {
         for t in &self.tensors {
             insert_pairs(g, &mut names, t, &mut inserts, &mut shifts)?;
         }
+        inserts.extend(crate::bias::apply_biases(g, &mut names, &self.biases)?);
         let resort = !shifts.is_empty() || !self.embeddings.is_empty();
         if !shifts.is_empty() {
             shift::correct(g, &mut names, shifts, &mut inserts)?;
@@ -59,12 +60,13 @@ impl Plan {
         for (at, nodes) in inserts {
             g.insert_nodes(at, nodes);
         }
+        crate::contrib::rewrite(g, &mut names, &self.contrib)?;
         if resort {
             // A correction (or an embedding's DequantizeLinear) and the pair of the next reader can share an insertion
             // index; whichever order they landed in, sorting makes it topological.
             g.sort_nodes()?;
         }
-        if self.tensors.iter().any(|t| t.int8_initializer) || !self.embeddings.is_empty() {
+        if self.tensors.iter().any(|t| t.int8_initializer) || !self.embeddings.is_empty() || !self.contrib.is_empty() {
             g.remove_unused_initializers();
         }
         Ok(())
@@ -88,6 +90,14 @@ impl Plan {
                         reason: format!("input {} of node '{}' is not '{}'", c.slot, c.node_name, t.tensor),
                     });
                 }
+            }
+        }
+        for b in &self.biases {
+            let ok =
+                nodes.get(b.gemm.node).is_some_and(|n| n.name() == b.gemm.node_name && n.input.get(2) == Some(&b.bias));
+            if !ok {
+                let reason = format!("input 2 of node '{}' is not the bias '{}'", b.gemm.node_name, b.bias);
+                return Err(Error::PlanMismatch { reason });
             }
         }
         for e in &self.embeddings {

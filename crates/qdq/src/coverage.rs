@@ -46,7 +46,8 @@ pub struct PairInfo {
 pub const MATMUL_LIKE: [&str; 7] =
     ["MatMul", "Gemm", "FusedMatMul", "Attention", "MultiHeadAttention", "GroupQueryAttention", "Conv"];
 
-/// A node of a [`MATMUL_LIKE`] op type that reads a float input that is not the output of a DequantizeLinear.
+/// A node of a [`MATMUL_LIKE`] op type that reads a float input that is not the output of a DequantizeLinear (for
+/// `MatMul`, `Gemm`, `FusedMatMul` and `Attention`: a float A or B).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FloatNode {
     pub node: String,
@@ -147,11 +148,17 @@ pub fn coverage(model: &Model) -> Coverage {
         if !float_inputs.is_empty() && plain.is_empty() {
             e.covered += 1;
         }
-        if MATMUL_LIKE.contains(&op) && !plain.is_empty() {
+        // For the ops qdq quantizes, the matrix work is A·B: a Gemm's C or an Attention's bias left in float is not
+        // float matrix work.
+        let operands: Vec<String> = match crate::patterns::matmul_rule(n) {
+            Some(_) => plain.into_iter().filter(|i| n.input.iter().take(2).any(|a| a == i)).collect(),
+            None => plain,
+        };
+        if MATMUL_LIKE.contains(&op) && !operands.is_empty() {
             cov.float_matmul_like.push(FloatNode {
                 node: n.name().to_owned(),
                 op_type: op.to_owned(),
-                float_inputs: plain,
+                float_inputs: operands,
             });
         }
     }

@@ -81,7 +81,7 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let mut inputs: Vec<(String, Quantized)> = vec![];
     let mut rewrites: HashMap<usize, Rewrite> = HashMap::new();
     for i in 0..ix.graph().node.len() {
-        let Some(mm) = const_weight_matmul(&ix, i, &m) else { continue };
+        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| ix.node(i).op_type() == "MatMul") else { continue };
         if m.tensor_excluded(mm.input) || m.tensor_excluded(&ix.node(i).input[1]) {
             continue;
         }
@@ -127,11 +127,11 @@ fn rewrite_matmul(
     let spec = QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: policy.reduce_range };
     let w =
         g.initializer(&n.input[1]).ok_or_else(|| Error::Missing { name: n.input[1].clone(), what: "initializer" })?;
-    let (params, axis) = weight_params(w, policy.per_channel, spec)?;
+    let (params, axis) = weight_params(w, policy.per_channel.then_some(1), spec)?;
     let scales: Vec<f32> = params.iter().map(|p| p.scale).collect();
     let shape: Vec<usize> = if axis.is_some() { vec![scales.len()] } else { vec![] };
     let [wq, ws, wzp] = ["quantized", "scale", "zero_point"].map(|s| names.fresh(&format!("{}_{s}", w.name())));
-    let wq_tensor = crate::scale::int8_columns(&wq, w, &scales, spec.qtype.range(true, spec.reduce_range))?;
+    let wq_tensor = crate::scale::int8_along(&wq, w, &scales, 1, spec.qtype.range(true, spec.reduce_range))?;
     g.add_initializer(wq_tensor);
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&ws, &shape, scales.clone())?);
     g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&wzp, &shape, vec![0; scales.len()])?);

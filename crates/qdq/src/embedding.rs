@@ -91,7 +91,7 @@ pub(crate) fn apply_tables(
         let init =
             g.initializer(&t.table).ok_or_else(|| Error::Missing { name: t.table.clone(), what: "initializer" })?;
         let q = names.fresh(&format!("{}_quantized", t.table));
-        let qt = crate::scale::int8_columns(&q, init, &t.scales, SPEC.qtype.range(true, false))?;
+        let qt = crate::scale::int8_along(&q, init, &t.scales, 1, SPEC.qtype.range(true, false))?;
         let scale = names.fresh(&format!("{}_scale", t.table));
         let zp = names.fresh(&format!("{}_zero_point", t.table));
         let cols = [t.scales.len()];

@@ -16,8 +16,11 @@
 //!
 //! Invariants:
 //! - Scales are finite and > 0; zero points lie in the integer range of their type.
-//! - Only `MatMul` and `Add` nodes are quantized; an `Add` only when its output feeds
-//!   `ReduceMean` or `LayerNormalization` (a residual Add), so bias Adds and biases stay FP32.
+//! - Only MatMul-like nodes (`MatMul`, `Gemm`, ONNX Runtime's `FusedMatMul` and fused `Attention`: their inputs A
+//!   and B) and `Add` nodes are quantized; an `Add` only when its output feeds `ReduceMean` or `LayerNormalization`
+//!   (a residual Add), so bias Adds and biases (a Gemm's C, an Attention's bias) stay FP32. With `contrib_ops`
+//!   (the `cpu` preset), ORT's fused `Attention` / `EmbedLayerNormalization` become its integer `QAttention` /
+//!   `QEmbedLayerNormalization` (`contrib`), the one place qdq writes an op other than Q/DQ and their corrections.
 //! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs. The one exception is a
 //!   shifted Softmax pair (`softmax_range = shifted`): the `P·V` MatMul then writes a new tensor and an added `Add`
 //!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.
@@ -27,6 +30,8 @@
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
 
 mod apply;
+mod bias;
+mod contrib;
 mod coverage;
 mod dynamic;
 mod embedding;
@@ -42,6 +47,8 @@ mod shift;
 mod smooth;
 mod types;
 
+pub use bias::PlannedBias;
+pub use contrib::ContribRewrites;
 pub use coverage::{Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QdqCounts, coverage};
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::EmbeddingTable;

@@ -43,10 +43,11 @@ fn min_max(values: impl Iterator<Item = f32>) -> (f32, f32) {
     values.fold((0.0f32, 0.0f32), |(lo, hi), v| (lo.min(v), hi.max(v)))
 }
 
-/// Per-channel (axis 1 of a 2-D `[in, out]` weight) or per-tensor symmetric parameters.
+/// Per-channel (along `axis` of a 2-D weight: 1 for a MatMul's `[in, out]`, 0 for a transposed `[out, in]`) or,
+/// with `axis` `None` or a weight of another rank, per-tensor symmetric parameters.
 pub(crate) fn weight_params(
     w: &TensorProto,
-    per_channel: bool,
+    axis: Option<usize>,
     spec: QuantSpec,
 ) -> Result<(Vec<ScaleZp>, Option<usize>)> {
     let a = onnx_ir::tensor_to_array::<f32>(w)?;
@@ -56,29 +57,40 @@ pub(crate) fn weight_params(
             reason: format!("contains non-finite value {bad}"),
         });
     }
-    if per_channel && a.ndim() == 2 {
+    if let Some(axis) = axis.filter(|&x| a.ndim() == 2 && x < 2) {
         let params = a
-            .axis_iter(ndarray::Axis(1))
+            .axis_iter(ndarray::Axis(axis))
             .map(|col| {
                 let (lo, hi) = min_max(col.iter().copied());
                 scale_zp(w.name(), lo, hi, spec)
             })
             .collect();
-        Ok((params, Some(1)))
+        Ok((params, Some(axis)))
     } else {
         let (lo, hi) = min_max(a.iter().copied());
         Ok((vec![scale_zp(w.name(), lo, hi, spec)], None))
     }
 }
 
-/// A constant: a weight when a selected MatMul reads it (policy weight spec, per-channel if asked), otherwise
-/// quantized like an activation over its own min/max.
+/// The channel axis of constant `t` as the B of the selected MatMul-like nodes reading it: `Some(None)` when they
+/// disagree (per-tensor), `None` when none reads it as B.
+fn weight_axis(ix: &GraphIndex, sel: &Selection, t: &str) -> Option<Option<usize>> {
+    let mut axes = sel.receivers(t).iter().filter_map(|&i| {
+        let n = ix.node(i);
+        let rule = patterns::matmul_rule(n).filter(|_| n.input[1] == t)?;
+        Some(rule.weight_axis)
+    });
+    let first = axes.next()?;
+    Some(if axes.all(|a| a == first) { first } else { None })
+}
+
+/// A constant: a weight when a selected MatMul-like op reads it as B (policy weight spec, per-channel along the op's
+/// output-channel axis if asked), otherwise quantized like an activation over its own min/max.
 fn constant_params(ix: &GraphIndex, sel: &Selection, init: &TensorProto, policy: &Policy) -> Result<TensorParams> {
     let t = init.name();
-    let is_weight = sel.receivers(t).iter().any(|&i| ix.node(i).op_type() == "MatMul");
-    if is_weight {
+    if let Some(axis) = weight_axis(ix, sel, t) {
         let spec = policy.weight_spec();
-        let (params, axis) = weight_params(init, policy.per_channel, spec)?;
+        let (params, axis) = weight_params(init, axis.filter(|_| policy.per_channel), spec)?;
         return Ok(TensorParams { kind: TensorKind::Weight, qtype: spec.qtype, params, axis, shift: None });
     }
     let a = onnx_ir::tensor_to_array::<f32>(init)?;

@@ -34,20 +34,60 @@ pub(crate) fn read_only_as_matmul_a(ix: &GraphIndex, tensor: &str, readers: &[us
         })
 }
 
-/// A MatMul of an activation by a constant float weight `[rows, cols]`.
+/// Where a matrix-multiply op keeps its operands: every op here multiplies input 0 (A) by input 1 (B), and only
+/// those two get pairs (a Gemm's C, an Attention's bias and mask stay as they are). This table is the one place
+/// that knows the MatMul-like ops qdq quantizes (the `op_types` it accepts besides `Add`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatMulRule {
+    /// The axis of a constant 2-D B along which its output channels lie (per-channel scales); `None`: per-tensor.
+    pub weight_axis: Option<usize>,
+    /// The axis of a 2-D B contracted with A's last axis (0 for `[K, N]`, 1 for a transposed `[N, K]`): scaling A's
+    /// channel `j` down and B's slice `j` along this axis up leaves the product unchanged (what smoothing does).
+    /// `None` when A's last axis is not the contracted one (`transA`) or B is batched.
+    pub contract_axis: Option<usize>,
+}
+
+/// Op types [`matmul_rule`] knows.
+pub(crate) const MATMUL_OPS: [&str; 4] = ["MatMul", "Gemm", "FusedMatMul", "Attention"];
+
+/// The rule of node `n` if it is one of [`MATMUL_OPS`]: plain `MatMul`; `Gemm` (`transA` / `transB`); ONNX Runtime's
+/// `FusedMatMul` (also `transBatchA` / `transBatchB`); ONNX Runtime's fused `Attention`, whose input 1 is the packed
+/// `[hidden, 3·hidden]` QKV weight.
+pub(crate) fn matmul_rule(n: &NodeProto) -> Option<MatMulRule> {
+    let flag = |name: &str| get_attr_int(n, name).ok().flatten().unwrap_or(0) != 0;
+    let plain = MatMulRule { weight_axis: Some(1), contract_axis: Some(0) };
+    match n.op_type() {
+        "MatMul" | "Attention" => Some(plain),
+        "Gemm" | "FusedMatMul" => {
+            let batch = n.op_type() == "FusedMatMul" && (flag("transBatchA") || flag("transBatchB"));
+            if batch {
+                return Some(MatMulRule { weight_axis: None, contract_axis: None });
+            }
+            let (weight_axis, contract) = if flag("transB") { (0, 1) } else { (1, 0) };
+            Some(MatMulRule { weight_axis: Some(weight_axis), contract_axis: (!flag("transA")).then_some(contract) })
+        }
+        _ => None,
+    }
+}
+
+/// A MatMul-like op ([`matmul_rule`]) multiplying an activation's last axis by a constant 2-D float weight.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConstWeightMatMul<'g> {
     /// Input A, the activation.
     pub input: &'g str,
-    /// The weight's row count (the channels of `input` it contracts).
+    /// The weight's length along `contract_axis` (the channels of `input` it contracts).
     pub rows: usize,
 }
 
-/// Node `i` as a constant-weight MatMul that `m` selects: named, two inputs, A not a constant, B a 2-D float
-/// initializer with more than one row.
+/// Node `i` as a constant-weight MatMul-like op that `m` selects: named, A not a constant and contracted along its
+/// last axis, B a 2-D float initializer with more than one channel along its contracted axis.
 pub(crate) fn const_weight_matmul<'g>(ix: &GraphIndex<'g>, i: usize, m: &Matchers) -> Option<ConstWeightMatMul<'g>> {
     let n = ix.node(i);
-    if n.op_type() != "MatMul" || n.input.len() != 2 || n.name().is_empty() || !m.node_selected(n.name()) {
+    let contract_axis = matmul_rule(n)?.contract_axis?;
+    if n.input.len() < 2 || n.name().is_empty() || !m.node_selected(n.name()) {
+        return None;
+    }
+    if n.op_type() == "MatMul" && n.input.len() != 2 {
         return None;
     }
     let (x, w) = (&n.input[0], &n.input[1]);
@@ -55,15 +95,17 @@ pub(crate) fn const_weight_matmul<'g>(ix: &GraphIndex<'g>, i: usize, m: &Matcher
         return None;
     }
     let w = ix.initializer(w)?;
-    (w.data_type() == DataType::Float as i32 && w.dims.len() == 2 && w.dims[0] > 1)
-        .then_some(ConstWeightMatMul { input: x.as_str(), rows: w.dims[0] as usize })
+    let rows = *w.dims.get(contract_axis)?;
+    (w.data_type() == DataType::Float as i32 && w.dims.len() == 2 && rows > 1)
+        .then_some(ConstWeightMatMul { input: x.as_str(), rows: rows as usize })
 }
 
 /// How a LayerNorm applies its γ / β.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LayerNormForm {
-    /// A `LayerNormalization` node (opset 17): inputs 1 and 2.
-    Fused,
+    /// One node with γ / β as inputs `gamma_slot` / `gamma_slot + 1`: `LayerNormalization` (opset 17; 1 and 2),
+    /// ONNX Runtime's `SkipLayerNormalization` (2 and 3) and `EmbedLayerNormalization` (5 and 6).
+    Fused { gamma_slot: usize },
     /// `Add(Mul(norm, γ), β)` at the end of a decomposed LayerNorm (opset <= 16 exports).
     Decomposed {
         /// The `Mul` node applying γ.
@@ -84,25 +126,31 @@ pub(crate) struct LayerNormParams {
 /// per-channel parameters.
 pub(crate) fn layer_norm_params(ix: &GraphIndex, n: &NodeProto) -> Result<Option<LayerNormParams>> {
     match n.op_type() {
-        "LayerNormalization" => fused_layer_norm(ix, n),
+        "LayerNormalization" => fused_layer_norm(ix, n, 1),
+        "SkipLayerNormalization" => fused_layer_norm(ix, n, 2),
+        "EmbedLayerNormalization" => fused_layer_norm(ix, n, 5),
         "Add" if n.input.len() == 2 => Ok(decomposed_layer_norm(ix, n)),
         _ => Ok(None),
     }
 }
 
-fn fused_layer_norm(ix: &GraphIndex, n: &NodeProto) -> Result<Option<LayerNormParams>> {
+/// γ / β of a one-node LayerNorm. The ONNX Runtime forms normalise the last axis, and their other outputs (mask
+/// index, the un-normalised sum) do not go through γ / β; a `LayerNormalization`'s mean / inverse-std outputs would
+/// no longer match a rescaled γ, so one that exposes them is not a site.
+fn fused_layer_norm(ix: &GraphIndex, n: &NodeProto, gamma_slot: usize) -> Result<Option<LayerNormParams>> {
     // Only normalisation over the last axis has per-channel γ / β along the axis MatMul contracts.
-    let axis = get_attr_int(n, "axis")?.unwrap_or(-1);
-    let Some(gamma) = n.input.get(1).filter(|s| !s.is_empty()) else { return Ok(None) };
+    let onnx = n.op_type() == "LayerNormalization";
+    let axis = if onnx { get_attr_int(n, "axis")?.unwrap_or(-1) } else { -1 };
+    let Some(gamma) = n.input.get(gamma_slot).filter(|s| !s.is_empty()) else { return Ok(None) };
     let Some(c) = vector_init(ix, gamma) else { return Ok(None) };
-    let beta = n.input.get(2).filter(|s| !s.is_empty()).cloned();
-    if axis != -1 || n.output.len() > 1 && n.output[1..].iter().any(|o| !o.is_empty()) {
+    let beta = n.input.get(gamma_slot + 1).filter(|s| !s.is_empty()).cloned();
+    if axis != -1 || onnx && n.output.len() > 1 && n.output[1..].iter().any(|o| !o.is_empty()) {
         return Ok(None);
     }
     if beta.as_deref().is_some_and(|b| vector_init(ix, b) != Some(c)) {
         return Ok(None);
     }
-    Ok(Some(LayerNormParams { form: LayerNormForm::Fused, gamma: gamma.clone(), beta, channels: c }))
+    Ok(Some(LayerNormParams { form: LayerNormForm::Fused { gamma_slot }, gamma: gamma.clone(), beta, channels: c }))
 }
 
 /// `Add(Mul(norm, γ), β)` with γ, β constant vectors of the same length, the Mul read only by this Add and `norm`

@@ -52,6 +52,10 @@ pub struct Plan {
     pub embeddings: Vec<EmbeddingTable>,
     /// `Some((from, to))` if the default-domain opset will be raised.
     pub opset_bump: Option<(i64, i64)>,
+    /// Gemm biases stored as int32 (int8-initializer weights: ORT's CPU EP fuses `QGemm` only with them).
+    pub biases: Vec<crate::bias::PlannedBias>,
+    /// ONNX Runtime fused ops turned into their integer contrib forms (policy `contrib_ops`).
+    pub contrib: crate::contrib::ContribRewrites,
     /// Number of nodes of the model the plan was made for.
     #[serde(skip)]
     pub(crate) node_count: usize,
@@ -84,7 +88,16 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     let mut sel = select(&ix, policy)?;
     let skipped = std::mem::take(&mut sel.skipped);
     let embeddings = crate::embedding::plan_tables(&ix, policy)?;
-    let mut plan = Plan { tensors: vec![], skipped, embeddings, opset_bump: None, node_count: ix.graph().node.len() };
+    let node_count = ix.graph().node.len();
+    let mut plan = Plan {
+        tensors: vec![],
+        skipped,
+        embeddings,
+        opset_bump: None,
+        biases: vec![],
+        contrib: Default::default(),
+        node_count,
+    };
     for (t, first) in &sel.tensors {
         match tensor_params(&ix, &sel, t, ranges, policy)? {
             Some(p) => plan.tensors.push(planned_tensor(&ix, &sel, t, p, policy)),
@@ -95,6 +108,8 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
             None => plan.skipped.push(Skipped { tensor: t.clone(), reason: "no calibration range".into() }),
         }
     }
+    plan.biases = crate::bias::plan_biases(&ix, &plan.tensors, policy);
+    plan.contrib = crate::contrib::planned(&ix, &plan.tensors, policy);
     let opset = model.opset("").unwrap_or(1);
     // Per-channel DequantizeLinear (and the embeddings' axis -1) needs opset 13.
     if !(plan.tensors.is_empty() && plan.embeddings.is_empty()) && opset < MIN_QDQ_OPSET {
@@ -190,6 +205,17 @@ impl fmt::Display for Plan {
                 "embedding",
                 gathers.join(" ")
             )?;
+        }
+        for b in &self.biases {
+            let (scale, _, axis) = crate::coverage::param_columns(&b.scales, &[0], (b.scales.len() > 1).then_some(0));
+            writeln!(f, "{:<48} {:<10} int32 {scale:>12} {:>4} {axis:>5} {}[2]", b.bias, "bias", 0, b.gemm.node_name)?;
+        }
+        for (op, nodes) in
+            [("QAttention", &self.contrib.attention), ("QEmbedLayerNormalization", &self.contrib.embed_layer_norm)]
+        {
+            if !nodes.is_empty() {
+                writeln!(f, "as ONNX Runtime's {op}: {}", nodes.join(", "))?;
+            }
         }
         if !self.skipped.is_empty() {
             writeln!(f, "skipped:")?;

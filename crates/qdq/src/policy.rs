@@ -174,12 +174,13 @@ pub const OPTIONS: &[PolicyOption] = &[
     PolicyOption {
         key: "op_types",
         doc: "op types whose inputs get Q/DQ pairs",
-        values: "a comma-separated subset of MatMul,Add",
+        values: "a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add",
         get: |p| p.op_types.join(","),
         set: |p, v| {
             let ops = list(v);
-            if ops.is_empty() || ops.iter().any(|o| o != "MatMul" && o != "Add") {
-                return Err("a comma-separated subset of MatMul,Add".into());
+            let known = |o: &String| o == "Add" || crate::patterns::MATMUL_OPS.contains(&o.as_str());
+            if ops.is_empty() || !ops.iter().all(known) {
+                return Err("a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add".into());
             }
             p.op_types = ops;
             Ok(())
@@ -272,6 +273,16 @@ pub const OPTIONS: &[PolicyOption] = &[
         get: |p| p.embeddings.to_string(),
         set: |p, v| {
             p.embeddings = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "contrib_ops",
+        doc: "ONNX Runtime's fused Attention and EmbedLayerNormalization (written by its transformers optimizer) become its integer QAttention / QEmbedLayerNormalization (CPU EP only) instead of reading Q/DQ pairs that its CPU EP would dequantize on every run",
+        values: "true or false",
+        get: |p| p.contrib_ops.to_string(),
+        set: |p, v| {
+            p.contrib_ops = boolean(v)?;
             Ok(())
         },
     },
@@ -372,7 +383,8 @@ pub const KEYS: [&str; OPTIONS.len()] = {
 pub struct Policy {
     /// Preset this policy started from.
     pub preset: String,
-    /// Op types whose inputs get Q/DQ (only `MatMul` and `Add` are understood).
+    /// Op types whose inputs get Q/DQ: the MatMul-like ops (`MatMul`, `Gemm`, ONNX Runtime's `FusedMatMul` and
+    /// fused `Attention`; their A and B only) and `Add`.
     pub op_types: Vec<String>,
     /// Quantize a MatMul only when its B input is an initializer.
     pub matmul_const_b_only: bool,
@@ -393,6 +405,9 @@ pub struct Policy {
     pub weights: WeightStorage,
     /// Embedding table representation.
     pub embeddings: Embeddings,
+    /// ONNX Runtime's fused `Attention` / `EmbedLayerNormalization` as its integer `QAttention` /
+    /// `QEmbedLayerNormalization` (the latter with `embeddings = int8`), see `contrib` in the crate docs.
+    pub contrib_ops: bool,
     /// 7-bit weights (int8 [-64, 64]), as ORT's `reduce_range`: avoids u8s8 saturation in
     /// ORT's CPU integer kernels on x86 without VNNI. Activations keep the full range.
     pub reduce_range: bool,
@@ -429,7 +444,7 @@ impl Policy {
     pub fn preset(name: &str) -> Result<Policy> {
         let base = Policy {
             preset: name.to_string(),
-            op_types: vec!["MatMul".into(), "Add".into()],
+            op_types: ["MatMul", "Gemm", "FusedMatMul", "Attention", "Add"].map(String::from).to_vec(),
             matmul_const_b_only: false,
             residual_add: ResidualAdd::Quantize,
             dedicated_pairs: true,
@@ -439,6 +454,7 @@ impl Policy {
             per_channel: true,
             weights: WeightStorage::QdqPair,
             embeddings: Embeddings::Float,
+            contrib_ops: false,
             reduce_range: false,
             softmax_range: SoftmaxRange::Calibrated,
             smooth: None,
@@ -467,13 +483,14 @@ impl Policy {
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
             // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed.
             "cpu" => Ok(Policy {
-                op_types: vec!["MatMul".into()],
+                op_types: crate::patterns::MATMUL_OPS.map(String::from).to_vec(),
                 matmul_const_b_only: true,
                 residual_add: ResidualAdd::Skip,
                 dedicated_pairs: false,
                 activations: Activations::Uint8Asymmetric,
                 weights: WeightStorage::Int8Initializer,
                 embeddings: Embeddings::Int8,
+                contrib_ops: true,
                 reduce_range: true,
                 softmax_range: SoftmaxRange::Full,
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),

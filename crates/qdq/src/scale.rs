@@ -95,21 +95,25 @@ pub fn quantize_value(x: f32, p: ScaleZp, qmin: i32, qmax: i32) -> i32 {
     q.clamp(f64::from(qmin), f64::from(qmax)) as i32
 }
 
-/// `w` (float, at most 2-D) as an int8 initializer `name`, zero point 0: one scale per column (`scales.len()` =
-/// the last dimension) or one for all (`scales.len()` = 1). Weights, embedding tables and dynamic-mode weights.
-pub(crate) fn int8_columns(
+/// `w` (float) as an int8 initializer `name`, zero point 0: one scale per slice along `axis` (`scales.len()` = that
+/// dimension) or one for all (`scales.len()` = 1). Weights, embedding tables and dynamic-mode weights.
+pub(crate) fn int8_along(
     name: &str,
     w: &onnx_ir::proto::TensorProto,
     scales: &[f32],
+    axis: usize,
     (qmin, qmax): (i32, i32),
 ) -> crate::error::Result<onnx_ir::proto::TensorProto> {
     let a = onnx_ir::tensor_to_array::<f32>(w)?;
-    let cols = scales.len();
+    // Elements of one slice along `axis` are `stride` apart in row-major order.
+    let stride: usize = a.shape().iter().skip(axis + 1).product();
+    let n = scales.len();
     let values: Vec<i8> = a
         .iter()
         .enumerate()
         .map(|(k, &v)| {
-            let sz = ScaleZp { scale: scales[k % cols], zero_point: 0, degenerate: false };
+            let channel = if n == 1 { 0 } else { (k / stride.max(1)) % n };
+            let sz = ScaleZp { scale: scales[channel], zero_point: 0, degenerate: false };
             quantize_value(v, sz, qmin, qmax) as i8
         })
         .collect();

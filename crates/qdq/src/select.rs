@@ -29,9 +29,9 @@ impl Selection {
         self.receivers.get(tensor).map(Vec::as_slice).unwrap_or_default()
     }
 
-    /// Node `i` wants its inputs (and, with `outputs`, its output) quantized.
+    /// Node `i` wants its inputs 0 and 1 (and, with `outputs`, its output) quantized.
     fn mark(&mut self, n: &NodeProto, i: usize, outputs: bool) {
-        for inp in &n.input {
+        for inp in &n.input[..2] {
             let r = self.receivers.entry(inp.clone()).or_default();
             if r.is_empty() {
                 self.tensors.push((inp.clone(), i));
@@ -78,13 +78,19 @@ fn bad_node(n: &NodeProto, i: usize, reason: String) -> Error {
     Error::BadNode { node: node_label(n, i), op_type: n.op_type().to_string(), reason }
 }
 
-/// A selected node must be a well-formed binary op on defined tensors.
+/// A selected node must be well-formed on defined tensors: `MatMul` and `Add` take 2 inputs, the other MatMul-like
+/// ops at least their A and B ([`patterns::matmul_rule`]); each has one output (`Attention` may have more).
 fn check_selected(ix: &GraphIndex, n: &NodeProto, i: usize) -> Result<()> {
-    if n.input.len() != 2 || n.output.len() != 1 {
-        let found = format!("expected 2 inputs and 1 output, found {} and {}", n.input.len(), n.output.len());
+    let binary = matches!(n.op_type(), "MatMul" | "Add");
+    let inputs_ok = if binary { n.input.len() == 2 } else { n.input.len() >= 2 };
+    let outputs_ok = n.output.len() == 1 || n.op_type() == "Attention" && !n.output.is_empty();
+    if !inputs_ok || !outputs_ok || n.input[..2].iter().any(String::is_empty) {
+        let want = if binary { "2 inputs" } else { "inputs A and B" };
+        let found =
+            format!("expected {want} and 1 output, found {} inputs and {} outputs", n.input.len(), n.output.len());
         return Err(bad_node(n, i, found));
     }
-    match n.input.iter().find(|inp| !ix.is_defined(inp)) {
+    match n.input.iter().filter(|inp| !inp.is_empty()).find(|inp| !ix.is_defined(inp)) {
         Some(inp) => {
             Err(bad_node(n, i, format!("input '{inp}' is neither an initializer, a graph input nor a node output")))
         }
@@ -93,11 +99,11 @@ fn check_selected(ix: &GraphIndex, n: &NodeProto, i: usize) -> Result<()> {
 }
 
 /// Whether a selected node's inputs are quantized under `policy`: Adds only when residual (and the policy
-/// quantizes those), MatMuls with a variable B only unless `matmul_const_b_only`.
+/// quantizes those), MatMul-like ops with a variable B only unless `matmul_const_b_only`.
 fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
     match n.op_type() {
         "Add" => patterns::is_residual_add(ix, n) && policy.residual_add == ResidualAdd::Quantize,
-        "MatMul" => !policy.matmul_const_b_only || ix.is_initializer(&n.input[1]),
+        _ if patterns::matmul_rule(n).is_some() => !policy.matmul_const_b_only || ix.is_initializer(&n.input[1]),
         _ => true,
     }
 }

@@ -42,7 +42,8 @@ const S_MAX: f64 = 1e4;
 /// How a site's activation is divided by the factors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SmoothForm {
-    /// A `LayerNormalization` node (opset 17): its scale and bias (inputs 1 and 2) absorb the division.
+    /// One LayerNorm node (`LayerNormalization`, or ONNX Runtime's `SkipLayerNormalization` /
+    /// `EmbedLayerNormalization`): its scale and bias inputs absorb the division.
     LayerNorm,
     /// A decomposed LayerNorm ending in `Add(Mul(norm, γ), β)` (opset <= 16 exports): γ and β absorb it.
     DecomposedLayerNorm {
@@ -108,7 +109,7 @@ fn spread(v: &[f32]) -> f32 {
 /// with `smooth_targets = all`. Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
 /// are left alone.
 pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
-    if !policy.op_types.iter().any(|o| o == "MatMul") {
+    if !policy.op_types.iter().any(|o| patterns::MATMUL_OPS.contains(&o.as_str())) {
         return Ok(vec![]);
     }
     let m = policy.matchers()?;
@@ -166,7 +167,7 @@ fn site_of(ix: &GraphIndex, m: &Matchers, mm: ConstWeightMatMul, policy: &Policy
 impl From<LayerNormForm> for SmoothForm {
     fn from(f: LayerNormForm) -> SmoothForm {
         match f {
-            LayerNormForm::Fused => SmoothForm::LayerNorm,
+            LayerNormForm::Fused { .. } => SmoothForm::LayerNorm,
             LayerNormForm::Decomposed { mul } => SmoothForm::DecomposedLayerNorm { mul },
         }
     }
@@ -243,24 +244,37 @@ fn site_absmax<'a>(absmax: &'a BTreeMap<String, Vec<f32>>, site: &SmoothSite) ->
     Ok(xmax)
 }
 
-/// A weight's values and shape, by initializer name.
-type Weights = HashMap<String, (Vec<f32>, Vec<usize>)>;
+/// A weight's values, shape and contracted axis, by initializer name.
+type Weights = HashMap<String, (Vec<f32>, Vec<usize>, usize)>;
 
-/// `max |W_j|` over every MatMul of the site; each distinct weight is decoded once and kept for the rescale.
+/// The contracted axis of the weight of MatMul-like node `mm` (0 unless it reads B transposed).
+fn contract_axis(g: &GraphProto, mm: usize) -> usize {
+    patterns::matmul_rule(&g.node[mm]).and_then(|r| r.contract_axis).unwrap_or(0)
+}
+
+/// Index in a row-major `[rows, cols]` weight of element `k`'s contracted channel.
+fn channel_of(k: usize, cols: usize, axis: usize) -> usize {
+    if axis == 0 { k / cols.max(1) } else { k % cols.max(1) }
+}
+
+/// `max |W_j|` over every MatMul of the site (`j` along each weight's contracted axis); each distinct weight is
+/// decoded once and kept for the rescale.
 fn weight_row_max(g: &GraphProto, site: &SmoothSite) -> Result<(Vec<f32>, Weights)> {
     let mut wmax = vec![0f32; site.channels];
     let mut weights = Weights::new();
     for mm in &site.matmuls {
-        let wname = g.node[node_index(g, mm)?].input[1].clone();
+        let i = node_index(g, mm)?;
+        let wname = g.node[i].input[1].clone();
         if weights.contains_key(&wname) {
             continue;
         }
         let (w, shape) = read_f32(g, &wname)?;
-        for (j, row) in w.chunks_exact(shape[1].max(1)).enumerate() {
-            let m = row.iter().fold(0f32, |a, v| a.max(v.abs()));
-            wmax[j] = wmax[j].max(m);
+        let axis = contract_axis(g, i);
+        for (k, v) in w.iter().enumerate() {
+            let j = channel_of(k, shape[1], axis);
+            wmax[j] = wmax[j].max(v.abs());
         }
-        weights.insert(wname, (w, shape));
+        weights.insert(wname, (w, shape, axis));
     }
     Ok((wmax, weights))
 }
@@ -303,8 +317,11 @@ impl Rewrite<'_> {
         let g = &*self.g;
         let (gamma_at, beta_at) = match &site.form {
             SmoothForm::LayerNorm => {
+                // γ, β are adjacent inputs: 1, 2 of LayerNormalization; 2, 3 of SkipLayerNormalization; 5, 6 of
+                // EmbedLayerNormalization.
                 let i = node_index(g, &site.producer)?;
-                ((i, 1), (i, 2))
+                let gamma = g.node[i].input.iter().position(|x| Some(x) == site.gamma.as_ref()).unwrap_or(1);
+                ((i, gamma), (i, gamma + 1))
             }
             SmoothForm::DecomposedLayerNorm { mul } => {
                 let mi = node_index(g, mul)?;
@@ -324,7 +341,8 @@ impl Rewrite<'_> {
         Ok(())
     }
 
-    /// W[j, :] ← W[j, :] · s_j, one copy per distinct weight; every MatMul of the site reads `smoothed`.
+    /// W[j, :] ← W[j, :] · s_j (W[:, j] for a transposed weight), one copy per distinct weight; every MatMul of the
+    /// site reads `smoothed`.
     fn rescale_weights(
         &mut self,
         site: &SmoothSite,
@@ -338,10 +356,9 @@ impl Rewrite<'_> {
             let wname = self.g.node[i].input[1].clone();
             if let Some(new) = rewritten.get(&wname) {
                 self.g.rewire_input(i, 1, &new.clone())?;
-            } else if let Some((mut w, shape)) = weights.remove(&wname) {
-                let cols = shape[1].max(1);
-                for (row, s) in w.chunks_exact_mut(cols).zip(factors) {
-                    row.iter_mut().for_each(|v| *v *= s);
+            } else if let Some((mut w, shape, axis)) = weights.remove(&wname) {
+                for (k, v) in w.iter_mut().enumerate() {
+                    *v *= factors[channel_of(k, shape[1], axis)];
                 }
                 self.replace_input(i, 1, &wname, &shape, w)?;
                 rewritten.insert(wname.clone(), self.g.node[i].input[1].clone());

@@ -24,25 +24,8 @@ fn with_outlier(ln: Ln) -> Model {
     m
 }
 
-/// Per-channel max |x| (last axis) of each tensor, from running the model.
 fn channel_absmax(model: &Model, tensors: &[String]) -> BTreeMap<String, Vec<f32>> {
-    let mut m = model.clone();
-    for t in tensors {
-        m.graph_mut().add_output(t, onnx_ir::DataType::Float);
-    }
-    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
-    tensors
-        .iter()
-        .zip(run(&m, &names))
-        .map(|(t, a)| {
-            let c = *a.shape().last().unwrap();
-            let mut mx = vec![0f32; c];
-            for (i, v) in a.iter().enumerate() {
-                mx[i % c] = mx[i % c].max(v.abs());
-            }
-            (t.clone(), mx)
-        })
-        .collect()
+    channel_absmax_on(model, tensors, &feed())
 }
 
 fn logits(m: &Model) -> Vec<f32> {

@@ -31,6 +31,7 @@ pub fn tiny_bert(layer_norm: Ln) -> Model {
         type_vocab: 0,
         layer_norm,
         seed: 42,
+        ..Default::default()
     };
     onnx_ir::tiny_bert::build(&cfg)
 }
@@ -194,4 +195,30 @@ pub fn unsmoothed(preset: &str) -> qdq::Policy {
     let mut p = qdq::Policy::preset(preset).unwrap();
     p.set("smooth", "off").unwrap();
     p
+}
+
+/// Per-channel max |x| (last axis) of each tensor, from running the model on `feed` (what smoothing needs).
+pub fn channel_absmax_on(
+    model: &Model,
+    tensors: &[String],
+    feed: &[(&str, Array2<i64>)],
+) -> BTreeMap<String, Vec<f32>> {
+    let mut m = model.clone();
+    for t in tensors {
+        m.graph_mut().add_output(t, DataType::Float);
+    }
+    let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
+    let outs = run_feed(&m, feed, &names, runtime::OptLevel::default());
+    tensors
+        .iter()
+        .zip(outs)
+        .map(|(t, a)| {
+            let c = *a.shape().last().unwrap();
+            let mut mx = vec![0f32; c];
+            for (i, v) in a.iter().enumerate() {
+                mx[i % c] = mx[i % c].max(v.abs());
+            }
+            (t.clone(), mx)
+        })
+        .collect()
 }

@@ -1,0 +1,198 @@
+//! ONNX Runtime's integer kernels for its own fused transformer ops ([`Policy::contrib_ops`], the `cpu` preset).
+//!
+//! ORT's CPU EP turns `DequantizeLinear -> MatMul` into an integer kernel, but it has no such fusion for the
+//! `Attention` and `EmbedLayerNormalization` nodes its transformers optimizer writes: behind Q/DQ pairs they would
+//! dequantize the packed QKV weight (or the embedding tables) on every run and compute in float. So, after the pairs
+//! are in place:
+//! - an `Attention` whose input is a uint8 pair (QuantizeLinear -> DequantizeLinear, one scale) and whose weight is
+//!   an int8 initializer behind its DequantizeLinear becomes `QAttention` reading the quantized input, the int8
+//!   weight, their scales and zero points (per-column weight scales kept), the float bias and the mask: the
+//!   projection runs as an integer GEMM, the rest of attention in float, as in ORT's dynamic quantization;
+//! - an `EmbedLayerNormalization` whose tables are float initializers becomes `QEmbedLayerNormalization` over uint8
+//!   copies (one asymmetric scale per tensor, the form the kernel takes) of the three tables and γ / β.
+//!
+//! Both are com.microsoft ops only ORT's CPU EP runs; other policies keep the Q/DQ form.
+
+use std::collections::{HashMap, HashSet};
+
+use onnx_ir::proto::tensor_proto::DataType;
+use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
+use onnx_ir::{GraphExt, GraphIndex, NameSet, node};
+
+use crate::error::{Error, Result};
+use crate::plan::PlannedTensor;
+use crate::policy::{Embeddings, Policy};
+use crate::scale::{QuantSpec, QuantType, compute_scale_zp, quantize_value};
+
+const MS_DOMAIN: &str = "com.microsoft";
+
+/// What the rewrite did, by node name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ContribRewrites {
+    /// `Attention` nodes now `QAttention`.
+    pub attention: Vec<String>,
+    /// `EmbedLayerNormalization` nodes now `QEmbedLayerNormalization`.
+    pub embed_layer_norm: Vec<String>,
+}
+
+impl ContribRewrites {
+    /// True if nothing was rewritten.
+    pub fn is_empty(&self) -> bool {
+        self.attention.is_empty() && self.embed_layer_norm.is_empty()
+    }
+}
+
+/// The nodes [`rewrite`] will turn into their integer forms under `policy`, given the planned pairs: each selected
+/// `Attention` whose input is planned as a uint8 per-tensor activation and whose weight as an int8 initializer, and
+/// (with int8 embeddings) each `EmbedLayerNormalization`.
+pub(crate) fn planned(ix: &GraphIndex, tensors: &[PlannedTensor], policy: &Policy) -> ContribRewrites {
+    let mut done = ContribRewrites::default();
+    if !policy.contrib_ops {
+        return done;
+    }
+    let Ok(m) = policy.matchers() else { return done };
+    let planned = |t: &str| tensors.iter().find(|p| p.tensor == t);
+    for n in &ix.graph().node {
+        if n.domain() != MS_DOMAIN || !m.node_selected(n.name()) || n.name().is_empty() {
+            continue;
+        }
+        match n.op_type() {
+            "Attention" if n.input.len() >= 2 && n.input.iter().skip(5).all(String::is_empty) => {
+                let x = planned(&n.input[0])
+                    .is_some_and(|p| p.qtype == QuantType::UInt8 && p.axis.is_none() && p.shift.is_none());
+                let w = planned(&n.input[1]).is_some_and(|p| p.int8_initializer);
+                if x && w && policy.op_types.iter().any(|o| o == "Attention") {
+                    done.attention.push(n.name().to_owned());
+                }
+            }
+            "EmbedLayerNormalization" if policy.embeddings == Embeddings::Int8 => {
+                let slot = |k: usize| n.input.get(k).map_or("", String::as_str);
+                let tables = [2, 3, 4, 5, 6].iter().all(|&k| ix.elem_type(slot(k)) == Some(DataType::Float as i32));
+                let float = [2, 3, 4, 5, 6].iter().all(|&k| ix.is_initializer(slot(k)));
+                if tables && float && !slot(0).is_empty() && !slot(1).is_empty() && slot(8).is_empty() {
+                    done.embed_layer_norm.push(n.name().to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
+/// Rewrites the nodes `planned` names in `g` (pairs already inserted), as the module docs say.
+pub(crate) fn rewrite(g: &mut GraphProto, names: &mut NameSet, planned: &ContribRewrites) -> Result<()> {
+    if planned.is_empty() {
+        return Ok(());
+    }
+    let producers: HashMap<String, usize> =
+        g.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.clone(), i))).collect();
+    for i in 0..g.node.len() {
+        let n = &g.node[i];
+        let q = if planned.attention.iter().any(|a| a == n.name()) {
+            qattention(g, &producers, n).ok_or_else(|| Error::PlanMismatch {
+                reason: format!("Attention '{}' does not read a uint8 pair and an int8 weight", n.name()),
+            })?
+        } else if planned.embed_layer_norm.iter().any(|e| e == n.name()) {
+            let n = n.clone();
+            qembed_layer_norm(g, names, &n)?
+        } else {
+            continue;
+        };
+        g.node[i] = q;
+    }
+    prune_unread_dequantize(g);
+    Ok(())
+}
+
+/// `(quantized input, scale, zero point)` of the DequantizeLinear producing `t`, if it has one scale.
+fn dq_inputs<'g>(g: &'g GraphProto, producers: &HashMap<String, usize>, t: &str) -> Option<[&'g str; 3]> {
+    let dq = &g.node[*producers.get(t)?];
+    if dq.op_type() != "DequantizeLinear" || dq.input.len() != 3 {
+        return None;
+    }
+    Some([dq.input[0].as_str(), dq.input[1].as_str(), dq.input[2].as_str()])
+}
+
+fn elem(g: &GraphProto, name: &str) -> Option<i32> {
+    g.initializer(name).map(TensorProto::data_type)
+}
+
+/// The `QAttention` replacing `n`, if its input is a uint8 per-tensor pair and its weight an int8 initializer's DQ.
+fn qattention(g: &GraphProto, producers: &HashMap<String, usize>, n: &NodeProto) -> Option<NodeProto> {
+    // Inputs beyond `past` (relative position bias, ...) have no QAttention slot.
+    if n.input.len() < 2 || n.input.iter().skip(5).any(|s| !s.is_empty()) {
+        return None;
+    }
+    let [xq, xs, xzp] = dq_inputs(g, producers, &n.input[0])?;
+    let [wq, ws, wzp] = dq_inputs(g, producers, &n.input[1])?;
+    let x_quantized = producers.get(xq).is_some_and(|&p| g.node[p].op_type() == "QuantizeLinear");
+    let scalar = |s: &str| g.initializer(s).is_some_and(|t| t.dims.iter().product::<i64>() == 1);
+    if !x_quantized || !scalar(xs) || elem(g, xzp) != Some(DataType::Uint8 as i32) {
+        return None;
+    }
+    if elem(g, wq) != Some(DataType::Int8 as i32) || elem(g, wzp) != Some(DataType::Int8 as i32) {
+        return None;
+    }
+    let slot = |k: usize| n.input.get(k).map_or("", String::as_str);
+    let mut inputs = vec![xq, wq, slot(2), xs, ws, slot(3), xzp, wzp, slot(4)];
+    while inputs.last() == Some(&"") {
+        inputs.pop();
+    }
+    let mut q = node("QAttention", n.name(), &inputs, &n.output.iter().map(String::as_str).collect::<Vec<_>>());
+    q.domain = Some(MS_DOMAIN.into());
+    q.attribute = n.attribute.clone();
+    Some(q)
+}
+
+/// uint8 asymmetric over the tensor's own min / max, as the kernel takes it.
+const EMBED_SPEC: QuantSpec = QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false };
+
+/// The `QEmbedLayerNormalization` replacing `n` (a planned one: float tables and γ / β, no `position_ids`), its
+/// quantized tables and γ / β added to `g`.
+fn qembed_layer_norm(g: &mut GraphProto, names: &mut NameSet, n: &NodeProto) -> Result<NodeProto> {
+    let slot = |k: usize| n.input.get(k).map_or("", String::as_str);
+    let params = [2, 3, 4, 5, 6].map(|k| slot(k).to_owned());
+    let (mut quantized, mut scales, mut zps) = (vec![], vec![], vec![]);
+    for p in &params {
+        let [q, s, z] = uint8_copy(g, names, p)?;
+        quantized.push(q);
+        scales.push(s);
+        zps.push(z);
+    }
+    let mut inputs: Vec<&str> = vec![slot(0), slot(1)];
+    inputs.extend(quantized.iter().map(String::as_str));
+    inputs.push(slot(7));
+    inputs.extend(scales.iter().chain(&zps).map(String::as_str));
+    let outputs: Vec<&str> = n.output.iter().map(String::as_str).collect();
+    let mut q = node("QEmbedLayerNormalization", n.name(), &inputs, &outputs);
+    q.domain = Some(MS_DOMAIN.into());
+    q.attribute = n.attribute.iter().filter(|a| a.name() == "epsilon").cloned().collect();
+    Ok(q)
+}
+
+/// A uint8 copy of float initializer `name` with its scale and zero point (scalars), added to `g`.
+fn uint8_copy(g: &mut GraphProto, names: &mut NameSet, name: &str) -> Result<[String; 3]> {
+    let t = g.initializer(name).ok_or_else(|| Error::Missing { name: name.to_owned(), what: "initializer" })?;
+    let a = onnx_ir::tensor_to_array::<f32>(t)?;
+    if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
+        return Err(Error::BadWeight { tensor: name.to_owned(), reason: format!("contains non-finite value {bad}") });
+    }
+    let (lo, hi) = a.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let p = compute_scale_zp(lo, hi, EMBED_SPEC);
+    let values: Vec<u8> = a.iter().map(|&v| quantize_value(v, p, 0, 255) as u8).collect();
+    let [q, s, z] = ["quantized", "scale", "zero_point"].map(|k| names.fresh(&format!("{name}_{k}")));
+    let shape = a.shape().to_vec();
+    g.add_initializer(onnx_ir::tensor_from_vec::<u8>(&q, &shape, values)?);
+    g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&s, &[], vec![p.scale])?);
+    g.add_initializer(onnx_ir::tensor_from_vec::<u8>(&z, &[], vec![p.zero_point as u8])?);
+    Ok([q, s, z])
+}
+
+/// Drops the DequantizeLinear nodes the rewrite left without readers.
+fn prune_unread_dequantize(g: &mut GraphProto) {
+    let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
+    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    g.node.retain(|n| {
+        n.op_type() != "DequantizeLinear" || n.output.iter().any(|o| read.contains(o) || outputs.contains(o))
+    });
+}
