@@ -193,6 +193,7 @@ fn quantize_static(
     let quantization = QuantizationSummary {
         quantized_tensors: plan.tensors.len(),
         embedding_tables: plan.embeddings.len(),
+        integer_forms: plan.integer_forms(),
         smoothing: smoothing.as_ref().map(|s| s.describe()),
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         ..summary_base(cfg, &qmodel)
@@ -247,6 +248,7 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
         dequantize_nodes: counts.dequantize,
         embedding_tables: 0,
         float_matmul_like: float_work(qmodel),
+        integer_forms: vec![],
         smoothing: None,
         skipped: vec![],
     }

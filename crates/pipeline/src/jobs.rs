@@ -159,12 +159,14 @@ pub enum QuantizeReport {
     Planned(qdq::Plan),
     PlannedDynamic(qdq::DynamicPlan),
     /// `skipped`: each tensor the policy wanted but left in float, with the reason; `float_matmul_like`: the
-    /// MatMul-like nodes of the written model that still read float inputs.
+    /// MatMul-like nodes of the written model that still read float inputs; `integer_forms`: what was written
+    /// besides Q/DQ pairs ([`qdq::Plan::integer_forms`]).
     Written {
         output: PathBuf,
         tensors: usize,
         skipped: Vec<String>,
         float_matmul_like: Vec<String>,
+        integer_forms: Vec<String>,
     },
 }
 
@@ -184,15 +186,18 @@ impl Report for QuantizeReport {
                 "mode": "dynamic",
                 "plan": plan,
             }),
-            QuantizeReport::Written { output, tensors, skipped, float_matmul_like } => serde_json::json!({
-                "schema": "qdq.quantize/1",
-                "dry_run": false,
-                "output": output,
-                "quantized_tensors": tensors,
-                "skipped_tensors": skipped.len(),
-                "skipped": skipped,
-                "float_matmul_like": float_matmul_like,
-            }),
+            QuantizeReport::Written { output, tensors, skipped, float_matmul_like, integer_forms } => {
+                serde_json::json!({
+                    "schema": "qdq.quantize/1",
+                    "dry_run": false,
+                    "output": output,
+                    "quantized_tensors": tensors,
+                    "skipped_tensors": skipped.len(),
+                    "skipped": skipped,
+                    "float_matmul_like": float_matmul_like,
+                    "integer_forms": integer_forms,
+                })
+            }
         }
     }
 }
@@ -202,8 +207,11 @@ impl fmt::Display for QuantizeReport {
         match self {
             QuantizeReport::Planned(plan) => write!(f, "{plan}"),
             QuantizeReport::PlannedDynamic(plan) => write!(f, "{plan}"),
-            QuantizeReport::Written { output, tensors, skipped, float_matmul_like } => {
+            QuantizeReport::Written { output, tensors, skipped, float_matmul_like, integer_forms } => {
                 write!(f, "Wrote {} ({tensors} tensors quantized, {} skipped)", output.display(), skipped.len())?;
+                for line in integer_forms {
+                    write!(f, "\n  {line}")?;
+                }
                 for s in skipped {
                     write!(f, "\n  skipped {s}")?;
                 }
@@ -281,7 +289,14 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     model.save(output)?;
     let skipped = plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect();
     let float_matmul_like = qdq::coverage(&model).float_matmul_like.iter().map(ToString::to_string).collect();
-    Ok(QuantizeReport::Written { output: output.clone(), tensors: plan.tensors.len(), skipped, float_matmul_like })
+    let integer_forms = plan.integer_forms();
+    Ok(QuantizeReport::Written {
+        output: output.clone(),
+        tensors: plan.tensors.len(),
+        skipped,
+        float_matmul_like,
+        integer_forms,
+    })
 }
 
 /// `qdq quantize --mode dynamic`: no ranges ([`qdq::quantize_dynamic`]).
@@ -301,6 +316,7 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
         tensors: plan.matmuls.len(),
         skipped: vec![],
         float_matmul_like,
+        integer_forms: vec![],
     })
 }
 

@@ -101,6 +101,10 @@ pub struct QuantizationSummary {
     /// dequantized: `node (op; float: inputs)`.
     #[serde(default)]
     pub float_matmul_like: Vec<String>,
+    /// ONNX Runtime fused ops written as its integer contrib ops (`QAttention: Attention_0, ...`) and Gemm biases
+    /// stored as int32 (so its CPU EP fuses `QGemm`), one line each.
+    #[serde(default)]
+    pub integer_forms: Vec<String>,
     /// SmoothQuant-style migration applied before calibration (one line), if any.
     #[serde(default)]
     pub smoothing: Option<String>,
@@ -210,6 +214,9 @@ impl E2eResults {
         );
         if let Some(s) = &q.smoothing {
             let _ = writeln!(md, "- smoothing: {s}");
+        }
+        for line in &q.integer_forms {
+            let _ = writeln!(md, "- {line}");
         }
         if !q.float_matmul_like.is_empty() {
             let _ = writeln!(md, "- MatMul-like nodes left in float ({}):", q.float_matmul_like.len());

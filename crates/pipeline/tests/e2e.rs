@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
+use onnx_ir::tiny_bert::{GraphForm, LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, Invocation, IoNames,
     MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
@@ -351,6 +351,43 @@ fn the_policy_follows_the_ep_unless_given() {
     assert!(settings(Some("nope"), false).policy(&ep("cpu")).is_err());
 }
 
+/// Issue 16: the Gemm form and ONNX Runtime's fused form go through the whole job (smoothing, calibration,
+/// quantization, evaluation) with the `cpu` and `tensorrt` presets: nothing MatMul-like is left in float but what the
+/// `cpu` preset leaves by design, and the summary names the integer forms written.
+#[test]
+fn other_graph_forms_run_end_to_end() {
+    for form in [GraphForm::Gemm, GraphForm::OrtFused] {
+        for policy in ["cpu", "tensorrt"] {
+            let dir = tempfile::tempdir().unwrap();
+            let model_path = dir.path().join("tiny.onnx");
+            build(&TinyBertConfig { max_positions: 64, form, ..Default::default() }).save(&model_path).unwrap();
+            let out = dir.path().join("out");
+            let cfg = config(model_path, out.clone(), policy);
+            let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+            let q = &r.quantization;
+            assert!(q.smoothing.is_some() && q.quantized_tensors > 0, "{form:?} {policy}: {q:?}");
+            let (fp32, int8) = (r.fp32.unwrap(), r.int8.unwrap());
+            assert_eq!(int8.score.questions, fp32.score.questions);
+            let float_by_design = |n: &String| n.contains("/attention/self/MatMul");
+            match (form, policy) {
+                (GraphForm::Gemm, "cpu") => {
+                    assert!(q.float_matmul_like.iter().all(float_by_design), "{q:?}");
+                    assert!(q.integer_forms.iter().any(|l| l.contains("Gemm biases as int32")), "{q:?}");
+                }
+                (GraphForm::OrtFused, "cpu") => {
+                    assert!(q.float_matmul_like.is_empty(), "{q:?}");
+                    let lines = q.integer_forms.join("\n");
+                    assert!(lines.contains("QAttention: Attention_0, Attention_1"), "{lines}");
+                    assert!(lines.contains("QEmbedLayerNormalization: EmbedLayerNormalization_0"), "{lines}");
+                }
+                _ => assert!(q.float_matmul_like.is_empty() && q.integer_forms.is_empty(), "{form:?}: {q:?}"),
+            }
+            let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+            assert!(q.integer_forms.iter().all(|l| report.contains(l.as_str())), "{report}");
+        }
+    }
+}
+
 #[test]
 fn dynamic_mode_needs_no_calibration() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,8 +416,8 @@ fn dynamic_mode_needs_no_calibration() {
 #[test]
 fn io_roles_are_found_in_the_graph() {
     let path = Path::new("odd.onnx");
-    let renamed = |names: [(&str, &str); 5], shuffle: bool| {
-        let mut m = build(&TinyBertConfig::default());
+    let renamed_form = |names: [(&str, &str); 5], shuffle: bool, form: GraphForm| {
+        let mut m = build(&TinyBertConfig { form, ..Default::default() });
         let g = m.graph_mut();
         for (from, to) in names {
             for n in &mut g.node {
@@ -401,6 +438,7 @@ fn io_roles_are_found_in_the_graph() {
         }
         m
     };
+    let renamed = |names, shuffle| renamed_form(names, shuffle, GraphForm::Hf);
     let hf = [
         ("input_ids", "input_ids"),
         ("attention_mask", "attention_mask"),
@@ -442,6 +480,12 @@ fn io_roles_are_found_in_the_graph() {
         .unwrap();
         d.fit_model(&m, path).unwrap();
         assert_eq!(d.io().input_ids, want[0]);
+    }
+    // ONNX Runtime's fused form reads its inputs through int32 Casts into EmbedLayerNormalization.
+    for names in [odd, nvidia] {
+        let io = qdq_pipeline::detect_io(&renamed_form(names, true, GraphForm::OrtFused), path, &auto).unwrap();
+        let got = [&io.input_ids, &io.attention_mask, io.token_type_ids.as_ref().unwrap()];
+        assert_eq!(got.map(String::as_str).to_vec(), names[..3].iter().map(|(_, to)| *to).collect::<Vec<_>>());
     }
     // Named roles win over what the graph says (here: start and end swapped on purpose).
     let m = renamed(odd, false);

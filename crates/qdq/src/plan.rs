@@ -153,6 +153,23 @@ fn planned_tensor(ix: &GraphIndex, sel: &Selection, t: &str, p: TensorParams, po
 }
 
 impl Plan {
+    /// What the plan writes besides Q/DQ pairs and int8 tables, one line each: ONNX Runtime's integer contrib ops
+    /// (`as ONNX Runtime's QAttention: Attention_0, ...`) and int32 Gemm biases.
+    pub fn integer_forms(&self) -> Vec<String> {
+        let mut lines = vec![];
+        let contrib =
+            [("QAttention", &self.contrib.attention), ("QEmbedLayerNormalization", &self.contrib.embed_layer_norm)];
+        for (op, nodes) in contrib {
+            if !nodes.is_empty() {
+                lines.push(format!("as ONNX Runtime's {op}: {}", nodes.join(", ")));
+            }
+        }
+        if !self.biases.is_empty() {
+            lines.push(format!("Gemm biases as int32 (ONNX Runtime's CPU EP runs QGemm): {}", self.biases.len()));
+        }
+        lines
+    }
+
     /// Number of Q/DQ pairs (DQ nodes) this plan inserts.
     pub fn pair_count(&self) -> usize {
         self.tensors.iter().map(|t| t.pairs.len()).sum()
