@@ -2,7 +2,13 @@
 """CPU INT8 latency harness, driven by `cargo xtask bench --cpu-int8`.
 
     cpu_int8.py dynamic --model M --out Q.onnx
-        ONNX Runtime's one-liner: onnxruntime.quantization.quantize_dynamic(M, Q) with its defaults.
+        ONNX Runtime's one-liner: onnxruntime.quantization.quantize_dynamic(M, Q) with its defaults (plus the
+        default float tensor type its docs name for models with com.microsoft ops, whose outputs shape inference
+        cannot type).
+
+    cpu_int8.py optimize --model M --out O.onnx
+        ONNX Runtime's transformers optimizer on a BERT (model_type bert, heads and hidden size read from the graph,
+        CPU): EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu. Prints the fused-op counts.
 
     cpu_int8.py time --models NAME=PATH[,NAME=PATH...] --shapes 1x256,8x128,1x384 --rounds R --runs N
                      --threads T --out TIMES.json
@@ -11,7 +17,7 @@
         for each round runs every model N times in turn (A B C A B C ...), so that load on the machine hits all
         models alike. Writes, per shape and model, the per-round median latency in ms.
 
-Tested with onnxruntime==1.31.1, numpy.
+Tested with onnxruntime==1.31.1, numpy, sympy (the optimizer's shape inference).
 """
 
 import argparse
@@ -22,9 +28,21 @@ import numpy as np
 
 
 def dynamic(args):
+    import onnx
     from onnxruntime.quantization import quantize_dynamic
 
-    quantize_dynamic(args.model, args.out)
+    quantize_dynamic(args.model, args.out, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+def optimize(args):
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model = optimize_model(args.model, model_type="bert", num_heads=0, hidden_size=0, opt_level=0, use_gpu=False)
+    counts = {k: v for k, v in model.get_fused_operator_statistics().items() if v}
+    print(json.dumps(counts))
+    if not counts.get("Attention"):
+        raise SystemExit(f"the optimizer fused no Attention in {args.model}: {counts}")
+    model.save_model_to_file(args.out)
 
 
 def batch_for(session, batch, seq, rng):
@@ -83,6 +101,9 @@ def main():
     d = sub.add_parser("dynamic")
     d.add_argument("--model", required=True)
     d.add_argument("--out", required=True)
+    o = sub.add_parser("optimize")
+    o.add_argument("--model", required=True)
+    o.add_argument("--out", required=True)
     t = sub.add_parser("time")
     t.add_argument("--models", required=True)
     t.add_argument("--shapes", default="1x256,8x128,1x384")
@@ -92,7 +113,7 @@ def main():
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--out", required=True)
     args = p.parse_args()
-    {"dynamic": dynamic, "time": time_models}[args.cmd](args)
+    {"dynamic": dynamic, "optimize": optimize, "time": time_models}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -90,9 +90,19 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let paths = resolve_paths(&paths_from, &download)?;
     let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
-    let work = paths_from.out.join("cpu_int8");
+    let name = if args.ort_optimized { "cpu_int8_ort_optimized" } else { "cpu_int8" };
+    let work = paths_from.out.join(name);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let script = root().join("xtask/python/cpu_int8.py");
+    let mut paths = paths;
+    if args.ort_optimized {
+        let optimized = work.join("model_ort_optimized.onnx");
+        eprintln!("xtask: ONNX Runtime's transformers optimizer on {}", paths.model.display());
+        run_cmd(
+            Command::new(&py).arg(&script).args(["optimize", "--model"]).arg(&paths.model).arg("--out").arg(&optimized),
+        )?;
+        paths.model = optimized;
+    }
     let qdq_cmd = |sub: &str| {
         let mut c = Command::new(&qdq);
         c.arg(sub).env(LIBRARY_ENV, &lib);
@@ -123,11 +133,12 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
     run_cmd(
         Command::new(&py).arg(&script).args(["dynamic", "--model"]).arg(&paths.model).arg("--out").arg(&ort_dynamic),
     )?;
+    let form = if args.ort_optimized { ", ORT-optimized form" } else { "" };
     let models = [
-        ("fp32", "FP32", paths.model.clone()),
-        ("qdq", "qdq default for --ep cpu (static, `cpu` preset)", static_dir.join("model_qdq.onnx")),
-        ("qdq-dynamic", "qdq --mode dynamic", dynamic),
-        ("ort-dynamic", "ORT quantize_dynamic (defaults)", ort_dynamic),
+        ("fp32", format!("FP32{form}"), paths.model.clone()),
+        ("qdq", format!("qdq default for --ep cpu (static, `cpu` preset{form})"), static_dir.join("model_qdq.onnx")),
+        ("qdq-dynamic", format!("qdq --mode dynamic{form}"), dynamic),
+        ("ort-dynamic", format!("ORT quantize_dynamic (defaults{form})"), ort_dynamic),
     ];
 
     // Latency: every model in one harness, alternating.
@@ -167,7 +178,7 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
             crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")?;
         rows.push(ModelRow {
             name: (*name).to_owned(),
-            what: (*what).to_owned(),
+            what: what.clone(),
             path: path.clone(),
             bytes: std::fs::metadata(path)?.len(),
             em: doc.exact_match,
@@ -189,7 +200,7 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
         models: rows,
     };
     let report = CpuInt8Report { targets: targets(&report), ..report };
-    write_report(&report, &paths_from.out)
+    write_report(&report, &paths_from.out, name)
 }
 
 fn shape_rows(times: &Times) -> Vec<ShapeRow> {
@@ -302,13 +313,14 @@ fn render(r: &CpuInt8Report) -> String {
     md
 }
 
-fn write_report(r: &CpuInt8Report, out: &Path) -> Result<()> {
+/// Writes `<name>.json` and `<name>.md` into `out`.
+fn write_report(r: &CpuInt8Report, out: &Path, name: &str) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_atomic(&out.join("cpu_int8.json"), &serde_json::to_vec_pretty(r)?)?;
+    write_atomic(&out.join(format!("{name}.json")), &serde_json::to_vec_pretty(r)?)?;
     let md = render(r);
-    write_atomic(&out.join("cpu_int8.md"), md.as_bytes())?;
+    write_atomic(&out.join(format!("{name}.md")), md.as_bytes())?;
     print!("{md}");
-    eprintln!("xtask: written {}", out.join("cpu_int8.{json,md}").display());
+    eprintln!("xtask: written {}", out.join(format!("{name}.{{json,md}}")).display());
     Ok(())
 }
 

@@ -167,6 +167,11 @@ pub struct CpuInt8Args {
     /// Dev questions each model is scored on.
     #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
     pub f1_samples: usize,
+    /// Compare on the model as ONNX Runtime's transformers optimizer rewrites it (EmbedLayerNormalization, fused
+    /// Attention, SkipLayerNormalization, BiasGelu: Olive's CPU recipe), made by the bench venv's onnxruntime; every
+    /// model, FP32 included, is of that form. Writes out/bench/cpu_int8_ort_optimized.{json,md}.
+    #[arg(long)]
+    pub ort_optimized: bool,
 }
 
 /// The calibration methods `bench --vs-python` compares.

@@ -230,7 +230,11 @@ pub fn detect_io(model: &Model, model_path: &Path, names: &crate::IoNames) -> Re
         if by_graph.len() == 1 {
             return by_graph;
         }
+        // A name equal to the first hint (`input_ids`) wins over names that merely contain one (`token_type_ids`).
         let lower = |s: &str| s.to_ascii_lowercase();
+        if let Some(exact) = inputs.iter().copied().find(|i| hint.first().is_some_and(|h| lower(i) == *h)) {
+            return vec![exact];
+        }
         inputs.iter().copied().filter(|i| role(i).is_none() && hint.iter().any(|h| lower(i).contains(h))).collect()
     };
     let one = |given: &Option<String>, found: Vec<&str>, what: &str| -> Result<String> {
@@ -273,7 +277,8 @@ enum Role {
 }
 
 /// What the graph does with an input: the index of a Gather on an embedding table (the largest table: token ids; one
-/// of at most 16 rows: segment ids), or a slot of ORT's fused EmbedLayerNormalization (0 ids, 1 segment, 7 mask),
+/// of at most 16 rows: segment ids), or a slot of ORT's fused EmbedLayerNormalization or its quantized form (0 ids,
+/// 1 segment, 7 mask),
 /// looked for through value-preserving `Cast` / `Identity` nodes (ORT's optimizer casts the inputs to int32).
 fn input_role(model: &Model, input: &str) -> Option<Role> {
     tensor_role(model.graph(), input, 4)
@@ -288,9 +293,9 @@ fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Opt
                     return Some(role);
                 }
             }
-            ("EmbedLayerNormalization", 0) => return Some(Role::Ids),
-            ("EmbedLayerNormalization", 1) => return Some(Role::Segment),
-            ("EmbedLayerNormalization", 7) => return Some(Role::Mask),
+            ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 0) => return Some(Role::Ids),
+            ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 1) => return Some(Role::Segment),
+            ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 7) => return Some(Role::Mask),
             ("Gather", 1) => {
                 let rows = *g.initializer(n.input.first()?)?.dims.first()?;
                 return Some(if rows <= 16 { Role::Segment } else { Role::Ids });

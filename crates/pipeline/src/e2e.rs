@@ -210,6 +210,7 @@ fn quantize_dynamic(cfg: &E2eConfig, model: &Model, phases: &mut BTreeMap<String
     let quantization = QuantizationSummary {
         quantized_tensors: plan.matmuls.len(),
         embedding_tables: plan.embeddings.len(),
+        integer_forms: plan.contrib.lines(),
         ..summary_base(cfg, &qmodel)
     };
     Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![] })

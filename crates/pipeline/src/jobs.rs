@@ -316,7 +316,7 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
         tensors: plan.matmuls.len(),
         skipped: vec![],
         float_matmul_like,
-        integer_forms: vec![],
+        integer_forms: plan.contrib.lines(),
     })
 }
 

@@ -481,11 +481,17 @@ fn io_roles_are_found_in_the_graph() {
         d.fit_model(&m, path).unwrap();
         assert_eq!(d.io().input_ids, want[0]);
     }
-    // ONNX Runtime's fused form reads its inputs through int32 Casts into EmbedLayerNormalization.
-    for names in [odd, nvidia] {
-        let io = qdq_pipeline::detect_io(&renamed_form(names, true, GraphForm::OrtFused), path, &auto).unwrap();
-        let got = [&io.input_ids, &io.attention_mask, io.token_type_ids.as_ref().unwrap()];
-        assert_eq!(got.map(String::as_str).to_vec(), names[..3].iter().map(|(_, to)| *to).collect::<Vec<_>>());
+    // ONNX Runtime's fused form reads its inputs through int32 Casts into EmbedLayerNormalization, and its quantized
+    // form into QEmbedLayerNormalization.
+    for names in [hf, odd, nvidia] {
+        let fused = renamed_form(names, true, GraphForm::OrtFused);
+        let (quantized, _) = qdq::quantize_dynamic(&fused, &qdq::Policy::preset("cpu").unwrap()).unwrap();
+        assert!(quantized.graph().node.iter().any(|n| n.op_type() == "QEmbedLayerNormalization"));
+        for m in [fused, quantized] {
+            let io = qdq_pipeline::detect_io(&m, path, &auto).unwrap();
+            let got = [&io.input_ids, &io.attention_mask, io.token_type_ids.as_ref().unwrap()];
+            assert_eq!(got.map(String::as_str).to_vec(), names[..3].iter().map(|(_, to)| *to).collect::<Vec<_>>());
+        }
     }
     // Named roles win over what the graph says (here: start and end swapped on purpose).
     let m = renamed(odd, false);

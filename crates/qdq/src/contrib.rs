@@ -40,6 +40,15 @@ impl ContribRewrites {
     pub fn is_empty(&self) -> bool {
         self.attention.is_empty() && self.embed_layer_norm.is_empty()
     }
+
+    /// One line per op written (`as ONNX Runtime's QAttention: Attention_0, ...`).
+    pub fn lines(&self) -> Vec<String> {
+        [("QAttention", &self.attention), ("QEmbedLayerNormalization", &self.embed_layer_norm)]
+            .into_iter()
+            .filter(|(_, nodes)| !nodes.is_empty())
+            .map(|(op, nodes)| format!("as ONNX Runtime's {op}: {}", nodes.join(", ")))
+            .collect()
+    }
 }
 
 /// The nodes [`rewrite`] will turn into their integer forms under `policy`, given the planned pairs: each selected
@@ -134,14 +143,22 @@ fn qattention(g: &GraphProto, producers: &HashMap<String, usize>, n: &NodeProto)
         return None;
     }
     let slot = |k: usize| n.input.get(k).map_or("", String::as_str);
-    let mut inputs = vec![xq, wq, slot(2), xs, ws, slot(3), xzp, wzp, slot(4)];
+    let inputs = [xq, wq, slot(2), xs, ws, slot(3), xzp, wzp, slot(4)];
+    Some(qattention_node(n, &inputs, &n.output.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
+/// The `QAttention` node standing for `Attention` `n` (its name and attributes), with `inputs` in QAttention's order
+/// (input, weight, bias, input scale, weight scale, mask, input zero point, weight zero point, past; trailing empty
+/// ones dropped).
+pub(crate) fn qattention_node(n: &NodeProto, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let mut inputs = inputs.to_vec();
     while inputs.last() == Some(&"") {
         inputs.pop();
     }
-    let mut q = node("QAttention", n.name(), &inputs, &n.output.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut q = node("QAttention", n.name(), &inputs, outputs);
     q.domain = Some(MS_DOMAIN.into());
     q.attribute = n.attribute.clone();
-    Some(q)
+    q
 }
 
 /// uint8 asymmetric over the tensor's own min / max, as the kernel takes it.

@@ -9,7 +9,9 @@
 //!
 //! MatMuls of two activations (attention) stay in float, as in ONNX Runtime's `quantize_dynamic`; embedding tables
 //! follow the policy's `embeddings` option ([`crate::EmbeddingTable`]). Smoothing needs calibration and is not
-//! applied.
+//! applied. In ONNX Runtime's fused form (with `contrib_ops`, see `contrib`), an `Attention` becomes `QAttention`
+//! reading the same run-time quantized input and its packed weight as int8, and an `EmbedLayerNormalization` (with
+//! int8 embeddings) becomes `QEmbedLayerNormalization`, as ORT's `quantize_dynamic` does.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,6 +36,9 @@ pub struct DynamicPlan {
     pub inputs: Vec<String>,
     /// Embedding tables stored as int8.
     pub embeddings: Vec<EmbeddingTable>,
+    /// ONNX Runtime's fused ops now its integer contrib ops (`Attention` nodes now `QAttention` are also in
+    /// `matmuls`).
+    pub contrib: crate::contrib::ContribRewrites,
     /// `Some((from, to))` if the default-domain opset was raised.
     pub opset_bump: Option<(i64, i64)>,
 }
@@ -45,7 +50,7 @@ impl fmt::Display for DynamicPlan {
             "dynamic: {} MatMuls integer ({} inputs quantized at run time), {} int8 embedding tables",
             self.matmuls.len(),
             self.inputs.len(),
-            self.embeddings.len()
+            self.embeddings.len() + self.contrib.embed_layer_norm.len()
         )?;
         if let Some((from, to)) = self.opset_bump {
             writeln!(f, "opset: default domain raised from {from} to {to}")?;
@@ -55,6 +60,9 @@ impl fmt::Display for DynamicPlan {
         }
         for e in &self.embeddings {
             writeln!(f, "  {} (embedding, {} Gathers)", e.table, e.gathers.len())?;
+        }
+        for line in self.contrib.lines() {
+            writeln!(f, "{line}")?;
         }
         Ok(())
     }
@@ -80,8 +88,15 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let mut names = NameSet::from_graph(g);
     let mut inputs: Vec<(String, Quantized)> = vec![];
     let mut rewrites: HashMap<usize, Rewrite> = HashMap::new();
+    let mut attention_names = vec![];
     for i in 0..ix.graph().node.len() {
-        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| ix.node(i).op_type() == "MatMul") else { continue };
+        let op = ix.node(i).op_type();
+        let n = ix.node(i);
+        let attention = op == "Attention"
+            && policy.contrib_ops
+            && n.domain() == "com.microsoft"
+            && n.input.iter().skip(5).all(String::is_empty);
+        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| op == "MatMul" || attention) else { continue };
         if m.tensor_excluded(mm.input) || m.tensor_excluded(&ix.node(i).input[1]) {
             continue;
         }
@@ -91,7 +106,12 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
             inputs.push((x.clone(), q));
         }
         let q = &inputs.iter().find(|(t, _)| *t == x).expect("just added").1;
-        let nodes = rewrite_matmul(g, &mut names, ix.node(i), q, policy)?;
+        let nodes = if attention {
+            attention_names.push(n.name().to_owned());
+            vec![qattention(g, &mut names, ix.node(i), q, policy)?]
+        } else {
+            rewrite_matmul(g, &mut names, ix.node(i), q, policy)?
+        };
         rewrites.insert(i, Rewrite { input: x, nodes });
     }
     if rewrites.is_empty() {
@@ -100,6 +120,9 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let matmuls = rewrites.keys().map(|&i| ix.node(i).name().to_owned()).collect::<std::collections::BTreeSet<_>>();
     splice(g, &mut names, rewrites, &inputs)?;
     let embeddings = plan_tables(&GraphIndex::new(g), policy)?;
+    let mut contrib = crate::contrib::planned(&GraphIndex::new(g), &[], policy);
+    crate::contrib::rewrite(g, &mut names, &contrib)?;
+    contrib.attention = attention_names;
     let mut inserts = apply_tables(g, &mut names, &embeddings)?;
     inserts.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
     for (at, nodes) in inserts {
@@ -113,17 +136,12 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
         crate::apply::set_default_opset(&mut out, to);
     }
     let inputs = inputs.into_iter().map(|(t, _)| t).collect();
-    Ok((out, DynamicPlan { matmuls: matmuls.into_iter().collect(), inputs, embeddings, opset_bump }))
+    Ok((out, DynamicPlan { matmuls: matmuls.into_iter().collect(), inputs, embeddings, contrib, opset_bump }))
 }
 
-/// The int8 weight of MatMul `n` (added to `g`) and the four nodes computing its output from the quantized input.
-fn rewrite_matmul(
-    g: &mut GraphProto,
-    names: &mut NameSet,
-    n: &NodeProto,
-    [xq, xs, xzp]: &Quantized,
-    policy: &Policy,
-) -> Result<Vec<NodeProto>> {
+/// The int8 copy of node `n`'s weight (input 1) with its scales and zero points (per column or per tensor), added to
+/// `g`: their names.
+fn int8_weight(g: &mut GraphProto, names: &mut NameSet, n: &NodeProto, policy: &Policy) -> Result<[String; 3]> {
     let spec = QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: policy.reduce_range };
     let w =
         g.initializer(&n.input[1]).ok_or_else(|| Error::Missing { name: n.input[1].clone(), what: "initializer" })?;
@@ -135,6 +153,33 @@ fn rewrite_matmul(
     g.add_initializer(wq_tensor);
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&ws, &shape, scales.clone())?);
     g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&wzp, &shape, vec![0; scales.len()])?);
+    Ok([wq, ws, wzp])
+}
+
+/// `QAttention` in place of ONNX Runtime's fused `Attention` `n`, reading the run-time quantized input.
+fn qattention(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    n: &NodeProto,
+    [xq, xs, xzp]: &Quantized,
+    policy: &Policy,
+) -> Result<NodeProto> {
+    let [wq, ws, wzp] = int8_weight(g, names, n, policy)?;
+    let slot = |k: usize| n.input.get(k).map_or("", String::as_str);
+    let inputs = [xq.as_str(), &wq, slot(2), xs, &ws, slot(3), xzp, &wzp, slot(4)];
+    let outputs: Vec<&str> = n.output.iter().map(String::as_str).collect();
+    Ok(crate::contrib::qattention_node(n, &inputs, &outputs))
+}
+
+/// The int8 weight of MatMul `n` (added to `g`) and the four nodes computing its output from the quantized input.
+fn rewrite_matmul(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    n: &NodeProto,
+    [xq, xs, xzp]: &Quantized,
+    policy: &Policy,
+) -> Result<Vec<NodeProto>> {
+    let [wq, ws, wzp] = int8_weight(g, names, n, policy)?;
     let out = &n.output[0];
     let mut named = |s: &str| names.fresh(&format!("{}_{s}", n.name()));
     let (scale_mul, quant, cast, out_mul, scale) =

@@ -156,14 +156,7 @@ impl Plan {
     /// What the plan writes besides Q/DQ pairs and int8 tables, one line each: ONNX Runtime's integer contrib ops
     /// (`as ONNX Runtime's QAttention: Attention_0, ...`) and int32 Gemm biases.
     pub fn integer_forms(&self) -> Vec<String> {
-        let mut lines = vec![];
-        let contrib =
-            [("QAttention", &self.contrib.attention), ("QEmbedLayerNormalization", &self.contrib.embed_layer_norm)];
-        for (op, nodes) in contrib {
-            if !nodes.is_empty() {
-                lines.push(format!("as ONNX Runtime's {op}: {}", nodes.join(", ")));
-            }
-        }
+        let mut lines = self.contrib.lines();
         if !self.biases.is_empty() {
             lines.push(format!("Gemm biases as int32 (ONNX Runtime's CPU EP runs QGemm): {}", self.biases.len()));
         }
@@ -227,12 +220,8 @@ impl fmt::Display for Plan {
             let (scale, _, axis) = crate::coverage::param_columns(&b.scales, &[0], (b.scales.len() > 1).then_some(0));
             writeln!(f, "{:<48} {:<10} int32 {scale:>12} {:>4} {axis:>5} {}[2]", b.bias, "bias", 0, b.gemm.node_name)?;
         }
-        for (op, nodes) in
-            [("QAttention", &self.contrib.attention), ("QEmbedLayerNormalization", &self.contrib.embed_layer_norm)]
-        {
-            if !nodes.is_empty() {
-                writeln!(f, "as ONNX Runtime's {op}: {}", nodes.join(", "))?;
-            }
+        for line in self.contrib.lines() {
+            writeln!(f, "{line}")?;
         }
         if !self.skipped.is_empty() {
             writeln!(f, "skipped:")?;

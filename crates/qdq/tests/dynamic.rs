@@ -66,3 +66,39 @@ fn dynamic_mode_respects_exclusions_and_per_tensor() {
     let e = qdq::quantize_dynamic(&fp32, &policy).unwrap_err().to_string();
     assert!(e.contains("/no/such/node"), "{e}");
 }
+
+/// Issue 16: on ONNX Runtime's fused form, dynamic mode writes what ORT's `quantize_dynamic` writes there: each
+/// Attention as `QAttention` (its packed weight int8, its input quantized at run time), the EmbedLayerNormalization as
+/// `QEmbedLayerNormalization`, the other MatMuls integer; the model runs close to FP32.
+#[test]
+fn dynamic_mode_on_the_ort_fused_form() {
+    let cfg = onnx_ir::tiny_bert::TinyBertConfig {
+        layers: 2,
+        hidden: HIDDEN,
+        heads: 2,
+        intermediate: FFN,
+        vocab_size: VOCAB,
+        max_positions: SEQ,
+        form: onnx_ir::tiny_bert::GraphForm::OrtFused,
+        ..Default::default()
+    };
+    let fp32 = onnx_ir::tiny_bert::build(&cfg);
+    let (q, plan) = qdq::quantize_dynamic(&fp32, &qdq::Policy::preset("cpu").unwrap()).unwrap();
+    assert_eq!(plan.contrib.attention, ["Attention_0", "Attention_1"], "{plan}");
+    assert_eq!(plan.contrib.embed_layer_norm, ["EmbedLayerNormalization_0"], "{plan}");
+    // 2 x (attention output, FFN up, FFN down) + QA head, and the two Attentions.
+    assert_eq!(plan.matmuls.len(), 2 * 3 + 1 + 2, "{plan}");
+    let ops = optimized_ops(&q);
+    assert_eq!((ops.get("QAttention"), ops.get("QEmbedLayerNormalization")), (Some(&2), Some(&1)), "{ops:?}");
+    assert!(!ops.contains_key("MatMul") && !ops.contains_key("Attention"), "{ops:?}");
+    let feed = vec![
+        ("input_ids", input_ids()),
+        ("attention_mask", ndarray::Array2::<i64>::ones((1, SEQ))),
+        ("token_type_ids", ndarray::Array2::<i64>::zeros((1, SEQ))),
+    ];
+    let out = |m: &Model| run_feed(m, &feed, &["start_logits"], runtime::OptLevel::default()).remove(0);
+    let (ours, float) = (out(&q), out(&fp32));
+    let err = ours.iter().zip(&float).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let scale = float.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(err > 0.0 && err <= 0.1 * scale, "max error {err} vs max |logit| {scale}");
+}

@@ -34,7 +34,9 @@ use report::*;
 use types::*;
 
 /// Python packages of the benchmark venv (ORT's quantization tools need onnx and numpy).
-const PY_PACKAGES: [&str; 3] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6"];
+/// sympy: ONNX Runtime's transformers optimizer needs it (its symbolic shape inference), for `--cpu-int8
+/// --ort-optimized`.
+const PY_PACKAGES: [&str; 4] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6", "sympy==1.14.0"];
 const VENV: &str = ".venv-bench";
 /// Values of the micro-benchmark arrays (standard normal float32).
 const MICRO_SIZES: [(usize, &str); 2] = [(1 << 20, "normal_1m"), (16 << 20, "normal_16m")];
