@@ -38,6 +38,20 @@ pub enum GraphForm {
     OrtFused,
 }
 
+/// What the encoder's output feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Head {
+    /// Question answering: `start_logits` and `end_logits` `[batch, sequence]` (BertForQuestionAnswering).
+    #[default]
+    Qa,
+    /// Sequence classification (BertForSequenceClassification): the `[CLS]` row through the pooler (`Gemm`, `Tanh`)
+    /// and a `Gemm` classifier, one output `logits` `[batch, labels]`.
+    Classifier {
+        /// Number of classes.
+        labels: usize,
+    },
+}
+
 /// Shape and seed of the tiny model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TinyBertConfig {
@@ -60,6 +74,8 @@ pub struct TinyBertConfig {
     pub layer_norm: LayerNormKind,
     /// Graph form.
     pub form: GraphForm,
+    /// Head on the encoder.
+    pub head: Head,
     /// Weight seed.
     pub seed: u64,
 }
@@ -76,6 +92,7 @@ impl Default for TinyBertConfig {
             type_vocab: 2,
             layer_norm: LayerNormKind::Decomposed,
             form: GraphForm::Hf,
+            head: Head::Qa,
             seed: 0,
         }
     }
@@ -240,18 +257,9 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         GraphForm::Hf | GraphForm::Gemm => hf_encoder(&mut b, cfg, hidden, heads, inter),
     };
 
-    // QA head: [batch, sequence, 2] -> two [batch, sequence] logits.
-    let logits = b.dense(&x, "/qa_outputs", "qa_outputs", hidden, 2);
-    let split = b.ints("/Constant_split", &[1, 1]);
-    let last = b.ints("/Constant_last_axis", &[-1]);
-    b.g.push_node(
-        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"])
-            .with_attr(attr_int("axis", -1)),
-    );
-    b.g.push_node(node("Squeeze", "/Squeeze", &["/Split_output_0", &last], &["start_logits"]));
-    b.g.push_node(node("Squeeze", "/Squeeze_1", &["/Split_output_1", &last], &["end_logits"]));
-    for name in ["start_logits", "end_logits"] {
-        b.g.output.push(value_info(name, DataType::Float, Some(&bs)));
+    match cfg.head {
+        Head::Qa => qa_head(&mut b, &x, hidden, &bs),
+        Head::Classifier { labels } => classifier_head(&mut b, &x, hidden, labels.max(1)),
     }
 
     let opset = match cfg.layer_norm {
@@ -406,4 +414,37 @@ fn fused_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: us
         x = skip_ln(b, &f, &x, &format!("SkipLayerNorm_AddBias_{}", 2 * l + 1), &format!("{w}.output"), &b2);
     }
     x
+}
+
+/// QA head: `[batch, sequence, 2]` -> two `[batch, sequence]` logits.
+fn qa_head(b: &mut Builder, x: &str, hidden: usize, bs: &[std::result::Result<i64, &str>]) {
+    let logits = b.dense(x, "/qa_outputs", "qa_outputs", hidden, 2);
+    let split = b.ints("/Constant_split", &[1, 1]);
+    let last = b.ints("/Constant_last_axis", &[-1]);
+    b.g.push_node(
+        node("Split", "/Split", &[&logits, &split], &["/Split_output_0", "/Split_output_1"])
+            .with_attr(attr_int("axis", -1)),
+    );
+    b.g.push_node(node("Squeeze", "/Squeeze", &["/Split_output_0", &last], &["start_logits"]));
+    b.g.push_node(node("Squeeze", "/Squeeze_1", &["/Split_output_1", &last], &["end_logits"]));
+    for name in ["start_logits", "end_logits"] {
+        b.g.output.push(value_info(name, DataType::Float, Some(bs)));
+    }
+}
+
+/// Classifier head: `[CLS]` row -> pooler `Gemm` + `Tanh` -> classifier `Gemm` -> `logits` `[batch, labels]`.
+fn classifier_head(b: &mut Builder, x: &str, hidden: usize, labels: usize) {
+    let zero = b.init("/bert/pooler/Constant_cls", &[], vec![0i64]);
+    let cls = b.op_with("Gather", "/bert/pooler/Gather", &[x, &zero], vec![attr_int("axis", 1)]);
+    let gemm = |b: &mut Builder, x: &str, name: &str, param: &str, n: usize| {
+        let w = b.weight(&format!("{param}.weight"), &[n, hidden], 0.0, 0.2);
+        let bias = b.weight(&format!("{param}.bias"), &[n], 0.0, 0.02);
+        b.op_with("Gemm", name, &[x, &w, &bias], vec![attr_int("transB", 1)])
+    };
+    let pooled = gemm(b, &cls, "/bert/pooler/dense/Gemm", "bert.pooler.dense", hidden);
+    let act = b.op("Tanh", "/bert/pooler/activation/Tanh", &[&pooled]);
+    let logits = gemm(b, &act, "/classifier/Gemm", "classifier", labels);
+    b.g.push_node(node("Identity", "/classifier/Identity", &[&logits], &["logits"]));
+    let shape = [Err("batch"), Ok(labels as i64)];
+    b.g.output.push(value_info("logits", DataType::Float, Some(&shape)));
 }

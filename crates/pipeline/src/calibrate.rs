@@ -8,7 +8,7 @@ use calib::{CalibState, CollectOptions, Method, RangeTable};
 use onnx_ir::{DataType, GraphExt as _, Model};
 use runtime::{Session, SessionConfig};
 
-use crate::data::Corpus;
+use crate::inputs::Feeds;
 use crate::{Error, Progress, Result};
 
 /// How to calibrate.
@@ -33,7 +33,9 @@ pub struct Calibration {
     /// Ranges per method, in the order of [`CalibrateOptions::methods`].
     pub tables: Vec<RangeTable>,
     pub tensors: Vec<String>,
+    /// Units of data seen (SQuAD questions, or inputs of another task), and what they are.
     pub questions: usize,
+    pub unit: &'static str,
     pub features: usize,
     pub seconds: f64,
 }
@@ -42,7 +44,7 @@ pub struct Calibration {
 pub fn calibrate(
     model: &Model,
     tensors: &[String],
-    data: &Corpus,
+    data: &dyn Feeds,
     opts: &CalibrateOptions,
     progress: &dyn Progress,
 ) -> Result<Calibration> {
@@ -63,7 +65,8 @@ pub fn calibrate(
         state,
         tables,
         tensors: tensors.to_vec(),
-        questions: data.questions(),
+        questions: data.units().0 as usize,
+        unit: data.units().1,
         features,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -121,7 +124,7 @@ impl Smoothing {
 pub fn smooth_model(
     model: &Model,
     policy: &qdq::Policy,
-    data: &Corpus,
+    data: &dyn Feeds,
     opts: &CalibrateOptions,
     progress: &dyn Progress,
 ) -> Result<Option<(Model, Smoothing)>> {
@@ -158,7 +161,7 @@ pub fn smooth_model(
 pub fn collect_stats(
     model: &Model,
     tensors: &[String],
-    data: &Corpus,
+    data: &dyn Feeds,
     batch_size: usize,
     session: &SessionConfig,
     collect: CollectOptions,
@@ -172,20 +175,17 @@ pub fn collect_stats(
     }
 
     let mut state = CalibState::try_new(collect)?;
-    let io = data.io();
-    progress.start(label, Some(data.questions() as u64), "questions");
-    let mut features = 0usize;
-    for batch in data.batches(batch_size)? {
-        let batch = batch?;
-        let inputs = batch.inputs(io);
-        session.run_with(&inputs, &names, |outs| -> Result<()> {
+    let (units, unit) = data.units();
+    progress.start(label, Some(units), unit);
+    let features = data.each_batch(batch_size, &mut |inputs, done| {
+        session.run_with(inputs, &names, |outs| -> Result<()> {
             let views: Vec<(&str, &[f32], &[usize])> =
                 outs.iter().map(|o| (o.name, o.data, o.shape.as_slice())).collect();
             Ok(state.observe_batch(&views)?)
         })?;
-        features += batch.len();
-        progress.advance(questions_done(&batch));
-    }
+        progress.advance(done);
+        Ok(())
+    })?;
     progress.finish();
     if features == 0 {
         return Err(Error::Config("calibration data produced no features".into()));

@@ -171,6 +171,7 @@ impl Corpus {
                     segment: Some(self.cfg.io.token_type_ids.clone().unwrap_or_default()),
                     start: Some(self.cfg.io.start_logits.clone()),
                     end: Some(self.cfg.io.end_logits.clone()),
+                    logits: None,
                 });
             }
         }
@@ -216,11 +217,37 @@ fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
 
 /// The model's input and output roles (module docs of [`crate::IoNames::Auto`]); named roles of `Explicit` win.
 pub fn detect_io(model: &Model, model_path: &Path, names: &crate::IoNames) -> Result<ModelIo> {
-    let none = crate::ExplicitIo::default();
-    let given = match names {
+    let inputs = detect_inputs(model, model_path, names)?;
+    let bad = |reason: String| Error::Input { path: model_path.to_path_buf(), reason };
+    let (start, end) = output_roles(model.graph(), explicit(names)).map_err(bad)?;
+    Ok(ModelIo {
+        input_ids: inputs.ids,
+        attention_mask: inputs.mask,
+        token_type_ids: inputs.segment,
+        start_logits: start,
+        end_logits: end,
+    })
+}
+
+fn explicit(names: &crate::IoNames) -> &crate::ExplicitIo {
+    static NONE: std::sync::OnceLock<crate::ExplicitIo> = std::sync::OnceLock::new();
+    match names {
         crate::IoNames::Explicit(e) => e,
-        _ => &none,
-    };
+        _ => NONE.get_or_init(Default::default),
+    }
+}
+
+/// A BERT's input roles: token ids, attention mask and (if it takes them) segment ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputRoles {
+    pub ids: String,
+    pub mask: String,
+    pub segment: Option<String>,
+}
+
+/// The model's input roles only (any model, SQuAD or not), as [`detect_io`] finds them.
+pub fn detect_inputs(model: &Model, model_path: &Path, names: &crate::IoNames) -> Result<InputRoles> {
+    let given = explicit(names);
     let g = model.graph();
     let bad = |reason: String| Error::Input { path: model_path.to_path_buf(), reason };
     let inputs: Vec<&str> = g.input.iter().map(|v| v.name()).filter(|n| !g.is_initializer(n)).collect();
@@ -265,8 +292,13 @@ pub fn detect_io(model: &Model, model_path: &Path, names: &crate::IoNames) -> Re
     let mask_found =
         if rest.len() == 1 { rest.clone() } else { rest.iter().copied().filter(|i| i.contains("mask")).collect() };
     let mask = one(&given.mask, mask_found, "attention mask")?;
-    let (start, end) = output_roles(g, given).map_err(bad)?;
-    Ok(ModelIo { input_ids: ids, attention_mask: mask, token_type_ids: segment, start_logits: start, end_logits: end })
+    Ok(InputRoles { ids, mask, segment })
+}
+
+/// True if the model has start / end logits as [`detect_io`] finds them (a SQuAD model) and no `logits` role was
+/// named.
+pub fn is_squad_model(model: &Model, names: &crate::IoNames) -> bool {
+    explicit(names).logits.is_none() && output_roles(model.graph(), explicit(names)).is_ok()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,7 +358,7 @@ fn output_roles(
         (s, e, Some((fs, fe))) => Ok((s.clone().unwrap_or(fs), e.clone().unwrap_or(fe))),
         _ => Err(format!(
             "cannot tell the start and end logits among the outputs [{}]; name them with --io-names start=...,end=... \
-             (a model with one [batch, seq, 2] output or class logits is not a SQuAD model qdq evaluates yet)",
+             (a model with class logits is evaluated against FP32 on .npz / text / JSONL inputs instead)",
             outputs.join(", ")
         )),
     }

@@ -9,8 +9,10 @@ use runtime::SessionConfig;
 use serde_json::{Value, json};
 
 use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
+use crate::classify::{Side, evaluate_classifier};
 use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::inputs::{Feeds, InputSet, TextInputs, load_feeds};
 use crate::provenance::{Invocation, Machine, Provenance};
 use crate::report::{CalibrationSummary, ComparedMethod, E2eResults, ModelResult, QuantizationSummary};
 use crate::settings::{Mode, PolicyChoice};
@@ -52,28 +54,26 @@ fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
     }
 }
 
-/// Runs the whole job. `int8_session` is the INT8 leg's session settings.
+/// What the model is evaluated on: SQuAD questions (start / end logits), or inputs of another task (class logits).
+enum EvalData {
+    Squad(Box<Corpus>),
+    Classify(InputSet, String),
+}
+
+/// Runs the whole job. `int8_session` is the INT8 leg's session settings. A model without start / end logits (a
+/// classifier) is calibrated and evaluated on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]) and compared with
+/// FP32 ([`crate::classify`]).
 pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
     std::fs::create_dir_all(&cfg.out).map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
     let started = Instant::now();
     let mut phases = BTreeMap::new();
     let model = Model::load(&cfg.model)?;
-    let tokenizer = cfg.data.tokenizer()?;
-    let eval_data = if cfg.no_eval {
-        None
-    } else {
-        let mut d = Corpus::load(&cfg.dataset, &cfg.data, &tokenizer, cfg.samples)?;
-        d.fit_model(&model, &cfg.model)?;
-        Some(d)
-    };
+    let squad = crate::data::is_squad_model(&model, &cfg.data.io_names);
+    let (eval_data, cal_data) = if squad { squad_data(cfg, &model)? } else { task_data(cfg, &model)? };
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
-    let Quantized { model: qmodel, calibration, quantization, compared } = match cfg.mode {
-        Mode::Static => {
-            let mut cal_data = Corpus::load(&cfg.calibration_data, &cfg.data, &tokenizer, cfg.cal_num)?;
-            cal_data.fit_model(&model, &cfg.model)?;
-            quantize_static(cfg, &model, &cal_data, progress, &mut phases)?
-        }
-        Mode::Dynamic => quantize_dynamic(cfg, &model, &mut phases)?,
+    let Quantized { model: qmodel, calibration, quantization, compared } = match (cfg.mode, &cal_data) {
+        (Mode::Static, Some(cal)) => quantize_static(cfg, &model, cal.as_ref(), progress, &mut phases)?,
+        _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
     let qpath = cfg.out.join("model_qdq.onnx");
     qmodel.save(&qpath)?;
@@ -83,10 +83,12 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let mut results = E2eResults {
         qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
         dataset: cfg.dataset.display().to_string(),
+        task: if squad { "squad" } else { "classification" }.to_owned(),
         calibration,
         quantization,
         fp32: None,
         int8: None,
+        classification: None,
         compared_methods: compared
             .iter()
             .map(|(method, path)| ComparedMethod {
@@ -99,33 +101,21 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     };
 
     // 3. evaluate
-    if let Some(data) = &eval_data {
-        let fbytes = model.to_bytes()?;
-        drop(model);
-        let t = Instant::now();
-        let fp32 = evaluate(&fbytes, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
-        phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
-        write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
-        results.fp32 = Some(model_result(&fp32, &cfg.model, file_len(&cfg.model)));
-        drop(fbytes);
-        let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
-        let t = Instant::now();
-        let int8 = evaluate(&qbytes, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
-        phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
-        write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
-        results.int8 = Some(model_result(&int8, &qpath, file_len(&qpath)));
-        // --compare-methods: each other method's model, evaluated the same way.
-        let t = Instant::now();
-        for (c, (method, path)) in results.compared_methods.iter_mut().zip(&compared) {
-            let bytes = std::fs::read(path).map_err(|e| Error::Input { path: path.clone(), reason: e.to_string() })?;
-            let label = format!("INT8 {method}");
-            let r = evaluate(&bytes, &path.display().to_string(), data, &int8_opts, &label, progress)?;
-            write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
-            c.int8 = Some(model_result(&r, path, file_len(path)));
+    match &eval_data {
+        Some(EvalData::Squad(data)) => {
+            let q = (&qbytes[..], qpath.as_path());
+            evaluate_squad(cfg, model, q, data, int8_session, &compared, &mut results, progress, &mut phases)?;
         }
-        if !compared.is_empty() {
-            phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
+        Some(EvalData::Classify(set, output)) => {
+            let fbytes = model.to_bytes()?;
+            drop(model);
+            let t = Instant::now();
+            let fp32 = Side { bytes: &fbytes, path: &cfg.model, session: &cfg.eval.session };
+            let int8 = Side { bytes: &qbytes, path: &qpath, session: int8_session };
+            results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
+            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
         }
+        None => {}
     }
     phases.insert("total".to_owned(), started.elapsed().as_secs_f64());
     results.provenance = Provenance {
@@ -145,12 +135,92 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     Ok(results)
 }
 
+/// The SQuAD evaluation set (unless `--no-eval`) and calibration questions (static mode), checked against the model.
+/// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
+type Prepared = (Option<EvalData>, Option<Box<dyn Feeds>>);
+
+fn squad_data(cfg: &E2eConfig, model: &Model) -> Result<Prepared> {
+    let tokenizer = cfg.data.tokenizer()?;
+    let eval_data = if cfg.no_eval {
+        None
+    } else {
+        let mut d = Corpus::load(&cfg.dataset, &cfg.data, &tokenizer, cfg.samples)?;
+        d.fit_model(model, &cfg.model)?;
+        Some(EvalData::Squad(Box::new(d)))
+    };
+    let cal = match cfg.mode {
+        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data)?),
+        Mode::Dynamic => None,
+    };
+    Ok((eval_data, cal))
+}
+
+/// A model without start / end logits: evaluation and calibration inputs from `.npz` / `.npy` / text / JSONL files
+/// (text through the model's tokenizer and input roles).
+fn task_data(cfg: &E2eConfig, model: &Model) -> Result<Prepared> {
+    let output = crate::classify::logits_output(model, &cfg.data.io_names, &cfg.model)?;
+    let text = TextInputs::for_model(model, &cfg.model, &cfg.data);
+    tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
+    let eval_data = if cfg.no_eval {
+        None
+    } else {
+        Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, 0, cfg.samples)?, output))
+    };
+    let cal = match cfg.mode {
+        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data)?),
+        Mode::Dynamic => None,
+    };
+    Ok((eval_data, cal))
+}
+
+/// FP32 and INT8 (and `--compare-methods`' models) on SQuAD: predictions files and `results.fp32` / `int8`.
+#[allow(clippy::too_many_arguments)]
+fn evaluate_squad(
+    cfg: &E2eConfig,
+    model: Model,
+    (qbytes, qpath): (&[u8], &Path),
+    data: &Corpus,
+    int8_session: &SessionConfig,
+    compared: &[(String, PathBuf)],
+    results: &mut E2eResults,
+    progress: &dyn Progress,
+    phases: &mut BTreeMap<String, f64>,
+) -> Result<()> {
+    let fbytes = model.to_bytes()?;
+    drop(model);
+    let t = Instant::now();
+    let fp32 = evaluate(&fbytes, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
+    phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
+    write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
+    results.fp32 = Some(model_result(&fp32, &cfg.model, file_len(&cfg.model)));
+    drop(fbytes);
+    let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
+    let t = Instant::now();
+    let int8 = evaluate(qbytes, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
+    phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
+    write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
+    results.int8 = Some(model_result(&int8, qpath, file_len(qpath)));
+    // --compare-methods: each other method's model, evaluated the same way.
+    let t = Instant::now();
+    for (c, (method, path)) in results.compared_methods.iter_mut().zip(compared) {
+        let bytes = std::fs::read(path).map_err(|e| Error::Input { path: path.clone(), reason: e.to_string() })?;
+        let label = format!("INT8 {method}");
+        let r = evaluate(&bytes, &path.display().to_string(), data, &int8_opts, &label, progress)?;
+        write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
+        c.int8 = Some(model_result(&r, path, file_len(path)));
+    }
+    if !compared.is_empty() {
+        phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
 /// Smoothing (when the policy asks for it: the ranges are those of the smoothed model), calibration, the tables,
 /// then Q/DQ placement. FP32 is evaluated on the original model, not the (equivalent in exact arithmetic) smoothed one.
 fn quantize_static(
     cfg: &E2eConfig,
     model: &Model,
-    cal_data: &Corpus,
+    cal_data: &dyn Feeds,
     progress: &dyn Progress,
     phases: &mut BTreeMap<String, f64>,
 ) -> Result<Quantized> {

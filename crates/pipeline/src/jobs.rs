@@ -45,7 +45,9 @@ pub struct CalibrateReport {
     pub smoothed: Option<(String, PathBuf)>,
     pub tensors: usize,
     pub features: usize,
+    /// Units of calibration data (`questions` of SQuAD, or `inputs`) and their name.
     pub questions: usize,
+    pub unit: &'static str,
     pub seconds: f64,
     pub out: PathBuf,
 }
@@ -75,10 +77,11 @@ impl fmt::Display for CalibrateReport {
         }
         write!(
             f,
-            "Calibrated {} tensors on {} features ({} questions) in {:.1} s; tables in {}",
+            "Calibrated {} tensors on {} features ({} {}) in {:.1} s; tables in {}",
             self.tensors,
             self.features,
             self.questions,
+            self.unit,
             self.seconds,
             self.out.display()
         )
@@ -97,9 +100,8 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     };
     let model = Model::load(&job.model)?;
     let data_cfg = job.data.config(&job.model)?;
-    let tokenizer = data_cfg.tokenizer()?;
-    let mut data = Corpus::load(calibration_data, &data_cfg, &tokenizer, job.calib.cal_num)?;
-    data.fit_model(&model, &job.model)?;
+    let data = crate::inputs::load_feeds(&model, &job.model, calibration_data, job.calib.cal_num, &data_cfg)?;
+    let data = data.as_ref();
     let (policy, choice) = job.policy.policy(&job.ep)?;
     tracing::info!("{choice}");
     let base = SessionConfig { library: job.ort_lib.clone(), ..SessionConfig::default() };
@@ -107,7 +109,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     if !job.merge.is_empty() {
         qdq::check_mergeable(&model, &policy)?;
     }
-    let (model, smoothed) = match smooth_model(&model, &policy, &data, &opts, progress)? {
+    let (model, smoothed) = match smooth_model(&model, &policy, data, &opts, progress)? {
         None => (model, None),
         Some((smoothed, s)) => {
             std::fs::create_dir_all(&job.out)
@@ -118,7 +120,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
         }
     };
     let tensors = qdq::tensors_to_calibrate(&model, &policy)?;
-    let mut cal = calibrate(&model, &tensors, &data, &opts, progress)?;
+    let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
     for m in &job.merge {
         let other = calib::CalibState::load_json(m)?;
         cal.state.merge(&other).map_err(|e| Error::Input { path: m.clone(), reason: format!("merging: {e}") })?;
@@ -132,6 +134,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
         tensors: cal.tensors.len(),
         features: cal.features,
         questions: cal.questions,
+        unit: cal.unit,
         seconds: cal.seconds,
         out: job.out.clone(),
     })
@@ -448,7 +451,8 @@ pub struct E2eReport {
 
 impl fmt::Display for E2eReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.results.fp32.is_none() && self.results.int8.is_none() {
+        let r = &self.results;
+        if r.fp32.is_none() && r.int8.is_none() && r.classification.is_none() {
             writeln!(f, "Quantized (no evaluation: --no-eval)")?;
         } else {
             writeln!(f, "{}", self.results.table())?;

@@ -15,10 +15,12 @@
 //! - Errors name the file, tensor or setting concerned; nothing here panics on user input.
 
 mod calibrate;
+mod classify;
 mod data;
 mod debug;
 mod e2e;
 mod evaluate;
+mod inputs;
 mod jobs;
 mod plots;
 mod progress;
@@ -28,9 +30,11 @@ mod settings;
 mod tune;
 
 pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
-pub use data::{Corpus, DataConfig, Score, detect_io};
+pub use classify::{Agreement, ClassifierEval, ClassifierModel};
+pub use data::{Corpus, DataConfig, InputRoles, Score, detect_inputs, detect_io, is_squad_model};
 pub use debug::{DebugJob, DebugReport, LogitAgreement, TensorError, debug_models};
 pub use e2e::{E2eConfig, e2e};
+pub use inputs::{Feeds, InputSet, TextInputs};
 pub use jobs::{
     CalibrateJob, CalibrateReport, E2eJob, E2eReport, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,
     Report, calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
@@ -109,6 +113,30 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
     let probe =
         atomic_write_file::AtomicWriteFile::options().open(path).map_err(|e| err(format!("cannot write: {e}")))?;
     probe.discard().map_err(|e| err(format!("cannot write: {e}")))
+}
+
+/// Largest input data file read into memory (text, arrays): 4 GiB.
+const MAX_INPUT_BYTES: u64 = 4 << 30;
+
+/// Opens `path` for reading if it is a regular file (a FIFO or a device would block or never end) of at most 4 GiB.
+pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
+    let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("is not a regular file".into()));
+    }
+    if meta.len() > MAX_INPUT_BYTES {
+        return Err(bad(format!("is {} bytes, more than the {MAX_INPUT_BYTES} an input file may have", meta.len())));
+    }
+    std::fs::File::open(path).map_err(|e| bad(e.to_string()))
+}
+
+/// The bytes of `path`, read through [`open_regular`].
+pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    let mut bytes = vec![];
+    std::io::Read::read_to_end(&mut open_regular(path)?, &mut bytes)
+        .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })?;
+    Ok(bytes)
 }
 
 /// Writes SQuAD predictions (question id -> answer text, sorted by id) as pretty JSON, atomically.

@@ -117,17 +117,28 @@ pub struct QuantizationSummary {
 pub struct E2eResults {
     pub qdq_version: String,
     pub dataset: String,
+    /// `squad` (start / end logits, EM / F1 in `fp32` / `int8`) or `classification` (class logits, compared in
+    /// `classification`).
+    #[serde(default = "squad_task")]
+    pub task: String,
     /// `None` in dynamic mode (no calibration).
     pub calibration: Option<CalibrationSummary>,
     pub quantization: QuantizationSummary,
     pub fp32: Option<ModelResult>,
     pub int8: Option<ModelResult>,
+    /// A model that is not a SQuAD model: INT8 against FP32 on its inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification: Option<crate::classify::ClassifierEval>,
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,
     /// How the run was made (build, command line, ONNX Runtime, settings, machine, phase times).
     #[serde(default)]
     pub provenance: crate::Provenance,
+}
+
+fn squad_task() -> String {
+    "squad".to_owned()
 }
 
 impl E2eResults {
@@ -138,13 +149,16 @@ impl E2eResults {
     /// The FP32 vs INT8 table, as printed and as in report.md: columns aligned, and valid Markdown.
     pub fn table(&self) -> String {
         use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
-        let mut t = Table::new();
-        t.load_preset(ASCII_MARKDOWN);
-        t.set_header(["model", "EP", "EM", "F1", "dF1", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
         let int8 = match self.quantization.mode {
             crate::Mode::Dynamic => "INT8 (dynamic)",
             crate::Mode::Static => "INT8 (QDQ)",
         };
+        if let Some(c) = &self.classification {
+            return classification_table(c, int8);
+        }
+        let mut t = Table::new();
+        t.load_preset(ASCII_MARKDOWN);
+        t.set_header(["model", "EP", "EM", "F1", "dF1", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
         let mut rows = vec![("FP32".to_owned(), &self.fp32), (int8.to_owned(), &self.int8)];
         let method = self.calibration.as_ref().map(|c| c.method.as_str());
         if let (Some(m), false) = (method, self.compared_methods.is_empty()) {
@@ -181,14 +195,15 @@ impl E2eResults {
         let q = &self.quantization;
         let mut md = String::new();
         let _ = writeln!(md, "# qdq e2e report\n");
-        let _ = writeln!(md, "Dataset: `{}`\n", self.dataset);
+        let _ = writeln!(md, "Dataset: `{}` (task: {})\n", self.dataset, self.task);
         md.push_str(&self.table());
         let _ = writeln!(md, "\n## Calibration\n");
+        let unit = if self.task == "squad" { "questions" } else { "inputs" };
         match &self.calibration {
             Some(c) => {
                 let _ = writeln!(
                     md,
-                    "- data: `{}` ({} questions, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s",
+                    "- data: `{}` ({} {unit}, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s",
                     c.data, c.questions, c.features, c.method, c.tensors, c.seconds
                 );
                 if !c.non_finite_tensors.is_empty() {
@@ -239,6 +254,32 @@ impl E2eResults {
         write_atomic(&dir.join("results.json"), &json)?;
         write_atomic(&dir.join("report.md"), self.markdown().as_bytes())
     }
+}
+
+/// A classifier's FP32 vs INT8 table: accuracy (with labels), agreement with FP32, latency and size.
+fn classification_table(c: &crate::classify::ClassifierEval, int8: &str) -> String {
+    use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+    let mut t = Table::new();
+    t.load_preset(ASCII_MARKDOWN);
+    t.set_header(["model", "EP", "accuracy", "top-1 = FP32", "mean KL", "max logit diff", "ms/input", "size (MB)"]);
+    let a = &c.agreement;
+    for (name, m, same) in [("FP32", &c.fp32, None), (int8, &c.int8, Some(a))] {
+        let pct = |v: f64| format!("{:.2} %", 100.0 * v);
+        t.add_row([
+            name.to_owned(),
+            m.ep.clone(),
+            m.accuracy.map_or("-".to_owned(), pct),
+            same.map_or(String::new(), |a| pct(a.top1)),
+            same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),
+            same.map_or(String::new(), |a| format!("{:.4}", a.max_abs_diff)),
+            format!("{:.2}", m.latency.ms_per_feature),
+            format!("{:.1}", m.model_bytes as f64 / 1e6),
+        ]);
+    }
+    for col in t.column_iter_mut().skip(2) {
+        col.set_cell_alignment(CellAlignment::Right);
+    }
+    format!("{t}\n{} inputs, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
 }
 
 /// `MatMul 12, Attention 6`: the float MatMul-like nodes counted per op type.

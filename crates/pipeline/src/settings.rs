@@ -171,6 +171,8 @@ pub struct ExplicitIo {
     pub segment: Option<String>,
     pub start: Option<String>,
     pub end: Option<String>,
+    /// Class logits (a model that is not a SQuAD model).
+    pub logits: Option<String>,
 }
 
 impl FromStr for IoNames {
@@ -191,9 +193,10 @@ impl FromStr for IoNames {
                         "segment" => &mut e.segment,
                         "start" => &mut e.start,
                         "end" => &mut e.end,
+                        "logits" => &mut e.logits,
                         k => {
                             return Err(Error::Config(format!(
-                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end"
+                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end, logits"
                             )));
                         }
                     };
@@ -386,11 +389,12 @@ impl MethodSettings {
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct CalibSettings {
-    /// SQuAD file for calibration (e2e: default the evaluation --dataset; calibrate: required). Calibrating on train
-    /// data and evaluating on dev is the sound protocol.
+    /// Calibration data (e2e: default the evaluation --dataset; calibrate: required): SQuAD JSON, or for any model
+    /// .npz (arrays named after the model inputs), .npy (token ids), text lines (a tab separates a pair) or JSONL
+    /// (`{"text": ..., "text_pair": ...}`). Calibrating on train data and evaluating on dev is the sound protocol.
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "calibration_data", value_name = "FILE"))]
     pub calibration_data: Option<PathBuf>,
-    /// Number of calibration questions (the first N of the file).
+    /// Number of calibration questions or inputs (the first N of the file).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 100, visible_alias = "cal_num", value_name = "N"))]
     pub cal_num: usize,
     /// Execution provider for calibration (runs the FP32 model with extra outputs).

@@ -627,3 +627,112 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     assert!(svg.starts_with("<svg") && svg.matches("<rect").count() > found.tensors.len(), "{svg}");
     assert!(std::fs::read_to_string(dir.path().join("debug/debug.md")).unwrap().contains("](sqnr.svg)"));
 }
+
+/// Issue 16: a BERT classifier (no start / end logits; one `logits` output) through the whole job: calibration from
+/// an `.npz` file keyed by input name, evaluation on text (one text or a tab-separated pair per line) and on
+/// labelled JSONL, INT8 compared with FP32 (top-1 agreement, KL, largest logit difference) and scored against the
+/// labels. The labels are FP32's own answers, so FP32's accuracy must be 1 and INT8's its top-1 agreement.
+#[test]
+fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
+    use onnx_ir::tiny_bert::Head;
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("classifier.onnx");
+    let cfg = TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, ..Default::default() };
+    let model = build(&cfg);
+    model.save(&model_path).unwrap();
+    // Calibration: 6 rows of random token ids, as numpy would save them.
+    let npz = dir.path().join("calibration.npz");
+    {
+        let ids = ndarray::Array2::from_shape_fn((6, 12), |(i, j)| ((i * 37 + j * 11) % 700 + 5) as i64);
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&npz).unwrap());
+        w.add_array("input_ids", &ids).unwrap();
+        w.add_array("attention_mask", &ndarray::Array2::<i64>::ones((6, 12))).unwrap();
+        w.add_array("token_type_ids", &ndarray::Array2::<i64>::zeros((6, 12))).unwrap();
+        w.finish().unwrap();
+    }
+    let texts = [
+        "the cat sat on the mat",
+        "which river flows through the city\tthe river is long",
+        "a denver broncos game",
+        "normans came from normandy in france",
+        "what is the name of the stadium\tit is called levi",
+    ];
+    let txt = dir.path().join("eval.txt");
+    std::fs::write(&txt, texts.join("\n")).unwrap();
+    let run = |dataset: &Path, out: &str, policy: &str| {
+        let mut c = config(model_path.clone(), dir.path().join(out), policy);
+        (c.dataset, c.calibration_data) = (dataset.to_path_buf(), npz.clone());
+        qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap()
+    };
+    let r = run(&txt, "out_text", "cpu");
+    assert_eq!(r.task, "classification");
+    assert!(r.fp32.is_none() && r.int8.is_none());
+    let c = r.classification.as_ref().unwrap();
+    assert_eq!((c.agreement.inputs, c.agreement.classes, c.agreement.output.as_str()), (5, 3, "logits"));
+    assert!(c.agreement.max_abs_diff > 0.0 && c.agreement.mean_kl >= 0.0 && c.agreement.top1 >= 0.6, "{c:?}");
+    assert_eq!((c.fp32.accuracy, c.int8.accuracy), (None, None), "no labels in plain text");
+    let cal = r.calibration.as_ref().unwrap();
+    assert_eq!((cal.questions, cal.features), (5, 5), "cal_num 5 of the 6 rows");
+    assert!(
+        r.quantization.integer_forms.iter().any(|l| l.contains("Gemm biases as int32") && l.ends_with(": 2")),
+        "{:?}",
+        r.quantization
+    );
+    let report = std::fs::read_to_string(dir.path().join("out_text/report.md")).unwrap();
+    assert!(report.contains("top-1 = FP32") && report.contains("task: classification"), "{report}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("out_text/results.json")).unwrap()).unwrap();
+    assert_eq!(json["classification"]["agreement"]["inputs"], 5);
+
+    // Labelled JSONL whose labels are FP32's argmax.
+    let fp32_logits = {
+        let set = c.agreement.inputs;
+        let mut s =
+            runtime::Session::from_bytes(&model.to_bytes().unwrap(), "fp32", &SessionConfig::default()).unwrap();
+        let tok = data_config().tokenizer().unwrap();
+        let roles = qdq_pipeline::detect_inputs(&model, &model_path, &IoNames::Auto).unwrap();
+        let text = qdq_pipeline::TextInputs { roles: Ok(roles), tokenizer: Ok(tok), max_len: 64 };
+        let inputs = qdq_pipeline::InputSet::load(&txt, &model, &text, 0, 0).unwrap();
+        assert_eq!(inputs.len(), set);
+        (0..set)
+            .map(|i| {
+                let b = inputs.batch(i..i + 1);
+                let feeds: Vec<(&str, ndarray::ArrayView2<i64>)> =
+                    b.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+                let out = s.run(&feeds, &["logits"]).unwrap().remove(0);
+                out.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
+            })
+            .collect::<Vec<_>>()
+    };
+    let jsonl = dir.path().join("eval.jsonl");
+    let lines: Vec<String> = texts
+        .iter()
+        .zip(&fp32_logits)
+        .map(|(t, l)| {
+            let (a, b) = t.split_once('\t').map_or((*t, None), |(a, b)| (a, Some(b)));
+            serde_json::json!({"text": a, "text_pair": b, "label": l}).to_string()
+        })
+        .collect();
+    std::fs::write(&jsonl, lines.join("\n")).unwrap();
+    let r = run(&jsonl, "out_jsonl", "tensorrt");
+    let c = r.classification.unwrap();
+    assert_eq!(c.fp32.accuracy, Some(1.0), "labels are FP32's answers");
+    assert_eq!(c.int8.accuracy, Some(c.agreement.top1));
+
+    // Bad inputs are one error naming the file: an .npz without a model input, a text line with a label missing.
+    let bad = dir.path().join("bad.npz");
+    {
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&bad).unwrap());
+        w.add_array("input_ids", &ndarray::Array2::<i64>::ones((2, 4))).unwrap();
+        w.finish().unwrap();
+    }
+    let mut c = config(model_path.clone(), dir.path().join("out_bad"), "cpu");
+    (c.dataset, c.calibration_data) = (txt.clone(), bad.clone());
+    let e = qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap_err().to_string();
+    assert!(e.contains("bad.npz") && e.contains("attention_mask"), "{e}");
+    std::fs::write(&jsonl, format!("{}\n{{\"text\": \"no label\"}}", lines[0])).unwrap();
+    c.dataset = jsonl.clone();
+    c.calibration_data = npz.clone();
+    let e = qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap_err().to_string();
+    assert!(e.contains("eval.jsonl") && e.contains("label"), "{e}");
+}
