@@ -211,11 +211,6 @@ pub(crate) fn session_with_outputs(
     Ok(Session::from_bytes(&bytes, label, cfg)?)
 }
 
-/// Questions whose last window is in `batch`.
-pub(crate) fn questions_done(batch: &squad::Batch) -> u64 {
-    batch.features.iter().filter(|f| f.window_index + 1 == f.num_windows).count() as u64
-}
-
 /// Writes calibration.json (first method), calibration_<method>.json for the others, the ORT flatbuffers table,
 /// the TensorRT cache and the mergeable statistics into `dir`.
 pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {

@@ -6,50 +6,11 @@ use std::time::Instant;
 
 use onnx_ir::Model;
 use runtime::{Session, SessionConfig};
-use serde::{Deserialize, Serialize};
 
 use crate::evaluate::EvalOptions;
 use crate::inputs::InputSet;
-use crate::report::Latency;
+use crate::report::{Agreement, ClassifierEval, ClassifierModel, Latency};
 use crate::{Error, Progress, Result};
-
-/// One model's side of a classifier evaluation.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ClassifierModel {
-    pub model: String,
-    pub model_bytes: u64,
-    pub ep: String,
-    /// Share of labelled inputs whose argmax is the label (`None` without labels).
-    pub accuracy: Option<f64>,
-    pub latency: Latency,
-}
-
-/// How the INT8 logits agree with FP32's, over every input (every row of the logits' last axis).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Agreement {
-    /// Inputs compared.
-    pub inputs: usize,
-    /// The output compared and its class count (last axis).
-    pub output: String,
-    pub classes: usize,
-    /// Share of rows with the same argmax.
-    pub top1: f64,
-    /// Mean and largest KL(softmax(FP32) ‖ softmax(INT8)) per row, in nats.
-    pub mean_kl: f64,
-    pub max_kl: f64,
-    /// Largest |logit difference|.
-    pub max_abs_diff: f64,
-}
-
-/// Both models and their agreement (results.json `classification`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ClassifierEval {
-    /// The inputs evaluated on.
-    pub data: String,
-    pub fp32: ClassifierModel,
-    pub int8: ClassifierModel,
-    pub agreement: Agreement,
-}
 
 /// The class-logits output: the one named with `--io-names logits=...`, else the only output, else the only one whose
 /// name contains `logits`.

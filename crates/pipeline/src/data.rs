@@ -476,6 +476,11 @@ fn check_vocab(model: &Model, model_path: &Path, input_ids: &str, tok: &SquadTok
     Ok(())
 }
 
+/// Questions whose last window is in `batch`.
+pub(crate) fn questions_done(batch: &squad::Batch) -> u64 {
+    batch.features.iter().filter(|f| f.window_index + 1 == f.num_windows).count() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

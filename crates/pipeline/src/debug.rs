@@ -319,7 +319,7 @@ impl Runs {
                 }
                 Ok::<_, Error>(())
             })?;
-            progress.advance(crate::calibrate::questions_done(batch));
+            progress.advance(crate::data::questions_done(batch));
         }
         let mut tensors: Vec<TensorError> = probes
             .iter()

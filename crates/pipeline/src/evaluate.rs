@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use runtime::{Session, SessionConfig};
 
-use crate::calibrate::questions_done;
+use crate::data::questions_done;
 use crate::data::{Corpus, Score};
 use crate::report::Latency;
 use crate::{Error, Progress, Result};

@@ -34,7 +34,7 @@ impl Feeds for Corpus {
         let mut features = 0;
         for b in self.batches(batch)? {
             let b = b?;
-            f(&b.inputs(self.io()), crate::calibrate::questions_done(&b))?;
+            f(&b.inputs(self.io()), crate::data::questions_done(&b))?;
             features += b.len();
         }
         Ok(features)
@@ -316,26 +316,63 @@ struct JsonLine {
     label: Option<i64>,
 }
 
-/// Text lines or JSONL: `[CLS] a [SEP] (b [SEP])`, truncated to `max_len` (the longer text first).
+/// GLUE-style TSV columns (first line a header): the text, the optional pair and the optional label.
+const TEXT_COLUMNS: [&str; 5] = ["text", "sentence", "sentence1", "question", "question1"];
+const PAIR_COLUMNS: [&str; 4] = ["text_pair", "sentence2", "question2", "sentence_pair"];
+const LABEL_COLUMNS: [&str; 2] = ["label", "labels"];
+
+/// Text, pair and label column of a TSV header (`None` if the line is not such a header).
+type Columns = (usize, Option<usize>, Option<usize>);
+
+fn tsv_columns(header: &str) -> Option<Columns> {
+    let cols: Vec<String> = header.split('\t').map(|c| c.trim().to_ascii_lowercase()).collect();
+    let find = |names: &[&str]| cols.iter().position(|c| names.contains(&c.as_str()));
+    Some((find(&TEXT_COLUMNS)?, find(&PAIR_COLUMNS), find(&LABEL_COLUMNS)))
+}
+
+/// One line's text, pair and label: JSONL, a TSV row under a header (`columns`), or `text` / `text<TAB>pair`.
+fn parse_line(
+    line: &str,
+    jsonl: bool,
+    columns: Option<Columns>,
+) -> std::result::Result<(String, Option<String>, Option<i64>), String> {
+    if jsonl {
+        let j: JsonLine = serde_json::from_str(line)
+            .map_err(|e| format!("{e} (expected {{\"text\": ..., \"text_pair\": ..., \"label\": N}})"))?;
+        return Ok((j.text, j.text_pair, j.label));
+    }
+    let Some((t, p, l)) = columns else {
+        return Ok(match line.split_once('\t') {
+            Some((a, b)) => (a.to_owned(), Some(b.to_owned()), None),
+            None => (line.to_owned(), None, None),
+        });
+    };
+    let cells: Vec<&str> = line.split('\t').collect();
+    let cell =
+        |k: usize| cells.get(k).copied().ok_or_else(|| format!("has {} columns, fewer than the header", cells.len()));
+    let label = match l {
+        Some(k) => {
+            let v = cell(k)?.trim();
+            Some(v.parse::<i64>().map_err(|_| format!("label `{v}` is not an integer class"))?)
+        }
+        None => None,
+    };
+    Ok((cell(t)?.to_owned(), p.map(cell).transpose()?.map(str::to_owned), label))
+}
+
+/// Text lines, a GLUE-style TSV (a header naming `sentence` / `sentence1` / `question` ..., an optional pair column
+/// and `label`) or JSONL: `[CLS] a [SEP] (b [SEP])`, truncated to `max_len` (the longer text first).
 fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs) -> Result<InputSet> {
     let (roles, tokenizer) = text.ready(path)?;
     let bad = |line: usize, reason: String| Error::Input {
         path: path.to_path_buf(),
         reason: format!("line {line}: {reason}"),
     };
+    let columns = if jsonl { None } else { content.lines().next().and_then(tsv_columns) };
     let (mut rows, mut labels) = (vec![], vec![]);
-    for (i, line) in content.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let (a, b, label) = if jsonl {
-            let j: JsonLine = serde_json::from_str(line).map_err(|e| {
-                bad(i + 1, format!("{e} (expected {{\"text\": ..., \"text_pair\": ..., \"label\": N}})"))
-            })?;
-            (j.text, j.text_pair, j.label)
-        } else {
-            match line.split_once('\t') {
-                Some((a, b)) => (a.to_owned(), Some(b.to_owned()), None),
-                None => (line.to_owned(), None, None),
-            }
-        };
+    let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
+    for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()) {
+        let (a, b, label) = parse_line(line, jsonl, columns).map_err(|e| bad(i + 1, e))?;
         let (ids, segment) =
             encode(tokenizer, text.max_len, &a, b.as_deref()).map_err(|e| bad(i + 1, e.to_string()))?;
         rows.push(token_row(ids, Some(segment), roles));

@@ -30,7 +30,6 @@ mod settings;
 mod tune;
 
 pub use calibrate::{CalibrateOptions, Calibration, Smoothing, calibrate, collect_stats, smooth_model, write_tables};
-pub use classify::{Agreement, ClassifierEval, ClassifierModel};
 pub use data::{Corpus, DataConfig, InputRoles, Score, detect_inputs, detect_io, is_squad_model};
 pub use debug::{DebugJob, DebugReport, LogitAgreement, TensorError, debug_models};
 pub use e2e::{E2eConfig, e2e};
@@ -49,7 +48,10 @@ pub use calib::{MethodKind, MethodOptions};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};
 pub use progress::{LogProgress, NoProgress, Progress};
 pub use provenance::{GIT_COMMIT, Invocation, Machine, OnnxRuntime, Provenance};
-pub use report::{CalibrationSummary, E2eResults, Latency, ModelResult, QuantizationSummary};
+pub use report::{
+    Agreement, CalibrationSummary, ClassifierEval, ClassifierModel, E2eResults, Latency, ModelResult,
+    QuantizationSummary,
+};
 pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 
 use std::collections::{BTreeMap, HashMap};

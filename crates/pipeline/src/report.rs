@@ -112,6 +112,44 @@ pub struct QuantizationSummary {
     pub skipped: Vec<String>,
 }
 
+/// One model's side of a classifier evaluation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifierModel {
+    pub model: String,
+    pub model_bytes: u64,
+    pub ep: String,
+    /// Share of labelled inputs whose argmax is the label (`None` without labels).
+    pub accuracy: Option<f64>,
+    pub latency: Latency,
+}
+
+/// How the INT8 logits agree with FP32's, over every input (every row of the logits' last axis).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Agreement {
+    /// Inputs compared.
+    pub inputs: usize,
+    /// The output compared and its class count (last axis).
+    pub output: String,
+    pub classes: usize,
+    /// Share of rows with the same argmax.
+    pub top1: f64,
+    /// Mean and largest KL(softmax(FP32) ‖ softmax(INT8)) per row, in nats.
+    pub mean_kl: f64,
+    pub max_kl: f64,
+    /// Largest |logit difference|.
+    pub max_abs_diff: f64,
+}
+
+/// Both models and their agreement (results.json `classification`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifierEval {
+    /// The inputs evaluated on.
+    pub data: String,
+    pub fp32: ClassifierModel,
+    pub int8: ClassifierModel,
+    pub agreement: Agreement,
+}
+
 /// Everything an e2e run measured: results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct E2eResults {
@@ -128,7 +166,7 @@ pub struct E2eResults {
     pub int8: Option<ModelResult>,
     /// A model that is not a SQuAD model: INT8 against FP32 on its inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub classification: Option<crate::classify::ClassifierEval>,
+    pub classification: Option<ClassifierEval>,
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,
@@ -257,7 +295,7 @@ impl E2eResults {
 }
 
 /// A classifier's FP32 vs INT8 table: accuracy (with labels), agreement with FP32, latency and size.
-fn classification_table(c: &crate::classify::ClassifierEval, int8: &str) -> String {
+fn classification_table(c: &ClassifierEval, int8: &str) -> String {
     use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
     let mut t = Table::new();
     t.load_preset(ASCII_MARKDOWN);

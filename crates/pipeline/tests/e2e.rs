@@ -718,6 +718,16 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     let c = r.classification.unwrap();
     assert_eq!(c.fp32.accuracy, Some(1.0), "labels are FP32's answers");
     assert_eq!(c.int8.accuracy, Some(c.agreement.top1));
+    // The same as a GLUE-style TSV: a header naming the columns (here in another order, with an extra one).
+    let tsv = dir.path().join("eval.tsv");
+    let mut rows = vec!["idx\tlabel\tsentence1\tsentence2".to_owned()];
+    for (k, (t, l)) in texts.iter().zip(&fp32_logits).enumerate() {
+        let (a, b) = t.split_once('\t').unwrap_or((*t, ""));
+        rows.push(format!("{k}\t{l}\t{a}\t{b}"));
+    }
+    std::fs::write(&tsv, rows.join("\n")).unwrap();
+    let c = run(&tsv, "out_tsv", "cpu").classification.unwrap();
+    assert_eq!((c.agreement.inputs, c.fp32.accuracy), (5, Some(1.0)));
 
     // Bad inputs are one error naming the file: an .npz without a model input, a text line with a label missing.
     let bad = dir.path().join("bad.npz");

@@ -8,9 +8,9 @@ use onnx_ir::proto::{GraphProto, NodeProto};
 use onnx_ir::{GraphExt, GraphIndex, NameSet, NodeExt, attr_int, get_attr_float, node};
 
 use crate::error::{Error, Result};
-use crate::plan::PlannedTensor;
 use crate::policy::{Policy, WeightStorage};
 use crate::types::Consumer;
+use crate::types::PlannedTensor;
 
 /// One Gemm bias stored as int32.
 #[derive(Debug, Clone, serde::Serialize)]

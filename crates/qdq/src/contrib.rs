@@ -20,9 +20,9 @@ use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
 use onnx_ir::{GraphExt, GraphIndex, NameSet, node};
 
 use crate::error::{Error, Result};
-use crate::plan::PlannedTensor;
 use crate::policy::{Embeddings, Policy};
 use crate::scale::{QuantSpec, QuantType, compute_scale_zp, quantize_value};
+use crate::types::PlannedTensor;
 
 const MS_DOMAIN: &str = "com.microsoft";
 

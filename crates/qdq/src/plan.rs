@@ -10,36 +10,10 @@ use crate::params::{TensorParams, tensor_params};
 use crate::policy::{Policy, WeightStorage};
 use crate::scale::QuantType;
 use crate::select::{Selection, node_label, select};
-pub use crate::types::{Consumer, Ranges, Skipped, TensorKind};
+pub use crate::types::{Consumer, PlannedTensor, Ranges, Skipped, TensorKind};
 
 /// Lowest default-domain opset with per-channel (`axis`) QuantizeLinear / DequantizeLinear.
 pub const MIN_QDQ_OPSET: i64 = 13;
-
-/// Q/DQ insertion for one tensor.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PlannedTensor {
-    /// Tensor that is quantized.
-    pub tensor: String,
-    /// Activation, weight or other constant.
-    pub kind: TensorKind,
-    /// Integer type.
-    pub qtype: QuantType,
-    /// One scale (per-tensor) or one per channel.
-    pub scales: Vec<f32>,
-    /// Zero points, same length as `scales`.
-    pub zero_points: Vec<i32>,
-    /// Channel axis for per-channel quantization.
-    pub axis: Option<usize>,
-    /// Weight stored as int8 initializer (+ DQ only) instead of FP32 + Q + DQ.
-    pub int8_initializer: bool,
-    /// Weight quantized to the 7-bit range.
-    pub reduce_range: bool,
-    /// One entry per Q/DQ pair: the inputs that read that pair's DQ output.
-    pub pairs: Vec<Vec<Consumer>>,
-    /// `Some(c)`: the pair quantizes `tensor - c` (shifted Softmax output); each reading MatMul's output gets
-    /// `c · Σ_k B[.., k, :]` added back (see [`SoftmaxRange::Shifted`]).
-    pub shift: Option<f32>,
-}
 
 /// What [`Plan::apply`] will insert where.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -178,7 +178,7 @@ pub const OPTIONS: &[PolicyOption] = &[
         get: |p| p.op_types.join(","),
         set: |p, v| {
             let ops = list(v);
-            let known = |o: &String| o == "Add" || crate::patterns::MATMUL_OPS.contains(&o.as_str());
+            let known = |o: &String| o == "Add" || crate::types::MATMUL_OPS.contains(&o.as_str());
             if ops.is_empty() || !ops.iter().all(known) {
                 return Err("a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add".into());
             }
@@ -483,7 +483,7 @@ impl Policy {
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
             // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed.
             "cpu" => Ok(Policy {
-                op_types: crate::patterns::MATMUL_OPS.map(String::from).to_vec(),
+                op_types: crate::types::MATMUL_OPS.map(String::from).to_vec(),
                 matmul_const_b_only: true,
                 residual_add: ResidualAdd::Skip,
                 dedicated_pairs: false,

@@ -109,7 +109,7 @@ fn spread(v: &[f32]) -> f32 {
 /// with `smooth_targets = all`. Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
 /// are left alone.
 pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
-    if !policy.op_types.iter().any(|o| patterns::MATMUL_OPS.contains(&o.as_str())) {
+    if !policy.op_types.iter().any(|o| crate::types::MATMUL_OPS.contains(&o.as_str())) {
         return Ok(vec![]);
     }
     let m = policy.matchers()?;

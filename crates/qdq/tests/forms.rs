@@ -78,6 +78,41 @@ fn dq_of<'m>(m: &'m Model, t: &str) -> Option<&'m onnx_ir::proto::NodeProto> {
     m.graph().node.iter().find(|n| n.op_type() == "DequantizeLinear" && n.output[0] == t)
 }
 
+/// A classifier (pooler and classifier `Gemm`s on the `[CLS]` row): every preset quantizes both Gemms (per-channel
+/// along their output rows; int32 biases in the CPU layout) and the model stays close to FP32.
+#[test]
+fn every_preset_quantizes_a_classifier_head() {
+    let cfg = TinyBertConfig {
+        hidden: HIDDEN,
+        heads: 2,
+        intermediate: FFN,
+        vocab_size: VOCAB,
+        max_positions: SEQ,
+        head: onnx_ir::tiny_bert::Head::Classifier { labels: 3 },
+        seed: 3,
+        ..Default::default()
+    };
+    let fp32 = onnx_ir::tiny_bert::build(&cfg);
+    let out = |m: &Model| -> Vec<f32> {
+        run_feed(m, &feed3(), &["logits"], runtime::OptLevel::Disable).remove(0).into_iter().collect()
+    };
+    let reference = out(&fp32);
+    assert_eq!(reference.len(), 2 * 3);
+    let magnitude = reference.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for &preset in qdq::PRESETS {
+        let (_, q, plan) = quantized(&fp32, preset);
+        let err = max_abs_diff(&out(&q), &reference);
+        assert!(err > 0.0 && err <= 0.05 * magnitude, "{preset}: {err} vs {magnitude}");
+        for name in ["/bert/pooler/dense/Gemm", "/classifier/Gemm"] {
+            let g = q.graph().node.iter().find(|n| n.name() == name).unwrap();
+            assert!(dq_of(&q, &g.input[0]).is_some() && dq_of(&q, &g.input[1]).is_some(), "{preset}: {name}");
+            let bias_dq = dq_of(&q, &g.input[2]);
+            assert_eq!(bias_dq.is_some(), preset == "cpu", "{preset}: {name} bias");
+        }
+        assert_eq!(plan.biases.len(), if preset == "cpu" { 2 } else { 0 }, "{preset}");
+    }
+}
+
 #[test]
 fn every_preset_quantizes_gemm_and_ort_fused_forms() {
     for form in [GraphForm::Gemm, GraphForm::OrtFused] {
