@@ -65,16 +65,25 @@ fn escape_controls(s: &str) -> String {
     s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
+/// Logs on stderr. ONNX Runtime's own ERROR events are left out (unless --verbose): each comes back as the error the
+/// run fails with, printed once as `qdq: error:`.
 fn init_logging(verbose: bool) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{Layer as _, filter};
     let default = if verbose { "debug" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("QDQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},ort=warn")));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let levels = filter::EnvFilter::try_from_env("QDQ_LOG")
+        .unwrap_or_else(|_| filter::EnvFilter::new(format!("{default},ort=warn")));
+    let ort_errors = filter::filter_fn(move |m| {
+        verbose || !(m.target().starts_with("ort") && *m.level() == filter::LevelFilter::ERROR)
+    });
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
-        .try_init();
+        .with_filter(levels)
+        .with_filter(ort_errors);
+    let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
 fn run(cli: Cli) -> Result<()> {

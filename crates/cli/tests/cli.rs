@@ -790,3 +790,76 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     // A given table: no statistics, so no histograms.
     assert!(!out.join("histograms.svg").exists());
 }
+
+/// Issue 18: a run stopped by SIGINT, SIGTERM or SIGKILL at any point leaves only whole outputs behind: every file in
+/// the output directory is one the run writes (no temporary file: outputs are written through unnamed temporary
+/// files linked into place), and each one that exists is complete (the JSON parses, the model loads).
+#[test]
+fn a_killed_run_leaves_only_whole_outputs() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let known = [
+        "model_qdq.onnx",
+        "calibration.json",
+        "calibration.flatbuffers",
+        "calibration.cache",
+        "calib_state.json",
+        "predictions_fp32.json",
+        "predictions_int8.json",
+        "results.json",
+        "report.md",
+    ];
+    let mut stopped_early = 0;
+    for (k, (signal, delay_ms)) in
+        [("INT", 30), ("TERM", 120), ("KILL", 250), ("INT", 500), ("TERM", 900), ("KILL", 1500)].into_iter().enumerate()
+    {
+        let out = format!("out_{k}");
+        let args = e2e_args(&f, &out, vocab.to_str().unwrap(), data.to_str().unwrap());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_qdq"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let sent = Command::new("kill").args(["-s", signal, &child.id().to_string()]).status().unwrap();
+        let status = child.wait().unwrap();
+        if sent.success() && !status.success() {
+            stopped_early += 1;
+        }
+        let dir = f.dir.path().join(&out);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(known.contains(&name.as_str()), "SIG{signal} after {delay_ms} ms left {name}");
+            let path = entry.path();
+            if name.ends_with(".json") {
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok(), "{name} is not whole");
+            } else if name.ends_with(".onnx") {
+                assert!(onnx_ir::Model::load(&path).is_ok(), "{name} is not whole");
+            }
+        }
+    }
+    assert!(stopped_early >= 2, "the runs should mostly be stopped before they end ({stopped_early} were)");
+}
+
+/// Issue 18 item 12: a model that fails inside ONNX Runtime at run time gives one error line, not ORT's own ERROR log
+/// line beside ours.
+#[test]
+fn an_onnx_runtime_failure_is_one_error_line() {
+    let f = tiny();
+    let mut m = onnx_ir::Model::load(&f.model).unwrap();
+    let g = m.graph_mut();
+    g.initializer.retain(|t| t.name() != "/bert/Constant_hidden_shape");
+    // [batch, 7, -1]: not divisible at run time, which shape inference cannot see.
+    g.initializer.push(onnx_ir::tensor_from_vec::<i64>("/bert/Constant_hidden_shape", &[3], vec![0, 7, -1]).unwrap());
+    m.save(&f.model).unwrap();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let model = f.model.to_str().unwrap();
+    let args = ["eval", "--model", model, "--vocab", vocab.to_str().unwrap(), "--dataset", data.to_str().unwrap()];
+    let o = qdq(&[&args[..], &["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"]].concat());
+    let line = one_error(&o);
+    assert!(line.contains("Reshape") && line.contains("tiny.onnx"), "{line}");
+    assert!(!stderr(&o).lines().any(|l| l.contains(" ERROR ")), "{}", stderr(&o));
+}
