@@ -79,11 +79,10 @@ table), calibration.cache (TensorRT native cache), calib_state.json (mergeable s
 predictions_fp32.json, predictions_int8.json, results.json and report.md; with --compare-methods also
 model_qdq_<method>.onnx and predictions_int8_<method>.json for each method, each a row of the table.
 
-A model without start / end logits (a classifier) is evaluated on inputs instead: --dataset and --calibration-data
-take .npz (arrays named after the model inputs, optional `label`), .npy (token ids), text lines (a tab separates a
-pair), GLUE-style TSV (a header naming the columns) or JSONL ({\"text\", \"text_pair\", \"label\"}); INT8 is
-compared with FP32 (top-1 agreement, KL, largest logit difference) and both are scored against the labels when
-there are any.
+A model without start / end logits (a classifier): --dataset and --calibration-data take .npz (arrays named after
+the model inputs, optional `label`), .npy (token ids), text lines (a tab separates a pair), GLUE-style TSV or JSONL
+({\"text\", \"text_pair\", \"label\"}); INT8 is compared with FP32 (top-1 agreement, KL, largest logit difference)
+and both are scored against the labels if any.
 
 Without --policy the preset is the one made for --ep (cpu -> cpu, tensorrt -> tensorrt, migraphx -> migraphx);
 --mode dynamic skips calibration (CPU: weights int8, inputs quantized at run time).

@@ -68,15 +68,12 @@ fn escape_controls(s: &str) -> String {
 /// Logs on stderr. ONNX Runtime's own ERROR events are left out (unless --verbose): each comes back as the error the
 /// run fails with, printed once as `qdq: error:`.
 fn init_logging(verbose: bool) {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::{Layer as _, filter};
+    use tracing_subscriber::{Layer as _, filter, layer::SubscriberExt as _, util::SubscriberInitExt as _};
     let default = if verbose { "debug" } else { "info" };
     let levels = filter::EnvFilter::try_from_env("QDQ_LOG")
         .unwrap_or_else(|_| filter::EnvFilter::new(format!("{default},ort=warn")));
-    let ort_errors = filter::filter_fn(move |m| {
-        verbose || !(m.target().starts_with("ort") && *m.level() == filter::LevelFilter::ERROR)
-    });
+    let ort_error = |m: &tracing::Metadata| m.target().starts_with("ort") && *m.level() == tracing::Level::ERROR;
+    let ort_errors = filter::filter_fn(move |m| verbose || !ort_error(m));
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
