@@ -50,10 +50,8 @@ pub enum SmoothForm {
         /// The `Mul` node applying γ.
         mul: String,
     },
-    /// Anything else: an explicit `Mul` by `1/s` in front of the MatMuls, which TensorRT fuses
-    /// into the producer / the QuantizeLinear (ModelOpt's "pre-quant scale"); when the tensor is a `Mul` by a
-    /// constant read only by those MatMuls (a GELU's final `Mul` by 0.5), the division folds into that constant
-    /// instead and no node is added.
+    /// Anything else (e.g. a GELU output): an explicit `Mul` by `1/s` in front of the MatMuls, which TensorRT fuses
+    /// into the producer / the QuantizeLinear (ModelOpt's "pre-quant scale").
     ScaleNode,
 }
 
@@ -375,22 +373,6 @@ impl Rewrite<'_> {
     /// Produces `smoothed = X / s`: a `Mul` by `1/s` in front of the MatMuls (other readers keep X), or, for a
     /// LayerNorm, the LayerNorm itself writing `smoothed` and one `Mul` by `s` restoring X for its other readers.
     fn divide(&mut self, site: &SmoothSite, factors: &[f32], smoothed: &str) -> Result<()> {
-        if site.form == SmoothForm::ScaleNode
-            && let Some((pi, slot)) = scaled_by_constant(self.g, site)?
-        {
-            // `X = Mul(y, c)` read only by the site's MatMuls: `c / s` in its place writes `X / s` directly.
-            let cname = self.g.node[pi].input[slot].clone();
-            let (c, _) = read_f32(self.g, &cname)?;
-            let folded: Vec<f32> =
-                factors.iter().enumerate().map(|(j, s)| c[if c.len() == 1 { 0 } else { j }] / s).collect();
-            self.replace_input(pi, slot, &cname, &[site.channels], folded)?;
-            let g = &mut *self.g;
-            g.node[pi].output[0] = smoothed.to_string();
-            if let Some(v) = g.value_info.iter_mut().find(|v| v.name() == site.tensor) {
-                v.name = Some(smoothed.to_string());
-            }
-            return Ok(());
-        }
         let g = &mut *self.g;
         if site.form == SmoothForm::ScaleNode {
             let first = site.matmuls.iter().map(|mm| node_index(g, mm)).collect::<Result<Vec<_>>>()?;
@@ -427,32 +409,6 @@ impl Rewrite<'_> {
         replaced.retain(|r| g.consumers_of(r).is_empty() && !keep.contains(r));
         g.initializer.retain(|t| !replaced.iter().any(|r| r == t.name()));
     }
-}
-
-/// For a [`SmoothForm::ScaleNode`] site whose tensor is written by a `Mul` by a constant (one value, or one per
-/// channel of the last axis) and read by nothing but the site's MatMuls (a GELU's final `Mul` by 0.5): the `Mul`'s
-/// index and the constant's slot. Then the division by `s` folds into that constant and no node is added.
-fn scaled_by_constant(g: &GraphProto, site: &SmoothSite) -> Result<Option<(usize, usize)>> {
-    if site.other_readers || site.producer.is_empty() {
-        return Ok(None);
-    }
-    let pi = node_index(g, &site.producer)?;
-    let n = &g.node[pi];
-    if n.op_type() != "Mul" || n.input.len() != 2 || n.output.len() != 1 || n.output[0] != site.tensor {
-        return Ok(None);
-    }
-    let per_channel = |t: &onnx_ir::proto::TensorProto| {
-        let count: i64 = t.dims.iter().product();
-        let last_axis = t.dims.last().is_some_and(|&d| d as usize == site.channels)
-            && t.dims[..t.dims.len() - 1].iter().all(|&d| d == 1);
-        t.data_type() == onnx_ir::DataType::Float as i32 && (count == 1 || last_axis)
-    };
-    let constant = |k: usize| g.initializer(&n.input[k]).filter(|t| per_channel(t)).is_some();
-    Ok(match (constant(0), constant(1)) {
-        (false, true) => Some((pi, 1)),
-        (true, false) => Some((pi, 0)),
-        _ => None,
-    })
 }
 
 /// Refuses to plan a smoothing policy on a model it would smooth but that is not smoothed: the policy's ranges

@@ -228,16 +228,6 @@ fn all_targets_add_an_explicit_scale_in_front_of_other_matmul_inputs() {
         let mul = g.node.iter().find(|n| n.output.first() == Some(&ctx.smoothed_tensor)).unwrap();
         assert_eq!((mul.op_type(), mul.input[0].as_str()), ("Mul", ctx.site.tensor.as_str()));
         assert!(g.producer_of(&ctx.site.tensor).is_some());
-        // The FFN activation is GELU's final `Mul` by 0.5, read only by the down-projection: the division folds into
-        // that constant (now one value per channel) and no node is added for it.
-        let gelu = &done[3];
-        let producer = g.node.iter().find(|n| n.output.first() == Some(&gelu.smoothed_tensor)).unwrap();
-        assert_eq!(producer.name(), gelu.site.producer, "{ln:?}");
-        let c = g.initializer(&producer.input[1]).unwrap();
-        assert_eq!(c.dims, [FFN as i64], "{ln:?}");
-        let muls = |m: &Model| m.graph().node.iter().filter(|n| n.op_type() == "Mul").count();
-        let unsmooth = done.iter().filter(|d| d.site.form != SmoothForm::ScaleNode && d.site.other_readers).count();
-        assert_eq!(muls(&s), muls(&m) + 1 + unsmooth, "{ln:?}: one Mul for the context, one per LayerNorm restore");
         let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
         let cov = qdq::coverage(&quantized);
         assert_eq!(cov.by_op["MatMul"].covered, cov.by_op["MatMul"].nodes);
