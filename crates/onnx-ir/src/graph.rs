@@ -114,6 +114,9 @@ pub trait GraphExt {
     /// Drops initializers (dense and sparse) nothing reads and value_infos of tensors that no
     /// longer exist.
     fn remove_unused_initializers(&mut self);
+    /// Removes the nodes `prunable` selects none of whose outputs is read (by a node, from inside a subgraph, or as a
+    /// graph output).
+    fn remove_unread_nodes(&mut self, prunable: &dyn Fn(&NodeProto) -> bool);
     /// Adds an initializer, replacing any existing one with the same name.
     fn add_initializer(&mut self, t: TensorProto);
 }
@@ -327,6 +330,14 @@ impl GraphExt for GraphProto {
             existing.extend(n.output.iter().cloned());
         }
         self.value_info.retain(|v| existing.contains(v.name()));
+    }
+
+    fn remove_unread_nodes(&mut self, prunable: &dyn Fn(&NodeProto) -> bool) {
+        let mut reads: HashSet<&str> = HashSet::new();
+        collect_reads(self, &mut reads);
+        reads.extend(self.output.iter().map(|o| o.name()));
+        let reads: HashSet<String> = reads.into_iter().map(str::to_string).collect();
+        self.node.retain(|n| !prunable(n) || n.output.iter().any(|o| reads.contains(o)));
     }
 
     fn add_initializer(&mut self, t: TensorProto) {

@@ -146,6 +146,24 @@ fn remove_unused_initializers_drops_dead_data_and_value_infos() {
 }
 
 #[test]
+fn remove_unread_nodes_keeps_what_is_read_or_not_selected() {
+    let mut m = small_model();
+    let g = m.graph_mut();
+    let outputs: Vec<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    let first_out = g.node[0].output[0].clone();
+    g.push_node(node("Identity", "unread", &[&first_out], &["nobody"]));
+    g.push_node(node("Identity", "read", &[&first_out], &["read_out"]));
+    g.push_node(node("Neg", "reader", &["read_out"], &["neg_out"]));
+    g.push_node(node("Neg", "unread_neg", &[&first_out], &["nobody_either"]));
+    let before = g.node.len();
+    g.remove_unread_nodes(&|n| n.op_type() == "Identity");
+    let names: Vec<&str> = g.node.iter().map(|n| n.name()).collect();
+    assert_eq!(g.node.len(), before - 1, "{names:?}");
+    assert!(!names.contains(&"unread") && names.contains(&"read") && names.contains(&"unread_neg"), "{names:?}");
+    assert!(outputs.iter().all(|o| g.node.iter().any(|n| n.output.contains(o))), "graph outputs keep their producers");
+}
+
+#[test]
 fn attributes_build_and_read() {
     let n = node("Softmax", "sm", &["a"], &["b"]).with_attr(attr_int("axis", -1)).with_attr(attr_ints("perm", &[0, 2]));
     assert_eq!(get_attr_int(&n, "axis").unwrap(), Some(-1));

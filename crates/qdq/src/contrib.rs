@@ -13,7 +13,7 @@
 //!
 //! Both are com.microsoft ops only ORT's CPU EP runs; other policies keep the Q/DQ form.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use onnx_ir::proto::tensor_proto::DataType;
 use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
@@ -51,6 +51,15 @@ impl ContribRewrites {
     }
 }
 
+/// An ONNX Runtime `Attention` that `QAttention` can stand for: at least input and weight, nothing beyond `past`
+/// (relative position bias and later inputs have no `QAttention` slot).
+pub(crate) fn has_qattention_form(n: &NodeProto) -> bool {
+    n.op_type() == "Attention"
+        && n.domain() == MS_DOMAIN
+        && n.input.len() >= 2
+        && n.input.iter().skip(5).all(String::is_empty)
+}
+
 /// The nodes [`rewrite`] will turn into their integer forms under `policy`, given the planned pairs: each selected
 /// `Attention` whose input is planned as a uint8 per-tensor activation and whose weight as an int8 initializer, and
 /// (with int8 embeddings) each `EmbedLayerNormalization`.
@@ -66,7 +75,7 @@ pub(crate) fn planned(ix: &GraphIndex, tensors: &[PlannedTensor], policy: &Polic
             continue;
         }
         match n.op_type() {
-            "Attention" if n.input.len() >= 2 && n.input.iter().skip(5).all(String::is_empty) => {
+            "Attention" if has_qattention_form(n) => {
                 let x = planned(&n.input[0])
                     .is_some_and(|p| p.qtype == QuantType::UInt8 && p.axis.is_none() && p.shift.is_none());
                 let w = planned(&n.input[1]).is_some_and(|p| p.int8_initializer);
@@ -109,7 +118,7 @@ pub(crate) fn rewrite(g: &mut GraphProto, names: &mut NameSet, planned: &Contrib
         };
         g.node[i] = q;
     }
-    prune_unread_dequantize(g);
+    g.remove_unread_nodes(&|n| n.op_type() == "DequantizeLinear");
     Ok(())
 }
 
@@ -128,8 +137,7 @@ fn elem(g: &GraphProto, name: &str) -> Option<i32> {
 
 /// The `QAttention` replacing `n`, if its input is a uint8 per-tensor pair and its weight an int8 initializer's DQ.
 fn qattention(g: &GraphProto, producers: &HashMap<String, usize>, n: &NodeProto) -> Option<NodeProto> {
-    // Inputs beyond `past` (relative position bias, ...) have no QAttention slot.
-    if n.input.len() < 2 || n.input.iter().skip(5).any(|s| !s.is_empty()) {
+    if !has_qattention_form(n) {
         return None;
     }
     let [xq, xs, xzp] = dq_inputs(g, producers, &n.input[0])?;
@@ -194,7 +202,7 @@ fn uint8_copy(g: &mut GraphProto, names: &mut NameSet, name: &str) -> Result<[St
     if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
         return Err(Error::BadWeight { tensor: name.to_owned(), reason: format!("contains non-finite value {bad}") });
     }
-    let (lo, hi) = a.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = crate::params::min_max(a.iter().copied());
     let p = compute_scale_zp(lo, hi, EMBED_SPEC);
     let values: Vec<u8> = a.iter().map(|&v| quantize_value(v, p, 0, 255) as u8).collect();
     let [q, s, z] = ["quantized", "scale", "zero_point"].map(|k| names.fresh(&format!("{name}_{k}")));
@@ -203,13 +211,4 @@ fn uint8_copy(g: &mut GraphProto, names: &mut NameSet, name: &str) -> Result<[St
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&s, &[], vec![p.scale])?);
     g.add_initializer(onnx_ir::tensor_from_vec::<u8>(&z, &[], vec![p.zero_point as u8])?);
     Ok([q, s, z])
-}
-
-/// Drops the DequantizeLinear nodes the rewrite left without readers.
-fn prune_unread_dequantize(g: &mut GraphProto) {
-    let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
-    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
-    g.node.retain(|n| {
-        n.op_type() != "DequantizeLinear" || n.output.iter().any(|o| read.contains(o) || outputs.contains(o))
-    });
 }

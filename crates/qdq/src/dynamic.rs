@@ -90,13 +90,11 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let mut rewrites: HashMap<usize, Rewrite> = HashMap::new();
     let mut attention_names = vec![];
     for i in 0..ix.graph().node.len() {
-        let op = ix.node(i).op_type();
         let n = ix.node(i);
-        let attention = op == "Attention"
-            && policy.contrib_ops
-            && n.domain() == "com.microsoft"
-            && n.input.iter().skip(5).all(String::is_empty);
-        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| op == "MatMul" || attention) else { continue };
+        let attention = policy.contrib_ops && crate::contrib::has_qattention_form(n);
+        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| n.op_type() == "MatMul" || attention) else {
+            continue;
+        };
         if m.tensor_excluded(mm.input) || m.tensor_excluded(&ix.node(i).input[1]) {
             continue;
         }

@@ -39,7 +39,7 @@ fn scale_zp(tensor: &str, min: f32, max: f32, spec: QuantSpec) -> ScaleZp {
     p
 }
 
-fn min_max(values: impl Iterator<Item = f32>) -> (f32, f32) {
+pub(crate) fn min_max(values: impl Iterator<Item = f32>) -> (f32, f32) {
     values.fold((0.0f32, 0.0f32), |(lo, hi), v| (lo.min(v), hi.max(v)))
 }
 

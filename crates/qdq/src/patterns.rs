@@ -100,9 +100,9 @@ pub(crate) fn const_weight_matmul<'g>(ix: &GraphIndex<'g>, i: usize, m: &Matcher
 /// How a LayerNorm applies its γ / β.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LayerNormForm {
-    /// One node with γ / β as inputs `gamma_slot` / `gamma_slot + 1`: `LayerNormalization` (opset 17; 1 and 2),
+    /// One node with γ / β as adjacent inputs: `LayerNormalization` (opset 17; 1 and 2),
     /// ONNX Runtime's `SkipLayerNormalization` (2 and 3) and `EmbedLayerNormalization` (5 and 6).
-    Fused { gamma_slot: usize },
+    Fused,
     /// `Add(Mul(norm, γ), β)` at the end of a decomposed LayerNorm (opset <= 16 exports).
     Decomposed {
         /// The `Mul` node applying γ.
@@ -147,7 +147,7 @@ fn fused_layer_norm(ix: &GraphIndex, n: &NodeProto, gamma_slot: usize) -> Result
     if beta.as_deref().is_some_and(|b| vector_init(ix, b) != Some(c)) {
         return Ok(None);
     }
-    Ok(Some(LayerNormParams { form: LayerNormForm::Fused { gamma_slot }, gamma: gamma.clone(), beta, channels: c }))
+    Ok(Some(LayerNormParams { form: LayerNormForm::Fused, gamma: gamma.clone(), beta, channels: c }))
 }
 
 /// `Add(Mul(norm, γ), β)` with γ, β constant vectors of the same length, the Mul read only by this Add and `norm`

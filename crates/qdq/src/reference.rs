@@ -5,8 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use onnx_ir::proto::{GraphProto, NodeProto};
-use onnx_ir::{Model, node};
+use onnx_ir::{GraphExt as _, Model, node};
 
 use crate::coverage::{PairInfo, coverage};
 
@@ -54,7 +53,7 @@ pub fn without_pairs(model: &Model, take_out: impl Fn(&PairInfo) -> bool) -> Mod
         let Some(p) = pairs.iter().find(|p| p.dequantize_node == n.name()) else { continue };
         *n = node("Identity", n.name(), &[&p.tensor], &[&p.output]);
     }
-    prune_unread(g, |n| n.op_type() == "QuantizeLinear");
+    g.remove_unread_nodes(&|n| n.op_type() == "QuantizeLinear");
     out
 }
 
@@ -75,14 +74,7 @@ pub fn with_float_inputs(model: &Model, nodes: &HashSet<&str>) -> Model {
         }
     }
     let activation_dq: HashSet<&str> = pairs.iter().map(|p| p.dequantize_node.as_str()).collect();
-    prune_unread(g, |n| activation_dq.contains(n.name()));
-    prune_unread(g, |n| n.op_type() == "QuantizeLinear");
+    g.remove_unread_nodes(&|n| activation_dq.contains(n.name()));
+    g.remove_unread_nodes(&|n| n.op_type() == "QuantizeLinear");
     out
-}
-
-/// Removes the nodes `prunable` selects none of whose outputs is read by a node or is a graph output.
-fn prune_unread(g: &mut GraphProto, prunable: impl Fn(&NodeProto) -> bool) {
-    let read: HashSet<String> = g.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
-    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
-    g.node.retain(|n| !prunable(n) || n.output.iter().any(|o| read.contains(o) || outputs.contains(o)));
 }

@@ -167,7 +167,7 @@ fn site_of(ix: &GraphIndex, m: &Matchers, mm: ConstWeightMatMul, policy: &Policy
 impl From<LayerNormForm> for SmoothForm {
     fn from(f: LayerNormForm) -> SmoothForm {
         match f {
-            LayerNormForm::Fused { .. } => SmoothForm::LayerNorm,
+            LayerNormForm::Fused => SmoothForm::LayerNorm,
             LayerNormForm::Decomposed { mul } => SmoothForm::DecomposedLayerNorm { mul },
         }
     }
