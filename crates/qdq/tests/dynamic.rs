@@ -72,17 +72,7 @@ fn dynamic_mode_respects_exclusions_and_per_tensor() {
 /// `QEmbedLayerNormalization`, the other MatMuls integer; the model runs close to FP32.
 #[test]
 fn dynamic_mode_on_the_ort_fused_form() {
-    let cfg = onnx_ir::tiny_bert::TinyBertConfig {
-        layers: 2,
-        hidden: HIDDEN,
-        heads: 2,
-        intermediate: FFN,
-        vocab_size: VOCAB,
-        max_positions: SEQ,
-        form: onnx_ir::tiny_bert::GraphForm::OrtFused,
-        ..Default::default()
-    };
-    let fp32 = onnx_ir::tiny_bert::build(&cfg);
+    let fp32 = tiny_form(onnx_ir::tiny_bert::GraphForm::OrtFused, 0);
     let (q, plan) = qdq::quantize_dynamic(&fp32, &qdq::Policy::preset("cpu").unwrap()).unwrap();
     assert_eq!(plan.contrib.attention, ["Attention_0", "Attention_1"], "{plan}");
     assert_eq!(plan.contrib.embed_layer_norm, ["EmbedLayerNormalization_0"], "{plan}");

@@ -11,19 +11,7 @@ use onnx_ir::{DataType, GraphExt, Model};
 use crate::common::*;
 
 fn tiny(form: GraphForm) -> Model {
-    let cfg = TinyBertConfig {
-        layers: 2,
-        hidden: HIDDEN,
-        heads: 2,
-        intermediate: FFN,
-        vocab_size: VOCAB,
-        max_positions: SEQ,
-        type_vocab: 2,
-        form,
-        seed: 7,
-        ..Default::default()
-    };
-    onnx_ir::tiny_bert::build(&cfg)
+    tiny_form(form, 7)
 }
 
 /// Two sequences, the second padded (mask 0 on its last three positions), with segment ids.

@@ -36,6 +36,24 @@ pub fn tiny_bert(layer_norm: Ln) -> Model {
     onnx_ir::tiny_bert::build(&cfg)
 }
 
+/// onnx-ir's tiny BERT at this file's sizes in another graph form: two layers, two heads, token types (the fused
+/// form needs them).
+pub fn tiny_form(form: onnx_ir::tiny_bert::GraphForm, seed: u64) -> Model {
+    let cfg = TinyBertConfig {
+        layers: 2,
+        hidden: HIDDEN,
+        heads: 2,
+        intermediate: FFN,
+        vocab_size: VOCAB,
+        max_positions: SEQ,
+        type_vocab: 2,
+        form,
+        seed,
+        ..Default::default()
+    };
+    onnx_ir::tiny_bert::build(&cfg)
+}
+
 /// Names of the tiny variants as used in testdata file names.
 pub fn variant_name(ln: Ln) -> &'static str {
     match ln {
