@@ -55,6 +55,7 @@ pub fn calibrate(
     let collect = CollectOptions::for_methods(&opts.methods, opts.num_bins);
     let (state, features) =
         collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
+    let (units, unit) = data.units();
     let mut tables = calib::compute_all(&state, &opts.methods)?;
     report_non_finite(&state, &tables[0], tensors);
     // Tables of a smoothed model carry its smoothing's fingerprint: `quantize` refuses them with another model.
@@ -65,8 +66,8 @@ pub fn calibrate(
         state,
         tables,
         tensors: tensors.to_vec(),
-        questions: data.units().0 as usize,
-        unit: data.units().1,
+        questions: units as usize,
+        unit,
         features,
         seconds: started.elapsed().as_secs_f64(),
     })

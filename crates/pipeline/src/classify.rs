@@ -8,7 +8,7 @@ use onnx_ir::Model;
 use runtime::{Session, SessionConfig};
 
 use crate::evaluate::EvalOptions;
-use crate::inputs::InputSet;
+use crate::inputs::{Feeds as _, InputSet};
 use crate::report::{Agreement, ClassifierEval, ClassifierModel, Latency};
 use crate::{Error, Progress, Result};
 
@@ -64,28 +64,27 @@ fn run_logits(
     }
     progress.start(stage, Some(set.len() as u64), "inputs");
     let (mut rows, mut timings) = (Vec::with_capacity(set.len()), vec![]);
-    for start in (0..set.len()).step_by(batch) {
-        let end = (start + batch).min(set.len());
-        let arrays = set.batch(start..end);
-        let feeds: Vec<(&str, ndarray::ArrayView2<i64>)> = arrays.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+    set.each_batch(batch, &mut |feeds, n| {
+        let n = n as usize;
         let t0 = Instant::now();
-        session.run_with(&feeds, &[output], |outs| -> Result<()> {
-            timings.push((t0.elapsed().as_secs_f64(), end - start));
+        session.run_with(feeds, &[output], |outs| -> Result<()> {
+            timings.push((t0.elapsed().as_secs_f64(), n));
             let o = &outs[0];
             let classes = o.shape.last().copied().unwrap_or(0);
-            if o.shape.first() != Some(&(end - start)) || classes == 0 || o.data.len() % classes != 0 {
+            if o.shape.first() != Some(&n) || classes == 0 || o.data.len() % classes != 0 {
                 return Err(runtime::Error::BadOutput {
                     model: name.to_owned(),
                     output: output.to_owned(),
-                    reason: format!("expected [batch {}, ..., classes] logits, got {:?}", end - start, o.shape),
+                    reason: format!("expected [batch {n}, ..., classes] logits, got {:?}", o.shape),
                 }
                 .into());
             }
             rows.extend(o.data.chunks(classes).map(<[f32]>::to_vec));
             Ok(())
         })?;
-        progress.advance((end - start) as u64);
-    }
+        progress.advance(n as u64);
+        Ok(())
+    })?;
     progress.finish();
     Ok((rows, Latency::from_batches(&timings), session.ep().short_name().to_owned()))
 }
@@ -138,22 +137,15 @@ pub fn evaluate_classifier(
     opts: &EvalOptions,
     progress: &dyn Progress,
 ) -> Result<ClassifierEval> {
-    let mut sides = vec![];
-    for (side, stage) in [(&fp32, "FP32"), (&int8, "INT8")] {
+    let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>)> {
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
         let (rows, latency, ep) = run_logits(side.bytes, &name, set, output, &o, stage, progress)?;
-        let model = ClassifierModel {
-            model: name,
-            model_bytes: side.bytes.len() as u64,
-            ep,
-            accuracy: accuracy(&rows, set.labels.as_deref()),
-            latency,
-        };
-        sides.push((model, rows));
-    }
-    let (int8_model, int8_rows) = sides.pop().expect("two sides");
-    let (fp32_model, fp32_rows) = sides.pop().expect("two sides");
+        let accuracy = accuracy(&rows, set.labels.as_deref());
+        Ok((ClassifierModel { model: name, model_bytes: side.bytes.len() as u64, ep, accuracy, latency }, rows))
+    };
+    let (fp32_model, fp32_rows) = run(&fp32, "FP32")?;
+    let (int8_model, int8_rows) = run(&int8, "INT8")?;
     let agreement = agreement(&fp32_rows, &int8_rows, output);
     Ok(ClassifierEval { data: set.path().display().to_string(), fp32: fp32_model, int8: int8_model, agreement })
 }

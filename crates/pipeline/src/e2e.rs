@@ -69,7 +69,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let mut phases = BTreeMap::new();
     let model = Model::load(&cfg.model)?;
     let squad = crate::data::is_squad_model(&model, &cfg.data.io_names);
-    let (eval_data, cal_data) = if squad { squad_data(cfg, &model)? } else { task_data(cfg, &model)? };
+    let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
     let Quantized { model: qmodel, calibration, quantization, compared } = match (cfg.mode, &cal_data) {
         (Mode::Static, Some(cal)) => quantize_static(cfg, &model, cal.as_ref(), progress, &mut phases)?,
@@ -135,39 +135,29 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     Ok(results)
 }
 
-/// The SQuAD evaluation set (unless `--no-eval`) and calibration questions (static mode), checked against the model.
 /// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
 type Prepared = (Option<EvalData>, Option<Box<dyn Feeds>>);
 
-fn squad_data(cfg: &E2eConfig, model: &Model) -> Result<Prepared> {
-    let tokenizer = cfg.data.tokenizer()?;
-    let eval_data = if cfg.no_eval {
-        None
-    } else {
-        let mut d = Corpus::load(&cfg.dataset, &cfg.data, &tokenizer, cfg.samples)?;
-        d.fit_model(model, &cfg.model)?;
-        Some(EvalData::Squad(Box::new(d)))
-    };
-    let cal = match cfg.mode {
-        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data)?),
-        Mode::Dynamic => None,
-    };
-    Ok((eval_data, cal))
-}
-
-/// A model without start / end logits: evaluation and calibration inputs from `.npz` / `.npy` / text / JSONL files
-/// (text through the model's tokenizer and input roles).
-fn task_data(cfg: &E2eConfig, model: &Model) -> Result<Prepared> {
-    let output = crate::classify::logits_output(model, &cfg.data.io_names, &cfg.model)?;
+/// The evaluation set (SQuAD questions checked against the model; for a model without start / end logits, inputs
+/// from `.npz` / `.npy` / text / JSONL, text through the model's tokenizer and input roles) and the calibration data
+/// ([`load_feeds`]). The tokenizer is loaded once for both.
+fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
     let text = TextInputs::for_model(model, &cfg.model, &cfg.data);
-    tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
-    let eval_data = if cfg.no_eval {
-        None
-    } else {
-        Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, 0, cfg.samples)?, output))
+    let eval_data = match (cfg.no_eval, squad) {
+        (true, _) => None,
+        (false, true) => {
+            let mut d = Corpus::load(&cfg.dataset, &cfg.data, text.loaded_tokenizer()?, cfg.samples)?;
+            d.fit_model(model, &cfg.model)?;
+            Some(EvalData::Squad(Box::new(d)))
+        }
+        (false, false) => {
+            let output = crate::classify::logits_output(model, &cfg.data.io_names, &cfg.model)?;
+            tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
+            Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, cfg.samples)?, output))
+        }
     };
     let cal = match cfg.mode {
-        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data)?),
+        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data, &text)?),
         Mode::Dynamic => None,
     };
     Ok((eval_data, cal))

@@ -49,25 +49,25 @@ pub fn load_feeds(
     path: &Path,
     n: usize,
     cfg: &crate::DataConfig,
+    text: &TextInputs,
 ) -> Result<Box<dyn Feeds>> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-    if ext == "json" {
-        if !crate::data::is_squad_model(model, &cfg.io_names) {
-            return Err(Error::Input {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "SQuAD JSON calibrates SQuAD models, and {} has no start / end logits: give .npz (arrays named after \
-                     the model inputs), .npy (token ids), text lines or JSONL",
-                    model_path.display()
-                ),
-            });
-        }
-        let tokenizer = cfg.tokenizer()?;
-        let mut c = Corpus::load(path, cfg, &tokenizer, n)?;
-        c.fit_model(model, model_path)?;
-        return Ok(Box::new(c));
+    if ext != "json" {
+        return Ok(Box::new(InputSet::load(path, model, text, n)?));
     }
-    Ok(Box::new(InputSet::load(path, model, &TextInputs::for_model(model, model_path, cfg), 0, n)?))
+    if !crate::data::is_squad_model(model, &cfg.io_names) {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            reason: format!(
+                "SQuAD JSON calibrates SQuAD models, and {} has no start / end logits: give .npz (arrays named after \
+                 the model inputs), .npy (token ids), text lines or JSONL",
+                model_path.display()
+            ),
+        });
+    }
+    let mut c = Corpus::load(path, cfg, text.loaded_tokenizer()?, n)?;
+    c.fit_model(model, model_path)?;
+    Ok(Box::new(c))
 }
 
 impl TextInputs {
@@ -105,6 +105,11 @@ pub struct TextInputs {
 }
 
 impl TextInputs {
+    /// The tokenizer, or the error loading it gave.
+    pub fn loaded_tokenizer(&self) -> Result<&Arc<SquadTokenizer>> {
+        self.tokenizer.as_ref().map_err(|e| Error::Config(e.clone()))
+    }
+
     /// The roles and the tokenizer, or an error naming `path` and what is missing.
     fn ready(&self, path: &Path) -> Result<(&InputRoles, &Arc<SquadTokenizer>)> {
         let bad = |why: &String| Error::Input {
@@ -121,25 +126,27 @@ impl TextInputs {
 impl InputSet {
     /// Reads `path` by its extension: `.npz` (one 2-D integer array per model input, named after it, optional 1-D
     /// `label` / `labels`), `.npy` (the token ids; mask all ones, segment 0), `.jsonl` (labelled text) or anything
-    /// else as text lines. Keeps `first` rows from row `skip`.
-    pub fn load(path: &Path, model: &Model, text: &TextInputs, skip: usize, first: usize) -> Result<InputSet> {
+    /// else as text lines. Keeps the first `first` rows (0 = all); text past them is not tokenized.
+    pub fn load(path: &Path, model: &Model, text: &TextInputs, first: usize) -> Result<InputSet> {
         let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        let limit = if first == 0 { usize::MAX } else { first };
         let mut set = match ext.as_str() {
             "npz" => from_npz(path, model)?,
             "npy" => from_npy(path, text)?,
             _ => {
                 let content = crate::read_bounded(path)?;
                 let content = String::from_utf8(content).map_err(|_| bad("is not UTF-8 text".into()))?;
-                from_text(path, &content, ext == "jsonl", text)?
+                from_text(path, &content, ext == "jsonl", text, limit)?
             }
         };
-        let end = if first == 0 { set.rows.len() } else { (skip + first).min(set.rows.len()) };
-        if skip >= end {
-            return Err(bad(format!("has {} inputs; none left after skipping {skip}", set.rows.len())));
+        if set.rows.is_empty() {
+            return Err(bad("holds no inputs".into()));
         }
-        set.rows = set.rows.drain(skip..end).collect();
-        set.labels = set.labels.map(|l| l[skip..end].to_vec());
+        set.rows.truncate(limit);
+        if let Some(labels) = &mut set.labels {
+            labels.truncate(limit);
+        }
         Ok(set)
     }
 
@@ -361,8 +368,9 @@ fn parse_line(
 }
 
 /// Text lines, a GLUE-style TSV (a header naming `sentence` / `sentence1` / `question` ..., an optional pair column
-/// and `label`) or JSONL: `[CLS] a [SEP] (b [SEP])`, truncated to `max_len` (the longer text first).
-fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs) -> Result<InputSet> {
+/// and `label`) or JSONL, its first `limit` rows: `[CLS] a [SEP] (b [SEP])`, truncated to `max_len` (the longer text
+/// first).
+fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: usize) -> Result<InputSet> {
     let (roles, tokenizer) = text.ready(path)?;
     let bad = |line: usize, reason: String| Error::Input {
         path: path.to_path_buf(),
@@ -371,7 +379,7 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs) -> Resu
     let columns = if jsonl { None } else { content.lines().next().and_then(tsv_columns) };
     let (mut rows, mut labels) = (vec![], vec![]);
     let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
-    for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()).take(limit) {
         let (a, b, label) = parse_line(line, jsonl, columns).map_err(|e| bad(i + 1, e))?;
         let (ids, segment) =
             encode(tokenizer, text.max_len, &a, b.as_deref()).map_err(|e| bad(i + 1, e.to_string()))?;

@@ -100,7 +100,8 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     };
     let model = Model::load(&job.model)?;
     let data_cfg = job.data.config(&job.model)?;
-    let data = crate::inputs::load_feeds(&model, &job.model, calibration_data, job.calib.cal_num, &data_cfg)?;
+    let text = crate::inputs::TextInputs::for_model(&model, &job.model, &data_cfg);
+    let data = crate::inputs::load_feeds(&model, &job.model, calibration_data, job.calib.cal_num, &data_cfg, &text)?;
     let data = data.as_ref();
     let (policy, choice) = job.policy.policy(&job.ep)?;
     tracing::info!("{choice}");
