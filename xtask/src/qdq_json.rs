@@ -29,6 +29,16 @@ pub(crate) struct Latency {
 #[serde(default)]
 pub(crate) struct Calibrate {
     pub seconds: Option<f64>,
+    /// The pass alone and where it went (qdq versions before it have none).
+    pub pass: Option<PassTimes>,
+}
+
+/// `qdq calibrate --json`'s `pass`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, serde::Serialize)]
+pub(crate) struct PassTimes {
+    pub pass_seconds: f64,
+    pub inference_seconds: f64,
+    pub statistics_seconds: f64,
 }
 
 /// `qdq e2e`'s results.json.

@@ -248,6 +248,7 @@ fn quantize_static(
         tensors: cal.tensors.len(),
         method: main.method.clone(),
         seconds: cal.seconds,
+        pass: Some(cal.times),
         non_finite_tensors: non_finite,
     };
     let quantization = QuantizationSummary {

@@ -49,6 +49,7 @@ pub struct CalibrateReport {
     pub questions: usize,
     pub unit: &'static str,
     pub seconds: f64,
+    pub times: crate::PassTimes,
     pub out: PathBuf,
 }
 
@@ -62,6 +63,7 @@ impl Report for CalibrateReport {
             "features": self.features,
             "questions": self.questions,
             "seconds": self.seconds,
+            "pass": self.times,
             "smoothing": self.smoothed.as_ref().map(|(summary, model)| serde_json::json!({
                 "summary": summary,
                 "model": model,
@@ -77,12 +79,13 @@ impl fmt::Display for CalibrateReport {
         }
         write!(
             f,
-            "Calibrated {} tensors on {} features ({} {}) in {:.1} s; tables in {}",
+            "Calibrated {} tensors on {} features ({} {}) in {:.1} s ({}); tables in {}",
             self.tensors,
             self.features,
             self.questions,
             self.unit,
             self.seconds,
+            self.times.describe(),
             self.out.display()
         )
     }
@@ -137,6 +140,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
         questions: cal.questions,
         unit: cal.unit,
         seconds: cal.seconds,
+        times: cal.times,
         out: job.out.clone(),
     })
 }

@@ -77,6 +77,9 @@ pub struct CalibrationSummary {
     pub tensors: usize,
     pub method: String,
     pub seconds: f64,
+    /// Where the statistics pass went (absent in results.json files written before it was recorded).
+    #[serde(default)]
+    pub pass: Option<crate::PassTimes>,
     /// Tensors in which NaN or infinite values were seen (excluded from the statistics).
     pub non_finite_tensors: Vec<String>,
 }
@@ -241,8 +244,14 @@ impl E2eResults {
             Some(c) => {
                 let _ = writeln!(
                     md,
-                    "- data: `{}` ({} {unit}, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s",
-                    c.data, c.questions, c.features, c.method, c.tensors, c.seconds
+                    "- data: `{}` ({} {unit}, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s{}",
+                    c.data,
+                    c.questions,
+                    c.features,
+                    c.method,
+                    c.tensors,
+                    c.seconds,
+                    c.pass.map(|p| format!(" ({})", p.describe())).unwrap_or_default()
                 );
                 if !c.non_finite_tensors.is_empty() {
                     let _ =

@@ -746,3 +746,41 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     let e = qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap_err().to_string();
     assert!(e.contains("eval.jsonl") && e.contains("label"), "{e}");
 }
+
+/// Calibration runs the augmented model with ONNX Runtime's full graph optimisation: every exposed tensor, also one
+/// inside a pattern ONNX Runtime fuses (LayerNorm's and GELU's pieces, attention scores), must keep the values the
+/// unoptimised graph computes. And the pass reports where its time went.
+#[test]
+fn the_optimised_calibration_session_keeps_every_exposed_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let cfg = data_config();
+    let tok = cfg.tokenizer().unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    data.fit_model(&model, &dir.path().join("tiny.onnx")).unwrap();
+    let tensors: Vec<String> = model
+        .graph()
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter())
+        .filter(|o| o.starts_with("/bert/encoder/"))
+        .cloned()
+        .collect();
+    assert!(tensors.iter().any(|t| t.contains("LayerNorm/Sqrt")) && tensors.iter().any(|t| t.contains("Erf")));
+    let optimised = qdq_pipeline::calibration_session(&runtime::Ep::Cpu, &SessionConfig::default());
+    assert_eq!(optimised.opt_level, runtime::OptLevel::All);
+    let plain = SessionConfig { opt_level: runtime::OptLevel::Disable, ..SessionConfig::default() };
+    let collect = calib::CollectOptions::default();
+    let pass = |s: &SessionConfig| {
+        qdq_pipeline::collect_stats(&model, &tensors, &data, 2, s, collect.clone(), "test", &NoProgress).unwrap()
+    };
+    let (a, b) = (pass(&optimised), pass(&plain));
+    for t in &tensors {
+        let (ra, rb) = (a.state.tensor(t).unwrap().minmax.unwrap(), b.state.tensor(t).unwrap().minmax.unwrap());
+        let tol = 1e-5 * (1.0 + ra.max.abs().max(ra.min.abs()));
+        assert!((ra.min - rb.min).abs() <= tol && (ra.max - rb.max).abs() <= tol, "{t}: {ra:?} vs {rb:?}");
+    }
+    let times = a.times;
+    assert!(times.inference_s > 0.0 && times.statistics_s > 0.0, "{times:?}");
+    assert!(times.pass_s >= times.inference_s + times.statistics_s, "{times:?}");
+}

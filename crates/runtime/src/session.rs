@@ -59,6 +59,9 @@ pub struct SessionConfig {
     pub opt_level: OptLevel,
     /// Intra-op threads; `None` lets ONNX Runtime decide (one per core).
     pub intra_threads: Option<usize>,
+    /// ONNX Runtime's intra-op threads spin-wait for work between parallel sections (its default). Off when the
+    /// caller works on the same cores between runs (calibration's statistics), so idle threads do not compete.
+    pub intra_spinning: bool,
     /// ONNX Runtime's own verbose logging (`--ort_verbose`).
     pub verbose: bool,
     /// Save the model as optimised by ONNX Runtime here (`--save_load`, and to inspect CPU QDQ fusion).
@@ -74,6 +77,7 @@ impl Default for SessionConfig {
             allow_fallback: false,
             opt_level: OptLevel::All,
             intra_threads: None,
+            intra_spinning: true,
             verbose: false,
             optimized_model_path: None,
             library: None,
@@ -235,6 +239,9 @@ impl Session {
         b = b.with_optimization_level(level).map_err(builder_err(model))?;
         if let Some(n) = cfg.intra_threads {
             b = b.with_intra_threads(n).map_err(builder_err(model))?;
+        }
+        if !cfg.intra_spinning {
+            b = b.with_intra_op_spinning(false).map_err(builder_err(model))?;
         }
         let level = if cfg.verbose { ort::logging::LogLevel::Verbose } else { ort::logging::LogLevel::Error };
         b = b.with_log_level(level).map_err(builder_err(model))?;

@@ -455,9 +455,11 @@ fn calibrate_each_method(cx: &mut Ctx, methods: &mut Vec<MethodRow>) -> Result<C
         let ours = cx.ours_calibrate(&ours_flags, o.cal_num, &dir, &format!("ours_calibrate_{method}"))?;
         let table: OursTable = read_json(&dir.join("calibration.json"))?;
         tensors = table.ranges.len();
+        let json = ours.stdout_json::<qdq_json::Calibrate>();
         let ours_v = OursRun {
             run: ours.record(),
-            pipeline_s: ours.stdout_json::<qdq_json::Calibrate>().and_then(|j| j.seconds),
+            pipeline_s: json.as_ref().and_then(|j| j.seconds),
+            pass: json.and_then(|j| j.pass),
             values_observed: Some(read_json(&dir.join("calib_state.json")).map(|s| values_observed(&s)).unwrap_or(0)),
         };
         let ort_json = cx.work.join(format!("ort_{method}.json"));
@@ -678,11 +680,13 @@ mod tests {
                       "doc_stride": 128, "samples": 300, "stride": 10, "tensors": 63, "cpus": 2, "micro_repeat": 5,
                       "versions": {"onnxruntime": "1.31.1"}},
             "methods": [
-                {"method": "minmax", "ours": {"wall_s": 10.0, "peak_rss_mb": 400.0, "pipeline_s": 8.0, "values_observed": 1_000_000_000u64},
+                {"method": "minmax", "ours": {"wall_s": 10.0, "peak_rss_mb": 400.0, "pipeline_s": 8.0, "values_observed": 1_000_000_000u64,
+                          "pass": {"pass_seconds": 22.0, "inference_seconds": 20.0, "statistics_seconds": 1.5}},
                  "ort": {"wall_s": 30.0, "peak_rss_mb": 900.0, "phases": {"inference": 20.0, "collect_data": 22.0, "compute_data": 0.5}},
                  "ranges": {"max_rel_diff": 1e-6, "median_rel_diff": 0.0, "worst": {"tensor": "t1", "ours_amax": 1.0, "ort_amax": 1.0}},
                  "f1": {"ours": {"em": 60.0, "f1": 72.5}, "ort": {"em": 60.0, "f1": 72.4}}},
-                {"method": "percentile", "ours": {"wall_s": 30.0, "peak_rss_mb": 480.0, "pipeline_s": 27.0, "values_observed": 500_000_000u64},
+                {"method": "percentile", "ours": {"wall_s": 30.0, "peak_rss_mb": 480.0, "pipeline_s": 27.0, "values_observed": 500_000_000u64,
+                          "pass": {"pass_seconds": 26.0, "inference_seconds": 20.5, "statistics_seconds": 5.0}},
                  "ort": {"wall_s": 50.0, "peak_rss_mb": 1200.0, "phases": {"inference": 20.0, "collect_data": 45.0, "compute_data": 0.5}},
                  "ranges": {"max_rel_diff": 0.03, "median_rel_diff": 0.001, "worst": {"tensor": "t2", "ours_amax": 3.5, "ort_amax": 3.4}},
                  "f1": {"ours": {"em": 61.0, "f1": 73.0}, "ort": {"em": 61.0, "f1": 72.9}}},
@@ -731,15 +735,18 @@ mod tests {
     #[test]
     fn targets_pick_the_worst_case_and_judge_it() {
         let t = targets(&sample_report());
-        assert_eq!(t.len(), 4);
+        assert_eq!(t.len(), 5);
         assert_eq!(t[0].measured.as_deref(), Some("2.00x (worst: normal_16m.npy, 8000 bins)")); // 1m is 12x
         assert_eq!(t[0].pass, Some(false));
         assert_eq!(t[1].measured.as_deref(), Some("700.00x (worst: normal normal_16m)"));
         assert_eq!(t[1].pass, Some(true));
         assert_eq!(t[2].measured.as_deref(), Some("0.60x (worst: percentile)")); // skipped entropy does not count
         assert_eq!(t[2].pass, Some(false));
-        assert_eq!(t[3].measured.as_deref(), Some("1.26x (worst: percentile)"));
+        // pass / inference alone: minmax 22 / 21 s passes, percentile 26 / 21 s misses; entropy has no pass times
+        assert_eq!(t[3].measured.as_deref(), Some("1.24x (worst: percentile)"));
         assert_eq!(t[3].pass, Some(false));
+        assert_eq!(t[4].measured.as_deref(), Some("1.26x (worst: percentile)"));
+        assert_eq!(t[4].pass, Some(false));
         let empty = targets(&Report::default());
         assert!(empty.iter().all(|t| t.pass.is_none() && t.measured.is_none()));
     }
@@ -781,6 +788,16 @@ mod tests {
         let mut r = sample_report();
         r.methods[1].ours.values_observed = Some(1_600_000_000);
         assert!(analysis(&r)[0].contains("together already exceed the pass"));
+        let pass: Vec<&String> = notes.iter().filter(|n| n.starts_with("calibration pass")).collect();
+        assert_eq!(pass.len(), 1, "{pass:?}"); // minmax is within 1.1x
+        for part in [
+            "calibration pass, percentile: 26.0 s against 21.0 s of FP32 inference alone (1.24x)",
+            "20.5 s in ONNX Runtime (0.98x of inference alone",
+            "5.0 s statistics (10.00 ns per value observed",
+            "0.5 s for the rest",
+        ] {
+            assert!(pass[0].contains(part), "`{part}` not in {}", pass[0]);
+        }
         let rss = notes.iter().find(|n| n.starts_with("peak RSS, percentile")).unwrap();
         assert_eq!(rss, "peak RSS, percentile: 380 MB at 10 questions, 480 MB at 100 (+100 MB).");
         assert!(!notes.iter().any(|n| n.starts_with("entropy")));
@@ -811,6 +828,10 @@ mod tests {
             "| entropy search vs ORT get_entropy_threshold | >= 100x | 700.00x (worst: normal normal_16m) | PASS |",
             "| minmax | 10.0 | 30.0 | 0.33x | 400 | 900 | 0.000 % (`t1`: 1.0000 vs 1.0000) | 0.000 % | 72.50 (EM 60.00) | 72.40 (EM 60.00) |",
             "| entropy | 12.0 | skipped (≈ 932 est.) | ≈ 0.01x (est.) | 420 | — | — | — | 22.00 (EM 11.00) | — |",
+            "| calibration pass / FP32 inference alone on the same features | <= 1.1x | 1.24x (worst: percentile) | MISS |",
+            "## Calibration at the cost of inference",
+            "| minmax | 22.0 | 20.0 | 1.5 | 1.05x |",
+            "| entropy | — | — | — | — |",
             "- ORT minmax: `ValueError: Too many bins for data range`",
             "- ORT entropy: not run (--quick): slow. Estimate: 63 tensors x 14.0 s",
             "| minmax | 380 | 400 | 1.05x | 700 | 900 | 1.29x |",

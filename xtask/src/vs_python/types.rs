@@ -91,6 +91,8 @@ pub(crate) struct OursRun {
     pub run: RunRecord,
     /// Seconds of the calibration pass itself (`qdq calibrate --json`'s `seconds`).
     pub pipeline_s: Option<f64>,
+    /// The pass alone (no session building) and its split between ONNX Runtime and the statistics.
+    pub pass: Option<crate::qdq_json::PassTimes>,
     /// Finite values observed (sum of calib_state.json's counts).
     pub values_observed: Option<u64>,
 }
@@ -212,6 +214,13 @@ pub(crate) struct MemoryRow {
 pub(crate) struct Inference {
     pub ms_per_feature: Option<f64>,
     pub features: Option<usize>,
+}
+
+impl Inference {
+    /// Seconds of FP32 inference alone on all the calibration features.
+    pub(crate) fn seconds(&self) -> Option<f64> {
+        Some(self.ms_per_feature? * self.features? as f64 / 1e3)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
