@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: criterion benchmarks plus the end-to-end timing, summarised in out/bench/summary.md;
 //! `--vs-python` runs the comparison with ONNX Runtime's Python tools instead (see `vs_python`), `--cpu-int8` the CPU
-//! INT8 latency / size / F1 comparison with ORT's quantize_dynamic (see `cpu_int8`).
+//! INT8 latency / size / F1 comparison with ORT's quantize_dynamic (see `cpu_int8`), `--big-model` a model over 2 GiB
+//! through qdq with each command's peak memory (see `big_model`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,9 @@ use crate::{cargo, root, run_cmd};
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.vs_python {
         return crate::vs_python::vs_python(args.vs, args.download);
+    }
+    if args.big.big_model {
+        return crate::big_model::big_model(args.big, &args.vs.out);
     }
     if args.cpu.cpu_int8 {
         return crate::cpu_int8::cpu_int8(args.cpu, args.vs, args.download);

@@ -55,12 +55,13 @@ struct ShapeRow {
     speedup: std::collections::BTreeMap<String, Ratio>,
 }
 
+/// A bench target and its verdict (also `bench --big-model`'s).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Target {
-    name: String,
-    target: String,
-    value: String,
-    pass: bool,
+pub(crate) struct Target {
+    pub(crate) name: String,
+    pub(crate) target: String,
+    pub(crate) value: String,
+    pub(crate) pass: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

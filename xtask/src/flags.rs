@@ -142,6 +142,21 @@ pub struct BenchArgs {
     pub vs: VsPythonArgs,
     #[command(flatten)]
     pub cpu: CpuInt8Args,
+    #[command(flatten)]
+    pub big: BigModelArgs,
+}
+
+/// Options of `bench --big-model`: a model over protobuf's 2 GiB (onnx-ir's tiny BERT with a word-embedding table
+/// grown in a sparse external data file) through `qdq inspect`, `quantize`, `eval` and `calibrate`, each one's peak
+/// memory against the model's size. Writes out/bench/big_model.{json,md} (the model files are removed after).
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct BigModelArgs {
+    /// Run the big-model check instead of the criterion benchmarks.
+    #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8"])]
+    pub big_model: bool,
+    /// Size of the grown model, GiB.
+    #[arg(long, default_value_t = 2.2, value_name = "GIB")]
+    pub size_gib: f64,
 }
 
 /// Options of `bench --cpu-int8`: FP32, qdq's CPU models (static default, --mode dynamic) and ONNX Runtime's

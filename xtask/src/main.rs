@@ -5,6 +5,7 @@
 //! `e2e --check` uses `squad-metrics` to score the reference predictions.)
 
 mod bench;
+mod big_model;
 mod cpu_int8;
 mod download;
 mod e2e;

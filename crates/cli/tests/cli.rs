@@ -863,3 +863,33 @@ fn an_onnx_runtime_failure_is_one_error_line() {
     assert!(line.contains("Reshape") && line.contains("tiny.onnx"), "{line}");
     assert!(!stderr(&o).lines().any(|l| l.contains(" ERROR ")), "{}", stderr(&o));
 }
+
+/// A model whose large weights are external data (as every export over 2 GiB must be): `eval` hands ONNX Runtime the
+/// file itself (qdq never reads those tensors) and answers exactly as the same model inline; `quantize` reads them and
+/// writes the same model as from the inline file.
+#[test]
+fn a_model_with_external_data_evaluates_and_quantizes_as_the_same_model_inline() {
+    // A 10,000-row word embedding (1.3 MB) is over the 1 MiB up to which graph-only loading reads external tensors.
+    let f = fixture(TinyBertConfig { max_positions: 64, vocab_size: 10_000, ..Default::default() });
+    let ext = f.dir.path().join("ext.onnx");
+    let opts = onnx_ir::SaveOptions { external_data: Some(onnx_ir::ExternalDataOptions::new("ext.onnx.data")) };
+    onnx_ir::Model::load(&f.model).unwrap().save_with(&ext, &opts).unwrap();
+    assert!(onnx_ir::Model::load_graph_only(&ext).unwrap().unread_external_data() > 0);
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    let mut answers = vec![];
+    for m in [&f.model, &ext] {
+        let preds = m.with_extension("predictions.json");
+        let args = ["eval", "--model", m.to_str().unwrap(), "--vocab", vocab.to_str().unwrap(), "--dataset"];
+        let more = [data.to_str().unwrap(), "--predictions", preds.to_str().unwrap()];
+        let o = qdq(&[&args[..], &more, &small].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        answers.push(std::fs::read_to_string(&preds).unwrap());
+        let q = m.with_extension("dynamic.onnx");
+        let o = qdq(&["quantize", "--model", m.to_str().unwrap(), "--mode", "dynamic", "-o", q.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(answers[0], answers[1]);
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    assert_eq!(read(&f.model.with_extension("dynamic.onnx")), read(&ext.with_extension("dynamic.onnx")));
+}

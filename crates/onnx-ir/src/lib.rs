@@ -32,8 +32,9 @@ pub use build::{
 pub use error::{Error, Result};
 pub use graph::{GraphExt, NameSet, subgraphs, value_info};
 pub use index::GraphIndex;
-pub use model::{EXTERNAL_ALIGNMENT, ExternalDataOptions, Model, PROTOBUF_LIMIT, SaveOptions};
+pub use model::{EXTERNAL_ALIGNMENT, ExternalDataOptions, Model, PROTOBUF_LIMIT, SaveOptions, Saved};
 pub use proto::tensor_proto::DataType;
 pub use tensor::{
-    Element, array_to_tensor, data_type_name, raw_byte_len, tensor_from_vec, tensor_shape, tensor_to_array,
+    Element, F32Values, array_to_tensor, data_type_name, f32_values, raw_byte_len, tensor_from_raw, tensor_from_vec,
+    tensor_shape, tensor_to_array,
 };

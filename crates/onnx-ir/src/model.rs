@@ -15,6 +15,9 @@ use crate::tensor::{check_tensor, data_type_name};
 /// Largest serialized protobuf message (2 GiB - 1).
 pub const PROTOBUF_LIMIT: u64 = i32::MAX as u64;
 
+/// External tensors up to this many bytes are read even by [`Model::load_graph_only`].
+const GRAPH_ONLY_READS: u64 = 1 << 20;
+
 /// Alignment of tensors in an external data file (page size, so runtimes can mmap them).
 pub const EXTERNAL_ALIGNMENT: u64 = 4096;
 
@@ -22,11 +25,22 @@ pub const EXTERNAL_ALIGNMENT: u64 = 4096;
 ///
 /// Invariant after [`Model::load`] / [`Model::from_bytes`]: every tensor's data is inline
 /// (external data was read into `raw_data`), dims are non-negative, and data lengths match.
+/// [`Model::load_graph_only`] leaves external data on disk instead (its references checked); such a model
+/// describes the graph but cannot be serialized ([`Model::unread_external_data`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
     /// The decoded protobuf.
     pub proto: ModelProto,
     dir: Option<PathBuf>,
+    /// Tensors whose external data was left on disk.
+    unread: usize,
+}
+
+/// What [`Model::save`] wrote besides the model file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    /// The side file holding the large tensors, when the model would pass protobuf's 2 GiB limit inline.
+    pub external_data: Option<PathBuf>,
 }
 
 /// How [`Model::save_with`] writes a model.
@@ -153,8 +167,36 @@ fn check_location(tensor: &str, location: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where a tensor's external data is, checked (inside the model directory, a regular file, as many bytes as the
+/// dims imply) but not read.
+struct ExternalRef {
+    /// The canonical path of the data file.
+    file: PathBuf,
+    /// The path as the model names it (for messages).
+    shown: PathBuf,
+    offset: u64,
+    len: u64,
+}
+
 /// Reads the external data of `t` from below `dir`.
 fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
+    let r = locate_external(dir, t)?;
+    let bad = |reason: String| Error::ExternalData {
+        tensor: t.name().to_string(),
+        location: r.shown.display().to_string(),
+        reason,
+    };
+    let len = usize::try_from(r.len).map_err(|_| bad("length does not fit in memory".into()))?;
+    let mut file = File::open(&r.file).map_err(|e| bad(format!("cannot open {}: {e}", r.shown.display())))?;
+    let mut buf = vec![0u8; len];
+    file.seek(SeekFrom::Start(r.offset))
+        .and_then(|_| file.read_exact(&mut buf))
+        .map_err(|e| bad(format!("reading {}: {e}", r.shown.display())))?;
+    Ok(buf)
+}
+
+/// Finds and checks the external data of `t` below `dir` without reading it.
+fn locate_external(dir: &Path, t: &TensorProto) -> Result<ExternalRef> {
     let tensor = t.name().to_string();
     let mut location = None;
     let mut offset: u64 = 0;
@@ -191,7 +233,6 @@ fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
     if !meta.is_file() {
         return Err(bad(format!("{} is not a regular file", full.display())));
     }
-    let mut file = File::open(&canon).map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
     let size = meta.len();
     let end = match length {
         Some(l) => offset.checked_add(l),
@@ -223,12 +264,130 @@ fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
             data_type_name(t.data_type())
         )));
     }
-    let len = usize::try_from(want).map_err(|_| bad("length does not fit in memory".into()))?;
-    let mut buf = vec![0u8; len];
-    file.seek(SeekFrom::Start(offset))
-        .and_then(|_| file.read_exact(&mut buf))
-        .map_err(|e| bad(format!("reading {}: {e}", full.display())))?;
-    Ok(buf)
+    Ok(ExternalRef { file: canon, shown: full, offset, len: want })
+}
+
+/// The external data file being written by [`Model::save_with`].
+struct SideFile<'a> {
+    file: TempFile,
+    name: &'a str,
+    offset: u64,
+}
+
+impl SideFile<'_> {
+    /// Appends `raw` (aligned) and returns `t` pointing at it.
+    fn put(&mut self, mut t: TensorProto, raw: &[u8]) -> Result<TensorProto> {
+        let pad = self.offset.next_multiple_of(EXTERNAL_ALIGNMENT) - self.offset;
+        self.file.write(&vec![0u8; pad as usize])?;
+        self.offset += pad;
+        self.file.write(raw)?;
+        t.raw_data = None;
+        t.data_location = Some(DataLocation::External as i32);
+        t.external_data = vec![
+            entry("location", self.name.to_string()),
+            entry("offset", self.offset.to_string()),
+            entry("length", raw.len().to_string()),
+        ];
+        self.offset += raw.len() as u64;
+        Ok(t)
+    }
+}
+
+/// `t` without `raw_data`, copying nothing else of its data (every field named, so a new field is a compile error
+/// here rather than silently dropped).
+fn tensor_without_data(t: &TensorProto) -> TensorProto {
+    let TensorProto {
+        dims,
+        data_type,
+        segment,
+        float_data,
+        int32_data,
+        string_data,
+        int64_data,
+        name,
+        doc_string,
+        raw_data: _,
+        external_data,
+        data_location,
+        double_data,
+        uint64_data,
+        metadata_props,
+    } = t;
+    TensorProto {
+        dims: dims.clone(),
+        data_type: *data_type,
+        segment: *segment,
+        float_data: float_data.clone(),
+        int32_data: int32_data.clone(),
+        string_data: string_data.clone(),
+        int64_data: int64_data.clone(),
+        name: name.clone(),
+        doc_string: doc_string.clone(),
+        raw_data: None,
+        external_data: external_data.clone(),
+        data_location: *data_location,
+        double_data: double_data.clone(),
+        uint64_data: uint64_data.clone(),
+        metadata_props: metadata_props.clone(),
+    }
+}
+
+/// `m` with its main graph's initializer list left empty, copying nothing of those tensors.
+fn clone_without_initializers(m: &ModelProto) -> ModelProto {
+    let graph = m.graph.as_ref().map(|g| {
+        let GraphProto {
+            node,
+            name,
+            initializer: _,
+            sparse_initializer,
+            doc_string,
+            input,
+            output,
+            value_info,
+            quantization_annotation,
+            metadata_props,
+        } = g;
+        GraphProto {
+            node: node.clone(),
+            name: name.clone(),
+            initializer: Vec::new(),
+            sparse_initializer: sparse_initializer.clone(),
+            doc_string: doc_string.clone(),
+            input: input.clone(),
+            output: output.clone(),
+            value_info: value_info.clone(),
+            quantization_annotation: quantization_annotation.clone(),
+            metadata_props: metadata_props.clone(),
+        }
+    });
+    let ModelProto {
+        ir_version,
+        opset_import,
+        producer_name,
+        producer_version,
+        domain,
+        model_version,
+        doc_string,
+        graph: _,
+        metadata_props,
+        training_info,
+        functions,
+        configuration,
+    } = m;
+    ModelProto {
+        ir_version: *ir_version,
+        opset_import: opset_import.clone(),
+        producer_name: producer_name.clone(),
+        producer_version: producer_version.clone(),
+        domain: domain.clone(),
+        model_version: *model_version,
+        doc_string: doc_string.clone(),
+        graph,
+        metadata_props: metadata_props.clone(),
+        training_info: training_info.clone(),
+        functions: functions.clone(),
+        configuration: configuration.clone(),
+    }
 }
 
 /// A file written atomically (an unnamed temporary file in the destination's directory, buffered, synced and linked
@@ -263,18 +422,35 @@ fn encode_limited(proto: &ModelProto, what: &str, limit: u64, hint: &str) -> Res
     Ok(proto.encode_to_vec())
 }
 
-const INLINE_HINT: &str =
-    "save with SaveOptions { external_data: Some(ExternalDataOptions::new(\"model.onnx.data\")) }";
+const INLINE_HINT: &str = "write it with its large tensors as external data beside it (`Model::save` does so by \
+                           itself; SaveOptions { external_data } names the file)";
 
 impl Model {
     /// Wraps a protobuf built in memory (no directory; it has no external data to resolve).
     pub fn new(proto: ModelProto) -> Self {
-        Model { proto, dir: None }
+        Model { proto, dir: None, unread: 0 }
     }
 
     /// Reads, decodes and checks a model file, loading all external data into memory.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
-        let path = path.as_ref();
+        Self::load_file(path.as_ref(), true)
+    }
+
+    /// Reads and decodes a model file, checking every external data reference (inside the model directory, a
+    /// regular file, the byte length the dims imply) but reading only tensors up to 1 MiB (scales, zero points,
+    /// shapes): the graph and every tensor's dims and type, for work that does not need the large weights
+    /// (evaluation hands ONNX Runtime the file itself). [`Model::to_bytes`] and saving refuse such a model while
+    /// data is missing.
+    pub fn load_graph_only(path: impl AsRef<Path>) -> Result<Model> {
+        Self::load_file(path.as_ref(), false)
+    }
+
+    /// Tensors whose external data [`Model::load_graph_only`] left on disk (0 after [`Model::load`]).
+    pub fn unread_external_data(&self) -> usize {
+        self.unread
+    }
+
+    fn load_file(path: &Path, read_external_data: bool) -> Result<Model> {
         // Regular files only, and at most protobuf's 2 GiB: a FIFO or a device (/dev/zero) would block or read until
         // memory runs out.
         let meta = std::fs::metadata(path).map_err(io_err(path))?;
@@ -296,20 +472,21 @@ impl Model {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        Self::decode(&bytes, &path.display().to_string(), Some(dir))
+        Self::decode(&bytes, &path.display().to_string(), Some(dir), read_external_data)
     }
 
     /// Decodes a model from memory; `name_for_errors` names it in errors. External data is
     /// rejected (there is no directory to resolve it against).
     pub fn from_bytes(bytes: &[u8], name_for_errors: &str) -> Result<Model> {
-        Self::decode(bytes, name_for_errors, None)
+        Self::decode(bytes, name_for_errors, None, true)
     }
 
-    fn decode(bytes: &[u8], what: &str, dir: Option<PathBuf>) -> Result<Model> {
+    fn decode(bytes: &[u8], what: &str, dir: Option<PathBuf>, read: bool) -> Result<Model> {
         let mut proto = ModelProto::decode(bytes).map_err(|source| Error::Decode { what: what.to_string(), source })?;
         if proto.graph.is_none() {
             return Err(Error::Graph { reason: format!("{what}: the model has no graph") });
         }
+        let mut unread = 0;
         walk_model(&mut proto, &mut |t| {
             if t.data_location() == DataLocation::External {
                 let Some(dir) = &dir else {
@@ -324,13 +501,31 @@ impl Model {
                         reason: format!("{what} was given as bytes, so there is no directory to read it from"),
                     });
                 };
+                if !read && locate_external(dir, t)?.len > GRAPH_ONLY_READS {
+                    unread += 1;
+                    return check_tensor(t, what);
+                }
                 t.raw_data = Some(read_external(dir, t)?);
                 t.external_data.clear();
                 t.data_location = None;
             }
             check_tensor(t, what)
         })?;
-        Ok(Model { proto, dir })
+        Ok(Model { proto, dir, unread })
+    }
+
+    /// Refuses to serialize a model whose external data was not read.
+    fn check_complete(&self, what: &str) -> Result<()> {
+        if self.unread == 0 {
+            return Ok(());
+        }
+        Err(Error::Graph {
+            reason: format!(
+                "{what}: the model was loaded without its external data ({} tensors), so it cannot be written; load \
+                 it whole",
+                self.unread
+            ),
+        })
     }
 
     /// Directory the model was loaded from, if any.
@@ -340,13 +535,40 @@ impl Model {
 
     /// Serializes the model with all data inline; errors if over 2 GiB.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.check_complete("the model")?;
         encode_limited(&self.proto, "the model", PROTOBUF_LIMIT, INLINE_HINT)
     }
 
-    /// Writes the model with all data inline (temp file + rename; never truncates `path`
-    /// in place, so saving over the loaded file is safe).
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.save_with(path, &SaveOptions::default())
+    /// Serialized size with all data inline, in bytes.
+    pub fn encoded_len(&self) -> u64 {
+        self.proto.encoded_len() as u64
+    }
+
+    /// Writes the model (temp file + rename; never truncates `path` in place, so saving over the loaded file is
+    /// safe): inline, or, when that would pass protobuf's 2 GiB limit, with every tensor of 1 KiB or more in the side
+    /// file `<file name>.data` beside it, as ONNX Runtime and the onnx package read it ([`Saved`] says which).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<Saved> {
+        self.save_auto(path.as_ref(), PROTOBUF_LIMIT)
+    }
+
+    /// [`Model::save`] with a custom size limit instead of 2 GiB, so tests can exercise the automatic external data
+    /// without gigabytes.
+    #[cfg(feature = "test-support")]
+    pub fn save_auto_for_test(&self, path: impl AsRef<Path>, limit: u64) -> Result<Saved> {
+        self.save_auto(path.as_ref(), limit)
+    }
+
+    fn save_auto(&self, path: &Path, limit: u64) -> Result<Saved> {
+        if self.encoded_len() <= limit {
+            self.save_limited(path, &SaveOptions::default(), limit)?;
+            return Ok(Saved { external_data: None });
+        }
+        let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
+            return Err(Error::Options { reason: format!("{}: not a file name for a model", path.display()) });
+        };
+        let name = format!("{file}.data");
+        self.save_limited(path, &SaveOptions { external_data: Some(ExternalDataOptions::new(&name)) }, limit)?;
+        Ok(Saved { external_data: Some(path.with_file_name(name)) })
     }
 
     /// Writes the model per `opts`, optionally moving large tensors to a side file.
@@ -363,12 +585,38 @@ impl Model {
 
     fn save_limited(&self, path: &Path, opts: &SaveOptions, limit: u64) -> Result<()> {
         let what = path.display().to_string();
+        self.check_complete(&what)?;
         let Some(ext) = &opts.external_data else {
             let bytes = encode_limited(&self.proto, &what, limit, INLINE_HINT)?;
             let mut tmp = TempFile::create(path)?;
             tmp.write(&bytes)?;
             return tmp.commit();
         };
+        self.save_external(path, ext, limit, &mut |_| {})
+    }
+
+    /// Writes an edited copy of the model with its large tensors in a side file, without copying the main graph's
+    /// weights: `edit` changes the copy's graph (e.g. more graph outputs) after the tensors are moved. For a session
+    /// on an edited model over 2 GiB (calibration's extra outputs).
+    pub fn save_edited_with_external_data(
+        &self,
+        path: impl AsRef<Path>,
+        ext: &ExternalDataOptions,
+        edit: &mut dyn FnMut(&mut GraphProto),
+    ) -> Result<()> {
+        let path = path.as_ref();
+        self.check_complete(&path.display().to_string())?;
+        self.save_external(path, ext, PROTOBUF_LIMIT, edit)
+    }
+
+    fn save_external(
+        &self,
+        path: &Path,
+        ext: &ExternalDataOptions,
+        limit: u64,
+        edit: &mut dyn FnMut(&mut GraphProto),
+    ) -> Result<()> {
+        let what = path.display().to_string();
         let name = ext.file_name.as_str();
         let plain = matches!(Path::new(name).components().collect::<Vec<_>>().as_slice(), [Component::Normal(_)]);
         if !plain {
@@ -380,28 +628,31 @@ impl Model {
             return Err(Error::Options { reason: format!("external data file '{name}' is the model file itself") });
         }
         let side_path = path.parent().map_or_else(|| PathBuf::from(name), |d| d.join(name));
-        let mut side = TempFile::create(&side_path)?;
-        let mut proto = self.proto.clone();
-        let mut offset: u64 = 0;
-        walk_model(&mut proto, &mut |t| {
-            let big = t.raw_data.as_ref().is_some_and(|r| r.len() >= ext.size_threshold);
-            if !big {
-                return Ok(());
+        let mut side = SideFile { file: TempFile::create(&side_path)?, name, offset: 0 };
+        let big = |t: &TensorProto| t.raw_data.as_ref().is_some_and(|r| r.len() >= ext.size_threshold);
+        // The main graph's initializers (a model's weights) are copied without their data, so the weights are not
+        // held twice; any other tensor (attributes, subgraphs, functions) is copied whole, and moved if large.
+        let mut proto = clone_without_initializers(&self.proto);
+        if let (Some(from), Some(to)) = (&self.proto.graph, proto.graph.as_mut()) {
+            for t in &from.initializer {
+                to.initializer.push(match &t.raw_data {
+                    Some(raw) if big(t) => side.put(tensor_without_data(t), raw)?,
+                    _ => t.clone(),
+                });
             }
-            let raw = t.raw_data.take().unwrap_or_default();
-            let pad = offset.next_multiple_of(EXTERNAL_ALIGNMENT) - offset;
-            side.write(&vec![0u8; pad as usize])?;
-            offset += pad;
-            side.write(&raw)?;
-            t.data_location = Some(DataLocation::External as i32);
-            t.external_data = vec![
-                entry("location", name.to_string()),
-                entry("offset", offset.to_string()),
-                entry("length", raw.len().to_string()),
-            ];
-            offset += raw.len() as u64;
+        }
+        // The initializers moved already have no raw data left to move.
+        walk_model(&mut proto, &mut |t| {
+            if big(t) {
+                let raw = t.raw_data.take().unwrap_or_default();
+                *t = side.put(std::mem::take(t), &raw)?;
+            }
             Ok(())
         })?;
+        let side = side.file;
+        if let Some(g) = proto.graph.as_mut() {
+            edit(g);
+        }
         let bytes = encode_limited(&proto, &what, limit, "lower ExternalDataOptions::size_threshold")?;
         let mut tmp = TempFile::create(path)?;
         tmp.write(&bytes)?;

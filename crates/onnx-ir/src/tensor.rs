@@ -209,6 +209,61 @@ pub fn tensor_to_array<T: Element>(t: &TensorProto) -> Result<ArrayD<T>> {
     ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|e| tensor_err(name, e.to_string()))
 }
 
+/// The values of a float32 tensor, read where they are (no copy of the data: a weight of gigabytes is not held
+/// twice), with the tensor's shape. Errors as [`tensor_to_array`] does.
+pub fn f32_values(t: &TensorProto) -> Result<(Vec<usize>, F32Values<'_>)> {
+    let name = t.name();
+    if t.data_type() != DataType::Float as i32 {
+        return Err(tensor_err(name, format!("expected data type FLOAT, found {}", data_type_name(t.data_type()))));
+    }
+    if t.data_location() == DataLocation::External {
+        return Err(tensor_err(name, "data is in an external file that was not loaded"));
+    }
+    let (shape, count) = tensor_shape(t)?;
+    let values = match &t.raw_data {
+        Some(raw) if count.checked_mul(4) == Some(raw.len() as u64) => F32Values::Raw(raw.chunks_exact(4)),
+        Some(raw) => {
+            return Err(tensor_err(name, format!("raw_data has {} bytes, expected {count} x 4 bytes", raw.len())));
+        }
+        None if t.float_data.len() as u64 == count => F32Values::Typed(t.float_data.iter()),
+        None => {
+            let reason =
+                format!("typed data has {} values, expected {count} for dims {:?}", t.float_data.len(), t.dims);
+            return Err(tensor_err(name, reason));
+        }
+    };
+    Ok((shape, values))
+}
+
+/// Iterator over a float32 tensor's values in place ([`f32_values`]).
+#[derive(Debug, Clone)]
+pub enum F32Values<'a> {
+    /// Little-endian `raw_data`.
+    Raw(std::slice::ChunksExact<'a, u8>),
+    /// The `float_data` field.
+    Typed(std::slice::Iter<'a, f32>),
+}
+
+impl Iterator for F32Values<'_> {
+    type Item = f32;
+
+    fn next(&mut self) -> Option<f32> {
+        match self {
+            F32Values::Raw(c) => c.next().map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            F32Values::Typed(i) => i.next().copied(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            F32Values::Raw(c) => c.size_hint(),
+            F32Values::Typed(i) => i.size_hint(),
+        }
+    }
+}
+
+impl ExactSizeIterator for F32Values<'_> {}
+
 /// Builds a tensor named `name` from an array, storing the data as little-endian raw_data.
 pub fn array_to_tensor<T: Element>(name: &str, a: &ArrayD<T>) -> TensorProto {
     let mut raw = Vec::with_capacity(a.len() * T::SIZE);
@@ -225,6 +280,24 @@ pub fn array_to_tensor<T: Element>(name: &str, a: &ArrayD<T>) -> TensorProto {
 }
 
 /// Builds a tensor from a shape and row-major values; errors if their sizes disagree.
+/// Builds a tensor named `name` from little-endian bytes it takes over (no copy: a large weight is not held twice);
+/// errors, naming the tensor, if their length is not what `shape` of `data_type` needs.
+pub fn tensor_from_raw(name: &str, shape: &[usize], data_type: DataType, raw: Vec<u8>) -> Result<TensorProto> {
+    let count = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    let want = count.and_then(|c| raw_byte_len(data_type as i32, c));
+    if want != Some(raw.len() as u64) {
+        let reason = format!("{} bytes do not hold shape {shape:?} of {}", raw.len(), data_type.as_str_name());
+        return Err(tensor_err(name, reason));
+    }
+    Ok(TensorProto {
+        name: Some(name.to_owned()),
+        dims: shape.iter().map(|&d| d as i64).collect(),
+        data_type: Some(data_type as i32),
+        raw_data: Some(raw),
+        ..TensorProto::default()
+    })
+}
+
 pub fn tensor_from_vec<T: Element>(name: &str, shape: &[usize], values: Vec<T>) -> Result<TensorProto> {
     let a = ArrayD::from_shape_vec(IxDyn(shape), values)
         .map_err(|e| tensor_err(name, format!("shape {shape:?} does not match the values: {e}")))?;

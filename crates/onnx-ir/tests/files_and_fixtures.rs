@@ -295,3 +295,67 @@ fn bounded_reading_of_models_and_external_data() {
     let e = Model::load(&p).unwrap_err().to_string();
     assert!(e.contains("huge") && e.contains("64 bits"), "{e}");
 }
+
+#[test]
+fn over_the_limit_save_moves_large_tensors_to_a_side_file_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.onnx");
+    // Under the limit: inline, no side file.
+    let saved = big_model().save_auto_for_test(&p, 1 << 20).unwrap();
+    assert_eq!(saved.external_data, None);
+    assert!(Model::from_bytes(&std::fs::read(&p).unwrap(), "m.onnx").is_ok());
+    // Over it: the 3600-byte tensors go to m.onnx.data, and the model reads back the same.
+    let saved = big_model().save_auto_for_test(&p, 5000).unwrap();
+    assert_eq!(saved.external_data, Some(dir.path().join("m.onnx.data")));
+    assert!(std::fs::metadata(&p).unwrap().len() < 5000);
+    assert_eq!(Model::load(&p).unwrap().proto, big_model().proto);
+}
+
+#[test]
+fn attribute_tensors_move_to_the_side_file_too() {
+    // The main graph's initializers take the copy-free path; a large tensor in a node attribute (a Constant) is moved
+    // by the general walk. Both must land in the side file and read back.
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = big_model();
+    let c = ndarray::Array::from_shape_fn(ndarray::IxDyn(&[2, 300]), |i| (i[0] + 2 * i[1]) as f32);
+    let mut constant = qdq_onnx_ir::node("Constant", "c", &[], &["c_out"]);
+    constant.attribute.push(qdq_onnx_ir::attr_tensor("value", array_to_tensor("c", &c)));
+    m.graph_mut().push_node(constant);
+    let p = dir.path().join("a.onnx");
+    m.save_with(&p, &SaveOptions { external_data: Some(ExternalDataOptions::new("a.bin")) }).unwrap();
+    // big (3600 B) at 0, big2 at 4096, the constant (2400 B) at 8192.
+    assert_eq!(std::fs::metadata(dir.path().join("a.bin")).unwrap().len(), 8192 + 2400);
+    assert_eq!(Model::load(&p).unwrap().proto, m.proto);
+}
+
+#[test]
+fn graph_only_loading_checks_external_data_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.onnx");
+    let opts = SaveOptions { external_data: Some(ExternalDataOptions::new("m.onnx.data")) };
+    // Two tensors over 1 MiB stay on disk; the 3600-byte ones are read (small tensors such as scales are data the
+    // graph's readers use).
+    let mut model = big_model();
+    let huge = ndarray::Array::from_shape_fn(ndarray::IxDyn(&[300, 1000]), |i| (i[0] + i[1]) as f32);
+    model.graph_mut().add_initializer(array_to_tensor("huge", &huge));
+    model.graph_mut().add_initializer(array_to_tensor("huge2", &huge.mapv(|v| -v)));
+    model.save_with(&p, &opts).unwrap();
+    let m = Model::load_graph_only(&p).unwrap();
+    assert_eq!(m.unread_external_data(), 2);
+    let huge = m.graph().initializer("huge").unwrap();
+    assert_eq!((huge.dims.as_slice(), huge.raw_data.is_none()), (&[300i64, 1000][..], true));
+    assert_eq!(huge.data_location(), DataLocation::External);
+    assert_eq!(m.graph().initializer("big"), model.graph().initializer("big"));
+    // The graph is all there; writing it is refused rather than writing a model that lost its weights.
+    assert_eq!(m.graph().node.len(), model.graph().node.len());
+    for e in [m.to_bytes().unwrap_err(), m.save(dir.path().join("copy.onnx")).unwrap_err()] {
+        assert!(e.to_string().contains("without its external data (2 tensors)"), "{e}");
+    }
+    assert!(!dir.path().join("copy.onnx").exists());
+    // A reference that does not hold what the dims need is still an error naming the tensor.
+    let side = dir.path().join("m.onnx.data");
+    let len = std::fs::metadata(&side).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&side).unwrap().set_len(len - 4).unwrap();
+    let e = Model::load_graph_only(&p).unwrap_err().to_string();
+    assert!(e.contains("huge2") && e.contains("past the end"), "{e}");
+}

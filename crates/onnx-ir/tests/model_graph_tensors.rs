@@ -245,3 +245,22 @@ fn tensor_conversion_errors_name_the_tensor() {
     t.dims = vec![-1];
     assert!(tensor_to_array::<f32>(&t).unwrap_err().to_string().contains("negative"));
 }
+
+#[test]
+fn float_values_are_read_in_place_and_raw_tensors_are_checked() {
+    let a = arr2(&[[1.5f32, -2.0, 3.25], [0.0, 7.0, -0.5]]).into_dyn();
+    let raw = qdq_onnx_ir::array_to_tensor("w", &a);
+    let typed = TensorProto { raw_data: None, float_data: a.iter().copied().collect(), ..raw.clone() };
+    for t in [&raw, &typed] {
+        let (shape, values) = qdq_onnx_ir::f32_values(t).unwrap();
+        assert_eq!((shape, values.len()), (vec![2, 3], 6));
+        assert_eq!(qdq_onnx_ir::f32_values(t).unwrap().1.collect::<Vec<_>>(), a.iter().copied().collect::<Vec<_>>());
+    }
+    let short = TensorProto { raw_data: Some(vec![0; 20]), ..raw.clone() };
+    assert!(qdq_onnx_ir::f32_values(&short).unwrap_err().to_string().contains("raw_data has 20 bytes"));
+    let ints = qdq_onnx_ir::tensor_from_raw("q", &[2, 3], DataType::Int8, vec![1, 2, 3, 4, 5, 255]).unwrap();
+    assert_eq!(tensor_to_array::<i8>(&ints).unwrap().as_slice().unwrap(), &[1, 2, 3, 4, 5, -1]);
+    assert!(qdq_onnx_ir::f32_values(&ints).unwrap_err().to_string().contains("expected data type FLOAT"));
+    let e = qdq_onnx_ir::tensor_from_raw("q", &[2, 3], DataType::Float, vec![0; 6]).unwrap_err().to_string();
+    assert!(e.contains("6 bytes do not hold shape [2, 3] of FLOAT"), "{e}");
+}

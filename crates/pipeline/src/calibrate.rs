@@ -242,18 +242,32 @@ pub fn collect_stats(
 }
 
 /// A session on `model` with `tensors` exposed as float outputs (those already graph outputs stay as they are). The
-/// edited copy is dropped before the session is built, so the model is not held twice beside ONNX Runtime's.
+/// edited copy is dropped before the session is built, so the model is not held twice beside ONNX Runtime's; a model
+/// over 2 GiB goes through a temporary file instead, and is not copied in memory at all.
 pub(crate) fn session_with_outputs(
     model: &Model,
     tensors: &[&str],
     label: &str,
     cfg: &SessionConfig,
 ) -> Result<Session> {
-    let mut augmented = model.clone();
-    let graph_outputs: Vec<String> = augmented.graph().output.iter().map(|o| o.name().to_owned()).collect();
-    for t in tensors.iter().filter(|t| !graph_outputs.iter().any(|o| o == *t)) {
-        augmented.graph_mut().add_output(t, DataType::Float);
+    let graph_outputs: Vec<String> = model.graph().output.iter().map(|o| o.name().to_owned()).collect();
+    let mut expose = |g: &mut onnx_ir::proto::GraphProto| {
+        for t in tensors.iter().filter(|t| !graph_outputs.iter().any(|o| o == *t)) {
+            g.add_output(t, DataType::Float);
+        }
+    };
+    if model.encoded_len() > onnx_ir::PROTOBUF_LIMIT {
+        // Over 2 GiB inline: ONNX Runtime reads the augmented model from a temporary file with the large tensors
+        // beside it, written without copying the weights in memory.
+        let dir = tempfile::tempdir().map_err(|e| Error::Config(format!("{label}: a temporary directory: {e}")))?;
+        let path = dir.path().join("augmented.onnx");
+        let ext = onnx_ir::ExternalDataOptions::new("augmented.onnx.data");
+        model.save_edited_with_external_data(&path, &ext, &mut expose)?;
+        tracing::debug!("{label}: written to {} with its large tensors beside it", path.display());
+        return Ok(Session::from_file(&path, cfg)?);
     }
+    let mut augmented = model.clone();
+    expose(augmented.graph_mut());
     let bytes = augmented.to_bytes()?;
     drop(augmented);
     Ok(Session::from_bytes(&bytes, label, cfg)?)

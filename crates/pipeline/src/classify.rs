@@ -40,9 +40,9 @@ pub fn logits_output(model: &Model, names: &crate::IoNames, model_path: &std::pa
     }
 }
 
-/// Logits rows (last axis) of `model_bytes` on every input of `set`, with the per-batch timings.
+/// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings.
 fn run_logits(
-    model_bytes: &[u8],
+    model: runtime::ModelSource<'_>,
     name: &str,
     set: &InputSet,
     output: &str,
@@ -50,7 +50,7 @@ fn run_logits(
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<(Vec<Vec<f32>>, Latency, String)> {
-    let mut session = Session::from_bytes(model_bytes, name, &opts.session)?;
+    let mut session = Session::open(model, name, &opts.session)?;
     if let Some(why) = session.fallback() {
         progress.note(why);
     }
@@ -121,9 +121,10 @@ pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str) -> Agreemen
     }
 }
 
-/// What one side of the evaluation runs: the model's bytes, its path (for messages and the report) and its session.
+/// What one side of the evaluation runs: the model's bytes (`None`: the file, over 2 GiB inline), its path (for
+/// messages and the report) and its session.
 pub struct Side<'a> {
-    pub bytes: &'a [u8],
+    pub bytes: Option<&'a [u8]>,
     pub path: &'a std::path::Path,
     pub session: &'a SessionConfig,
 }
@@ -140,9 +141,17 @@ pub fn evaluate_classifier(
     let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>)> {
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
-        let (rows, latency, ep) = run_logits(side.bytes, &name, set, output, &o, stage, progress)?;
+        let (rows, latency, ep) = run_logits(
+            side.bytes.map_or(runtime::ModelSource::File(side.path), runtime::ModelSource::Bytes),
+            &name,
+            set,
+            output,
+            &o,
+            stage,
+            progress,
+        )?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
-        Ok((ClassifierModel { model: name, model_bytes: side.bytes.len() as u64, ep, accuracy, latency }, rows))
+        Ok((ClassifierModel { model: name, model_bytes: crate::file_len(side.path), ep, accuracy, latency }, rows))
     };
     let (fp32_model, fp32_rows) = run(&fp32, "FP32")?;
     let (int8_model, int8_rows) = run(&int8, "INT8")?;

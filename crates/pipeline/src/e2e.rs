@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use onnx_ir::Model;
-use runtime::SessionConfig;
+use runtime::{ModelSource, SessionConfig};
 use serde_json::{Value, json};
 
 use crate::calibrate::{CalibrateOptions, calibrate, smooth_model, write_tables};
@@ -76,8 +76,10 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
     let qpath = cfg.out.join("model_qdq.onnx");
-    qmodel.save(&qpath)?;
-    let qbytes = qmodel.to_bytes()?;
+    crate::save_model(&qmodel, &qpath)?;
+    // Over 2 GiB inline, ONNX Runtime reads a model from its file (with the side file beside it).
+    let inline = |m: &Model| (m.encoded_len() <= onnx_ir::PROTOBUF_LIMIT).then(|| m.to_bytes()).transpose();
+    let qbytes = inline(&qmodel)?;
     drop(qmodel);
 
     let mut results = E2eResults {
@@ -103,15 +105,15 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     // 3. evaluate
     match &eval_data {
         Some(EvalData::Squad(data)) => {
-            let q = (&qbytes[..], qpath.as_path());
+            let q = (qbytes.as_deref(), qpath.as_path());
             evaluate_squad(cfg, model, q, data, int8_session, &compared, &mut results, progress, &mut phases)?;
         }
         Some(EvalData::Classify(set, output)) => {
-            let fbytes = model.to_bytes()?;
+            let fbytes = inline(&model)?;
             drop(model);
             let t = Instant::now();
-            let fp32 = Side { bytes: &fbytes, path: &cfg.model, session: &cfg.eval.session };
-            let int8 = Side { bytes: &qbytes, path: &qpath, session: int8_session };
+            let fp32 = Side { bytes: fbytes.as_deref(), path: &cfg.model, session: &cfg.eval.session };
+            let int8 = Side { bytes: qbytes.as_deref(), path: &qpath, session: int8_session };
             results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
             phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
         }
@@ -168,7 +170,7 @@ fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
 fn evaluate_squad(
     cfg: &E2eConfig,
     model: Model,
-    (qbytes, qpath): (&[u8], &Path),
+    (qbytes, qpath): (Option<&[u8]>, &Path),
     data: &Corpus,
     int8_session: &SessionConfig,
     compared: &[(String, PathBuf)],
@@ -176,28 +178,30 @@ fn evaluate_squad(
     progress: &dyn Progress,
     phases: &mut BTreeMap<String, f64>,
 ) -> Result<()> {
-    let fbytes = model.to_bytes()?;
+    // Over 2 GiB inline, ONNX Runtime reads the user's file (the model is unchanged) with its external data.
+    let fbytes = (model.encoded_len() <= onnx_ir::PROTOBUF_LIMIT).then(|| model.to_bytes()).transpose()?;
     drop(model);
     let t = Instant::now();
-    let fp32 = evaluate(&fbytes, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
+    let source = fbytes.as_deref().map_or(ModelSource::File(&cfg.model), ModelSource::Bytes);
+    let fp32 = evaluate(source, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
     phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
-    results.fp32 = Some(model_result(&fp32, &cfg.model, file_len(&cfg.model)));
+    results.fp32 = Some(model_result(&fp32, &cfg.model, crate::file_len(&cfg.model)));
     drop(fbytes);
     let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
     let t = Instant::now();
-    let int8 = evaluate(qbytes, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
+    let source = qbytes.map_or(ModelSource::File(qpath), ModelSource::Bytes);
+    let int8 = evaluate(source, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
-    results.int8 = Some(model_result(&int8, qpath, file_len(qpath)));
+    results.int8 = Some(model_result(&int8, qpath, crate::file_len(qpath)));
     // --compare-methods: each other method's model, evaluated the same way.
     let t = Instant::now();
     for (c, (method, path)) in results.compared_methods.iter_mut().zip(compared) {
-        let bytes = std::fs::read(path).map_err(|e| Error::Input { path: path.clone(), reason: e.to_string() })?;
         let label = format!("INT8 {method}");
-        let r = evaluate(&bytes, &path.display().to_string(), data, &int8_opts, &label, progress)?;
+        let r = evaluate(ModelSource::File(path), &path.display().to_string(), data, &int8_opts, &label, progress)?;
         write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
-        c.int8 = Some(model_result(&r, path, file_len(path)));
+        c.int8 = Some(model_result(&r, path, crate::file_len(path)));
     }
     if !compared.is_empty() {
         phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
@@ -237,7 +241,7 @@ fn quantize_static(
     for table in &cal.tables[1..] {
         let (m, _) = qdq::quantize(to_quantize, &table.min_max(), &cfg.policy)?;
         let path = cfg.out.join(format!("model_qdq_{}.onnx", table.method));
-        m.save(&path)?;
+        crate::save_model(&m, &path)?;
         compared.push((table.method.clone(), path));
     }
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
@@ -314,10 +318,6 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
         smoothing: None,
         skipped: vec![],
     }
-}
-
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Every setting of an e2e run, grouped as the CLI groups its flags.

@@ -34,16 +34,16 @@ pub struct Evaluation {
     pub fallback: Option<String>,
 }
 
-/// Evaluates the model in `model_bytes` (`name` is used in messages) on `data`.
+/// Evaluates `model` (`name` is used in messages) on `data`.
 pub fn evaluate(
-    model_bytes: &[u8],
+    model: runtime::ModelSource<'_>,
     name: &str,
     data: &Corpus,
     opts: &EvalOptions,
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<Evaluation> {
-    let mut session = Session::from_bytes(model_bytes, name, &opts.session)?;
+    let mut session = Session::open(model, name, &opts.session)?;
     if let Some(why) = session.fallback() {
         progress.note(why);
     }

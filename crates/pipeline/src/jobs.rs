@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use onnx_ir::Model;
-use runtime::{Ep, SessionConfig};
+use runtime::{Ep, ModelSource, SessionConfig};
 
 use crate::calibrate::{calibrate, smooth_model, write_tables};
 use crate::data::Corpus;
@@ -119,7 +119,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
             std::fs::create_dir_all(&job.out)
                 .map_err(|e| Error::Output { path: job.out.clone(), reason: e.to_string() })?;
             let path = job.out.join("model_smoothed.onnx");
-            smoothed.save(&path)?;
+            crate::save_model(&smoothed, &path)?;
             (smoothed, Some((s.describe(), path)))
         }
     };
@@ -294,7 +294,7 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     };
     let mut model = model;
     plan.apply(&mut model)?;
-    model.save(output)?;
+    crate::save_model(&model, output)?;
     let skipped = plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect();
     let float_matmul_like = qdq::coverage(&model).float_matmul_like.iter().map(ToString::to_string).collect();
     let integer_forms = plan.integer_forms();
@@ -317,7 +317,7 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
     let (Some(output), false) = (&job.output, job.dry_run) else {
         return Ok(QuantizeReport::PlannedDynamic(plan));
     };
-    qmodel.save(output)?;
+    crate::save_model(&qmodel, output)?;
     let float_matmul_like = qdq::coverage(&qmodel).float_matmul_like.iter().map(ToString::to_string).collect();
     Ok(QuantizeReport::Written {
         output: output.clone(),
@@ -408,11 +408,14 @@ pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalRepor
     }
     let data_cfg = job.data.config(&job.model)?;
     let tokenizer = data_cfg.tokenizer()?;
-    let model = Model::load(&job.model)?;
+    // The graph is enough for the checks; a model with external data goes to ONNX Runtime as its file, which ONNX
+    // Runtime reads itself (a model over 2 GiB cannot be serialized inline, and is not held twice).
+    let model = Model::load_graph_only(&job.model)?;
     let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.samples)?;
     data.fit_model(&model, &job.model)?;
-    let bytes = model.to_bytes()?;
+    let bytes = if model.unread_external_data() == 0 { Some(model.to_bytes()?) } else { None };
     drop(model);
+    let source = bytes.as_deref().map_or(ModelSource::File(&job.model), ModelSource::Bytes);
     let model_dir = job.model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut session = job.runtime.fp32_session(Some(model_dir), "eval");
     if let Some(p) = &session.optimized_model_path {
@@ -422,7 +425,7 @@ pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalRepor
         session = job.runtime.int8_session(&session, Path::new("calibration.flatbuffers"));
     }
     let opts = EvalOptions { batch: job.batch, session, warmup: job.runtime.warmup };
-    let evaluation = evaluate(&bytes, &job.model.display().to_string(), &data, &opts, "evaluating", progress)?;
+    let evaluation = evaluate(source, &job.model.display().to_string(), &data, &opts, "evaluating", progress)?;
     if let Some(p) = &job.predictions {
         write_predictions(p, &evaluation.predictions)?;
     }
@@ -540,7 +543,7 @@ pub struct Inspection {
 /// Reads the model at `path` and summarises it.
 pub fn inspect(path: &Path) -> Result<Inspection> {
     let path = &resolve_model(path)?;
-    let model = Model::load(path)?;
+    let model = Model::load_graph_only(path)?;
     let g = model.graph();
     let names = |v: &[onnx_ir::proto::ValueInfoProto]| v.iter().map(|v| v.name().to_owned()).collect::<Vec<_>>();
     Ok(Inspection {

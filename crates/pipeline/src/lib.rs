@@ -103,6 +103,25 @@ pub fn prepare_out_dir(dir: &Path, flag: &str) -> Result<()> {
     check_writable(&dir.join(".qdq-write-check"), flag)
 }
 
+/// The size of the file at `p` in bytes (0 if it cannot be read).
+pub(crate) fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Saves a model the user gets ([`onnx_ir::Model::save`]): inline, or with its large tensors in a side file when it
+/// would pass protobuf's 2 GiB limit inline, and then one line says where they went.
+pub fn save_model(model: &onnx_ir::Model, path: &Path) -> Result<()> {
+    if let Some(side) = model.save(path)?.external_data {
+        tracing::info!(
+            "{}: over protobuf's 2 GiB limit inline, so its large tensors went to {} beside it (ONNX Runtime reads both; \
+             keep them together)",
+            path.display(),
+            side.display()
+        );
+    }
+    Ok(())
+}
+
 /// Checks, before any work, that a file can be written at `path`: its directory exists and takes a new file (tried
 /// with an unnamed temporary file that is discarded), and `path` is not a directory.
 pub fn check_writable(path: &Path, flag: &str) -> Result<()> {

@@ -319,7 +319,8 @@ fn warmup_runs_are_not_timed_and_change_nothing() {
     data.fit_model(&model, Path::new("tiny.onnx")).unwrap();
     let run = |warmup| {
         let opts = EvalOptions { batch: 2, session: SessionConfig::default(), warmup };
-        qdq_pipeline::evaluate(&bytes, "tiny.onnx", &data, &opts, "eval", &NoProgress).unwrap()
+        qdq_pipeline::evaluate(runtime::ModelSource::Bytes(&bytes), "tiny.onnx", &data, &opts, "eval", &NoProgress)
+            .unwrap()
     };
     let (cold, warm) = (run(0), run(3));
     assert_eq!(cold.predictions, warm.predictions);

@@ -65,18 +65,28 @@ fn gather_axis(n: &NodeProto) -> Option<i64> {
     get_attr_int(n, "axis").ok().map(|a| a.unwrap_or(0))
 }
 
+/// One scale per column of a 2-D table, read in place (a table of gigabytes is not copied).
 fn column_scales(init: &TensorProto) -> Result<Vec<f32>> {
-    let a = onnx_ir::tensor_to_array::<f32>(init)?;
-    if let Some(bad) = a.iter().find(|v| !v.is_finite()) {
-        let reason = format!("embedding table contains non-finite value {bad}");
-        return Err(Error::BadWeight { tensor: init.name().to_owned(), reason });
+    let (shape, values) = onnx_ir::f32_values(init)?;
+    let cols = match shape.as_slice() {
+        [_, c] => (*c).max(1),
+        _ => {
+            return Err(Error::BadWeight {
+                tensor: init.name().to_owned(),
+                reason: format!("shape {shape:?} is not 2-D"),
+            });
+        }
+    };
+    let mut amax = vec![0.0f32; cols];
+    for (k, v) in values.enumerate() {
+        if !v.is_finite() {
+            let reason = format!("embedding table contains non-finite value {v}");
+            return Err(Error::BadWeight { tensor: init.name().to_owned(), reason });
+        }
+        let m = &mut amax[k % cols];
+        *m = m.max(v.abs());
     }
-    Ok(a.axis_iter(ndarray::Axis(1))
-        .map(|col| {
-            let amax = col.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            compute_scale_zp(-amax, amax, SPEC).scale
-        })
-        .collect())
+    Ok(amax.into_iter().map(|a| compute_scale_zp(-a, a, SPEC).scale).collect())
 }
 
 /// Replaces each table by its int8 form and gives each of its Gathers a DequantizeLinear (returned with the index

@@ -104,20 +104,21 @@ pub(crate) fn int8_along(
     axis: usize,
     (qmin, qmax): (i32, i32),
 ) -> crate::error::Result<onnx_ir::proto::TensorProto> {
-    let a = onnx_ir::tensor_to_array::<f32>(w)?;
+    // Read in place: a weight of gigabytes is not copied to float first.
+    let (shape, a) = onnx_ir::f32_values(w)?;
     // Elements of one slice along `axis` are `stride` apart in row-major order.
-    let stride: usize = a.shape().iter().skip(axis + 1).product();
+    let stride: usize = shape.iter().skip(axis + 1).product();
     let n = scales.len();
-    let values: Vec<i8> = a
-        .iter()
+    // The int8 values as the bytes of the initializer, built once.
+    let raw: Vec<u8> = a
         .enumerate()
-        .map(|(k, &v)| {
+        .map(|(k, v)| {
             let channel = if n == 1 { 0 } else { (k / stride.max(1)) % n };
             let sz = ScaleZp { scale: scales[channel], zero_point: 0, degenerate: false };
-            quantize_value(v, sz, qmin, qmax) as i8
+            (quantize_value(v, sz, qmin, qmax) as i8).to_le_bytes()[0]
         })
         .collect();
-    Ok(onnx_ir::tensor_from_vec::<i8>(name, a.shape(), values)?)
+    Ok(onnx_ir::tensor_from_raw(name, &shape, onnx_ir::DataType::Int8, raw)?)
 }
 
 #[cfg(test)]

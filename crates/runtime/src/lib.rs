@@ -18,7 +18,7 @@ mod session;
 
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
 pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
-pub use session::{IoInfo, OptLevel, OutputRef, Session, SessionConfig, TensorKind};
+pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind};
 
 use std::path::PathBuf;
 

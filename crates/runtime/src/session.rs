@@ -179,7 +179,23 @@ fn builder_err<R>(model: &str) -> impl Fn(ort::Error<R>) -> Error + '_ {
     move |e| Error::Session { model: model.to_owned(), reason: e.to_string() }
 }
 
+/// A model for ONNX Runtime: serialized in memory (all tensors inline), or a file it reads itself with its external
+/// data (models over protobuf's 2 GiB, which cannot be serialized inline).
+#[derive(Debug, Clone, Copy)]
+pub enum ModelSource<'a> {
+    Bytes(&'a [u8]),
+    File(&'a Path),
+}
+
 impl Session {
+    /// A session on `model`; `name` is used in messages about bytes (a file is named by its path).
+    pub fn open(model: ModelSource<'_>, name: &str, cfg: &SessionConfig) -> Result<Session> {
+        match model {
+            ModelSource::Bytes(b) => Self::from_bytes(b, name, cfg),
+            ModelSource::File(p) => Self::from_file(p, cfg),
+        }
+    }
+
     /// Loads a model file. External-data files are resolved next to it by ONNX Runtime.
     pub fn from_file(path: &Path, cfg: &SessionConfig) -> Result<Session> {
         let name = path.display().to_string();

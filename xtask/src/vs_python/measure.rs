@@ -5,11 +5,11 @@ use super::*;
 
 /// One measured child process.
 #[derive(Debug, Clone)]
-pub(super) struct Run {
-    pub(super) wall_s: f64,
-    pub(super) peak_rss_mb: f64,
+pub(crate) struct Run {
+    pub(crate) wall_s: f64,
+    pub(crate) peak_rss_mb: f64,
     /// Exit code (None if killed by a signal).
-    pub(super) code: Option<i32>,
+    pub(crate) code: Option<i32>,
     /// 1-minute load average just before the start.
     pub(super) load1: f64,
     /// CPU seconds other processes used while it ran (a disturbed measurement has a large share).
@@ -36,12 +36,12 @@ impl Run {
         }
     }
     /// Everything the command printed: stderr, then stdout.
-    pub(super) fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
         read(&self.log) + &read(&self.stdout)
     }
     /// The JSON document qdq printed with `--json` (docs/JSON.md), if it printed one.
-    pub(super) fn stdout_json<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+    pub(crate) fn stdout_json<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         serde_json::from_slice(&std::fs::read(&self.stdout).ok()?).ok()
     }
 }
@@ -55,7 +55,7 @@ pub(super) fn load_average() -> f64 {
 
 /// Runs `cmd` in the workspace root with stdout and stderr going to `log`, and reaps it with `wait4` to get its
 /// own peak resident set size (`ru_maxrss`) and wall time. Both tools are measured this way.
-pub(super) fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<Run> {
+pub(crate) fn measure(cmd: &mut Command, log: &Path, commands: &mut Vec<String>) -> Result<Run> {
     commands.push(format!("{cmd:?}"));
     let file = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let stdout = log.with_extension("stdout");
