@@ -159,30 +159,31 @@ impl Smoothing {
 
 /// Applies the policy's SmoothQuant-style migration ([`qdq::smooth`]): one pass over `data` collects the
 /// per-channel min/max (last axis) of every [`qdq::smoothing_sites`] tensor, then the LayerNorm parameters and the
-/// MatMul weights are rescaled. Returns the smoothed model, or `None` when the policy does not smooth or the model has
-/// no site. The main calibration must then run on the returned model.
+/// MatMul weights are rescaled, in the model itself (a model of gigabytes is not held twice). Returns the model,
+/// smoothed or as it was, and what smoothing did (`None` when the policy does not smooth or the model has no site).
+/// The main calibration must then run on the returned model.
 pub fn smooth_model(
-    model: &Model,
+    model: Model,
     policy: &qdq::Policy,
     data: &dyn Feeds,
     opts: &CalibrateOptions,
     progress: &dyn Progress,
-) -> Result<Option<(Model, Smoothing)>> {
-    let Some(alpha) = policy.smooth else { return Ok(None) };
-    if let Some(record) = qdq::smoothing_record(model) {
+) -> Result<(Model, Option<Smoothing>)> {
+    let Some(alpha) = policy.smooth else { return Ok((model, None)) };
+    if let Some(record) = qdq::smoothing_record(&model) {
         return Err(Error::Config(format!(
             "the model is already smoothed ({record}); quantize it with policy option smooth=off, or start from the \
              original model"
         )));
     }
     let started = Instant::now();
-    let sites = qdq::smoothing_sites(model, policy)?;
+    let sites = qdq::smoothing_sites(&model, policy)?;
     if sites.is_empty() {
-        return Ok(None);
+        return Ok((model, None));
     }
     let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
     let collect = CollectOptions { per_channel_axis: Some(-1), ..Default::default() };
-    let state = collect_stats(model, &tensors, data, opts.batch, &opts.session, collect, "smoothing", progress)?.state;
+    let state = collect_stats(&model, &tensors, data, opts.batch, &opts.session, collect, "smoothing", progress)?.state;
     let mut absmax = std::collections::BTreeMap::new();
     for t in &tensors {
         let channels = state.tensor(t).and_then(|s| s.channels.as_ref()).ok_or_else(|| {
@@ -191,8 +192,9 @@ pub fn smooth_model(
         let m: Vec<f32> = channels.iter().map(|r| r.map_or(0.0, |r| r.min.abs().max(r.max.abs()))).collect();
         absmax.insert(t.clone(), m);
     }
-    let (smoothed, sites) = qdq::smooth(model, policy, &absmax, alpha)?;
-    Ok(Some((smoothed, Smoothing { alpha, sites, seconds: started.elapsed().as_secs_f64() })))
+    let mut model = model;
+    let sites = qdq::smooth_in_place(&mut model, policy, &absmax, alpha)?;
+    Ok((model, Some(Smoothing { alpha, sites, seconds: started.elapsed().as_secs_f64() })))
 }
 
 /// Streams `data` through `model` with `tensors` exposed as extra outputs and folds every batch into a

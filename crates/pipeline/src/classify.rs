@@ -121,10 +121,9 @@ pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str) -> Agreemen
     }
 }
 
-/// What one side of the evaluation runs: the model's bytes (`None`: the file, over 2 GiB inline), its path (for
-/// messages and the report) and its session.
+/// What one side of the evaluation runs: the model file (ONNX Runtime reads it, with any external data) and its
+/// session.
 pub struct Side<'a> {
-    pub bytes: Option<&'a [u8]>,
     pub path: &'a std::path::Path,
     pub session: &'a SessionConfig,
 }
@@ -141,15 +140,8 @@ pub fn evaluate_classifier(
     let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>)> {
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
-        let (rows, latency, ep) = run_logits(
-            side.bytes.map_or(runtime::ModelSource::File(side.path), runtime::ModelSource::Bytes),
-            &name,
-            set,
-            output,
-            &o,
-            stage,
-            progress,
-        )?;
+        let (rows, latency, ep) =
+            run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
         Ok((ClassifierModel { model: name, model_bytes: crate::file_len(side.path), ep, accuracy, latency }, rows))
     };

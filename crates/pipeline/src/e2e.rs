@@ -72,14 +72,14 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
     let Quantized { model: qmodel, calibration, quantization, compared } = match (cfg.mode, &cal_data) {
-        (Mode::Static, Some(cal)) => quantize_static(cfg, &model, cal.as_ref(), progress, &mut phases)?,
+        // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
+        // from its file.
+        (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
     let qpath = cfg.out.join("model_qdq.onnx");
     crate::save_model(&qmodel, &qpath)?;
-    // Over 2 GiB inline, ONNX Runtime reads a model from its file (with the side file beside it).
-    let inline = |m: &Model| (m.encoded_len() <= onnx_ir::PROTOBUF_LIMIT).then(|| m.to_bytes()).transpose();
-    let qbytes = inline(&qmodel)?;
+    // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
 
     let mut results = E2eResults {
@@ -105,15 +105,12 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     // 3. evaluate
     match &eval_data {
         Some(EvalData::Squad(data)) => {
-            let q = (qbytes.as_deref(), qpath.as_path());
-            evaluate_squad(cfg, model, q, data, int8_session, &compared, &mut results, progress, &mut phases)?;
+            evaluate_squad(cfg, &qpath, data, int8_session, &compared, &mut results, progress, &mut phases)?;
         }
         Some(EvalData::Classify(set, output)) => {
-            let fbytes = inline(&model)?;
-            drop(model);
             let t = Instant::now();
-            let fp32 = Side { bytes: fbytes.as_deref(), path: &cfg.model, session: &cfg.eval.session };
-            let int8 = Side { bytes: qbytes.as_deref(), path: &qpath, session: int8_session };
+            let fp32 = Side { path: &cfg.model, session: &cfg.eval.session };
+            let int8 = Side { path: &qpath, session: int8_session };
             results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
             phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
         }
@@ -169,8 +166,7 @@ fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
 #[allow(clippy::too_many_arguments)]
 fn evaluate_squad(
     cfg: &E2eConfig,
-    model: Model,
-    (qbytes, qpath): (Option<&[u8]>, &Path),
+    qpath: &Path,
     data: &Corpus,
     int8_session: &SessionConfig,
     compared: &[(String, PathBuf)],
@@ -178,20 +174,15 @@ fn evaluate_squad(
     progress: &dyn Progress,
     phases: &mut BTreeMap<String, f64>,
 ) -> Result<()> {
-    // Over 2 GiB inline, ONNX Runtime reads the user's file (the model is unchanged) with its external data.
-    let fbytes = (model.encoded_len() <= onnx_ir::PROTOBUF_LIMIT).then(|| model.to_bytes()).transpose()?;
-    drop(model);
     let t = Instant::now();
-    let source = fbytes.as_deref().map_or(ModelSource::File(&cfg.model), ModelSource::Bytes);
-    let fp32 = evaluate(source, &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
+    let fp32 =
+        evaluate(ModelSource::File(&cfg.model), &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
     phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
     results.fp32 = Some(model_result(&fp32, &cfg.model, crate::file_len(&cfg.model)));
-    drop(fbytes);
     let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
     let t = Instant::now();
-    let source = qbytes.map_or(ModelSource::File(qpath), ModelSource::Bytes);
-    let int8 = evaluate(source, &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
+    let int8 = evaluate(ModelSource::File(qpath), &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
     results.int8 = Some(model_result(&int8, qpath, crate::file_len(qpath)));
@@ -210,40 +201,40 @@ fn evaluate_squad(
 }
 
 /// Smoothing (when the policy asks for it: the ranges are those of the smoothed model), calibration, the tables,
-/// then Q/DQ placement. FP32 is evaluated on the original model, not the (equivalent in exact arithmetic) smoothed one.
+/// then Q/DQ placement, all on `model` itself. FP32 is evaluated on the original model's file, not the (equivalent in
+/// exact arithmetic) smoothed one.
 fn quantize_static(
     cfg: &E2eConfig,
-    model: &Model,
+    model: Model,
     cal_data: &dyn Feeds,
     progress: &dyn Progress,
     phases: &mut BTreeMap<String, f64>,
 ) -> Result<Quantized> {
     let t = Instant::now();
-    let (smoothed, smoothing) = match smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)? {
-        Some((m, s)) => {
-            progress.note(&s.describe());
-            (Some(m), Some(s))
-        }
-        None => (None, None),
-    };
-    let to_quantize = smoothed.as_ref().unwrap_or(model);
-    let tensors = qdq::tensors_to_calibrate(to_quantize, &cfg.policy)?;
-    let cal = calibrate(to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
+    let (to_quantize, smoothing) = smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)?;
+    if let Some(s) = &smoothing {
+        progress.note(&s.describe());
+    }
+    let tensors = qdq::tensors_to_calibrate(&to_quantize, &cfg.policy)?;
+    let cal = calibrate(&to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
     write_tables(&cal, &cfg.out)?;
     let non_finite: Vec<String> =
         cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
     phases.insert("smoothing_and_calibration".to_owned(), t.elapsed().as_secs_f64());
     let t = Instant::now();
     let main = &cal.tables[0];
-    let (qmodel, plan) = qdq::quantize(to_quantize, &main.min_max(), &cfg.policy)?;
-    // --compare-methods: the same placement with each other method's ranges, saved for evaluation.
+    // --compare-methods: the same placement with each other method's ranges, saved for evaluation (before the main
+    // placement changes the model).
     let mut compared = vec![];
     for table in &cal.tables[1..] {
-        let (m, _) = qdq::quantize(to_quantize, &table.min_max(), &cfg.policy)?;
+        let (m, _) = qdq::quantize(&to_quantize, &table.min_max(), &cfg.policy)?;
         let path = cfg.out.join(format!("model_qdq_{}.onnx", table.method));
         crate::save_model(&m, &path)?;
         compared.push((table.method.clone(), path));
     }
+    let plan = qdq::plan(&to_quantize, &main.min_max(), &cfg.policy)?;
+    let mut qmodel = to_quantize;
+    plan.apply(&mut qmodel)?;
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
     let calibration = CalibrationSummary {
         data: cfg.calibration_data.display().to_string(),

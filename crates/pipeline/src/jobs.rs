@@ -113,9 +113,9 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     if !job.merge.is_empty() {
         qdq::check_mergeable(&model, &policy)?;
     }
-    let (model, smoothed) = match smooth_model(&model, &policy, data, &opts, progress)? {
-        None => (model, None),
-        Some((smoothed, s)) => {
+    let (model, smoothed) = match smooth_model(model, &policy, data, &opts, progress)? {
+        (model, None) => (model, None),
+        (smoothed, Some(s)) => {
             std::fs::create_dir_all(&job.out)
                 .map_err(|e| Error::Output { path: job.out.clone(), reason: e.to_string() })?;
             let path = job.out.join("model_smoothed.onnx");

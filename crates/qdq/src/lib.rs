@@ -63,6 +63,6 @@ pub use policy::{
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{
-    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smoothing_fingerprint,
-    smoothing_record, smoothing_sites,
+    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smooth_in_place,
+    smoothing_fingerprint, smoothing_record, smoothing_sites,
 };

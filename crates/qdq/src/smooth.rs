@@ -194,6 +194,19 @@ pub fn smooth(
     absmax: &BTreeMap<String, Vec<f32>>,
     alpha: f32,
 ) -> Result<(Model, Vec<SmoothedSite>)> {
+    let mut out = model.clone();
+    let done = smooth_in_place(&mut out, policy, absmax, alpha)?;
+    Ok((out, done))
+}
+
+/// [`smooth`] on the model itself, for callers that do not need the original (a model of gigabytes is then not held
+/// twice). On an error the model may be partly rewritten: discard it.
+pub fn smooth_in_place(
+    out: &mut Model,
+    policy: &Policy,
+    absmax: &BTreeMap<String, Vec<f32>>,
+    alpha: f32,
+) -> Result<Vec<SmoothedSite>> {
     if !(0.0..=1.0).contains(&alpha) {
         return Err(Error::BadOptionValue {
             key: "smooth".into(),
@@ -201,8 +214,7 @@ pub fn smooth(
             expected: "a migration strength in [0, 1]".into(),
         });
     }
-    let sites = smoothing_sites(model, policy)?;
-    let mut out = model.clone();
+    let sites = smoothing_sites(out, policy)?;
     let mut done = Vec::with_capacity(sites.len());
     let g = out.graph_mut();
     let names = NameSet::from_graph(g);
@@ -227,7 +239,7 @@ pub fn smooth(
             value: Some(format!("alpha={alpha}; tensors={}; factors={}", done.len(), fingerprint(&done))),
         });
     }
-    Ok((out, done))
+    Ok(done)
 }
 
 /// The calibrated per-channel max of a site's tensor, checked against its channel count.
