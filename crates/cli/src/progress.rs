@@ -72,9 +72,7 @@ impl Progress for Bars {
         match self {
             Bars::Log(log) => log.finish(),
             Bars::Terminal(slot) => {
-                if let Ok(mut guard) = slot.lock()
-                    && let Some(b) = guard.take()
-                {
+                if let Some(b) = slot.lock().ok().and_then(|mut guard| guard.take()) {
                     b.finish_and_clear();
                 }
             }

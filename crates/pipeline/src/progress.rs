@@ -34,6 +34,7 @@ pub struct LogProgress {
     stage: Mutex<Option<Stage>>,
 }
 
+#[derive(Clone)]
 struct Stage {
     name: String,
     unit: String,
@@ -48,12 +49,13 @@ impl Stage {
         let rate = self.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
         match self.total {
             Some(t) if t > 0 => {
-                let left = t.saturating_sub(self.done) as f64 / rate.max(1e-9);
                 let pct = 100.0 * self.done as f64 / t as f64;
-                format!(
-                    "{}: {}/{t} {} ({pct:.0}%), {rate:.1}/s, about {left:.0} s left",
-                    self.name, self.done, self.unit
-                )
+                // Nothing done yet (one long question, a slow first batch): no rate to tell the time left from.
+                let left = match self.done {
+                    0 => format!("{:.0} s so far", self.started.elapsed().as_secs_f64()),
+                    _ => format!("about {:.0} s left", t.saturating_sub(self.done) as f64 / rate),
+                };
+                format!("{}: {}/{t} {} ({pct:.0}%), {rate:.1}/s, {left}", self.name, self.done, self.unit)
             }
             _ => format!("{}: {} {}, {rate:.1}/s", self.name, self.done, self.unit),
         }
@@ -125,6 +127,12 @@ mod tests {
         };
         let line = s.line();
         assert!(line.starts_with("calibrating: 100/400 questions (25%), 10.0/s, about 30 s left"), "{line}");
+        let waiting = Stage { done: 0, ..s.clone() };
+        assert!(
+            waiting.line().starts_with("calibrating: 0/400 questions (0%), 0.0/s, 10 s so far"),
+            "{}",
+            waiting.line()
+        );
         let open = Stage { total: None, ..s };
         assert!(open.line().starts_with("calibrating: 100 questions, 10.0/s"), "{}", open.line());
     }

@@ -2,7 +2,7 @@
 
 use crate::dataset::Example;
 use crate::error::{Error, Result};
-use crate::features::{Feature, FeatureConfig, ModelIo, build_features};
+use crate::features::{Feature, FeatureConfig, FeatureWindows, ModelIo};
 use crate::tokenizer::{SquadTokenizer, Tokens};
 use ndarray::{Array2, ArrayView2};
 use std::collections::VecDeque;
@@ -97,6 +97,8 @@ pub struct FeatureStream<'a> {
     next_example: usize,
     next_feature_id: usize,
     pending: VecDeque<Feature>,
+    /// The current example's windows not yet built.
+    windows: Option<FeatureWindows>,
     context_cache: Option<(usize, Arc<Tokens>)>,
 }
 
@@ -127,6 +129,7 @@ impl<'a> FeatureStream<'a> {
             next_example: 0,
             next_feature_id: 0,
             pending: VecDeque::new(),
+            windows: None,
             context_cache: None,
         })
     }
@@ -142,17 +145,18 @@ impl<'a> FeatureStream<'a> {
         Ok(toks)
     }
 
+    /// Starts the next example's windows (they are built one at a time as batches need them).
     fn featurize_next(&mut self) -> Result<()> {
         let examples = self.examples;
         let Some(ex) = examples.get(self.next_example) else { return Ok(()) };
         let ctx = self.context_tokens(ex)?;
         let query = self.tokenizer.tokenize(&ex.question, &format!("question {}", ex.id))?;
         let t = self.tokenizer;
-        let feats =
-            build_features(&self.config, t.cls_id, t.sep_id, &query.ids, &ctx, self.next_example, self.next_feature_id);
-        self.next_feature_id += feats.len();
+        let ids = (t.cls_id, t.sep_id, self.next_example, self.next_feature_id);
+        let windows = FeatureWindows::new(&self.config, ids, &query.ids, ctx);
+        self.next_feature_id += windows.len();
         self.next_example += 1;
-        self.pending.extend(feats);
+        self.windows = Some(windows);
         Ok(())
     }
 }
@@ -161,9 +165,17 @@ impl Iterator for FeatureStream<'_> {
     type Item = Result<Batch>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while self.pending.len() < self.batch_size && self.next_example < self.examples.len() {
+        while self.pending.len() < self.batch_size {
+            if let Some(f) = self.windows.as_mut().and_then(Iterator::next) {
+                self.pending.push_back(f);
+                continue;
+            }
+            if self.next_example >= self.examples.len() {
+                break;
+            }
             if let Err(e) = self.featurize_next() {
                 self.next_example = self.examples.len();
+                self.windows = None;
                 return Some(Err(e));
             }
         }

@@ -88,9 +88,14 @@ impl Feature {
 
 /// BERT's `_check_is_max_context`: the window (index) in which context token `pos` has the largest
 /// `min(left, right) + 0.01 * window_len`; the first such window wins ties.
+/// `spans` are [`windows`]: starts and ends never decrease, so the windows holding `pos` are one run, found by
+/// binary search (a context of 300,000 tokens has thousands of windows: scanning them all for every token was
+/// quadratic).
 fn max_context_window(spans: &[(usize, usize)], pos: usize) -> Option<usize> {
+    let first = spans.partition_point(|&(start, len)| start + len <= pos);
+    let last = spans.partition_point(|&(start, _)| start <= pos);
     let mut best: Option<(usize, f64)> = None;
-    for (i, &(start, len)) in spans.iter().enumerate() {
+    for (i, &(start, len)) in spans.iter().enumerate().take(last).skip(first) {
         if pos < start || pos >= start + len {
             continue;
         }
@@ -104,7 +109,7 @@ fn max_context_window(spans: &[(usize, usize)], pos: usize) -> Option<usize> {
 
 /// Builds the features of one example from its query token ids and its context tokens. Ids are numbered from
 /// `first_id`. The config should be [valid](FeatureConfig::validate); a context token without an offset is treated
-/// like a non-context token (never part of an answer).
+/// like a non-context token (never part of an answer). [`FeatureWindows`] gives the same features one at a time.
 pub fn build_features(
     config: &FeatureConfig,
     cls_id: u32,
@@ -114,46 +119,95 @@ pub fn build_features(
     example_index: usize,
     first_id: usize,
 ) -> Vec<Feature> {
-    let query = &query_ids[..query_ids.len().min(config.max_query_len)];
-    let max_doc = config.max_seq_len.saturating_sub(query.len() + 3).max(1);
-    let spans = windows(context.ids.len(), max_doc, config.doc_stride);
-    let n = spans.len();
-    spans
-        .iter()
-        .enumerate()
-        .map(|(w, &(start, len))| {
-            let total = query.len() + len + 3;
-            let mut input_ids = Vec::with_capacity(total);
-            let mut token_offsets = Vec::with_capacity(total);
-            let mut token_is_max_context = Vec::with_capacity(total);
-            input_ids.push(i64::from(cls_id));
-            input_ids.extend(query.iter().map(|&t| i64::from(t)));
-            input_ids.push(i64::from(sep_id));
-            token_offsets.resize(input_ids.len(), None);
-            token_is_max_context.resize(input_ids.len(), false);
-            for (pos, &id) in context.ids.iter().enumerate().skip(start).take(len) {
-                input_ids.push(i64::from(id));
-                token_offsets.push(context.offsets.get(pos).copied());
-                token_is_max_context.push(max_context_window(&spans, pos) == Some(w));
-            }
-            input_ids.push(i64::from(sep_id));
-            token_offsets.push(None);
-            token_is_max_context.push(false);
-            let first_segment = query.len() + 2;
-            let token_type_ids = (0..total).map(|i| i64::from(i >= first_segment)).collect();
-            Feature {
-                id: first_id + w,
-                example_index,
-                window_index: w,
-                num_windows: n,
-                input_ids,
-                token_type_ids,
-                token_offsets,
-                token_is_max_context,
-            }
-        })
-        .collect()
+    let ids = (cls_id, sep_id, example_index, first_id);
+    FeatureWindows::new(config, ids, query_ids, std::sync::Arc::new(context.clone())).collect()
 }
+
+/// The features of one example, built one window at a time: a context of any length costs one feature's memory
+/// at a time, not all of its windows at once (a 1 MB context has thousands).
+#[derive(Debug, Clone)]
+pub struct FeatureWindows {
+    query: Vec<u32>,
+    context: std::sync::Arc<Tokens>,
+    spans: Vec<(usize, usize)>,
+    cls_id: u32,
+    sep_id: u32,
+    example_index: usize,
+    first_id: usize,
+    next: usize,
+}
+
+impl FeatureWindows {
+    /// The windows of one example; `(cls_id, sep_id, example_index, first_id)` as for [`build_features`].
+    pub fn new(
+        config: &FeatureConfig,
+        (cls_id, sep_id, example_index, first_id): (u32, u32, usize, usize),
+        query_ids: &[u32],
+        context: std::sync::Arc<Tokens>,
+    ) -> Self {
+        let query = query_ids[..query_ids.len().min(config.max_query_len)].to_vec();
+        let max_doc = config.max_seq_len.saturating_sub(query.len() + 3).max(1);
+        let spans = windows(context.ids.len(), max_doc, config.doc_stride);
+        FeatureWindows { query, context, spans, cls_id, sep_id, example_index, first_id, next: 0 }
+    }
+
+    /// Windows of this example (features it gives in all).
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Never true: an empty context still gives one window.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+}
+
+impl Iterator for FeatureWindows {
+    type Item = Feature;
+
+    fn next(&mut self) -> Option<Feature> {
+        let w = self.next;
+        let &(start, len) = self.spans.get(w)?;
+        self.next += 1;
+        let (query, context) = (&self.query, &self.context);
+        let total = query.len() + len + 3;
+        let mut input_ids = Vec::with_capacity(total);
+        let mut token_offsets = Vec::with_capacity(total);
+        let mut token_is_max_context = Vec::with_capacity(total);
+        input_ids.push(i64::from(self.cls_id));
+        input_ids.extend(query.iter().map(|&t| i64::from(t)));
+        input_ids.push(i64::from(self.sep_id));
+        token_offsets.resize(input_ids.len(), None);
+        token_is_max_context.resize(input_ids.len(), false);
+        for (pos, &id) in context.ids.iter().enumerate().skip(start).take(len) {
+            input_ids.push(i64::from(id));
+            token_offsets.push(context.offsets.get(pos).copied());
+            token_is_max_context.push(max_context_window(&self.spans, pos) == Some(w));
+        }
+        input_ids.push(i64::from(self.sep_id));
+        token_offsets.push(None);
+        token_is_max_context.push(false);
+        let first_segment = query.len() + 2;
+        let token_type_ids = (0..total).map(|i| i64::from(i >= first_segment)).collect();
+        Some(Feature {
+            id: self.first_id + w,
+            example_index: self.example_index,
+            window_index: w,
+            num_windows: self.spans.len(),
+            input_ids,
+            token_type_ids,
+            token_offsets,
+            token_is_max_context,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.spans.len() - self.next;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for FeatureWindows {}
 
 /// Names of the model's inputs and outputs. The runtime feeds only the inputs the model has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,5 +252,42 @@ impl ModelIo {
 impl Default for ModelIo {
     fn default() -> Self {
         Self::huggingface()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The binary-searched run of windows gives what scanning every window gives (BERT's rule, first window wins
+    /// ties), for every token of documents of many lengths, window sizes and strides.
+    #[test]
+    fn max_context_window_matches_the_full_scan() {
+        let scan = |spans: &[(usize, usize)], pos: usize| {
+            let mut best: Option<(usize, f64)> = None;
+            for (i, &(start, len)) in spans.iter().enumerate() {
+                if pos >= start && pos < start + len {
+                    let score = (pos - start).min(start + len - 1 - pos) as f64 + 0.01 * len as f64;
+                    if best.is_none_or(|(_, b)| score > b) {
+                        best = Some((i, score));
+                    }
+                }
+            }
+            best.map(|b| b.0)
+        };
+        for doc in [1, 2, 7, 64, 129, 1000] {
+            for max_doc in [1, 3, 16, 50] {
+                for stride in [1, 2, 5, 16, 128] {
+                    let spans = windows(doc, max_doc, stride);
+                    for pos in 0..doc + 2 {
+                        assert_eq!(
+                            max_context_window(&spans, pos),
+                            scan(&spans, pos),
+                            "{doc} {max_doc} {stride} {pos}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

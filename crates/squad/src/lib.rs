@@ -24,7 +24,7 @@ mod tokenizer;
 pub use batch::{Batch, FeatureStream, Padding};
 pub use dataset::{DocTokens, Example, SquadData, load_squad, read_dataset};
 pub use error::{Error, Result};
-pub use features::{Feature, FeatureConfig, ModelIo, build_features, windows};
+pub use features::{Feature, FeatureConfig, FeatureWindows, ModelIo, build_features, windows};
 pub use postprocess::{
     AnswerText, NbestEntry, PostProcessConfig, Prediction, PredictionAccumulator, write_predictions,
 };

@@ -1,6 +1,19 @@
 //! Uncased/cased BERT WordPiece tokenization through the `tokenizers` crate.
 
 use crate::error::{Error, Result};
+
+/// Bytes of text [`SquadTokenizer::tokenize`] hands the tokenizer at once (more only when no whitespace follows).
+const TOKENIZE_PIECE: usize = 1 << 16;
+
+/// The end of the piece of `text` starting at `start`: the whole rest if it is at most `piece` bytes, else the first
+/// whitespace character at or after `start + piece` (the rest of the text if there is none).
+fn piece_end(text: &str, start: usize, piece: usize) -> usize {
+    if text.len() - start <= piece {
+        return text.len();
+    }
+    let from = text.ceil_char_boundary(start + piece);
+    text[from..].find(char::is_whitespace).map_or(text.len(), |i| from + i)
+}
 use std::collections::HashMap;
 use std::path::Path;
 use tokenizers::models::wordpiece::WordPiece;
@@ -121,13 +134,31 @@ impl SquadTokenizer {
         self.max_token_id
     }
 
-    /// Tokenizes `text`; offsets are byte spans into `text`. `what` names the text in errors.
+    /// Tokenizes `text`; offsets are byte spans into `text`. `what` names the text in errors. A text over 64 KiB is
+    /// tokenized in pieces cut just before a whitespace character (the tokenizer's own working memory is about 100
+    /// bytes per character: a 1 MB context would cost 100 MB at once); BERT's normalizer and pre-tokenizer work word
+    /// by word, so the tokens are those of the whole text.
     pub fn tokenize(&self, text: &str, what: &str) -> Result<Tokens> {
-        let enc = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| Error::Tokenize { what: what.to_owned(), message: e.to_string() })?;
-        Ok(Tokens { ids: enc.get_ids().to_vec(), offsets: enc.get_offsets().to_vec() })
+        self.tokenize_in_pieces(text, what, TOKENIZE_PIECE)
+    }
+
+    fn tokenize_in_pieces(&self, text: &str, what: &str, piece: usize) -> Result<Tokens> {
+        let mut out = Tokens { ids: Vec::new(), offsets: Vec::new() };
+        let mut start = 0;
+        loop {
+            let end = piece_end(text, start, piece);
+            let enc = self
+                .inner
+                .encode(&text[start..end], false)
+                .map_err(|e| Error::Tokenize { what: what.to_owned(), message: e.to_string() })?;
+            out.ids.extend_from_slice(enc.get_ids());
+            out.offsets.extend(enc.get_offsets().iter().map(|&(a, b)| (a + start, b + start)));
+            if end == text.len() {
+                break;
+            }
+            start = end;
+        }
+        Ok(out)
     }
 
     /// BERT's BasicTokenizer output (normalised words and punctuation, before WordPiece) joined by single spaces.
@@ -149,5 +180,29 @@ impl SquadTokenizer {
     /// The vocab string of a token id, if any.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces cut before whitespace give the tokens (ids and byte offsets) of the whole text: accents, CJK
+    /// characters (split one by one), punctuation, runs of whitespace, multi-byte characters at the cut.
+    #[test]
+    fn tokenizing_in_pieces_gives_the_tokens_of_the_whole_text() {
+        let vocab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad/vocab.txt");
+        let tok = SquadTokenizer::from_vocab(vocab, true).unwrap();
+        let text =
+            "The Café (Zürich)\tserved 北京 tea,  \n\n dozens of   \u{00a0}visitors; naïve résumé-style! ".repeat(40);
+        let whole = tok.tokenize_in_pieces(&text, "t", usize::MAX).unwrap();
+        assert!(whole.ids.len() > 500);
+        for piece in [1, 5, 13, 64, 1000] {
+            let cut = tok.tokenize_in_pieces(&text, "t", piece).unwrap();
+            assert_eq!((&cut.ids, &cut.offsets), (&whole.ids, &whole.offsets), "piece {piece}");
+        }
+        for empty in ["", "   "] {
+            assert!(tok.tokenize_in_pieces(empty, "t", 1).unwrap().ids.is_empty());
+        }
     }
 }
