@@ -1,9 +1,11 @@
 //! `cargo xtask fuzz --cases N`: a seeded mutation harness over the library entry points that read user files
 //! (issue 18). Seeds are the repository's own fixtures and a tiny BERT: ONNX models through `onnx_ir::Model`
-//! (decoded, checked, re-encoded and decoded again), range tables of every format through
-//! `calib::tables::read_ranges`, SQuAD files through `squad::read_dataset` and `squad_metrics` scoring. Each case
-//! applies one to four mutations (bit flips, random bytes, truncation, inserted or repeated chunks) chosen by a
-//! xorshift generator seeded with the case number, so a failure is reproduced by `--cases` and `--first`.
+//! (decoded, checked, re-encoded and decoded again, then through qdq's planning, smoothing and dynamic mode for every
+//! preset), range tables of every format through `calib::tables::read_ranges`, SQuAD files through
+//! `squad::load_squad`, tokenization and windowing, and `squad_metrics` scoring (running ONNX Runtime on mutants is
+//! left out: a crash there is not ours to fix). Each case applies one to four mutations (bit flips, random bytes,
+//! truncation, inserted or repeated chunks) chosen by a xorshift generator seeded with the case number, so a failure
+//! is reproduced by `--cases` and `--first`.
 //!
 //! The oracle: no panic, no case over [`CASE_LIMIT`], every error has a message, and a model that loads re-encodes to
 //! itself. A seeded mutator in xtask rather than cargo-fuzz: cargo-fuzz needs the nightly toolchain and its own
@@ -76,11 +78,52 @@ fn onnx(path: &Path) -> Result<bool> {
             if again.proto != m.proto {
                 bail!("a loaded model does not re-encode to itself");
             }
+            through_qdq(&m)?;
             Ok(true)
         }
         Err(e) if e.to_string().is_empty() => bail!("an error without a message"),
         Err(_) => Ok(false),
     }
+}
+
+/// A model that loads goes on through what qdq does with it, for every preset with and without smoothing: the
+/// tensors to calibrate, a plan with a range for each, applied to a copy, the coverage of the result; the smoothing
+/// sites smoothed with unit statistics; the dynamic mode. Refusals are fine if they say why; panics are not.
+fn through_qdq(m: &onnx_ir::Model) -> Result<()> {
+    let said = |e: qdq::Error| if e.to_string().is_empty() { bail!("a qdq error without a message") } else { Ok(()) };
+    for preset in qdq::PRESETS {
+        let preset_policy = qdq::Policy::preset(preset)?;
+        for smooth in [preset_policy.smooth, None] {
+            let policy = qdq::Policy { smooth, ..preset_policy.clone() };
+            match qdq::tensors_to_calibrate(m, &policy) {
+                Ok(tensors) => {
+                    let ranges: qdq::Ranges = tensors.into_iter().map(|t| (t, (-1.0, 1.0))).collect();
+                    match qdq::plan(m, &ranges, &policy) {
+                        Ok(plan) => {
+                            let mut q = m.clone();
+                            match plan.apply(&mut q) {
+                                Ok(()) => _ = qdq::coverage(&q),
+                                Err(e) => said(e)?,
+                            }
+                        }
+                        Err(e) => said(e)?,
+                    }
+                }
+                Err(e) => said(e)?,
+            }
+            if let Err(e) = qdq::quantize_dynamic(m, &policy) {
+                said(e)?;
+            }
+        }
+        let policy = &preset_policy;
+        if let (Some(alpha), Ok(sites)) = (policy.smooth, qdq::smoothing_sites(m, policy)) {
+            let absmax = sites.iter().map(|s| (s.tensor.clone(), vec![1.0; s.channels])).collect();
+            if let Err(e) = qdq::smooth(m, policy, &absmax, alpha) {
+                said(e)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn table(path: &Path) -> Result<bool> {
@@ -94,8 +137,28 @@ fn table(path: &Path) -> Result<bool> {
     }
 }
 
+/// The fixtures' vocabulary, loaded once.
+static VOCAB: std::sync::OnceLock<Option<squad::SquadTokenizer>> = std::sync::OnceLock::new();
+
+/// An accepted SQuAD file goes on through tokenization and windowing, as evaluation and calibration feed it.
+fn featurize(path: &Path) -> Result<bool> {
+    let Ok(data) = squad::load_squad(path) else { return Ok(false) };
+    let tok =
+        VOCAB.get_or_init(|| squad::SquadTokenizer::from_vocab(root().join("testdata/squad/vocab.txt"), true).ok());
+    let Some(tok) = tok else { bail!("the fixtures' vocab.txt does not load") };
+    let cfg = squad::FeatureConfig { max_seq_len: 64, doc_stride: 24, max_query_len: 16 };
+    for batch in squad::FeatureStream::new(&data.examples, tok, cfg, 4, squad::Padding::Longest)? {
+        if let Err(e) = batch
+            && e.to_string().is_empty()
+        {
+            bail!("a featurization error without a message");
+        }
+    }
+    Ok(true)
+}
+
 fn squad_file(path: &Path) -> Result<bool> {
-    let ours = squad::read_dataset(path).is_ok();
+    let ours = featurize(path)?;
     match squad_metrics::load_dataset(path) {
         Ok(d) => {
             let m = squad_metrics::evaluate_v1(&d, &Default::default());

@@ -21,7 +21,7 @@ mod tests {
         ("qdq", &["qdq-onnx-ir"]),
         ("qdq-pipeline", &["qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"]),
         ("qdq-cli", &["qdq-pipeline"]),
-        ("xtask", &["qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib"]),
+        ("xtask", &["qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib", "qdq"]),
     ];
 
     /// Third-party crates a crate may depend on, where the architecture limits them: squad-metrics is serde alone
