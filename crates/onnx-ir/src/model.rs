@@ -34,6 +34,8 @@ pub struct Model {
     dir: Option<PathBuf>,
     /// Tensors whose external data was left on disk.
     unread: usize,
+    /// The external data files the model file referenced (canonical paths), whether read or not.
+    external_files: std::collections::BTreeSet<PathBuf>,
 }
 
 /// What [`Model::save`] wrote besides the model file.
@@ -428,7 +430,7 @@ const INLINE_HINT: &str = "write it with its large tensors as external data besi
 impl Model {
     /// Wraps a protobuf built in memory (no directory; it has no external data to resolve).
     pub fn new(proto: ModelProto) -> Self {
-        Model { proto, dir: None, unread: 0 }
+        Model { proto, dir: None, unread: 0, external_files: Default::default() }
     }
 
     /// Reads, decodes and checks a model file, loading all external data into memory.
@@ -448,6 +450,12 @@ impl Model {
     /// Tensors whose external data [`Model::load_graph_only`] left on disk (0 after [`Model::load`]).
     pub fn unread_external_data(&self) -> usize {
         self.unread
+    }
+
+    /// The external data files the loaded file referenced (canonical paths; empty for a model with all data inline):
+    /// with the model file, what the model takes on disk.
+    pub fn external_files(&self) -> impl Iterator<Item = &Path> {
+        self.external_files.iter().map(PathBuf::as_path)
     }
 
     fn load_file(path: &Path, read_external_data: bool) -> Result<Model> {
@@ -486,7 +494,7 @@ impl Model {
         if proto.graph.is_none() {
             return Err(Error::Graph { reason: format!("{what}: the model has no graph") });
         }
-        let mut unread = 0;
+        let (mut unread, mut external_files) = (0, std::collections::BTreeSet::new());
         walk_model(&mut proto, &mut |t| {
             if t.data_location() == DataLocation::External {
                 let Some(dir) = &dir else {
@@ -501,7 +509,9 @@ impl Model {
                         reason: format!("{what} was given as bytes, so there is no directory to read it from"),
                     });
                 };
-                if !read && locate_external(dir, t)?.len > GRAPH_ONLY_READS {
+                let r = locate_external(dir, t)?;
+                external_files.insert(r.file);
+                if !read && r.len > GRAPH_ONLY_READS {
                     unread += 1;
                     return check_tensor(t, what);
                 }
@@ -511,7 +521,7 @@ impl Model {
             }
             check_tensor(t, what)
         })?;
-        Ok(Model { proto, dir, unread })
+        Ok(Model { proto, dir, unread, external_files })
     }
 
     /// Refuses to serialize a model whose external data was not read.

@@ -342,6 +342,9 @@ fn graph_only_loading_checks_external_data_without_reading_it() {
     model.save_with(&p, &opts).unwrap();
     let m = Model::load_graph_only(&p).unwrap();
     assert_eq!(m.unread_external_data(), 2);
+    let side = dir.path().join("m.onnx.data").canonicalize().unwrap();
+    assert_eq!(m.external_files().collect::<Vec<_>>(), vec![side.as_path()]);
+    assert_eq!(Model::load(&p).unwrap().external_files().count(), 1);
     let huge = m.graph().initializer("huge").unwrap();
     assert_eq!((huge.dims.as_slice(), huge.raw_data.is_none()), (&[300i64, 1000][..], true));
     assert_eq!(huge.data_location(), DataLocation::External);

@@ -103,9 +103,12 @@ pub fn prepare_out_dir(dir: &Path, flag: &str) -> Result<()> {
     check_writable(&dir.join(".qdq-write-check"), flag)
 }
 
-/// The size of the file at `p` in bytes (0 if it cannot be read).
+/// What the model at `p` takes on disk, in bytes: the file and the external data files it references (0 if it
+/// cannot be read).
 pub(crate) fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let external = onnx_ir::Model::load_graph_only(p).map(|m| m.external_files().map(len).sum()).unwrap_or(0);
+    len(p) + external
 }
 
 /// Saves a model the user gets ([`onnx_ir::Model::save`]): inline, or with its large tensors in a side file when it
