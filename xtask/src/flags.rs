@@ -155,7 +155,7 @@ pub struct BigModelArgs {
     #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8"])]
     pub big_model: bool,
     /// Size of the grown model, GiB.
-    #[arg(long, default_value_t = 2.2, value_name = "GIB")]
+    #[arg(long, default_value_t = 2.2, value_name = "GIB", value_parser = size_gib)]
     pub size_gib: f64,
 }
 
@@ -262,6 +262,14 @@ fn non_negative(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A model size in GiB: above protobuf's 2 GiB (the point of the check) and below 64 GiB.
+fn size_gib(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(g) if g > 2.0 && g <= 64.0 => Ok(g),
+        _ => Err(format!("expected a size in GiB over 2 (protobuf's limit) and at most 64, got `{s}`")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -307,6 +315,19 @@ mod tests {
         );
         assert!(parse(&["bench", "--cpu-int8", "--vs-python"]).is_err());
         assert!(parse(&["bench", "--cpu-int8", "--rounds", "0"]).is_err());
+    }
+
+    #[test]
+    fn big_model_options_parse_and_bound_the_size() {
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--big-model", "--size-gib", "2.5"]) else {
+            panic!("bench --big-model did not parse")
+        };
+        assert!(b.big.big_model && !b.vs_python && !b.cpu.cpu_int8);
+        assert_eq!(b.big.size_gib, 2.5);
+        for bad in ["1.5", "-3", "NaN", "100", "x"] {
+            assert!(parse(&["bench", "--big-model", "--size-gib", bad]).is_err(), "{bad}");
+        }
+        assert!(parse(&["bench", "--big-model", "--cpu-int8"]).is_err());
     }
 
     #[test]
