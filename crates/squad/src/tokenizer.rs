@@ -2,26 +2,36 @@
 
 use crate::error::{Error, Result};
 
-/// Bytes of text [`SquadTokenizer::tokenize`] hands the tokenizer at once (more only when no whitespace follows).
-const TOKENIZE_PIECE: usize = 1 << 16;
-
-/// The end of the piece of `text` starting at `start`: the whole rest if it is at most `piece` bytes, else the first
-/// whitespace character at or after `start + piece` (the rest of the text if there is none).
-fn piece_end(text: &str, start: usize, piece: usize) -> usize {
-    if text.len() - start <= piece {
-        return text.len();
-    }
-    let from = text.ceil_char_boundary(start + piece);
-    text[from..].find(char::is_whitespace).map_or(text.len(), |i| from + i)
-}
 use std::collections::HashMap;
 use std::path::Path;
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::{
-    NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Tokenizer,
+    NormalizedString, Normalizer, NormalizerWrapper, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
+    PreTokenizerWrapper, Tokenizer,
 };
+
+/// Bytes of text [`SquadTokenizer::tokenize`] hands a word-local tokenizer at once (more only when no whitespace
+/// follows).
+const TOKENIZE_PIECE: usize = 1 << 16;
+
+/// The end of the piece of `text` starting at `start`: the whole rest if it is at most `piece` bytes, else the start
+/// of the first whitespace run at or after `start + piece` (the rest of the text if there is none).
+fn piece_end(text: &str, start: usize, piece: usize) -> usize {
+    if text.len() - start <= piece {
+        return text.len();
+    }
+    let from = text.ceil_char_boundary(start + piece);
+    let mut prev_ws = text[..from].chars().next_back().is_some_and(char::is_whitespace);
+    for (i, c) in text[from..].char_indices() {
+        if c.is_whitespace() && !prev_ws {
+            return from + i;
+        }
+        prev_ws = c.is_whitespace();
+    }
+    text.len()
+}
 
 /// Token ids with the byte span of each token in the original text.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -47,6 +57,8 @@ pub struct SquadTokenizer {
     pub unk_id: u32,
     vocab_size: usize,
     max_token_id: u32,
+    /// Its normalizer and pre-tokenizer work word by word (BERT's): a long text may be tokenized in pieces.
+    word_local: bool,
 }
 
 impl std::fmt::Debug for SquadTokenizer {
@@ -89,7 +101,7 @@ impl SquadTokenizer {
             .with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase)))
             .map_err(|e| vocab_err(e.to_string()))?;
         inner.with_pre_tokenizer(Some(BertPreTokenizer));
-        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size, max_token_id })
+        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size, max_token_id, word_local: true })
     }
 
     /// Loads a Hugging Face `tokenizer.json` (e.g. one saved with a fine-tuned model). Its normalizer,
@@ -113,7 +125,11 @@ impl SquadTokenizer {
         let (cls_id, sep_id, pad_id, unk_id) =
             (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
-        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size: vocab.len(), max_token_id })
+        // Another tokenizer's pieces could join differently at a cut (a byte-level BPE keeps whitespace in tokens).
+        let word_local = matches!(inner.get_pre_tokenizer(), Some(PreTokenizerWrapper::BertPreTokenizer(_)))
+            && matches!(inner.get_normalizer(), None | Some(NormalizerWrapper::BertNormalizer(_)));
+        let vocab_size = vocab.len();
+        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size, max_token_id, word_local })
     }
 
     /// Saves this tokenizer as a Hugging Face `tokenizer.json`.
@@ -134,12 +150,12 @@ impl SquadTokenizer {
         self.max_token_id
     }
 
-    /// Tokenizes `text`; offsets are byte spans into `text`. `what` names the text in errors. A text over 64 KiB is
-    /// tokenized in pieces cut just before a whitespace character (the tokenizer's own working memory is about 100
-    /// bytes per character: a 1 MB context would cost 100 MB at once); BERT's normalizer and pre-tokenizer work word
-    /// by word, so the tokens are those of the whole text.
+    /// Tokenizes `text`; offsets are byte spans into `text`. `what` names the text in errors. With BERT's normalizer
+    /// and pre-tokenizer, which work word by word, a text over 64 KiB is tokenized in pieces cut where a whitespace
+    /// run starts (the tokenizer's own working memory is about 100 bytes per character: a 1 MB context would cost
+    /// 100 MB at once); the tokens are those of the whole text. Other tokenizers get the text whole.
     pub fn tokenize(&self, text: &str, what: &str) -> Result<Tokens> {
-        self.tokenize_in_pieces(text, what, TOKENIZE_PIECE)
+        self.tokenize_in_pieces(text, what, if self.word_local { TOKENIZE_PIECE } else { usize::MAX })
     }
 
     fn tokenize_in_pieces(&self, text: &str, what: &str, piece: usize) -> Result<Tokens> {
@@ -204,5 +220,22 @@ mod tests {
         for empty in ["", "   "] {
             assert!(tok.tokenize_in_pieces(empty, "t", 1).unwrap().ids.is_empty());
         }
+    }
+
+    /// Only BERT's normalizer and pre-tokenizer are cut into pieces: a tokenizer.json with another pre-tokenizer
+    /// (byte-level BPE keeps whitespace inside its tokens) gets its text whole.
+    #[test]
+    fn only_word_local_tokenizers_are_cut() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let vocab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad/vocab.txt");
+        let bert = dir.join("bert.json");
+        SquadTokenizer::from_vocab(vocab, true).unwrap().save_tokenizer_json(&bert).unwrap();
+        assert!(SquadTokenizer::from_tokenizer_json(&bert).unwrap().word_local);
+        let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&bert).unwrap()).unwrap();
+        json["pre_tokenizer"] = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
+        let byte_level = dir.join("byte_level.json");
+        std::fs::write(&byte_level, json.to_string()).unwrap();
+        assert!(!SquadTokenizer::from_tokenizer_json(&byte_level).unwrap().word_local);
     }
 }
