@@ -95,24 +95,19 @@ fn through_qdq(m: &onnx_ir::Model) -> Result<()> {
         let preset_policy = qdq::Policy::preset(preset)?;
         for smooth in [preset_policy.smooth, None] {
             let policy = qdq::Policy { smooth, ..preset_policy.clone() };
-            match qdq::tensors_to_calibrate(m, &policy) {
-                Ok(tensors) => {
-                    let ranges: qdq::Ranges = tensors.into_iter().map(|t| (t, (-1.0, 1.0))).collect();
-                    match qdq::plan(m, &ranges, &policy) {
-                        Ok(plan) => {
-                            let mut q = m.clone();
-                            match plan.apply(&mut q) {
-                                Ok(()) => _ = qdq::coverage(&q),
-                                Err(e) => said(e)?,
-                            }
-                        }
-                        Err(e) => said(e)?,
-                    }
+            let placed = || -> qdq::Result<()> {
+                let tensors = qdq::tensors_to_calibrate(m, &policy)?;
+                let ranges: qdq::Ranges = tensors.into_iter().map(|t| (t, (-1.0, 1.0))).collect();
+                let plan = qdq::plan(m, &ranges, &policy)?;
+                let mut q = m.clone();
+                plan.apply(&mut q)?;
+                qdq::coverage(&q);
+                Ok(())
+            };
+            for outcome in [placed(), qdq::quantize_dynamic(m, &policy).map(|_| ())] {
+                if let Err(e) = outcome {
+                    said(e)?;
                 }
-                Err(e) => said(e)?,
-            }
-            if let Err(e) = qdq::quantize_dynamic(m, &policy) {
-                said(e)?;
             }
         }
         let policy = &preset_policy;

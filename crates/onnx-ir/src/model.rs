@@ -180,9 +180,8 @@ struct ExternalRef {
     len: u64,
 }
 
-/// Reads the external data of `t` from below `dir`.
-fn read_external(dir: &Path, t: &TensorProto) -> Result<Vec<u8>> {
-    let r = locate_external(dir, t)?;
+/// Reads the external data `r` of `t` (found and checked by [`locate_external`]).
+fn read_external(r: &ExternalRef, t: &TensorProto) -> Result<Vec<u8>> {
     let bad = |reason: String| Error::ExternalData {
         tensor: t.name().to_string(),
         location: r.shown.display().to_string(),
@@ -510,12 +509,12 @@ impl Model {
                     });
                 };
                 let r = locate_external(dir, t)?;
-                external_files.insert(r.file);
+                external_files.insert(r.file.clone());
                 if !read && r.len > GRAPH_ONLY_READS {
                     unread += 1;
                     return check_tensor(t, what);
                 }
-                t.raw_data = Some(read_external(dir, t)?);
+                t.raw_data = Some(read_external(&r, t)?);
                 t.external_data.clear();
                 t.data_location = None;
             }

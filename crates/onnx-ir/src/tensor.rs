@@ -167,12 +167,8 @@ element!(i8, Int8, 1, |t| t.int32_data.iter().map(|&v| v as i8).collect(), |b| i
 element!(u8, Uint8, 1, |t| t.int32_data.iter().map(|&v| v as u8).collect(), |b| u8::from_le_bytes);
 element!(f16, Float16, 2, |t| t.int32_data.iter().map(|&v| f16::from_bits(v as u16)).collect(), |b| f16::from_le_bytes);
 
-/// Reads a tensor into an array of `T`.
-///
-/// Accepts raw_data (little-endian) or the typed repeated field. Errors, naming the tensor,
-/// if the data type is not `T`'s, the data length does not match the dims, or the data is
-/// still external.
-pub fn tensor_to_array<T: Element>(t: &TensorProto) -> Result<ArrayD<T>> {
+/// The shape and element count of `t` if its data can be read as `T` where it is: `T`'s data type, not external.
+fn readable_as<T: Element>(t: &TensorProto) -> Result<(Vec<usize>, u64)> {
     let name = t.name();
     if t.data_type() != T::DATA_TYPE as i32 {
         return Err(tensor_err(
@@ -183,54 +179,52 @@ pub fn tensor_to_array<T: Element>(t: &TensorProto) -> Result<ArrayD<T>> {
     if t.data_location() == DataLocation::External {
         return Err(tensor_err(name, "data is in an external file that was not loaded"));
     }
-    let (shape, count) = tensor_shape(t)?;
-    let values: Vec<T> = match &t.raw_data {
-        Some(raw) => {
-            let want = count.checked_mul(T::SIZE as u64);
-            if want != Some(raw.len() as u64) {
-                return Err(tensor_err(
-                    name,
-                    format!("raw_data has {} bytes, expected {count} x {} bytes", raw.len(), T::SIZE),
-                ));
-            }
-            raw.chunks_exact(T::SIZE).map(T::from_le).collect()
-        }
+    tensor_shape(t)
+}
+
+/// `t`'s `raw_data`, checked to hold `count` values of `T`.
+fn raw_of<T: Element>(t: &TensorProto, count: u64) -> Result<Option<&[u8]>> {
+    let Some(raw) = &t.raw_data else { return Ok(None) };
+    if count.checked_mul(T::SIZE as u64) != Some(raw.len() as u64) {
+        let reason = format!("raw_data has {} bytes, expected {count} x {} bytes", raw.len(), T::SIZE);
+        return Err(tensor_err(t.name(), reason));
+    }
+    Ok(Some(raw))
+}
+
+/// The error of a typed field with `have` values where `count` are needed.
+fn typed_len_err(t: &TensorProto, have: usize, count: u64) -> crate::Error {
+    tensor_err(t.name(), format!("typed data has {have} values, expected {count} for dims {:?}", t.dims))
+}
+
+/// Reads a tensor into an array of `T`.
+///
+/// Accepts raw_data (little-endian) or the typed repeated field. Errors, naming the tensor,
+/// if the data type is not `T`'s, the data length does not match the dims, or the data is
+/// still external.
+pub fn tensor_to_array<T: Element>(t: &TensorProto) -> Result<ArrayD<T>> {
+    let (shape, count) = readable_as::<T>(t)?;
+    let values: Vec<T> = match raw_of::<T>(t, count)? {
+        Some(raw) => raw.chunks_exact(T::SIZE).map(T::from_le).collect(),
         None => {
             let v = T::from_typed(t);
             if v.len() as u64 != count {
-                return Err(tensor_err(
-                    name,
-                    format!("typed data has {} values, expected {count} for dims {:?}", v.len(), t.dims),
-                ));
+                return Err(typed_len_err(t, v.len(), count));
             }
             v
         }
     };
-    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|e| tensor_err(name, e.to_string()))
+    ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|e| tensor_err(t.name(), e.to_string()))
 }
 
 /// The values of a float32 tensor, read where they are (no copy of the data: a weight of gigabytes is not held
 /// twice), with the tensor's shape. Errors as [`tensor_to_array`] does.
 pub fn f32_values(t: &TensorProto) -> Result<(Vec<usize>, F32Values<'_>)> {
-    let name = t.name();
-    if t.data_type() != DataType::Float as i32 {
-        return Err(tensor_err(name, format!("expected data type FLOAT, found {}", data_type_name(t.data_type()))));
-    }
-    if t.data_location() == DataLocation::External {
-        return Err(tensor_err(name, "data is in an external file that was not loaded"));
-    }
-    let (shape, count) = tensor_shape(t)?;
-    let values = match &t.raw_data {
-        Some(raw) if count.checked_mul(4) == Some(raw.len() as u64) => F32Values::Raw(raw.chunks_exact(4)),
-        Some(raw) => {
-            return Err(tensor_err(name, format!("raw_data has {} bytes, expected {count} x 4 bytes", raw.len())));
-        }
+    let (shape, count) = readable_as::<f32>(t)?;
+    let values = match raw_of::<f32>(t, count)? {
+        Some(raw) => F32Values::Raw(raw.chunks_exact(4)),
         None if t.float_data.len() as u64 == count => F32Values::Typed(t.float_data.iter()),
-        None => {
-            let reason =
-                format!("typed data has {} values, expected {count} for dims {:?}", t.float_data.len(), t.dims);
-            return Err(tensor_err(name, reason));
-        }
+        None => return Err(typed_len_err(t, t.float_data.len(), count)),
     };
     Ok((shape, values))
 }
@@ -279,7 +273,6 @@ pub fn array_to_tensor<T: Element>(name: &str, a: &ArrayD<T>) -> TensorProto {
     }
 }
 
-/// Builds a tensor from a shape and row-major values; errors if their sizes disagree.
 /// Builds a tensor named `name` from little-endian bytes it takes over (no copy: a large weight is not held twice);
 /// errors, naming the tensor, if their length is not what `shape` of `data_type` needs.
 pub fn tensor_from_raw(name: &str, shape: &[usize], data_type: DataType, raw: Vec<u8>) -> Result<TensorProto> {
@@ -298,6 +291,7 @@ pub fn tensor_from_raw(name: &str, shape: &[usize], data_type: DataType, raw: Ve
     })
 }
 
+/// Builds a tensor from a shape and row-major values; errors if their sizes disagree.
 pub fn tensor_from_vec<T: Element>(name: &str, shape: &[usize], values: Vec<T>) -> Result<TensorProto> {
     let a = ArrayD::from_shape_vec(IxDyn(shape), values)
         .map_err(|e| tensor_err(name, format!("shape {shape:?} does not match the values: {e}")))?;

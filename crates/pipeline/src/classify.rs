@@ -143,7 +143,7 @@ pub fn evaluate_classifier(
         let (rows, latency, ep) =
             run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
-        Ok((ClassifierModel { model: name, model_bytes: crate::file_len(side.path), ep, accuracy, latency }, rows))
+        Ok((ClassifierModel { model: name, model_bytes: crate::model_size(side.path), ep, accuracy, latency }, rows))
     };
     let (fp32_model, fp32_rows) = run(&fp32, "FP32")?;
     let (int8_model, int8_rows) = run(&int8, "INT8")?;

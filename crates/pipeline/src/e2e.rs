@@ -179,20 +179,20 @@ fn evaluate_squad(
         evaluate(ModelSource::File(&cfg.model), &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
     phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_fp32.json"), &fp32.predictions)?;
-    results.fp32 = Some(model_result(&fp32, &cfg.model, crate::file_len(&cfg.model)));
+    results.fp32 = Some(model_result(&fp32, &cfg.model, crate::model_size(&cfg.model)));
     let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
     let t = Instant::now();
     let int8 = evaluate(ModelSource::File(qpath), &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
-    results.int8 = Some(model_result(&int8, qpath, crate::file_len(qpath)));
+    results.int8 = Some(model_result(&int8, qpath, crate::model_size(qpath)));
     // --compare-methods: each other method's model, evaluated the same way.
     let t = Instant::now();
     for (c, (method, path)) in results.compared_methods.iter_mut().zip(compared) {
         let label = format!("INT8 {method}");
         let r = evaluate(ModelSource::File(path), &path.display().to_string(), data, &int8_opts, &label, progress)?;
         write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
-        c.int8 = Some(model_result(&r, path, crate::file_len(path)));
+        c.int8 = Some(model_result(&r, path, crate::model_size(path)));
     }
     if !compared.is_empty() {
         phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());

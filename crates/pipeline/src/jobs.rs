@@ -408,14 +408,13 @@ pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalRepor
     }
     let data_cfg = job.data.config(&job.model)?;
     let tokenizer = data_cfg.tokenizer()?;
-    // The graph is enough for the checks; a model with external data goes to ONNX Runtime as its file, which ONNX
-    // Runtime reads itself (a model over 2 GiB cannot be serialized inline, and is not held twice).
+    // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model over
+    // 2 GiB cannot be serialized inline, and none is held twice).
     let model = Model::load_graph_only(&job.model)?;
     let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.samples)?;
     data.fit_model(&model, &job.model)?;
-    let bytes = if model.unread_external_data() == 0 { Some(model.to_bytes()?) } else { None };
     drop(model);
-    let source = bytes.as_deref().map_or(ModelSource::File(&job.model), ModelSource::Bytes);
+    let source = ModelSource::File(&job.model);
     let model_dir = job.model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut session = job.runtime.fp32_session(Some(model_dir), "eval");
     if let Some(p) = &session.optimized_model_path {

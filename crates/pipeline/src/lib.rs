@@ -105,7 +105,7 @@ pub fn prepare_out_dir(dir: &Path, flag: &str) -> Result<()> {
 
 /// What the model at `p` takes on disk, in bytes: the file and the external data files it references (0 if it
 /// cannot be read).
-pub(crate) fn file_len(p: &Path) -> u64 {
+pub(crate) fn model_size(p: &Path) -> u64 {
     let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let external = onnx_ir::Model::load_graph_only(p).map(|m| m.external_files().map(len).sum()).unwrap_or(0);
     len(p) + external

@@ -115,7 +115,7 @@ pub(crate) fn int8_along(
         .map(|(k, v)| {
             let channel = if n == 1 { 0 } else { (k / stride.max(1)) % n };
             let sz = ScaleZp { scale: scales[channel], zero_point: 0, degenerate: false };
-            (quantize_value(v, sz, qmin, qmax) as i8).to_le_bytes()[0]
+            quantize_value(v, sz, qmin, qmax) as i8 as u8
         })
         .collect();
     Ok(onnx_ir::tensor_from_raw(name, &shape, onnx_ir::DataType::Int8, raw)?)

@@ -95,10 +95,8 @@ fn max_context_window(spans: &[(usize, usize)], pos: usize) -> Option<usize> {
     let first = spans.partition_point(|&(start, len)| start + len <= pos);
     let last = spans.partition_point(|&(start, _)| start <= pos);
     let mut best: Option<(usize, f64)> = None;
+    // Every window in first..last holds `pos`: it ends after it and starts at or before it.
     for (i, &(start, len)) in spans.iter().enumerate().take(last).skip(first) {
-        if pos < start || pos >= start + len {
-            continue;
-        }
         let score = (pos - start).min(start + len - 1 - pos) as f64 + 0.01 * len as f64;
         if best.is_none_or(|(_, b)| score > b) {
             best = Some((i, score));

@@ -519,7 +519,7 @@ fn wall_time_note(r: &Report, m: &MethodRow) -> Option<String> {
                     if rest > 0.0 {
                         let _ = write!(
                             s,
-                            ", and the remaining {rest:.1} s is the cost of running the augmented model (every calibrated tensor an extra output, graph optimisation `basic`) and of computing the ranges."
+                            ", and the remaining {rest:.1} s is the cost of running the augmented model (every calibrated tensor an extra output) and of computing the ranges."
                         );
                     } else {
                         s.push_str(", which together already exceed the pass: they overlap or the estimates are high.");
