@@ -520,7 +520,7 @@ impl CalibState {
     /// Read a state written by [`CalibState::save_json`]; its options are validated.
     pub fn load_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let bytes = crate::tables::read(path)?;
         let state: CalibState =
             serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
         state.options.validate()?;

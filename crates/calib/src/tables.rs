@@ -29,8 +29,26 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     file.commit().map_err(io)
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+/// Largest range table read (`calibration.json` with histograms included): 1 GiB.
+const MAX_TABLE_BYTES: u64 = 1 << 30;
+
+/// The bytes of `path` if it is a regular file of at most [`MAX_TABLE_BYTES`] (a FIFO would block, `/dev/zero` would be
+/// read until memory runs out).
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let invalid = |m: String| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, m));
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file (a pipe or a device cannot be read as a table)".into()));
+    }
+    if meta.len() > MAX_TABLE_BYTES {
+        return Err(invalid(format!("{} bytes, more than the {MAX_TABLE_BYTES} a range table may have", meta.len())));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_TABLE_BYTES).read_to_end(&mut bytes).map_err(io)?;
+    Ok(bytes)
 }
 
 fn table_err(path: &Path, location: impl Into<String>, message: impl Into<String>) -> Error {

@@ -35,7 +35,8 @@ pub fn expand(args: Vec<OsString>, cmd: &clap::Command) -> Result<Vec<OsString>>
 
 /// Reads the TOML file and turns each key into `--key value` (booleans into `--key` when true).
 fn to_args(path: &Path, sub: &clap::Command) -> Result<Vec<OsString>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    let text =
+        String::from_utf8(pipeline::read_bounded(path)?).with_context(|| format!("{}: not UTF-8", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("config file {} is not valid TOML", path.display()))?;
     // Long names and their visible aliases (the seeds' spellings, e.g. `version` for `squad-version`).

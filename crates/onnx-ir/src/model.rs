@@ -74,6 +74,11 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
+/// A file that exists but cannot be a model: an `InvalidInput` [`Error::Io`] naming it.
+fn invalid_file(path: &Path, reason: String) -> Error {
+    io_err(path)(std::io::Error::new(std::io::ErrorKind::InvalidInput, reason))
+}
+
 /// Defines a tensor walker over a model: `$walk_model` calls `f` on every tensor (main graph,
 /// nested subgraphs, attribute and sparse tensors, training info, functions). Instantiated
 /// once for shared and once for mutable access.
@@ -462,17 +467,17 @@ impl Model {
         // memory runs out.
         let meta = std::fs::metadata(path).map_err(io_err(path))?;
         if !meta.is_file() {
-            return Err(Error::Graph { reason: format!("{}: not a regular file", path.display()) });
+            return Err(invalid_file(path, "not a regular file (a pipe or a device cannot be read as a model)".into()));
         }
         if meta.len() > PROTOBUF_LIMIT {
-            return Err(Error::Graph {
-                reason: format!(
-                    "{}: {} bytes, more than protobuf's 2 GiB limit for one file (larger models keep their weights as \
+            return Err(invalid_file(
+                path,
+                format!(
+                    "{} bytes, more than protobuf's 2 GiB limit for one file (larger models keep their weights as \
                      external data beside the .onnx file)",
-                    path.display(),
                     meta.len()
                 ),
-            });
+            ));
         }
         let bytes = std::fs::read(path).map_err(io_err(path))?;
         let dir = match path.parent() {

@@ -157,8 +157,8 @@ pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
     std::fs::File::open(path).map_err(|e| bad(e.to_string()))
 }
 
-/// The bytes of `path`, read through [`open_regular`].
-pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+/// The bytes of `path`, read through [`open_regular`] (a regular file of at most 4 GiB).
+pub fn read_bounded(path: &Path) -> Result<Vec<u8>> {
     let mut bytes = vec![];
     std::io::Read::read_to_end(&mut open_regular(path)?, &mut bytes)
         .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })?;

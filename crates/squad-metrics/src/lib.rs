@@ -220,8 +220,35 @@ impl std::error::Error for Error {
     }
 }
 
+/// Largest text input read whole (a dataset, a predictions file, a vocabulary): 4 GiB.
+pub const MAX_TEXT_INPUT_BYTES: u64 = 4 << 30;
+
+/// The bytes of `path` if it is a regular file of at most [`MAX_TEXT_INPUT_BYTES`]: a FIFO would block, a device
+/// such as `/dev/zero` would be read until memory runs out. The errors are `InvalidInput` I/O errors saying which.
+///
+/// ```
+/// let e = qdq_squad_metrics::read_regular_file(std::path::Path::new("/dev/zero")).unwrap_err();
+/// assert!(e.to_string().contains("not a regular file"));
+/// ```
+pub fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file (a pipe or a device cannot be read as a whole file)".into()));
+    }
+    if meta.len() > MAX_TEXT_INPUT_BYTES {
+        return Err(invalid(format!("{} bytes, more than the {MAX_TEXT_INPUT_BYTES} read as one input", meta.len())));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // `take`: a file that grows while it is read stops at the limit.
+    file.take(MAX_TEXT_INPUT_BYTES).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path, expected: &'static str) -> Result<T, Error> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    let bytes = read_regular_file(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
     serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_owned(), expected, source })
 }
 

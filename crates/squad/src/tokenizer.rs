@@ -67,13 +67,20 @@ impl std::fmt::Debug for SquadTokenizer {
     }
 }
 
+/// A vocabulary or tokenizer file as UTF-8 text, read as a regular file of bounded size.
+fn read_text(path: &Path) -> Result<String> {
+    let io = |source| Error::Io { path: path.to_owned(), source };
+    let bytes = squad_metrics::read_regular_file(path).map_err(io)?;
+    String::from_utf8(bytes).map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
 impl SquadTokenizer {
     /// Loads a BERT `vocab.txt` (one token per line, id = line number). Errors name the file when it cannot be read,
     /// is empty, or lacks `[CLS]`, `[SEP]`, `[PAD]` or `[UNK]`.
     pub fn from_vocab(path: impl AsRef<Path>, lowercase: bool) -> Result<Self> {
         let path = path.as_ref();
         let vocab_err = |message: String| Error::Vocab { path: path.to_owned(), message };
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+        let text = read_text(path)?;
         let mut vocab: HashMap<&str, u32> = HashMap::new();
         for (i, line) in text.lines().enumerate() {
             let id = u32::try_from(i).map_err(|_| vocab_err("more than 2^32 lines".into()))?;
@@ -111,7 +118,7 @@ impl SquadTokenizer {
     pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let vocab_err = |message: String| Error::Vocab { path: path.to_owned(), message };
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+        let text = read_text(path)?;
         let mut inner: Tokenizer =
             text.parse().map_err(|e: tokenizers::Error| vocab_err(format!("not a tokenizer.json: {e}")))?;
         inner.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
