@@ -87,6 +87,9 @@ keywords! {
         /// Also every other activation read by a constant-weight MatMul (GELU outputs, attention context), divided
         /// by an explicit `Mul` in front of the MatMuls.
         All = "all",
+        /// Only the activations that are not LayerNorm outputs (GELU outputs, attention context), each divided by an
+        /// explicit `Mul`; LayerNorm outputs stay as they are, so their residual path needs no `Mul` restoring them.
+        Others = "others",
     }
 }
 
@@ -324,8 +327,9 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "smooth_targets",
-        doc: "what smoothing rescales: LayerNorm outputs (into gamma/beta), or every constant-weight MatMul input",
-        values: "layernorm or all",
+        doc: "what smoothing rescales: LayerNorm outputs (into gamma/beta), every constant-weight MatMul input, or only \
+              the inputs that are not LayerNorm outputs (GELU outputs, attention context; one Mul each)",
+        values: "layernorm, all or others",
         get: |p| p.smooth_targets.to_string(),
         set: |p, v| {
             p.smooth_targets = v.parse()?;

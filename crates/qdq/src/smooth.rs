@@ -139,10 +139,10 @@ fn site_of(ix: &GraphIndex, m: &Matchers, mm: ConstWeightMatMul, policy: &Policy
         Some(n) => patterns::layer_norm_params(ix, n)?,
         None => None,
     };
-    let (form, gamma, beta, channels) = match ln {
-        Some(p) => (SmoothForm::from(p.form), Some(p.gamma), p.beta, p.channels),
-        None if policy.smooth_targets == SmoothTargets::All => (SmoothForm::ScaleNode, None, None, mm.rows),
-        None => return Ok(None),
+    let (form, gamma, beta, channels) = match (ln, policy.smooth_targets) {
+        (Some(_), SmoothTargets::Others) | (None, SmoothTargets::LayerNorm) => return Ok(None),
+        (Some(p), _) => (SmoothForm::from(p.form), Some(p.gamma), p.beta, p.channels),
+        (None, _) => (SmoothForm::ScaleNode, None, None, mm.rows),
     };
     let mut matmuls = Vec::new();
     let mut other_readers = ix.is_graph_output(x);

@@ -234,6 +234,36 @@ fn all_targets_add_an_explicit_scale_in_front_of_other_matmul_inputs() {
     }
 }
 
+#[test]
+fn other_targets_smooth_only_what_no_layer_norm_produces() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = with_outlier(ln);
+        let mut policy = smoothing_policy(1.0);
+        policy.set("smooth_targets", "others").unwrap();
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        // The attention context and the FFN activation only: each LayerNorm output keeps its one tensor for the
+        // MatMuls and the residual Add (no Mul restoring it).
+        let got: Vec<(&str, bool)> =
+            sites.iter().map(|s| (s.matmuls[0].as_str(), s.form == SmoothForm::ScaleNode)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/bert/encoder/layer.0/attention/output/dense/MatMul", true),
+                ("/bert/encoder/layer.0/output/dense/MatMul", true)
+            ],
+            "{ln:?}"
+        );
+        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+        let (s, done) = qdq::smooth(&m, &policy, &channel_absmax(&m, &tensors), 1.0).unwrap();
+        assert_eq!(done.len(), 2);
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        assert!(max_abs_diff(&a, &b) <= 1e-4 * scale.max(1.0), "{ln:?}: {}", max_abs_diff(&a, &b));
+        let muls = |m: &onnx_ir::Model| m.graph().node.iter().filter(|n| n.op_type() == "Mul").count();
+        assert_eq!(muls(&s), muls(&m) + 2, "{ln:?}: one Mul per site, none on a LayerNorm's residual path");
+    }
+}
+
 /// The two smoothing invariants live in qdq, so every caller of `plan` / `quantize` gets them: a smoothing
 /// policy's ranges are planned on the smoothed model only, and statistics of smoothing runs are not merged.
 #[test]
