@@ -69,6 +69,9 @@ impl Plan {
         if self.tensors.iter().any(|t| t.int8_initializer) || !self.embeddings.is_empty() || !self.contrib.is_empty() {
             g.remove_unused_initializers();
         }
+        if !self.contrib.is_empty() {
+            import_domain(model, crate::contrib::MS_DOMAIN, 1);
+        }
         Ok(())
     }
 
@@ -112,6 +115,15 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+/// Declares operator set `domain` (at `version`) unless the model already imports it: a model using an op of a
+/// domain it does not import is invalid ONNX (ONNX Runtime runs it, `onnx.checker` and shape inference refuse it).
+pub(crate) fn import_domain(model: &mut Model, domain: &str, version: i64) {
+    let p = &mut model.proto;
+    if !p.opset_import.iter().any(|o| o.domain() == domain) {
+        p.opset_import.push(onnx_ir::proto::OperatorSetIdProto { domain: Some(domain.into()), version: Some(version) });
     }
 }
 

@@ -9,9 +9,13 @@
 //!   weight, their scales and zero points (per-column weight scales kept), the float bias and the mask: the
 //!   projection runs as an integer GEMM, the rest of attention in float, as in ORT's dynamic quantization;
 //! - an `EmbedLayerNormalization` whose tables are float initializers becomes `QEmbedLayerNormalization` over uint8
-//!   copies (one asymmetric scale per tensor, the form the kernel takes) of the three tables and γ / β.
+//!   copies (one asymmetric scale per tensor, the form the kernel takes) of the three tables and γ / β;
+//! - a `MatMul` of a uint8 per-tensor pair by an int8 weight `[K, N]` whose only reader is an `Add` of a float bias
+//!   `[N]` becomes one `MatMulIntegerToFloat` with that bias: ORT fuses the Q/DQ MatMul into the same kernel but
+//!   leaves the bias `Add` as a node of its own (one more pass over the output and one more node to schedule, for
+//!   each of BERT's 37 weighted MatMuls).
 //!
-//! Both are com.microsoft ops only ORT's CPU EP runs; other policies keep the Q/DQ form.
+//! All are com.microsoft ops only ORT's CPU EP runs; other policies keep the Q/DQ form.
 
 use std::collections::HashMap;
 
@@ -24,7 +28,7 @@ use crate::policy::{Embeddings, Policy};
 use crate::scale::{QuantSpec, QuantType, compute_scale_zp, quantize_value};
 use crate::types::PlannedTensor;
 
-const MS_DOMAIN: &str = "com.microsoft";
+pub(crate) const MS_DOMAIN: &str = "com.microsoft";
 
 /// What the rewrite did, by node name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -33,21 +37,31 @@ pub struct ContribRewrites {
     pub attention: Vec<String>,
     /// `EmbedLayerNormalization` nodes now `QEmbedLayerNormalization`.
     pub embed_layer_norm: Vec<String>,
+    /// `MatMul` nodes now `MatMulIntegerToFloat` with their bias `Add` folded in.
+    pub matmul_bias: Vec<String>,
 }
 
 impl ContribRewrites {
     /// True if nothing was rewritten.
     pub fn is_empty(&self) -> bool {
-        self.attention.is_empty() && self.embed_layer_norm.is_empty()
+        self.attention.is_empty() && self.embed_layer_norm.is_empty() && self.matmul_bias.is_empty()
     }
 
-    /// One line per op written (`as ONNX Runtime's QAttention: Attention_0, ...`).
+    /// One line per op written (`as ONNX Runtime's QAttention: Attention_0, ...`; past four nodes, the count and the
+    /// first three: the JSON forms list them all).
     pub fn lines(&self) -> Vec<String> {
-        [("QAttention", &self.attention), ("QEmbedLayerNormalization", &self.embed_layer_norm)]
-            .into_iter()
-            .filter(|(_, nodes)| !nodes.is_empty())
-            .map(|(op, nodes)| format!("as ONNX Runtime's {op}: {}", nodes.join(", ")))
-            .collect()
+        [
+            ("QAttention", &self.attention),
+            ("QEmbedLayerNormalization", &self.embed_layer_norm),
+            ("MatMulIntegerToFloat with the bias Add folded in", &self.matmul_bias),
+        ]
+        .into_iter()
+        .filter(|(_, nodes)| !nodes.is_empty())
+        .map(|(op, nodes)| match nodes.len() {
+            n if n > 4 => format!("as ONNX Runtime's {op}: {n} nodes ({}, ...)", nodes[..3].join(", ")),
+            _ => format!("as ONNX Runtime's {op}: {}", nodes.join(", ")),
+        })
+        .collect()
     }
 }
 
@@ -60,9 +74,29 @@ pub(crate) fn has_qattention_form(n: &NodeProto) -> bool {
         && n.input.iter().skip(5).all(String::is_empty)
 }
 
+/// The `Add` (its index) that is the only reader of MatMul `n`'s output and adds a float initializer `[N]`, `N` being
+/// the columns of `n`'s 2-D initializer weight.
+fn bias_add(ix: &GraphIndex, n: &NodeProto) -> Option<usize> {
+    let (a, w, y) = (n.input.first()?, n.input.get(1)?, n.output.first()?);
+    let cols = match ix.graph().initializer(w)?.dims[..] {
+        [_, cols] => cols,
+        _ => return None,
+    };
+    let &[(r, _)] = ix.readers(y) else { return None };
+    let add = ix.node(r);
+    if ix.is_graph_output(y) || add.op_type() != "Add" || !add.domain().is_empty() || add.input.len() != 2 {
+        return None;
+    }
+    let bias = if add.input[0] == *y { &add.input[1] } else { &add.input[0] };
+    let t = ix.graph().initializer(bias)?;
+    let float_vector = t.data_type() == DataType::Float as i32 && t.dims == [cols];
+    (float_vector && bias != a && bias != y).then_some(r)
+}
+
 /// The nodes [`rewrite`] will turn into their integer forms under `policy`, given the planned pairs: each selected
-/// `Attention` whose input is planned as a uint8 per-tensor activation and whose weight as an int8 initializer, and
-/// (with int8 embeddings) each `EmbedLayerNormalization`.
+/// `Attention` whose input is planned as a uint8 per-tensor activation and whose weight as an int8 initializer,
+/// (with int8 embeddings) each `EmbedLayerNormalization`, and each such `MatMul` followed by its bias `Add` (its
+/// output not quantized).
 pub(crate) fn planned(ix: &GraphIndex, tensors: &[PlannedTensor], policy: &Policy) -> ContribRewrites {
     let mut done = ContribRewrites::default();
     if !policy.contrib_ops {
@@ -70,14 +104,27 @@ pub(crate) fn planned(ix: &GraphIndex, tensors: &[PlannedTensor], policy: &Polic
     }
     let Ok(m) = policy.matchers() else { return done };
     let planned = |t: &str| tensors.iter().find(|p| p.tensor == t);
+    let uint8_activation =
+        |t: &str| planned(t).is_some_and(|p| p.qtype == QuantType::UInt8 && p.axis.is_none() && p.shift.is_none());
     for n in &ix.graph().node {
-        if n.domain() != MS_DOMAIN || !m.node_selected(n.name()) || n.name().is_empty() {
+        if !m.node_selected(n.name()) || n.name().is_empty() {
+            continue;
+        }
+        if n.op_type() == "MatMul" && n.domain().is_empty() {
+            let weight =
+                n.input.get(1).and_then(|w| planned(w)).is_some_and(|p| p.int8_initializer && p.axis != Some(0));
+            let out_float = n.output.first().is_some_and(|y| planned(y).is_none());
+            if uint8_activation(&n.input[0]) && weight && out_float && bias_add(ix, n).is_some() {
+                done.matmul_bias.push(n.name().to_owned());
+            }
+            continue;
+        }
+        if n.domain() != MS_DOMAIN {
             continue;
         }
         match n.op_type() {
             "Attention" if has_qattention_form(n) => {
-                let x = planned(&n.input[0])
-                    .is_some_and(|p| p.qtype == QuantType::UInt8 && p.axis.is_none() && p.shift.is_none());
+                let x = uint8_activation(&n.input[0]);
                 let w = planned(&n.input[1]).is_some_and(|p| p.int8_initializer);
                 if x && w && policy.op_types.iter().any(|o| o == "Attention") {
                     done.attention.push(n.name().to_owned());
@@ -102,6 +149,7 @@ pub(crate) fn rewrite(g: &mut GraphProto, names: &mut NameSet, planned: &Contrib
     if planned.is_empty() {
         return Ok(());
     }
+    fold_bias_adds(g, &planned.matmul_bias)?;
     let producers: HashMap<String, usize> =
         g.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.clone(), i))).collect();
     for i in 0..g.node.len() {
@@ -120,6 +168,79 @@ pub(crate) fn rewrite(g: &mut GraphProto, names: &mut NameSet, planned: &Contrib
     }
     g.remove_unread_nodes(&|n| n.op_type() == "DequantizeLinear");
     Ok(())
+}
+
+/// Replaces each MatMul named in `matmuls` and its bias `Add` by one `MatMulIntegerToFloat` (at the MatMul's place,
+/// writing the Add's output).
+fn fold_bias_adds(g: &mut GraphProto, matmuls: &[String]) -> Result<()> {
+    if matmuls.is_empty() {
+        return Ok(());
+    }
+    let producers: HashMap<String, usize> =
+        g.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.clone(), i))).collect();
+    let ix = GraphIndex::new(g);
+    let mut fused = vec![];
+    for (i, n) in ix.graph().node.iter().enumerate().filter(|(_, n)| matmuls.iter().any(|m| m == n.name())) {
+        let mismatch = || Error::PlanMismatch {
+            reason: format!(
+                "MatMul '{}' does not read a uint8 pair and an int8 weight, or lost its bias Add",
+                n.name()
+            ),
+        };
+        let add = bias_add_after_pairs(&ix, &producers, n).ok_or_else(mismatch)?;
+        let q = matmul_integer_to_float(ix.graph(), &producers, n, ix.node(add)).ok_or_else(mismatch)?;
+        fused.push((i, q, add));
+    }
+    drop(ix);
+    let mut adds = vec![false; g.node.len()];
+    for (i, q, add) in fused {
+        g.node[i] = q;
+        adds[add] = true;
+    }
+    let mut folded = adds.into_iter();
+    g.node.retain(|_| !folded.next().unwrap_or(false));
+    Ok(())
+}
+
+/// [`bias_add`] of MatMul `n` once the pairs are in: its weight input is now a DequantizeLinear output, so the
+/// weight's columns are read from the int8 initializer behind it.
+fn bias_add_after_pairs(ix: &GraphIndex, producers: &HashMap<String, usize>, n: &NodeProto) -> Option<usize> {
+    let [wq, _, _] = dq_inputs(ix.graph(), producers, n.input.get(1)?)?;
+    let mut with_weight = n.clone();
+    with_weight.input[1] = wq.to_owned();
+    bias_add(ix, &with_weight)
+}
+
+/// The `MatMulIntegerToFloat` standing for MatMul `n` and its bias `add`: `n`'s name, the add's output.
+fn matmul_integer_to_float(
+    g: &GraphProto,
+    producers: &HashMap<String, usize>,
+    n: &NodeProto,
+    add: &NodeProto,
+) -> Option<NodeProto> {
+    let [xq, xs, xzp] = dq_inputs(g, producers, n.input.first()?)?;
+    let [wq, ws, wzp] = dq_inputs(g, producers, n.input.get(1)?)?;
+    let x_quantized = producers.get(xq).is_some_and(|&p| g.node[p].op_type() == "QuantizeLinear");
+    let len = |s: &str| g.initializer(s).map(|t| t.dims.iter().product::<i64>());
+    if !x_quantized || len(xs) != Some(1) || elem(g, xzp) != Some(DataType::Uint8 as i32) {
+        return None;
+    }
+    let cols = *g.initializer(wq)?.dims.get(1)?;
+    // One scale, or one per column (the DequantizeLinear's axis 1 of the 2-D weight).
+    let axis =
+        g.node[*producers.get(n.input[1].as_str())?].attribute.iter().find(|a| a.name() == "axis").map(|a| a.i());
+    let per_column = len(ws) == Some(cols) && len(wzp) == Some(cols) && matches!(axis, Some(1) | Some(-1));
+    let per_tensor = len(ws) == Some(1) && len(wzp) == Some(1);
+    if elem(g, wq) != Some(DataType::Int8 as i32)
+        || elem(g, wzp) != Some(DataType::Int8 as i32)
+        || !(per_column || per_tensor)
+    {
+        return None;
+    }
+    let bias = add.input.iter().find(|t| *t != &n.output[0])?;
+    let mut q = node("MatMulIntegerToFloat", n.name(), &[xq, wq, xs, ws, xzp, wzp, bias], &[add.output[0].as_str()]);
+    q.domain = Some(MS_DOMAIN.into());
+    Some(q)
 }
 
 /// `(quantized input, scale, zero point)` of the DequantizeLinear producing `t`, if it has one scale.

@@ -133,6 +133,9 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     if let Some((_, to)) = opset_bump {
         crate::apply::set_default_opset(&mut out, to);
     }
+    if !contrib.is_empty() {
+        crate::apply::import_domain(&mut out, crate::contrib::MS_DOMAIN, 1);
+    }
     let inputs = inputs.into_iter().map(|(t, _)| t).collect();
     Ok((out, DynamicPlan { matmuls: matmuls.into_iter().collect(), inputs, embeddings, contrib, opset_bump }))
 }

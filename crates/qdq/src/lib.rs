@@ -20,7 +20,9 @@
 //!   and B) and `Add` nodes are quantized; an `Add` only when its output feeds `ReduceMean` or `LayerNormalization`
 //!   (a residual Add), so bias Adds and biases (a Gemm's C, an Attention's bias) stay FP32. With `contrib_ops`
 //!   (the `cpu` preset), ORT's fused `Attention` / `EmbedLayerNormalization` become its integer `QAttention` /
-//!   `QEmbedLayerNormalization` (`contrib`), the one place qdq writes an op other than Q/DQ and their corrections.
+//!   `QEmbedLayerNormalization` and a quantized MatMul with its bias `Add` one `MatMulIntegerToFloat` (`contrib`,
+//!   which also imports the com.microsoft domain), the one place qdq writes an op other than Q/DQ and their
+//!   corrections.
 //! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs. The one exception is a
 //!   shifted Softmax pair (`softmax_range = shifted`): the `P·V` MatMul then writes a new tensor and an added `Add`
 //!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.

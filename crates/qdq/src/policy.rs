@@ -281,7 +281,7 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "contrib_ops",
-        doc: "ONNX Runtime's fused Attention and EmbedLayerNormalization (written by its transformers optimizer) become its integer QAttention / QEmbedLayerNormalization (CPU EP only) instead of reading Q/DQ pairs that its CPU EP would dequantize on every run",
+        doc: "ONNX Runtime's fused Attention and EmbedLayerNormalization (written by its transformers optimizer) become its integer QAttention / QEmbedLayerNormalization (CPU EP only) instead of reading Q/DQ pairs that its CPU EP would dequantize on every run, and a quantized MatMul with a bias Add becomes one MatMulIntegerToFloat with the bias",
         values: "true or false",
         get: |p| p.contrib_ops.to_string(),
         set: |p, v| {
@@ -410,7 +410,8 @@ pub struct Policy {
     /// Embedding table representation.
     pub embeddings: Embeddings,
     /// ONNX Runtime's fused `Attention` / `EmbedLayerNormalization` as its integer `QAttention` /
-    /// `QEmbedLayerNormalization` (the latter with `embeddings = int8`), see `contrib` in the crate docs.
+    /// `QEmbedLayerNormalization` (the latter with `embeddings = int8`), and a quantized MatMul with its bias `Add` as
+    /// one `MatMulIntegerToFloat`; see `contrib` in the crate docs.
     pub contrib_ops: bool,
     /// 7-bit weights (int8 [-64, 64]), as ORT's `reduce_range`: avoids u8s8 saturation in
     /// ORT's CPU integer kernels on x86 without VNNI. Activations keep the full range.

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::common::*;
+use onnx_ir::GraphExt as _;
 
 fn optimized_op_counts(preset: &str, ln: Ln, set: &[(&str, &str)]) -> BTreeMap<String, usize> {
     let fp32 = tiny_bert(ln);
@@ -39,6 +40,37 @@ fn cpu_preset_matmuls_become_integer_kernels() {
         let float = ["MatMul", "FusedMatMul"].iter().map(|k| counts.get(*k).copied().unwrap_or(0)).sum::<usize>();
         assert!(to_float == 7 && float == 2, "{counts:?}");
         assert!(!counts.contains_key("QLinearMatMul") && !counts.contains_key("Gemm"), "{counts:?}");
+    }
+}
+
+/// The `cpu` preset writes each weighted MatMul and its bias `Add` as one `MatMulIntegerToFloat` (ORT's own Q/DQ
+/// fusion would leave the Add as a node of its own): the model computes what the Q/DQ form with a separate Add does.
+#[test]
+fn cpu_preset_folds_bias_adds_into_the_integer_kernel() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let policy = unsmoothed("cpu");
+        let ranges = observed_ranges(&fp32, &qdq::tensors_to_calibrate(&fp32, &policy).unwrap());
+        let (folded, plan) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+        let mut plain_policy = policy.clone();
+        plain_policy.set("contrib_ops", "false").unwrap();
+        let (plain, _) = qdq::quantize(&fp32, &ranges, &plain_policy).unwrap();
+        folded.validate().unwrap();
+        assert!(folded.proto.opset_import.iter().any(|o| o.domain() == "com.microsoft"), "{ln:?}: domain imported");
+
+        let ops = |m: &onnx_ir::Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
+        assert_eq!(ops(&folded, "MatMulIntegerToFloat"), 7, "{ln:?}");
+        assert_eq!(ops(&folded, "Add"), ops(&plain, "Add") - 7, "{ln:?}: one bias Add per weighted MatMul folded");
+        assert_eq!(plan.contrib.matmul_bias.len(), 7, "{ln:?}");
+        for n in folded.graph().node.iter().filter(|n| n.op_type() == "MatMulIntegerToFloat") {
+            assert_eq!(n.input.len(), 7, "{}: input, weight, scales, zero points and the bias", n.name());
+            assert!(folded.graph().is_initializer(&n.input[6]), "{}", n.name());
+        }
+
+        let (a, b) = (run(&plain, &["start_logits"]), run(&folded, &["start_logits"]));
+        let scale = a[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = a[0].iter().zip(b[0].iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(diff <= 1e-4 * scale.max(1.0), "{ln:?}: folded and Q/DQ forms differ by {diff}");
     }
 }
 
