@@ -380,6 +380,7 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
     let mut report = Report { command, ..Default::default() };
     let Calibrated { models, tensors, ort_versions } = calibrate_each_method(&mut cx, &mut report.methods)?;
     report.one_pass = Some(one_pass(&mut cx)?);
+    report.own_workflow = Some(own_workflow(&mut cx)?);
     report.memory = memory_rows(&mut cx, &report.methods)?;
 
     // Inference alone on the calibration features (no extra outputs, no statistics): the floor of a calibration.
@@ -538,6 +539,18 @@ fn one_pass(cx: &mut Ctx) -> Result<OnePass> {
     let dir = cx.work.join("ours_one_pass");
     let one = cx.ours_calibrate(&flags, cx.opts.cal_num, &dir, "ours_calibrate_one_pass")?;
     Ok(OnePass { run: one.record(), flags: flags.join(" ") })
+}
+
+/// `qdq calibrate` as a user runs it: no padding to `--seq-len`, its default batch, preset and method.
+fn own_workflow(cx: &mut Ctx) -> Result<OnePass> {
+    eprintln!("xtask: ours, the default workflow (dynamic padding)");
+    let mut cmd = cx.qdq("calibrate");
+    cmd.arg("--model").arg(&cx.paths.model).args(cx.data_flags()).arg("--calibration-data").arg(&cx.paths.calibration);
+    cmd.args(["--cal-num", &cx.opts.cal_num.to_string(), "--json", "--out"]).arg(cx.work.join("ours_own_workflow"));
+    cx.quiet();
+    let log = cx.log("ours_calibrate_own_workflow");
+    let run = measure_ok(&mut cmd, &log, &mut cx.commands)?;
+    Ok(OnePass { run: run.record(), flags: "(defaults)".into() })
 }
 
 /// Memory at two sizes (minmax and percentile: ORT's entropy search alone takes many minutes); the large size is

@@ -254,6 +254,18 @@ fn calibration_section(md: &mut String, r: &Report) {
             num(one.run.peak_rss_mb, 0)
         );
     }
+    if let Some(own) = &r.own_workflow {
+        let _ = writeln!(
+            md,
+            "Ours as a user runs it (`qdq calibrate` with its defaults: features padded to their batch's longest, not \
+             to {}; the preset for `--ep cpu` with its smoothing pass; mse): {} s, peak RSS {} MB. The rows above pad \
+             every feature to {}, as the seeds do.",
+            r.setup.seq_len,
+            num(own.run.wall_s, 1),
+            num(own.run.peak_rss_mb, 0),
+            r.setup.seq_len
+        );
+    }
     if !errors.is_empty() {
         let _ = writeln!(md, "\nErrors of ORT's tools (recorded, not fatal):\n\n{}", errors.join("\n"));
     }

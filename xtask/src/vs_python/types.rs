@@ -21,6 +21,9 @@ pub(crate) struct Report {
     pub methods: Vec<MethodRow>,
     /// Ours, every method from one calibration pass.
     pub one_pass: Option<OnePass>,
+    /// `qdq calibrate` with its own defaults (dynamic padding, the preset for `--ep cpu`, mse) on the same questions,
+    /// beside the identical-features runs that pad every feature to the seeds' 384.
+    pub own_workflow: Option<OnePass>,
     /// Peak RSS at two calibration sizes, per method.
     pub memory: Vec<MemoryRow>,
     /// FP32 on the evaluation questions.
