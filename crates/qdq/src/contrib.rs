@@ -226,10 +226,9 @@ fn matmul_integer_to_float(
         return None;
     }
     let cols = *g.initializer(wq)?.dims.get(1)?;
-    // One scale, or one per column (the DequantizeLinear's axis 1 of the 2-D weight).
-    let axis =
-        g.node[*producers.get(n.input[1].as_str())?].attribute.iter().find(|a| a.name() == "axis").map(|a| a.i());
-    let per_column = len(ws) == Some(cols) && len(wzp) == Some(cols) && matches!(axis, Some(1) | Some(-1));
+    // One scale, or one per column (the DequantizeLinear's axis 1 of the 2-D weight; 1 is ONNX's default).
+    let axis = g.node[*producers.get(n.input[1].as_str())?].attribute.iter().find(|a| a.name() == "axis");
+    let per_column = len(ws) == Some(cols) && len(wzp) == Some(cols) && axis.is_none_or(|a| matches!(a.i(), 1 | -1));
     let per_tensor = len(ws) == Some(1) && len(wzp) == Some(1);
     if elem(g, wq) != Some(DataType::Int8 as i32)
         || elem(g, wzp) != Some(DataType::Int8 as i32)
