@@ -63,13 +63,9 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to `path` atomically (unnamed temporary file, synced, linked into place; umask mode).
+/// Writes `bytes` to `path` atomically ([`files::write_atomic`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write as _;
-    let mut file = atomic_write_file::AtomicWriteFile::options()
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    file.write_all(bytes).and_then(|()| file.commit()).with_context(|| format!("cannot write {}", path.display()))
+    files::write_atomic(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
 
 pub fn cargo() -> Command {

@@ -13,15 +13,19 @@ mod tests {
     /// The workspace crates each crate may use in its code (normal dependencies; dev-dependencies are free, as
     /// tests build models with onnx-ir). Layering: a crate only depends on crates above it in this list.
     const ALLOWED: &[(&str, &[&str])] = &[
+        ("qdq-files", &[]),
         ("qdq-squad-metrics", &[]),
-        ("qdq-calib", &[]),
-        ("qdq-onnx-ir", &[]),
+        ("qdq-calib", &["qdq-files"]),
+        ("qdq-onnx-ir", &["qdq-files"]),
         ("qdq-runtime", &[]),
-        ("qdq-squad", &["qdq-squad-metrics"]),
+        ("qdq-squad", &["qdq-files", "qdq-squad-metrics"]),
         ("qdq", &["qdq-onnx-ir"]),
-        ("qdq-pipeline", &["qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"]),
+        (
+            "qdq-pipeline",
+            &["qdq-files", "qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"],
+        ),
         ("qdq-cli", &["qdq-pipeline"]),
-        ("xtask", &["qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib", "qdq"]),
+        ("xtask", &["qdq-files", "qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib", "qdq"]),
     ];
 
     /// Third-party crates a crate may depend on, where the architecture limits them: squad-metrics is serde alone
@@ -118,6 +122,37 @@ mod tests {
             }
         }
         assert!(wrong.is_empty(), "the CLI names a library crate other than pipeline:\n  {}", wrong.join("\n  "));
+    }
+
+    /// Every file a library crate writes goes through `files` (atomic, signal-safe commits; docs/ARCHITECTURE.md):
+    /// outside tests, no crate but `files` writes with `std::fs::write`, `File::create` or atomic-write-file itself.
+    #[test]
+    fn outputs_are_written_through_files() {
+        let mut wrong = Vec::new();
+        for entry in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+            if entry.file_name() == "files" {
+                continue;
+            }
+            let src = entry.path().join("src");
+            for f in if src.is_dir() { rust_files(&src) } else { vec![] } {
+                let text = std::fs::read_to_string(&f).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                for (i, line) in code.lines().enumerate() {
+                    // `File::create(` as std's, not as the tail of `AtomicFile::create(`.
+                    let std_create = line
+                        .match_indices("File::create(")
+                        .any(|(at, _)| !line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
+                    if std_create || ["atomic_write_file", "fs::write("].iter().any(|c| line.contains(c)) {
+                        wrong.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "a crate writes a file itself; use files::AtomicFile / files::write_atomic:\n  {}",
+            wrong.join("\n  ")
+        );
     }
 
     /// Functions of `text` longer than `max` lines (a `fn` line to the `}` at its indentation), as (line, name, len).

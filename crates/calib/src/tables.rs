@@ -19,14 +19,10 @@ use crate::{Error, RangeTable, Result};
 /// Default TensorRT version number written in the cache header.
 pub const DEFAULT_TRT_VERSION: u32 = 8601;
 
-/// Writes `bytes` to `path` atomically (an unnamed temporary file in the same directory, synced, then linked into
-/// place; mode from the umask): readers see the old file or the whole new one, and a killed process leaves nothing.
+/// Writes `bytes` to `path` atomically ([`files::write_atomic`]): readers see the old file or the whole new one, and
+/// a killed process leaves nothing.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write as _;
-    let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let mut file = atomic_write_file::AtomicWriteFile::options().open(path).map_err(io)?;
-    file.write_all(bytes).map_err(io)?;
-    file.commit().map_err(io)
+    files::write_atomic(path, bytes).map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
 
 /// Largest range table read (`calibration.json` with histograms included): 1 GiB.
@@ -35,20 +31,7 @@ const MAX_TABLE_BYTES: u64 = 1 << 30;
 /// The bytes of `path` if it is a regular file of at most [`MAX_TABLE_BYTES`] (a FIFO would block, `/dev/zero` would be
 /// read until memory runs out).
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
-    use std::io::Read as _;
-    let io = |source| Error::Io { path: path.to_path_buf(), source };
-    let invalid = |m: String| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, m));
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(invalid("not a regular file (a pipe or a device cannot be read as a table)".into()));
-    }
-    if meta.len() > MAX_TABLE_BYTES {
-        return Err(invalid(format!("{} bytes, more than the {MAX_TABLE_BYTES} a range table may have", meta.len())));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_TABLE_BYTES).read_to_end(&mut bytes).map_err(io)?;
-    Ok(bytes)
+    files::read_regular(path, MAX_TABLE_BYTES).map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
 
 fn table_err(path: &Path, location: impl Into<String>, message: impl Into<String>) -> Error {

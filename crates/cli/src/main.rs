@@ -21,6 +21,9 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    // Ctrl-C or SIGTERM while an output is being put in place waits for it (a few milliseconds), so a stopped run
+    // leaves whole outputs and no temporary name.
+    pipeline::signals::defer_during_commits();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cmd = Cli::command();
     let cli = match config::expand(argv, &cmd).and_then(|argv| {

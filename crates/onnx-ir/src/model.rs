@@ -1,7 +1,7 @@
 //! [`Model`]: loading, external data, saving.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::LazyLock;
 
@@ -396,27 +396,22 @@ fn clone_without_initializers(m: &ModelProto) -> ModelProto {
     }
 }
 
-/// A file written atomically (an unnamed temporary file in the destination's directory, buffered, synced and linked
-/// into place on commit; mode from the umask). Dropped without commit, nothing appears and nothing is left behind.
-struct TempFile {
-    dest: PathBuf,
-    writer: BufWriter<atomic_write_file::AtomicWriteFile>,
-}
+/// A file written atomically ([`files::AtomicFile`]: an unnamed temporary file beside the destination, linked into
+/// place whole on commit). Dropped without commit, nothing appears and nothing is left behind.
+struct TempFile(files::AtomicFile);
 
 impl TempFile {
     fn create(dest: &Path) -> Result<Self> {
-        let file = atomic_write_file::AtomicWriteFile::options().open(dest).map_err(io_err(dest))?;
-        Ok(TempFile { dest: dest.to_path_buf(), writer: BufWriter::new(file) })
+        files::AtomicFile::create(dest).map(TempFile).map_err(io_err(dest))
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.writer.write_all(bytes).map_err(io_err(&self.dest))
+        self.0.write_all(bytes).map_err(io_err(self.0.path()))
     }
 
     fn commit(self) -> Result<()> {
-        let file =
-            self.writer.into_inner().map_err(|e| Error::Io { path: self.dest.clone(), source: e.into_error() })?;
-        file.commit().map_err(io_err(&self.dest))
+        let dest = self.0.path().to_path_buf();
+        self.0.commit().map_err(io_err(&dest))
     }
 }
 
@@ -670,6 +665,8 @@ impl Model {
         let bytes = encode_limited(&proto, &what, limit, "lower ExternalDataOptions::size_threshold")?;
         let mut tmp = TempFile::create(path)?;
         tmp.write(&bytes)?;
+        // The pair lands together as far as SIGINT / SIGTERM go (they wait for both commits).
+        let _held = files::signals::hold();
         side.commit()?;
         tmp.commit()
     }

@@ -282,6 +282,8 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
         return Err(Error::Config("no range table to write".into()));
     };
     std::fs::create_dir_all(dir).map_err(|e| Error::Output { path: dir.to_path_buf(), reason: e.to_string() })?;
+    // The set lands together as far as SIGINT / SIGTERM go: they wait for the last table.
+    let _held = files::signals::hold();
     calib::tables::write_json(dir.join("calibration.json"), main)?;
     for t in &cal.tables[1..] {
         calib::tables::write_json(dir.join(format!("calibration_{}.json", t.method)), t)?;

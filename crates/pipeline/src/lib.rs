@@ -48,6 +48,8 @@ pub use tune::{Candidate, TuneJob, TuneReport, tune};
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};
 pub use evaluate::{EvalOptions, Evaluation, evaluate};
+/// SIGINT / SIGTERM held while outputs are put in place (the binary calls `signals::defer_during_commits`).
+pub use files::signals;
 pub use progress::{LogProgress, NoProgress, Progress};
 pub use provenance::{GIT_COMMIT, Invocation, Machine, OnnxRuntime, Provenance};
 pub use report::{
@@ -57,7 +59,6 @@ pub use report::{
 pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Errors of the pipeline: each wraps the failing crate's error or names the file concerned.
@@ -83,16 +84,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Writes `bytes` to `path` atomically (an unnamed temporary file in the target directory, synced, then linked into
-/// place; mode from the umask; missing directories created): readers see the old file or the whole new one, and a
-/// killed process leaves no temporary file behind.
+/// Writes `bytes` to `path` atomically ([`files::write_atomic`]; missing directories created): readers see the old
+/// file or the whole new one, and a killed process leaves no temporary file behind.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let err = |e: std::io::Error| Error::Output { path: path.to_path_buf(), reason: e.to_string() };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(err)?;
-    let mut file = atomic_write_file::AtomicWriteFile::options().open(path).map_err(err)?;
-    file.write_all(bytes).map_err(err)?;
-    file.commit().map_err(err)
+    files::write_atomic(path, bytes).map_err(err)
 }
 
 /// Creates the output directory `dir` (of option `flag`) and checks that a file can be written in it, before any
@@ -136,33 +134,21 @@ pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
     if path.is_dir() {
         return Err(err("is a directory".into()));
     }
-    let probe =
-        atomic_write_file::AtomicWriteFile::options().open(path).map_err(|e| err(format!("cannot write: {e}")))?;
+    let probe = files::AtomicFile::create(path).map_err(|e| err(format!("cannot write: {e}")))?;
     probe.discard().map_err(|e| err(format!("cannot write: {e}")))
 }
 
-/// Largest input data file read into memory (text, arrays): 4 GiB.
-const MAX_INPUT_BYTES: u64 = 4 << 30;
-
-/// Opens `path` for reading if it is a regular file (a FIFO or a device would block or never end) of at most 4 GiB.
+/// Opens `path` for reading if it is a regular file (a FIFO or a device would block or never end) of at most
+/// [`files::MAX_INPUT_BYTES`].
 pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
-    let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(bad("is not a regular file".into()));
-    }
-    if meta.len() > MAX_INPUT_BYTES {
-        return Err(bad(format!("is {} bytes, more than the {MAX_INPUT_BYTES} an input file may have", meta.len())));
-    }
-    std::fs::File::open(path).map_err(|e| bad(e.to_string()))
+    files::open_regular(path, files::MAX_INPUT_BYTES)
+        .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })
 }
 
-/// The bytes of `path`, read through [`open_regular`] (a regular file of at most 4 GiB).
+/// The bytes of `path`, a regular file of at most [`files::MAX_INPUT_BYTES`] ([`files::read_regular`]).
 pub fn read_bounded(path: &Path) -> Result<Vec<u8>> {
-    let mut bytes = vec![];
-    std::io::Read::read_to_end(&mut open_regular(path)?, &mut bytes)
-        .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })?;
-    Ok(bytes)
+    files::read_regular(path, files::MAX_INPUT_BYTES)
+        .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })
 }
 
 /// Writes SQuAD predictions (question id -> answer text, sorted by id) as pretty JSON, atomically.

@@ -92,7 +92,8 @@ pub fn load_squad(path: impl AsRef<Path>) -> Result<SquadData> {
 /// [`Error::Json`] naming the file and the JSON path of the bad field.
 pub fn read_dataset(path: impl AsRef<Path>) -> Result<Dataset> {
     let path = path.as_ref();
-    let bytes = squad_metrics::read_regular_file(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    let bytes = files::read_regular(path, files::MAX_INPUT_BYTES)
+        .map_err(|source| Error::Io { path: path.to_owned(), source })?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     let dataset: Dataset = serde_path_to_error::deserialize(de).map_err(|e| Error::Json {
         path: path.to_owned(),

@@ -293,12 +293,9 @@ impl<V: Serialize> Serialize for Ordered<'_, V> {
 
 /// Writes `value` as pretty JSON, atomically (unnamed temporary file, synced, linked into place; umask mode).
 fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    use std::io::Write as _;
     let io = |source: std::io::Error| Error::Io { path: path.to_owned(), source };
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io(std::io::Error::other(e)))?;
-    let mut file = atomic_write_file::AtomicWriteFile::options().open(path).map_err(io)?;
-    file.write_all(&bytes).map_err(io)?;
-    file.commit().map_err(io)
+    files::write_atomic(path, &bytes).map_err(io)
 }
 
 /// Writes `predictions.json` (id → text, example order) into `dir`, plus `nbest_predictions.json` when predictions

@@ -70,7 +70,7 @@ impl std::fmt::Debug for SquadTokenizer {
 /// A vocabulary or tokenizer file as UTF-8 text, read as a regular file of bounded size.
 fn read_text(path: &Path) -> Result<String> {
     let io = |source| Error::Io { path: path.to_owned(), source };
-    let bytes = squad_metrics::read_regular_file(path).map_err(io)?;
+    let bytes = files::read_regular(path, files::MAX_INPUT_BYTES).map_err(io)?;
     String::from_utf8(bytes).map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
@@ -144,7 +144,7 @@ impl SquadTokenizer {
         let path = path.as_ref();
         let json =
             self.inner.to_string(true).map_err(|e| Error::Vocab { path: path.to_owned(), message: e.to_string() })?;
-        std::fs::write(path, json).map_err(|source| Error::Io { path: path.to_owned(), source })
+        files::write_atomic(path, json.as_bytes()).map_err(|source| Error::Io { path: path.to_owned(), source })
     }
 
     /// Number of distinct tokens in the vocab.

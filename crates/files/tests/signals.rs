@@ -1,0 +1,120 @@
+//! SIGINT and SIGTERM during a commit: the output is put in place whole, then the process ends by the signal.
+//! Each case runs in a child process (this test binary again, with `FILES_CHILD` naming the case), because the
+//! signal ends it.
+
+#![cfg(unix)]
+
+use std::io::Write as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::Command;
+
+const BYTES: usize = 3 << 20;
+
+fn payload() -> Vec<u8> {
+    (0..BYTES).map(|i| (i % 251) as u8).collect()
+}
+
+/// The child's side: defer, then signal ourselves at the point the case names and write `out.bin` in `dir`.
+fn child(case: &str, dir: &Path) {
+    qdq_files::signals::defer_during_commits();
+    let path = dir.join("out.bin");
+    let raise = |sig| unsafe {
+        libc::kill(libc::getpid(), sig);
+    };
+    match case {
+        // The signal arrives inside a hold (as it would inside a commit's sync): the file still lands whole.
+        "held" => {
+            let held = qdq_files::signals::hold();
+            raise(libc::SIGTERM);
+            qdq_files::write_atomic(&path, &payload()).unwrap();
+            // A second output committed under the same hold: the pair lands together.
+            qdq_files::write_atomic(&dir.join("second.bin"), b"2").unwrap();
+            drop(held);
+            unreachable!("the held SIGTERM ends the process when the hold drops");
+        }
+        // The signal arrives while the output is being written, before its commit: nothing appears.
+        "writing" => {
+            let mut file = qdq_files::AtomicFile::create(&path).unwrap();
+            file.write_all(&payload()).unwrap();
+            raise(libc::SIGINT);
+            unreachable!("SIGINT outside a hold ends the process at once");
+        }
+        other => panic!("unknown case {other}"),
+    }
+}
+
+fn run_child(case: &str, test: &str) -> (std::process::ExitStatus, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env("FILES_CHILD", case)
+        .env("FILES_CHILD_DIR", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    (status, dir)
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+fn as_child() -> bool {
+    if let (Ok(case), Some(dir)) = (std::env::var("FILES_CHILD"), std::env::var_os("FILES_CHILD_DIR")) {
+        child(&case, Path::new(&dir));
+        true
+    } else {
+        false
+    }
+}
+
+#[test]
+fn a_signal_during_a_hold_waits_for_the_commit() {
+    if as_child() {
+        return;
+    }
+    let (status, dir) = run_child("held", "a_signal_during_a_hold_waits_for_the_commit");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "the child should end by the held SIGTERM: {status}");
+    assert_eq!(names(dir.path()), ["out.bin", "second.bin"], "both outputs whole, no temporary name");
+    assert_eq!(std::fs::read(dir.path().join("out.bin")).unwrap(), payload());
+}
+
+#[test]
+fn a_signal_before_the_commit_leaves_nothing() {
+    if as_child() {
+        return;
+    }
+    let (status, dir) = run_child("writing", "a_signal_before_the_commit_leaves_nothing");
+    assert_eq!(status.signal(), Some(libc::SIGINT), "the child should end by SIGINT at once: {status}");
+    assert!(names(dir.path()).is_empty(), "left {:?}", names(dir.path()));
+}
+
+#[test]
+fn an_existing_file_is_replaced_whole_and_a_discarded_one_never_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.txt");
+    qdq_files::write_atomic(&path, b"old").unwrap();
+    qdq_files::write_atomic(&path, b"new").unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"new");
+    let mut f = qdq_files::AtomicFile::create(dir.path().join("b.txt")).unwrap();
+    f.write_all(b"x").unwrap();
+    f.discard().unwrap();
+    assert_eq!(names(dir.path()), ["a.txt"]);
+}
+
+#[test]
+fn inputs_must_be_regular_files_within_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = qdq_files::read_regular(dir.path(), 10).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let path = dir.path().join("big");
+    std::fs::write(&path, [0u8; 11]).unwrap();
+    let err = qdq_files::read_regular(&path, 10).unwrap_err();
+    assert!(err.to_string().contains("11 bytes, more than the 10"), "{err}");
+    assert_eq!(qdq_files::read_regular(&path, 11).unwrap().len(), 11);
+}
