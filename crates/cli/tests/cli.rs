@@ -782,12 +782,19 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     let out = f.dir.path().join("tune");
     let mut t = vec!["tune", "--model", model, "--ranges", planted, "--out", out.to_str().unwrap(), "--json"];
     t.extend(["--budget=-100", "--max-float", "1", "--samples", "0", "--held-out", "4"]);
+    // The sensitivity on another file than the one scored (a copy here: the ranking must not change).
+    let held = f.dir.path().join("held_out.json");
+    std::fs::copy(testdata("squad/tiny-v1.1.json"), &held).unwrap();
+    t.extend(["--held-out-data", held.to_str().unwrap()]);
     t.extend(policy);
     t.extend(data);
     let o = qdq(&t);
     assert!(o.status.success(), "{}", stderr(&o));
     let tuned: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(tuned["ranking"][0], "/bert/encoder/layer.1/output/dense/MatMul", "{tuned:#}");
+    let debugged: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("debug/debug.json")).unwrap()).unwrap();
+    assert_eq!(debugged["dataset"].as_str(), held.to_str(), "the sensitivity ran on --held-out-data");
     assert_eq!(tuned["curve"][1]["float_nodes"][0], tuned["ranking"][0]);
     // A given table: no statistics, so no histograms.
     assert!(!out.join("histograms.svg").exists());

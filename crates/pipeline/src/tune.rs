@@ -25,9 +25,15 @@ pub struct TuneJob {
     /// The FP32 ONNX model (file or model directory).
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub model: PathBuf,
-    /// SQuAD file: candidates are scored on its first --samples questions, the sensitivity on its last --held-out.
+    /// SQuAD file: candidates are scored on its first --samples questions, the sensitivity on its last --held-out
+    /// (or on --held-out-data).
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub dataset: PathBuf,
+    /// SQuAD file whose last --held-out questions the sensitivity is measured on, instead of --dataset's: with
+    /// `--samples 0` (every question scored) a separate file keeps the ranking off the questions reported, e.g. the
+    /// training slice calibration reads its first --cal-num questions from.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub held_out_data: Option<PathBuf>,
     /// Output directory: the calibration, candidates/, model_qdq.onnx (the choice), recipe.toml, tune.json, tune.md.
     #[cfg_attr(feature = "cli", arg(long, default_value = "out-tune", value_name = "DIR"))]
     pub out: PathBuf,
@@ -117,6 +123,13 @@ impl TuneReport {
 pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     if !job.budget.is_finite() {
         return Err(Error::Config(format!("--budget must be a number of F1 points, not {}", job.budget)));
+    }
+    if job.samples == 0 && job.held_out_data.is_none() {
+        tracing::warn!(
+            "--samples 0 scores every question of --dataset, its last {} (the sensitivity's) included; \
+             --held-out-data FILE measures the sensitivity elsewhere",
+            job.held_out
+        );
     }
     // The candidates go to out/candidates (quantize_file wants its directory to exist).
     crate::prepare_out_dir(&job.out.join("candidates"), "--out")?;
@@ -255,7 +268,7 @@ fn debug_run(
     let debug = DebugJob {
         model: fp32.to_path_buf(),
         qdq: int8.to_path_buf(),
-        dataset: job.dataset.clone(),
+        dataset: job.held_out_data.clone().unwrap_or_else(|| job.dataset.clone()),
         questions: job.held_out,
         top: 20,
         out: Some(job.out.join("debug")),
