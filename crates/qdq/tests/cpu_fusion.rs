@@ -77,7 +77,9 @@ fn cpu_preset_folds_bias_adds_into_the_integer_kernel() {
 #[test]
 fn cpu_preset_with_quantized_outputs_fuses_qlinear_matmul() {
     for ln in [Ln::Decomposed, Ln::Fused] {
-        let counts = optimized_op_counts("cpu", ln, &[("quantize_outputs", "true"), ("matmul_const_b_only", "false")]);
+        // Every reader through the output pairs (as ORT lays it out): then each MatMul is DQ -> MatMul -> Q.
+        let set = [("quantize_outputs", "true"), ("matmul_const_b_only", "false"), ("shared_pair_feeds_all", "true")];
+        let counts = optimized_op_counts("cpu", ln, &set);
         let qlinear = counts.get("QLinearMatMul").copied().unwrap_or(0);
         let float = counts.get("MatMul").copied().unwrap_or(0);
         assert!(qlinear >= 7 && qlinear + float == 9, "{counts:?}");
