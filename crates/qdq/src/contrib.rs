@@ -332,3 +332,93 @@ fn uint8_copy(g: &mut GraphProto, names: &mut NameSet, name: &str) -> Result<[St
     g.add_initializer(onnx_ir::tensor_from_vec::<u8>(&z, &[], vec![p.zero_point as u8])?);
     Ok([q, s, z])
 }
+
+/// `model` with each `MatMulIntegerToFloat` that reads a quantized activation (a QuantizeLinear output) expanded back
+/// into the Q/DQ form it stands for: DequantizeLinear of the uint8 input (one per quantized tensor, shared by its
+/// readers), DequantizeLinear of the int8 weight (axis 1 with per-column scales), a MatMul under the node's name and,
+/// with a bias, the `Add` of it. The two forms compute the same to float rounding (the fold's test compares them);
+/// the expanded one has the activation pairs that [`crate::activation_pairs`] and the `qdq debug` / `qdq tune`
+/// machinery take apart. A model without such nodes comes back unchanged.
+///
+/// ```
+/// use onnx_ir::tiny_bert::{TinyBertConfig, build};
+///
+/// let fp32 = build(&TinyBertConfig::default());
+/// let policy = qdq::Policy { smooth: None, ..qdq::Policy::preset("cpu").unwrap() };
+/// let ranges: qdq::Ranges =
+///     qdq::tensors_to_calibrate(&fp32, &policy).unwrap().into_iter().map(|t| (t, (-4.0, 4.0))).collect();
+/// let (int8, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+/// let count = |m: &onnx_ir::Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
+/// assert!(count(&int8, "MatMulIntegerToFloat") > 0);
+/// let expanded = qdq::expand_integer_matmuls(&int8);
+/// assert_eq!(count(&expanded, "MatMulIntegerToFloat"), 0);
+/// assert!(!qdq::activation_pairs(&expanded).is_empty());
+/// ```
+pub fn expand_integer_matmuls(model: &onnx_ir::Model) -> onnx_ir::Model {
+    let mut out = model.clone();
+    let g = out.graph_mut();
+    let quantized: std::collections::HashSet<String> =
+        g.node.iter().filter(|n| n.op_type() == "QuantizeLinear").flat_map(|n| n.output.first().cloned()).collect();
+    let expandable = |n: &NodeProto| {
+        n.op_type() == "MatMulIntegerToFloat"
+            && n.domain() == MS_DOMAIN
+            && matches!(n.input.len(), 6 | 7)
+            && quantized.contains(&n.input[0])
+    };
+    if !g.node.iter().any(expandable) {
+        return out;
+    }
+    let mut names = NameSet::from_graph(g);
+    let mut activation_dq = HashMap::new();
+    let mut nodes = Vec::with_capacity(g.node.len() + 16);
+    for n in std::mem::take(&mut g.node) {
+        if expandable(&n) {
+            let per_column = g.initializer(&n.input[3]).is_some_and(|t| t.dims.iter().product::<i64>() > 1);
+            nodes.extend(expand_one(&n, per_column, &mut names, &mut activation_dq));
+        } else {
+            nodes.push(n);
+        }
+    }
+    g.node = nodes;
+    out
+}
+
+/// The Q/DQ form of one `MatMulIntegerToFloat` `n` ([`expand_integer_matmuls`]); `activation_dq` maps (quantized
+/// tensor, scale, zero point) to the DequantizeLinear output already written for it.
+fn expand_one(
+    n: &NodeProto,
+    per_column: bool,
+    names: &mut NameSet,
+    activation_dq: &mut HashMap<[String; 3], String>,
+) -> Vec<NodeProto> {
+    let i = |k: usize| n.input.get(k).map(String::as_str).unwrap_or_default();
+    let (name, y) = (n.name(), n.output[0].as_str());
+    let mut out = Vec::with_capacity(4);
+    let key = [i(0), i(2), i(4)].map(str::to_owned);
+    let x = match activation_dq.get(&key) {
+        Some(x) => x.clone(),
+        None => {
+            let x = names.fresh(&format!("{}_DequantizeLinear_Output", i(0)));
+            let dq = names.fresh(&format!("{}_DequantizeLinear", i(0)));
+            out.push(node("DequantizeLinear", &dq, &[i(0), i(2), i(4)], &[&x]));
+            activation_dq.insert(key, x.clone());
+            x
+        }
+    };
+    let w = names.fresh(&format!("{}_DequantizeLinear_Output", i(1)));
+    let mut wdq =
+        node("DequantizeLinear", &names.fresh(&format!("{name}_weight_DequantizeLinear")), &[i(1), i(3), i(5)], &[&w]);
+    if per_column {
+        wdq.attribute.push(onnx_ir::attr_int("axis", 1));
+    }
+    out.push(wdq);
+    match i(6) {
+        "" => out.push(node("MatMul", name, &[&x, &w], &[y])),
+        bias => {
+            let product = names.fresh(&format!("{name}_output_0"));
+            out.push(node("MatMul", name, &[&x, &w], &[&product]));
+            out.push(node("Add", &names.fresh(&format!("{name}_bias_Add")), &[&product, bias], &[y]));
+        }
+    }
+    out
+}

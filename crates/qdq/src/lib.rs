@@ -50,7 +50,7 @@ mod smooth;
 mod types;
 
 pub use bias::PlannedBias;
-pub use contrib::ContribRewrites;
+pub use contrib::{ContribRewrites, expand_integer_matmuls};
 pub use coverage::{Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QdqCounts, coverage};
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::EmbeddingTable;

@@ -487,9 +487,7 @@ impl Policy {
             }),
             // For ORT's CPU EP (docs/QUANTIZATION.md, "What decides CPU speed"): the constant-weight MatMuls only
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
-            // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed; the
-            // residual path reads the float LayerNorm output, not the dequantized one (whole dev set: F1 73.39
-            // against 73.24, and 12 DequantizeLinear fewer).
+            // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed.
             "cpu" => Ok(Policy {
                 op_types: crate::types::MATMUL_OPS.map(String::from).to_vec(),
                 matmul_const_b_only: true,

@@ -10,7 +10,8 @@ use onnx_ir::{GraphExt as _, Model, node};
 use crate::coverage::{PairInfo, coverage};
 
 /// An activation Q/DQ pair of a QDQ model: a QuantizeLinear on a computed float tensor and a DequantizeLinear
-/// reading it.
+/// reading it. ONNX Runtime's integer MatMuls that read a QuantizeLinear output directly (the `cpu` layout) have no
+/// DequantizeLinear: [`crate::expand_integer_matmuls`] first gives them one.
 pub fn activation_pairs(model: &Model) -> Vec<PairInfo> {
     coverage(model).pairs.into_iter().filter(|p| p.quantize_node.is_some() && !p.is_initializer).collect()
 }

@@ -74,6 +74,40 @@ fn cpu_preset_folds_bias_adds_into_the_integer_kernel() {
     }
 }
 
+/// `qdq debug` / `qdq tune` on the `cpu` layout: its `MatMulIntegerToFloat`s, expanded back to Q/DQ form, compute the
+/// same logits and expose one activation pair per quantized tensor (none before: the kernels read the QuantizeLinear
+/// outputs directly), which the debugging machinery can take out.
+#[test]
+fn the_cpu_layout_expands_to_the_qdq_form_it_stands_for() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let policy = unsmoothed("cpu");
+        let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+        let ranges = observed_ranges(&fp32, &tensors);
+        let (int8, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
+        assert!(qdq::activation_pairs(&int8).is_empty(), "{ln:?}: the integer kernels read Q outputs directly");
+        let expanded = qdq::expand_integer_matmuls(&int8);
+        expanded.validate().unwrap();
+        let ops = |m: &onnx_ir::Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
+        assert_eq!(ops(&expanded, "MatMulIntegerToFloat"), 0, "{ln:?}");
+        let pairs = qdq::activation_pairs(&expanded);
+        let mut paired: Vec<&str> = pairs.iter().map(|p| p.tensor.as_str()).collect();
+        paired.sort_unstable();
+        paired.dedup();
+        assert_eq!(paired.len(), pairs.len(), "{ln:?}: one pair per quantized tensor, shared by its readers");
+        assert_eq!(paired.len(), tensors.len(), "{ln:?}: every calibrated tensor has its pair");
+
+        let (a, b) = (run(&int8, &["start_logits"]), run(&expanded, &["start_logits"]));
+        let scale = a[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = a[0].iter().zip(b[0].iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(diff <= 1e-4 * scale.max(1.0), "{ln:?}: expanded and integer forms differ by {diff}");
+        // The float reference (every pair taken out) of the expanded form has none left.
+        let reference = qdq::float_reference(&expanded);
+        assert!(qdq::activation_pairs(&reference).is_empty());
+        assert!(ops(&qdq::expand_integer_matmuls(&fp32), "MatMul") == ops(&fp32, "MatMul"), "no-op without them");
+    }
+}
+
 #[test]
 fn cpu_preset_with_quantized_outputs_fuses_qlinear_matmul() {
     for ln in [Ln::Decomposed, Ln::Fused] {
