@@ -40,6 +40,20 @@ fn child(case: &str, dir: &Path) {
             raise(libc::SIGINT);
             unreachable!("SIGINT outside a hold ends the process at once");
         }
+        // Scratch files a signal ends the process with are removed; one whose guard dropped stays.
+        "scratch" => {
+            let scratch = dir.join("scratch");
+            std::fs::create_dir(&scratch).unwrap();
+            let _dir = qdq_files::signals::remove_on_signal(&scratch);
+            let big = scratch.join("augmented.onnx");
+            std::fs::write(&big, payload()).unwrap();
+            let _big = qdq_files::signals::remove_on_signal(&big);
+            let kept = dir.join("kept.txt");
+            std::fs::write(&kept, b"k").unwrap();
+            drop(qdq_files::signals::remove_on_signal(&kept));
+            raise(libc::SIGINT);
+            unreachable!("SIGINT ends the process");
+        }
         other => panic!("unknown case {other}"),
     }
 }
@@ -92,6 +106,16 @@ fn a_signal_before_the_commit_leaves_nothing() {
     let (status, dir) = run_child("writing", "a_signal_before_the_commit_leaves_nothing");
     assert_eq!(status.signal(), Some(libc::SIGINT), "the child should end by SIGINT at once: {status}");
     assert!(names(dir.path()).is_empty(), "left {:?}", names(dir.path()));
+}
+
+#[test]
+fn scratch_files_go_with_the_signal() {
+    if as_child() {
+        return;
+    }
+    let (status, dir) = run_child("scratch", "scratch_files_go_with_the_signal");
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status}");
+    assert_eq!(names(dir.path()), ["kept.txt"], "the scratch directory and its file removed, nothing else");
 }
 
 #[test]

@@ -263,6 +263,9 @@ pub(crate) fn session_with_outputs(
         // beside it, written without copying the weights in memory.
         let dir = tempfile::tempdir().map_err(|e| Error::Config(format!("{label}: a temporary directory: {e}")))?;
         let path = dir.path().join("augmented.onnx");
+        // Gone when the session is made (it holds what it needs), and on Ctrl-C / SIGTERM before that.
+        let _scratch = [dir.path().to_path_buf(), path.clone(), dir.path().join("augmented.onnx.data")]
+            .map(|p| files::signals::remove_on_signal(&p));
         let ext = onnx_ir::ExternalDataOptions::new("augmented.onnx.data");
         model.save_edited_with_external_data(&path, &ext, &mut expose)?;
         tracing::debug!("{label}: written to {} with its large tensors beside it", path.display());
