@@ -88,11 +88,11 @@ impl AtomicFile {
     pub fn commit(self) -> io::Result<()> {
         let file = self.writer.into_inner().map_err(io::IntoInnerError::into_error)?;
         let _held = signals::hold();
-        file.sync_all()?;
         #[cfg(target_os = "linux")]
         if link_new(&file, &self.dest)? {
             return file.discard();
         }
+        // atomic-write-file syncs the data itself before its rename.
         file.commit()
     }
 
@@ -117,7 +117,7 @@ impl Write for AtomicFile {
     }
 }
 
-/// Links the (synced) temporary file to `dest` if no file is there: one `linkat`, so there is no moment at which the
+/// Syncs the temporary file and links it to `dest` if no file is there: one `linkat`, so there is no moment at which the
 /// file exists under another name. `Ok(false)` when that cannot be done here (the name exists, no `/proc`, a
 /// filesystem without it): the caller falls back to the rename.
 #[cfg(target_os = "linux")]
@@ -129,6 +129,8 @@ fn link_new(file: &atomic_write_file::AtomicWriteFile, dest: &Path) -> io::Resul
     if std::fs::symlink_metadata(dest).is_ok() {
         return Ok(false);
     }
+    // The data is durable before the name appears.
+    file.sync_all()?;
     let (Ok(src), Ok(dst)) =
         (CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())), CString::new(dest.as_os_str().as_bytes()))
     else {

@@ -119,8 +119,9 @@ mod imp {
 
     pub(super) fn install() {
         for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: reading the current action into a zeroed struct, then a zeroed sigaction with our handler (atomics, signal and raise only) and an empty mask;
-            // SA_RESTART so the syscalls a held signal interrupts are resumed.
+            // SAFETY: reading the current action into a zeroed struct, then a zeroed sigaction with our handler
+            // (atomics, unlink, rmdir, signal and raise only) and an empty mask; SA_RESTART so the system calls a held
+            // signal interrupts are resumed.
             unsafe {
                 let mut current: libc::sigaction = std::mem::zeroed();
                 libc::sigaction(sig, std::ptr::null(), &mut current);

@@ -211,7 +211,7 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     let (fp32, int8) = (Model::load(&fp32_path)?, Model::load(&int8_path)?);
     // The CPU layout's integer MatMuls read the quantized tensors directly: in their Q/DQ form (the same values),
     // each has its activation pair to measure and take out.
-    let int8 = qdq::expand_integer_matmuls(&int8);
+    let int8 = qdq::expand_integer_matmuls(int8);
     let mut data = Corpus::load_last(&job.dataset, &data_cfg, &tokenizer, job.questions)?;
     data.fit_model(&fp32, &fp32_path)?;
     let probes = probes(&int8);

@@ -86,7 +86,7 @@ fn the_cpu_layout_expands_to_the_qdq_form_it_stands_for() {
         let ranges = observed_ranges(&fp32, &tensors);
         let (int8, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
         assert!(qdq::activation_pairs(&int8).is_empty(), "{ln:?}: the integer kernels read Q outputs directly");
-        let expanded = qdq::expand_integer_matmuls(&int8);
+        let expanded = qdq::expand_integer_matmuls(int8.clone());
         expanded.validate().unwrap();
         let ops = |m: &onnx_ir::Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
         assert_eq!(ops(&expanded, "MatMulIntegerToFloat"), 0, "{ln:?}");
@@ -104,7 +104,10 @@ fn the_cpu_layout_expands_to_the_qdq_form_it_stands_for() {
         // The float reference (every pair taken out) of the expanded form has none left.
         let reference = qdq::float_reference(&expanded);
         assert!(qdq::activation_pairs(&reference).is_empty());
-        assert!(ops(&qdq::expand_integer_matmuls(&fp32), "MatMul") == ops(&fp32, "MatMul"), "no-op without them");
+        assert!(
+            ops(&qdq::expand_integer_matmuls(fp32.clone()), "MatMul") == ops(&fp32, "MatMul"),
+            "no-op without them"
+        );
     }
 }
 
