@@ -56,6 +56,10 @@ pub struct RangeTable {
     /// smoothing it applied first), so that a reader can tell ranges of another model apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Tensors whose range another method gave (`qdq tune`'s per-tensor choice from the same statistics): tensor
+    /// -> that method's name. Every other tensor's range is `method`'s.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub chosen: BTreeMap<String, String>,
 }
 
 impl RangeTable {
@@ -99,6 +103,7 @@ pub fn compute_ranges(state: &CalibState, method: &Method) -> Result<RangeTable>
         channels: BTreeMap::new(),
         distribution: BTreeMap::new(),
         model: None,
+        chosen: BTreeMap::new(),
     };
     for (name, r) in results {
         let Some(r) = r else { continue };

@@ -23,6 +23,7 @@ fn sample() -> RangeTable {
         channels: BTreeMap::new(),
         distribution: BTreeMap::new(),
         model: Some("fingerprint".into()),
+        chosen: BTreeMap::from([("a:0".to_string(), "percentile".to_string())]),
     }
 }
 

@@ -716,7 +716,9 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     assert_eq!(report["schema"], "qdq.tune/1");
     let curve = report["curve"].as_array().unwrap();
     let floats: Vec<usize> = curve.iter().map(|c| c["float_nodes"].as_array().unwrap().len()).collect();
-    assert_eq!(floats, [0, 1, 2]);
+    // The table's ranges, then (when another calibrator's range helped) the same with those, then 1 and 2 nodes.
+    let choices = report["calibrators"].as_array().unwrap().len();
+    assert_eq!(floats, if choices > 0 { vec![0, 0, 1, 2] } else { vec![0, 1, 2] }, "{report:#}");
     assert_eq!(report["within_budget"], false);
     assert!(curve.iter().all(|c| c["integer_matmuls"].as_u64() <= c["matmuls"].as_u64()));
     let on_disk: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tune.json")).unwrap()).unwrap();
@@ -742,6 +744,30 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     }
 }
 
+/// The policy the planted-range tests quantize with.
+const PLANT_POLICY: [&str; 4] = ["--policy", "tensorrt", "--policy-option", "smooth=off"];
+
+/// Calibrates the tiny model into `cal/` with [`PLANT_POLICY`]: the table's path and its JSON.
+fn calibrate_to_plant(f: &Fixture, vocab: &str, dataset: &str) -> (PathBuf, serde_json::Value) {
+    let mut args = e2e_args(f, "cal", vocab, dataset);
+    args.extend(PLANT_POLICY.iter().chain(&["--no-eval"]).map(|s| s.to_string()));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = f.dir.path().join("cal/calibration.json");
+    let ranges = serde_json::from_slice(&std::fs::read(&table).unwrap()).unwrap();
+    (table, ranges)
+}
+
+/// Shrinks one GELU output's range 100x in `ranges`; returns that tensor.
+fn plant(ranges: &mut serde_json::Value) -> &'static str {
+    let tensor = "/bert/encoder/layer.1/intermediate/intermediate_act_fn/Mul_1_output_0";
+    let r = &mut ranges["ranges"][tensor];
+    for k in ["min", "max"] {
+        r[k] = (r[k].as_f64().unwrap() / 100.0).into();
+    }
+    tensor
+}
+
 /// Issue 14: a planted bad range (one tensor's range shrunk 100x) is the first tensor `qdq debug` lists, and the
 /// node reading it is the first `qdq tune` keeps in float, from the same table (`--ranges`, no re-calibration).
 #[test]
@@ -749,18 +775,9 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     let f = tiny();
     let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
-    let policy = ["--policy", "tensorrt", "--policy-option", "smooth=off"];
-    let mut args = e2e_args(&f, "cal", vocab, dataset);
-    args.extend(policy.iter().chain(&["--no-eval"]).map(|s| s.to_string()));
-    let o = run(&args);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let planted_tensor = "/bert/encoder/layer.1/intermediate/intermediate_act_fn/Mul_1_output_0";
-    let table = f.dir.path().join("cal/calibration.json");
-    let mut ranges: serde_json::Value = serde_json::from_slice(&std::fs::read(&table).unwrap()).unwrap();
-    let r = &mut ranges["ranges"][planted_tensor];
-    for k in ["min", "max"] {
-        r[k] = (r[k].as_f64().unwrap() / 100.0).into();
-    }
+    let policy = PLANT_POLICY;
+    let (_, mut ranges) = calibrate_to_plant(&f, vocab, dataset);
+    let planted_tensor = plant(&mut ranges);
     let planted = f.dir.path().join("planted.json");
     std::fs::write(&planted, serde_json::to_vec(&ranges).unwrap()).unwrap();
     let (model, planted) = (f.model.to_str().unwrap(), planted.to_str().unwrap());
@@ -798,6 +815,67 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     assert_eq!(tuned["curve"][1]["float_nodes"][0], tuned["ranking"][0]);
     // A given table: no statistics, so no histograms.
     assert!(!out.join("histograms.svg").exists());
+}
+
+/// Issue 14: with the statistics at hand (calib_state.json beside the table), tune first tries the other
+/// calibrators' ranges for the worst pairs: a range shrunk 100x is replaced by one from the same statistics (the model
+/// stays wholly integer), and the table it writes replays that candidate byte for byte.
+#[test]
+fn tune_replaces_a_planted_bad_range_with_another_calibrators() {
+    let f = tiny();
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
+    let policy = PLANT_POLICY;
+    let (table, mut ranges) = calibrate_to_plant(&f, vocab, dataset);
+    let method = ranges["method"].as_str().unwrap().to_owned();
+    let planted_tensor = plant(&mut ranges);
+    std::fs::write(&table, serde_json::to_vec(&ranges).unwrap()).unwrap();
+    let (model, table) = (f.model.to_str().unwrap(), table.to_str().unwrap());
+    let data = ["--vocab", vocab, "--dataset", dataset, "--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+
+    let out = f.dir.path().join("tune");
+    let mut t = vec!["tune", "--model", model, "--ranges", table, "--out", out.to_str().unwrap(), "--json"];
+    t.extend(["--budget=-100", "--max-float", "0", "--calibrator-trials", "3", "--samples", "0", "--held-out", "4"]);
+    t.extend(policy);
+    t.extend(data);
+    let o = qdq(&t);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tuned: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let first = &tuned["calibrators"][0];
+    assert_eq!(first["tensor"], planted_tensor, "{tuned:#}");
+    assert_eq!(first["from"].as_str(), Some(method.as_str()));
+    assert_ne!(first["to"].as_str(), Some(method.as_str()));
+    assert!(first["kl_after"].as_f64().unwrap() < 0.98 * first["kl_before"].as_f64().unwrap(), "{tuned:#}");
+    // The planted range was 100x too small: the one taken instead covers far more.
+    let (from, to) = (first["from_range"][1].as_f64().unwrap(), first["to_range"][1].as_f64().unwrap());
+    assert!(to > 10.0 * from, "{tuned:#}");
+    let curve = tuned["curve"].as_array().unwrap();
+    assert_eq!(curve.len(), 2, "{tuned:#}");
+    assert_eq!(curve[0]["calibrator_choices"], 0);
+    let n = tuned["calibrators"].as_array().unwrap().len();
+    assert_eq!(curve[1]["calibrator_choices"].as_u64(), Some(n as u64));
+    assert!(
+        curve[1]["float_nodes"].as_array().unwrap().is_empty()
+            && curve[1]["integer_matmuls"] == curve[0]["integer_matmuls"]
+    );
+
+    // The table written names each choice and replays the candidate exactly.
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("ranges_tuned.json")).unwrap()).unwrap();
+    assert_eq!(written["chosen"][planted_tensor], first["to"]);
+    let max = written["ranges"][planted_tensor]["max"].as_f64().unwrap();
+    assert!((max - to).abs() <= 1e-6 * to, "{written:#}");
+    let replay = f.dir.path().join("replay.onnx");
+    let tuned_table = out.join("ranges_tuned.json");
+    let mut q = vec!["quantize", "--model", model, "--ranges", tuned_table.to_str().unwrap()];
+    q.extend(["-o", replay.to_str().unwrap()]);
+    q.extend(policy);
+    let o = qdq(&q);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let candidate = curve[1]["model"].as_str().unwrap();
+    assert!(std::fs::read(&replay).unwrap() == std::fs::read(candidate).unwrap());
+    let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    assert!(md.contains("Ranges from another calibrator") && md.contains(planted_tensor), "{md}");
 }
 
 /// Issue 18: a run stopped by SIGINT, SIGTERM or SIGKILL at any point leaves only whole outputs behind: every file in

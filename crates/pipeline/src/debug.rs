@@ -206,14 +206,12 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     if let Some(dir) = &job.out {
         crate::prepare_out_dir(dir, "--out")?;
     }
-    let data_cfg = job.data.config(&fp32_path)?;
-    let tokenizer = data_cfg.tokenizer()?;
     let (fp32, int8) = (Model::load(&fp32_path)?, Model::load(&int8_path)?);
     // The CPU layout's integer MatMuls read the quantized tensors directly: in their Q/DQ form (the same values),
     // each has its activation pair to measure and take out.
     let int8 = qdq::expand_integer_matmuls(int8);
-    let mut data = Corpus::load_last(&job.dataset, &data_cfg, &tokenizer, job.questions)?;
-    data.fit_model(&fp32, &fp32_path)?;
+    let held = HeldOut::new(&fp32_path, &fp32, &job.dataset, job.questions, &job.runtime, &job.data)?;
+    drop(fp32);
     let probes = probes(&int8);
     if probes.is_empty() {
         progress.note(&format!(
@@ -221,24 +219,20 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
             int8_path.display()
         ));
     }
-    let batches = data.batches(1)?.collect::<std::result::Result<Vec<_>, _>>()?;
-    let dir = fp32_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let run = Runs { cfg: job.runtime.fp32_session(Some(dir), "debug"), io: data.io().clone(), batches };
-    let fp32_logits = run.values(&fp32, "FP32 model")?;
-    drop(fp32);
-    progress.start("debugging", Some(data.questions() as u64), "questions");
-    let (logits, reference_logits, tensors) = run.measure(&int8, &probes, &fp32_logits, progress)?;
+    let (run, fp32_logits) = (&held.runs, &held.fp32);
+    progress.start("debugging", Some(held.questions as u64), "questions");
+    let (logits, reference_logits, tensors) = run.measure(&int8, &probes, fp32_logits, progress)?;
     progress.finish();
     let sensitivity =
-        if job.sensitivity { run.sensitivity(&int8, &fp32_logits, logits.kl(), progress)? } else { Vec::new() };
+        if job.sensitivity { run.sensitivity(&int8, fp32_logits, logits.kl(), progress)? } else { Vec::new() };
     let report = DebugReport {
         model: fp32_path,
         qdq: int8_path,
         dataset: job.dataset.clone(),
-        questions: data.questions(),
+        questions: held.questions,
         features: run.batches.iter().map(squad::Batch::len).sum(),
         logits,
-        weights_only_logits: agreement(&fp32_logits, &reference_logits, &run.batches),
+        weights_only_logits: agreement(fp32_logits, &reference_logits, &run.batches),
         tensors,
         sensitivity,
         top: job.top,
@@ -259,6 +253,41 @@ impl DebugReport {
         crate::write_atomic(&dir.join("sqnr.svg"), crate::plots::sqnr_svg(&rows)?.as_bytes())?;
         let md = format!("# qdq debug\n\n{self}\n\n![SQNR of each quantized activation](sqnr.svg)\n");
         crate::write_atomic(&dir.join("debug.md"), md.as_bytes())
+    }
+}
+
+/// Held-out questions and FP32's logits on them: scores other models by how their logits agree with FP32's.
+pub(crate) struct HeldOut {
+    runs: Runs,
+    fp32: Vec<Logits>,
+    questions: usize,
+}
+
+impl HeldOut {
+    /// The last `questions` questions of `dataset`, tokenized for `fp32` (loaded from `fp32_path`), and its logits.
+    pub(crate) fn new(
+        fp32_path: &Path,
+        fp32: &Model,
+        dataset: &Path,
+        questions: usize,
+        runtime: &RuntimeSettings,
+        data: &DataSettings,
+    ) -> Result<Self> {
+        let data_cfg = data.config(fp32_path)?;
+        let tokenizer = data_cfg.tokenizer()?;
+        let mut data = Corpus::load_last(dataset, &data_cfg, &tokenizer, questions)?;
+        data.fit_model(fp32, fp32_path)?;
+        let batches = data.batches(1)?.collect::<std::result::Result<Vec<_>, _>>()?;
+        let dir = fp32_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let runs = Runs { cfg: runtime.fp32_session(Some(dir), "debug"), io: data.io().clone(), batches };
+        let fp32 = runs.values(fp32, "FP32 model")?;
+        Ok(HeldOut { runs, fp32, questions: data.questions() })
+    }
+
+    /// How `model`'s logits agree with FP32's (`label` names it in errors).
+    pub(crate) fn agreement(&self, model: &Model, label: &str) -> Result<LogitAgreement> {
+        let logits = self.runs.values(model, label)?;
+        Ok(agreement(&self.fp32, &logits, &self.runs.batches))
     }
 }
 

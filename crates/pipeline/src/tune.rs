@@ -2,15 +2,20 @@
 //! INT8 model loses more F1 than the budget, ranks the nodes reading quantized activations by the sensitivity of
 //! `qdq debug` (logit KL on held-out questions with only that node's inputs in float) and keeps the most sensitive
 //! 1, 2, 4, 8, ... of them in float (`exclude_nodes`, same ranges, no re-calibration), scoring each candidate on
-//! the evaluation questions, until one is within budget. Writes the chosen model, a recipe that `qdq quantize
-//! --config` replays exactly, and the trade-off curve.
+//! the evaluation questions, until one is within budget. Before any node goes to float, the pairs with the worst own
+//! rounding may take another calibrator's range from the same statistics ([`calibrators`]): a model that stays
+//! wholly integer. Writes the chosen model, a recipe that `qdq quantize --config` replays exactly, and the trade-off
+//! curve.
+
+mod calibrators;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::debug::{DebugJob, debug_models};
+pub use self::calibrators::CalibratorChoice;
+use crate::debug::{DebugJob, HeldOut, debug_models};
 use crate::jobs::{
     CalibrateJob, EvalJob, QuantizeJob, QuantizeReport, Report, calibrate_to_dir, evaluate_file, quantize_file,
 };
@@ -53,6 +58,12 @@ pub struct TuneJob {
     /// The most nodes kept in float.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 16, value_name = "N"))]
     pub max_float: usize,
+    /// Before keeping nodes in float: for the N pairs with the worst own rounding (lowest SQNR in `qdq debug`), try
+    /// every other calibrator's range from the same statistics and keep one when it lowers the held-out logit KL by
+    /// at least 2 % (the table written as ranges_tuned.json). Needs the statistics: tune's own calibration, or
+    /// calib_state.json beside --ranges. 0 = keep the table's ranges.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 4, value_name = "N"))]
+    pub calibrator_trials: usize,
     /// Exit with an error (after writing everything) when the chosen model loses more than DF1 F1 points: a CI gate.
     #[cfg_attr(feature = "cli", arg(long, value_name = "DF1"))]
     pub fail_above: Option<f64>,
@@ -80,6 +91,8 @@ pub struct Candidate {
     /// MatMul-like nodes of the model reading only dequantized inputs, of all of them.
     pub integer_matmuls: usize,
     pub matmuls: usize,
+    /// Tensors whose range another calibrator gave (`TuneReport::calibrators`; 0 = the table's ranges).
+    pub calibrator_choices: usize,
 }
 
 /// What `qdq tune` did.
@@ -97,6 +110,9 @@ pub struct TuneReport {
     pub within_budget: bool,
     /// The sensitivity order the float nodes were taken in (most recovering first).
     pub ranking: Vec<String>,
+    /// Ranges taken from another calibrator than the table's, in the order they were kept; the candidates from the
+    /// first with `calibrator_choices > 0` on use them all.
+    pub calibrators: Vec<CalibratorChoice>,
     pub recipe: PathBuf,
     #[serde(skip)]
     pub fail_above: Option<f64>,
@@ -148,7 +164,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
                     out: job.out.clone(),
                     merge: Vec::new(),
                     data: job.data.clone(),
-                    calib: job.calib.clone(),
+                    calib: calib_settings(job),
                     policy: job.policy.clone(),
                     ep: job.runtime.ep.clone(),
                     ort_lib: job.runtime.ort_lib.clone(),
@@ -171,12 +187,14 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         Ok(evaluate_file(&job, progress)?.evaluation)
     };
     let fp32 = eval(&fp32_path)?;
-    let candidate = |nodes: &[String]| -> Result<Candidate> {
-        let model = job.out.join("candidates").join(format!("model_qdq_float{}.onnx", nodes.len()));
-        let (integer_matmuls, matmuls) = quantize_with_float(job, &base, &ranges, nodes, &model)?;
+    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {
+        let name = format!("model_qdq_float{}{}.onnx", nodes.len(), if chosen > 0 { "_calibrators" } else { "" });
+        let model = job.out.join("candidates").join(name);
+        let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, &model)?;
         let e = eval(&model)?;
+        let also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
         progress.note(&format!(
-            "{} in float: F1 {:.2} ({:+.2}), {:.2} ms/feature",
+            "{} in float{also}: F1 {:.2} ({:+.2}), {:.2} ms/feature",
             count_nodes(nodes.len()),
             e.score.f1,
             e.score.f1 - fp32.score.f1,
@@ -191,19 +209,63 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             ms_per_feature: e.latency.ms_per_feature,
             integer_matmuls,
             matmuls,
+            calibrator_choices: chosen,
         })
     };
     let within = |c: &Candidate| -c.delta_f1 <= job.budget;
-    let mut curve = vec![candidate(&[])?];
-    let over = !within(&curve[0]) && job.max_float > 0;
-    // The per-pair errors (debug/), and the sensitivity ranking when there is something to recover.
-    let debugged = debug_run(job, &fp32_path, &curve[0].model, over, progress)?;
+    let mut curve = vec![candidate(&[], &ranges, 0)?];
+    let over = !within(&curve[0]);
+    let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
+    // The per-pair errors (debug/), and the sensitivity ranking when nodes may have to go to float.
+    let mut debugged =
+        debug_run(job, &fp32_path, &curve[0].model, over && statistics.is_none() && job.max_float > 0, progress)?;
+    let (mut tuned, mut calibrators) = (ranges.clone(), Vec::new());
+    if let Some((table, state)) = statistics {
+        let worst: Vec<String> =
+            debugged.tensors.iter().take(job.calibrator_trials).map(|t| t.tensor.clone()).collect();
+        let (policy, _) = job.policy.policy(&job.runtime.ep)?;
+        let held = HeldOut::new(
+            &fp32_path,
+            &onnx_ir::Model::load(&fp32_path)?,
+            job.held_out_data.as_ref().unwrap_or(&job.dataset),
+            job.held_out,
+            &job.runtime,
+            &job.data,
+        )?;
+        let m = &job.calib.methods;
+        let options = calib::MethodOptions {
+            percentile: m.percentile,
+            symmetric: m.symmetric,
+            num_quantized_bins: m.num_quantized_bins,
+        };
+        let base_model = onnx_ir::Model::load(&base)?;
+        let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, options };
+        let chosen = calibrators::choose(&trials, &table, &state, &worst, progress)?;
+        progress.note(&format!(
+            "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",
+            chosen.choices.len(),
+            worst.len(),
+            chosen.kl_start,
+            chosen.kl_end
+        ));
+        if !chosen.choices.is_empty() {
+            tuned = job.out.join("ranges_tuned.json");
+            calib::tables::write_json(&tuned, &chosen.table)?;
+            curve.push(candidate(&[], &tuned, chosen.choices.len())?);
+            calibrators = chosen.choices;
+        }
+        if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
+            let last = curve.last().expect("one candidate").model.clone();
+            debugged = debug_run(job, &fp32_path, &last, true, progress)?;
+        }
+    }
     let mut ranking = Vec::new();
-    if over {
+    if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
         ranking = debugged.sensitivity.iter().map(|n| n.node.clone()).collect();
+        let chosen = calibrators.len();
         let mut k = 1;
         while k <= job.max_float.min(ranking.len()) && !within(curve.last().expect("one candidate")) {
-            curve.push(candidate(&ranking[..k])?);
+            curve.push(candidate(&ranking[..k], &tuned, chosen)?);
             k *= 2;
         }
     }
@@ -221,12 +283,48 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         curve,
         chosen,
         ranking,
+        calibrators,
         recipe: job.out.join("recipe.toml"),
         fail_above: job.fail_above,
     };
     let histograms = write_histograms(job, &debugged)?;
+    let ranges = if report.choice().calibrator_choices > 0 { tuned } else { ranges };
     write_outputs(job, &report, &base, &ranges, histograms)?;
     Ok(report)
+}
+
+/// The calibration settings of tune's own calibration: with the calibrator choice, the statistics every method reads
+/// (both histograms) are collected in the same pass, and each method's table is written beside (calibration_*.json).
+fn calib_settings(job: &TuneJob) -> CalibSettings {
+    let mut calib = job.calib.clone();
+    if job.calibrator_trials > 0 {
+        for k in calib::MethodKind::ALL {
+            if !calib.methods.compare.contains(&k) {
+                calib.methods.compare.push(k);
+            }
+        }
+    }
+    calib
+}
+
+/// The table as a qdq range table and the statistics it was computed from, when both are at hand: tune's own
+/// calibration, or calib_state.json beside a `--ranges` table of qdq's.
+fn statistics_for(job: &TuneJob, ranges: &Path) -> Result<Option<(calib::RangeTable, calib::CalibState)>> {
+    let state = match &job.ranges {
+        None => job.out.join("calib_state.json"),
+        Some(r) => r.with_file_name("calib_state.json"),
+    };
+    if !state.is_file() {
+        if job.ranges.is_some() {
+            tracing::info!("no calib_state.json beside --ranges: the calibrator choice is skipped");
+        }
+        return Ok(None);
+    }
+    let Ok(table) = calib::tables::read_json(ranges) else {
+        tracing::info!("{} is not qdq's range table: the calibrator choice is skipped", ranges.display());
+        return Ok(None);
+    };
+    Ok(Some((table, calib::CalibState::load_json(&state)?)))
 }
 
 /// Quantizes `base` with the job's policy plus `nodes` kept in float into `output`; returns (integer MatMul-like
@@ -330,9 +428,13 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
     if !nodes.is_empty() {
         put("exclude-node", nodes.into());
     }
+    let others = match choice.calibrator_choices {
+        0 => String::new(),
+        n => format!(", {n} ranges from other calibrators (`chosen` in the table)"),
+    };
     let text = format!(
-        "# qdq tune's choice ({} kept in float, dF1 {:+.2} on {} questions).\n# Replay: qdq quantize --config {} \
-         -o model_qdq.onnx\n{}",
+        "# qdq tune's choice ({} kept in float{others}, dF1 {:+.2} on {} questions).\n# Replay: qdq quantize \
+         --config {} -o model_qdq.onnx\n{}",
         count_nodes(choice.float_nodes.len()),
         choice.delta_f1,
         report.questions,
@@ -399,10 +501,21 @@ impl fmt::Display for TuneReport {
         writeln!(f, "Model: {}; recipe: {}\n", self.out.join("model_qdq.onnx").display(), self.recipe.display())?;
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        t.set_header(["float nodes", "EM", "F1", "dF1", "ms/feature", "vs FP32", "integer MatMuls", "last added"]);
+        t.set_header([
+            "float nodes",
+            "other calibrators",
+            "EM",
+            "F1",
+            "dF1",
+            "ms/feature",
+            "vs FP32",
+            "integer MatMuls",
+            "last added",
+        ]);
         for (i, c) in self.curve.iter().enumerate() {
             t.add_row([
                 format!("{}{}", c.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
+                c.calibrator_choices.to_string(),
                 format!("{:.2}", c.exact_match),
                 format!("{:.2}", c.f1),
                 format!("{:+.2}", c.delta_f1),
@@ -412,12 +525,31 @@ impl fmt::Display for TuneReport {
                 c.float_nodes.last().cloned().unwrap_or_default(),
             ]);
         }
-        for col in 1..=6 {
+        for col in 1..=7 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
         }
-        write!(f, "{t}")
+        write!(f, "{t}")?;
+        if !self.calibrators.is_empty() {
+            writeln!(f, "\n\nRanges from another calibrator (held-out logit KL before -> after):\n")?;
+            for c in &self.calibrators {
+                writeln!(
+                    f,
+                    "- `{}`: {} [{:.4}, {:.4}] -> {} [{:.4}, {:.4}], KL {:.5} -> {:.5}",
+                    c.tensor,
+                    c.from,
+                    c.from_range.0,
+                    c.from_range.1,
+                    c.to,
+                    c.to_range.0,
+                    c.to_range.1,
+                    c.kl_before,
+                    c.kl_after
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -435,6 +567,7 @@ mod tests {
             ms_per_feature: 10.0,
             integer_matmuls: 40,
             matmuls: 49,
+            calibrator_choices: 0,
         };
         TuneReport {
             out: "out".into(),
@@ -446,6 +579,7 @@ mod tests {
             chosen: 0,
             within_budget: delta_f1 >= -1.0,
             ranking: vec![],
+            calibrators: vec![],
             recipe: "out/recipe.toml".into(),
             fail_above,
         }

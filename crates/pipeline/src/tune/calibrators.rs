@@ -1,0 +1,113 @@
+//! `qdq tune`'s calibrator choice per tensor. One statistics pass (calib_state.json) gives every calibrator's range
+//! for every tensor; the table holds one method's. For the pairs with the worst own rounding (lowest own SQNR in
+//! `qdq debug`), each other calibrator's range is tried in turn, in memory (placement and apply, no file, no
+//! re-calibration), and kept when the model's logits then agree better with FP32's on the held-out questions (mean
+//! start/end KL lower by at least [`MIN_GAIN`]). Choices compound: each trial starts from the ranges kept so far.
+
+use onnx_ir::Model;
+use serde::Serialize;
+
+use crate::Result;
+use crate::debug::HeldOut;
+use crate::progress::Progress;
+
+/// The smallest relative drop of the held-out KL that keeps another calibrator's range (the KL is measured on a few
+/// dozen questions: smaller gains are as likely to be those questions' as the model's).
+pub const MIN_GAIN: f64 = 0.02;
+
+/// One tensor whose range now comes from another calibrator.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibratorChoice {
+    pub tensor: String,
+    /// The table's method, and its range for the tensor.
+    pub from: String,
+    pub from_range: (f32, f32),
+    /// The calibrator kept, and its range.
+    pub to: String,
+    pub to_range: (f32, f32),
+    /// Held-out logit KL (mean of start and end) before and after.
+    pub kl_before: f64,
+    pub kl_after: f64,
+}
+
+/// What the choice did.
+pub struct Chosen {
+    /// The table with the kept ranges (`chosen` names their calibrators).
+    pub table: calib::RangeTable,
+    pub choices: Vec<CalibratorChoice>,
+    /// Held-out KL of the table as given, and with the choices.
+    pub kl_start: f64,
+    pub kl_end: f64,
+}
+
+/// What a trial needs besides the ranges: the model quantized (the smoothed one when the policy smooths), the policy,
+/// the held-out questions, and the options every method's range is computed with.
+pub struct Trials<'a> {
+    pub base: &'a Model,
+    pub policy: &'a qdq::Policy,
+    pub held: &'a HeldOut,
+    pub options: calib::MethodOptions,
+}
+
+/// Tries every calibrator `state` supports on each of `worst` (in order) against `table`; see the module docs.
+pub fn choose(
+    trials: &Trials<'_>,
+    table: &calib::RangeTable,
+    state: &calib::CalibState,
+    worst: &[String],
+    progress: &dyn Progress,
+) -> Result<Chosen> {
+    let Trials { base, policy, held, options } = trials;
+    let score = |t: &calib::RangeTable, label: &str| -> Result<f64> {
+        let plan = qdq::plan(base, &t.min_max(), policy)?;
+        let mut model = Model::clone(base);
+        plan.apply(&mut model)?;
+        Ok(held.agreement(&model, label)?.kl())
+    };
+    // Every other method the statistics support (each needs its histogram kind; minmax none).
+    let others: Vec<calib::RangeTable> = calib::MethodKind::ALL
+        .iter()
+        .filter(|k| k.name() != table.method)
+        .filter_map(|&k| calib::compute_ranges(state, &calib::Method::new(k, options).ok()?).ok())
+        .collect();
+    let worst: Vec<&String> = worst.iter().filter(|t| table.ranges.contains_key(*t)).collect();
+    let trials = worst.len() * others.len();
+    progress.start("calibrator choice", Some(trials as u64 + 1), "trials");
+    let kl_start = score(table, "QDQ model with the table's ranges")?;
+    progress.advance(1);
+    let (mut current, mut kl, mut choices) = (table.clone(), kl_start, Vec::new());
+    for tensor in worst {
+        let have = current.ranges[tensor];
+        let mut best: Option<(f64, &calib::RangeTable)> = None;
+        for other in &others {
+            progress.advance(1);
+            let Some(&r) = other.ranges.get(tensor) else { continue };
+            let reach = have.amax().max(r.amax()).max(f32::MIN_POSITIVE);
+            if (r.min - have.min).abs() <= 1e-3 * reach && (r.max - have.max).abs() <= 1e-3 * reach {
+                continue;
+            }
+            let mut trial = current.clone();
+            trial.ranges.insert(tensor.clone(), r);
+            let k = score(&trial, &format!("QDQ model with {}'s {} range", tensor, other.method))?;
+            if best.is_none_or(|(b, _)| k < b) {
+                best = Some((k, other));
+            }
+        }
+        let Some((k, other)) = best.filter(|(k, _)| *k < kl * (1.0 - MIN_GAIN)) else { continue };
+        let r = other.ranges[tensor];
+        choices.push(CalibratorChoice {
+            tensor: tensor.clone(),
+            from: current.chosen.get(tensor).unwrap_or(&current.method).clone(),
+            from_range: (have.min, have.max),
+            to: other.method.clone(),
+            to_range: (r.min, r.max),
+            kl_before: kl,
+            kl_after: k,
+        });
+        current.ranges.insert(tensor.clone(), r);
+        current.chosen.insert(tensor.clone(), other.method.clone());
+        kl = k;
+    }
+    progress.finish();
+    Ok(Chosen { table: current, choices, kl_start, kl_end: kl })
+}
