@@ -232,14 +232,10 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             &job.runtime,
             &job.data,
         )?;
-        let m = &job.calib.methods;
-        let options = calib::MethodOptions {
-            percentile: m.percentile,
-            symmetric: m.symmetric,
-            num_quantized_bins: m.num_quantized_bins,
-        };
+        // Every method, with the run's options: what calibration collected the statistics for.
+        let methods = calib_settings(job).methods.methods()?;
         let base_model = onnx_ir::Model::load(&base)?;
-        let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, options };
+        let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, methods };
         let chosen = calibrators::choose(&trials, &table, &state, &worst, progress)?;
         progress.note(&format!(
             "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",

@@ -41,15 +41,15 @@ pub struct Chosen {
 }
 
 /// What a trial needs besides the ranges: the model quantized (the smoothed one when the policy smooths), the policy,
-/// the held-out questions, and the options every method's range is computed with.
+/// the held-out questions, and the methods (with their options) whose ranges are tried.
 pub struct Trials<'a> {
     pub base: &'a Model,
     pub policy: &'a qdq::Policy,
     pub held: &'a HeldOut,
-    pub options: calib::MethodOptions,
+    pub methods: Vec<calib::Method>,
 }
 
-/// Tries every calibrator `state` supports on each of `worst` (in order) against `table`; see the module docs.
+/// Tries every method of `trials` that `state` supports on each of `worst` (in order) against `table`; see the module docs.
 pub fn choose(
     trials: &Trials<'_>,
     table: &calib::RangeTable,
@@ -57,7 +57,7 @@ pub fn choose(
     worst: &[String],
     progress: &dyn Progress,
 ) -> Result<Chosen> {
-    let Trials { base, policy, held, options } = trials;
+    let Trials { base, policy, held, methods } = trials;
     let score = |t: &calib::RangeTable, label: &str| -> Result<f64> {
         let plan = qdq::plan(base, &t.min_max(), policy)?;
         let mut model = Model::clone(base);
@@ -65,10 +65,10 @@ pub fn choose(
         Ok(held.agreement(&model, label)?.kl())
     };
     // Every other method the statistics support (each needs its histogram kind; minmax none).
-    let others: Vec<calib::RangeTable> = calib::MethodKind::ALL
+    let others: Vec<calib::RangeTable> = methods
         .iter()
-        .filter(|k| k.name() != table.method)
-        .filter_map(|&k| calib::compute_ranges(state, &calib::Method::new(k, options).ok()?).ok())
+        .filter(|m| m.name() != table.method)
+        .filter_map(|m| calib::compute_ranges(state, m).ok())
         .collect();
     let worst: Vec<&String> = worst.iter().filter(|t| table.ranges.contains_key(*t)).collect();
     let trials = worst.len() * others.len();
