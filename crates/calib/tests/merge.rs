@@ -155,3 +155,48 @@ fn one_large_batch_matches_the_histogram_definition() {
     let max_abs = data.iter().filter(|x| x.is_finite()).fold(0f32, |a, x| a.max(x.abs()));
     assert_eq!(signed.max_abs(), max_abs);
 }
+
+#[test]
+fn zero_runs_and_tensors_in_turn_match_the_histogram_definition() {
+    // Runs of exact zeros of many lengths (padding, masked attention), tiny values on either side of zero (bin 0 and
+    // bin -1), -0.0, and several tensors binned one after the other on one thread and in one batch: every histogram
+    // must still be its definition (a binning shortcut for the zero bin or scratch reused between tensors would show).
+    let mut rng = 7u64;
+    let mut next = || {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) as u32
+    };
+    let tensors: Vec<Vec<f32>> = (0..6)
+        .map(|t| {
+            let mut data = Vec::new();
+            for run in 0..400 {
+                data.extend(std::iter::repeat_n(0.0f32, (run * 7 + t) % 19));
+                let x = match next() % 4 {
+                    0 => 1e-7,
+                    1 => -1e-7,
+                    2 => -0.0,
+                    _ => (next() % 2000) as f32 / 100.0 - 10.0,
+                };
+                data.push(x * (t + 1) as f32);
+            }
+            data
+        })
+        .collect();
+    let opts = CollectOptions { signed_histogram: true, abs_histogram: true, num_bins: 300, ..Default::default() };
+    let mut one_by_one = CalibState::new(opts.clone());
+    for (i, data) in tensors.iter().enumerate() {
+        one_by_one.observe(&format!("t{i}"), data, &[data.len()]).unwrap();
+    }
+    let mut batched = CalibState::new(opts);
+    let names: Vec<String> = (0..tensors.len()).map(|i| format!("t{i}")).collect();
+    let batch: Vec<(&str, &[f32], &[usize])> =
+        names.iter().zip(&tensors).map(|(n, d)| (n.as_str(), d.as_slice(), &[][..])).collect();
+    batched.observe_batch(&batch).unwrap();
+    for (i, data) in tensors.iter().enumerate() {
+        for state in [&one_by_one, &batched] {
+            let t = state.tensor(&format!("t{i}")).unwrap();
+            assert_eq!(t.signed.as_ref().unwrap().counts(), naive_counts(data, 300, true).as_slice(), "t{i} signed");
+            assert_eq!(t.abs.as_ref().unwrap().counts(), naive_counts(data, 600, false).as_slice(), "t{i} abs");
+        }
+    }
+}
