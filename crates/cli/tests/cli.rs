@@ -719,6 +719,9 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     // The table's ranges, then (when another calibrator's range helped) the same with those, then 1 and 2 nodes.
     let choices = report["calibrators"].as_array().unwrap().len();
     assert_eq!(floats, if choices > 0 { vec![0, 0, 1, 2] } else { vec![0, 1, 2] }, "{report:#}");
+    // Each candidate's held-out logit KL is reported beside its F1 (the preset is over budget); quantization moves
+    // the logits, so none is 0.
+    assert!(curve.iter().all(|c| c["held_out_kl"].as_f64().is_some_and(|kl| kl > 0.0)), "{report:#}");
     assert_eq!(report["within_budget"], false);
     assert!(curve.iter().all(|c| c["integer_matmuls"].as_u64() <= c["matmuls"].as_u64()));
     let on_disk: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tune.json")).unwrap()).unwrap();

@@ -93,6 +93,9 @@ pub struct Candidate {
     pub matmuls: usize,
     /// Tensors whose range another calibrator gave (`TuneReport::calibrators`; 0 = the table's ranges).
     pub calibrator_choices: usize,
+    /// Mean KL of the start/end logits against FP32's on the held-out questions (measured once the preset is over
+    /// budget; `None` for a preset within budget).
+    pub held_out_kl: Option<f64>,
 }
 
 /// What `qdq tune` did.
@@ -187,55 +190,77 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         Ok(evaluate_file(&job, progress)?.evaluation)
     };
     let fp32 = eval(&fp32_path)?;
-    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {
+    let build = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<(PathBuf, usize, usize)> {
         let name = format!("model_qdq_float{}{}.onnx", nodes.len(), if chosen > 0 { "_calibrators" } else { "" });
         let model = job.out.join("candidates").join(name);
         let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, &model)?;
-        let e = eval(&model)?;
-        let also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
-        progress.note(&format!(
-            "{} in float{also}: F1 {:.2} ({:+.2}), {:.2} ms/feature",
-            count_nodes(nodes.len()),
-            e.score.f1,
-            e.score.f1 - fp32.score.f1,
-            e.latency.ms_per_feature
-        ));
-        Ok(Candidate {
-            float_nodes: nodes.to_vec(),
-            model,
-            exact_match: e.score.exact_match,
-            f1: e.score.f1,
-            delta_f1: e.score.f1 - fp32.score.f1,
-            ms_per_feature: e.latency.ms_per_feature,
-            integer_matmuls,
-            matmuls,
-            calibrator_choices: chosen,
-        })
+        Ok((model, integer_matmuls, matmuls))
     };
+    let score =
+        |nodes: &[String], built: (PathBuf, usize, usize), chosen: usize, kl: Option<f64>| -> Result<Candidate> {
+            let (model, integer_matmuls, matmuls) = built;
+            let e = eval(&model)?;
+            let also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
+            progress.note(&format!(
+                "{} in float{also}: F1 {:.2} ({:+.2}), {:.2} ms/feature",
+                count_nodes(nodes.len()),
+                e.score.f1,
+                e.score.f1 - fp32.score.f1,
+                e.latency.ms_per_feature
+            ));
+            Ok(Candidate {
+                float_nodes: nodes.to_vec(),
+                model,
+                exact_match: e.score.exact_match,
+                f1: e.score.f1,
+                delta_f1: e.score.f1 - fp32.score.f1,
+                ms_per_feature: e.latency.ms_per_feature,
+                integer_matmuls,
+                matmuls,
+                calibrator_choices: chosen,
+                held_out_kl: kl,
+            })
+        };
     let within = |c: &Candidate| -c.delta_f1 <= job.budget;
-    let mut curve = vec![candidate(&[], &ranges, 0)?];
+    let mut curve = vec![score(&[], build(&[], &ranges, 0)?, 0, None)?];
     let over = !within(&curve[0]);
-    let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
-    // The per-pair errors (debug/), and the sensitivity ranking when nodes may have to go to float.
-    let mut debugged =
-        debug_run(job, &fp32_path, &curve[0].model, over && statistics.is_none() && job.max_float > 0, progress)?;
-    let (mut tuned, mut calibrators) = (ranges.clone(), Vec::new());
-    if let Some((table, state)) = statistics {
-        let worst: Vec<String> =
-            debugged.tensors.iter().take(job.calibrator_trials).map(|t| t.tensor.clone()).collect();
-        let (policy, _) = job.policy.policy(&job.runtime.ep)?;
-        let held = HeldOut::new(
+    // Once over budget, every candidate is first measured on the held-out questions (FP32's logits computed once).
+    let held = if over {
+        Some(HeldOut::new(
             &fp32_path,
             &onnx_ir::Model::load(&fp32_path)?,
             job.held_out_data.as_ref().unwrap_or(&job.dataset),
             job.held_out,
             &job.runtime,
             &job.data,
-        )?;
+        )?)
+    } else {
+        None
+    };
+    let kl_of = |model: &Path| -> Result<Option<f64>> {
+        let Some(held) = &held else { return Ok(None) };
+        Ok(Some(held.agreement(&onnx_ir::Model::load(model)?, "candidate")?.kl()))
+    };
+    curve[0].held_out_kl = kl_of(&curve[0].model)?;
+    // Each later candidate: built, measured on the held-out questions (the proxy, beside its F1), scored.
+    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {
+        let built = build(nodes, ranges, chosen)?;
+        let kl = kl_of(&built.0)?;
+        score(nodes, built, chosen, kl)
+    };
+    let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
+    // The per-pair errors (debug/), and the sensitivity ranking when nodes may have to go to float.
+    let mut debugged =
+        debug_run(job, &fp32_path, &curve[0].model, over && statistics.is_none() && job.max_float > 0, progress)?;
+    let (mut tuned, mut calibrators) = (ranges.clone(), Vec::new());
+    if let (Some((table, state)), Some(held)) = (statistics, &held) {
+        let worst: Vec<String> =
+            debugged.tensors.iter().take(job.calibrator_trials).map(|t| t.tensor.clone()).collect();
+        let (policy, _) = job.policy.policy(&job.runtime.ep)?;
         // Every method, with the run's options: what calibration collected the statistics for.
         let methods = calib_settings(job).methods.methods()?;
         let base_model = onnx_ir::Model::load(&base)?;
-        let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, methods };
+        let trials = calibrators::Trials { base: &base_model, policy: &policy, held, methods };
         let chosen = calibrators::choose(&trials, &table, &state, &worst, progress)?;
         progress.note(&format!(
             "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",
@@ -506,6 +531,7 @@ impl fmt::Display for TuneReport {
             "ms/feature",
             "vs FP32",
             "integer MatMuls",
+            "held-out KL",
             "last added",
         ]);
         for (i, c) in self.curve.iter().enumerate() {
@@ -518,10 +544,11 @@ impl fmt::Display for TuneReport {
                 format!("{:.2}", c.ms_per_feature),
                 format!("{:.2}x", self.fp32_ms_per_feature / c.ms_per_feature),
                 format!("{}/{}", c.integer_matmuls, c.matmuls),
+                c.held_out_kl.map_or_else(String::new, |kl| format!("{kl:.5}")),
                 c.float_nodes.last().cloned().unwrap_or_default(),
             ]);
         }
-        for col in 1..=7 {
+        for col in 1..=8 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
@@ -564,6 +591,7 @@ mod tests {
             integer_matmuls: 40,
             matmuls: 49,
             calibrator_choices: 0,
+            held_out_kl: None,
         };
         TuneReport {
             out: "out".into(),
