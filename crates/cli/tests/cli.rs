@@ -820,6 +820,52 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     assert!(!out.join("histograms.svg").exists());
 }
 
+/// Issue 14: `qdq debug --sensitivity --confirm N` scores FP32, the QDQ model and the QDQ model with each of the N most
+/// recovering nodes in float on the first evaluation questions: FP32's and the QDQ model's F1 are what `qdq eval` says
+/// of the same files and questions, and exactly the first N nodes carry the F1 they recover.
+#[test]
+fn debug_confirm_scores_the_top_nodes_and_agrees_with_eval() {
+    let f = tiny();
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
+    let (table, _) = calibrate_to_plant(&f, vocab, dataset);
+    let (model, int8) = (f.model.to_str().unwrap(), f.dir.path().join("int8.onnx"));
+    let mut q = vec!["quantize", "--model", model, "--ranges", table.to_str().unwrap(), "-o", int8.to_str().unwrap()];
+    q.extend(PLANT_POLICY);
+    let o = qdq(&q);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let data = ["--vocab", vocab, "--dataset", dataset, "--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    let int8 = int8.to_str().unwrap();
+    let mut d = vec!["debug", "--model", model, "--qdq", int8, "--questions", "3", "--sensitivity", "--json"];
+    d.extend(["--confirm", "3", "--confirm-samples", "5"]);
+    d.extend(data);
+    let o = qdq(&d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &report["confirmation"];
+    assert_eq!(c["questions"], 5, "{report:#}");
+    let f1_of = |m: &str| {
+        let mut e = vec!["eval", "--model", m, "--samples", "5", "--json"];
+        e.extend(data);
+        let o = qdq(&e);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["f1"].as_f64().unwrap()
+    };
+    assert!((c["fp32_f1"].as_f64().unwrap() - f1_of(model)).abs() < 1e-9, "{report:#}");
+    assert!((c["qdq_f1"].as_f64().unwrap() - f1_of(int8)).abs() < 1e-9, "{report:#}");
+    let nodes = report["sensitivity"].as_array().unwrap();
+    assert!(nodes.len() > 3, "{report:#}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["f1_recovered"].is_f64(), i < 3, "{report:#}");
+    }
+    // Three nodes: a correlation, unless one column is constant (the tiny model's F1 on 5 questions may not move).
+    let r = &c["rank_correlation"];
+    assert!(r.is_null() || r.as_f64().is_some_and(|r| (-1.0..=1.0).contains(&r)), "{report:#}");
+    // --confirm needs the sensitivity it confirms.
+    let o = qdq(&["debug", "--model", model, "--qdq", int8, "--dataset", dataset, "--confirm", "2"]);
+    assert!(!o.status.success() && stderr(&o).contains("--sensitivity"), "{}", stderr(&o));
+}
+
 /// Issue 14: with the statistics at hand (calib_state.json beside the table), tune first tries the other
 /// calibrators' ranges for the worst pairs: a range shrunk 100x is replaced by one from the same statistics (the model
 /// stays wholly integer), and the table it writes replays that candidate byte for byte.

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::calibrate::session_with_outputs;
 use crate::data::Corpus;
+use crate::evaluate::{EvalOptions, evaluate};
 use crate::jobs::Report;
 use crate::progress::Progress;
 use crate::settings::{DataSettings, RuntimeSettings, resolve_model};
@@ -45,6 +46,14 @@ pub struct DebugJob {
     /// kept in float (same ranges, no re-calibration; one more run of the questions per node).
     #[cfg_attr(feature = "cli", arg(long))]
     pub sensitivity: bool,
+    /// With --sensitivity: also score F1 on the first --confirm-samples questions of --dataset for FP32, the QDQ model
+    /// and the QDQ model with each of the N most recovering nodes in float, one at a time, so each node's KL stands
+    /// beside the F1 it recovers (N + 2 evaluations). 0 = no F1.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0, value_name = "N", requires = "sensitivity"))]
+    pub confirm: usize,
+    /// Evaluation questions of --confirm (the first N of --dataset; keep them apart from the last --questions).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1000, value_name = "N"))]
+    pub confirm_samples: usize,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub runtime: RuntimeSettings,
     #[cfg_attr(feature = "cli", command(flatten))]
@@ -94,6 +103,20 @@ pub struct NodeSensitivity {
     pub logits: LogitAgreement,
     /// The share of the QDQ model's KL (mean of start and end) this recovers; negative when it gets worse.
     pub recovered: f64,
+    /// With --confirm, for the first nodes: F1 with this node's inputs in float minus the QDQ model's F1.
+    pub f1_recovered: Option<f64>,
+}
+
+/// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmation {
+    /// Questions scored (the first ones of the dataset).
+    pub questions: usize,
+    pub fp32_f1: f64,
+    pub qdq_f1: f64,
+    /// Spearman's rank correlation between the KL recovered and the F1 recovered over the confirmed nodes (1: the
+    /// same order; `None` under 3 nodes).
+    pub rank_correlation: Option<f64>,
 }
 
 impl LogitAgreement {
@@ -120,6 +143,8 @@ pub struct DebugReport {
     pub tensors: Vec<TensorError>,
     /// With `--sensitivity`: every node reading quantized activations, most recovering first.
     pub sensitivity: Vec<NodeSensitivity>,
+    /// With `--confirm`.
+    pub confirmation: Option<Confirmation>,
     /// Rows of the printed table.
     #[serde(skip)]
     pub top: usize,
@@ -223,8 +248,13 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     progress.start("debugging", Some(held.questions as u64), "questions");
     let (logits, reference_logits, tensors) = run.measure(&int8, &probes, fp32_logits, progress)?;
     progress.finish();
-    let sensitivity =
+    let mut sensitivity =
         if job.sensitivity { run.sensitivity(&int8, fp32_logits, logits.kl(), progress)? } else { Vec::new() };
+    let confirmation = if job.confirm > 0 && !sensitivity.is_empty() {
+        Some(confirm(job, &fp32_path, &int8, &mut sensitivity, progress)?)
+    } else {
+        None
+    };
     let report = DebugReport {
         model: fp32_path,
         qdq: int8_path,
@@ -235,6 +265,7 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
         weights_only_logits: agreement(fp32_logits, &reference_logits, &run.batches),
         tensors,
         sensitivity,
+        confirmation,
         top: job.top,
     };
     if let Some(dir) = &job.out {
@@ -254,6 +285,76 @@ impl DebugReport {
         let md = format!("# qdq debug\n\n{self}\n\n![SQNR of each quantized activation](sqnr.svg)\n");
         crate::write_atomic(&dir.join("debug.md"), md.as_bytes())
     }
+}
+
+/// F1 on the first `--confirm-samples` questions of FP32, `int8` and `int8` with each of the first `--confirm` nodes
+/// of `sensitivity` in float (filled in as their `f1_recovered`).
+fn confirm(
+    job: &DebugJob,
+    fp32_path: &Path,
+    int8: &Model,
+    sensitivity: &mut [NodeSensitivity],
+    progress: &dyn Progress,
+) -> Result<Confirmation> {
+    let data_cfg = job.data.config(fp32_path)?;
+    let tokenizer = data_cfg.tokenizer()?;
+    let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.confirm_samples)?;
+    data.fit_model(&Model::load_graph_only(fp32_path)?, fp32_path)?;
+    let dir = fp32_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let fp32_session = job.runtime.fp32_session(Some(dir), "confirm");
+    let int8_session = if job.runtime.int8 {
+        job.runtime.int8_session(&fp32_session, Path::new("calibration.flatbuffers"))
+    } else {
+        fp32_session.clone()
+    };
+    let f1 = |source: runtime::ModelSource<'_>, name: &str, session: &runtime::SessionConfig| -> Result<f64> {
+        let opts = EvalOptions { batch: 1, session: session.clone(), warmup: 0 };
+        Ok(evaluate(source, name, &data, &opts, &format!("confirming: {name}"), progress)?.score.f1)
+    };
+    let fp32_f1 = f1(runtime::ModelSource::File(fp32_path), "FP32", &fp32_session)?;
+    let qdq_f1 = f1(runtime::ModelSource::Bytes(&int8.to_bytes()?), "QDQ model", &int8_session)?;
+    let n = job.confirm.min(sensitivity.len());
+    for s in sensitivity.iter_mut().take(n) {
+        let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([s.node.as_str()]));
+        let name = format!("{} in float", s.node);
+        let f1 = f1(runtime::ModelSource::Bytes(&model.to_bytes()?), &name, &int8_session)?;
+        progress.note(&format!("{name}: F1 {f1:.2} ({:+.2} against the QDQ model's {qdq_f1:.2})", f1 - qdq_f1));
+        s.f1_recovered = Some(f1 - qdq_f1);
+    }
+    let kl: Vec<f64> = sensitivity[..n].iter().map(|s| s.recovered).collect();
+    let f1: Vec<f64> = sensitivity[..n].iter().filter_map(|s| s.f1_recovered).collect();
+    Ok(Confirmation { questions: data.questions(), fp32_f1, qdq_f1, rank_correlation: spearman(&kl, &f1) })
+}
+
+/// Spearman's rank correlation of two equally long lists (ties get their mean rank); `None` under 3 values or when
+/// one list is constant.
+fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
+    fn ranks(x: &[f64]) -> Vec<f64> {
+        let mut order: Vec<usize> = (0..x.len()).collect();
+        order.sort_by(|&i, &j| x[i].total_cmp(&x[j]));
+        let mut r = vec![0.0; x.len()];
+        let mut i = 0;
+        while i < order.len() {
+            let mut j = i;
+            while j + 1 < order.len() && x[order[j + 1]] == x[order[i]] {
+                j += 1;
+            }
+            for &k in &order[i..=j] {
+                r[k] = (i + j) as f64 / 2.0;
+            }
+            i = j + 1;
+        }
+        r
+    }
+    if a.len() != b.len() || a.len() < 3 {
+        return None;
+    }
+    let (ra, rb) = (ranks(a), ranks(b));
+    let mean = (a.len() - 1) as f64 / 2.0;
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - mean) * (y - mean)).sum();
+    let var = |r: &[f64]| r.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+    let denom = (var(&ra) * var(&rb)).sqrt();
+    (denom > 0.0).then(|| cov / denom)
 }
 
 /// Held-out questions and FP32's logits on them: scores other models by how their logits agree with FP32's.
@@ -393,7 +494,7 @@ impl Runs {
             let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
             inputs.dedup();
             let op_type = op_of.get(node.as_str()).copied().unwrap_or("?").to_owned();
-            out.push(NodeSensitivity { node, op_type, inputs, logits: a, recovered });
+            out.push(NodeSensitivity { node, op_type, inputs, logits: a, recovered, f1_recovered: None });
             progress.advance(1);
         }
         progress.finish();
@@ -452,7 +553,9 @@ impl Report for DebugReport {
                 "inputs": n.inputs,
                 "logits": n.logits,
                 "recovered": finite(n.recovered),
+                "f1_recovered": n.f1_recovered,
             })).collect::<Vec<_>>(),
+            "confirmation": self.confirmation,
         })
     }
 }
@@ -535,22 +638,53 @@ impl fmt::Display for DebugReport {
         )?;
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        t.set_header(["node", "op", "KL", "recovered", "same argmax", "inputs"]);
+        t.set_header(["node", "op", "KL", "recovered", "F1 recovered", "same argmax", "inputs"]);
         for n in &self.sensitivity[..shown] {
             t.add_row([
                 n.node.clone(),
                 n.op_type.clone(),
                 format!("{:.4}", n.logits.kl()),
                 format!("{:.0} %", 100.0 * n.recovered),
+                n.f1_recovered.map_or_else(String::new, |d| format!("{d:+.2}")),
                 format!("{:.1} %", 50.0 * (n.logits.argmax_start + n.logits.argmax_end)),
                 n.inputs.join(", "),
             ]);
         }
-        for c in 2..=4 {
+        for c in 2..=5 {
             if let Some(col) = t.column_mut(c) {
                 col.set_cell_alignment(CellAlignment::Right);
             }
         }
-        write!(f, "{t}")
+        write!(f, "{t}")?;
+        if let Some(c) = &self.confirmation {
+            write!(
+                f,
+                "\n\nF1 recovered: each node alone in float, scored on the first {} questions (FP32 {:.2}, QDQ model \
+                 {:.2}); rank correlation of KL recovered with F1 recovered: {}",
+                c.questions,
+                c.fp32_f1,
+                c.qdq_f1,
+                c.rank_correlation.map_or_else(|| "n/a (under 3 nodes)".to_owned(), |r| format!("{r:+.2}"))
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spearman;
+
+    #[test]
+    fn spearman_orders_ties_and_refuses_what_it_cannot_rank() {
+        assert_eq!(spearman(&[1.0, 2.0, 3.0, 4.0], &[10.0, 20.0, 30.0, 40.0]), Some(1.0));
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
+        // Ranks, not values: a monotone transform changes nothing.
+        assert_eq!(spearman(&[0.1, 0.5, 0.2], &[1.0, 1e6, 2.0]), Some(1.0));
+        // Hand-computed with a tie: ranks a = [0, 1, 2, 3], b = [0, 1.5, 1.5, 3].
+        let r = spearman(&[1.0, 2.0, 3.0, 4.0], &[1.0, 5.0, 5.0, 9.0]).unwrap();
+        assert!((r - 4.5 / (5.0f64 * 4.5).sqrt()).abs() < 1e-12, "{r}");
+        assert_eq!(spearman(&[1.0, 2.0], &[1.0, 2.0]), None);
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[7.0, 7.0, 7.0]), None);
     }
 }

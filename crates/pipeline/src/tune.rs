@@ -392,6 +392,8 @@ fn debug_run(
         top: 20,
         out: Some(job.out.join("debug")),
         sensitivity,
+        confirm: 0,
+        confirm_samples: 0,
         runtime: job.runtime.clone(),
         data: job.data.clone(),
     };

@@ -569,6 +569,8 @@ fn debug_finds_the_tensor_that_does_the_damage() {
         top: 5,
         out: Some(dir.path().join("debug")),
         sensitivity: true,
+        confirm: 0,
+        confirm_samples: 0,
         runtime: qdq_pipeline::RuntimeSettings::default(),
         data: data_settings(),
     };
