@@ -14,7 +14,6 @@ use serde::Serialize;
 
 use crate::calibrate::session_with_outputs;
 use crate::data::Corpus;
-use crate::evaluate::{EvalOptions, evaluate};
 use crate::jobs::Report;
 use crate::progress::Progress;
 use crate::settings::{DataSettings, RuntimeSettings, resolve_model};
@@ -59,6 +58,11 @@ pub struct DebugJob {
     #[cfg_attr(feature = "cli", command(flatten))]
     pub data: DataSettings,
 }
+
+mod confirm;
+
+pub use confirm::Confirmation;
+use confirm::confirm;
 
 /// One activation pair of the QDQ model, measured.
 #[derive(Debug, Clone, Serialize)]
@@ -105,18 +109,6 @@ pub struct NodeSensitivity {
     pub recovered: f64,
     /// With --confirm, for the first nodes: F1 with this node's inputs in float minus the QDQ model's F1.
     pub f1_recovered: Option<f64>,
-}
-
-/// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
-#[derive(Debug, Clone, Serialize)]
-pub struct Confirmation {
-    /// Questions scored (the first ones of the dataset).
-    pub questions: usize,
-    pub fp32_f1: f64,
-    pub qdq_f1: f64,
-    /// Spearman's rank correlation between the KL recovered and the F1 recovered over the confirmed nodes (1: the
-    /// same order; `None` under 3 nodes).
-    pub rank_correlation: Option<f64>,
 }
 
 impl LogitAgreement {
@@ -285,76 +277,6 @@ impl DebugReport {
         let md = format!("# qdq debug\n\n{self}\n\n![SQNR of each quantized activation](sqnr.svg)\n");
         crate::write_atomic(&dir.join("debug.md"), md.as_bytes())
     }
-}
-
-/// F1 on the first `--confirm-samples` questions of FP32, `int8` and `int8` with each of the first `--confirm` nodes
-/// of `sensitivity` in float (filled in as their `f1_recovered`).
-fn confirm(
-    job: &DebugJob,
-    fp32_path: &Path,
-    int8: &Model,
-    sensitivity: &mut [NodeSensitivity],
-    progress: &dyn Progress,
-) -> Result<Confirmation> {
-    let data_cfg = job.data.config(fp32_path)?;
-    let tokenizer = data_cfg.tokenizer()?;
-    let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.confirm_samples)?;
-    data.fit_model(&Model::load_graph_only(fp32_path)?, fp32_path)?;
-    let dir = fp32_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let fp32_session = job.runtime.fp32_session(Some(dir), "confirm");
-    let int8_session = if job.runtime.int8 {
-        job.runtime.int8_session(&fp32_session, Path::new("calibration.flatbuffers"))
-    } else {
-        fp32_session.clone()
-    };
-    let f1 = |source: runtime::ModelSource<'_>, name: &str, session: &runtime::SessionConfig| -> Result<f64> {
-        let opts = EvalOptions { batch: 1, session: session.clone(), warmup: 0 };
-        Ok(evaluate(source, name, &data, &opts, &format!("confirming: {name}"), progress)?.score.f1)
-    };
-    let fp32_f1 = f1(runtime::ModelSource::File(fp32_path), "FP32", &fp32_session)?;
-    let qdq_f1 = f1(runtime::ModelSource::Bytes(&int8.to_bytes()?), "QDQ model", &int8_session)?;
-    let n = job.confirm.min(sensitivity.len());
-    for s in sensitivity.iter_mut().take(n) {
-        let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([s.node.as_str()]));
-        let name = format!("{} in float", s.node);
-        let f1 = f1(runtime::ModelSource::Bytes(&model.to_bytes()?), &name, &int8_session)?;
-        progress.note(&format!("{name}: F1 {f1:.2} ({:+.2} against the QDQ model's {qdq_f1:.2})", f1 - qdq_f1));
-        s.f1_recovered = Some(f1 - qdq_f1);
-    }
-    let kl: Vec<f64> = sensitivity[..n].iter().map(|s| s.recovered).collect();
-    let f1: Vec<f64> = sensitivity[..n].iter().filter_map(|s| s.f1_recovered).collect();
-    Ok(Confirmation { questions: data.questions(), fp32_f1, qdq_f1, rank_correlation: spearman(&kl, &f1) })
-}
-
-/// Spearman's rank correlation of two equally long lists (ties get their mean rank); `None` under 3 values or when
-/// one list is constant.
-fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
-    fn ranks(x: &[f64]) -> Vec<f64> {
-        let mut order: Vec<usize> = (0..x.len()).collect();
-        order.sort_by(|&i, &j| x[i].total_cmp(&x[j]));
-        let mut r = vec![0.0; x.len()];
-        let mut i = 0;
-        while i < order.len() {
-            let mut j = i;
-            while j + 1 < order.len() && x[order[j + 1]] == x[order[i]] {
-                j += 1;
-            }
-            for &k in &order[i..=j] {
-                r[k] = (i + j) as f64 / 2.0;
-            }
-            i = j + 1;
-        }
-        r
-    }
-    if a.len() != b.len() || a.len() < 3 {
-        return None;
-    }
-    let (ra, rb) = (ranks(a), ranks(b));
-    let mean = (a.len() - 1) as f64 / 2.0;
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - mean) * (y - mean)).sum();
-    let var = |r: &[f64]| r.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
-    let denom = (var(&ra) * var(&rb)).sqrt();
-    (denom > 0.0).then(|| cov / denom)
 }
 
 /// Held-out questions and FP32's logits on them: scores other models by how their logits agree with FP32's.
@@ -668,23 +590,5 @@ impl fmt::Display for DebugReport {
             )?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::spearman;
-
-    #[test]
-    fn spearman_orders_ties_and_refuses_what_it_cannot_rank() {
-        assert_eq!(spearman(&[1.0, 2.0, 3.0, 4.0], &[10.0, 20.0, 30.0, 40.0]), Some(1.0));
-        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
-        // Ranks, not values: a monotone transform changes nothing.
-        assert_eq!(spearman(&[0.1, 0.5, 0.2], &[1.0, 1e6, 2.0]), Some(1.0));
-        // Hand-computed with a tie: ranks a = [0, 1, 2, 3], b = [0, 1.5, 1.5, 3].
-        let r = spearman(&[1.0, 2.0, 3.0, 4.0], &[1.0, 5.0, 5.0, 9.0]).unwrap();
-        assert!((r - 4.5 / (5.0f64 * 4.5).sqrt()).abs() < 1e-12, "{r}");
-        assert_eq!(spearman(&[1.0, 2.0], &[1.0, 2.0]), None);
-        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[7.0, 7.0, 7.0]), None);
     }
 }
