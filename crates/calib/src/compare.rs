@@ -18,6 +18,11 @@ use serde::Serialize;
 /// assert!((e.sqnr_db() - 31.76).abs() < 0.01);
 /// assert!((e.relative_error() - (0.02f64 / 30.0).sqrt()).abs() < 1e-6);
 /// assert_eq!(e.clipped_fraction(), 0.25);
+///
+/// // An all-zero tensor reproduced exactly (an attention mask without padding) is exact, not 0/0.
+/// let mut zeros = ErrorStats::default();
+/// zeros.observe(&[0.0; 4], &[0.0; 4]);
+/// assert_eq!((zeros.sqnr_db(), zeros.relative_error()), (f64::INFINITY, 0.0));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ErrorStats {
@@ -52,13 +57,20 @@ impl ErrorStats {
         self.clipped += x.iter().filter(|&&v| v < lo || v > hi).count() as u64;
     }
 
-    /// 10·log10(signal / noise) in dB; infinite when the test is exact, NaN before any value.
+    /// 10·log10(signal / noise) in dB; infinite when the test is exact (an exact all-zero tensor too), NaN before
+    /// any value.
     pub fn sqnr_db(&self) -> f64 {
+        if self.noise == 0.0 && self.values > 0 {
+            return f64::INFINITY;
+        }
         10.0 * (self.signal / self.noise).log10()
     }
 
-    /// ‖test - reference‖ / ‖reference‖.
+    /// ‖test - reference‖ / ‖reference‖; 0 when the test is exact (an exact all-zero tensor too), NaN before any value.
     pub fn relative_error(&self) -> f64 {
+        if self.noise == 0.0 && self.values > 0 {
+            return 0.0;
+        }
         (self.noise / self.signal).sqrt()
     }
 
