@@ -44,6 +44,9 @@ pub enum Head {
     /// Question answering: `start_logits` and `end_logits` `[batch, sequence]` (BertForQuestionAnswering).
     #[default]
     Qa,
+    /// Question answering with one output `cls_squad_logits` `[batch, sequence, 2]` (start, end on the last axis): a
+    /// QA head exported without its split, as NVIDIA's BERT gives it.
+    QaStacked,
     /// Sequence classification (BertForSequenceClassification): the `[CLS]` row through the pooler (`Gemm`, `Tanh`)
     /// and a `Gemm` classifier, one output `logits` `[batch, labels]`.
     Classifier {
@@ -259,6 +262,12 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
 
     match cfg.head {
         Head::Qa => qa_head(&mut b, &x, hidden, &bs),
+        Head::QaStacked => {
+            let logits = b.dense(&x, "/qa_outputs", "qa_outputs", hidden, 2);
+            b.g.push_node(node("Identity", "/Identity_logits", &[&logits], &["cls_squad_logits"]));
+            let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(2)]).collect();
+            b.g.output.push(value_info("cls_squad_logits", DataType::Float, Some(&dims)));
+        }
         Head::Classifier { labels } => classifier_head(&mut b, &x, hidden, labels.max(1)),
     }
 

@@ -155,13 +155,16 @@ impl Corpus {
             named => {
                 let io = detect_io(model, model_path, named)?;
                 if io != self.cfg.io {
+                    let outputs = if io.stacked_logits() {
+                        format!("output: start and end logits stacked in `{}` [batch, seq, 2]", io.start_logits)
+                    } else {
+                        format!("outputs: start `{}`, end `{}`", io.start_logits, io.end_logits)
+                    };
                     tracing::info!(
-                        "model inputs: ids `{}`, mask `{}`, segment {}; outputs: start `{}`, end `{}` (--io-names to change)",
+                        "model inputs: ids `{}`, mask `{}`, segment {}; {outputs} (--io-names to change)",
                         io.input_ids,
                         io.attention_mask,
                         io.token_type_ids.as_deref().map_or("none".to_owned(), |t| format!("`{t}`")),
-                        io.start_logits,
-                        io.end_logits
                     );
                 }
                 self.cfg.io = io;
@@ -179,6 +182,50 @@ impl Corpus {
         check_positions(model, model_path, self.cfg.features.max_seq_len)?;
         check_vocab(model, model_path, &self.cfg.io.input_ids, &self.tokenizer, self.cfg.tokenizer_source())
     }
+}
+
+/// One run's start and end logits, `[features, width]` each, from the outputs [`ModelIo::logit_outputs`] names (in
+/// that order): borrowed from ONNX Runtime's buffers, or taken apart from one stacked `[features, width, 2]` output.
+pub(crate) struct RunLogits<'a> {
+    pub start: std::borrow::Cow<'a, [f32]>,
+    pub end: std::borrow::Cow<'a, [f32]>,
+    pub width: usize,
+}
+
+/// [`RunLogits`] of a run of `features` features of the model `model` (named in errors).
+pub(crate) fn run_logits<'a>(
+    outs: &[runtime::OutputRef<'a>],
+    io: &ModelIo,
+    features: usize,
+    model: &str,
+) -> Result<RunLogits<'a>> {
+    let bad = |output: &str, reason: String| -> Error {
+        runtime::Error::BadOutput { model: model.to_owned(), output: output.to_owned(), reason }.into()
+    };
+    if io.stacked_logits() {
+        let o = &outs[0];
+        if o.shape.len() != 3 || o.shape[0] != features || o.shape[2] != 2 {
+            return Err(bad(
+                &io.start_logits,
+                format!(
+                    "one output for both logits must be [batch {features}, sequence, 2] (start, end on the last axis), \
+                     got {:?}",
+                    o.shape
+                ),
+            ));
+        }
+        let start: Vec<f32> = o.data.iter().step_by(2).copied().collect();
+        let end: Vec<f32> = o.data.iter().skip(1).step_by(2).copied().collect();
+        return Ok(RunLogits { start: start.into(), end: end.into(), width: o.shape[1] });
+    }
+    let (start, end) = (&outs[0], &outs[1]);
+    if start.shape.len() != 2 || start.shape != end.shape || start.shape[0] != features {
+        return Err(bad(
+            &io.start_logits,
+            format!("expected [batch {features}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
+        ));
+    }
+    Ok(RunLogits { start: start.data.into(), end: end.data.into(), width: start.shape[1] })
 }
 
 fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
@@ -348,9 +395,11 @@ fn output_roles(
         outputs.iter().copied().filter(|o| o.to_ascii_lowercase().contains(word)).collect()
     };
     let (s, e) = (named("start"), named("end"));
-    let found = match (s.as_slice(), e.as_slice(), outputs.as_slice()) {
+    let found = match (s.as_slice(), e.as_slice(), g.output.as_slice()) {
         ([s], [e], _) if s != e => Some((s.to_string(), e.to_string())),
-        (_, _, [a, b]) => Some((a.to_string(), b.to_string())),
+        (_, _, [a, b]) => Some((a.name().to_owned(), b.name().to_owned())),
+        // One output declared [batch, seq, 2]: both logits, start then end on the last axis (ModelIo::end_logits).
+        (_, _, [o]) if stacked_shape(o) => Some((o.name().to_owned(), o.name().to_owned())),
         _ => None,
     };
     match (&given.start, &given.end, found) {
@@ -362,6 +411,17 @@ fn output_roles(
             outputs.join(", ")
         )),
     }
+}
+
+/// A declared rank-3 shape whose last dimension is 2: start and end logits stacked, as a QA head exported without its
+/// split gives them (`[batch, seq, 2]`; a classifier's two class logits are rank 2).
+fn stacked_shape(v: &onnx_ir::proto::ValueInfoProto) -> bool {
+    use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
+    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return false;
+    };
+    let dims = t.shape.as_ref().map_or(&[][..], |s| s.dim.as_slice());
+    dims.len() == 3 && matches!(dims[2].value, Some(dimension::Value::DimValue(2)))
 }
 
 /// The position-embedding table and its rows: the table of ORT's EmbedLayerNormalization (input 3), else the one float

@@ -322,8 +322,15 @@ struct Runs {
 }
 
 impl Runs {
-    fn logit_names(&self) -> [&str; 2] {
-        [self.io.start_logits.as_str(), self.io.end_logits.as_str()]
+    /// The outputs the logits come from (both, or one stacked output), fetched first in every run.
+    fn logit_names(&self) -> Vec<&str> {
+        self.io.logit_outputs()
+    }
+
+    /// The `[start, end]` logits of a run's outputs (the first [`Runs::logit_names`]).
+    fn pair(&self, o: &[runtime::OutputRef<'_>], batch: &squad::Batch, model: &str) -> Result<Logits> {
+        let l = crate::data::run_logits(o, &self.io, batch.len(), model)?;
+        Ok([l.start.into_owned(), l.end.into_owned()])
     }
 
     /// `model`'s logits on every batch.
@@ -332,7 +339,7 @@ impl Runs {
         let mut session = session_with_outputs(model, &names, label, &self.cfg)?;
         let mut logits = Vec::with_capacity(self.batches.len());
         for batch in &self.batches {
-            logits.push(session.run_with(&batch.inputs(&self.io), &names, |o| Ok::<_, Error>(pair(o)))?);
+            logits.push(session.run_with(&batch.inputs(&self.io), &names, |o| self.pair(o, batch, label))?);
         }
         Ok(logits)
     }
@@ -347,7 +354,8 @@ impl Runs {
         progress: &dyn Progress,
     ) -> Result<(LogitAgreement, Vec<Logits>, Vec<TensorError>)> {
         let n = probes.len();
-        let mut ref_names = self.logit_names().to_vec();
+        let mut ref_names = self.logit_names();
+        let k = ref_names.len();
         ref_names.extend(probes.iter().map(|p| p.tensor.as_str()));
         let mut names = ref_names.clone();
         names.extend(probes.iter().map(|p| p.dequantized.as_str()));
@@ -361,13 +369,14 @@ impl Runs {
         for (b, batch) in self.batches.iter().enumerate() {
             let inputs = batch.inputs(&self.io);
             let (logits, values) = ref_session.run_with(&inputs, &ref_names, |o| {
-                Ok::<_, Error>((pair(o), o[2..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
+                let logits = self.pair(o, batch, "float reference of the QDQ model")?;
+                Ok::<_, Error>((logits, o[k..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
             })?;
             reference_logits.push(logits);
             session.run_with(&inputs, &names, |o| {
-                sums.add(&fp32[b], &pair(o), batch);
+                sums.add(&fp32[b], &self.pair(o, batch, "QDQ model")?, batch);
                 for (i, p) in probes.iter().enumerate() {
-                    let (x, y) = (o[2 + i].data, o[2 + n + i].data);
+                    let (x, y) = (o[k + i].data, o[k + n + i].data);
                     total[i].observe(&values[i], y);
                     own[i].observe(x, y);
                     own[i].observe_clipping(x, p.range);
@@ -423,11 +432,6 @@ impl Runs {
         out.sort_by(|a, b| a.logits.kl().total_cmp(&b.logits.kl()));
         Ok(out)
     }
-}
-
-/// The `[start, end]` logits of a run's outputs (the first two).
-fn pair(o: &[runtime::OutputRef<'_>]) -> Logits {
-    [o[0].data.to_vec(), o[1].data.to_vec()]
 }
 
 /// How `other`'s logits agree with `fp32`'s over `batches`.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use runtime::{Session, SessionConfig};
 
 use crate::data::questions_done;
-use crate::data::{Corpus, Score};
+use crate::data::{Corpus, RunLogits, Score, run_logits};
 use crate::report::Latency;
 use crate::{Error, Progress, Result};
 
@@ -48,7 +48,7 @@ pub fn evaluate(
         progress.note(why);
     }
     let io = data.io();
-    let outputs = [io.start_logits.as_str(), io.end_logits.as_str()];
+    let outputs = io.logit_outputs();
     let mut acc = data.accumulator()?;
     let mut predictions = HashMap::with_capacity(data.questions());
     let mut timings = Vec::new();
@@ -69,19 +69,10 @@ pub fn evaluate(
         let t0 = Instant::now();
         session.run_with(&inputs, &outputs, |outs| -> Result<()> {
             timings.push((t0.elapsed().as_secs_f64(), n));
-            let (start, end) = (&outs[0], &outs[1]);
-            if start.shape.len() != 2 || start.shape != end.shape || start.shape[0] != n {
-                return Err(runtime::Error::BadOutput {
-                    model: name.to_owned(),
-                    output: outputs[0].to_owned(),
-                    reason: format!("expected [batch {n}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
-                }
-                .into());
-            }
-            let width = start.shape[1];
+            let RunLogits { start, end, width } = run_logits(outs, io, n, name)?;
             for (row, f) in batch.features.iter().enumerate() {
-                let s = &start.data[row * width..(row + 1) * width];
-                let e = &end.data[row * width..(row + 1) * width];
+                let s = &start[row * width..(row + 1) * width];
+                let e = &end[row * width..(row + 1) * width];
                 if let Some(p) = acc.push(f, s, e)? {
                     predictions.insert(p.id, p.text);
                 }

@@ -156,7 +156,7 @@ impl std::fmt::Display for SquadVersion {
 pub enum IoNames {
     /// Found in the graph: token ids feed the largest embedding Gather, segment ids a small one (or ORT's fused
     /// EmbedLayerNormalization's slots), the mask is the remaining integer input; start / end logits by name, else the
-    /// two outputs in order ([`crate::data::detect_io`]).
+    /// two outputs in order, else one output declared `[batch, seq, 2]` holding both ([`crate::data::detect_io`]).
     #[default]
     Auto,
     /// input_ids, attention_mask, token_type_ids -> start_logits, end_logits.
@@ -267,9 +267,10 @@ pub struct DataSettings {
     pub doc_stride: usize,
     /// Model input/output names. auto (the default): found in the graph (token ids feed the word-embedding Gather,
     /// segment ids the small one, the mask is the other integer input; outputs named start/end, else the two outputs
-    /// in order), printed. hf: input_ids, attention_mask, token_type_ids -> start_logits, end_logits. nvidia:
-    /// input_ids, input_mask, segment_ids -> output_start_logits, output_end_logits. Or roles:
-    /// `ids=input.1,mask=input.2,segment=input.3,start=out0,end=out1` (roles left out are found; `segment=` = none).
+    /// in order, else one [batch, seq, 2] output holding start and end on its last axis), printed. hf: input_ids,
+    /// attention_mask, token_type_ids -> start_logits, end_logits. nvidia: input_ids, input_mask, segment_ids ->
+    /// output_start_logits, output_end_logits. Or roles: `ids=input.1,mask=input.2,segment=input.3,start=out0,end=out1`
+    /// (roles left out are found; `segment=` = none; start and end naming one output = stacked).
     #[cfg_attr(feature = "cli", arg(long, default_value = "auto", value_name = "NAMES"))]
     pub io_names: IoNames,
     /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines).

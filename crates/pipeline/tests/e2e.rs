@@ -414,6 +414,51 @@ fn dynamic_mode_needs_no_calibration() {
 /// Issue 16: input and output roles found in the graph, whatever the names (the Hugging Face names, NVIDIA's,
 /// `input.N` / `output.N` as torch.onnx writes without names, shuffled input order), named ones win, and a model whose
 /// roles cannot be told apart is one error listing what was found.
+/// A QA head exported without its split: one output `[batch, seq, 2]` (start, end on the last axis) is found as both
+/// logits, scored exactly like the split head with the same weights, and calibrated, quantized (each preset) and
+/// evaluated end to end.
+#[test]
+fn a_stacked_qa_output_is_both_logits() {
+    use onnx_ir::tiny_bert::Head;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |head| TinyBertConfig { max_positions: 64, head, ..Default::default() };
+    let (split, stacked) = (build(&cfg(Head::Qa)), build(&cfg(Head::QaStacked)));
+    let io = qdq_pipeline::detect_io(&stacked, Path::new("stacked.onnx"), &IoNames::Auto).unwrap();
+    assert_eq!((io.start_logits.as_str(), io.end_logits.as_str()), ("cls_squad_logits", "cls_squad_logits"));
+    assert!(io.stacked_logits() && io.logit_outputs() == ["cls_squad_logits"]);
+    assert!(qdq_pipeline::is_squad_model(&stacked, &IoNames::Auto));
+    // Rank 2 with two columns is a classifier's logits, not a QA head.
+    let classifier = build(&TinyBertConfig { head: Head::Classifier { labels: 2 }, ..Default::default() });
+    assert!(!qdq_pipeline::is_squad_model(&classifier, &IoNames::Auto));
+
+    let auto = DataSettings { io_names: IoNames::Auto, ..data_settings() }.config(Path::new("model.onnx")).unwrap();
+    let tok = auto.tokenizer().unwrap();
+    let mut f1 = Vec::new();
+    for (name, model) in [("split", &split), ("stacked", &stacked)] {
+        let path = dir.path().join(format!("{name}.onnx"));
+        model.save(&path).unwrap();
+        let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &auto, &tok, 0).unwrap();
+        data.fit_model(model, &path).unwrap();
+        let opts = EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 0 };
+        let e =
+            qdq_pipeline::evaluate(runtime::ModelSource::File(&path), name, &data, &opts, "eval", &NoProgress).unwrap();
+        f1.push((e.score.f1, e.score.exact_match, e.predictions));
+    }
+    assert_eq!(f1[0], f1[1], "the stacked head must give the split head's answers");
+
+    let path = dir.path().join("stacked.onnx");
+    for policy in ["tensorrt", "cpu"] {
+        let out = dir.path().join(format!("out_{policy}"));
+        let mut cfg = config(path.clone(), out.clone(), policy);
+        cfg.data = auto.clone();
+        let results = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+        let int8 = results.int8.as_ref().unwrap();
+        assert_eq!((int8.score.questions, int8.score.missing_predictions), (questions_in(&cfg.dataset), 0));
+        let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+        assert_eq!(q.graph().output.iter().map(|o| o.name()).collect::<Vec<_>>(), ["cls_squad_logits"], "{policy}");
+    }
+}
+
 #[test]
 fn io_roles_are_found_in_the_graph() {
     let path = Path::new("odd.onnx");

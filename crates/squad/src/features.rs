@@ -216,10 +216,27 @@ pub struct ModelIo {
     pub attention_mask: String,
     /// Segment ids input, if the model takes one.
     pub token_type_ids: Option<String>,
-    /// Start logits output.
+    /// Start logits output (`[batch, seq]`).
     pub start_logits: String,
-    /// End logits output.
+    /// End logits output (`[batch, seq]`). The same name as `start_logits`: one output `[batch, seq, 2]` holds both,
+    /// start at index 0 of its last axis and end at 1 (a head exported without its split, e.g. `cls_squad_logits`).
     pub end_logits: String,
+}
+
+impl ModelIo {
+    /// Whether one output holds both logits (`[batch, seq, 2]`), see [`ModelIo::end_logits`].
+    pub fn stacked_logits(&self) -> bool {
+        self.start_logits == self.end_logits
+    }
+
+    /// The outputs to fetch for the logits: start and end, or the one stacked output.
+    pub fn logit_outputs(&self) -> Vec<&str> {
+        if self.stacked_logits() {
+            vec![self.start_logits.as_str()]
+        } else {
+            vec![self.start_logits.as_str(), self.end_logits.as_str()]
+        }
+    }
 }
 
 impl ModelIo {
