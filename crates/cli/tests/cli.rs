@@ -722,8 +722,24 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     // Each candidate's held-out logit KL is reported beside its F1 (the preset is over budget); quantization moves
     // the logits, so none is 0.
     assert!(curve.iter().all(|c| c["held_out_kl"].as_f64().is_some_and(|kl| kl > 0.0)), "{report:#}");
+    // Each candidate is timed against FP32 in alternating rounds on the held-out features: a median within its range.
+    for c in curve {
+        let s = &c["speedup"];
+        let (median, min, max) =
+            (s["median"].as_f64().unwrap(), s["min"].as_f64().unwrap(), s["max"].as_f64().unwrap());
+        assert!(0.0 < min && min <= median && median <= max && max.is_finite(), "{s}");
+        assert_eq!(s["rounds"], 5, "{s}");
+        assert!(s["features"].as_u64().is_some_and(|n| (1..=16).contains(&n)), "{s}");
+    }
     assert_eq!(report["within_budget"], false);
-    assert!(curve.iter().all(|c| c["integer_matmuls"].as_u64() <= c["matmuls"].as_u64()));
+    // MatMul-like nodes are counted in the model quantized: the `cpu` preset (the one for the default EP) writes its
+    // integer MatMuls as MatMulIntegerToFloat, which still count, as integer; each node kept in float is one fewer.
+    let model = onnx_ir::Model::load(&f.model).unwrap();
+    let matmuls = model.graph().node.iter().filter(|n| n.op_type() == "MatMul").count() as u64;
+    assert!(curve.iter().all(|c| c["matmuls"] == matmuls), "{report:#}");
+    let integer: Vec<u64> = curve.iter().map(|c| c["integer_matmuls"].as_u64().unwrap()).collect();
+    assert!(integer[0] > 0 && integer.windows(2).all(|w| w[1] <= w[0]), "{integer:?}");
+    assert!(curve.iter().zip(&integer).all(|(c, &i)| i + c["float_nodes"].as_array().unwrap().len() as u64 <= matmuls));
     let on_disk: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("tune.json")).unwrap()).unwrap();
     assert_eq!(on_disk, report);
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();

@@ -217,18 +217,36 @@ type Logits = [Vec<f32>; 2];
 /// Runs [`DebugJob`].
 pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugReport> {
     let (fp32_path, int8_path) = (resolve_model(&job.model)?, resolve_model(&job.qdq)?);
+    check_job(job)?;
+    let fp32 = Model::load(&fp32_path)?;
+    let held = HeldOut::new(&fp32_path, &fp32, &job.dataset, job.questions, &job.runtime, &job.data)?;
+    drop(fp32);
+    debug_with(job, &fp32_path, &int8_path, &held, progress)
+}
+
+fn check_job(job: &DebugJob) -> Result<()> {
     if job.questions == 0 {
         return Err(Error::Config("--questions must be at least 1".into()));
     }
     if let Some(dir) = &job.out {
         crate::prepare_out_dir(dir, "--out")?;
     }
-    let (fp32, int8) = (Model::load(&fp32_path)?, Model::load(&int8_path)?);
+    Ok(())
+}
+
+/// [`debug_models`] on held-out questions already run through FP32 (`held`: `job`'s dataset and questions, as
+/// `qdq tune` shares them with its candidates' measurements).
+pub(crate) fn debug_with(
+    job: &DebugJob,
+    fp32_path: &Path,
+    int8_path: &Path,
+    held: &HeldOut,
+    progress: &dyn Progress,
+) -> Result<DebugReport> {
+    check_job(job)?;
     // The CPU layout's integer MatMuls read the quantized tensors directly: in their Q/DQ form (the same values),
     // each has its activation pair to measure and take out.
-    let int8 = qdq::expand_integer_matmuls(int8);
-    let held = HeldOut::new(&fp32_path, &fp32, &job.dataset, job.questions, &job.runtime, &job.data)?;
-    drop(fp32);
+    let int8 = qdq::expand_integer_matmuls(Model::load(int8_path)?);
     let probes = probes(&int8);
     if probes.is_empty() {
         progress.note(&format!(
@@ -243,13 +261,13 @@ pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugRepo
     let mut sensitivity =
         if job.sensitivity { run.sensitivity(&int8, fp32_logits, logits.kl(), progress)? } else { Vec::new() };
     let confirmation = if job.confirm > 0 && !sensitivity.is_empty() {
-        Some(confirm(job, &fp32_path, &int8, &mut sensitivity, progress)?)
+        Some(confirm(job, fp32_path, &int8, &mut sensitivity, progress)?)
     } else {
         None
     };
     let report = DebugReport {
-        model: fp32_path,
-        qdq: int8_path,
+        model: fp32_path.to_path_buf(),
+        qdq: int8_path.to_path_buf(),
         dataset: job.dataset.clone(),
         questions: held.questions,
         features: run.batches.iter().map(squad::Batch::len).sum(),
@@ -305,6 +323,11 @@ impl HeldOut {
         let runs = Runs { cfg: runtime.fp32_session(Some(dir), "debug"), io: data.io().clone(), batches };
         let fp32 = runs.values(fp32, "FP32 model")?;
         Ok(HeldOut { runs, fp32, questions: data.questions() })
+    }
+
+    /// The held-out batches (batch 1) and the names they are fed by: what `qdq tune` times its candidates on.
+    pub(crate) fn batches(&self) -> (&[squad::Batch], &squad::ModelIo) {
+        (&self.runs.batches, &self.runs.io)
     }
 
     /// How `model`'s logits agree with FP32's (`label` names it in errors).

@@ -27,6 +27,7 @@ mod progress;
 mod provenance;
 mod report;
 mod settings;
+mod speed;
 mod tune;
 
 pub use calibrate::{
@@ -44,6 +45,7 @@ pub use settings::{
     CalibSettings, DataSettings, ExplicitIo, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings,
     RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep, resolve_model,
 };
+pub use speed::Speedup;
 pub use tune::{Candidate, TuneJob, TuneReport, tune};
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};

@@ -15,12 +15,13 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 pub use self::calibrators::CalibratorChoice;
-use crate::debug::{DebugJob, HeldOut, debug_models};
+use crate::debug::{DebugJob, HeldOut, debug_with};
 use crate::jobs::{
     CalibrateJob, EvalJob, QuantizeJob, QuantizeReport, Report, calibrate_to_dir, evaluate_file, quantize_file,
 };
 use crate::progress::Progress;
 use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings, resolve_model};
+use crate::speed::{PairedTiming, Speedup};
 use crate::{Error, Result, write_atomic};
 
 /// `qdq tune`.
@@ -87,15 +88,17 @@ pub struct Candidate {
     pub f1: f64,
     /// F1 minus FP32's F1.
     pub delta_f1: f64,
+    /// Milliseconds per feature in the evaluation (one pass, minutes apart from FP32's: `speedup` is the comparison).
     pub ms_per_feature: f64,
+    /// FP32's time over this model's on the same held-out batches, in alternating rounds.
+    pub speedup: Speedup,
     /// MatMul-like nodes of the model reading only dequantized inputs, of all of them.
     pub integer_matmuls: usize,
     pub matmuls: usize,
     /// Tensors whose range another calibrator gave (`TuneReport::calibrators`; 0 = the table's ranges).
     pub calibrator_choices: usize,
-    /// Mean KL of the start/end logits against FP32's on the held-out questions (measured once the preset is over
-    /// budget; `None` for a preset within budget).
-    pub held_out_kl: Option<f64>,
+    /// Mean KL of the start/end logits against FP32's on the held-out questions.
+    pub held_out_kl: f64,
 }
 
 /// What `qdq tune` did.
@@ -137,6 +140,10 @@ impl TuneReport {
         }
     }
 }
+
+/// Features (held-out, batch 1) each candidate and FP32 run per timing round, and the rounds.
+const TIMED_FEATURES: usize = 16;
+const TIMED_ROUNDS: usize = 5;
 
 /// Runs [`TuneJob`].
 pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
@@ -190,77 +197,78 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         Ok(evaluate_file(&job, progress)?.evaluation)
     };
     let fp32 = eval(&fp32_path)?;
-    let build = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<(PathBuf, usize, usize)> {
+    // The held-out questions: FP32's logits on them once, for every candidate's logit KL and for debug; and the
+    // batches every candidate is timed on against FP32, in alternation.
+    let held = HeldOut::new(
+        &fp32_path,
+        &onnx_ir::Model::load(&fp32_path)?,
+        job.held_out_data.as_ref().unwrap_or(&job.dataset),
+        job.held_out,
+        &job.runtime,
+        &job.data,
+    )?;
+    let fp32_session = job.runtime.fp32_session(None, "tune");
+    // As `qdq eval` runs the candidates.
+    let int8_session = if job.runtime.int8 {
+        job.runtime.int8_session(&fp32_session, Path::new("calibration.flatbuffers"))
+    } else {
+        fp32_session.clone()
+    };
+    let (batches, io) = held.batches();
+    let timing = PairedTiming::new(&fp32_path, &fp32_session, batches, io, TIMED_FEATURES, TIMED_ROUNDS)?;
+    // One candidate: quantized with `nodes` in float, measured on the held-out questions (the proxy), scored on the
+    // evaluation questions and timed against FP32.
+    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {
         let name = format!("model_qdq_float{}{}.onnx", nodes.len(), if chosen > 0 { "_calibrators" } else { "" });
         let model = job.out.join("candidates").join(name);
         let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, &model)?;
-        Ok((model, integer_matmuls, matmuls))
+        let kl = held.agreement(&onnx_ir::Model::load(&model)?, "candidate")?.kl();
+        let e = eval(&model)?;
+        let speedup = timing.against(&model, &int8_session)?;
+        let also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
+        progress.note(&format!(
+            "{} in float{also}: F1 {:.2} ({:+.2}), {} FP32's speed",
+            count_nodes(nodes.len()),
+            e.score.f1,
+            e.score.f1 - fp32.score.f1,
+            speedup.describe()
+        ));
+        Ok(Candidate {
+            float_nodes: nodes.to_vec(),
+            model,
+            exact_match: e.score.exact_match,
+            f1: e.score.f1,
+            delta_f1: e.score.f1 - fp32.score.f1,
+            ms_per_feature: e.latency.ms_per_feature,
+            speedup,
+            integer_matmuls,
+            matmuls,
+            calibrator_choices: chosen,
+            held_out_kl: kl,
+        })
     };
-    let score =
-        |nodes: &[String], built: (PathBuf, usize, usize), chosen: usize, kl: Option<f64>| -> Result<Candidate> {
-            let (model, integer_matmuls, matmuls) = built;
-            let e = eval(&model)?;
-            let also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
-            progress.note(&format!(
-                "{} in float{also}: F1 {:.2} ({:+.2}), {:.2} ms/feature",
-                count_nodes(nodes.len()),
-                e.score.f1,
-                e.score.f1 - fp32.score.f1,
-                e.latency.ms_per_feature
-            ));
-            Ok(Candidate {
-                float_nodes: nodes.to_vec(),
-                model,
-                exact_match: e.score.exact_match,
-                f1: e.score.f1,
-                delta_f1: e.score.f1 - fp32.score.f1,
-                ms_per_feature: e.latency.ms_per_feature,
-                integer_matmuls,
-                matmuls,
-                calibrator_choices: chosen,
-                held_out_kl: kl,
-            })
-        };
     let within = |c: &Candidate| -c.delta_f1 <= job.budget;
-    let mut curve = vec![score(&[], build(&[], &ranges, 0)?, 0, None)?];
+    let mut curve = vec![candidate(&[], &ranges, 0)?];
     let over = !within(&curve[0]);
-    // Once over budget, every candidate is first measured on the held-out questions (FP32's logits computed once).
-    let held = if over {
-        Some(HeldOut::new(
-            &fp32_path,
-            &onnx_ir::Model::load(&fp32_path)?,
-            job.held_out_data.as_ref().unwrap_or(&job.dataset),
-            job.held_out,
-            &job.runtime,
-            &job.data,
-        )?)
-    } else {
-        None
-    };
-    let kl_of = |model: &Path| -> Result<Option<f64>> {
-        let Some(held) = &held else { return Ok(None) };
-        Ok(Some(held.agreement(&onnx_ir::Model::load(model)?, "candidate")?.kl()))
-    };
-    curve[0].held_out_kl = kl_of(&curve[0].model)?;
-    // Each later candidate: built, measured on the held-out questions (the proxy, beside its F1), scored.
-    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {
-        let built = build(nodes, ranges, chosen)?;
-        let kl = kl_of(&built.0)?;
-        score(nodes, built, chosen, kl)
-    };
     let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
     // The per-pair errors (debug/), and the sensitivity ranking when nodes may have to go to float.
-    let mut debugged =
-        debug_run(job, &fp32_path, &curve[0].model, over && statistics.is_none() && job.max_float > 0, progress)?;
+    let mut debugged = debug_run(
+        job,
+        &held,
+        &fp32_path,
+        &curve[0].model,
+        over && statistics.is_none() && job.max_float > 0,
+        progress,
+    )?;
     let (mut tuned, mut calibrators) = (ranges.clone(), Vec::new());
-    if let (Some((table, state)), Some(held)) = (statistics, &held) {
+    if let Some((table, state)) = statistics {
         let worst: Vec<String> =
             debugged.tensors.iter().take(job.calibrator_trials).map(|t| t.tensor.clone()).collect();
         let (policy, _) = job.policy.policy(&job.runtime.ep)?;
         // Every method, with the run's options: what calibration collected the statistics for.
         let methods = calib_settings(job).methods.methods()?;
         let base_model = onnx_ir::Model::load(&base)?;
-        let trials = calibrators::Trials { base: &base_model, policy: &policy, held, methods };
+        let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, methods };
         let chosen = calibrators::choose(&trials, &table, &state, &worst, progress)?;
         progress.note(&format!(
             "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",
@@ -277,7 +285,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         }
         if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
             let last = curve.last().expect("one candidate").model.clone();
-            debugged = debug_run(job, &fp32_path, &last, true, progress)?;
+            debugged = debug_run(job, &held, &fp32_path, &last, true, progress)?;
         }
     }
     let mut ranking = Vec::new();
@@ -370,7 +378,9 @@ fn quantize_with_float(
     let QuantizeReport::Written { float_matmul_like, .. } = quantize_file(&q)? else {
         return Err(Error::Config("quantize wrote no model".into()));
     };
-    let model = onnx_ir::Model::load(output)?;
+    // Counted in the model quantized: the CPU layout's integer forms (MatMulIntegerToFloat, QAttention, ...) are no
+    // longer MatMul-like nodes in the output, while what stays float is listed by name.
+    let model = onnx_ir::Model::load_graph_only(base)?;
     let matmuls = model.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count();
     Ok((matmuls.saturating_sub(float_matmul_like.len()), matmuls))
 }
@@ -379,6 +389,7 @@ fn quantize_with_float(
 /// `sensitivity`).
 fn debug_run(
     job: &TuneJob,
+    held: &HeldOut,
     fp32: &Path,
     int8: &Path,
     sensitivity: bool,
@@ -397,7 +408,7 @@ fn debug_run(
         runtime: job.runtime.clone(),
         data: job.data.clone(),
     };
-    debug_models(&debug, progress)
+    debug_with(&debug, fp32, int8, held, progress)
 }
 
 /// histograms.svg: the calibration histograms of the (at most four) pairs with the worst own rounding, each
@@ -473,7 +484,7 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
         .map(|c| crate::plots::CurvePoint {
             float_nodes: c.float_nodes.len(),
             delta_f1: c.delta_f1,
-            speed: report.fp32_ms_per_feature / c.ms_per_feature,
+            speed: c.speedup.median,
         })
         .collect();
     let curve = crate::plots::curve_svg(&points, report.budget, report.chosen)?;
@@ -531,7 +542,7 @@ impl fmt::Display for TuneReport {
             "F1",
             "dF1",
             "ms/feature",
-            "vs FP32",
+            "vs FP32 (median, range)",
             "integer MatMuls",
             "held-out KL",
             "last added",
@@ -544,9 +555,9 @@ impl fmt::Display for TuneReport {
                 format!("{:.2}", c.f1),
                 format!("{:+.2}", c.delta_f1),
                 format!("{:.2}", c.ms_per_feature),
-                format!("{:.2}x", self.fp32_ms_per_feature / c.ms_per_feature),
+                c.speedup.describe(),
                 format!("{}/{}", c.integer_matmuls, c.matmuls),
-                c.held_out_kl.map_or_else(String::new, |kl| format!("{kl:.5}")),
+                format!("{:.5}", c.held_out_kl),
                 c.float_nodes.last().cloned().unwrap_or_default(),
             ]);
         }
@@ -590,10 +601,11 @@ mod tests {
             f1: 70.0 + delta_f1,
             delta_f1,
             ms_per_feature: 10.0,
+            speedup: Speedup { median: 2.0, min: 1.8, max: 2.1, rounds: 5, features: 16 },
             integer_matmuls: 40,
             matmuls: 49,
             calibrator_choices: 0,
-            held_out_kl: None,
+            held_out_kl: 0.01,
         };
         TuneReport {
             out: "out".into(),
@@ -618,6 +630,9 @@ mod tests {
         assert!(e.contains("loses 0.60 F1, more than --fail-above 0.5"), "{e}");
         assert!(report(-9.0, None).gate().is_ok());
         let text = report(-0.6, None).to_string();
-        assert!(text.contains("| 0 (chosen) ") && text.contains("2.00x") && text.contains("40/49"), "{text}");
+        assert!(
+            text.contains("| 0 (chosen) ") && text.contains("2.00x (1.80-2.10)") && text.contains("40/49"),
+            "{text}"
+        );
     }
 }

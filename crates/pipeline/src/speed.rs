@@ -1,0 +1,144 @@
+//! Speed against FP32, measured in alternation: warm sessions of FP32 and of the other model run the same batches in
+//! turn, round after round (A B, B A, A B, ...), so the machine's drift over minutes (other load, clocks) falls on
+//! both; each round gives one ratio, and the median and range of the rounds are reported. Two models timed in
+//! separate evaluations minutes apart differ by up to 40 % on a shared machine for no reason of their own.
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::time::Instant;
+
+use runtime::{ModelSource, Session, SessionConfig};
+use serde::Serialize;
+
+use crate::{Error, Result};
+
+/// How much faster a model ran than FP32 on the same batches: FP32's time over the model's, per round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Speedup {
+    /// Median over the rounds (above 1: faster than FP32).
+    pub median: f64,
+    /// The slowest and fastest round.
+    pub min: f64,
+    pub max: f64,
+    pub rounds: usize,
+    /// Features each model ran per round.
+    pub features: usize,
+}
+
+impl Speedup {
+    /// `1.52x (1.41-1.60)`.
+    pub fn describe(&self) -> String {
+        format!("{:.2}x ({:.2}-{:.2})", self.median, self.min, self.max)
+    }
+
+    /// The summary of per-round ratios; `None` without any.
+    fn from_rounds(mut ratios: Vec<f64>, features: usize) -> Option<Speedup> {
+        ratios.retain(|r| r.is_finite());
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = match n {
+            0 => return None,
+            _ if n % 2 == 1 => ratios[n / 2],
+            _ => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+        };
+        Some(Speedup { median, min: ratios[0], max: ratios[n - 1], rounds: n, features })
+    }
+}
+
+/// FP32's warm session and the batches it is timed on, to time other models against.
+pub(crate) struct PairedTiming<'a> {
+    fp32: RefCell<Session>,
+    batches: &'a [squad::Batch],
+    io: &'a squad::ModelIo,
+    rounds: usize,
+}
+
+/// Untimed runs of the first batch before a model's rounds (allocation, and TensorRT's engine build).
+const WARMUP: usize = 2;
+
+impl<'a> PairedTiming<'a> {
+    /// FP32 (`fp32`, on `cfg`) timed on the first batches of `batches` holding at most `max_features` features (at
+    /// least one batch), `rounds` rounds per model.
+    pub(crate) fn new(
+        fp32: &Path,
+        cfg: &SessionConfig,
+        batches: &'a [squad::Batch],
+        io: &'a squad::ModelIo,
+        max_features: usize,
+        rounds: usize,
+    ) -> Result<Self> {
+        let mut used = 0;
+        let mut features = 0;
+        for b in batches {
+            if used > 0 && features + b.len() > max_features {
+                break;
+            }
+            features += b.len();
+            used += 1;
+        }
+        if used == 0 || rounds == 0 {
+            return Err(Error::Config("timing against FP32 needs at least one batch and one round".into()));
+        }
+        let mut session = Session::open(ModelSource::File(fp32), "FP32 model", cfg)?;
+        warm_up(&mut session, &batches[..used], io)?;
+        Ok(PairedTiming { fp32: RefCell::new(session), batches: &batches[..used], io, rounds })
+    }
+
+    /// `model` (on `cfg`) against FP32, in alternating rounds.
+    pub(crate) fn against(&self, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
+        let mut other = Session::open(ModelSource::File(model), &model.display().to_string(), cfg)?;
+        warm_up(&mut other, self.batches, self.io)?;
+        let mut fp32 = self.fp32.borrow_mut();
+        let mut ratios = Vec::with_capacity(self.rounds);
+        for round in 0..self.rounds {
+            let (reference, candidate) = if round % 2 == 0 {
+                let a = time_all(&mut fp32, self.batches, self.io)?;
+                (a, time_all(&mut other, self.batches, self.io)?)
+            } else {
+                let b = time_all(&mut other, self.batches, self.io)?;
+                (time_all(&mut fp32, self.batches, self.io)?, b)
+            };
+            ratios.push(reference / candidate);
+        }
+        let features = self.batches.iter().map(squad::Batch::len).sum();
+        Speedup::from_rounds(ratios, features)
+            .ok_or_else(|| Error::Config(format!("{}: no timed round to compare with FP32", model.display())))
+    }
+}
+
+fn warm_up(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<()> {
+    let outputs = io.logit_outputs();
+    let inputs = batches[0].inputs(io);
+    for _ in 0..WARMUP {
+        session.run_with(&inputs, &outputs, |_| Ok::<_, Error>(()))?;
+    }
+    Ok(())
+}
+
+/// Seconds to run every batch once.
+fn time_all(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<f64> {
+    let outputs = io.logit_outputs();
+    let started = Instant::now();
+    for b in batches {
+        session.run_with(&b.inputs(io), &outputs, |_| Ok::<_, Error>(()))?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_summarise_as_median_and_range() {
+        let s = Speedup::from_rounds(vec![1.4, 1.9, 1.5, f64::NAN, 1.6], 16).unwrap();
+        // NaN dropped; an even count takes the mean of the middle two.
+        assert!((s.median - 1.55).abs() < 1e-12, "{s:?}");
+        assert_eq!((s.min, s.max, s.rounds, s.features), (1.4, 1.9, 4, 16));
+        let odd = Speedup::from_rounds(vec![2.0, 1.0, 3.0], 8).unwrap();
+        assert_eq!((odd.median, odd.min, odd.max, odd.rounds), (2.0, 1.0, 3.0, 3));
+        assert_eq!(odd.describe(), "2.00x (1.00-3.00)");
+        assert!(Speedup::from_rounds(vec![f64::INFINITY], 1).is_none());
+        assert!(Speedup::from_rounds(vec![], 1).is_none());
+    }
+}
