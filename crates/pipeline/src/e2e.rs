@@ -16,6 +16,7 @@ use crate::inputs::{Feeds, InputSet, TextInputs, load_feeds};
 use crate::provenance::{Invocation, Machine, Provenance};
 use crate::report::{CalibrationSummary, ComparedMethod, E2eResults, ModelResult, QuantizationSummary};
 use crate::settings::{Mode, PolicyChoice};
+use crate::speed::{self, PairedTiming};
 use crate::{Error, Progress, Result, write_predictions};
 
 /// Everything an e2e run needs. The CLI fills it from flags and the config file.
@@ -99,6 +100,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
                 int8: None,
             })
             .collect(),
+        speedup: None,
         provenance: Provenance::default(),
     };
 
@@ -186,6 +188,24 @@ fn evaluate_squad(
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
     results.int8 = Some(model_result(&int8, qpath, crate::model_size(qpath)));
+    // The two evaluations are minutes apart: the speed comparison runs both on the same features in turn.
+    let t = Instant::now();
+    let mut batches = Vec::new();
+    for b in data.batches(cfg.eval.batch)? {
+        let b = b?;
+        if batches.iter().map(squad::Batch::len).sum::<usize>() + b.len() > speed::FEATURES && !batches.is_empty() {
+            break;
+        }
+        batches.push(b);
+    }
+    if !batches.is_empty() {
+        let timing =
+            PairedTiming::new(&cfg.model, &cfg.eval.session, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
+        let s = timing.against(qpath, int8_session)?;
+        progress.note(&format!("INT8 against FP32, in alternation on {} features: {}", s.features, s.describe()));
+        results.speedup = Some(s);
+        phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
+    }
     // --compare-methods: each other method's model, evaluated the same way.
     let t = Instant::now();
     for (c, (method, path)) in results.compared_methods.iter_mut().zip(compared) {

@@ -173,6 +173,9 @@ pub struct E2eResults {
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,
+    /// INT8 against FP32 timed in alternation on the first evaluation features (SQuAD models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<crate::Speedup>,
     /// How the run was made (build, command line, ONNX Runtime, settings, machine, phase times).
     #[serde(default)]
     pub provenance: crate::Provenance,
@@ -228,7 +231,16 @@ impl E2eResults {
         for c in t.column_iter_mut().skip(2) {
             c.set_cell_alignment(CellAlignment::Right);
         }
-        format!("{t}\n")
+        match &self.speedup {
+            Some(s) => format!(
+                "{t}\nINT8 runs at {} FP32's speed: both models run the same {} features in turn, {} rounds (median, \
+                 slowest-fastest round); the ms/feature columns are single passes minutes apart.\n",
+                s.describe(),
+                s.features,
+                s.rounds
+            ),
+            None => format!("{t}\n"),
+        }
     }
 
     /// report.md: the table plus how the numbers were made.

@@ -8,12 +8,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use runtime::{ModelSource, Session, SessionConfig};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
 /// How much faster a model ran than FP32 on the same batches: FP32's time over the model's, per round.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Speedup {
     /// Median over the rounds (above 1: faster than FP32).
     pub median: f64,
@@ -26,7 +26,7 @@ pub struct Speedup {
 }
 
 impl Speedup {
-    /// `1.52x (1.41-1.60)`.
+    /// `1.52x (1.41-1.60)`: median (slowest-fastest round).
     pub fn describe(&self) -> String {
         format!("{:.2}x ({:.2}-{:.2})", self.median, self.min, self.max)
     }
@@ -53,8 +53,9 @@ pub(crate) struct PairedTiming<'a> {
     rounds: usize,
 }
 
-/// Untimed runs of the first batch before a model's rounds (allocation, and TensorRT's engine build).
-const WARMUP: usize = 2;
+/// Features (at most; at least one batch) each model runs per round, and the rounds: about 5 s on MiniLM.
+pub(crate) const FEATURES: usize = 16;
+pub(crate) const ROUNDS: usize = 5;
 
 impl<'a> PairedTiming<'a> {
     /// FP32 (`fp32`, on `cfg`) timed on the first batches of `batches` holding at most `max_features` features (at
@@ -106,13 +107,11 @@ impl<'a> PairedTiming<'a> {
     }
 }
 
+/// One untimed run of every batch before a model's rounds: ONNX Runtime plans and allocates for each new input shape
+/// on its first run (and TensorRT builds its engine), which would otherwise fall on the first round of the model
+/// timed second (MiniLM, tensorrt layout: 0.72x in that round against 1.05x median).
 fn warm_up(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<()> {
-    let outputs = io.logit_outputs();
-    let inputs = batches[0].inputs(io);
-    for _ in 0..WARMUP {
-        session.run_with(&inputs, &outputs, |_| Ok::<_, Error>(()))?;
-    }
-    Ok(())
+    time_all(session, batches, io).map(|_| ())
 }
 
 /// Seconds to run every batch once.

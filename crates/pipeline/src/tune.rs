@@ -21,7 +21,7 @@ use crate::jobs::{
 };
 use crate::progress::Progress;
 use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings, resolve_model};
-use crate::speed::{PairedTiming, Speedup};
+use crate::speed::{self, PairedTiming, Speedup};
 use crate::{Error, Result, write_atomic};
 
 /// `qdq tune`.
@@ -141,10 +141,6 @@ impl TuneReport {
     }
 }
 
-/// Features (held-out, batch 1) each candidate and FP32 run per timing round, and the rounds.
-const TIMED_FEATURES: usize = 16;
-const TIMED_ROUNDS: usize = 5;
-
 /// Runs [`TuneJob`].
 pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     if !job.budget.is_finite() {
@@ -215,7 +211,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         fp32_session.clone()
     };
     let (batches, io) = held.batches();
-    let timing = PairedTiming::new(&fp32_path, &fp32_session, batches, io, TIMED_FEATURES, TIMED_ROUNDS)?;
+    let timing = PairedTiming::new(&fp32_path, &fp32_session, batches, io, speed::FEATURES, speed::ROUNDS)?;
     // One candidate: quantized with `nodes` in float, measured on the held-out questions (the proxy), scored on the
     // evaluation questions and timed against FP32.
     let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {

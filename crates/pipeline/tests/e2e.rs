@@ -118,6 +118,12 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
             assert!(results.table().contains(&format!("| INT8 (QDQ, {}) ", c.method)), "{}", results.table());
         }
         assert!(results.table().contains("| INT8 (QDQ, percentile) "), "{}", results.table());
+        // INT8 timed against FP32 in alternation on the first evaluation features (batches of 3: 15 of at most 16).
+        let s = results.speedup.expect("a SQuAD run times INT8 against FP32");
+        assert!(0.0 < s.min && s.min <= s.median && s.median <= s.max && s.max.is_finite(), "{s:?}");
+        assert_eq!((s.rounds, s.features), (5, 15), "{s:?}");
+        assert!(results.table().contains(&format!("INT8 runs at {} FP32's speed", s.describe())));
+        assert!(results.provenance.phase_seconds.contains_key("speed"));
         // Provenance: enough to reproduce the run.
         let p = &results.provenance;
         assert!(!p.git_commit.is_empty() && !p.qdq_version.is_empty());
