@@ -695,24 +695,30 @@ fn a_file_size_limit_is_an_error_line() {
     assert!(!out.exists());
 }
 
+/// `qdq tune --json` on the tiny model into `out`, calibrating and scoring on the tiny SQuAD file (every question, the
+/// last 3 held out), with `extra` flags; the parsed report.
+fn tune_tiny(f: &Fixture, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(f, "unused", vocab.to_str().unwrap(), dataset.to_str().unwrap());
+    args.retain(|a| a != "e2e" && a != "--batch" && a != "2");
+    let out_at = args.iter().position(|a| a == "--out").unwrap();
+    args[out_at + 1] = out.display().to_string();
+    args.extend(["--calibration-data", dataset.to_str().unwrap()].iter().map(|s| s.to_string()));
+    args.extend(["--samples", "0", "--held-out", "3", "--json"].iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.insert(0, "tune".into());
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 /// Issue 14: `qdq tune` walks the trade-off curve (float nodes 0, 1, 2 here, where no candidate can meet a budget
 /// that asks INT8 to beat FP32 by 100 F1), keeps the best, and its recipe replays the chosen model byte for byte.
 #[test]
 fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     let f = tiny();
     let out = f.dir.path().join("tune");
-    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
-    let mut args = e2e_args(&f, "unused", vocab.to_str().unwrap(), dataset.to_str().unwrap());
-    args.retain(|a| a != "e2e" && a != "--batch" && a != "2");
-    let out_at = args.iter().position(|a| a == "--out").unwrap();
-    args[out_at + 1] = out.display().to_string();
-    let tail = ["--calibration-data", dataset.to_str().unwrap(), "--budget=-100", "--max-float", "2"];
-    args.extend(tail.iter().map(|s| s.to_string()));
-    args.extend(["--samples", "0", "--held-out", "3", "--json"].iter().map(|s| s.to_string()));
-    args.insert(0, "tune".into());
-    let o = run(&args);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report = tune_tiny(&f, &out, &["--budget=-100", "--max-float", "2"]);
     assert_eq!(report["schema"], "qdq.tune/1");
     let curve = report["curve"].as_array().unwrap();
     let floats: Vec<usize> = curve.iter().map(|c| c["float_nodes"].as_array().unwrap().len()).collect();
@@ -761,6 +767,34 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     for node in chosen["float_nodes"].as_array().unwrap() {
         assert!(text.contains(node.as_str().unwrap()), "{text}");
     }
+}
+
+/// Issue 14: with the preset within budget and MatMuls it keeps float by design (the `cpu` layout's attention
+/// MatMuls), tune also scores the model with every MatMul integer and keeps it only when it is within budget and
+/// clearly faster (its median above the preset's fastest round); the recipe replays whichever was chosen.
+#[test]
+fn tune_tries_every_matmul_integer_when_the_preset_is_within_budget() {
+    let f = tiny();
+    let out = f.dir.path().join("tune_up");
+    let report = tune_tiny(&f, &out, &["--budget", "100", "--policy", "cpu"]);
+    let curve = report["curve"].as_array().unwrap();
+    assert_eq!(curve.len(), 2, "{report:#}");
+    let (preset, all) = (&curve[0], &curve[1]);
+    assert!(preset.get("policy_options").is_none(), "{preset}");
+    assert_eq!(all["policy_options"], serde_json::json!(["matmul_const_b_only=false"]));
+    assert!(preset["integer_matmuls"].as_u64() < preset["matmuls"].as_u64(), "{preset}");
+    assert_eq!(all["integer_matmuls"], all["matmuls"], "{all}");
+    let faster = all["speedup"]["median"].as_f64().unwrap() > preset["speedup"]["max"].as_f64().unwrap();
+    assert_eq!(report["chosen"], u64::from(faster), "{report:#}");
+    let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    assert!(md.contains("| matmul_const_b_only=false |"), "{md}");
+    let replay = f.dir.path().join("replay_up.onnx");
+    let recipe = out.join("recipe.toml");
+    let o = qdq(&["quantize", "--config", recipe.to_str().unwrap(), "-o", replay.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&replay).unwrap() == std::fs::read(out.join("model_qdq.onnx")).unwrap());
+    // Either way the all-integer model is on disk to compare with.
+    assert!(out.join("candidates/model_qdq_float0_all_integer.onnx").is_file());
 }
 
 /// The policy the planted-range tests quantize with.

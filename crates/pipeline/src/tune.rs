@@ -4,8 +4,10 @@
 //! 1, 2, 4, 8, ... of them in float (`exclude_nodes`, same ranges, no re-calibration), scoring each candidate on
 //! the evaluation questions, until one is within budget. Before any node goes to float, the pairs with the worst own
 //! rounding may take another calibrator's range from the same statistics ([`calibrators`]): a model that stays
-//! wholly integer. Writes the chosen model, a recipe that `qdq quantize --config` replays exactly, and the trade-off
-//! curve.
+//! wholly integer. A preset within budget that keeps MatMuls float by design (`matmul_const_b_only`) is also tried
+//! with every MatMul integer, kept only when clearly faster. Every candidate is timed against FP32 in alternation
+//! ([`crate::speed`]). Writes the chosen model, a recipe that `qdq quantize --config` replays exactly, and the
+//! trade-off curve.
 
 mod calibrators;
 
@@ -97,6 +99,10 @@ pub struct Candidate {
     pub matmuls: usize,
     /// Tensors whose range another calibrator gave (`TuneReport::calibrators`; 0 = the table's ranges).
     pub calibrator_choices: usize,
+    /// Policy options this candidate sets besides the run's (`key=value`; the recipe carries them): the all-integer
+    /// candidate's `matmul_const_b_only=false`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_options: Vec<String>,
     /// Mean KL of the start/end logits against FP32's on the held-out questions.
     pub held_out_kl: f64,
 }
@@ -141,6 +147,9 @@ impl TuneReport {
     }
 }
 
+/// The policy option the all-integer candidate sets.
+const ALL_INTEGER: &str = "matmul_const_b_only=false";
+
 /// Runs [`TuneJob`].
 pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     if !job.budget.is_finite() {
@@ -171,7 +180,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
                     merge: Vec::new(),
                     data: job.data.clone(),
                     calib: calib_settings(job),
-                    policy: job.policy.clone(),
+                    policy: calibration_policy(job)?,
                     ep: job.runtime.ep.clone(),
                     ort_lib: job.runtime.ort_lib.clone(),
                 },
@@ -214,14 +223,22 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     let timing = PairedTiming::new(&fp32_path, &fp32_session, batches, io, speed::FEATURES, speed::ROUNDS)?;
     // One candidate: quantized with `nodes` in float, measured on the held-out questions (the proxy), scored on the
     // evaluation questions and timed against FP32.
-    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| -> Result<Candidate> {
-        let name = format!("model_qdq_float{}{}.onnx", nodes.len(), if chosen > 0 { "_calibrators" } else { "" });
+    let candidate = |nodes: &[String], ranges: &Path, chosen: usize, options: &[&str]| -> Result<Candidate> {
+        let name = format!(
+            "model_qdq_float{}{}{}.onnx",
+            nodes.len(),
+            if chosen > 0 { "_calibrators" } else { "" },
+            if options.is_empty() { "" } else { "_all_integer" }
+        );
         let model = job.out.join("candidates").join(name);
-        let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, &model)?;
+        let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, options, &model)?;
         let kl = held.agreement(&onnx_ir::Model::load(&model)?, "candidate")?.kl();
         let e = eval(&model)?;
         let speedup = timing.against(&model, &int8_session)?;
-        let also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
+        let mut also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
+        if !options.is_empty() {
+            also.push_str(&format!(" ({})", options.join(", ")));
+        }
         progress.note(&format!(
             "{} in float{also}: F1 {:.2} ({:+.2}), {} FP32's speed",
             count_nodes(nodes.len()),
@@ -240,12 +257,34 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             integer_matmuls,
             matmuls,
             calibrator_choices: chosen,
+            policy_options: options.iter().map(|o| o.to_string()).collect(),
             held_out_kl: kl,
         })
     };
     let within = |c: &Candidate| -c.delta_f1 <= job.budget;
-    let mut curve = vec![candidate(&[], &ranges, 0)?];
+    let mut curve = vec![candidate(&[], &ranges, 0, &[])?];
     let over = !within(&curve[0]);
+    // Within budget, with MatMuls the preset keeps float by design (the `cpu` layout's attention MatMuls): the same
+    // model with every MatMul integer, kept only if it is within budget and clearly faster (its median above the
+    // preset's fastest round), as it may be on a CPU whose integer kernels pay for the extra quantization.
+    let mut all_integer = None;
+    if !over && curve[0].integer_matmuls < curve[0].matmuls && job.policy.policy(&job.runtime.ep)?.0.matmul_const_b_only
+    {
+        let c = candidate(&[], &ranges, 0, &[ALL_INTEGER])?;
+        if c.integer_matmuls > curve[0].integer_matmuls {
+            let faster = c.speedup.median > curve[0].speedup.max;
+            curve.push(c);
+            if within(&curve[1]) && faster {
+                all_integer = Some(1);
+            }
+        } else {
+            // A --ranges table calibrated for the preset has no ranges for what it keeps float.
+            progress.note(&format!(
+                "no candidate with every MatMul integer: {} has no ranges for the MatMul inputs the preset keeps float",
+                ranges.display()
+            ));
+        }
+    }
     let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
     // The per-pair errors (debug/), and the sensitivity ranking when nodes may have to go to float.
     let mut debugged = debug_run(
@@ -276,7 +315,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         if !chosen.choices.is_empty() {
             tuned = job.out.join("ranges_tuned.json");
             calib::tables::write_json(&tuned, &chosen.table)?;
-            curve.push(candidate(&[], &tuned, chosen.choices.len())?);
+            curve.push(candidate(&[], &tuned, chosen.choices.len(), &[])?);
             calibrators = chosen.choices;
         }
         if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
@@ -290,13 +329,12 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         let chosen = calibrators.len();
         let mut k = 1;
         while k <= job.max_float.min(ranking.len()) && !within(curve.last().expect("one candidate")) {
-            curve.push(candidate(&ranking[..k], &tuned, chosen)?);
+            curve.push(candidate(&ranking[..k], &tuned, chosen, &[])?);
             k *= 2;
         }
     }
-    let chosen = curve
-        .iter()
-        .position(within)
+    let chosen = all_integer
+        .or_else(|| curve.iter().position(within))
         .unwrap_or_else(|| (0..curve.len()).max_by(|&a, &b| curve[a].f1.total_cmp(&curve[b].f1)).unwrap_or(0));
     let report = TuneReport {
         out: job.out.clone(),
@@ -316,6 +354,18 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     let ranges = if report.choice().calibrator_choices > 0 { tuned } else { ranges };
     write_outputs(job, &report, &base, &ranges, histograms)?;
     Ok(report)
+}
+
+/// The policy tune's own calibration collects ranges for: the job's, and when it keeps MatMuls with a variable B in
+/// float (`matmul_const_b_only`, the `cpu` preset's attention MatMuls) also their inputs, for the all-integer
+/// candidate. Only the choice of tensors differs: smoothing and every range the preset reads are the same.
+fn calibration_policy(job: &TuneJob) -> Result<PolicySettings> {
+    let mut policy = job.policy.clone();
+    if job.policy.policy(&job.runtime.ep)?.0.matmul_const_b_only {
+        let (k, v) = ALL_INTEGER.split_once('=').unwrap_or((ALL_INTEGER, ""));
+        policy.options.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(policy)
 }
 
 /// The calibration settings of tune's own calibration: with the calibrator choice, the statistics every method reads
@@ -359,10 +409,15 @@ fn quantize_with_float(
     base: &Path,
     ranges: &Path,
     nodes: &[String],
+    options: &[&str],
     output: &Path,
 ) -> Result<(usize, usize)> {
     let mut policy = job.policy.clone();
     policy.exclude_nodes.extend(nodes.iter().cloned());
+    for o in options {
+        let (k, v) = o.split_once('=').unwrap_or((o, ""));
+        policy.options.push((k.to_owned(), v.to_owned()));
+    }
     let q = QuantizeJob {
         model: base.to_path_buf(),
         ranges: Some(ranges.to_path_buf()),
@@ -449,7 +504,14 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
     if job.policy.ort_quant {
         put("ort-quant", true.into());
     }
-    let options: Vec<toml::Value> = job.policy.options.iter().map(|(k, v)| format!("{k}={v}").into()).collect();
+    let options: Vec<toml::Value> = job
+        .policy
+        .options
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(choice.policy_options.iter().cloned())
+        .map(Into::into)
+        .collect();
     if !options.is_empty() {
         put("policy-option", options.into());
     }
@@ -554,7 +616,7 @@ impl fmt::Display for TuneReport {
                 c.speedup.describe(),
                 format!("{}/{}", c.integer_matmuls, c.matmuls),
                 format!("{:.5}", c.held_out_kl),
-                c.float_nodes.last().cloned().unwrap_or_default(),
+                c.float_nodes.last().cloned().unwrap_or_else(|| c.policy_options.join(", ")),
             ]);
         }
         for col in 1..=8 {
@@ -601,6 +663,7 @@ mod tests {
             integer_matmuls: 40,
             matmuls: 49,
             calibrator_choices: 0,
+            policy_options: vec![],
             held_out_kl: 0.01,
         };
         TuneReport {
