@@ -728,6 +728,8 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     // Each candidate's held-out logit KL is reported beside its F1 (the preset is over budget); quantization moves
     // the logits, so none is 0.
     assert!(curve.iter().all(|c| c["held_out_kl"].as_f64().is_some_and(|kl| kl > 0.0)), "{report:#}");
+    // Each candidate's dF1 comes with its standard error over the questions scored.
+    assert!(curve.iter().all(|c| c["delta_f1_se"].as_f64().is_some_and(|se| se >= 0.0)), "{report:#}");
     // Each candidate is timed against FP32 in alternating rounds on the held-out features: a median within its range.
     for c in curve {
         let s = &c["speedup"];

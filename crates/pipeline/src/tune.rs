@@ -90,6 +90,10 @@ pub struct Candidate {
     pub f1: f64,
     /// F1 minus FP32's F1.
     pub delta_f1: f64,
+    /// Standard error of `delta_f1` over the questions scored (paired: the spread of the per-question F1 differences
+    /// over the square root of their number), in F1 points: a difference within about twice this is the noise of
+    /// which questions were drawn.
+    pub delta_f1_se: f64,
     /// Milliseconds per feature in the evaluation (one pass, minutes apart from FP32's: `speedup` is the comparison).
     pub ms_per_feature: f64,
     /// FP32's time over this model's on the same held-out batches, in alternating rounds.
@@ -202,6 +206,17 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         Ok(evaluate_file(&job, progress)?.evaluation)
     };
     let fp32 = eval(&fp32_path)?;
+    // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
+    let gold = {
+        let all = squad_metrics::load_dataset(&job.dataset)
+            .map_err(|e| Error::Input { path: job.dataset.clone(), reason: e.to_string() })?;
+        if job.samples == 0 { all } else { all.first_n(job.samples) }
+    };
+    let v2 = matches!(job.data.version, crate::SquadVersion::V2_0) || gold.is_v2();
+    let fp32_questions = squad_metrics::question_f1(&gold, &fp32.predictions, v2);
+    let delta_se = |predictions: &std::collections::HashMap<String, String>| -> f64 {
+        paired_standard_error(&squad_metrics::question_f1(&gold, predictions, v2), &fp32_questions)
+    };
     // The held-out questions: FP32's logits on them once, for every candidate's logit KL and for debug; and the
     // batches every candidate is timed on against FP32, in alternation.
     let held = HeldOut::new(
@@ -244,7 +259,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             count_nodes(nodes.len()),
             e.score.f1,
             e.score.f1 - fp32.score.f1,
-            speedup.describe()
+            speedup.describe(),
         ));
         Ok(Candidate {
             float_nodes: nodes.to_vec(),
@@ -252,6 +267,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             exact_match: e.score.exact_match,
             f1: e.score.f1,
             delta_f1: e.score.f1 - fp32.score.f1,
+            delta_f1_se: delta_se(&e.predictions),
             ms_per_feature: e.latency.ms_per_feature,
             speedup,
             integer_matmuls,
@@ -555,6 +571,18 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
     write_atomic(&job.out.join("tune.md"), md.as_bytes())
 }
 
+/// Standard error, in F1 points, of the mean of `ours - theirs` (per-question F1 in 0..1, paired by question): the
+/// sample standard deviation of the differences over the square root of their number; NaN under two questions.
+fn paired_standard_error(ours: &[f64], theirs: &[f64]) -> f64 {
+    let d: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| 100.0 * (a - b)).collect();
+    let n = d.len() as f64;
+    if d.len() < 2 {
+        return f64::NAN;
+    }
+    let mean = d.iter().sum::<f64>() / n;
+    (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
+}
+
 /// "1 node", "3 nodes".
 fn count_nodes(n: usize) -> String {
     format!("{n} node{}", if n == 1 { "" } else { "s" })
@@ -599,6 +627,7 @@ impl fmt::Display for TuneReport {
             "EM",
             "F1",
             "dF1",
+            "± 2 SE",
             "ms/feature",
             "vs FP32 (median, range)",
             "integer MatMuls",
@@ -612,6 +641,7 @@ impl fmt::Display for TuneReport {
                 format!("{:.2}", c.exact_match),
                 format!("{:.2}", c.f1),
                 format!("{:+.2}", c.delta_f1),
+                format!("{:.2}", 2.0 * c.delta_f1_se),
                 format!("{:.2}", c.ms_per_feature),
                 c.speedup.describe(),
                 format!("{}/{}", c.integer_matmuls, c.matmuls),
@@ -619,12 +649,19 @@ impl fmt::Display for TuneReport {
                 c.float_nodes.last().cloned().unwrap_or_else(|| c.policy_options.join(", ")),
             ]);
         }
-        for col in 1..=8 {
+        for col in 1..=9 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
         }
         write!(f, "{t}")?;
+        write!(
+            f,
+            "\n\n± 2 SE: twice the standard error of dF1 over these {} questions (each question's F1 against FP32's): \
+             differences within it are the noise of which questions were drawn; vs FP32: the same {} held-out features \
+             run by both models in turn, {} rounds.",
+            self.questions, c.speedup.features, c.speedup.rounds
+        )?;
         if !self.calibrators.is_empty() {
             writeln!(f, "\n\nRanges from another calibrator (held-out logit KL before -> after):\n")?;
             for c in &self.calibrators {
@@ -658,6 +695,7 @@ mod tests {
             exact_match: 60.0,
             f1: 70.0 + delta_f1,
             delta_f1,
+            delta_f1_se: 0.1,
             ms_per_feature: 10.0,
             speedup: Speedup { median: 2.0, min: 1.8, max: 2.1, rounds: 5, features: 16 },
             integer_matmuls: 40,
@@ -680,6 +718,16 @@ mod tests {
             recipe: "out/recipe.toml".into(),
             fail_above,
         }
+    }
+
+    #[test]
+    fn the_standard_error_is_that_of_the_paired_differences() {
+        // Differences (points) 0, 0, 100, -100: mean 0, sample variance 20000/3, SE sqrt(20000/3/4) = 40.82.
+        let se = paired_standard_error(&[1.0, 0.5, 1.0, 0.0], &[1.0, 0.5, 0.0, 1.0]);
+        assert!((se - (20000.0f64 / 3.0 / 4.0).sqrt()).abs() < 1e-9, "{se}");
+        // The same answers everywhere: no spread at all; one question: undefined.
+        assert_eq!(paired_standard_error(&[0.3, 0.9], &[0.3, 0.9]), 0.0);
+        assert!(paired_standard_error(&[1.0], &[0.0]).is_nan());
     }
 
     #[test]

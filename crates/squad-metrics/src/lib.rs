@@ -354,6 +354,35 @@ fn max_over<'a>(golds: impl Iterator<Item = &'a str>, score: impl Fn(&str) -> f6
     golds.map(score).fold(0.0, f64::max)
 }
 
+/// Each question's F1 (0..1, dataset order; a missing prediction scores 0): the best token F1 over its gold answers,
+/// by v1.1's rule, or v2.0's when `v2` (an unanswerable question's gold answer is the empty string). Their mean is
+/// [`evaluate_v1`]'s F1 over 100; two models' per-question differences give the spread of their F1 difference.
+///
+/// ```
+/// use std::collections::HashMap;
+/// let data: qdq_squad_metrics::Dataset = serde_json::from_str(r#"{"version": "1.1", "data": [{"title": "t",
+///     "paragraphs": [{"context": "the cat sat", "qas": [
+///         {"id": "a", "question": "who?", "answers": [{"text": "the cat", "answer_start": 0}]},
+///         {"id": "b", "question": "did?", "answers": [{"text": "sat", "answer_start": 8}]}]}]}]}"#).unwrap();
+/// let preds = HashMap::from([("a".to_string(), "cat".to_string())]);
+/// assert_eq!(qdq_squad_metrics::question_f1(&data, &preds, false), vec![1.0, 0.0]);
+/// assert_eq!(qdq_squad_metrics::evaluate_v1(&data, &preds).f1, 50.0);
+/// ```
+pub fn question_f1(dataset: &Dataset, predictions: &HashMap<String, String>, v2: bool) -> Vec<f64> {
+    dataset
+        .questions()
+        .map(|qa| {
+            let Some(pred) = predictions.get(&qa.id) else { return 0.0 };
+            if !v2 {
+                return max_over(qa.answers.iter().map(|a| a.text.as_str()), |g| f1_v1(pred, g));
+            }
+            let golds: Vec<&str> =
+                qa.answers.iter().map(|a| a.text.as_str()).filter(|t| !normalize_answer(t).is_empty()).collect();
+            if golds.is_empty() { f1_v2(pred, "") } else { max_over(golds.into_iter(), |g| f1_v2(pred, g)) }
+        })
+        .collect()
+}
+
 /// SQuAD v1.1 result, serialised like the official script (`exact_match`, `f1`; the counts are skipped).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricsV1 {
