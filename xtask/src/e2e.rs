@@ -61,6 +61,12 @@ pub fn e2e(args: E2eArgs) -> Result<()> {
         let out = flag_value(&args.qdq, &["--out"]).map(PathBuf::from).unwrap_or_else(|| root().join("out/e2e"));
         let samples = flag_value(&args.qdq, &["--samples"]).unwrap_or_else(|| "1000".into());
         check_results(&out.join("results.json"), &assets.reference_metrics, &samples, args.int8_tolerance)?;
+        // The default run (CPU EP, the preset for it) must also pay off: faster and smaller than FP32.
+        let default_cpu = flag_value(&args.qdq, &["--ep"]).is_none_or(|ep| ep == "cpu")
+            && !has_flag(&args.qdq, &["--policy", "--ort-quant", "--ort_quant", "--mode"]);
+        if default_cpu {
+            println!("check: {}", pays_off(&qdq_json::read(&out.join("results.json"))?)?);
+        }
     }
     Ok(())
 }
@@ -145,6 +151,28 @@ fn check_scorer(dataset: &Path, predictions: &Path, reference: &Path) -> Result<
     Ok(())
 }
 
+/// The INT8 model of the default CPU run is faster (median of the alternating rounds above 1) and smaller than FP32;
+/// the line says by how much.
+fn pays_off(r: &qdq_json::E2e) -> Result<String> {
+    let s =
+        r.speedup.context("results.json has no `speedup` (INT8 timed against FP32): a qdq older than this check")?;
+    let (fp32, int8) = match (r.fp32.model_bytes, r.int8.model_bytes) {
+        (Some(f), Some(i)) => (f as f64 / 1e6, i as f64 / 1e6),
+        _ => bail!("results.json lacks `model_bytes` for FP32 or INT8"),
+    };
+    let line = format!(
+        "INT8 at {:.2}x FP32's speed ({:.2}-{:.2}, alternating rounds), {int8:.1} MB against {fp32:.1} MB",
+        s.median, s.min, s.max
+    );
+    if s.median <= 1.0 {
+        bail!("the INT8 model is not faster than FP32: {line}");
+    }
+    if int8 >= fp32 {
+        bail!("the INT8 model is not smaller than FP32: {line}");
+    }
+    Ok(line)
+}
+
 /// FP32 F1 must match the reference within 0.1; INT8 F1 must be within `int8_tolerance` (the product goal: 1.0)
 /// of FP32.
 fn check_results(results: &Path, reference: &Path, samples: &str, int8_tolerance: f64) -> Result<()> {
@@ -169,4 +197,31 @@ fn check_results(results: &Path, reference: &Path, samples: &str, int8_tolerance
         bail!("INT8 F1 {int8:.3} is more than {int8_tolerance} below FP32 {fp32:.3}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn results(median: f64, fp32_bytes: u64, int8_bytes: u64) -> qdq_json::E2e {
+        qdq_json::parse(&format!(
+            r#"{{"fp32": {{"exact_match": 60, "f1": 73.4, "model_bytes": {fp32_bytes}}},
+                "int8": {{"exact_match": 60, "f1": 73.3, "model_bytes": {int8_bytes}}},
+                "speedup": {{"median": {median}, "min": 0.9, "max": 2.0, "rounds": 5, "features": 16}}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_default_run_must_be_faster_and_smaller() {
+        let line = pays_off(&results(1.39, 90_300_000, 22_900_000)).unwrap();
+        assert!(line.contains("1.39x") && line.contains("22.9 MB against 90.3 MB"), "{line}");
+        let slow = pays_off(&results(0.98, 90_300_000, 22_900_000)).unwrap_err().to_string();
+        assert!(slow.contains("not faster"), "{slow}");
+        let big = pays_off(&results(1.2, 90_300_000, 90_600_000)).unwrap_err().to_string();
+        assert!(big.contains("not smaller"), "{big}");
+        let old: qdq_json::E2e =
+            qdq_json::parse(r#"{"fp32": {"exact_match": 1, "f1": 1}, "int8": {"exact_match": 1, "f1": 1}}"#).unwrap();
+        assert!(pays_off(&old).unwrap_err().to_string().contains("no `speedup`"));
+    }
 }

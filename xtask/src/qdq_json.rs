@@ -15,6 +15,17 @@ pub(crate) struct Eval {
     pub f1: f64,
     #[serde(default)]
     pub latency: Latency,
+    /// results.json only: the model's size on disk.
+    #[serde(default)]
+    pub model_bytes: Option<u64>,
+}
+
+/// results.json's `speedup`: INT8 against FP32 timed in alternation.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct Speedup {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -49,6 +60,9 @@ pub(crate) struct E2e {
     pub calibration: Option<Calibrate>,
     pub fp32: Eval,
     pub int8: Eval,
+    /// Absent before qdq timed the two models in alternation.
+    #[serde(default)]
+    pub speedup: Option<Speedup>,
 }
 
 /// The reference metrics of the assets (reference_metrics.json): one `{exact_match, f1}` per subset of the dev set,
