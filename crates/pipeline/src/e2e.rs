@@ -190,14 +190,9 @@ fn evaluate_squad(
     results.int8 = Some(model_result(&int8, qpath, crate::model_size(qpath)));
     // The two evaluations are minutes apart: the speed comparison runs both on the same features in turn.
     let t = Instant::now();
-    let mut batches = Vec::new();
-    for b in data.batches(cfg.eval.batch)? {
-        let b = b?;
-        if batches.iter().map(squad::Batch::len).sum::<usize>() + b.len() > speed::FEATURES && !batches.is_empty() {
-            break;
-        }
-        batches.push(b);
-    }
+    // Enough batches for speed::FEATURES features (each holds at least one); PairedTiming takes the first of them.
+    let batches: Vec<squad::Batch> =
+        data.batches(cfg.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
     if !batches.is_empty() {
         let timing =
             PairedTiming::new(&cfg.model, &cfg.eval.session, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
