@@ -111,6 +111,21 @@ pub struct Candidate {
     pub held_out_kl: f64,
 }
 
+/// A candidate built, measured on the held-out questions and timed, but not scored on the evaluation questions: it
+/// could not be chosen on its speed (the all-integer candidate when it is not faster than the preset).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timed {
+    pub float_nodes: Vec<String>,
+    pub model: PathBuf,
+    pub speedup: Speedup,
+    pub integer_matmuls: usize,
+    pub matmuls: usize,
+    pub calibrator_choices: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_options: Vec<String>,
+    pub held_out_kl: f64,
+}
+
 /// What `qdq tune` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct TuneReport {
@@ -130,6 +145,8 @@ pub struct TuneReport {
     /// first with `calibrator_choices > 0` on use them all.
     pub calibrators: Vec<CalibratorChoice>,
     pub recipe: PathBuf,
+    /// Candidates timed but not scored, since their speed ruled them out (see [`Timed`]).
+    pub not_scored: Vec<Timed>,
     #[serde(skip)]
     pub fail_above: Option<f64>,
 }
@@ -236,9 +253,9 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     let (batches, io) = held.batches();
     let timing = PairedTiming::new(&fp32_path, &fp32_session, batches, io, speed::FEATURES, speed::ROUNDS)?;
-    // One candidate: quantized with `nodes` in float, measured on the held-out questions (the proxy), scored on the
-    // evaluation questions and timed against FP32.
-    let candidate = |nodes: &[String], ranges: &Path, chosen: usize, options: &[&str]| -> Result<Candidate> {
+    // One candidate: quantized with `nodes` in float, measured on the held-out questions (the proxy) and timed against
+    // FP32 (`built`), then scored on the evaluation questions (`scored`).
+    let built = |nodes: &[String], ranges: &Path, chosen: usize, options: &[&str]| -> Result<Timed> {
         let name = format!(
             "model_qdq_float{}{}{}.onnx",
             nodes.len(),
@@ -247,58 +264,83 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         );
         let model = job.out.join("candidates").join(name);
         let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, options, &model)?;
-        let kl = held.agreement(&onnx_ir::Model::load(&model)?, "candidate")?.kl();
-        let e = eval(&model)?;
+        let held_out_kl = held.agreement(&onnx_ir::Model::load(&model)?, "candidate")?.kl();
         let speedup = timing.against(&model, &int8_session)?;
-        let mut also = if chosen > 0 { format!(" ({chosen} ranges from other calibrators)") } else { String::new() };
-        if !options.is_empty() {
-            also.push_str(&format!(" ({})", options.join(", ")));
-        }
-        progress.note(&format!(
-            "{} in float{also}: F1 {:.2} ({:+.2}), {} FP32's speed",
-            count_nodes(nodes.len()),
-            e.score.f1,
-            e.score.f1 - fp32.score.f1,
-            speedup.describe(),
-        ));
-        Ok(Candidate {
+        Ok(Timed {
             float_nodes: nodes.to_vec(),
             model,
-            exact_match: e.score.exact_match,
-            f1: e.score.f1,
-            delta_f1: e.score.f1 - fp32.score.f1,
-            delta_f1_se: delta_se(&e.predictions),
-            ms_per_feature: e.latency.ms_per_feature,
             speedup,
             integer_matmuls,
             matmuls,
             calibrator_choices: chosen,
             policy_options: options.iter().map(|o| o.to_string()).collect(),
-            held_out_kl: kl,
+            held_out_kl,
         })
     };
+    let scored = |b: Timed| -> Result<Candidate> {
+        let e = eval(&b.model)?;
+        let mut also = match b.calibrator_choices {
+            0 => String::new(),
+            n => format!(" ({n} ranges from other calibrators)"),
+        };
+        if !b.policy_options.is_empty() {
+            also.push_str(&format!(" ({})", b.policy_options.join(", ")));
+        }
+        progress.note(&format!(
+            "{} in float{also}: F1 {:.2} ({:+.2}), {} FP32's speed",
+            count_nodes(b.float_nodes.len()),
+            e.score.f1,
+            e.score.f1 - fp32.score.f1,
+            b.speedup.describe(),
+        ));
+        Ok(Candidate {
+            float_nodes: b.float_nodes,
+            model: b.model,
+            exact_match: e.score.exact_match,
+            f1: e.score.f1,
+            delta_f1: e.score.f1 - fp32.score.f1,
+            delta_f1_se: delta_se(&e.predictions),
+            ms_per_feature: e.latency.ms_per_feature,
+            speedup: b.speedup,
+            integer_matmuls: b.integer_matmuls,
+            matmuls: b.matmuls,
+            calibrator_choices: b.calibrator_choices,
+            policy_options: b.policy_options,
+            held_out_kl: b.held_out_kl,
+        })
+    };
+    let candidate = |nodes: &[String], ranges: &Path, chosen: usize| scored(built(nodes, ranges, chosen, &[])?);
     let within = |c: &Candidate| -c.delta_f1 <= job.budget;
-    let mut curve = vec![candidate(&[], &ranges, 0, &[])?];
+    let mut curve = vec![candidate(&[], &ranges, 0)?];
     let over = !within(&curve[0]);
     // Within budget, with MatMuls the preset keeps float by design (the `cpu` layout's attention MatMuls): the same
-    // model with every MatMul integer, kept only if it is within budget and clearly faster (its median above the
-    // preset's fastest round), as it may be on a CPU whose integer kernels pay for the extra quantization.
-    let mut all_integer = None;
+    // model with every MatMul integer, kept only if it is clearly faster (its median above the preset's fastest
+    // round), as it may be on a CPU whose integer kernels pay for the extra quantization, and within budget. It is
+    // timed first and scored only when it is faster: a model that cannot be chosen costs no evaluation pass.
+    let (mut all_integer, mut not_faster) = (None, None);
     if !over && curve[0].integer_matmuls < curve[0].matmuls && job.policy.policy(&job.runtime.ep)?.0.matmul_const_b_only
     {
-        let c = candidate(&[], &ranges, 0, &[ALL_INTEGER])?;
-        if c.integer_matmuls > curve[0].integer_matmuls {
-            let faster = c.speedup.median > curve[0].speedup.max;
-            curve.push(c);
-            if within(&curve[1]) && faster {
-                all_integer = Some(1);
-            }
-        } else {
+        let b = built(&[], &ranges, 0, &[ALL_INTEGER])?;
+        if b.integer_matmuls <= curve[0].integer_matmuls {
             // A --ranges table calibrated for the preset has no ranges for what it keeps float.
             progress.note(&format!(
                 "no candidate with every MatMul integer: {} has no ranges for the MatMul inputs the preset keeps float",
                 ranges.display()
             ));
+        } else if b.speedup.median > curve[0].speedup.max {
+            curve.push(scored(b)?);
+            if within(&curve[1]) {
+                all_integer = Some(1);
+            }
+        } else {
+            progress.note(&format!(
+                "every MatMul integer ({}/{}): {} FP32's speed, not above the preset's fastest round ({:.2}x): not scored",
+                b.integer_matmuls,
+                b.matmuls,
+                b.speedup.describe(),
+                curve[0].speedup.max
+            ));
+            not_faster = Some(b);
         }
     }
     let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
@@ -331,7 +373,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         if !chosen.choices.is_empty() {
             tuned = job.out.join("ranges_tuned.json");
             calib::tables::write_json(&tuned, &chosen.table)?;
-            curve.push(candidate(&[], &tuned, chosen.choices.len(), &[])?);
+            curve.push(candidate(&[], &tuned, chosen.choices.len())?);
             calibrators = chosen.choices;
         }
         if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
@@ -345,7 +387,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         let chosen = calibrators.len();
         let mut k = 1;
         while k <= job.max_float.min(ranking.len()) && !within(curve.last().expect("one candidate")) {
-            curve.push(candidate(&ranking[..k], &tuned, chosen, &[])?);
+            curve.push(candidate(&ranking[..k], &tuned, chosen)?);
             k *= 2;
         }
     }
@@ -364,6 +406,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         ranking,
         calibrators,
         recipe: job.out.join("recipe.toml"),
+        not_scored: not_faster.into_iter().collect(),
         fail_above: job.fail_above,
     };
     let histograms = write_histograms(job, &debugged)?;
@@ -662,6 +705,19 @@ impl fmt::Display for TuneReport {
              run by both models in turn, {} rounds.",
             self.questions, c.speedup.features, c.speedup.rounds
         )?;
+        for t in &self.not_scored {
+            write!(
+                f,
+                "\n\nNot scored: {} in float{} ({}/{} MatMul-like nodes integer, held-out KL {:.5}) runs at {} FP32's \
+                 speed, not above the preset's fastest round, so it could not be chosen.",
+                count_nodes(t.float_nodes.len()),
+                if t.policy_options.is_empty() { String::new() } else { format!(", {}", t.policy_options.join(", ")) },
+                t.integer_matmuls,
+                t.matmuls,
+                t.held_out_kl,
+                t.speedup.describe()
+            )?;
+        }
         if !self.calibrators.is_empty() {
             writeln!(f, "\n\nRanges from another calibrator (held-out logit KL before -> after):\n")?;
             for c in &self.calibrators {
@@ -716,6 +772,7 @@ mod tests {
             ranking: vec![],
             calibrators: vec![],
             recipe: "out/recipe.toml".into(),
+            not_scored: vec![],
             fail_above,
         }
     }
