@@ -80,12 +80,11 @@ pub struct TuneJob {
     pub policy: PolicySettings,
 }
 
-/// One point of the trade-off curve.
+/// One point of the trade-off curve: a candidate as built and timed, and its scores on the evaluation questions.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
-    /// The nodes kept in float (besides what the policy leaves in float).
-    pub float_nodes: Vec<String>,
-    pub model: PathBuf,
+    #[serde(flatten)]
+    pub timed: Timed,
     pub exact_match: f64,
     pub f1: f64,
     /// F1 minus FP32's F1.
@@ -96,6 +95,16 @@ pub struct Candidate {
     pub delta_f1_se: f64,
     /// Milliseconds per feature in the evaluation (one pass, minutes apart from FP32's: `speedup` is the comparison).
     pub ms_per_feature: f64,
+}
+
+/// A candidate built, measured on the held-out questions and timed against FP32. Scored, it is a [`Candidate`];
+/// unscored, it is listed in [`TuneReport::not_scored`] (the all-integer candidate when it is not faster than the
+/// preset, since it could not be chosen).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timed {
+    /// The nodes kept in float (besides what the policy leaves in float).
+    pub float_nodes: Vec<String>,
+    pub model: PathBuf,
     /// FP32's time over this model's on the same held-out batches, in alternating rounds.
     pub speedup: Speedup,
     /// MatMul-like nodes of the model reading only dequantized inputs, of all of them.
@@ -108,21 +117,6 @@ pub struct Candidate {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policy_options: Vec<String>,
     /// Mean KL of the start/end logits against FP32's on the held-out questions.
-    pub held_out_kl: f64,
-}
-
-/// A candidate built, measured on the held-out questions and timed, but not scored on the evaluation questions: it
-/// could not be chosen on its speed (the all-integer candidate when it is not faster than the preset).
-#[derive(Debug, Clone, Serialize)]
-pub struct Timed {
-    pub float_nodes: Vec<String>,
-    pub model: PathBuf,
-    pub speedup: Speedup,
-    pub integer_matmuls: usize,
-    pub matmuls: usize,
-    pub calibrator_choices: usize,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub policy_options: Vec<String>,
     pub held_out_kl: f64,
 }
 
@@ -294,19 +288,12 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             b.speedup.describe(),
         ));
         Ok(Candidate {
-            float_nodes: b.float_nodes,
-            model: b.model,
             exact_match: e.score.exact_match,
             f1: e.score.f1,
             delta_f1: e.score.f1 - fp32.score.f1,
             delta_f1_se: delta_se(&e.predictions),
             ms_per_feature: e.latency.ms_per_feature,
-            speedup: b.speedup,
-            integer_matmuls: b.integer_matmuls,
-            matmuls: b.matmuls,
-            calibrator_choices: b.calibrator_choices,
-            policy_options: b.policy_options,
-            held_out_kl: b.held_out_kl,
+            timed: b,
         })
     };
     let candidate = |nodes: &[String], ranges: &Path, chosen: usize| scored(built(nodes, ranges, chosen, &[])?);
@@ -318,16 +305,18 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     // round), as it may be on a CPU whose integer kernels pay for the extra quantization, and within budget. It is
     // timed first and scored only when it is faster: a model that cannot be chosen costs no evaluation pass.
     let (mut all_integer, mut not_faster) = (None, None);
-    if !over && curve[0].integer_matmuls < curve[0].matmuls && job.policy.policy(&job.runtime.ep)?.0.matmul_const_b_only
+    if !over
+        && curve[0].timed.integer_matmuls < curve[0].timed.matmuls
+        && job.policy.policy(&job.runtime.ep)?.0.matmul_const_b_only
     {
         let b = built(&[], &ranges, 0, &[ALL_INTEGER])?;
-        if b.integer_matmuls <= curve[0].integer_matmuls {
+        if b.integer_matmuls <= curve[0].timed.integer_matmuls {
             // A --ranges table calibrated for the preset has no ranges for what it keeps float.
             progress.note(&format!(
                 "no candidate with every MatMul integer: {} has no ranges for the MatMul inputs the preset keeps float",
                 ranges.display()
             ));
-        } else if b.speedup.median > curve[0].speedup.max {
+        } else if b.speedup.median > curve[0].timed.speedup.max {
             curve.push(scored(b)?);
             if within(&curve[1]) {
                 all_integer = Some(1);
@@ -338,7 +327,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
                 b.integer_matmuls,
                 b.matmuls,
                 b.speedup.describe(),
-                curve[0].speedup.max
+                curve[0].timed.speedup.max
             ));
             not_faster = Some(b);
         }
@@ -349,7 +338,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         job,
         &held,
         &fp32_path,
-        &curve[0].model,
+        &curve[0].timed.model,
         over && statistics.is_none() && job.max_float > 0,
         progress,
     )?;
@@ -377,7 +366,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             calibrators = chosen.choices;
         }
         if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
-            let last = curve.last().expect("one candidate").model.clone();
+            let last = curve.last().expect("one candidate").timed.model.clone();
             debugged = debug_run(job, &held, &fp32_path, &last, true, progress)?;
         }
     }
@@ -410,7 +399,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         fail_above: job.fail_above,
     };
     let histograms = write_histograms(job, &debugged)?;
-    let ranges = if report.choice().calibrator_choices > 0 { tuned } else { ranges };
+    let ranges = if report.choice().timed.calibrator_choices > 0 { tuned } else { ranges };
     write_outputs(job, &report, &base, &ranges, histograms)?;
     Ok(report)
 }
@@ -546,8 +535,8 @@ fn write_histograms(job: &TuneJob, debugged: &crate::debug::DebugReport) -> Resu
 /// The chosen model as out/model_qdq.onnx, the recipe that replays it, tune.json and tune.md.
 fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path, histograms: bool) -> Result<()> {
     let choice = report.choice();
-    let bytes =
-        std::fs::read(&choice.model).map_err(|e| Error::Input { path: choice.model.clone(), reason: e.to_string() })?;
+    let bytes = std::fs::read(&choice.timed.model)
+        .map_err(|e| Error::Input { path: choice.timed.model.clone(), reason: e.to_string() })?;
     write_atomic(&job.out.join("model_qdq.onnx"), &bytes)?;
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let mut recipe = toml::Table::new();
@@ -568,25 +557,25 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
         .options
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
-        .chain(choice.policy_options.iter().cloned())
+        .chain(choice.timed.policy_options.iter().cloned())
         .map(Into::into)
         .collect();
     if !options.is_empty() {
         put("policy-option", options.into());
     }
     let nodes: Vec<toml::Value> =
-        job.policy.exclude_nodes.iter().chain(&choice.float_nodes).map(|n| n.clone().into()).collect();
+        job.policy.exclude_nodes.iter().chain(&choice.timed.float_nodes).map(|n| n.clone().into()).collect();
     if !nodes.is_empty() {
         put("exclude-node", nodes.into());
     }
-    let others = match choice.calibrator_choices {
+    let others = match choice.timed.calibrator_choices {
         0 => String::new(),
         n => format!(", {n} ranges from other calibrators (`chosen` in the table)"),
     };
     let text = format!(
         "# qdq tune's choice ({} kept in float{others}, dF1 {:+.2} on {} questions).\n# Replay: qdq quantize \
          --config {} -o model_qdq.onnx\n{}",
-        count_nodes(choice.float_nodes.len()),
+        count_nodes(choice.timed.float_nodes.len()),
         choice.delta_f1,
         report.questions,
         report.recipe.display(),
@@ -599,9 +588,9 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
         .curve
         .iter()
         .map(|c| crate::plots::CurvePoint {
-            float_nodes: c.float_nodes.len(),
+            float_nodes: c.timed.float_nodes.len(),
             delta_f1: c.delta_f1,
-            speed: c.speedup.median,
+            speed: c.timed.speedup.median,
         })
         .collect();
     let curve = crate::plots::curve_svg(&points, report.budget, report.chosen)?;
@@ -650,13 +639,13 @@ impl fmt::Display for TuneReport {
              questions, {}/{} MatMul-like nodes integer.",
             if self.within_budget { "Chosen" } else { "NOT" },
             self.budget,
-            count_nodes(c.float_nodes.len()),
+            count_nodes(c.timed.float_nodes.len()),
             c.f1,
             c.delta_f1,
             self.fp32_f1,
             self.questions,
-            c.integer_matmuls,
-            c.matmuls
+            c.timed.integer_matmuls,
+            c.timed.matmuls
         )?;
         if !self.within_budget {
             writeln!(f, "No candidate met the budget; the best one is kept (raise --max-float or the budget).")?;
@@ -679,17 +668,17 @@ impl fmt::Display for TuneReport {
         ]);
         for (i, c) in self.curve.iter().enumerate() {
             t.add_row([
-                format!("{}{}", c.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
-                c.calibrator_choices.to_string(),
+                format!("{}{}", c.timed.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
+                c.timed.calibrator_choices.to_string(),
                 format!("{:.2}", c.exact_match),
                 format!("{:.2}", c.f1),
                 format!("{:+.2}", c.delta_f1),
                 format!("{:.2}", 2.0 * c.delta_f1_se),
                 format!("{:.2}", c.ms_per_feature),
-                c.speedup.describe(),
-                format!("{}/{}", c.integer_matmuls, c.matmuls),
-                format!("{:.5}", c.held_out_kl),
-                c.float_nodes.last().cloned().unwrap_or_else(|| c.policy_options.join(", ")),
+                c.timed.speedup.describe(),
+                format!("{}/{}", c.timed.integer_matmuls, c.timed.matmuls),
+                format!("{:.5}", c.timed.held_out_kl),
+                c.timed.float_nodes.last().cloned().unwrap_or_else(|| c.timed.policy_options.join(", ")),
             ]);
         }
         for col in 1..=9 {
@@ -703,7 +692,7 @@ impl fmt::Display for TuneReport {
             "\n\n± 2 SE: twice the standard error of dF1 over these {} questions (each question's F1 against FP32's): \
              differences within it are the noise of which questions were drawn; vs FP32: the same {} held-out features \
              run by both models in turn, {} rounds.",
-            self.questions, c.speedup.features, c.speedup.rounds
+            self.questions, c.timed.speedup.features, c.timed.speedup.rounds
         )?;
         for t in &self.not_scored {
             write!(
@@ -746,19 +735,21 @@ mod tests {
 
     fn report(delta_f1: f64, fail_above: Option<f64>) -> TuneReport {
         let c = Candidate {
-            float_nodes: vec![],
-            model: "m.onnx".into(),
+            timed: Timed {
+                float_nodes: vec![],
+                model: "m.onnx".into(),
+                speedup: Speedup { median: 2.0, min: 1.8, max: 2.1, rounds: 5, features: 16 },
+                integer_matmuls: 40,
+                matmuls: 49,
+                calibrator_choices: 0,
+                policy_options: vec![],
+                held_out_kl: 0.01,
+            },
             exact_match: 60.0,
             f1: 70.0 + delta_f1,
             delta_f1,
             delta_f1_se: 0.1,
             ms_per_feature: 10.0,
-            speedup: Speedup { median: 2.0, min: 1.8, max: 2.1, rounds: 5, features: 16 },
-            integer_matmuls: 40,
-            matmuls: 49,
-            calibrator_choices: 0,
-            policy_options: vec![],
-            held_out_kl: 0.01,
         };
         TuneReport {
             out: "out".into(),
