@@ -793,7 +793,16 @@ fn tune_tries_every_matmul_integer_when_the_preset_is_within_budget() {
     let faster = all["speedup"]["median"].as_f64().unwrap() > preset["speedup"]["max"].as_f64().unwrap();
     assert_eq!(curve.len() == 2, faster, "{report:#}");
     assert_eq!(report["chosen"], u64::from(faster), "{report:#}");
+    // Where the time went: every phase this run had, none overlapping (their sum is within the total).
+    let phases = report["phase_seconds"].as_object().unwrap();
+    for k in ["statistics", "fp32_scoring", "held_out_fp32", "quantization", "held_out_kl", "timing", "total"] {
+        assert!(phases[k].as_f64().unwrap() > 0.0, "{k}: {report:#}");
+    }
+    assert!(phases.contains_key("candidate_scoring"), "the preset is always scored: {report:#}");
+    let sum: f64 = phases.iter().filter(|(k, _)| *k != "total").map(|(_, v)| v.as_f64().unwrap()).sum();
+    assert!(sum <= phases["total"].as_f64().unwrap() + 1e-3, "{report:#}");
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    assert!(md.contains("Took ") && md.contains("statistics ") && md.contains("candidates scored "), "{md}");
     if faster {
         assert!(all.get("f1").is_some(), "{all}");
         assert!(md.contains("| matmul_const_b_only=false |"), "{md}");

@@ -11,8 +11,11 @@
 
 mod calibrators;
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -141,6 +144,8 @@ pub struct TuneReport {
     pub recipe: PathBuf,
     /// Candidates timed but not scored, since their speed ruled them out (see [`Timed`]).
     pub not_scored: Vec<Timed>,
+    /// Where the time went: seconds per phase (see [`Clock`]), `total` the whole run up to writing the outputs.
+    pub phase_seconds: BTreeMap<String, f64>,
     #[serde(skip)]
     pub fail_above: Option<f64>,
 }
@@ -167,6 +172,7 @@ const ALL_INTEGER: &str = "matmul_const_b_only=false";
 
 /// Runs [`TuneJob`].
 pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
+    let started = Instant::now();
     if !job.budget.is_finite() {
         return Err(Error::Config(format!("--budget must be a number of F1 points, not {}", job.budget)));
     }
@@ -177,6 +183,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             job.held_out
         );
     }
+    let clock = Clock::default();
     // The candidates go to out/candidates (quantize_file wants its directory to exist).
     crate::prepare_out_dir(&job.out.join("candidates"), "--out")?;
     let fp32_path = resolve_model(&job.model)?;
@@ -187,24 +194,26 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     let (base, ranges) = match &job.ranges {
         Some(r) => (fp32_path.clone(), r.clone()),
         None => {
-            let calibrated = calibrate_to_dir(
-                &CalibrateJob {
-                    model: fp32_path.clone(),
-                    batch: 1,
-                    out: job.out.clone(),
-                    merge: Vec::new(),
-                    data: job.data.clone(),
-                    calib: calib_settings(job),
-                    policy: calibration_policy(job)?,
-                    ep: job.runtime.ep.clone(),
-                    ort_lib: job.runtime.ort_lib.clone(),
-                },
-                progress,
-            )?;
+            let calibrated = clock.time("statistics", || {
+                calibrate_to_dir(
+                    &CalibrateJob {
+                        model: fp32_path.clone(),
+                        batch: 1,
+                        out: job.out.clone(),
+                        merge: Vec::new(),
+                        data: job.data.clone(),
+                        calib: calib_settings(job),
+                        policy: calibration_policy(job)?,
+                        ep: job.runtime.ep.clone(),
+                        ort_lib: job.runtime.ort_lib.clone(),
+                    },
+                    progress,
+                )
+            })?;
             (calibrated.smoothed.map_or(fp32_path.clone(), |(_, p)| p), job.out.join("calibration.json"))
         }
     };
-    let eval = |model: &Path| -> Result<crate::Evaluation> {
+    let eval = |model: &Path, phase: &'static str| -> Result<crate::Evaluation> {
         let job = EvalJob {
             model: model.to_path_buf(),
             dataset: job.dataset.clone(),
@@ -214,9 +223,9 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             runtime: job.runtime.clone(),
             data: job.data.clone(),
         };
-        Ok(evaluate_file(&job, progress)?.evaluation)
+        Ok(clock.time(phase, || evaluate_file(&job, progress))?.evaluation)
     };
-    let fp32 = eval(&fp32_path)?;
+    let fp32 = eval(&fp32_path, "fp32_scoring")?;
     // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
     let gold = {
         let all = squad_metrics::load_dataset(&job.dataset)
@@ -230,6 +239,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     // The held-out questions: FP32's logits on them once, for every candidate's logit KL and for debug; and the
     // batches every candidate is timed on against FP32, in alternation.
+    let held_out_started = Instant::now();
     let held = HeldOut::new(
         &fp32_path,
         &onnx_ir::Model::load(&fp32_path)?,
@@ -247,6 +257,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     let (batches, io) = held.batches();
     let timing = PairedTiming::new(&fp32_path, &fp32_session, batches, io, speed::FEATURES, speed::ROUNDS)?;
+    clock.add("held_out_fp32", held_out_started);
     // One candidate: quantized with `nodes` in float, measured on the held-out questions (the proxy) and timed against
     // FP32 (`built`), then scored on the evaluation questions (`scored`).
     let built = |nodes: &[String], ranges: &Path, chosen: usize, options: &[&str]| -> Result<Timed> {
@@ -257,9 +268,11 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             if options.is_empty() { "" } else { "_all_integer" }
         );
         let model = job.out.join("candidates").join(name);
-        let (integer_matmuls, matmuls) = quantize_with_float(job, &base, ranges, nodes, options, &model)?;
-        let held_out_kl = held.agreement(&onnx_ir::Model::load(&model)?, "candidate")?.kl();
-        let speedup = timing.against(&model, &int8_session)?;
+        let (integer_matmuls, matmuls) =
+            clock.time("quantization", || quantize_with_float(job, &base, ranges, nodes, options, &model))?;
+        let held_out_kl =
+            clock.time("held_out_kl", || held.agreement(&onnx_ir::Model::load(&model)?, "candidate"))?.kl();
+        let speedup = clock.time("timing", || timing.against(&model, &int8_session))?;
         Ok(Timed {
             float_nodes: nodes.to_vec(),
             model,
@@ -272,7 +285,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         })
     };
     let scored = |b: Timed| -> Result<Candidate> {
-        let e = eval(&b.model)?;
+        let e = eval(&b.model, "candidate_scoring")?;
         let mut also = match b.calibrator_choices {
             0 => String::new(),
             n => format!(" ({n} ranges from other calibrators)"),
@@ -334,14 +347,16 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     }
     let statistics = if over && job.calibrator_trials > 0 { statistics_for(job, &ranges)? } else { None };
     // The per-pair errors (debug/), and the sensitivity ranking when nodes may have to go to float.
-    let mut debugged = debug_run(
-        job,
-        &held,
-        &fp32_path,
-        &curve[0].timed.model,
-        over && statistics.is_none() && job.max_float > 0,
-        progress,
-    )?;
+    let mut debugged = clock.time("debug_and_sensitivity", || {
+        debug_run(
+            job,
+            &held,
+            &fp32_path,
+            &curve[0].timed.model,
+            over && statistics.is_none() && job.max_float > 0,
+            progress,
+        )
+    })?;
     let (mut tuned, mut calibrators) = (ranges.clone(), Vec::new());
     if let Some((table, state)) = statistics {
         let worst: Vec<String> =
@@ -351,7 +366,8 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         let methods = calib_settings(job).methods.methods()?;
         let base_model = onnx_ir::Model::load(&base)?;
         let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, methods };
-        let chosen = calibrators::choose(&trials, &table, &state, &worst, progress)?;
+        let chosen =
+            clock.time("calibrator_choice", || calibrators::choose(&trials, &table, &state, &worst, progress))?;
         progress.note(&format!(
             "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",
             chosen.choices.len(),
@@ -367,7 +383,8 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         }
         if !within(curve.last().expect("one candidate")) && job.max_float > 0 {
             let last = curve.last().expect("one candidate").timed.model.clone();
-            debugged = debug_run(job, &held, &fp32_path, &last, true, progress)?;
+            debugged =
+                clock.time("debug_and_sensitivity", || debug_run(job, &held, &fp32_path, &last, true, progress))?;
         }
     }
     let mut ranking = Vec::new();
@@ -396,10 +413,13 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         calibrators,
         recipe: job.out.join("recipe.toml"),
         not_scored: not_faster.into_iter().collect(),
+        phase_seconds: BTreeMap::new(),
         fail_above: job.fail_above,
     };
-    let histograms = write_histograms(job, &debugged)?;
+    let mut report = report;
+    let histograms = clock.time("outputs", || write_histograms(job, &debugged))?;
     let ranges = if report.choice().timed.calibrator_choices > 0 { tuned } else { ranges };
+    report.phase_seconds = clock.finish(started);
     write_outputs(job, &report, &base, &ranges, histograms)?;
     Ok(report)
 }
@@ -603,6 +623,34 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
     write_atomic(&job.out.join("tune.md"), md.as_bytes())
 }
 
+/// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
+/// `fp32_scoring` and `candidate_scoring` (F1 on the evaluation questions: the confirmation), `held_out_fp32` (FP32's
+/// logits on the held-out questions and its timing warm-up), `quantization`, `held_out_kl` and `timing` (each
+/// candidate built, measured on the held-out questions, timed against FP32), `debug_and_sensitivity` (the per-pair
+/// errors and the node ranking), `calibrator_choice`, `outputs` (the histograms). Closures share it by reference.
+#[derive(Default)]
+struct Clock(RefCell<BTreeMap<&'static str, f64>>);
+
+impl Clock {
+    fn time<T>(&self, phase: &'static str, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.add(phase, t);
+        out
+    }
+
+    fn add(&self, phase: &'static str, since: Instant) {
+        *self.0.borrow_mut().entry(phase).or_default() += since.elapsed().as_secs_f64();
+    }
+
+    /// The phases, and `total` since `started`.
+    fn finish(&self, started: Instant) -> BTreeMap<String, f64> {
+        let mut out: BTreeMap<String, f64> = self.0.borrow().iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        out.insert("total".to_owned(), started.elapsed().as_secs_f64());
+        out
+    }
+}
+
 /// Standard error, in F1 points, of the mean of `ours - theirs` (per-question F1 in 0..1, paired by question): the
 /// sample standard deviation of the differences over the square root of their number; NaN under two questions.
 fn paired_standard_error(ours: &[f64], theirs: &[f64]) -> f64 {
@@ -613,6 +661,16 @@ fn paired_standard_error(ours: &[f64], theirs: &[f64]) -> f64 {
     }
     let mean = d.iter().sum::<f64>() / n;
     (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
+}
+
+/// "4.2 s", "2 min 08 s".
+fn duration(seconds: f64) -> String {
+    if seconds < 60.0 {
+        format!("{seconds:.1} s")
+    } else {
+        let s = seconds.round() as u64;
+        format!("{} min {:02} s", s / 60, s % 60)
+    }
 }
 
 /// "1 node", "3 nodes".
@@ -694,6 +752,26 @@ impl fmt::Display for TuneReport {
              run by both models in turn, {} rounds.",
             self.questions, c.timed.speedup.features, c.timed.speedup.rounds
         )?;
+        if let Some(total) = self.phase_seconds.get("total") {
+            // The issue's split: statistics, sensitivity, confirmation (the F1 scoring), and the rest.
+            let labels = [
+                ("statistics", "statistics"),
+                ("debug_and_sensitivity", "debug and sensitivity"),
+                ("calibrator_choice", "calibrator choice"),
+                ("fp32_scoring", "FP32 scored"),
+                ("candidate_scoring", "candidates scored"),
+                ("held_out_fp32", "FP32 on the held-out questions"),
+                ("quantization", "candidates quantized"),
+                ("held_out_kl", "candidates' held-out KL"),
+                ("timing", "candidates timed"),
+                ("outputs", "outputs"),
+            ];
+            let parts: Vec<String> = labels
+                .iter()
+                .filter_map(|(k, label)| self.phase_seconds.get(*k).map(|s| format!("{label} {}", duration(*s))))
+                .collect();
+            write!(f, "\n\nTook {}: {}.", duration(*total), parts.join(", "))?;
+        }
         for t in &self.not_scored {
             write!(
                 f,
@@ -764,6 +842,7 @@ mod tests {
             calibrators: vec![],
             recipe: "out/recipe.toml".into(),
             not_scored: vec![],
+            phase_seconds: BTreeMap::new(),
             fail_above,
         }
     }
