@@ -79,6 +79,14 @@ fn onnx(path: &Path) -> Result<bool> {
                 bail!("a loaded model does not re-encode to itself");
             }
             through_qdq(&m)?;
+            // As qdq's jobs load a model to quantize: its constants folded, then through qdq again.
+            let mut folded = m.clone();
+            match onnx_ir::fold_constants(folded.graph_mut()) {
+                Ok(f) if f.nodes() > 0 => through_qdq(&folded)?,
+                Ok(_) => {}
+                Err(e) if e.to_string().is_empty() => bail!("a fold error without a message"),
+                Err(_) => {}
+            }
             Ok(true)
         }
         Err(e) if e.to_string().is_empty() => bail!("an error without a message"),

@@ -68,7 +68,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     std::fs::create_dir_all(&cfg.out).map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
     let started = Instant::now();
     let mut phases = BTreeMap::new();
-    let model = Model::load(&cfg.model)?;
+    let model = crate::load_for_quantization(&cfg.model)?;
     let squad = crate::data::is_squad_model(&model, &cfg.data.io_names);
     let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)

@@ -101,7 +101,7 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     let Some(calibration_data) = &job.calib.calibration_data else {
         return Err(Error::Config("qdq calibrate needs --calibration-data FILE".into()));
     };
-    let model = Model::load(&job.model)?;
+    let model = crate::load_for_quantization(&job.model)?;
     let data_cfg = job.data.config(&job.model)?;
     let text = crate::inputs::TextInputs::for_model(&model, &job.model, &data_cfg);
     let data = crate::inputs::load_feeds(&model, &job.model, calibration_data, job.calib.cal_num, &data_cfg, &text)?;
@@ -252,7 +252,7 @@ pub fn quantize_file(job: &QuantizeJob) -> Result<QuantizeReport> {
     let Some(ranges) = &job.ranges else {
         return Err(Error::Config("qdq quantize needs --ranges FILE (or --mode dynamic, which needs none)".into()));
     };
-    let model = Model::load(&job.model)?;
+    let model = crate::load_for_quantization(&job.model)?;
     let table = calib::tables::read_ranges(ranges)?;
     // calibrate writes model_smoothed.onnx and the tables one by one: a killed or repeated run can leave a pair from
     // two runs, whose ranges do not describe the model.
@@ -312,7 +312,7 @@ fn quantize_file_dynamic(job: &QuantizeJob, policy: &qdq::Policy) -> Result<Quan
     if job.ranges.is_some() {
         tracing::warn!("--ranges is not used in dynamic mode");
     }
-    let model = Model::load(&job.model)?;
+    let model = crate::load_for_quantization(&job.model)?;
     let (qmodel, plan) = qdq::quantize_dynamic(&model, policy)?;
     let (Some(output), false) = (&job.output, job.dry_run) else {
         return Ok(QuantizeReport::PlannedDynamic(plan));

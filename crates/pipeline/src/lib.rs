@@ -111,6 +111,24 @@ pub(crate) fn model_size(p: &Path) -> u64 {
     len(p) + external
 }
 
+/// Loads an FP32 model to calibrate, smooth or quantize, with what is constant by construction folded into
+/// initializers ([`onnx_ir::fold_constants`]: weights written as `Constant` nodes, or stored transposed behind a
+/// `Transpose`, or in float16 behind a `Cast`), so qdq's rules, which look for MatMuls whose weight is an initializer,
+/// see every weight whatever the exporter. One line says what was folded; the file itself is not changed.
+pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
+    let mut model = onnx_ir::Model::load(path)?;
+    let folded = onnx_ir::fold_constants(model.graph_mut())?;
+    if folded.nodes() > 0 {
+        tracing::info!(
+            "{}: folded {} constant nodes into initializers ({}), so the weights behind them are seen as weights",
+            path.display(),
+            folded.nodes(),
+            folded.describe()
+        );
+    }
+    Ok(model)
+}
+
 /// Saves a model the user gets ([`onnx_ir::Model::save`]): inline, or with its large tensors in a side file when it
 /// would pass protobuf's 2 GiB limit inline, and then one line says where they went.
 pub fn save_model(model: &onnx_ir::Model, path: &Path) -> Result<()> {

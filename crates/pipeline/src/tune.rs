@@ -364,7 +364,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         let (policy, _) = job.policy.policy(&job.runtime.ep)?;
         // Every method, with the run's options: what calibration collected the statistics for.
         let methods = calib_settings(job).methods.methods()?;
-        let base_model = onnx_ir::Model::load(&base)?;
+        let base_model = crate::load_for_quantization(&base)?;
         let trials = calibrators::Trials { base: &base_model, policy: &policy, held: &held, methods };
         let chosen =
             clock.time("calibrator_choice", || calibrators::choose(&trials, &table, &state, &worst, progress))?;

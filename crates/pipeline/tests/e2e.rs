@@ -395,6 +395,72 @@ fn other_graph_forms_run_end_to_end() {
     }
 }
 
+/// Exporters that do not fold constants: the same weights written as `Constant` nodes, stored transposed behind a
+/// `Transpose`, or in float16 behind a `Cast` (rounded the same in the plain model, so both compute the same). qdq
+/// folds them into initializers on load: the INT8 model quantizes the same MatMuls and gives the same answers.
+#[test]
+fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
+    use onnx_ir::{NodeExt, attr_int, attr_ints, attr_tensor, node, tensor_from_vec};
+    use std::collections::HashSet;
+    let dir = tempfile::tempdir().unwrap();
+    let mut plain = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let weights: Vec<String> = {
+        let g = plain.graph();
+        let inits: HashSet<&str> = g.initializer.iter().map(|t| t.name()).collect();
+        g.node
+            .iter()
+            .filter(|n| n.op_type() == "MatMul" && inits.contains(n.input[1].as_str()))
+            .map(|n| n.input[1].clone())
+            .collect()
+    };
+    assert!(weights.len() >= 6, "{weights:?}");
+    // Every third weight goes behind each form; the float16 ones are rounded in the plain model too.
+    let mut unfolded = plain.clone();
+    let ug = unfolded.graph_mut();
+    let mut front = Vec::new();
+    for (k, w) in weights.iter().enumerate() {
+        let t = ug.initializer.iter().find(|t| t.name() == w).unwrap().clone();
+        let a = onnx_ir::tensor_to_array::<f32>(&t).unwrap();
+        let (rows, cols) = (a.shape()[0], a.shape()[1]);
+        let hidden = format!("{w}_stored");
+        match k % 3 {
+            0 => front.push(node("Constant", &format!("{w}_c"), &[], &[w]).with_attr(attr_tensor("value", t.clone()))),
+            1 => {
+                let at: Vec<f32> = a.t().iter().copied().collect();
+                ug.initializer.push(tensor_from_vec::<f32>(&hidden, &[cols, rows], at).unwrap());
+                front
+                    .push(node("Transpose", &format!("{w}_t"), &[&hidden], &[w]).with_attr(attr_ints("perm", &[1, 0])));
+            }
+            _ => {
+                let h: Vec<half::f16> = a.iter().map(|&v| half::f16::from_f32(v)).collect();
+                ug.initializer.push(tensor_from_vec(&hidden, &[rows, cols], h.clone()).unwrap());
+                front.push(node("Cast", &format!("{w}_cast"), &[&hidden], &[w]).with_attr(attr_int("to", 1)));
+                let rounded: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
+                onnx_ir::GraphExt::add_initializer(
+                    plain.graph_mut(),
+                    tensor_from_vec::<f32>(w, &[rows, cols], rounded).unwrap(),
+                );
+            }
+        }
+        ug.initializer.retain(|t| t.name() != w);
+    }
+    ug.node.splice(0..0, front);
+    let mut answers = Vec::new();
+    for (name, model) in [("plain", &plain), ("unfolded", &unfolded)] {
+        let path = dir.path().join(format!("{name}.onnx"));
+        model.save(&path).unwrap();
+        let out = dir.path().join(format!("out_{name}"));
+        let cfg = config(path, out.clone(), "cpu");
+        let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+        let q = &r.quantization;
+        let int8 = r.int8.unwrap();
+        let predictions = std::fs::read_to_string(out.join("predictions_int8.json")).unwrap();
+        answers.push((q.quantized_tensors, q.float_matmul_like.clone(), int8.score.f1, predictions));
+    }
+    assert_eq!(answers[0], answers[1], "the unfolded model must quantize and answer as the plain one");
+    assert!(answers[1].1.iter().all(|n| n.contains("/attention/self/MatMul")), "{:?}", answers[1].1);
+}
+
 #[test]
 fn dynamic_mode_needs_no_calibration() {
     let dir = tempfile::tempdir().unwrap();

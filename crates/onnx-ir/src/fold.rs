@@ -1,0 +1,346 @@
+//! Folding of what is constant by construction into initializers: exporters that do not fold constants write weights
+//! as `Constant` nodes, or store them transposed (`[out, in]`) behind a `Transpose`, or in float16 behind a `Cast`.
+//! Whoever looks for "a MatMul whose B is an initializer" then finds none; after [`fold_constants`] it finds them all.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::error::tensor_err;
+use crate::proto::tensor_proto::{DataLocation, DataType};
+use crate::proto::{GraphProto, NodeProto, TensorProto};
+use crate::tensor::{Element, array_to_tensor, tensor_shape, tensor_to_array};
+use crate::{GraphExt, Result, get_attr, get_attr_int, get_attr_ints};
+
+/// The ops [`fold_constants`] evaluates when every input is constant.
+pub const FOLDED_OPS: [&str; 5] = ["Constant", "Identity", "Transpose", "Cast", "Reshape"];
+
+/// What [`fold_constants`] did: nodes folded per op type (empty: nothing to fold).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Folded {
+    pub by_op: BTreeMap<String, usize>,
+}
+
+impl Folded {
+    /// Nodes folded in all.
+    pub fn nodes(&self) -> usize {
+        self.by_op.values().sum()
+    }
+
+    /// `"49 Transpose, 2 Constant"`, most first.
+    pub fn describe(&self) -> String {
+        let mut v: Vec<(&String, &usize)> = self.by_op.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        v.iter().map(|(op, n)| format!("{n} {op}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Replaces every node of [`FOLDED_OPS`] (default domain, one output) whose inputs are all initializers, in graph
+/// order so chains fold too, by an initializer named as its output holding the value it computes: `Constant`
+/// (`value`, `value_float(s)`, `value_int(s)`), `Identity`, `Transpose` (any element type qdq reads: float, float16,
+/// int64, int32, int8, uint8), `Cast` between float and float16 (and to the same type), `Reshape` by a constant
+/// int64 shape. A node whose output is a graph output or is produced inside a subgraph's scope stays, as does one
+/// this cannot evaluate (another element type, external data, a shape that does not fit): folding is an
+/// optimisation, never an error. Initializers only the folded nodes read are dropped. Top-level graph only.
+///
+/// ```
+/// use qdq_onnx_ir::{GraphExt, NodeExt, attr_ints, fold_constants, node, tensor_from_vec};
+/// use qdq_onnx_ir::proto::GraphProto;
+///
+/// let mut g = GraphProto::default();
+/// g.add_initializer(tensor_from_vec::<f32>("w_t", &[3, 2], vec![1., 2., 3., 4., 5., 6.]).unwrap());
+/// g.node.push(node("Transpose", "t", &["w_t"], &["w"]).with_attr(attr_ints("perm", &[1, 0])));
+/// g.node.push(node("MatMul", "mm", &["x", "w"], &["y"]));
+/// let folded = fold_constants(&mut g).unwrap();
+/// assert_eq!(folded.describe(), "1 Transpose");
+/// assert_eq!(g.node.len(), 1); // the MatMul
+/// let w = g.initializer("w").unwrap();
+/// assert_eq!(w.dims, vec![2, 3]);
+/// assert!(g.initializer("w_t").is_none()); // only the Transpose read it
+/// ```
+pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
+    let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    let mut made: HashMap<String, TensorProto> = HashMap::new();
+    let mut fold = vec![false; g.node.len()];
+    let mut folded = Folded::default();
+    for (i, n) in g.node.iter().enumerate() {
+        if !n.domain().is_empty() && n.domain() != "ai.onnx"
+            || !FOLDED_OPS.contains(&n.op_type())
+            || n.output.len() != 1
+            || n.output[0].is_empty()
+            || outputs.contains(&n.output[0])
+        {
+            continue;
+        }
+        let mut inputs = Vec::with_capacity(n.input.len());
+        for name in &n.input {
+            match made.get(name).or_else(|| g.initializer(name)) {
+                Some(t) if t.data_location() != DataLocation::External => inputs.push(Some(t)),
+                _ if name.is_empty() => inputs.push(None),
+                _ => break,
+            }
+        }
+        if inputs.len() != n.input.len() {
+            continue;
+        }
+        let Some(t) = evaluate(n, &inputs)? else { continue };
+        fold[i] = true;
+        *folded.by_op.entry(n.op_type().to_owned()).or_default() += 1;
+        made.insert(n.output[0].clone(), t);
+    }
+    if made.is_empty() {
+        return Ok(folded);
+    }
+    let read_by_folded: HashSet<String> =
+        g.node.iter().zip(&fold).filter(|(_, f)| **f).flat_map(|(n, _)| n.input.iter().cloned()).collect();
+    let mut k = 0;
+    g.node.retain(|_| {
+        k += 1;
+        !fold[k - 1]
+    });
+    // Sorted, so the model written does not depend on hash order.
+    let mut made: Vec<(String, TensorProto)> = made.into_iter().collect();
+    made.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, mut t) in made {
+        t.name = Some(name);
+        g.add_initializer(t);
+    }
+    let still_read = read_names(g);
+    g.initializer.retain(|t| !read_by_folded.contains(t.name()) || still_read.contains(t.name()));
+    Ok(folded)
+}
+
+/// Every tensor a node (of this graph or, by name, of any subgraph) or a graph output reads.
+fn read_names(g: &GraphProto) -> HashSet<String> {
+    fn walk(g: &GraphProto, out: &mut HashSet<String>) {
+        for n in &g.node {
+            out.extend(n.input.iter().cloned());
+            for sub in crate::subgraphs(n) {
+                walk(sub, out);
+            }
+        }
+        out.extend(g.output.iter().map(|o| o.name().to_owned()));
+    }
+    let mut out = HashSet::new();
+    walk(g, &mut out);
+    out
+}
+
+/// The value node `n` computes from constant `inputs` (`None` for an omitted optional input), or `None` when this
+/// cannot evaluate it.
+fn evaluate(n: &NodeProto, inputs: &[Option<&TensorProto>]) -> Result<Option<TensorProto>> {
+    let first = inputs.first().copied().flatten();
+    Ok(match (n.op_type(), first) {
+        ("Constant", _) => constant(n)?,
+        ("Identity", Some(t)) => Some(t.clone()),
+        ("Transpose", Some(t)) => {
+            let rank = t.dims.len();
+            let perm: Vec<usize> = match get_attr_ints(n, "perm")? {
+                Some(p) => p.iter().map(|&a| usize::try_from(a).unwrap_or(usize::MAX)).collect(),
+                None => (0..rank).rev().collect(),
+            };
+            let mut seen = perm.clone();
+            seen.sort_unstable();
+            if seen != (0..rank).collect::<Vec<_>>() {
+                return Ok(None);
+            }
+            transpose(t, &perm)?
+        }
+        ("Cast", Some(t)) => cast(t, get_attr_int(n, "to")?)?,
+        ("Reshape", Some(t)) => match inputs.get(1).copied().flatten() {
+            Some(shape) if shape.data_type() == DataType::Int64 as i32 => {
+                let allowzero = get_attr_int(n, "allowzero")?.unwrap_or(0) != 0;
+                reshape(t, &tensor_to_array::<i64>(shape)?.into_raw_vec_and_offset().0, allowzero)?
+            }
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// A `Constant` node's value: `value` (a tensor), `value_float(s)`, `value_int(s)`; `None` for the other forms.
+fn constant(n: &NodeProto) -> Result<Option<TensorProto>> {
+    let Some(a) = n.attribute.first().filter(|_| n.attribute.len() == 1) else { return Ok(None) };
+    let named = |t: TensorProto| Some(TensorProto { name: n.output.first().cloned(), ..t });
+    Ok(match a.name() {
+        "value" => a.t.as_ref().filter(|t| t.data_location() != DataLocation::External).cloned().and_then(named),
+        "value_float" => get_attr(n, "value_float").map(|a| scalar(a.f())).and_then(named),
+        "value_floats" => named(array_to_tensor(
+            "",
+            &ArrayD::from_shape_vec(IxDyn(&[a.floats.len()]), a.floats.clone())
+                .map_err(|e| tensor_err(n.output.first().cloned().unwrap_or_default(), e.to_string()))?,
+        )),
+        "value_int" => get_attr(n, "value_int").map(|a| scalar(a.i())).and_then(named),
+        "value_ints" => named(array_to_tensor(
+            "",
+            &ArrayD::from_shape_vec(IxDyn(&[a.ints.len()]), a.ints.clone())
+                .map_err(|e| tensor_err(n.output.first().cloned().unwrap_or_default(), e.to_string()))?,
+        )),
+        _ => None,
+    })
+}
+
+fn scalar<T: Element>(v: T) -> TensorProto {
+    array_to_tensor("", &ArrayD::from_elem(IxDyn(&[]), v))
+}
+
+/// Calls `$f::<T>` with the element type of tensor `$t`, or gives `None` for a type [`Element`] does not cover.
+macro_rules! by_type {
+    ($t:expr, $f:ident ( $($arg:expr),* )) => {{
+        let dt = $t.data_type();
+        if dt == DataType::Float as i32 {
+            Some($f::<f32>($($arg),*)?)
+        } else if dt == DataType::Float16 as i32 {
+            Some($f::<half::f16>($($arg),*)?)
+        } else if dt == DataType::Int64 as i32 {
+            Some($f::<i64>($($arg),*)?)
+        } else if dt == DataType::Int32 as i32 {
+            Some($f::<i32>($($arg),*)?)
+        } else if dt == DataType::Int8 as i32 {
+            Some($f::<i8>($($arg),*)?)
+        } else if dt == DataType::Uint8 as i32 {
+            Some($f::<u8>($($arg),*)?)
+        } else {
+            None
+        }
+    }};
+}
+
+fn transpose(t: &TensorProto, perm: &[usize]) -> Result<Option<TensorProto>> {
+    fn go<T: Element>(t: &TensorProto, perm: &[usize]) -> Result<TensorProto> {
+        let a = tensor_to_array::<T>(t)?.permuted_axes(IxDyn(perm));
+        Ok(array_to_tensor(t.name(), &a.as_standard_layout().into_owned()))
+    }
+    Ok(by_type!(t, go(t, perm)))
+}
+
+/// `Cast` to `to`: float <-> float16 and to the same type; `None` otherwise.
+fn cast(t: &TensorProto, to: Option<i64>) -> Result<Option<TensorProto>> {
+    let (from, to) = (t.data_type(), to.and_then(|v| i32::try_from(v).ok()));
+    let (f32_t, f16_t) = (DataType::Float as i32, DataType::Float16 as i32);
+    Ok(match to {
+        Some(to) if to == from => Some(t.clone()),
+        Some(to) if from == f16_t && to == f32_t => {
+            Some(array_to_tensor(t.name(), &tensor_to_array::<half::f16>(t)?.mapv(half::f16::to_f32)))
+        }
+        Some(to) if from == f32_t && to == f16_t => {
+            Some(array_to_tensor(t.name(), &tensor_to_array::<f32>(t)?.mapv(half::f16::from_f32)))
+        }
+        _ => None,
+    })
+}
+
+/// `Reshape` of `t` to `shape` (ONNX's rules: 0 copies the input's dimension unless `allowzero`, one -1 is inferred);
+/// `None` when the shape does not fit the element count.
+fn reshape(t: &TensorProto, shape: &[i64], allowzero: bool) -> Result<Option<TensorProto>> {
+    let (dims, count) = tensor_shape(t)?;
+    let mut out: Vec<i64> = Vec::with_capacity(shape.len());
+    let mut infer = None;
+    for (i, &d) in shape.iter().enumerate() {
+        match d {
+            0 if !allowzero => match dims.get(i) {
+                Some(&k) => out.push(k as i64),
+                None => return Ok(None),
+            },
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                out.push(1);
+            }
+            d if d >= 0 => out.push(d),
+            _ => return Ok(None),
+        }
+    }
+    let known = out.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    if let Some(i) = infer {
+        match known {
+            Some(k) if k > 0 && count % k == 0 => out[i] = (count / k) as i64,
+            _ => return Ok(None),
+        }
+    } else if known != Some(count) {
+        return Ok(None);
+    }
+    Ok(Some(TensorProto { dims: out, ..t.clone() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NodeExt, attr_int, attr_ints, attr_tensor, node, tensor_from_vec};
+
+    fn values(t: &TensorProto) -> Vec<f32> {
+        tensor_to_array::<f32>(t).unwrap().into_raw_vec_and_offset().0
+    }
+
+    #[test]
+    fn a_chain_of_constant_ops_folds_to_what_it_computes() {
+        let mut g = GraphProto::default();
+        // Constant [2, 3] (float16) -> Cast to float -> Transpose -> Reshape to [-1] -> Identity: 1 initializer.
+        let c = array_to_tensor(
+            "",
+            &ArrayD::from_shape_vec(IxDyn(&[2, 3]), (1..=6).map(|v| half::f16::from_f32(v as f32)).collect()).unwrap(),
+        );
+        g.node.push(node("Constant", "c", &[], &["c"]).with_attr(attr_tensor("value", c)));
+        g.node.push(node("Cast", "cast", &["c"], &["c32"]).with_attr(attr_int("to", DataType::Float as i64)));
+        g.node.push(node("Transpose", "t", &["c32"], &["ct"]));
+        g.add_initializer(tensor_from_vec::<i64>("shape", &[1], vec![-1]).unwrap());
+        g.node.push(node("Reshape", "r", &["ct", "shape"], &["flat"]));
+        g.node.push(node("Identity", "i", &["flat"], &["w"]));
+        g.node.push(node("Mul", "use", &["x", "w"], &["y"]));
+        let f = fold_constants(&mut g).unwrap();
+        assert_eq!(f.nodes(), 5, "{f:?}");
+        assert_eq!(g.node.len(), 1);
+        let w = g.initializer("w").unwrap();
+        assert_eq!(w.dims, vec![6]);
+        assert_eq!(values(w), vec![1., 4., 2., 5., 3., 6.]);
+        // The intermediate tensors were read only by folded nodes: gone; the shape tensor too.
+        let names: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+        assert_eq!(names, vec!["w"]);
+    }
+
+    #[test]
+    fn what_is_not_constant_or_not_evaluable_stays() {
+        let mut g = GraphProto::default();
+        g.add_initializer(tensor_from_vec::<f32>("w", &[2, 2], vec![1., 2., 3., 4.]).unwrap());
+        // Reads a graph input: not constant.
+        g.node.push(node("Transpose", "tx", &["x"], &["xt"]));
+        // A graph output: stays a node.
+        g.node.push(node("Identity", "out", &["w"], &["wo"]));
+        g.output.push(crate::value_info("wo", DataType::Float, None));
+        // A shape that does not fit 4 values, and a bad perm.
+        g.add_initializer(tensor_from_vec::<i64>("s3", &[1], vec![3]).unwrap());
+        g.node.push(node("Reshape", "r", &["w", "s3"], &["wr"]));
+        g.node.push(node("Transpose", "tp", &["w"], &["wp"]).with_attr(attr_ints("perm", &[0, 0])));
+        // A Cast folding does not cover (float to int8) and another domain's op.
+        g.node.push(node("Cast", "ci", &["w"], &["wi"]).with_attr(attr_int("to", DataType::Int8 as i64)));
+        g.node.push(node("Identity", "ms", &["w"], &["wm"]).with_domain("com.microsoft"));
+        let before = g.clone();
+        let f = fold_constants(&mut g).unwrap();
+        assert_eq!(f, Folded::default());
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn an_initializer_other_nodes_still_read_stays() {
+        let mut g = GraphProto::default();
+        g.add_initializer(tensor_from_vec::<f32>("w", &[2, 3], vec![1., 2., 3., 4., 5., 6.]).unwrap());
+        g.node.push(node("Transpose", "t", &["w"], &["wt"]));
+        g.node.push(node("MatMul", "a", &["x", "wt"], &["y"]));
+        g.node.push(node("Gemm", "b", &["x", "w"], &["z"]));
+        fold_constants(&mut g).unwrap();
+        assert_eq!(values(g.initializer("wt").unwrap()), vec![1., 4., 2., 5., 3., 6.]);
+        assert!(g.initializer("w").is_some());
+    }
+
+    #[test]
+    fn constant_attribute_forms() {
+        let mut g = GraphProto::default();
+        g.node.push(node("Constant", "a", &[], &["a"]).with_attr(crate::attr_floats("value_floats", &[1.5, 2.5])));
+        g.node.push(node("Constant", "b", &[], &["b"]).with_attr(attr_int("value_int", 7)));
+        g.node.push(node("Add", "use", &["a", "b"], &["y"]));
+        assert_eq!(fold_constants(&mut g).unwrap().describe(), "2 Constant");
+        assert_eq!(values(g.initializer("a").unwrap()), vec![1.5, 2.5]);
+        let b = g.initializer("b").unwrap();
+        assert!(b.dims.is_empty());
+        assert_eq!(tensor_to_array::<i64>(b).unwrap().into_raw_vec_and_offset().0, vec![7]);
+    }
+}
