@@ -106,7 +106,17 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
         g.add_initializer(t);
     }
     let still_read = read_names(g);
-    g.initializer.retain(|t| !read_by_folded.contains(t.name()) || still_read.contains(t.name()));
+    let removed: HashSet<String> = g
+        .initializer
+        .iter()
+        .map(|t| t.name())
+        .filter(|n| read_by_folded.contains(*n) && !still_read.contains(*n))
+        .map(str::to_owned)
+        .collect();
+    g.initializer.retain(|t| !removed.contains(t.name()));
+    // An initializer listed as a graph input too (old exporters) goes with its input, which would otherwise become
+    // a required one.
+    g.input.retain(|v| !removed.contains(v.name()));
     Ok(folded)
 }
 
@@ -329,6 +339,19 @@ mod tests {
         fold_constants(&mut g).unwrap();
         assert_eq!(values(g.initializer("wt").unwrap()), vec![1., 4., 2., 5., 3., 6.]);
         assert!(g.initializer("w").is_some());
+    }
+
+    #[test]
+    fn an_initializer_listed_as_an_input_goes_with_its_input() {
+        let mut g = GraphProto::default();
+        g.add_initializer(tensor_from_vec::<f32>("w", &[2, 3], vec![1., 2., 3., 4., 5., 6.]).unwrap());
+        g.input.push(crate::value_info("x", DataType::Float, None));
+        g.input.push(crate::value_info("w", DataType::Float, None));
+        g.node.push(node("Transpose", "t", &["w"], &["wt"]));
+        g.node.push(node("MatMul", "a", &["x", "wt"], &["y"]));
+        fold_constants(&mut g).unwrap();
+        assert!(g.initializer("w").is_none());
+        assert_eq!(g.input.iter().map(|v| v.name()).collect::<Vec<_>>(), ["x"]);
     }
 
     #[test]

@@ -111,8 +111,9 @@ pub trait GraphExt {
     /// A name not used anywhere in the graph (`base`, `base_1`, ...). Not reserved: use
     /// [`NameSet`] when creating several names before inserting them.
     fn fresh_name(&self, base: &str) -> String;
-    /// Drops initializers (dense and sparse) nothing reads and value_infos of tensors that no
-    /// longer exist.
+    /// Drops initializers (dense and sparse) nothing reads (no node, subgraph or graph output), with the graph input
+    /// of the same name where an initializer is also listed as an input, and value_infos of tensors that no longer
+    /// exist.
     fn remove_unused_initializers(&mut self);
     /// Removes the nodes `prunable` selects none of whose outputs is read (by a node, from inside a subgraph, or as a
     /// graph output).
@@ -319,10 +320,16 @@ impl GraphExt for GraphProto {
         let mut reads: HashSet<&str> = HashSet::new();
         collect_reads(self, &mut reads);
         reads.extend(self.output.iter().map(|o| o.name()));
-        reads.extend(self.input.iter().map(|o| o.name()));
         let reads: HashSet<String> = reads.into_iter().map(str::to_string).collect();
-        self.initializer.retain(|t| reads.contains(t.name()));
-        self.sparse_initializer.retain(|s| s.values.as_ref().is_none_or(|v| reads.contains(v.name())));
+        let dense = self.initializer.iter().map(|t| t.name());
+        let sparse = self.sparse_initializer.iter().filter_map(|s| s.values.as_ref().map(|v| v.name()));
+        let dropped: HashSet<String> =
+            dense.chain(sparse).filter(|n| !reads.contains(*n)).map(str::to_string).collect();
+        self.initializer.retain(|t| !dropped.contains(t.name()));
+        self.sparse_initializer.retain(|s| s.values.as_ref().is_none_or(|v| !dropped.contains(v.name())));
+        // An initializer listed as a graph input too (old exporters' `keep_initializers_as_inputs`) is a default
+        // value nobody reads any more: its input goes with it (left alone, it would become a required input).
+        self.input.retain(|v| !dropped.contains(v.name()));
         let mut existing: HashSet<String> = HashSet::new();
         existing.extend(self.initializer.iter().map(|t| t.name().to_string()));
         existing.extend(self.input.iter().map(|v| v.name().to_string()));

@@ -143,6 +143,17 @@ fn remove_unused_initializers_drops_dead_data_and_value_infos() {
     assert_eq!(inits, vec!["w"]);
     let vis: Vec<_> = g.value_info.iter().map(|t| t.name().to_string()).collect();
     assert_eq!(vis, vec!["s"]);
+
+    // An initializer also listed as a graph input (keep_initializers_as_inputs): unread, both go; the real inputs,
+    // read or not, stay.
+    let inputs_before: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
+    g.add_initializer(array_to_tensor("old_default", &ndarray::arr1(&[2.0f32]).into_dyn()));
+    g.input.push(qdq_onnx_ir::value_info("old_default", DataType::Float, None));
+    g.input.push(qdq_onnx_ir::value_info("unread_real_input", DataType::Float, None));
+    g.remove_unused_initializers();
+    let inputs: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
+    assert_eq!(inputs, [inputs_before, vec!["unread_real_input".to_string()]].concat());
+    assert!(g.initializer("old_default").is_none());
 }
 
 #[test]

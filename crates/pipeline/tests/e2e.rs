@@ -461,6 +461,38 @@ fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
     assert!(answers[1].1.iter().all(|n| n.contains("/attention/self/MatMul")), "{:?}", answers[1].1);
 }
 
+/// Old exporters (`keep_initializers_as_inputs`, IR < 4) list every initializer as a graph input too. They are
+/// constants all the same: the `cpu` layout stores the weights and embedding tables as int8, the float originals go
+/// with their inputs, and no input the caller would have to feed appears.
+#[test]
+fn initializers_listed_as_graph_inputs_are_quantized_as_constants() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let g = m.graph_mut();
+    let real: Vec<String> = g.input.iter().map(|v| v.name().to_owned()).collect();
+    let listed: Vec<_> = g
+        .initializer
+        .iter()
+        .map(|t| onnx_ir::value_info(t.name(), onnx_ir::DataType::try_from(t.data_type()).unwrap(), None))
+        .collect();
+    g.input.extend(listed);
+    let path = dir.path().join("inputs.onnx");
+    m.save(&path).unwrap();
+    let out = dir.path().join("out");
+    let cfg = config(path.clone(), out.clone(), "cpu");
+    let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+    let g = q.graph();
+    for v in &g.input {
+        let backed = onnx_ir::GraphExt::initializer(g, v.name()).is_some();
+        assert!(real.contains(&v.name().to_owned()) || backed, "{} must be fed", v.name());
+    }
+    assert_eq!(r.quantization.embedding_tables, 3, "{:?}", r.quantization);
+    assert!(r.quantization.float_matmul_like.iter().all(|n| n.contains("/attention/self/MatMul")));
+    let (fp32, int8) = (r.fp32.unwrap(), r.int8.unwrap());
+    assert!(int8.model_bytes * 2 < fp32.model_bytes, "{} against {}", int8.model_bytes, fp32.model_bytes);
+}
+
 #[test]
 fn dynamic_mode_needs_no_calibration() {
     let dir = tempfile::tempdir().unwrap();

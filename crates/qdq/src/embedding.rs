@@ -27,7 +27,8 @@ pub struct EmbeddingTable {
     pub scales: Vec<f32>,
 }
 
-/// The tables `policy` stores as int8: float 2-D initializers (not graph inputs, not excluded by `exclude_tensors`)
+/// The tables `policy` stores as int8: float 2-D initializers (also those an old exporter listed as graph inputs:
+/// constants all the same; not excluded by `exclude_tensors`)
 /// whose every reader is a Gather on axis 0 that the node lists pass.
 pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<EmbeddingTable>> {
     if policy.embeddings != Embeddings::Int8 {
@@ -39,7 +40,7 @@ pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<Embedd
     for init in &g.initializer {
         let t = init.name();
         let float_2d = init.data_type() == DataType::Float as i32 && init.dims.len() == 2;
-        if !float_2d || g.input.iter().any(|i| i.name() == t) || m.tensor_excluded(t) {
+        if !float_2d || m.tensor_excluded(t) {
             continue;
         }
         let readers = ix.readers(t);

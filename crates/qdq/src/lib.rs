@@ -23,7 +23,9 @@
 //!   `QEmbedLayerNormalization` and a quantized MatMul with its bias `Add` one `MatMulIntegerToFloat` (`contrib`,
 //!   which also imports the com.microsoft domain), the one place qdq writes an op other than Q/DQ and their
 //!   corrections.
-//! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs. The one exception is a
+//! - A plan only rewires inputs of existing nodes; it never changes graph inputs / outputs (an initializer that an old
+//!   exporter also listed as a graph input, a default value, is a constant like any other: when nothing reads it any
+//!   more, it goes with its input). The one exception is a
 //!   shifted Softmax pair (`softmax_range = shifted`): the `P·V` MatMul then writes a new tensor and an added `Add`
 //!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.
 //!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).

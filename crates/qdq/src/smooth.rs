@@ -18,7 +18,7 @@
 //! as they are relative to each other, α = 1 moves all of the spread into the weights.
 //!
 //! Invariants: rescaled parameters are written as new initializers (an original still read elsewhere stays, one
-//! nothing reads any more is dropped); graph inputs and
+//! nothing reads any more is dropped, with its graph input if an old exporter listed it as one); graph inputs and
 //! outputs keep their names and meaning; the model records what was done in its metadata
 //! ([`SMOOTH_METADATA_KEY`]) so a later `quantize` can tell a smoothed model from a raw one.
 
@@ -416,10 +416,13 @@ impl Rewrite<'_> {
         if g.node.iter().any(|n| onnx_ir::subgraphs(n).next().is_some()) {
             return;
         }
-        let keep: Vec<String> = g.output.iter().chain(&g.input).map(|v| v.name().to_string()).collect();
+        let keep: Vec<String> = g.output.iter().map(|v| v.name().to_string()).collect();
         let mut replaced = self.replaced;
         replaced.retain(|r| g.consumers_of(r).is_empty() && !keep.contains(r));
         g.initializer.retain(|t| !replaced.iter().any(|r| r == t.name()));
+        // An initializer also listed as a graph input (old exporters) loses that input too: it was a default value,
+        // and without its initializer it would become a required input.
+        g.input.retain(|v| !replaced.iter().any(|r| r == v.name()));
     }
 }
 
