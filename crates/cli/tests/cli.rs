@@ -498,6 +498,21 @@ fn dynamic_mode_quantizes_without_ranges() {
     let c = qdq(&["calibrate", "--model", model, "--calibration-data", data.to_str().unwrap(), "--mode", "dynamic"]);
     let e = one_error(&c);
     assert!(e.contains("no calibration") && e.contains("qdq quantize --mode dynamic"), "{e}");
+    // The quantized model is not quantized again: one error naming it and what it holds, and nothing written.
+    let twice = f.dir.path().join("twice.onnx");
+    let e = one_error(&qdq(&[
+        "quantize",
+        "--model",
+        out.to_str().unwrap(),
+        "--mode",
+        "dynamic",
+        "-o",
+        twice.to_str().unwrap(),
+    ]));
+    assert!(e.contains("dynamic.onnx") && e.contains("quantized already") && e.contains("MatMulInteger"), "{e}");
+    let c = qdq(&["calibrate", "--model", out.to_str().unwrap(), "--calibration-data", data.to_str().unwrap()]);
+    assert!(one_error(&c).contains("quantized already"));
+    assert!(!twice.exists());
     // A mistyped mode is a usage error (exit 2) listing the valid ones.
     let o = qdq(&["quantize", "--model", model, "--mode", "fast", "--dry-run"]);
     assert_eq!(o.status.code(), Some(2));
