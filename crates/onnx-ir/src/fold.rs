@@ -6,11 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ndarray::{ArrayD, IxDyn};
 
-use crate::error::tensor_err;
 use crate::proto::tensor_proto::{DataLocation, DataType};
 use crate::proto::{GraphProto, NodeProto, TensorProto};
 use crate::tensor::{Element, array_to_tensor, tensor_shape, tensor_to_array};
-use crate::{GraphExt, Result, get_attr, get_attr_int, get_attr_ints};
+use crate::{GraphExt, Result, get_attr_int, get_attr_ints};
 
 /// The ops [`fold_constants`] evaluates when every input is constant.
 pub const FOLDED_OPS: [&str; 5] = ["Constant", "Identity", "Transpose", "Cast", "Reshape"];
@@ -174,18 +173,10 @@ fn constant(n: &NodeProto) -> Result<Option<TensorProto>> {
     let named = |t: TensorProto| Some(TensorProto { name: n.output.first().cloned(), ..t });
     Ok(match a.name() {
         "value" => a.t.as_ref().filter(|t| t.data_location() != DataLocation::External).cloned().and_then(named),
-        "value_float" => get_attr(n, "value_float").map(|a| scalar(a.f())).and_then(named),
-        "value_floats" => named(array_to_tensor(
-            "",
-            &ArrayD::from_shape_vec(IxDyn(&[a.floats.len()]), a.floats.clone())
-                .map_err(|e| tensor_err(n.output.first().cloned().unwrap_or_default(), e.to_string()))?,
-        )),
-        "value_int" => get_attr(n, "value_int").map(|a| scalar(a.i())).and_then(named),
-        "value_ints" => named(array_to_tensor(
-            "",
-            &ArrayD::from_shape_vec(IxDyn(&[a.ints.len()]), a.ints.clone())
-                .map_err(|e| tensor_err(n.output.first().cloned().unwrap_or_default(), e.to_string()))?,
-        )),
+        "value_float" => named(scalar(a.f())),
+        "value_int" => named(scalar(a.i())),
+        "value_floats" => named(array_to_tensor("", &ndarray::Array1::from(a.floats.clone()).into_dyn())),
+        "value_ints" => named(array_to_tensor("", &ndarray::Array1::from(a.ints.clone()).into_dyn())),
         _ => None,
     })
 }

@@ -400,7 +400,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     let chosen = all_integer
         .or_else(|| curve.iter().position(within))
         .unwrap_or_else(|| (0..curve.len()).max_by(|&a, &b| curve[a].f1.total_cmp(&curve[b].f1)).unwrap_or(0));
-    let report = TuneReport {
+    let mut report = TuneReport {
         out: job.out.clone(),
         budget: job.budget,
         fp32_f1: fp32.score.f1,
@@ -416,7 +416,6 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
         phase_seconds: BTreeMap::new(),
         fail_above: job.fail_above,
     };
-    let mut report = report;
     let histograms = clock.time("outputs", || write_histograms(job, &debugged))?;
     let ranges = if report.choice().timed.calibrator_choices > 0 { tuned } else { ranges };
     report.phase_seconds = clock.finish(started);
