@@ -104,35 +104,8 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
         t.name = Some(name);
         g.add_initializer(t);
     }
-    let still_read = read_names(g);
-    let removed: HashSet<String> = g
-        .initializer
-        .iter()
-        .map(|t| t.name())
-        .filter(|n| read_by_folded.contains(*n) && !still_read.contains(*n))
-        .map(str::to_owned)
-        .collect();
-    g.initializer.retain(|t| !removed.contains(t.name()));
-    // An initializer listed as a graph input too (old exporters) goes with its input, which would otherwise become
-    // a required one.
-    g.input.retain(|v| !removed.contains(v.name()));
+    g.drop_unread_initializers(&read_by_folded);
     Ok(folded)
-}
-
-/// Every tensor a node (of this graph or, by name, of any subgraph) or a graph output reads.
-fn read_names(g: &GraphProto) -> HashSet<String> {
-    fn walk(g: &GraphProto, out: &mut HashSet<String>) {
-        for n in &g.node {
-            out.extend(n.input.iter().cloned());
-            for sub in crate::subgraphs(n) {
-                walk(sub, out);
-            }
-        }
-        out.extend(g.output.iter().map(|o| o.name().to_owned()));
-    }
-    let mut out = HashSet::new();
-    walk(g, &mut out);
-    out
 }
 
 /// The value node `n` computes from constant `inputs` (`None` for an omitted optional input), or `None` when this

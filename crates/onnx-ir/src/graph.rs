@@ -111,10 +111,13 @@ pub trait GraphExt {
     /// A name not used anywhere in the graph (`base`, `base_1`, ...). Not reserved: use
     /// [`NameSet`] when creating several names before inserting them.
     fn fresh_name(&self, base: &str) -> String;
-    /// Drops initializers (dense and sparse) nothing reads (no node, subgraph or graph output), with the graph input
-    /// of the same name where an initializer is also listed as an input, and value_infos of tensors that no longer
-    /// exist.
+    /// Drops initializers (dense and sparse) nothing reads ([`GraphExt::drop_unread_initializers`] of them all) and
+    /// value_infos of tensors that no longer exist.
     fn remove_unused_initializers(&mut self);
+    /// Drops the initializers (dense and sparse) named in `names` that nothing reads (no node, subgraph or graph
+    /// output), each with the graph input of the same name where an old exporter (`keep_initializers_as_inputs`)
+    /// listed it as one too: a default value nobody reads, which left alone would become a required input.
+    fn drop_unread_initializers(&mut self, names: &HashSet<String>);
     /// Removes the nodes `prunable` selects none of whose outputs is read (by a node, from inside a subgraph, or as a
     /// graph output).
     fn remove_unread_nodes(&mut self, prunable: &dyn Fn(&NodeProto) -> bool);
@@ -317,19 +320,10 @@ impl GraphExt for GraphProto {
     }
 
     fn remove_unused_initializers(&mut self) {
-        let mut reads: HashSet<&str> = HashSet::new();
-        collect_reads(self, &mut reads);
-        reads.extend(self.output.iter().map(|o| o.name()));
-        let reads: HashSet<String> = reads.into_iter().map(str::to_string).collect();
         let dense = self.initializer.iter().map(|t| t.name());
         let sparse = self.sparse_initializer.iter().filter_map(|s| s.values.as_ref().map(|v| v.name()));
-        let dropped: HashSet<String> =
-            dense.chain(sparse).filter(|n| !reads.contains(*n)).map(str::to_string).collect();
-        self.initializer.retain(|t| !dropped.contains(t.name()));
-        self.sparse_initializer.retain(|s| s.values.as_ref().is_none_or(|v| !dropped.contains(v.name())));
-        // An initializer listed as a graph input too (old exporters' `keep_initializers_as_inputs`) is a default
-        // value nobody reads any more: its input goes with it (left alone, it would become a required input).
-        self.input.retain(|v| !dropped.contains(v.name()));
+        let all: HashSet<String> = dense.chain(sparse).map(str::to_string).collect();
+        self.drop_unread_initializers(&all);
         let mut existing: HashSet<String> = HashSet::new();
         existing.extend(self.initializer.iter().map(|t| t.name().to_string()));
         existing.extend(self.input.iter().map(|v| v.name().to_string()));
@@ -337,6 +331,16 @@ impl GraphExt for GraphProto {
             existing.extend(n.output.iter().cloned());
         }
         self.value_info.retain(|v| existing.contains(v.name()));
+    }
+
+    fn drop_unread_initializers(&mut self, names: &HashSet<String>) {
+        let mut reads: HashSet<&str> = HashSet::new();
+        collect_reads(self, &mut reads);
+        reads.extend(self.output.iter().map(|o| o.name()));
+        let dropped: HashSet<String> = names.iter().filter(|n| !reads.contains(n.as_str())).cloned().collect();
+        self.initializer.retain(|t| !dropped.contains(t.name()));
+        self.sparse_initializer.retain(|s| s.values.as_ref().is_none_or(|v| !dropped.contains(v.name())));
+        self.input.retain(|v| !dropped.contains(v.name()));
     }
 
     fn remove_unread_nodes(&mut self, prunable: &dyn Fn(&NodeProto) -> bool) {

@@ -111,34 +111,16 @@ pub(crate) fn model_size(p: &Path) -> u64 {
     len(p) + external
 }
 
-/// Ops that only a quantized model holds (see [`load_for_quantization`]; `QLinear*` too).
-const QUANTIZED_OPS: [&str; 9] = [
-    "QuantizeLinear",
-    "DynamicQuantizeLinear",
-    "MatMulInteger",
-    "MatMulIntegerToFloat",
-    "DynamicQuantizeMatMul",
-    "ConvInteger",
-    "QAttention",
-    "QGemm",
-    "QEmbedLayerNormalization",
-];
-
 /// Loads an FP32 model to calibrate, smooth or quantize, with what is constant by construction folded into
 /// initializers ([`onnx_ir::fold_constants`]: weights written as `Constant` nodes, or stored transposed behind a
 /// `Transpose`, or in float16 behind a `Cast`), so qdq's rules, which look for MatMuls whose weight is an initializer,
 /// see every weight whatever the exporter. One line says what was folded; the file itself is not changed. A model
 /// that is quantized already (activation `QuantizeLinear`s or integer kernels: qdq's or ORT's output, a QAT export)
-/// is refused, naming what it holds: quantizing it again would call an INT8 model FP32. `DequantizeLinear` alone
-/// (weights stored as int8) is allowed.
+/// is refused, naming what it holds ([`qdq::quantized_ops`]): quantizing it again would call an INT8 model FP32.
+/// `DequantizeLinear` alone (weights stored as int8) is allowed.
 pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
     let mut model = onnx_ir::Model::load(path)?;
-    let mut quantized: BTreeMap<&str, usize> = BTreeMap::new();
-    for n in &model.graph().node {
-        if QUANTIZED_OPS.contains(&n.op_type()) || n.op_type().starts_with("QLinear") {
-            *quantized.entry(n.op_type()).or_default() += 1;
-        }
-    }
+    let quantized = qdq::quantized_ops(&model);
     if !quantized.is_empty() {
         let held: Vec<String> = quantized.iter().map(|(op, n)| format!("{n} {op}")).collect();
         return Err(Error::Input {

@@ -106,6 +106,31 @@ impl QdqCounts {
     }
 }
 
+/// Ops that only a quantized model holds (`QLinear*` too): activation quantization, at run time or calibrated, and
+/// integer kernels. `DequantizeLinear` alone is not among them (int8 weight storage in a float model).
+pub const QUANTIZED_OPS: [&str; 9] = [
+    "QuantizeLinear",
+    "DynamicQuantizeLinear",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "ConvInteger",
+    "QAttention",
+    "QGemm",
+    "QEmbedLayerNormalization",
+];
+
+/// How many nodes of each [`QUANTIZED_OPS`] type (or `QLinear*`) `model` holds: empty for a float model.
+pub fn quantized_ops(model: &Model) -> BTreeMap<String, usize> {
+    let mut held = BTreeMap::new();
+    for n in &model.graph().node {
+        if QUANTIZED_OPS.contains(&n.op_type()) || n.op_type().starts_with("QLinear") {
+            *held.entry(n.op_type().to_owned()).or_default() += 1;
+        }
+    }
+    held
+}
+
 /// Counts Q/DQ coverage per op type and lists every DQ with its parameters.
 pub fn coverage(model: &Model) -> Coverage {
     let g = model.graph();

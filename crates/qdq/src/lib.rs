@@ -53,7 +53,9 @@ mod types;
 
 pub use bias::PlannedBias;
 pub use contrib::{ContribRewrites, expand_integer_matmuls};
-pub use coverage::{Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QdqCounts, coverage};
+pub use coverage::{
+    Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QUANTIZED_OPS, QdqCounts, coverage, quantized_ops,
+};
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::EmbeddingTable;
 pub use error::{Error, Result};

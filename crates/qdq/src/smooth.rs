@@ -409,20 +409,11 @@ impl Rewrite<'_> {
         Ok(())
     }
 
-    /// Drops the originals nothing reads any more (nothing else of the model; a graph with subgraphs keeps them, as
-    /// subgraphs may read outer initializers).
+    /// Drops the originals nothing reads any more (by name, subgraphs included), with their graph inputs where an old
+    /// exporter listed them as such.
     fn drop_replaced(self) {
-        let g = self.g;
-        if g.node.iter().any(|n| onnx_ir::subgraphs(n).next().is_some()) {
-            return;
-        }
-        let keep: Vec<String> = g.output.iter().map(|v| v.name().to_string()).collect();
-        let mut replaced = self.replaced;
-        replaced.retain(|r| g.consumers_of(r).is_empty() && !keep.contains(r));
-        g.initializer.retain(|t| !replaced.iter().any(|r| r == t.name()));
-        // An initializer also listed as a graph input (old exporters) loses that input too: it was a default value,
-        // and without its initializer it would become a required input.
-        g.input.retain(|v| !replaced.iter().any(|r| r == v.name()));
+        let replaced: HashSet<String> = self.replaced.into_iter().collect();
+        self.g.drop_unread_initializers(&replaced);
     }
 }
 
