@@ -268,9 +268,11 @@ fn e2e_help_documents_every_seed_flag() {
     ] {
         assert!(help.contains(flag), "{flag} not in qdq e2e --help");
     }
-    for default in ["[default: 384]", "[default: 64]", "[default: 128]", "[default: 100]"] {
+    for default in ["[default: 64]", "[default: 128]", "[default: 100]"] {
         assert!(help.contains(default), "{default} not in help");
     }
+    // --seq-len defaults to the model's own fixed length, else to the seeds' 384.
+    assert!(help.contains("else 384"), "the --seq-len default is not in help");
 }
 
 #[test]

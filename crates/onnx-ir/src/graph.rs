@@ -123,6 +123,9 @@ pub trait GraphExt {
     fn remove_unread_nodes(&mut self, prunable: &dyn Fn(&NodeProto) -> bool);
     /// Adds an initializer, replacing any existing one with the same name.
     fn add_initializer(&mut self, t: TensorProto);
+    /// Every tensor `tensors` are computed from, themselves included: node outputs, graph inputs and initializers,
+    /// following each producing node's inputs and the outer-scope names its subgraphs read.
+    fn ancestors_of(&self, tensors: &[&str]) -> HashSet<String>;
 }
 
 fn node_label(g: &GraphProto, i: usize) -> String {
@@ -356,6 +359,22 @@ impl GraphExt for GraphProto {
             Some(slot) => *slot = t,
             None => self.initializer.push(t),
         }
+    }
+
+    fn ancestors_of(&self, tensors: &[&str]) -> HashSet<String> {
+        let producer: HashMap<&str, &NodeProto> =
+            self.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n))).collect();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut todo: Vec<&str> = tensors.iter().copied().filter(|t| !t.is_empty()).collect();
+        while let Some(t) = todo.pop() {
+            if !seen.insert(t.to_owned()) {
+                continue;
+            }
+            if let Some(n) = producer.get(t) {
+                todo.extend(node_deps(n).into_iter().filter(|d| !d.is_empty() && !seen.contains(*d)));
+            }
+        }
+        seen
     }
 }
 

@@ -5,8 +5,8 @@ use half::f16;
 use ndarray::{ArrayD, IxDyn, arr2};
 use qdq_onnx_ir::proto::TensorProto;
 use qdq_onnx_ir::{
-    DataType, Error, GraphExt, Model, NameSet, NodeExt, array_to_tensor, attr_int, attr_ints, get_attr_int,
-    get_attr_ints, node, tensor_to_array,
+    DataType, Error, GraphExt, Model, NameSet, NodeExt, array_to_tensor, attr_graph, attr_int, attr_ints, get_attr_int,
+    get_attr_ints, node, tensor_to_array, value_info,
 };
 
 #[test]
@@ -136,8 +136,8 @@ fn remove_unused_initializers_drops_dead_data_and_value_infos() {
     let mut m = small_model();
     let g = m.graph_mut();
     g.add_initializer(array_to_tensor("dead", &ndarray::arr1(&[1i64]).into_dyn()));
-    g.value_info.push(qdq_onnx_ir::value_info("gone", DataType::Float, None));
-    g.value_info.push(qdq_onnx_ir::value_info("s", DataType::Float, None));
+    g.value_info.push(value_info("gone", DataType::Float, None));
+    g.value_info.push(value_info("s", DataType::Float, None));
     g.remove_unused_initializers();
     let inits: Vec<_> = g.initializer.iter().map(|t| t.name().to_string()).collect();
     assert_eq!(inits, vec!["w"]);
@@ -148,8 +148,8 @@ fn remove_unused_initializers_drops_dead_data_and_value_infos() {
     // read or not, stay.
     let inputs_before: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
     g.add_initializer(array_to_tensor("old_default", &ndarray::arr1(&[2.0f32]).into_dyn()));
-    g.input.push(qdq_onnx_ir::value_info("old_default", DataType::Float, None));
-    g.input.push(qdq_onnx_ir::value_info("unread_real_input", DataType::Float, None));
+    g.input.push(value_info("old_default", DataType::Float, None));
+    g.input.push(value_info("unread_real_input", DataType::Float, None));
     g.remove_unused_initializers();
     let inputs: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
     assert_eq!(inputs, [inputs_before, vec!["unread_real_input".to_string()]].concat());
@@ -172,6 +172,32 @@ fn remove_unread_nodes_keeps_what_is_read_or_not_selected() {
     assert_eq!(g.node.len(), before - 1, "{names:?}");
     assert!(!names.contains(&"unread") && names.contains(&"read") && names.contains(&"unread_neg"), "{names:?}");
     assert!(outputs.iter().all(|o| g.node.iter().any(|n| n.output.contains(o))), "graph outputs keep their producers");
+}
+
+#[test]
+fn ancestors_follow_producers_and_subgraph_reads_only() {
+    let mut m = small_model();
+    let g = m.graph_mut();
+    g.input.push(value_info("uid", DataType::Int64, None));
+    g.input.push(value_info("flag", DataType::Bool, None));
+    g.push_node(node("Identity", "pass", &["uid"], &["uid_out"]));
+    let mut branch = qdq_onnx_ir::proto::GraphProto::default();
+    branch.push_node(node("Neg", "neg", &["y"], &["z"]));
+    branch.output.push(value_info("z", DataType::Float, None));
+    let mut iff = node("If", "if", &["flag"], &["picked"]);
+    iff.attribute.push(attr_graph("then_branch", branch.clone()));
+    iff.attribute.push(attr_graph("else_branch", branch));
+    g.push_node(iff);
+    let sorted = |set: std::collections::HashSet<String>| {
+        let mut v: Vec<String> = set.into_iter().collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(g.ancestors_of(&["y"])), ["s", "w", "x", "y"]);
+    assert_eq!(sorted(g.ancestors_of(&["uid_out"])), ["uid", "uid_out"]);
+    // The If reads `y` from inside its branches: y's ancestors count.
+    assert_eq!(sorted(g.ancestors_of(&["picked"])), ["flag", "picked", "s", "w", "x", "y"]);
+    assert!(g.ancestors_of(&[""]).is_empty());
 }
 
 #[test]

@@ -212,6 +212,7 @@ pub fn collect_stats(
 ) -> Result<Pass> {
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
     let mut session = session_with_outputs(model, &names, "augmented calibration model", session)?;
+    session.feed_zeros(data.zero_inputs())?;
     if let Some(why) = session.fallback() {
         progress.note(why);
     }

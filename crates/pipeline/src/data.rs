@@ -29,6 +29,9 @@ pub struct DataConfig {
     pub io_names: crate::IoNames,
     /// Pad each batch to its longest feature or to a fixed length.
     pub padding: Padding,
+    /// The only batch size the model takes, when its inputs declare one (1: larger ones are refused by
+    /// [`crate::DataSettings::config`]).
+    pub fixed_batch: Option<usize>,
 }
 
 impl DataConfig {
@@ -125,6 +128,12 @@ impl Corpus {
 
     /// Feature batches in feature order.
     pub fn batches(&self, batch: usize) -> Result<FeatureStream<'_>> {
+        if self.cfg.fixed_batch == Some(1) && batch != 1 {
+            return Err(Error::Config(format!(
+                "the model takes exactly 1 feature per run (its token inputs are declared [1, ..]) but the batch is \
+                 {batch}: use --batch 1"
+            )));
+        }
         Ok(FeatureStream::new(&self.data.examples, &self.tokenizer, self.cfg.features, batch, self.cfg.padding)?)
     }
 
@@ -242,7 +251,19 @@ fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
     let mut fed = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
     fed.extend(io.token_type_ids.as_deref());
     let missing: Vec<&str> = fed.iter().copied().filter(|n| !inputs.contains(n)).collect();
-    let unknown: Vec<&str> = inputs.iter().copied().filter(|n| !fed.contains(n)).collect();
+    // An input the logits do not depend on (a `unique_ids` copied to an output of its own) is fed zeros.
+    let logits_read = g.ancestors_of(&io.logit_outputs());
+    let zero: Vec<String> =
+        inputs.iter().filter(|n| !fed.contains(n) && !logits_read.contains(**n)).map(|n| (*n).to_owned()).collect();
+    if !zero.is_empty() && zero != io.zero_inputs {
+        tracing::info!(
+            "{}: the logits do not depend on input {}: fed zeros",
+            model_path.display(),
+            zero.iter().map(|z| format!("`{z}`")).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let unknown: Vec<&str> =
+        inputs.iter().copied().filter(|n| !fed.contains(n) && !zero.iter().any(|z| z == n)).collect();
     if !missing.is_empty() || !unknown.is_empty() {
         return Err(bad(format!(
             "the model's inputs are [{}] but the data provides [{}] (see --io-names: hf = input_ids, attention_mask, \
@@ -259,6 +280,7 @@ fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
             )));
         }
     }
+    io.zero_inputs = zero;
     Ok(())
 }
 
@@ -273,6 +295,7 @@ pub fn detect_io(model: &Model, model_path: &Path, names: &crate::IoNames) -> Re
         token_type_ids: inputs.segment,
         start_logits: start,
         end_logits: end,
+        zero_inputs: Vec::new(),
     })
 }
 
@@ -397,6 +420,7 @@ fn output_roles(
     let (s, e) = (named("start"), named("end"));
     let found = match (s.as_slice(), e.as_slice(), g.output.as_slice()) {
         ([s], [e], _) if s != e => Some((s.to_string(), e.to_string())),
+        _ if let Some(pair) = split_pair(g) => Some(pair),
         (_, _, [a, b]) => Some((a.name().to_owned(), b.name().to_owned())),
         // One output declared [batch, seq, 2]: both logits, start then end on the last axis (ModelIo::end_logits).
         (_, _, [o]) if stacked_shape(o) => Some((o.name().to_owned(), o.name().to_owned())),
@@ -411,6 +435,55 @@ fn output_roles(
             outputs.join(", ")
         )),
     }
+}
+
+/// Two outputs that are parts 0 and 1 of one tensor (start, end): a QA head's `[batch, seq, 2]` logits taken apart
+/// by a two-way `Split`, or by `Gather` / `Slice` at index 0 and 1 of one axis, then reshaped (Squeeze, Reshape,
+/// Identity, ...), as Hugging Face exports and tf2onnx's `unstack` (ONNX Model Zoo BERT-Squad: outputs `unstack:1`,
+/// `unstack:0`, `unique_ids:0`, end listed first) write it, whatever the outputs are named or listed.
+fn split_pair(g: &onnx_ir::proto::GraphProto) -> Option<(String, String)> {
+    let index = onnx_ir::GraphIndex::new(g);
+    let scalar = |name: &str| -> Option<i64> {
+        let t = index.initializer(name).or_else(|| {
+            let n = index.producer_node(name).filter(|n| n.op_type() == "Constant")?;
+            onnx_ir::get_attr_tensor(n, "value").ok().flatten()
+        })?;
+        let a = onnx_ir::tensor_to_array::<i64>(t).ok()?;
+        (a.len() == 1).then(|| a.iter().next().copied()).flatten()
+    };
+    // (source tensor, part) of a graph output, through ops that only reshape or rename.
+    let part = |output: &str| -> Option<(String, i64)> {
+        let mut t = output.to_owned();
+        for _ in 0..8 {
+            let n = index.producer_node(&t)?;
+            match n.op_type() {
+                "Identity" | "Squeeze" | "Unsqueeze" | "Reshape" | "Flatten" | "Cast" => t = n.input.first()?.clone(),
+                "Split" if n.output.len() == 2 => {
+                    return Some((n.input.first()?.clone(), n.output.iter().position(|o| *o == t)? as i64));
+                }
+                "Gather" => return Some((n.input.first()?.clone(), scalar(n.input.get(1)?)?)),
+                "Slice" => {
+                    let (start, end) = (scalar(n.input.get(1)?)?, scalar(n.input.get(2)?)?);
+                    return (end == start + 1)
+                        .then(|| (n.input.first().cloned(), start))
+                        .and_then(|(s, k)| Some((s?, k)));
+                }
+                _ => return None,
+            }
+        }
+        None
+    };
+    let parts: Vec<(&str, (String, i64))> = g.output.iter().filter_map(|o| Some((o.name(), part(o.name())?))).collect();
+    let mut pairs = parts.iter().filter(|(_, (_, k))| *k == 0).filter_map(|(start, (source, _))| {
+        let ends: Vec<&str> =
+            parts.iter().filter(|(_, (s, k))| s == source && *k == 1).map(|(name, _)| *name).collect();
+        match ends.as_slice() {
+            [end] => Some(((*start).to_owned(), (*end).to_owned())),
+            _ => None,
+        }
+    });
+    let first = pairs.next()?;
+    pairs.next().is_none().then_some(first)
 }
 
 /// A declared rank-3 shape whose last dimension is 2: start and end logits stacked, as a QA head exported without its

@@ -360,6 +360,7 @@ impl Runs {
     fn values(&self, model: &Model, label: &str) -> Result<Vec<Logits>> {
         let names = self.logit_names();
         let mut session = session_with_outputs(model, &names, label, &self.cfg)?;
+        session.feed_zeros(&self.io.zero_inputs)?;
         let mut logits = Vec::with_capacity(self.batches.len());
         for batch in &self.batches {
             logits.push(session.run_with(&batch.inputs(&self.io), &names, |o| self.pair(o, batch, label))?);
@@ -386,7 +387,9 @@ impl Runs {
         let mut ref_session =
             session_with_outputs(&reference, &ref_names, "float reference of the QDQ model", &self.cfg)?;
         drop(reference);
+        ref_session.feed_zeros(&self.io.zero_inputs)?;
         let mut session = session_with_outputs(int8, &names, "QDQ model", &self.cfg)?;
+        session.feed_zeros(&self.io.zero_inputs)?;
         let (mut total, mut own) = (vec![ErrorStats::default(); n], vec![ErrorStats::default(); n]);
         let (mut sums, mut reference_logits) = (LogitSums::default(), Vec::with_capacity(self.batches.len()));
         for (b, batch) in self.batches.iter().enumerate() {

@@ -48,6 +48,7 @@ pub fn evaluate(
         progress.note(why);
     }
     let io = data.io();
+    session.feed_zeros(&io.zero_inputs)?;
     let outputs = io.logit_outputs();
     let mut acc = data.accumulator()?;
     let mut predictions = HashMap::with_capacity(data.questions());

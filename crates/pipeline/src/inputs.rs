@@ -23,6 +23,10 @@ pub trait Feeds {
     /// Calls `f` with each batch of at most `batch` features (named input arrays) and the units it completes;
     /// returns the number of features.
     fn each_batch(&self, batch: usize, f: &mut BatchFn<'_>) -> Result<usize>;
+    /// Model inputs the batches leave out, to be fed zeros ([`squad::ModelIo::zero_inputs`]).
+    fn zero_inputs(&self) -> &[String] {
+        &[]
+    }
 }
 
 impl Feeds for Corpus {
@@ -38,6 +42,10 @@ impl Feeds for Corpus {
             features += b.len();
         }
         Ok(features)
+    }
+
+    fn zero_inputs(&self) -> &[String] {
+        &self.io().zero_inputs
     }
 }
 

@@ -256,9 +256,10 @@ pub struct DataSettings {
         )
     )]
     pub version: SquadVersion,
-    /// Sequence length of a feature (query + window + 3 special tokens).
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 384, visible_alias = "seq_len", value_name = "N"))]
-    pub seq_len: usize,
+    /// Sequence length of a feature (query + window + 3 special tokens). Default: the model's own when its inputs
+    /// declare a fixed one (e.g. [batch, 256]; every batch is then padded to it), else 384.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "seq_len", value_name = "N"))]
+    pub seq_len: Option<usize>,
     /// Maximum query length in tokens (longer questions are truncated).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 64, visible_alias = "query_len", value_name = "N"))]
     pub query_len: usize,
@@ -266,16 +267,74 @@ pub struct DataSettings {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 128, visible_alias = "doc_stride", value_name = "N"))]
     pub doc_stride: usize,
     /// Model input/output names. auto (the default): found in the graph (token ids feed the word-embedding Gather,
-    /// segment ids the small one, the mask is the other integer input; outputs named start/end, else the two outputs
-    /// in order, else one [batch, seq, 2] output holding start and end on its last axis), printed. hf: input_ids,
+    /// segment ids the small one, the mask is the other integer input; an input the logits do not depend on, such as
+    /// a `unique_ids` copied to an output, is fed zeros; outputs named start/end, else the two parts of one Split
+    /// (or Gather / Slice at 0 and 1) of the QA head, else the only two outputs in order, else one [batch, seq, 2]
+    /// output holding start and end on its last axis), printed. hf: input_ids,
     /// attention_mask, token_type_ids -> start_logits, end_logits. nvidia: input_ids, input_mask, segment_ids ->
     /// output_start_logits, output_end_logits. Or roles: `ids=input.1,mask=input.2,segment=input.3,start=out0,end=out1`
     /// (roles left out are found; `segment=` = none; start and end naming one output = stacked).
     #[cfg_attr(feature = "cli", arg(long, default_value = "auto", value_name = "NAMES"))]
     pub io_names: IoNames,
-    /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines).
+    /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines;
+    /// implied when the model's inputs declare a fixed sequence length).
     #[cfg_attr(feature = "cli", arg(long))]
     pub pad_to_max: bool,
+}
+
+/// The sequence length every feature gets when none is asked for and the model does not fix one.
+pub const DEFAULT_SEQ_LEN: usize = 384;
+
+/// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs, all of them
+/// agreeing): exported with static shapes, it runs nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeclaredShape {
+    pub batch: Option<usize>,
+    pub seq_len: Option<usize>,
+}
+
+impl DeclaredShape {
+    /// What the graph inputs of `model` declare; a dimension is fixed only if every `[batch, sequence]` integer input
+    /// fixes it to the same value. Names the inputs in an error when they disagree.
+    pub fn of(model: &onnx_ir::Model, path: &Path) -> Result<DeclaredShape> {
+        use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
+        let g = model.graph();
+        let mut dims: Vec<(&str, [Option<i64>; 2])> = Vec::new();
+        for v in g.input.iter().filter(|v| !onnx_ir::GraphExt::is_initializer(g, v.name())) {
+            let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+                continue;
+            };
+            let integer =
+                [onnx_ir::DataType::Int64, onnx_ir::DataType::Int32].map(|d| d as i32).contains(&t.elem_type());
+            let Some(shape) = t.shape.as_ref().filter(|s| s.dim.len() == 2 && integer) else {
+                continue;
+            };
+            let fixed = |i: usize| match shape.dim[i].value {
+                Some(dimension::Value::DimValue(v)) if v > 0 => Some(v),
+                _ => None,
+            };
+            dims.push((v.name(), [fixed(0), fixed(1)]));
+        }
+        let agreed = |axis: usize, what: &str| -> Result<Option<usize>> {
+            let mut seen: Vec<(&str, Option<i64>)> = dims.iter().map(|(n, d)| (*n, d[axis])).collect();
+            seen.dedup_by_key(|(_, d)| *d);
+            match seen.as_slice() {
+                [] => Ok(None),
+                [(_, d)] => Ok(d.map(|d| d as usize)),
+                _ => Err(Error::Input {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "the token inputs declare different {what} dimensions: {}",
+                        dims.iter()
+                            .map(|(n, d)| format!("`{n}` {}", d[axis].map_or("dynamic".to_owned(), |v| v.to_string())))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }),
+            }
+        };
+        Ok(DeclaredShape { batch: agreed(0, "batch")?, seq_len: agreed(1, "sequence")? })
+    }
 }
 
 impl DataSettings {
@@ -283,8 +342,42 @@ impl DataSettings {
     /// [`resolve_model`]): without --vocab and --token, the tokenizer is the one beside the model (tokenizer.json,
     /// else vocab.txt), else squad/vocab.txt.
     pub fn config(&self, model: &Path) -> Result<DataConfig> {
+        // Only the graph is read here; a file that cannot be read is reported by whatever loads it next.
+        let declared = match onnx_ir::Model::load_graph_only(model) {
+            Ok(m) => DeclaredShape::of(&m, model)?,
+            Err(_) => DeclaredShape::default(),
+        };
+        if let Some(b) = declared.batch.filter(|b| *b > 1) {
+            return Err(Error::Input {
+                path: model.to_path_buf(),
+                reason: format!(
+                    "the token inputs are declared with a batch of exactly {b}; qdq runs a file's last batch short, so \
+                     it needs a dynamic batch dimension (or a batch of 1): re-export the model"
+                ),
+            });
+        }
+        let seq_len = match (self.seq_len, declared.seq_len) {
+            (Some(asked), Some(fixed)) if asked != fixed => {
+                return Err(Error::Input {
+                    path: model.to_path_buf(),
+                    reason: format!(
+                        "the model takes sequences of exactly {fixed} tokens (its token inputs are declared \
+                         [.., {fixed}]) but --seq-len is {asked}: leave --seq-len out or give {fixed}"
+                    ),
+                });
+            }
+            (_, Some(fixed)) => {
+                tracing::info!(
+                    "{}: token inputs declared [{}, {fixed}]: features of {fixed} tokens, every batch padded to {fixed}",
+                    model.display(),
+                    declared.batch.map_or("batch".to_owned(), |b| b.to_string())
+                );
+                fixed
+            }
+            (asked, None) => asked.unwrap_or(DEFAULT_SEQ_LEN),
+        };
         let features =
-            FeatureConfig { max_seq_len: self.seq_len, doc_stride: self.doc_stride, max_query_len: self.query_len };
+            FeatureConfig { max_seq_len: seq_len, doc_stride: self.doc_stride, max_query_len: self.query_len };
         features.validate()?;
         let dir = model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let (vocab, tokenizer_json) = match (&self.vocab, &self.tokenizer_json) {
@@ -306,7 +399,12 @@ impl DataSettings {
             features,
             io: self.io_names.io(),
             io_names: self.io_names.clone(),
-            padding: if self.pad_to_max { Padding::Fixed(self.seq_len) } else { Padding::Longest },
+            padding: if self.pad_to_max || declared.seq_len.is_some() {
+                Padding::Fixed(seq_len)
+            } else {
+                Padding::Longest
+            },
+            fixed_batch: declared.batch,
         })
     }
 }

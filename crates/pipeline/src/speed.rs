@@ -81,6 +81,7 @@ impl<'a> PairedTiming<'a> {
             return Err(Error::Config("timing against FP32 needs at least one batch and one round".into()));
         }
         let mut session = Session::open(ModelSource::File(fp32), "FP32 model", cfg)?;
+        session.feed_zeros(&io.zero_inputs)?;
         warm_up(&mut session, &batches[..used], io)?;
         Ok(PairedTiming { fp32: RefCell::new(session), batches: &batches[..used], io, rounds })
     }
@@ -88,6 +89,7 @@ impl<'a> PairedTiming<'a> {
     /// `model` (on `cfg`) against FP32, in alternating rounds.
     pub(crate) fn against(&self, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
         let mut other = Session::open(ModelSource::File(model), &model.display().to_string(), cfg)?;
+        other.feed_zeros(&self.io.zero_inputs)?;
         warm_up(&mut other, self.batches, self.io)?;
         let mut fp32 = self.fp32.borrow_mut();
         let mut ratios = Vec::with_capacity(self.rounds);

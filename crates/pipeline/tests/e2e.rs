@@ -19,7 +19,7 @@ fn data_settings() -> DataSettings {
         tokenizer_json: None,
         lowercase: true,
         version: SquadVersion::V1_1,
-        seq_len: 64,
+        seq_len: Some(64),
         query_len: 16,
         doc_stride: 24,
         io_names: IoNames::Hf,
@@ -311,7 +311,7 @@ fn model_data_mismatches_are_errors_naming_the_file() {
     assert!(e.contains("auto, hf, nvidia") && e.contains("ids="), "{e}");
     let e = "ids=a,tokens=b".parse::<IoNames>().unwrap_err().to_string();
     assert!(e.contains("tokens") && e.contains("ids, mask, segment, start, end"), "{e}");
-    assert!(DataSettings { seq_len: 16, ..data_settings() }.config(Path::new("model.onnx")).is_err());
+    assert!(DataSettings { seq_len: Some(16), ..data_settings() }.config(Path::new("model.onnx")).is_err());
 }
 
 /// Warm-up runs are untimed and change no prediction: the timed batches and the answers are the same with none.
@@ -521,6 +521,115 @@ fn dynamic_mode_needs_no_calibration() {
 /// A QA head exported without its split: one output `[batch, seq, 2]` (start, end on the last axis) is found as both
 /// logits, scored exactly like the split head with the same weights, and calibrated, quantized (each preset) and
 /// evaluated end to end.
+/// The ONNX Model Zoo's BERT-Squad as tf2onnx wrote it: `input_ids:0`-style names, a `unique_ids` input the model
+/// only copies to an output of its own, the logits as `unstack:0` / `unstack:1` listed end first, and token inputs
+/// declared `[batch, 64]`. It runs as exported (the pass-through input fed zeros, start and end told apart by the
+/// Split they come from, features of 64 tokens padded to 64) and answers as the plain model run the same way.
+#[test]
+fn the_model_zoo_bert_squad_form_runs_as_exported() {
+    use onnx_ir::{DataType, GraphExt as _, node, proto::tensor_shape_proto::dimension::Value};
+    let dir = tempfile::tempdir().unwrap();
+    let plain = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let zoo_form = |batch: Option<i64>| {
+        let mut m = plain.clone();
+        let g = m.graph_mut();
+        let names = [
+            ("input_ids", "input_ids:0"),
+            ("attention_mask", "input_mask:0"),
+            ("token_type_ids", "segment_ids:0"),
+            ("start_logits", "unstack:0"),
+            ("end_logits", "unstack:1"),
+        ];
+        let rename = |t: &mut String| {
+            if let Some((_, to)) = names.iter().find(|(from, _)| from == t) {
+                *t = (*to).to_owned();
+            }
+        };
+        for n in &mut g.node {
+            n.input.iter_mut().for_each(rename);
+            n.output.iter_mut().for_each(rename);
+        }
+        for v in g.input.iter_mut().chain(g.output.iter_mut()) {
+            let mut name = v.name().to_owned();
+            rename(&mut name);
+            v.name = Some(name);
+        }
+        for v in &mut g.input {
+            let dims = &mut v.r#type.as_mut().unwrap().value.as_mut().map(|t| match t {
+                onnx_ir::proto::type_proto::Value::TensorType(t) => t.shape.as_mut().unwrap(),
+                _ => unreachable!(),
+            });
+            let dims = &mut dims.as_mut().unwrap().dim;
+            dims[1].value = Some(Value::DimValue(64));
+            if let Some(b) = batch {
+                dims[0].value = Some(Value::DimValue(b));
+            }
+        }
+        g.input.insert(0, onnx_ir::value_info("unique_ids_raw_output___9:0", DataType::Int64, Some(&[Err("unk")])));
+        g.push_node(node(
+            "Identity",
+            "unique_ids_graph_outputs_Identity__10",
+            &["unique_ids_raw_output___9:0"],
+            &["unique_ids:0"],
+        ));
+        g.output.swap(0, 1);
+        g.output.push(onnx_ir::value_info("unique_ids:0", DataType::Int64, Some(&[Err("unk")])));
+        assert!(g.validate().is_ok());
+        m
+    };
+    let zoo = zoo_form(None);
+    let io = qdq_pipeline::detect_io(&zoo, Path::new("zoo.onnx"), &IoNames::Auto).unwrap();
+    assert_eq!((io.input_ids.as_str(), io.attention_mask.as_str()), ("input_ids:0", "input_mask:0"));
+    assert_eq!((io.start_logits.as_str(), io.end_logits.as_str()), ("unstack:0", "unstack:1"), "start is Split part 0");
+
+    let mut runs = Vec::new();
+    for (name, model) in [("plain", &plain), ("zoo", &zoo)] {
+        let path = dir.path().join(format!("{name}.onnx"));
+        model.save(&path).unwrap();
+        let out = dir.path().join(format!("out_{name}"));
+        let mut cfg = config(path.clone(), out.clone(), "cpu");
+        cfg.data = match name {
+            "plain" => DataSettings { pad_to_max: true, ..data_settings() },
+            _ => DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() },
+        }
+        .config(&path)
+        .unwrap();
+        assert_eq!((cfg.data.features.max_seq_len, cfg.data.padding), (64, squad::Padding::Fixed(64)), "{name}");
+        let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+        let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
+        runs.push((
+            r.fp32.unwrap().score.f1,
+            r.int8.unwrap().score.f1,
+            read("predictions_fp32.json"),
+            read("predictions_int8.json"),
+        ));
+        let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+        let outputs: Vec<&str> = q.graph().output.iter().map(|o| o.name()).collect();
+        if name == "zoo" {
+            assert_eq!(outputs, ["unstack:1", "unstack:0", "unique_ids:0"], "the INT8 model keeps the model's outputs");
+            assert_eq!(q.graph().input.len(), 4);
+        }
+    }
+    assert_eq!(runs[0], runs[1], "the zoo form must answer as the plain model");
+
+    // What the shapes rule out is said before any work, naming the model.
+    let zoo_path = dir.path().join("zoo.onnx");
+    let e = DataSettings { seq_len: Some(48), ..data_settings() }.config(&zoo_path).unwrap_err().to_string();
+    assert!(e.contains("zoo.onnx") && e.contains("exactly 64 tokens") && e.contains("--seq-len is 48"), "{e}");
+    let batch8 = dir.path().join("batch8.onnx");
+    zoo_form(Some(8)).save(&batch8).unwrap();
+    let e = data_settings().config(&batch8).unwrap_err().to_string();
+    assert!(e.contains("batch8.onnx") && e.contains("exactly 8") && e.contains("dynamic batch"), "{e}");
+    let batch1 = dir.path().join("batch1.onnx");
+    zoo_form(Some(1)).save(&batch1).unwrap();
+    let one = DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() }.config(&batch1).unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &one, &one.tokenizer().unwrap(), 0).unwrap();
+    data.fit_model(&zoo_form(Some(1)), &batch1).unwrap();
+    let e = data.batches(3).err().unwrap().to_string();
+    assert!(e.contains("exactly 1 feature") && e.contains("--batch 1"), "{e}");
+    assert!(data.batches(1).is_ok());
+}
+
 #[test]
 fn a_stacked_qa_output_is_both_logits() {
     use onnx_ir::tiny_bert::Head;

@@ -151,6 +151,36 @@ fn io_info(name: &str, ty: &ValueType) -> IoInfo {
     }
 }
 
+/// The zeros fed to an input [`Session::feed_zeros`] named, in its declared element type and shape.
+enum ZeroInput {
+    I64(ArrayD<i64>),
+    I32(ArrayD<i32>),
+    F32(ArrayD<f32>),
+    Bool(ArrayD<bool>),
+}
+
+impl ZeroInput {
+    /// `shape`'s dynamic dimensions: the first is `rows`, the second `width` (others were refused by feed_zeros).
+    fn new(kind: &TensorKind, shape: &[i64], rows: usize, width: usize) -> Self {
+        let dims: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .map(|(axis, &d)| match (d, axis) {
+                (d, _) if d >= 0 => d as usize,
+                (_, 0) => rows,
+                _ => width,
+            })
+            .collect();
+        let dims = ndarray::IxDyn(&dims);
+        match kind {
+            TensorKind::I64 => ZeroInput::I64(ArrayD::zeros(dims)),
+            TensorKind::I32 => ZeroInput::I32(ArrayD::zeros(dims)),
+            TensorKind::F32 => ZeroInput::F32(ArrayD::zeros(dims)),
+            TensorKind::Other(_) => ZeroInput::Bool(ArrayD::from_elem(dims, false)),
+        }
+    }
+}
+
 /// One output of a run, borrowed from ONNX Runtime's buffer.
 #[derive(Debug)]
 pub struct OutputRef<'a> {
@@ -167,6 +197,8 @@ pub struct Session {
     fallback: Option<String>,
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
+    /// Slots of the inputs fed zeros when a run does not give them ([`Session::feed_zeros`]).
+    zero_fed: Vec<usize>,
 }
 
 impl std::fmt::Debug for Session {
@@ -234,7 +266,7 @@ impl Session {
         };
         let inputs = inner.inputs().iter().map(|o| io_info(o.name(), o.dtype())).collect();
         let outputs = inner.outputs().iter().map(|o| io_info(o.name(), o.dtype())).collect();
-        Ok(Session { inner, model: model.to_owned(), ep, fallback, inputs, outputs })
+        Ok(Session { inner, model: model.to_owned(), ep, fallback, inputs, outputs, zero_fed: Vec::new() })
     }
 
     fn build(
@@ -290,8 +322,45 @@ impl Session {
         &self.outputs
     }
 
+    /// From now on, feed zeros to each input in `names` that a run does not give: an input the outputs asked for do
+    /// not depend on (a `unique_ids` the model copies to an output of its own). Its declared shape is used, a dynamic
+    /// first dimension taking the batch's rows and a dynamic second one its width; int64, int32, float32 and bool
+    /// inputs. An unknown name, another element type or another dynamic dimension is an error naming the input.
+    pub fn feed_zeros(&mut self, names: &[String]) -> Result<()> {
+        for name in names {
+            let slot = self.inputs.iter().position(|i| i.name == *name).ok_or_else(|| Error::MissingInput {
+                model: self.model.clone(),
+                input: name.clone(),
+                given: format!(
+                    "the model's inputs are {}",
+                    self.inputs.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            })?;
+            let info = &self.inputs[slot];
+            let bad = |reason: String| Error::BadInput { model: self.model.clone(), input: name.clone(), reason };
+            if !matches!(&info.kind, TensorKind::I64 | TensorKind::I32 | TensorKind::F32)
+                && info.kind != TensorKind::Other("Bool".into())
+            {
+                return Err(bad(format!("cannot feed it zeros: element type {:?}", info.kind)));
+            }
+            if let Some(axis) = info.shape.iter().skip(2).position(|&d| d < 0) {
+                return Err(bad(format!(
+                    "cannot feed it zeros: dimension {} of its shape {:?} is dynamic (only the batch and sequence \
+                     dimensions may be)",
+                    axis + 2,
+                    info.shape
+                )));
+            }
+            if !self.zero_fed.contains(&slot) {
+                self.zero_fed.push(slot);
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the model. `inputs` may hold more arrays than the model takes (DistilBERT has no `token_type_ids`):
-    /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it.
+    /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it, unless
+    /// [`Session::feed_zeros`] named it.
     /// `int32` model inputs are converted. All requested outputs (which must be `float32`) are handed to `with`
     /// at once, without copying, in the order requested.
     ///
@@ -321,7 +390,13 @@ impl Session {
         // int32 copies must outlive the feeds that borrow them.
         let mut i32_copies: Vec<(usize, ndarray::Array2<i32>)> = Vec::new();
         let mut fed: Vec<(usize, ArrayView2<'_, i64>)> = Vec::with_capacity(self.inputs.len());
+        let mut zeros: Vec<(usize, ZeroInput)> = Vec::new();
         for (slot, info) in self.inputs.iter().enumerate() {
+            if self.zero_fed.contains(&slot) && !inputs.iter().any(|(n, _)| *n == info.name) {
+                let (rows, width) = inputs.first().map_or((1, 1), |(_, a)| a.dim());
+                zeros.push((slot, ZeroInput::new(&info.kind, &info.shape, rows, width)));
+                continue;
+            }
             let (_, arr) = inputs.iter().find(|(n, _)| *n == info.name).ok_or_else(|| Error::MissingInput {
                 model: self.model.clone(),
                 input: info.name.clone(),
@@ -361,6 +436,15 @@ impl Session {
                 Cow::Borrowed(self.inputs[*slot].name.as_str()),
                 TensorRef::from_array_view(arr.view()).map_err(Error::from)?.into(),
             ));
+        }
+        for (slot, zero) in &zeros {
+            let value: SessionInputValue<'_> = match zero {
+                ZeroInput::I64(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
+                ZeroInput::I32(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
+                ZeroInput::F32(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
+                ZeroInput::Bool(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
+            };
+            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), value));
         }
         let model = &self.model;
         let result = self.inner.run(feeds).map_err(|e| Error::Run { model: model.clone(), reason: e.to_string() })?;

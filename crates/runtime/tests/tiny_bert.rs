@@ -89,3 +89,41 @@ fn an_edited_graph_runs_with_the_same_outputs() {
     let after = run(&reloaded, &x);
     assert_eq!(before, after);
 }
+
+#[test]
+fn inputs_named_for_zeros_are_fed_zeros_of_their_declared_shape_when_not_given() {
+    use onnx_ir::{DataType, value_info};
+    let mut model = build(&TinyBertConfig::default());
+    let g = model.graph_mut();
+    // A `unique_ids` the model only copies to an output (ONNX Model Zoo BERT-Squad), and a float [batch, seq, 3] one.
+    g.input.insert(0, value_info("unique_ids", DataType::Int64, Some(&[Err("n")])));
+    g.input.push(value_info("extra", DataType::Float, Some(&[Err("n"), Err("s"), Ok(3)])));
+    g.push_node(node("Identity", "pass_ids", &["unique_ids"], &["unique_ids_out"]));
+    g.push_node(node("ReduceSum", "sum_extra", &["extra"], &["extra_sum"]));
+    g.output.push(value_info("unique_ids_out", DataType::Int64, None));
+    g.output.push(value_info("extra_sum", DataType::Float, None));
+    let x = inputs(2, SEQ, SEQ);
+    let given = [("input_ids", x[0].view()), ("attention_mask", x[1].view()), ("token_type_ids", x[2].view())];
+    let cfg = SessionConfig { opt_level: OptLevel::Disable, ..Default::default() };
+    let mut s = Session::from_bytes(&model.to_bytes().unwrap(), "m.onnx", &cfg).unwrap();
+    let err = s.run(&given, &["start_logits"]).unwrap_err().to_string();
+    assert!(err.contains("needs input `unique_ids`"), "{err}");
+    let err = s.feed_zeros(&["nope".into()]).unwrap_err().to_string();
+    assert!(err.contains("`nope`") && err.contains("unique_ids, input_ids"), "{err}");
+    s.feed_zeros(&["unique_ids".into(), "extra".into()]).unwrap();
+    let out = s.run(&given, &["start_logits", "extra_sum"]).unwrap();
+    assert_eq!(out[0].shape(), [2, SEQ]);
+    assert_eq!(out[1].iter().copied().collect::<Vec<_>>(), [0.0], "a [2, {SEQ}, 3] array of zeros");
+    assert_eq!(out[0], run(&build(&TinyBertConfig::default()), &x)[0], "the logits are the plain model's");
+
+    // A dynamic dimension past the sequence axis cannot be guessed.
+    let mut odd = model.clone();
+    odd.graph_mut().input.last_mut().unwrap().clone_from(&value_info(
+        "extra",
+        DataType::Float,
+        Some(&[Err("n"), Ok(1), Err("k")]),
+    ));
+    let mut s = Session::from_bytes(&odd.to_bytes().unwrap(), "odd.onnx", &cfg).unwrap();
+    let err = s.feed_zeros(&["extra".into()]).unwrap_err().to_string();
+    assert!(err.contains("input `extra`") && err.contains("dimension 2"), "{err}");
+}

@@ -221,6 +221,9 @@ pub struct ModelIo {
     /// End logits output (`[batch, seq]`). The same name as `start_logits`: one output `[batch, seq, 2]` holds both,
     /// start at index 0 of its last axis and end at 1 (a head exported without its split, e.g. `cls_squad_logits`).
     pub end_logits: String,
+    /// Inputs the logits do not depend on (the ONNX Model Zoo BERT-Squad's `unique_ids`, copied to an output of its
+    /// own): fed zeros.
+    pub zero_inputs: Vec<String>,
 }
 
 impl ModelIo {
@@ -248,6 +251,7 @@ impl ModelIo {
             token_type_ids: Some("token_type_ids".into()),
             start_logits: "start_logits".into(),
             end_logits: "end_logits".into(),
+            zero_inputs: Vec::new(),
         }
     }
 
@@ -260,6 +264,7 @@ impl ModelIo {
             token_type_ids: Some("segment_ids".into()),
             start_logits: "output_start_logits".into(),
             end_logits: "output_end_logits".into(),
+            zero_inputs: Vec::new(),
         }
     }
 }
