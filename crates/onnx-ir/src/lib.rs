@@ -25,6 +25,7 @@ mod model;
 mod tensor;
 #[cfg(feature = "test-support")]
 pub mod tiny_bert;
+mod upcast;
 
 pub use build::{
     NodeExt, attr_float, attr_floats, attr_graph, attr_int, attr_ints, attr_string, attr_strings, attr_tensor,
@@ -40,3 +41,4 @@ pub use tensor::{
     Element, F32Values, array_to_tensor, data_type_name, f32_values, raw_byte_len, tensor_from_raw, tensor_from_vec,
     tensor_shape, tensor_to_array,
 };
+pub use upcast::{Upcast, upcast_float16};

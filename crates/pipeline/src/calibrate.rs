@@ -228,7 +228,7 @@ pub fn collect_stats(
             let stats = Instant::now();
             times.inference_s += (stats - run).as_secs_f64();
             let views: Vec<(&str, &[f32], &[usize])> =
-                outs.iter().map(|o| (o.name, o.data, o.shape.as_slice())).collect();
+                outs.iter().map(|o| (o.name, &*o.data, o.shape.as_slice())).collect();
             state.observe_batch(&views)?;
             times.statistics_s += stats.elapsed().as_secs_f64();
             Ok(())

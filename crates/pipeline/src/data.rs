@@ -234,7 +234,7 @@ pub(crate) fn run_logits<'a>(
             format!("expected [batch {features}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
         ));
     }
-    Ok(RunLogits { start: start.data.into(), end: end.data.into(), width: start.shape[1] })
+    Ok(RunLogits { start: start.data.clone(), end: end.data.clone(), width: start.shape[1] })
 }
 
 fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {

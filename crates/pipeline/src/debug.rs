@@ -402,7 +402,7 @@ impl Runs {
             session.run_with(&inputs, &names, |o| {
                 sums.add(&fp32[b], &self.pair(o, batch, "QDQ model")?, batch);
                 for (i, p) in probes.iter().enumerate() {
-                    let (x, y) = (o[k + i].data, o[k + n + i].data);
+                    let (x, y) = (&*o[k + i].data, &*o[k + n + i].data);
                     total[i].observe(&values[i], y);
                     own[i].observe(x, y);
                     own[i].observe_clipping(x, p.range);

@@ -114,7 +114,8 @@ pub(crate) fn model_size(p: &Path) -> u64 {
 /// Loads an FP32 model to calibrate, smooth or quantize, with what is constant by construction folded into
 /// initializers ([`onnx_ir::fold_constants`]: weights written as `Constant` nodes, or stored transposed behind a
 /// `Transpose`, or in float16 behind a `Cast`), so qdq's rules, which look for MatMuls whose weight is an initializer,
-/// see every weight whatever the exporter. One line says what was folded; the file itself is not changed. A model
+/// see every weight whatever the exporter; a model converted to float16 computes in float32 again
+/// ([`onnx_ir::upcast_float16`]). One line says what was folded or widened; the file itself is not changed. A model
 /// that is quantized already (activation `QuantizeLinear`s or integer kernels: qdq's or ORT's output, a QAT export)
 /// is refused, naming what it holds ([`qdq::quantized_ops`]): quantizing it again would call an INT8 model FP32.
 /// `DequantizeLinear` alone (weights stored as int8) is allowed.
@@ -139,6 +140,18 @@ pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
             path.display(),
             folded.nodes(),
             folded.describe()
+        );
+    }
+    let up = onnx_ir::upcast_float16(model.graph_mut())?;
+    if up.changed() {
+        tracing::info!(
+            "{}: computes in float16: calibrated and quantized in float32 ({} float16 tensors widened, exactly; {} casts \
+             to float16 now to float32; {} declared types), so the INT8 model computes in float32 outside its \
+             quantized ops (TensorRT's and MIGraphX's fp16 switches run those in float16)",
+            path.display(),
+            up.tensors,
+            up.casts,
+            up.declared
         );
     }
     Ok(model)

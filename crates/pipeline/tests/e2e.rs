@@ -461,6 +461,88 @@ fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
     assert!(answers[1].1.iter().all(|n| n.contains("/attention/self/MatMul")), "{:?}", answers[1].1);
 }
 
+/// A BERT converted to float16 (ONNX Runtime's `convert_float_to_float16`, with float32 inputs and outputs or
+/// float16 ones) is calibrated and quantized in float32: its INT8 model is the one of the same weights in float32, and
+/// its own float16 logits are read for the FP32 row. Before, no MatMul was quantized and INT8 was the model itself.
+#[test]
+fn a_float16_model_is_quantized_as_its_float32_twin() {
+    use onnx_ir::NodeExt as _;
+    use onnx_ir::proto::type_proto;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let (f16, f32_) = (onnx_ir::DataType::Float16 as i32, onnx_ir::DataType::Float as i32);
+    // The float32 twin: every weight rounded to float16 and back.
+    let mut twin = plain.clone();
+    for t in &mut twin.graph_mut().initializer {
+        if t.data_type() == f32_ {
+            let a = onnx_ir::tensor_to_array::<f32>(t).unwrap().mapv(|v| half::f16::from_f32(v).to_f32());
+            *t = onnx_ir::array_to_tensor(t.name(), &a);
+        }
+    }
+    let half_form = |io16: bool| {
+        let mut m = plain.clone();
+        let g = m.graph_mut();
+        for t in &mut g.initializer {
+            if t.data_type() == f32_ {
+                let a = onnx_ir::tensor_to_array::<f32>(t).unwrap().mapv(half::f16::from_f32);
+                *t = onnx_ir::array_to_tensor(t.name(), &a);
+            }
+        }
+        for n in &mut g.node {
+            for a in &mut n.attribute {
+                if a.name() == "to" && a.i == Some(i64::from(f32_)) {
+                    a.i = Some(i64::from(f16));
+                }
+            }
+        }
+        let outputs: Vec<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+        let mut tail = Vec::new();
+        for o in &mut g.output {
+            if let Some(type_proto::Value::TensorType(t)) = o.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+                t.elem_type = Some(f16);
+            }
+        }
+        if !io16 {
+            // float32 outputs: the float16 logits cast back at the end, as keep_io_types writes it.
+            for name in &outputs {
+                let inner = format!("{name}_fp16");
+                for n in &mut g.node {
+                    n.output.iter_mut().filter(|t| *t == name).for_each(|t| t.clone_from(&inner));
+                }
+                tail.push(
+                    onnx_ir::node("Cast", &format!("{name}_cast"), &[&inner], &[name])
+                        .with_attr(onnx_ir::attr_int("to", i64::from(f32_))),
+                );
+            }
+            for o in &mut g.output {
+                if let Some(type_proto::Value::TensorType(t)) = o.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+                    t.elem_type = Some(f32_);
+                }
+            }
+        }
+        g.node.extend(tail);
+        g.value_info.clear();
+        m
+    };
+    let mut runs = Vec::new();
+    for (name, model) in [("twin", twin), ("fp16_io32", half_form(false)), ("fp16_io16", half_form(true))] {
+        let path = dir.path().join(format!("{name}.onnx"));
+        model.save(&path).unwrap();
+        let out = dir.path().join(format!("out_{name}"));
+        let cfg = config(path, out.clone(), "cpu");
+        let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+        let fp32 = r.fp32.unwrap();
+        assert_eq!(fp32.score.missing_predictions, 0, "{name}: the float16 logits are read");
+        let q = &r.quantization;
+        let int8 = r.int8.unwrap();
+        let predictions = std::fs::read_to_string(out.join("predictions_int8.json")).unwrap();
+        runs.push((q.quantized_tensors, q.float_matmul_like.clone(), int8.score.f1, predictions));
+    }
+    assert!(runs[0].0 > 0 && runs[0].1.iter().all(|n| n.contains("/attention/self/MatMul")), "{:?}", runs[0].1);
+    assert_eq!(runs[1], runs[0], "float16 with float32 outputs must quantize as its float32 twin");
+    assert_eq!(runs[2], runs[0], "float16 with float16 outputs must quantize as its float32 twin");
+}
+
 /// Old exporters (`keep_initializers_as_inputs`, IR < 4) list every initializer as a graph input too. They are
 /// constants all the same: the `cpu` layout stores the weights and embedding tables as int8, the float originals go
 /// with their inputs, and no input the caller would have to feed appears.

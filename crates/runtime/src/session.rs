@@ -122,6 +122,8 @@ fn unavailable(info: &crate::OrtInfo, ep: &Ep) -> Error {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TensorKind {
     F32,
+    /// float16: outputs are handed over widened to float32.
+    F16,
     I64,
     I32,
     Other(String),
@@ -141,6 +143,7 @@ fn io_info(name: &str, ty: &ValueType) -> IoInfo {
             name: name.to_owned(),
             kind: match ty {
                 TensorElementType::Float32 => TensorKind::F32,
+                TensorElementType::Float16 => TensorKind::F16,
                 TensorElementType::Int64 => TensorKind::I64,
                 TensorElementType::Int32 => TensorKind::I32,
                 other => TensorKind::Other(format!("{other:?}")),
@@ -156,6 +159,7 @@ enum ZeroInput {
     I64(ArrayD<i64>),
     I32(ArrayD<i32>),
     F32(ArrayD<f32>),
+    F16(ArrayD<half::f16>),
     Bool(ArrayD<bool>),
 }
 
@@ -176,17 +180,18 @@ impl ZeroInput {
             TensorKind::I64 => ZeroInput::I64(ArrayD::zeros(dims)),
             TensorKind::I32 => ZeroInput::I32(ArrayD::zeros(dims)),
             TensorKind::F32 => ZeroInput::F32(ArrayD::zeros(dims)),
+            TensorKind::F16 => ZeroInput::F16(ArrayD::from_elem(dims, half::f16::ZERO)),
             TensorKind::Other(_) => ZeroInput::Bool(ArrayD::from_elem(dims, false)),
         }
     }
 }
 
-/// One output of a run, borrowed from ONNX Runtime's buffer.
+/// One output of a run: borrowed from ONNX Runtime's buffer (float32), or widened from float16.
 #[derive(Debug)]
 pub struct OutputRef<'a> {
     pub name: &'a str,
     pub shape: Vec<usize>,
-    pub data: &'a [f32],
+    pub data: Cow<'a, [f32]>,
 }
 
 /// An ONNX Runtime session on a known execution provider.
@@ -324,8 +329,8 @@ impl Session {
 
     /// From now on, feed zeros to each input in `names` that a run does not give: an input the outputs asked for do
     /// not depend on (a `unique_ids` the model copies to an output of its own). Its declared shape is used, a dynamic
-    /// first dimension taking the batch's rows and a dynamic second one its width; int64, int32, float32 and bool
-    /// inputs. An unknown name, another element type or another dynamic dimension is an error naming the input.
+    /// first dimension taking the batch's rows and a dynamic second one its width; int64, int32, float32, float16
+    /// and bool inputs. An unknown name, another element type or another dynamic dimension is an error naming the input.
     pub fn feed_zeros(&mut self, names: &[String]) -> Result<()> {
         for name in names {
             let slot = self.inputs.iter().position(|i| i.name == *name).ok_or_else(|| Error::MissingInput {
@@ -338,7 +343,7 @@ impl Session {
             })?;
             let info = &self.inputs[slot];
             let bad = |reason: String| Error::BadInput { model: self.model.clone(), input: name.clone(), reason };
-            if !matches!(&info.kind, TensorKind::I64 | TensorKind::I32 | TensorKind::F32)
+            if !matches!(&info.kind, TensorKind::I64 | TensorKind::I32 | TensorKind::F32 | TensorKind::F16)
                 && info.kind != TensorKind::Other("Bool".into())
             {
                 return Err(bad(format!("cannot feed it zeros: element type {:?}", info.kind)));
@@ -378,11 +383,11 @@ impl Session {
                 output: (*out).to_owned(),
                 available: self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", "),
             })?;
-            if info.kind != TensorKind::F32 {
+            if !matches!(info.kind, TensorKind::F32 | TensorKind::F16) {
                 return Err(Error::BadOutput {
                     model: self.model.clone(),
                     output: (*out).to_owned(),
-                    reason: format!("expected float32, the model declares {:?}", info.kind),
+                    reason: format!("expected float32 (or float16), the model declares {:?}", info.kind),
                 }
                 .into());
             }
@@ -442,6 +447,7 @@ impl Session {
                 ZeroInput::I64(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
                 ZeroInput::I32(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
                 ZeroInput::F32(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
+                ZeroInput::F16(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
                 ZeroInput::Bool(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
             };
             feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), value));
@@ -455,11 +461,18 @@ impl Session {
                 output: (*out).to_owned(),
                 available: result.keys().collect::<Vec<_>>().join(", "),
             })?;
-            let (shape, data) = value.try_extract_tensor::<f32>().map_err(|e| Error::BadOutput {
+            let bad = |e: ort::Error| Error::BadOutput {
                 model: model.clone(),
                 output: (*out).to_owned(),
                 reason: e.to_string(),
-            })?;
+            };
+            let (shape, data) = match value.try_extract_tensor::<f32>() {
+                Ok((shape, data)) => (shape, Cow::Borrowed(data)),
+                Err(e) => match value.try_extract_tensor::<half::f16>() {
+                    Ok((shape, data)) => (shape, Cow::Owned(data.iter().map(|v| v.to_f32()).collect())),
+                    Err(_) => return Err(bad(e).into()),
+                },
+            };
             let shape = shape.iter().map(|&d| d.max(0) as usize).collect();
             refs.push(OutputRef { name: out, shape, data });
         }
