@@ -53,6 +53,12 @@ pub enum Head {
         /// Number of classes.
         labels: usize,
     },
+    /// Token classification (BertForTokenClassification, NER): a dense layer on every position, one output `logits`
+    /// `[batch, sequence, labels]`.
+    Token {
+        /// Number of classes.
+        labels: usize,
+    },
 }
 
 /// Shape and seed of the tiny model.
@@ -269,6 +275,12 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
             b.g.output.push(value_info("cls_squad_logits", DataType::Float, Some(&dims)));
         }
         Head::Classifier { labels } => classifier_head(&mut b, &x, hidden, labels.max(1)),
+        Head::Token { labels } => {
+            let logits = b.dense(&x, "/classifier", "classifier", hidden, labels.max(1));
+            b.g.push_node(node("Identity", "/Identity_logits", &[&logits], &["logits"]));
+            let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(labels as i64)]).collect();
+            b.g.output.push(value_info("logits", DataType::Float, Some(&dims)));
+        }
     }
 
     let opset = match cfg.layer_norm {

@@ -40,7 +40,9 @@ pub fn logits_output(model: &Model, names: &crate::IoNames, model_path: &std::pa
     }
 }
 
-/// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings.
+/// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings. Per-token logits
+/// (`[batch, seq, classes]` over a `[batch, seq]` mask, a token-classification head) give one row per position the
+/// mask keeps, and `true`: padding is not compared.
 fn run_logits(
     model: runtime::ModelSource<'_>,
     name: &str,
@@ -49,7 +51,7 @@ fn run_logits(
     opts: &EvalOptions,
     stage: &str,
     progress: &dyn Progress,
-) -> Result<(Vec<Vec<f32>>, Latency, String)> {
+) -> Result<(Vec<Vec<f32>>, Latency, String, bool)> {
     let mut session = Session::open(model, name, &opts.session)?;
     if let Some(why) = session.fallback() {
         progress.note(why);
@@ -63,7 +65,7 @@ fn run_logits(
         }
     }
     progress.start(stage, Some(set.len() as u64), "inputs");
-    let (mut rows, mut timings) = (Vec::with_capacity(set.len()), vec![]);
+    let (mut rows, mut timings, mut per_token) = (Vec::with_capacity(set.len()), vec![], false);
     set.each_batch(batch, &mut |feeds, n| {
         let n = n as usize;
         let t0 = Instant::now();
@@ -79,14 +81,22 @@ fn run_logits(
                 }
                 .into());
             }
-            rows.extend(o.data.chunks(classes).map(<[f32]>::to_vec));
+            let mask = feeds.iter().find(|(name, _)| Some(*name) == set.mask()).map(|(_, m)| m);
+            match mask.filter(|m| o.shape.len() == 3 && m.dim() == (n, o.shape[1])) {
+                Some(mask) => {
+                    per_token = true;
+                    let kept = o.data.chunks(classes).zip(mask.iter()).filter(|(_, m)| **m != 0);
+                    rows.extend(kept.map(|(row, _)| row.to_vec()));
+                }
+                None => rows.extend(o.data.chunks(classes).map(<[f32]>::to_vec)),
+            }
             Ok(())
         })?;
         progress.advance(n as u64);
         Ok(())
     })?;
     progress.finish();
-    Ok((rows, Latency::from_batches(&timings), session.ep().short_name().to_owned()))
+    Ok((rows, Latency::from_batches(&timings), session.ep().short_name().to_owned(), per_token))
 }
 
 /// Share of rows whose argmax is the label (labels are per input; rows per input may be several).
@@ -99,8 +109,8 @@ fn accuracy(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<f64> {
     Some(right as f64 / labels.len() as f64)
 }
 
-/// Top-1 agreement, KL and largest difference of two models' logits rows.
-pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str) -> Agreement {
+/// Top-1 agreement, KL and largest difference of two models' logits rows (`per_token`: rows are unmasked tokens).
+pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str, per_token: bool) -> Agreement {
     let (mut same, mut kl_sum, mut kl_max, mut diff) = (0usize, 0f64, 0f64, 0f64);
     for (a, b) in fp32.iter().zip(int8) {
         same += usize::from(calib::argmax(a, &[]) == calib::argmax(b, &[]));
@@ -112,6 +122,7 @@ pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str) -> Agreemen
     let n = fp32.len().min(int8.len()).max(1) as f64;
     Agreement {
         inputs: fp32.len(),
+        per_token,
         output: output.to_owned(),
         classes: fp32.first().map_or(0, Vec::len),
         top1: same as f64 / n,
@@ -137,16 +148,17 @@ pub fn evaluate_classifier(
     opts: &EvalOptions,
     progress: &dyn Progress,
 ) -> Result<ClassifierEval> {
-    let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>)> {
+    let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>, bool)> {
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
-        let (rows, latency, ep) =
+        let (rows, latency, ep, per_token) =
             run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
-        Ok((ClassifierModel { model: name, model_bytes: crate::model_size(side.path), ep, accuracy, latency }, rows))
+        let model = ClassifierModel { model: name, model_bytes: crate::model_size(side.path), ep, accuracy, latency };
+        Ok((model, rows, per_token))
     };
-    let (fp32_model, fp32_rows) = run(&fp32, "FP32")?;
-    let (int8_model, int8_rows) = run(&int8, "INT8")?;
-    let agreement = agreement(&fp32_rows, &int8_rows, output);
+    let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;
+    let (int8_model, int8_rows, _) = run(&int8, "INT8")?;
+    let agreement = agreement(&fp32_rows, &int8_rows, output, per_token);
     Ok(ClassifierEval { data: set.path().display().to_string(), fp32: fp32_model, int8: int8_model, agreement })
 }

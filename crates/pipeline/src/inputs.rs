@@ -101,6 +101,9 @@ pub struct InputSet {
     pad: Vec<i64>,
     /// One class per row, if the file has labels.
     pub labels: Option<Vec<i64>>,
+    /// The attention-mask input, when the model's roles name one that is fed: per-token logits are compared on the
+    /// positions it keeps.
+    mask: Option<String>,
 }
 
 /// How text (and bare token ids) become inputs: the model's input roles and its tokenizer, or why they are not
@@ -155,6 +158,7 @@ impl InputSet {
         if let Some(labels) = &mut set.labels {
             labels.truncate(limit);
         }
+        set.mask = text.roles.as_ref().ok().map(|r| r.mask.clone()).filter(|m| set.names.contains(m));
         Ok(set)
     }
 
@@ -171,6 +175,11 @@ impl InputSet {
     /// The file the rows came from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The attention-mask input, when known and fed.
+    pub fn mask(&self) -> Option<&str> {
+        self.mask.as_deref()
     }
 
     /// Rows `range` padded into one array per input.
@@ -256,7 +265,14 @@ fn from_npz(path: &Path, model: &Model) -> Result<InputSet> {
     }
     let rows = (0..n).map(|i| inputs.iter().map(|(_, a)| a.row(i).to_vec()).collect()).collect();
     let pad = inputs.iter().map(|_| 0).collect();
-    Ok(InputSet { path: path.to_path_buf(), names: inputs.into_iter().map(|(n, _)| n).collect(), rows, pad, labels })
+    Ok(InputSet {
+        path: path.to_path_buf(),
+        names: inputs.into_iter().map(|(n, _)| n).collect(),
+        rows,
+        pad,
+        labels,
+        mask: None,
+    })
 }
 
 /// A 2-D int64 or int32 array (as int64).
@@ -319,7 +335,7 @@ fn with_roles(
         names.push(s.clone());
         pad.push(0);
     }
-    InputSet { path: path.to_path_buf(), names, rows, pad, labels }
+    InputSet { path: path.to_path_buf(), names, rows, pad, labels, mask: None }
 }
 
 #[derive(serde::Deserialize)]

@@ -129,8 +129,11 @@ pub struct ClassifierModel {
 /// How the INT8 logits agree with FP32's, over every input (every row of the logits' last axis).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Agreement {
-    /// Inputs compared.
+    /// Rows compared: inputs, or with `per_token` the tokens the attention mask keeps.
     pub inputs: usize,
+    /// Per-token logits (`[batch, seq, classes]`, a token-classification head): one row per unmasked token.
+    #[serde(default)]
+    pub per_token: bool,
     /// The output compared and its class count (last axis).
     pub output: String,
     pub classes: usize,
@@ -338,7 +341,8 @@ fn classification_table(c: &ClassifierEval, int8: &str) -> String {
     for col in t.column_iter_mut().skip(2) {
         col.set_cell_alignment(CellAlignment::Right);
     }
-    format!("{t}\n{} inputs, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
+    let rows = if a.per_token { "tokens (padding left out)" } else { "inputs" };
+    format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
 }
 
 /// `MatMul 12, Attention 6`: the float MatMul-like nodes counted per op type.

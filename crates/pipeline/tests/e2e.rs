@@ -971,6 +971,39 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     assert!(std::fs::read_to_string(dir.path().join("debug/debug.md")).unwrap().contains("](sqnr.svg)"));
 }
 
+/// A token-classification head (`logits` `[batch, seq, labels]`, NER) is compared per token, on the tokens the
+/// attention mask keeps: batched with padding, the rows compared are the same as one text at a time.
+#[test]
+fn a_token_classifier_is_compared_on_its_unmasked_tokens() {
+    use onnx_ir::tiny_bert::Head;
+    let dir = tempfile::tempdir().unwrap();
+    let model = build(&TinyBertConfig { max_positions: 64, head: Head::Token { labels: 5 }, ..Default::default() });
+    let model_path = dir.path().join("ner.onnx");
+    model.save(&model_path).unwrap();
+    assert!(!qdq_pipeline::is_squad_model(&model, &IoNames::Auto));
+    let txt = dir.path().join("eval.txt");
+    std::fs::write(
+        &txt,
+        "the cat\nwhich river flows through the city of denver\na game\nnormans came from normandy in france",
+    )
+    .unwrap();
+    let run = |batch: usize| {
+        let mut c = config(model_path.clone(), dir.path().join(format!("out_{batch}")), "cpu");
+        (c.dataset, c.calibration_data) = (txt.clone(), txt.clone());
+        c.eval.batch = batch;
+        c.data = DataSettings { io_names: IoNames::Auto, ..data_settings() }.config(&model_path).unwrap();
+        qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap().classification.unwrap()
+    };
+    let (one, padded) = (run(1), run(4));
+    assert!(one.agreement.per_token && padded.agreement.per_token);
+    assert_eq!(one.agreement.classes, 5);
+    assert!(one.agreement.inputs > 4, "one row per token, {:?}", one.agreement);
+    assert_eq!(padded.agreement.inputs, one.agreement.inputs, "padding must not be compared");
+    assert!((padded.agreement.top1 - one.agreement.top1).abs() < 0.2, "{:?} vs {:?}", padded.agreement, one.agreement);
+    let report = std::fs::read_to_string(dir.path().join("out_4/report.md")).unwrap();
+    assert!(report.contains(&format!("{} tokens (padding left out)", one.agreement.inputs)), "{report}");
+}
+
 /// Issue 16: a BERT classifier (no start / end logits; one `logits` output) through the whole job: calibration from
 /// an `.npz` file keyed by input name, evaluation on text (one text or a tab-separated pair per line) and on
 /// labelled JSONL, INT8 compared with FP32 (top-1 agreement, KL, largest logit difference) and scored against the
