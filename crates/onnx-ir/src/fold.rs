@@ -1,5 +1,6 @@
 //! Folding of what is constant by construction into initializers: exporters that do not fold constants write weights
-//! as `Constant` nodes, or store them transposed (`[out, in]`) behind a `Transpose`, or in float16 behind a `Cast`.
+//! as `Constant` nodes, or store them transposed (`[out, in]`) behind a `Transpose`, or in float16 behind a `Cast`,
+//! or as int8 behind a `DequantizeLinear` (weight-only quantization).
 //! Whoever looks for "a MatMul whose B is an initializer" then finds none; after [`fold_constants`] it finds them all.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -12,7 +13,7 @@ use crate::tensor::{Element, array_to_tensor, tensor_shape, tensor_to_array};
 use crate::{GraphExt, Result, get_attr_int, get_attr_ints};
 
 /// The ops [`fold_constants`] evaluates when every input is constant.
-pub const FOLDED_OPS: [&str; 5] = ["Constant", "Identity", "Transpose", "Cast", "Reshape"];
+pub const FOLDED_OPS: [&str; 6] = ["Constant", "Identity", "Transpose", "Cast", "Reshape", "DequantizeLinear"];
 
 /// What [`fold_constants`] did: nodes folded per op type (empty: nothing to fold).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,7 +39,7 @@ impl Folded {
 /// order so chains fold too, by an initializer named as its output holding the value it computes: `Constant`
 /// (`value`, `value_float(s)`, `value_int(s)`), `Identity`, `Transpose` (any element type qdq reads: float, float16,
 /// int64, int32, int8, uint8), `Cast` between float and float16 (and to the same type), `Reshape` by a constant
-/// int64 shape. A node whose output is a graph output or is produced inside a subgraph's scope stays, as does one
+/// int64 shape, `DequantizeLinear` of int8 / uint8 by float32 scales (per tensor or per axis; not blocked). A node whose output is a graph output or is produced inside a subgraph's scope stays, as does one
 /// this cannot evaluate (another element type, external data, a shape that does not fit): folding is an
 /// optimisation, never an error. Initializers only the folded nodes read are dropped. Top-level graph only.
 ///
@@ -129,6 +130,12 @@ fn evaluate(n: &NodeProto, inputs: &[Option<&TensorProto>]) -> Result<Option<Ten
             transpose(t, &perm)?
         }
         ("Cast", Some(t)) => cast(t, get_attr_int(n, "to")?)?,
+        ("DequantizeLinear", Some(t)) => match inputs.get(1).copied().flatten() {
+            Some(scale) if get_attr_int(n, "block_size")?.unwrap_or(0) == 0 => {
+                dequantize(t, scale, inputs.get(2).copied().flatten(), get_attr_int(n, "axis")?.unwrap_or(1))?
+            }
+            _ => None,
+        },
         ("Reshape", Some(t)) => match inputs.get(1).copied().flatten() {
             Some(shape) if shape.data_type() == DataType::Int64 as i32 => {
                 let allowzero = get_attr_int(n, "allowzero")?.unwrap_or(0) != 0;
@@ -204,6 +211,62 @@ fn cast(t: &TensorProto, to: Option<i64>) -> Result<Option<TensorProto>> {
     })
 }
 
+/// `DequantizeLinear` of an int8 / uint8 `x` by a float32 `scale` and optional `zero_point` (the same type as `x`),
+/// per tensor (scalar scale) or per slice along `axis` (1-D scale): `(x - zero_point) * scale`, float32. `None` for
+/// other types or shapes that do not fit.
+fn dequantize(
+    x: &TensorProto,
+    scale: &TensorProto,
+    zp: Option<&TensorProto>,
+    axis: i64,
+) -> Result<Option<TensorProto>> {
+    fn widen<T: Element + Into<f32>>(t: &TensorProto) -> Result<ArrayD<f32>> {
+        Ok(tensor_to_array::<T>(t)?.mapv(Into::into))
+    }
+    let (i8_t, u8_t) = (DataType::Int8 as i32, DataType::Uint8 as i32);
+    let read = |t: &TensorProto| -> Result<Option<ArrayD<f32>>> {
+        Ok(match t.data_type() {
+            d if d == i8_t => Some(widen::<i8>(t)?),
+            d if d == u8_t => Some(widen::<u8>(t)?),
+            _ => None,
+        })
+    };
+    if scale.data_type() != DataType::Float as i32 || zp.is_some_and(|z| z.data_type() != x.data_type()) {
+        return Ok(None);
+    }
+    let Some(values) = read(x)? else { return Ok(None) };
+    let scale = tensor_to_array::<f32>(scale)?;
+    let zp = match zp {
+        Some(z) => match read(z)? {
+            Some(z) if z.shape() == scale.shape() => z,
+            _ => return Ok(None),
+        },
+        None => ArrayD::zeros(scale.raw_dim()),
+    };
+    let out = match scale.ndim() {
+        0 => {
+            let (s, z) = (scale.iter().next().copied().unwrap_or(1.0), zp.iter().next().copied().unwrap_or(0.0));
+            values.mapv(|v| (v - z) * s)
+        }
+        1 => {
+            let rank = values.ndim() as i64;
+            let axis = if axis < 0 { axis + rank } else { axis };
+            let Some(axis) = usize::try_from(axis).ok().filter(|&a| a < values.ndim()) else { return Ok(None) };
+            if values.shape()[axis] != scale.len() {
+                return Ok(None);
+            }
+            let mut out = values;
+            for (k, mut lane) in out.axis_iter_mut(ndarray::Axis(axis)).enumerate() {
+                let (s, z) = (scale[[k]], zp[[k]]);
+                lane.mapv_inplace(|v| (v - z) * s);
+            }
+            out
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(array_to_tensor(x.name(), &out)))
+}
+
 /// `Reshape` of `t` to `shape` (ONNX's rules: 0 copies the input's dimension unless `allowzero`, one -1 is inferred);
 /// `None` when the shape does not fit the element count.
 fn reshape(t: &TensorProto, shape: &[i64], allowzero: bool) -> Result<Option<TensorProto>> {
@@ -269,6 +332,28 @@ mod tests {
         // The intermediate tensors were read only by folded nodes: gone; the shape tensor too.
         let names: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
         assert_eq!(names, vec!["w"]);
+    }
+
+    #[test]
+    fn int8_weights_behind_dequantize_linear_fold_per_tensor_and_per_axis() {
+        let mut g = GraphProto::default();
+        g.add_initializer(tensor_from_vec::<i8>("q", &[2, 3], vec![-128, 0, 127, 10, -10, 1]).unwrap());
+        g.add_initializer(tensor_from_vec::<u8>("qu", &[2, 3], vec![0, 128, 255, 130, 126, 129]).unwrap());
+        g.add_initializer(tensor_from_vec::<f32>("s", &[], vec![0.5]).unwrap());
+        g.add_initializer(tensor_from_vec::<f32>("s3", &[3], vec![1.0, 0.5, 0.25]).unwrap());
+        g.add_initializer(tensor_from_vec::<u8>("z3", &[3], vec![128, 128, 127]).unwrap());
+        g.node.push(node("DequantizeLinear", "dq", &["q", "s"], &["w"]));
+        g.node.push(node("DequantizeLinear", "dq_axis", &["qu", "s3", "z3"], &["wu"]));
+        g.node.push(node("DequantizeLinear", "dq_blocked", &["q", "s3"], &["wb"]).with_attr(attr_int("block_size", 2)));
+        g.node.push(node("MatMul", "mm", &["x", "w"], &["y"]));
+        g.node.push(node("MatMul", "mm_u", &["x", "wu"], &["yu"]));
+        g.node.push(node("MatMul", "mm_b", &["x", "wb"], &["yb"]));
+        let folded = fold_constants(&mut g).unwrap();
+        assert_eq!(folded.by_op.get("DequantizeLinear"), Some(&2), "{folded:?}");
+        assert_eq!(values(g.initializer("w").unwrap()), [-64.0, 0.0, 63.5, 5.0, -5.0, 0.5]);
+        assert_eq!(values(g.initializer("wu").unwrap()), [-128.0, 0.0, 32.0, 2.0, -1.0, 0.5]);
+        assert!(g.initializer("wb").is_none(), "a blocked DequantizeLinear stays");
+        assert!(g.initializer("qu").is_none() && g.initializer("q").is_some(), "q is still read by the blocked one");
     }
 
     #[test]

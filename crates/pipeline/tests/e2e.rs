@@ -396,7 +396,8 @@ fn other_graph_forms_run_end_to_end() {
 }
 
 /// Exporters that do not fold constants: the same weights written as `Constant` nodes, stored transposed behind a
-/// `Transpose`, or in float16 behind a `Cast` (rounded the same in the plain model, so both compute the same). qdq
+/// `Transpose`, in float16 behind a `Cast` or as int8 behind a `DequantizeLinear` (weight-only quantization; rounded
+/// the same in the plain model, so both compute the same). qdq
 /// folds them into initializers on load: the INT8 model quantizes the same MatMuls and gives the same answers.
 #[test]
 fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
@@ -414,7 +415,7 @@ fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
             .collect()
     };
     assert!(weights.len() >= 6, "{weights:?}");
-    // Every third weight goes behind each form; the float16 ones are rounded in the plain model too.
+    // Every fourth weight goes behind each form; the float16 and int8 ones are rounded in the plain model too.
     let mut unfolded = plain.clone();
     let ug = unfolded.graph_mut();
     let mut front = Vec::new();
@@ -423,8 +424,23 @@ fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
         let a = onnx_ir::tensor_to_array::<f32>(&t).unwrap();
         let (rows, cols) = (a.shape()[0], a.shape()[1]);
         let hidden = format!("{w}_stored");
-        match k % 3 {
+        match k % 4 {
             0 => front.push(node("Constant", &format!("{w}_c"), &[], &[w]).with_attr(attr_tensor("value", t.clone()))),
+            3 => {
+                // Weight-only int8, per output channel (axis 1 of [in, out]); the plain model holds what it decodes to.
+                let mut scales = vec![1e-6f32; cols];
+                a.iter().zip(0..).for_each(|(v, i)| scales[i % cols] = scales[i % cols].max(v.abs() / 127.0));
+                let q: Vec<i8> = a.iter().zip(0..).map(|(v, i)| (v / scales[i % cols]).round() as i8).collect();
+                let decoded: Vec<f32> = q.iter().zip(0..).map(|(&v, i)| f32::from(v) * scales[i % cols]).collect();
+                ug.initializer.push(tensor_from_vec(&hidden, &[rows, cols], q).unwrap());
+                let scale = format!("{w}_scale");
+                ug.initializer.push(tensor_from_vec::<f32>(&scale, &[cols], scales).unwrap());
+                front.push(node("DequantizeLinear", &format!("{w}_dq"), &[&hidden, &scale], &[w]));
+                onnx_ir::GraphExt::add_initializer(
+                    plain.graph_mut(),
+                    tensor_from_vec::<f32>(w, &[rows, cols], decoded).unwrap(),
+                );
+            }
             1 => {
                 let at: Vec<f32> = a.t().iter().copied().collect();
                 ug.initializer.push(tensor_from_vec::<f32>(&hidden, &[cols, rows], at).unwrap());
