@@ -464,9 +464,7 @@ fn split_pair(g: &onnx_ir::proto::GraphProto) -> Option<(String, String)> {
                 "Gather" => return Some((n.input.first()?.clone(), scalar(n.input.get(1)?)?)),
                 "Slice" => {
                     let (start, end) = (scalar(n.input.get(1)?)?, scalar(n.input.get(2)?)?);
-                    return (end == start + 1)
-                        .then(|| (n.input.first().cloned(), start))
-                        .and_then(|(s, k)| Some((s?, k)));
+                    return (end == start + 1).then(|| n.input.first().map(|s| (s.clone(), start))).flatten();
                 }
                 _ => return None,
             }

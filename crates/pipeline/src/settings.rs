@@ -285,8 +285,8 @@ pub struct DataSettings {
 /// The sequence length every feature gets when none is asked for and the model does not fix one.
 pub const DEFAULT_SEQ_LEN: usize = 384;
 
-/// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs, all of them
-/// agreeing): exported with static shapes, it runs nothing else.
+/// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs): exported with
+/// static shapes, it runs nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DeclaredShape {
     pub batch: Option<usize>,
@@ -294,8 +294,8 @@ pub struct DeclaredShape {
 }
 
 impl DeclaredShape {
-    /// What the graph inputs of `model` declare; a dimension is fixed only if every `[batch, sequence]` integer input
-    /// fixes it to the same value. Names the inputs in an error when they disagree.
+    /// What the graph inputs of `model` declare: a dimension any `[batch, sequence]` integer input fixes (the others
+    /// leaving it dynamic). Names the inputs in an error when two fix it to different values.
     pub fn of(model: &onnx_ir::Model, path: &Path) -> Result<DeclaredShape> {
         use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
         let g = model.graph();
@@ -316,11 +316,12 @@ impl DeclaredShape {
             dims.push((v.name(), [fixed(0), fixed(1)]));
         }
         let agreed = |axis: usize, what: &str| -> Result<Option<usize>> {
-            let mut seen: Vec<(&str, Option<i64>)> = dims.iter().map(|(n, d)| (*n, d[axis])).collect();
-            seen.dedup_by_key(|(_, d)| *d);
-            match seen.as_slice() {
+            let mut fixed: Vec<i64> = dims.iter().filter_map(|(_, d)| d[axis]).collect();
+            fixed.sort_unstable();
+            fixed.dedup();
+            match fixed.as_slice() {
                 [] => Ok(None),
-                [(_, d)] => Ok(d.map(|d| d as usize)),
+                [d] => Ok(Some(*d as usize)),
                 _ => Err(Error::Input {
                     path: path.to_path_buf(),
                     reason: format!(

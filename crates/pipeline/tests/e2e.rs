@@ -718,6 +718,16 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
     zoo_form(Some(8)).save(&batch8).unwrap();
     let e = data_settings().config(&batch8).unwrap_err().to_string();
     assert!(e.contains("batch8.onnx") && e.contains("exactly 8") && e.contains("dynamic batch"), "{e}");
+    let mut odd = zoo_form(None);
+    if let Some(onnx_ir::proto::type_proto::Value::TensorType(t)) =
+        odd.graph_mut().input[2].r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.shape.as_mut().unwrap().dim[1].value = Some(Value::DimValue(32));
+    }
+    let odd_path = dir.path().join("odd.onnx");
+    odd.save(&odd_path).unwrap();
+    let e = data_settings().config(&odd_path).unwrap_err().to_string();
+    assert!(e.contains("different sequence dimensions") && e.contains("`input_mask:0` 32"), "{e}");
     let batch1 = dir.path().join("batch1.onnx");
     zoo_form(Some(1)).save(&batch1).unwrap();
     let one = DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() }.config(&batch1).unwrap();

@@ -333,11 +333,11 @@ impl Session {
     /// and bool inputs. An unknown name, another element type or another dynamic dimension is an error naming the input.
     pub fn feed_zeros(&mut self, names: &[String]) -> Result<()> {
         for name in names {
-            let slot = self.inputs.iter().position(|i| i.name == *name).ok_or_else(|| Error::MissingInput {
+            let slot = self.inputs.iter().position(|i| i.name == *name).ok_or_else(|| Error::BadInput {
                 model: self.model.clone(),
                 input: name.clone(),
-                given: format!(
-                    "the model's inputs are {}",
+                reason: format!(
+                    "cannot feed it zeros: the model has no such input (its inputs: {})",
                     self.inputs.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             })?;

@@ -109,7 +109,7 @@ fn inputs_named_for_zeros_are_fed_zeros_of_their_declared_shape_when_not_given()
     let err = s.run(&given, &["start_logits"]).unwrap_err().to_string();
     assert!(err.contains("needs input `unique_ids`"), "{err}");
     let err = s.feed_zeros(&["nope".into()]).unwrap_err().to_string();
-    assert!(err.contains("`nope`") && err.contains("unique_ids, input_ids"), "{err}");
+    assert!(err.contains("`nope`") && err.contains("no such input") && err.contains("unique_ids, input_ids"), "{err}");
     s.feed_zeros(&["unique_ids".into(), "extra".into()]).unwrap();
     let out = s.run(&given, &["start_logits", "extra_sum"]).unwrap();
     assert_eq!(out[0].shape(), [2, SEQ]);
