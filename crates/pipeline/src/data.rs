@@ -170,10 +170,13 @@ impl Corpus {
                         format!("outputs: start `{}`, end `{}`", io.start_logits, io.end_logits)
                     };
                     tracing::info!(
-                        "model inputs: ids `{}`, mask `{}`, segment {}; {outputs} (--io-names to change)",
+                        "model inputs: ids `{}`, mask `{}`, segment {}{}; {outputs} (--io-names to change)",
                         io.input_ids,
                         io.attention_mask,
                         io.token_type_ids.as_deref().map_or("none".to_owned(), |t| format!("`{t}`")),
+                        io.position_ids
+                            .as_deref()
+                            .map_or(String::new(), |p| format!(", positions `{p}` (0, 1, 2, ...)")),
                     );
                 }
                 self.cfg.io = io;
@@ -248,8 +251,14 @@ fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
         tracing::info!("{} has no `{tt}` input; segment ids are not fed", model_path.display());
         io.token_type_ids = None;
     }
+    if io.position_ids.is_none() {
+        let mut taken = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
+        taken.extend(io.token_type_ids.as_deref());
+        io.position_ids = position_input(model, &taken);
+    }
     let mut fed = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
     fed.extend(io.token_type_ids.as_deref());
+    fed.extend(io.position_ids.as_deref());
     let missing: Vec<&str> = fed.iter().copied().filter(|n| !inputs.contains(n)).collect();
     // An input the logits do not depend on (a `unique_ids` copied to an output of its own) is fed zeros.
     let logits_read = g.ancestors_of(&io.logit_outputs());
@@ -293,6 +302,7 @@ pub fn detect_io(model: &Model, model_path: &Path, names: &crate::IoNames) -> Re
         input_ids: inputs.ids,
         attention_mask: inputs.mask,
         token_type_ids: inputs.segment,
+        position_ids: inputs.position,
         start_logits: start,
         end_logits: end,
         zero_inputs: Vec::new(),
@@ -313,6 +323,8 @@ pub struct InputRoles {
     pub ids: String,
     pub mask: String,
     pub segment: Option<String>,
+    /// Position ids, when the model takes them as an input.
+    pub position: Option<String>,
 }
 
 /// The model's input roles only (any model, SQuAD or not), as [`detect_io`] finds them.
@@ -358,11 +370,33 @@ pub fn detect_inputs(model: &Model, model_path: &Path, names: &crate::IoNames) -
             (!found.is_empty()).then(|| one(&None, found, "segment ids")).transpose()?
         }
     };
-    let rest: Vec<&str> = inputs.iter().copied().filter(|i| *i != ids && Some(*i) != segment.as_deref()).collect();
+    // Position ids (an export that takes them as an input): what gathers from the position table, else the one input
+    // so named; fed 0, 1, 2, ... per row.
+    let position =
+        position_input(model, &[ids.as_str(), segment.as_deref().unwrap_or(""), given.mask.as_deref().unwrap_or("")]);
+    let rest: Vec<&str> = inputs
+        .iter()
+        .copied()
+        .filter(|i| *i != ids && Some(*i) != segment.as_deref() && Some(*i) != position.as_deref())
+        .collect();
     let mask_found =
         if rest.len() == 1 { rest.clone() } else { rest.iter().copied().filter(|i| i.contains("mask")).collect() };
     let mask = one(&given.mask, mask_found, "attention mask")?;
-    Ok(InputRoles { ids, mask, segment })
+    Ok(InputRoles { ids, mask, segment, position })
+}
+
+/// The input that takes position ids, among the graph inputs other than `taken`: the one gathering from the position
+/// table (or ORT's EmbedLayerNormalization's position slot), else the only one so named.
+fn position_input(model: &Model, taken: &[&str]) -> Option<String> {
+    let g = model.graph();
+    let free: Vec<&str> =
+        g.input.iter().map(|v| v.name()).filter(|n| !g.is_initializer(n) && !taken.contains(n)).collect();
+    let by_graph: Vec<&str> = free.iter().copied().filter(|i| input_role(model, i) == Some(Role::Position)).collect();
+    let by_name: Vec<&str> = free.iter().copied().filter(|i| i.to_ascii_lowercase().contains("position")).collect();
+    match (by_graph.as_slice(), by_name.as_slice()) {
+        ([one], _) | ([], [one]) => Some((*one).to_owned()),
+        _ => None,
+    }
 }
 
 /// True if the model has start / end logits as [`detect_io`] finds them (a SQuAD model) and no `logits` role was
@@ -376,6 +410,7 @@ enum Role {
     Ids,
     Segment,
     Mask,
+    Position,
 }
 
 /// What the graph does with an input: the index of a Gather on an embedding table (the largest table: token ids; one
@@ -398,9 +433,15 @@ fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Opt
             ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 0) => return Some(Role::Ids),
             ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 1) => return Some(Role::Segment),
             ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 7) => return Some(Role::Mask),
+            ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 8) => return Some(Role::Position),
             ("Gather", 1) => {
-                let rows = *g.initializer(n.input.first()?)?.dims.first()?;
-                return Some(if rows <= 16 { Role::Segment } else { Role::Ids });
+                let table = n.input.first()?;
+                let rows = *g.initializer(table)?.dims.first()?;
+                return Some(match rows {
+                    _ if table.to_ascii_lowercase().contains("position") => Role::Position,
+                    ..=16 => Role::Segment,
+                    _ => Role::Ids,
+                });
             }
             _ => {}
         }

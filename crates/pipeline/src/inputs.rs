@@ -312,11 +312,14 @@ fn from_npy(path: &Path, text: &TextInputs) -> Result<InputSet> {
     Ok(with_roles(path, rows, roles, tokenizer, None))
 }
 
-/// One row's inputs in role order (ids, mask, segment if any) from token ids and segment ids.
+/// One row's inputs in role order (ids, mask, segment and position if any) from token ids and segment ids.
 fn token_row(ids: Vec<i64>, segment: Option<Vec<i64>>, roles: &InputRoles) -> Vec<Vec<i64>> {
     let mut row = vec![vec![1; ids.len()]];
     if roles.segment.is_some() {
         row.push(segment.unwrap_or_else(|| vec![0; ids.len()]));
+    }
+    if roles.position.is_some() {
+        row.push((0..ids.len() as i64).collect());
     }
     row.insert(0, ids);
     row
@@ -333,6 +336,10 @@ fn with_roles(
     let mut pad = vec![i64::from(tokenizer.pad_id), 0];
     if let Some(s) = &r.segment {
         names.push(s.clone());
+        pad.push(0);
+    }
+    if let Some(p) = &r.position {
+        names.push(p.clone());
         pad.push(0);
     }
     InputSet { path: path.to_path_buf(), names, rows, pad, labels, mask: None }

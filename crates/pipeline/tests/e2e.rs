@@ -477,6 +477,41 @@ fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
     assert!(answers[1].1.iter().all(|n| n.contains("/attention/self/MatMul")), "{:?}", answers[1].1);
 }
 
+/// An export that takes position ids as an input (`position_ids`, gathered from the position table) gets 0, 1, 2, ...
+/// on every row: the FP32 answers are the plain model's, which slices them from its own constant.
+#[test]
+fn position_ids_taken_as_an_input_are_fed_0_1_2() {
+    use onnx_ir::DataType;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let mut with_input = plain.clone();
+    let g = with_input.graph_mut();
+    let gather = g.node.iter_mut().find(|n| n.name().ends_with("position_embeddings/Gather")).unwrap();
+    gather.input[1] = "pos_in".into();
+    g.input.push(onnx_ir::value_info("pos_in", DataType::Int64, Some(&[Err("batch"), Err("sequence")])));
+    let io = qdq_pipeline::detect_io(&with_input, Path::new("m.onnx"), &IoNames::Auto).unwrap();
+    assert_eq!(io.position_ids.as_deref(), Some("pos_in"), "found by the table it gathers from, whatever its name");
+    assert_eq!(io.attention_mask, "attention_mask");
+    let mut runs = Vec::new();
+    for (name, model) in [("plain", &plain), ("with_input", &with_input)] {
+        let path = dir.path().join(format!("{name}.onnx"));
+        model.save(&path).unwrap();
+        let out = dir.path().join(format!("out_{name}"));
+        for io_names in [IoNames::Auto, IoNames::Hf] {
+            let mut cfg = config(path.clone(), out.clone(), "tensorrt");
+            cfg.data = DataSettings { io_names, ..data_settings() }.config(&path).unwrap();
+            let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+            assert_eq!(r.int8.unwrap().score.missing_predictions, 0);
+            runs.push((
+                name,
+                r.fp32.unwrap().score.f1,
+                std::fs::read_to_string(out.join("predictions_fp32.json")).unwrap(),
+            ));
+        }
+    }
+    assert!(runs.windows(2).all(|w| w[0].1 == w[1].1 && w[0].2 == w[1].2), "FP32 answers must not change: {runs:?}");
+}
+
 /// A BERT converted to float16 (ONNX Runtime's `convert_float_to_float16`, with float32 inputs and outputs or
 /// float16 ones) is calibrated and quantized in float32: its INT8 model is the one of the same weights in float32, and
 /// its own float16 logits are read for the FP32 row. Before, no MatMul was quantized and INT8 was the model itself.

@@ -28,6 +28,8 @@ pub struct Batch {
     pub attention_mask: Array2<i64>,
     /// Segment ids.
     pub token_type_ids: Array2<i64>,
+    /// Position ids: 0, 1, 2, ... on every row (for models that take them as an input).
+    pub position_ids: Array2<i64>,
     /// The features themselves (needed to turn the logits into answers).
     pub features: Vec<Feature>,
 }
@@ -59,6 +61,7 @@ impl Batch {
             input_ids,
             attention_mask,
             token_type_ids,
+            position_ids: Array2::from_shape_fn((rows, width), |(_, c)| c as i64),
             features,
         })
     }
@@ -73,7 +76,7 @@ impl Batch {
         self.feature_ids.is_empty()
     }
 
-    /// The model inputs by name (the segment ids only when `io` names them).
+    /// The model inputs by name (the segment and position ids only when `io` names them).
     pub fn inputs<'a>(&'a self, io: &'a ModelIo) -> Vec<(&'a str, ArrayView2<'a, i64>)> {
         let mut v = vec![
             (io.input_ids.as_str(), self.input_ids.view()),
@@ -81,6 +84,9 @@ impl Batch {
         ];
         if let Some(tt) = &io.token_type_ids {
             v.push((tt.as_str(), self.token_type_ids.view()));
+        }
+        if let Some(p) = &io.position_ids {
+            v.push((p.as_str(), self.position_ids.view()));
         }
         v
     }

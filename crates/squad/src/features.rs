@@ -221,6 +221,8 @@ pub struct ModelIo {
     /// End logits output (`[batch, seq]`). The same name as `start_logits`: one output `[batch, seq, 2]` holds both,
     /// start at index 0 of its last axis and end at 1 (a head exported without its split, e.g. `cls_squad_logits`).
     pub end_logits: String,
+    /// Position ids input, if the model takes one (fed 0, 1, 2, ... on every row).
+    pub position_ids: Option<String>,
     /// Inputs the logits do not depend on (the ONNX Model Zoo BERT-Squad's `unique_ids`, copied to an output of its
     /// own): fed zeros.
     pub zero_inputs: Vec<String>,
@@ -251,6 +253,7 @@ impl ModelIo {
             token_type_ids: Some("token_type_ids".into()),
             start_logits: "start_logits".into(),
             end_logits: "end_logits".into(),
+            position_ids: None,
             zero_inputs: Vec::new(),
         }
     }
@@ -264,6 +267,7 @@ impl ModelIo {
             token_type_ids: Some("segment_ids".into()),
             start_logits: "output_start_logits".into(),
             end_logits: "output_end_logits".into(),
+            position_ids: None,
             zero_inputs: Vec::new(),
         }
     }
