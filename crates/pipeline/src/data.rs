@@ -160,7 +160,13 @@ impl Corpus {
     /// without one.
     pub fn fit_model(&mut self, model: &Model, model_path: &Path) -> Result<()> {
         match &self.cfg.io_names {
-            crate::IoNames::Hf | crate::IoNames::Nvidia => {}
+            crate::IoNames::Hf | crate::IoNames::Nvidia => {
+                // Fixed names for the rest; position ids, which neither names, are found in the graph.
+                let io = &mut self.cfg.io;
+                let mut taken = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
+                taken.extend(io.token_type_ids.as_deref());
+                io.position_ids = position_input(model, &taken);
+            }
             named => {
                 let io = detect_io(model, model_path, named)?;
                 if io != self.cfg.io {
@@ -187,6 +193,7 @@ impl Corpus {
                     start: Some(self.cfg.io.start_logits.clone()),
                     end: Some(self.cfg.io.end_logits.clone()),
                     logits: None,
+                    position: Some(self.cfg.io.position_ids.clone().unwrap_or_default()),
                 });
             }
         }
@@ -250,11 +257,6 @@ fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {
     {
         tracing::info!("{} has no `{tt}` input; segment ids are not fed", model_path.display());
         io.token_type_ids = None;
-    }
-    if io.position_ids.is_none() {
-        let mut taken = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
-        taken.extend(io.token_type_ids.as_deref());
-        io.position_ids = position_input(model, &taken);
     }
     let mut fed = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
     fed.extend(io.token_type_ids.as_deref());
@@ -372,8 +374,14 @@ pub fn detect_inputs(model: &Model, model_path: &Path, names: &crate::IoNames) -
     };
     // Position ids (an export that takes them as an input): what gathers from the position table, else the one input
     // so named; fed 0, 1, 2, ... per row.
-    let position =
-        position_input(model, &[ids.as_str(), segment.as_deref().unwrap_or(""), given.mask.as_deref().unwrap_or("")]);
+    let position = match &given.position {
+        Some(p) if p.is_empty() => None,
+        Some(p) => Some(p.clone()),
+        None => position_input(
+            model,
+            &[ids.as_str(), segment.as_deref().unwrap_or(""), given.mask.as_deref().unwrap_or("")],
+        ),
+    };
     let rest: Vec<&str> = inputs
         .iter()
         .copied()

@@ -179,6 +179,8 @@ pub struct ExplicitIo {
     pub end: Option<String>,
     /// Class logits (a model that is not a SQuAD model).
     pub logits: Option<String>,
+    /// Position ids input (fed 0, 1, 2, ...); `Some("")`: none.
+    pub position: Option<String>,
 }
 
 impl FromStr for IoNames {
@@ -200,9 +202,10 @@ impl FromStr for IoNames {
                         "start" => &mut e.start,
                         "end" => &mut e.end,
                         "logits" => &mut e.logits,
+                        "position" | "positions" => &mut e.position,
                         k => {
                             return Err(Error::Config(format!(
-                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end, logits"
+                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end, logits, position"
                             )));
                         }
                     };
@@ -274,7 +277,7 @@ pub struct DataSettings {
     /// output holding start and end on its last axis), printed. hf: input_ids,
     /// attention_mask, token_type_ids -> start_logits, end_logits. nvidia: input_ids, input_mask, segment_ids ->
     /// output_start_logits, output_end_logits. Or roles: `ids=input.1,mask=input.2,segment=input.3,start=out0,end=out1`
-    /// (roles left out are found; `segment=` = none; start and end naming one output = stacked).
+    /// (roles left out are found; `segment=` = none, likewise `position=`; start and end naming one output = stacked).
     #[cfg_attr(feature = "cli", arg(long, default_value = "auto", value_name = "NAMES"))]
     pub io_names: IoNames,
     /// Pad every batch to --seq-len instead of to its longest feature (static shapes, e.g. for TensorRT engines;

@@ -492,6 +492,11 @@ fn position_ids_taken_as_an_input_are_fed_0_1_2() {
     let io = qdq_pipeline::detect_io(&with_input, Path::new("m.onnx"), &IoNames::Auto).unwrap();
     assert_eq!(io.position_ids.as_deref(), Some("pos_in"), "found by the table it gathers from, whatever its name");
     assert_eq!(io.attention_mask, "attention_mask");
+    let named = |s: &str| qdq_pipeline::detect_io(&with_input, Path::new("m.onnx"), &s.parse().unwrap()).unwrap();
+    assert_eq!(named("position=pos_in").position_ids.as_deref(), Some("pos_in"));
+    assert_eq!(named("position=").position_ids, None, "`position=` says there is none");
+    let e = "positio=x".parse::<IoNames>().unwrap_err().to_string();
+    assert!(e.contains("unknown role `positio`") && e.contains("position"), "{e}");
     let mut runs = Vec::new();
     for (name, model) in [("plain", &plain), ("with_input", &with_input)] {
         let path = dir.path().join(format!("{name}.onnx"));
