@@ -114,7 +114,7 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
 fn evaluate(n: &NodeProto, inputs: &[Option<&TensorProto>]) -> Result<Option<TensorProto>> {
     let first = inputs.first().copied().flatten();
     Ok(match (n.op_type(), first) {
-        ("Constant", _) => constant(n)?,
+        ("Constant", _) => constant_value(n)?,
         ("Identity", Some(t)) => Some(t.clone()),
         ("Transpose", Some(t)) => {
             let rank = t.dims.len();
@@ -147,8 +147,12 @@ fn evaluate(n: &NodeProto, inputs: &[Option<&TensorProto>]) -> Result<Option<Ten
     })
 }
 
-/// A `Constant` node's value: `value` (a tensor), `value_float(s)`, `value_int(s)`; `None` for the other forms.
-fn constant(n: &NodeProto) -> Result<Option<TensorProto>> {
+/// A `Constant` node's value, named as its output: `value` (a tensor, not external), `value_float(s)`, `value_int(s)`;
+/// `None` for the other forms (and for a node that is not a `Constant`).
+pub fn constant_value(n: &NodeProto) -> Result<Option<TensorProto>> {
+    if n.op_type() != "Constant" {
+        return Ok(None);
+    }
     let Some(a) = n.attribute.first().filter(|_| n.attribute.len() == 1) else { return Ok(None) };
     let named = |t: TensorProto| Some(TensorProto { name: n.output.first().cloned(), ..t });
     Ok(match a.name() {
@@ -196,7 +200,7 @@ fn transpose(t: &TensorProto, perm: &[usize]) -> Result<Option<TensorProto>> {
 }
 
 /// `Cast` to `to`: float <-> float16 and to the same type; `None` otherwise.
-fn cast(t: &TensorProto, to: Option<i64>) -> Result<Option<TensorProto>> {
+pub(crate) fn cast(t: &TensorProto, to: Option<i64>) -> Result<Option<TensorProto>> {
     let (from, to) = (t.data_type(), to.and_then(|v| i32::try_from(v).ok()));
     let (f32_t, f16_t) = (DataType::Float as i32, DataType::Float16 as i32);
     Ok(match to {

@@ -32,7 +32,7 @@ pub use build::{
     get_attr, get_attr_float, get_attr_int, get_attr_ints, get_attr_string, get_attr_tensor, node,
 };
 pub use error::{Error, Result};
-pub use fold::{FOLDED_OPS, Folded, fold_constants};
+pub use fold::{FOLDED_OPS, Folded, constant_value, fold_constants};
 pub use graph::{GraphExt, NameSet, subgraphs, value_info};
 pub use index::GraphIndex;
 pub use model::{EXTERNAL_ALIGNMENT, ExternalDataOptions, Model, PROTOBUF_LIMIT, SaveOptions, Saved};

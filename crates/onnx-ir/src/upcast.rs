@@ -9,9 +9,9 @@
 //! left as they are.
 
 use crate::error::Result;
+use crate::fold::cast;
 use crate::proto::tensor_proto::DataType;
 use crate::proto::{GraphProto, TensorProto, ValueInfoProto, attribute_proto::AttributeType, type_proto};
-use crate::tensor::{array_to_tensor, tensor_to_array};
 
 /// What [`upcast_float16`] changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,8 +38,9 @@ pub fn upcast_float16(g: &mut GraphProto) -> Result<Upcast> {
     let f32_ = DataType::Float as i32;
     let mut done = Upcast::default();
     let widen = |t: &mut TensorProto, done: &mut Upcast| -> Result<()> {
-        if t.data_type() == f16 {
-            let wide = array_to_tensor(t.name(), &tensor_to_array::<half::f16>(t)?.mapv(half::f16::to_f32));
+        if t.data_type() == f16
+            && let Some(wide) = cast(t, Some(i64::from(f32_)))?
+        {
             *t = TensorProto { doc_string: t.doc_string.take(), ..wide };
             done.tensors += 1;
         }
@@ -86,6 +87,7 @@ mod tests {
     use super::*;
     use crate::build::{NodeExt as _, attr_int, attr_tensor, node};
     use crate::graph::value_info;
+    use crate::tensor::{array_to_tensor, tensor_to_array};
     use ndarray::{ArrayD, IxDyn};
 
     #[test]

@@ -493,11 +493,11 @@ fn output_roles(
 fn split_pair(g: &onnx_ir::proto::GraphProto) -> Option<(String, String)> {
     let index = onnx_ir::GraphIndex::new(g);
     let scalar = |name: &str| -> Option<i64> {
-        let t = index.initializer(name).or_else(|| {
-            let n = index.producer_node(name).filter(|n| n.op_type() == "Constant")?;
-            onnx_ir::get_attr_tensor(n, "value").ok().flatten()
-        })?;
-        let a = onnx_ir::tensor_to_array::<i64>(t).ok()?;
+        let t = match index.initializer(name) {
+            Some(t) => t.clone(),
+            None => onnx_ir::constant_value(index.producer_node(name)?).ok().flatten()?,
+        };
+        let a = onnx_ir::tensor_to_array::<i64>(&t).ok()?;
         (a.len() == 1).then(|| a.iter().next().copied()).flatten()
     };
     // (source tensor, part) of a graph output, through ops that only reshape or rename.
