@@ -22,6 +22,7 @@ mod fold;
 mod graph;
 mod index;
 mod model;
+mod opset;
 mod tensor;
 #[cfg(feature = "test-support")]
 pub mod tiny_bert;
@@ -36,6 +37,7 @@ pub use fold::{FOLDED_OPS, Folded, constant_value, fold_constants};
 pub use graph::{GraphExt, NameSet, subgraphs, value_info};
 pub use index::GraphIndex;
 pub use model::{EXTERNAL_ALIGNMENT, ExternalDataOptions, Model, PROTOBUF_LIMIT, SaveOptions, Saved};
+pub use opset::{OLDEST_UPGRADABLE_OPSET, OPSET_TARGETS, OpsetUpgrade, upgrade_default_opset};
 pub use proto::tensor_proto::DataType;
 pub use tensor::{
     Element, F32Values, array_to_tensor, data_type_name, f32_values, raw_byte_len, tensor_from_raw, tensor_from_vec,

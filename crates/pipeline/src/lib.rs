@@ -115,7 +115,8 @@ pub(crate) fn model_size(p: &Path) -> u64 {
 /// initializers ([`onnx_ir::fold_constants`]: weights written as `Constant` nodes, or stored transposed behind a
 /// `Transpose`, or in float16 behind a `Cast`), so qdq's rules, which look for MatMuls whose weight is an initializer,
 /// see every weight whatever the exporter; a model converted to float16 computes in float32 again
-/// ([`onnx_ir::upcast_float16`]). One line says what was folded or widened; the file itself is not changed. A model
+/// ([`onnx_ir::upcast_float16`]); an export older than opset 13 is carried over to it ([`onnx_ir::upgrade_default_opset`]:
+/// per-channel Q/DQ needs it). One line says what was folded, widened or carried over; the file itself is not changed. A model
 /// that is quantized already (activation `QuantizeLinear`s or integer kernels: qdq's or ORT's output, a QAT export)
 /// is refused, naming what it holds ([`qdq::quantized_ops`]): quantizing it again would call an INT8 model FP32.
 /// `DequantizeLinear` alone (weights stored as int8) is allowed.
@@ -152,6 +153,19 @@ pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
             up.tensors,
             up.casts,
             up.declared
+        );
+    }
+    // Per-channel Q/DQ needs opset 13: an older export is carried over before any work, so a node that cannot be is
+    // an error now, not after calibration.
+    if let Some(up) = onnx_ir::upgrade_default_opset(&mut model, qdq::MIN_QDQ_OPSET)
+        .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })?
+    {
+        tracing::info!(
+            "{}: opset {} raised to {}, which per-channel Q/DQ needs ({}; the same computation)",
+            path.display(),
+            up.from,
+            up.to,
+            up.describe()
         );
     }
     Ok(model)

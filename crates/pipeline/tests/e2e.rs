@@ -1226,3 +1226,63 @@ fn the_optimised_calibration_session_keeps_every_exposed_tensor() {
     assert!(times.inference_s > 0.0 && times.statistics_s > 0.0, "{times:?}");
     assert!(times.pass_s >= times.inference_s + times.statistics_s, "{times:?}");
 }
+
+/// An export older than opset 13 (TensorRT-era PyTorch exports use 11 or 12; the Model Zoo's BERT-Squad 10) holds
+/// `Unsqueeze` / `Squeeze` axes and `Split` sizes as attributes, which opset 13 (needed by per-channel Q/DQ) reads
+/// from inputs. The INT8 model is the same as the opset-14 original's, and ONNX Runtime loads and runs it.
+#[test]
+fn an_opset_11_export_is_carried_over_to_opset_13_and_quantized_as_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let mut old = plain.clone();
+    let g = old.graph_mut();
+    let moved = [("Unsqueeze", "axes"), ("Squeeze", "axes"), ("Split", "split")];
+    let mut attrs = 0;
+    for n in &mut g.node {
+        if let Some((_, attr)) = moved.iter().find(|(op, _)| n.op_type() == *op)
+            && n.input.len() > 1
+        {
+            let values =
+                onnx_ir::tensor_to_array::<i64>(g.initializer.iter().find(|t| t.name() == n.input[1]).unwrap());
+            n.attribute.push(onnx_ir::attr_ints(attr, &values.unwrap().iter().copied().collect::<Vec<_>>()));
+            n.input.truncate(1);
+            attrs += 1;
+        }
+        if n.op_type() == "Softmax" {
+            // Opset 11 exports name the last axis of the attention scores by number.
+            n.attribute.retain(|a| a.name() != "axis");
+            n.attribute.push(onnx_ir::attr_int("axis", 3));
+        }
+    }
+    assert!(attrs >= 4, "the tiny BERT reads axes from inputs in {attrs} nodes");
+    onnx_ir::GraphExt::remove_unused_initializers(g);
+    old.proto.opset_import.iter_mut().filter(|o| o.domain().is_empty()).for_each(|o| o.version = Some(11));
+    let mut runs = Vec::new();
+    for policy in ["cpu", "tensorrt"] {
+        for (name, model) in [("opset14", &plain), ("opset11", &old)] {
+            let path = dir.path().join(format!("{name}.onnx"));
+            model.save(&path).unwrap();
+            let out = dir.path().join(format!("out_{name}_{policy}"));
+            let cfg = config(path, out.clone(), policy);
+            let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+            let q = &r.quantization;
+            let int8 = r.int8.unwrap();
+            let predictions = std::fs::read_to_string(out.join("predictions_int8.json")).unwrap();
+            let written = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+            assert_eq!(written.opset(""), Some(if name == "opset11" { 13 } else { 14 }), "{name}");
+            assert!(
+                written
+                    .graph()
+                    .node
+                    .iter()
+                    .filter(|n| moved.iter().any(|(op, _)| n.op_type() == *op))
+                    .all(|n| { onnx_ir::get_attr(n, "axes").is_none() && onnx_ir::get_attr(n, "split").is_none() }),
+                "{name} {policy}: opset 13 reads Unsqueeze / Squeeze axes and Split sizes from inputs"
+            );
+            runs.push((q.quantized_tensors, q.float_matmul_like.clone(), int8.score.f1, predictions));
+        }
+        let (old_run, new_run) = (runs.pop().unwrap(), runs.pop().unwrap());
+        assert!(new_run.0 > 0);
+        assert_eq!(old_run, new_run, "{policy}: the opset-11 export quantizes as the original");
+    }
+}

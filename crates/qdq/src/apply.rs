@@ -40,9 +40,6 @@ impl Plan {
     /// On error the model may be partly edited; callers that need atomicity apply to a clone.
     pub fn apply(&self, model: &mut Model) -> Result<()> {
         self.check_matches(model)?;
-        if let Some((_, to)) = self.opset_bump {
-            set_default_opset(model, to);
-        }
         let g = model.graph_mut();
         let mut names = NameSet::from_graph(g);
         let (mut inserts, mut shifts) = (Inserts::new(), Shifts::new());
@@ -71,6 +68,10 @@ impl Plan {
         }
         if !self.contrib.is_empty() {
             import_domain(model, crate::contrib::MS_DOMAIN, 1);
+        }
+        // Last: the upgrade may add nodes, and everything above edits by the plan's node indices.
+        if let Some((_, to)) = self.opset_bump {
+            onnx_ir::upgrade_default_opset(model, to)?;
         }
         Ok(())
     }
@@ -124,16 +125,6 @@ pub(crate) fn import_domain(model: &mut Model, domain: &str, version: i64) {
     let p = &mut model.proto;
     if !p.opset_import.iter().any(|o| o.domain() == domain) {
         p.opset_import.push(onnx_ir::proto::OperatorSetIdProto { domain: Some(domain.into()), version: Some(version) });
-    }
-}
-
-pub(crate) fn set_default_opset(model: &mut Model, to: i64) {
-    let p = &mut model.proto;
-    match p.opset_import.iter_mut().find(|o| o.domain().is_empty() || o.domain() == "ai.onnx") {
-        Some(o) => o.version = Some(to),
-        None => {
-            p.opset_import.push(onnx_ir::proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(to) })
-        }
     }
 }
 

@@ -131,7 +131,7 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let opset = out.opset("").unwrap_or(1);
     let opset_bump = (!embeddings.is_empty() && opset < MIN_QDQ_OPSET).then_some((opset, MIN_QDQ_OPSET));
     if let Some((_, to)) = opset_bump {
-        crate::apply::set_default_opset(&mut out, to);
+        onnx_ir::upgrade_default_opset(&mut out, to)?;
     }
     if !contrib.is_empty() {
         crate::apply::import_domain(&mut out, crate::contrib::MS_DOMAIN, 1);
