@@ -422,18 +422,20 @@ enum Role {
 }
 
 /// What the graph does with an input: the index of a Gather on an embedding table (the largest table: token ids; one
-/// of at most 16 rows: segment ids), or a slot of ORT's fused EmbedLayerNormalization or its quantized form (0 ids,
-/// 1 segment, 7 mask),
-/// looked for through value-preserving `Cast` / `Identity` nodes (ORT's optimizer casts the inputs to int32).
+/// of at most 16 rows: segment ids; likewise the depth of a `OneHot` times the table, TF BERT's token-type lookup), or a
+/// slot of ORT's fused EmbedLayerNormalization or its quantized form (0 ids, 1 segment, 7 mask), looked for through
+/// value-preserving `Cast` / `Identity` nodes (ORT's optimizer casts the inputs to int32) and reshapes (TF BERT
+/// flattens the ids first).
 fn input_role(model: &Model, input: &str) -> Option<Role> {
-    tensor_role(model.graph(), input, 4)
+    tensor_role(model.graph(), input, 6)
 }
 
 fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Option<Role> {
     for n in g.node.iter().filter(|n| n.input.iter().any(|i| i == input)) {
         let slot = n.input.iter().position(|i| i == input)?;
         match (n.op_type(), slot) {
-            ("Cast" | "Identity", 0) if depth > 0 => {
+            // Value-preserving, or reshaping only: TF BERT flattens the ids before its lookups.
+            ("Cast" | "Identity" | "Reshape" | "Unsqueeze" | "Squeeze" | "Flatten", 0) if depth > 0 => {
                 if let Some(role) = n.output.first().and_then(|o| tensor_role(g, o, depth - 1)) {
                     return Some(role);
                 }
@@ -442,6 +444,12 @@ fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Opt
             ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 1) => return Some(Role::Segment),
             ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 7) => return Some(Role::Mask),
             ("EmbedLayerNormalization" | "QEmbedLayerNormalization", 8) => return Some(Role::Position),
+            // TF BERT's token-type lookup (and the word lookup with `use_one_hot_embeddings`): a one-hot row times the
+            // table, the depth its rows.
+            ("OneHot", 0) => {
+                let rows = n.input.get(1).and_then(|d| int_scalar(g, d))?;
+                return Some(if rows <= 16 { Role::Segment } else { Role::Ids });
+            }
             ("Gather", 1) => {
                 let table = n.input.first()?;
                 let rows = *g.initializer(table)?.dims.first()?;
@@ -455,6 +463,27 @@ fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Opt
         }
     }
     None
+}
+
+/// An integer initializer or `Constant` holding one value (a scalar or `[1]`).
+fn int_scalar(g: &onnx_ir::proto::GraphProto, name: &str) -> Option<i64> {
+    let made;
+    let t = match g.initializer(name) {
+        Some(t) => t,
+        None => {
+            let n = g.node.iter().find(|n| n.output.first().is_some_and(|o| o == name))?;
+            made = onnx_ir::constant_value(n).ok()??;
+            &made
+        }
+    };
+    let one = |v: Vec<i64>| (v.len() == 1).then(|| v[0]);
+    match onnx_ir::DataType::try_from(t.data_type()).ok()? {
+        onnx_ir::DataType::Int64 => one(onnx_ir::tensor_to_array::<i64>(t).ok()?.iter().copied().collect()),
+        onnx_ir::DataType::Int32 => {
+            one(onnx_ir::tensor_to_array::<i32>(t).ok()?.iter().map(|&v| i64::from(v)).collect())
+        }
+        _ => None,
+    }
 }
 
 /// Start and end logits: named outputs, else outputs whose names say start / end, else the only two in order.

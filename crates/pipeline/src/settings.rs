@@ -270,7 +270,8 @@ pub struct DataSettings {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 128, visible_alias = "doc_stride", value_name = "N"))]
     pub doc_stride: usize,
     /// Model input/output names. auto (the default): found in the graph (token ids feed the word-embedding Gather,
-    /// segment ids the small one, position ids (if an input) the position table, the mask is the other integer input;
+    /// segment ids the small one (or a OneHot of depth <= 16, as TF exports look up token types), position ids (if an
+    /// input) the position table, the mask is the other integer input;
     /// an input the logits do not depend on, such as
     /// a `unique_ids` copied to an output, is fed zeros; outputs named start/end, else the two parts of one Split
     /// (or Gather / Slice at 0 and 1) of the QA head, else the only two outputs in order, else one [batch, seq, 2]

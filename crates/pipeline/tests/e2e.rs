@@ -900,6 +900,47 @@ fn io_roles_are_found_in_the_graph() {
             assert_eq!(got.map(String::as_str).to_vec(), names[..3].iter().map(|(_, to)| *to).collect::<Vec<_>>());
         }
     }
+    // TF BERT's lookups (the Model Zoo's BERT-Squad, any tf2onnx export of Google's BERT): the ids reshaped before the
+    // word Gather, the segment ids through a OneHot of depth 2 times the token-type table.
+    let tf_form = |mut m: onnx_ir::Model| {
+        use onnx_ir::GraphExt as _;
+        let g = m.graph_mut();
+        let rows = |g: &onnx_ir::proto::GraphProto, t: &str| g.initializer(t).map_or(0, |t| t.dims[0]);
+        let word = g.node.iter().position(|n| n.op_type() == "Gather" && rows(g, &n.input[0]) > 16).unwrap();
+        let ids = g.node[word].input[1].clone();
+        g.node[word].input[1] = "ids_flat".into();
+        g.add_initializer(onnx_ir::tensor_from_vec::<i64>("keep_shape", &[2], vec![0, -1]).unwrap());
+        g.node.insert(word, onnx_ir::node("Reshape", "tf_reshape", &[&ids, "keep_shape"], &["ids_flat"]));
+        let at = g.node.iter().position(|n| n.op_type() == "Gather" && rows(g, &n.input[0]) == 2).unwrap();
+        let seg = g.node.remove(at);
+        g.add_initializer(onnx_ir::tensor_from_vec::<i64>("depth", &[], vec![2]).unwrap());
+        g.add_initializer(onnx_ir::tensor_from_vec::<f32>("on_off", &[2], vec![0.0, 1.0]).unwrap());
+        g.node.insert(at, onnx_ir::node("OneHot", "tf_onehot", &[&seg.input[1], "depth", "on_off"], &["one_hot"]));
+        g.node.insert(at + 1, onnx_ir::node("MatMul", "tf_token_type", &["one_hot", &seg.input[0]], &[&seg.output[0]]));
+        m
+    };
+    let cfg_of = |m: &onnx_ir::Model, name: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{name}.onnx"));
+        m.save(&path).unwrap();
+        let out = dir.path().join("out");
+        (dir, config(path, out, "cpu"))
+    };
+    let plain = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let (_keep, cfg) = cfg_of(&plain, "plain");
+    qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    let answers = |cfg: &E2eConfig| std::fs::read_to_string(cfg.out.join("predictions_fp32.json")).unwrap();
+    let reference = answers(&cfg);
+    let m = tf_form(renamed(odd, true));
+    let io = qdq_pipeline::detect_io(&m, path, &auto).unwrap();
+    let got = [&io.input_ids, &io.attention_mask, io.token_type_ids.as_ref().unwrap()];
+    assert_eq!(got.map(String::as_str), ["input.1", "input.2", "input.3"], "TF lookups");
+    let mut tf_plain = tf_form(plain.clone());
+    tf_plain.graph_mut().input.reverse();
+    let (_keep, cfg) = cfg_of(&tf_plain, "tf");
+    let run = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+    assert_eq!(answers(&cfg), reference, "the TF form computes the same answers");
+    assert!(run.int8.unwrap().score.missing_predictions == 0);
     // Named roles win over what the graph says (here: start and end swapped on purpose).
     let m = renamed(odd, false);
     let swapped: IoNames = "start=output.1,end=output.0".parse().unwrap();
