@@ -126,6 +126,7 @@ pub enum TensorKind {
     F16,
     I64,
     I32,
+    Bool,
     Other(String),
 }
 
@@ -146,6 +147,7 @@ fn io_info(name: &str, ty: &ValueType) -> IoInfo {
                 TensorElementType::Float16 => TensorKind::F16,
                 TensorElementType::Int64 => TensorKind::I64,
                 TensorElementType::Int32 => TensorKind::I32,
+                TensorElementType::Bool => TensorKind::Bool,
                 other => TensorKind::Other(format!("{other:?}")),
             },
             shape: shape.iter().copied().collect(),
@@ -154,8 +156,9 @@ fn io_info(name: &str, ty: &ValueType) -> IoInfo {
     }
 }
 
-/// The zeros fed to an input [`Session::feed_zeros`] named, in its declared element type and shape.
-enum ZeroInput {
+/// An input fed in its declared element type other than int64: the zeros [`Session::feed_zeros`] named, or the
+/// caller's int64 rows converted.
+enum Fed {
     I64(ArrayD<i64>),
     I32(ArrayD<i32>),
     F32(ArrayD<f32>),
@@ -163,9 +166,49 @@ enum ZeroInput {
     Bool(ArrayD<bool>),
 }
 
-impl ZeroInput {
+impl Fed {
+    /// `rows` in the element type `kind`: int32 (an error if a value does not fit), float32 / float16 (a float mask
+    /// takes 0 / 1; token ids are exact below 2^24 / 2^11) or bool (non-zero is true).
+    fn convert(kind: &TensorKind, rows: ArrayView2<'_, i64>) -> std::result::Result<Self, String> {
+        let rows = rows.into_dyn();
+        Ok(match kind {
+            TensorKind::I64 => Fed::I64(rows.to_owned()),
+            TensorKind::I32 => {
+                let mut overflow = false;
+                let converted = rows.mapv(|v| {
+                    i32::try_from(v).unwrap_or_else(|_| {
+                        overflow = true;
+                        0
+                    })
+                });
+                if overflow {
+                    return Err("a value does not fit the model's int32 input".into());
+                }
+                Fed::I32(converted)
+            }
+            TensorKind::F32 => Fed::F32(rows.mapv(|v| v as f32)),
+            TensorKind::F16 => Fed::F16(rows.mapv(|v| half::f16::from_f32(v as f32))),
+            TensorKind::Bool => Fed::Bool(rows.mapv(|v| v != 0)),
+            TensorKind::Other(k) => {
+                return Err(format!(
+                    "expected an int64, int32, float32, float16 or bool input, the model declares {k}"
+                ));
+            }
+        })
+    }
+
+    fn value(&self) -> Result<SessionInputValue<'_>> {
+        Ok(match self {
+            Fed::I64(a) => TensorRef::from_array_view(a.view())?.into(),
+            Fed::I32(a) => TensorRef::from_array_view(a.view())?.into(),
+            Fed::F32(a) => TensorRef::from_array_view(a.view())?.into(),
+            Fed::F16(a) => TensorRef::from_array_view(a.view())?.into(),
+            Fed::Bool(a) => TensorRef::from_array_view(a.view())?.into(),
+        })
+    }
+
     /// `shape`'s dynamic dimensions: the first is `rows`, the second `width` (others were refused by feed_zeros).
-    fn new(kind: &TensorKind, shape: &[i64], rows: usize, width: usize) -> Self {
+    fn zeros(kind: &TensorKind, shape: &[i64], rows: usize, width: usize) -> Self {
         let dims: Vec<usize> = shape
             .iter()
             .enumerate()
@@ -177,11 +220,11 @@ impl ZeroInput {
             .collect();
         let dims = ndarray::IxDyn(&dims);
         match kind {
-            TensorKind::I64 => ZeroInput::I64(ArrayD::zeros(dims)),
-            TensorKind::I32 => ZeroInput::I32(ArrayD::zeros(dims)),
-            TensorKind::F32 => ZeroInput::F32(ArrayD::zeros(dims)),
-            TensorKind::F16 => ZeroInput::F16(ArrayD::from_elem(dims, half::f16::ZERO)),
-            TensorKind::Other(_) => ZeroInput::Bool(ArrayD::from_elem(dims, false)),
+            TensorKind::I64 => Fed::I64(ArrayD::zeros(dims)),
+            TensorKind::I32 => Fed::I32(ArrayD::zeros(dims)),
+            TensorKind::F32 => Fed::F32(ArrayD::zeros(dims)),
+            TensorKind::F16 => Fed::F16(ArrayD::from_elem(dims, half::f16::ZERO)),
+            TensorKind::Bool | TensorKind::Other(_) => Fed::Bool(ArrayD::from_elem(dims, false)),
         }
     }
 }
@@ -343,9 +386,7 @@ impl Session {
             })?;
             let info = &self.inputs[slot];
             let bad = |reason: String| Error::BadInput { model: self.model.clone(), input: name.clone(), reason };
-            if !matches!(&info.kind, TensorKind::I64 | TensorKind::I32 | TensorKind::F32 | TensorKind::F16)
-                && info.kind != TensorKind::Other("Bool".into())
-            {
+            if matches!(&info.kind, TensorKind::Other(_)) {
                 return Err(bad(format!("cannot feed it zeros: element type {:?}", info.kind)));
             }
             if let Some(axis) = info.shape.iter().skip(2).position(|&d| d < 0) {
@@ -366,7 +407,7 @@ impl Session {
     /// Runs the model. `inputs` may hold more arrays than the model takes (DistilBERT has no `token_type_ids`):
     /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it, unless
     /// [`Session::feed_zeros`] named it.
-    /// `int32` model inputs are converted. All requested outputs (which must be `float32`) are handed to `with`
+    /// Model inputs declared int32, float32 (a float attention mask), float16 or bool are fed the values converted. All requested outputs (which must be `float32`) are handed to `with`
     /// at once, without copying, in the order requested.
     ///
     /// `with` returns the caller's own error type (anything this crate's [`Error`] converts into), so a collector's
@@ -392,14 +433,13 @@ impl Session {
                 .into());
             }
         }
-        // int32 copies must outlive the feeds that borrow them.
-        let mut i32_copies: Vec<(usize, ndarray::Array2<i32>)> = Vec::new();
+        // Converted copies (and zeros) must outlive the feeds that borrow them.
         let mut fed: Vec<(usize, ArrayView2<'_, i64>)> = Vec::with_capacity(self.inputs.len());
-        let mut zeros: Vec<(usize, ZeroInput)> = Vec::new();
+        let mut made: Vec<(usize, Fed)> = Vec::new();
         for (slot, info) in self.inputs.iter().enumerate() {
             if self.zero_fed.contains(&slot) && !inputs.iter().any(|(n, _)| *n == info.name) {
                 let (rows, width) = inputs.first().map_or((1, 1), |(_, a)| a.dim());
-                zeros.push((slot, ZeroInput::new(&info.kind, &info.shape, rows, width)));
+                made.push((slot, Fed::zeros(&info.kind, &info.shape, rows, width)));
                 continue;
             }
             let (_, arr) = inputs.iter().find(|(n, _)| *n == info.name).ok_or_else(|| Error::MissingInput {
@@ -413,20 +453,7 @@ impl Session {
             }
             match info.kind {
                 TensorKind::I64 => fed.push((slot, *arr)),
-                TensorKind::I32 => {
-                    let mut overflow = false;
-                    let converted = arr.mapv(|v| {
-                        i32::try_from(v).unwrap_or_else(|_| {
-                            overflow = true;
-                            0
-                        })
-                    });
-                    if overflow {
-                        return Err(bad("a value does not fit the model's int32 input".into()).into());
-                    }
-                    i32_copies.push((slot, converted));
-                }
-                ref k => return Err(bad(format!("expected an int64 or int32 input, the model declares {k:?}")).into()),
+                ref k => made.push((slot, Fed::convert(k, *arr).map_err(bad)?)),
             }
         }
         let mut feeds: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(self.inputs.len());
@@ -436,21 +463,8 @@ impl Session {
                 TensorRef::from_array_view(*view).map_err(Error::from)?.into(),
             ));
         }
-        for (slot, arr) in &i32_copies {
-            feeds.push((
-                Cow::Borrowed(self.inputs[*slot].name.as_str()),
-                TensorRef::from_array_view(arr.view()).map_err(Error::from)?.into(),
-            ));
-        }
-        for (slot, zero) in &zeros {
-            let value: SessionInputValue<'_> = match zero {
-                ZeroInput::I64(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
-                ZeroInput::I32(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
-                ZeroInput::F32(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
-                ZeroInput::F16(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
-                ZeroInput::Bool(a) => TensorRef::from_array_view(a.view()).map_err(Error::from)?.into(),
-            };
-            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), value));
+        for (slot, arr) in &made {
+            feeds.push((Cow::Borrowed(self.inputs[*slot].name.as_str()), arr.value()?));
         }
         let model = &self.model;
         let result = self.inner.run(feeds).map_err(|e| Error::Run { model: model.clone(), reason: e.to_string() })?;

@@ -3,7 +3,7 @@
 
 use ndarray::{Array2, ArrayD};
 use onnx_ir::tiny_bert::{LayerNormKind, TinyBertConfig, build};
-use onnx_ir::{GraphExt as _, Model, node};
+use onnx_ir::{GraphExt as _, Model, NodeExt as _, node};
 use qdq_runtime::{OptLevel, Session, SessionConfig};
 
 const SEQ: usize = 10;
@@ -126,4 +126,36 @@ fn inputs_named_for_zeros_are_fed_zeros_of_their_declared_shape_when_not_given()
     let mut s = Session::from_bytes(&odd.to_bytes().unwrap(), "odd.onnx", &cfg).unwrap();
     let err = s.feed_zeros(&["extra".into()]).unwrap_err().to_string();
     assert!(err.contains("input `extra`") && err.contains("dimension 2"), "{err}");
+}
+
+/// Exports take the mask as float32 (multiplied in directly) or bool, the ids as int32: each is fed the int64 rows
+/// converted, and the logits are the int64 model's.
+#[test]
+fn inputs_declared_float_bool_or_int32_are_fed_the_rows_converted() {
+    use onnx_ir::{DataType, attr_int, value_info};
+    let plain = build(&TinyBertConfig::default());
+    let x = inputs(2, SEQ, SEQ - 3);
+    let want = run(&plain, &x);
+    let given = [("input_ids", x[0].view()), ("attention_mask", x[1].view()), ("token_type_ids", x[2].view())];
+    let cfg = SessionConfig { opt_level: OptLevel::Disable, ..Default::default() };
+    for (input, dt) in [
+        ("attention_mask", DataType::Float),
+        ("attention_mask", DataType::Float16),
+        ("attention_mask", DataType::Bool),
+        ("input_ids", DataType::Int32),
+    ] {
+        let mut m = plain.clone();
+        let g = m.graph_mut();
+        let inner = format!("{input}_int64");
+        for n in &mut g.node {
+            n.input.iter_mut().filter(|i| *i == input).for_each(|i| i.clone_from(&inner));
+        }
+        g.node
+            .insert(0, node("Cast", "cast_in", &[input], &[&inner]).with_attr(attr_int("to", DataType::Int64 as i64)));
+        let v = g.input.iter_mut().find(|v| v.name() == input).unwrap();
+        *v = value_info(input, dt, Some(&[Err("batch"), Err("seq")]));
+        let mut s = Session::from_bytes(&m.to_bytes().unwrap(), "m.onnx", &cfg).unwrap();
+        let got = s.run(&given, &["start_logits", "end_logits"]).unwrap();
+        assert_eq!(got, want, "{input} declared {dt:?}");
+    }
 }
