@@ -222,13 +222,19 @@ pub fn collect_stats(
     progress.start(label, Some(units), unit);
     let mut times = PassTimes::default();
     let started = Instant::now();
-    let features = data.each_batch(batch_size, &mut |inputs, done| {
+    let features = data.each_batch(batch_size, &mut |inputs, used, done| {
         let run = Instant::now();
+        let fed = inputs.first().map_or(used, |(_, a)| a.nrows());
         session.run_with(inputs, &names, |outs| -> Result<()> {
             let stats = Instant::now();
             times.inference_s += (stats - run).as_secs_f64();
-            let views: Vec<(&str, &[f32], &[usize])> =
-                outs.iter().map(|o| (o.name, &*o.data, o.shape.as_slice())).collect();
+            // A fixed-batch model's filler rows are left out wherever the batch leads the tensor's first axis.
+            let shapes: Vec<Vec<usize>> = outs.iter().map(|o| used_rows(&o.shape, used, fed)).collect();
+            let views: Vec<(&str, &[f32], &[usize])> = outs
+                .iter()
+                .zip(&shapes)
+                .map(|(o, shape)| (o.name, &o.data[..shape.iter().product::<usize>()], shape.as_slice()))
+                .collect();
             state.observe_batch(&views)?;
             times.statistics_s += stats.elapsed().as_secs_f64();
             Ok(())
@@ -242,6 +248,24 @@ pub fn collect_stats(
         return Err(Error::Config("calibration data produced no features".into()));
     }
     Ok(Pass { state, features, times })
+}
+
+/// The shape of the part of an output that `used` of `fed` batch rows produced: the first axis scaled down when it
+/// is a multiple of `fed` (`[batch, ..]`, and `[batch * seq, ..]` of a model that flattens), else the whole output.
+pub(crate) fn used_rows(shape: &[usize], used: usize, fed: usize) -> Vec<usize> {
+    let mut shape = shape.to_vec();
+    if used < fed
+        && let Some(d0) = shape.first_mut()
+        && *d0 % fed == 0
+    {
+        *d0 = *d0 / fed * used;
+    }
+    shape
+}
+
+/// The values of `o` that `used` of `fed` batch rows produced ([`used_rows`]).
+pub(crate) fn used_data<'a>(o: &'a runtime::OutputRef<'_>, used: usize, fed: usize) -> &'a [f32] {
+    &o.data[..used_rows(&o.shape, used, fed).iter().product::<usize>()]
 }
 
 /// A session on `model` with `tensors` exposed as float outputs (those already graph outputs stay as they are). The
@@ -296,4 +320,20 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
     calib::tables::write_trt_cache(dir.join("calibration.cache"), main, calib::tables::DEFAULT_TRT_VERSION)?;
     cal.state.save_json(dir.join("calib_state.json"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::used_rows;
+
+    #[test]
+    fn filler_rows_are_cut_where_the_batch_leads_the_first_axis() {
+        // 3 of 8 rows hold features: [batch, seq, hidden], [batch * seq, hidden] (a model that flattens), and a
+        // tensor whose first axis is not the batch's.
+        assert_eq!(used_rows(&[8, 5, 4], 3, 8), [3, 5, 4]);
+        assert_eq!(used_rows(&[40, 4], 3, 8), [15, 4]);
+        assert_eq!(used_rows(&[12, 4], 3, 8), [12, 4]);
+        assert_eq!(used_rows(&[], 3, 8), Vec::<usize>::new());
+        assert_eq!(used_rows(&[8, 5], 8, 8), [8, 5], "a full batch is whole");
+    }
 }

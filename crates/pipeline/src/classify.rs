@@ -66,7 +66,7 @@ fn run_logits(
     }
     progress.start(stage, Some(set.len() as u64), "inputs");
     let (mut rows, mut timings, mut per_token) = (Vec::with_capacity(set.len()), vec![], false);
-    set.each_batch(batch, &mut |feeds, n| {
+    set.each_batch(batch, &mut |feeds, _, n| {
         let n = n as usize;
         let t0 = Instant::now();
         session.run_with(feeds, &[output], |outs| -> Result<()> {

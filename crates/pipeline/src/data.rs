@@ -126,15 +126,14 @@ impl Corpus {
         &self.cfg.io
     }
 
-    /// Feature batches in feature order.
-    pub fn batches(&self, batch: usize) -> Result<FeatureStream<'_>> {
-        if self.cfg.fixed_batch == Some(1) && batch != 1 {
-            return Err(Error::Config(format!(
-                "the model takes exactly 1 feature per run (its token inputs are declared [1, ..]) but the batch is \
-                 {batch}: use --batch 1"
-            )));
-        }
-        Ok(FeatureStream::new(&self.data.examples, &self.tokenizer, self.cfg.features, batch, self.cfg.padding)?)
+    /// Feature batches in feature order, of `batch` features; a model declaring a fixed batch gets batches of that
+    /// size whatever `batch` asks, the last filled up to it ([`squad::Batch::fill_to`]; `DataSettings::config` says
+    /// so once).
+    pub fn batches(&self, batch: usize) -> Result<Batches<'_>> {
+        let size = self.cfg.fixed_batch.unwrap_or(batch);
+        let stream =
+            FeatureStream::new(&self.data.examples, &self.tokenizer, self.cfg.features, size, self.cfg.padding)?;
+        Ok(Batches { stream, fill: self.cfg.fixed_batch })
     }
 
     /// Turns logits into answers, in feature order.
@@ -212,6 +211,77 @@ pub(crate) struct RunLogits<'a> {
 }
 
 /// [`RunLogits`] of a run of `features` features of the model `model` (named in errors).
+/// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs): exported with
+/// static shapes, it runs nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeclaredShape {
+    pub batch: Option<usize>,
+    pub seq_len: Option<usize>,
+}
+
+impl DeclaredShape {
+    /// What the graph inputs of `model` declare: a dimension any `[batch, sequence]` integer input fixes (the others
+    /// leaving it dynamic). Names the inputs in an error when two fix it to different values.
+    pub fn of(model: &onnx_ir::Model, path: &Path) -> Result<DeclaredShape> {
+        use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
+        let g = model.graph();
+        let mut dims: Vec<(&str, [Option<i64>; 2])> = Vec::new();
+        for v in g.input.iter().filter(|v| !onnx_ir::GraphExt::is_initializer(g, v.name())) {
+            let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+                continue;
+            };
+            let integer =
+                [onnx_ir::DataType::Int64, onnx_ir::DataType::Int32].map(|d| d as i32).contains(&t.elem_type());
+            let Some(shape) = t.shape.as_ref().filter(|s| s.dim.len() == 2 && integer) else {
+                continue;
+            };
+            let fixed = |i: usize| match shape.dim[i].value {
+                Some(dimension::Value::DimValue(v)) if v > 0 => Some(v),
+                _ => None,
+            };
+            dims.push((v.name(), [fixed(0), fixed(1)]));
+        }
+        let agreed = |axis: usize, what: &str| -> Result<Option<usize>> {
+            let mut fixed: Vec<i64> = dims.iter().filter_map(|(_, d)| d[axis]).collect();
+            fixed.sort_unstable();
+            fixed.dedup();
+            match fixed.as_slice() {
+                [] => Ok(None),
+                [d] => Ok(Some(*d as usize)),
+                _ => Err(Error::Input {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "the token inputs declare different {what} dimensions: {}",
+                        dims.iter()
+                            .map(|(n, d)| format!("`{n}` {}", d[axis].map_or("dynamic".to_owned(), |v| v.to_string())))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }),
+            }
+        };
+        Ok(DeclaredShape { batch: agreed(0, "batch")?, seq_len: agreed(1, "sequence")? })
+    }
+}
+
+/// [`Corpus::batches`]: the feature stream's batches, each filled up to a model's fixed batch.
+pub struct Batches<'a> {
+    stream: FeatureStream<'a>,
+    fill: Option<usize>,
+}
+
+impl Iterator for Batches<'_> {
+    type Item = std::result::Result<squad::Batch, squad::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut b = self.stream.next()?;
+        if let (Ok(b), Some(rows)) = (&mut b, self.fill) {
+            b.fill_to(rows);
+        }
+        Some(b)
+    }
+}
+
 pub(crate) fn run_logits<'a>(
     outs: &[runtime::OutputRef<'a>],
     io: &ModelIo,
@@ -223,7 +293,7 @@ pub(crate) fn run_logits<'a>(
     };
     if io.stacked_logits() {
         let o = &outs[0];
-        if o.shape.len() != 3 || o.shape[0] != features || o.shape[2] != 2 {
+        if o.shape.len() != 3 || o.shape[0] < features || o.shape[2] != 2 {
             return Err(bad(
                 &io.start_logits,
                 format!(
@@ -233,18 +303,25 @@ pub(crate) fn run_logits<'a>(
                 ),
             ));
         }
-        let start: Vec<f32> = o.data.iter().step_by(2).copied().collect();
-        let end: Vec<f32> = o.data.iter().skip(1).step_by(2).copied().collect();
+        let used = &o.data[..features * o.shape[1] * 2];
+        let start: Vec<f32> = used.iter().step_by(2).copied().collect();
+        let end: Vec<f32> = used.iter().skip(1).step_by(2).copied().collect();
         return Ok(RunLogits { start: start.into(), end: end.into(), width: o.shape[1] });
     }
     let (start, end) = (&outs[0], &outs[1]);
-    if start.shape.len() != 2 || start.shape != end.shape || start.shape[0] != features {
+    if start.shape.len() != 2 || start.shape != end.shape || start.shape[0] < features {
         return Err(bad(
             &io.start_logits,
             format!("expected [batch {features}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
         ));
     }
-    Ok(RunLogits { start: start.data.clone(), end: end.data.clone(), width: start.shape[1] })
+    // Rows past `features` are a fixed-batch model's filler rows (Batch::fill_to): not read.
+    let n = features * start.shape[1];
+    let rows = |d: &std::borrow::Cow<'a, [f32]>| match d {
+        std::borrow::Cow::Borrowed(b) => std::borrow::Cow::Borrowed(&b[..n]),
+        std::borrow::Cow::Owned(v) => std::borrow::Cow::Owned(v[..n].to_vec()),
+    };
+    Ok(RunLogits { start: rows(&start.data), end: rows(&end.data), width: start.shape[1] })
 }
 
 fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Result<()> {

@@ -186,7 +186,8 @@ impl LogitSums {
     /// mask leaves out do not count.
     fn add(&mut self, fp32: &Logits, other: &Logits, batch: &squad::Batch) {
         let seq = batch.input_ids.ncols();
-        for (row, m) in batch.attention_mask.rows().into_iter().enumerate() {
+        // Only the rows holding features (a fixed-batch model's filler rows have no logits here: run_logits).
+        for (row, m) in batch.attention_mask.rows().into_iter().take(batch.len()).enumerate() {
             let keep: Vec<bool> = m.iter().map(|&v| v != 0).collect();
             for k in 0..2 {
                 let (a, b) = (&fp32[k][row * seq..(row + 1) * seq], &other[k][row * seq..(row + 1) * seq]);
@@ -394,15 +395,20 @@ impl Runs {
         let (mut sums, mut reference_logits) = (LogitSums::default(), Vec::with_capacity(self.batches.len()));
         for (b, batch) in self.batches.iter().enumerate() {
             let inputs = batch.inputs(&self.io);
+            // A fixed-batch model's filler rows are not compared.
+            let used = |t: &runtime::OutputRef<'_>| -> Vec<f32> {
+                crate::calibrate::used_data(t, batch.len(), batch.rows()).to_vec()
+            };
             let (logits, values) = ref_session.run_with(&inputs, &ref_names, |o| {
                 let logits = self.pair(o, batch, "float reference of the QDQ model")?;
-                Ok::<_, Error>((logits, o[k..].iter().map(|t| t.data.to_vec()).collect::<Vec<_>>()))
+                Ok::<_, Error>((logits, o[k..].iter().map(used).collect::<Vec<_>>()))
             })?;
             reference_logits.push(logits);
             session.run_with(&inputs, &names, |o| {
                 sums.add(&fp32[b], &self.pair(o, batch, "QDQ model")?, batch);
                 for (i, p) in probes.iter().enumerate() {
-                    let (x, y) = (&*o[k + i].data, &*o[k + n + i].data);
+                    let part = |t| crate::calibrate::used_data(t, batch.len(), batch.rows());
+                    let (x, y) = (part(&o[k + i]), part(&o[k + n + i]));
                     total[i].observe(&values[i], y);
                     own[i].observe(x, y);
                     own[i].observe_clipping(x, p.range);

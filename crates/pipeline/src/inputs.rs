@@ -13,8 +13,9 @@ use squad::SquadTokenizer;
 use crate::data::{Corpus, InputRoles};
 use crate::{Error, Result};
 
-/// What [`Feeds::each_batch`] calls per batch: the named input arrays and the units the batch completes.
-pub type BatchFn<'a> = dyn FnMut(&[(&str, ArrayView2<'_, i64>)], u64) -> Result<()> + 'a;
+/// What [`Feeds::each_batch`] calls per batch: the named input arrays, how many of their rows hold data (the rest
+/// fill a fixed-batch model's run: `squad::Batch::fill_to`) and the units the batch completes.
+pub type BatchFn<'a> = dyn FnMut(&[(&str, ArrayView2<'_, i64>)], usize, u64) -> Result<()> + 'a;
 
 /// Batches of model inputs, for calibration.
 pub trait Feeds {
@@ -38,7 +39,7 @@ impl Feeds for Corpus {
         let mut features = 0;
         for b in self.batches(batch)? {
             let b = b?;
-            f(&b.inputs(self.io()), crate::data::questions_done(&b))?;
+            f(&b.inputs(self.io()), b.len(), crate::data::questions_done(&b))?;
             features += b.len();
         }
         Ok(features)
@@ -140,6 +141,13 @@ impl InputSet {
     /// else as text lines. Keeps the first `first` rows (0 = all); text past them is not tokenized.
     pub fn load(path: &Path, model: &Model, text: &TextInputs, first: usize) -> Result<InputSet> {
         let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
+        if let Some(b) = crate::data::DeclaredShape::of(model, path)?.batch.filter(|b| *b > 1) {
+            // SQuAD questions fill a short last batch up (Corpus::batches); inputs from a file do not.
+            return Err(bad(format!(
+                "the model's token inputs are declared with a batch of exactly {b}; inputs from a file are run in \
+                 batches that may be shorter: give the model a dynamic batch dimension (or a batch of 1)"
+            )));
+        }
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
         let limit = if first == 0 { usize::MAX } else { first };
         let mut set = match ext.as_str() {
@@ -213,7 +221,7 @@ impl Feeds for InputSet {
             let end = (start + batch).min(self.rows.len());
             let arrays = self.batch(start..end);
             let views: Vec<(&str, ArrayView2<'_, i64>)> = arrays.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
-            f(&views, (end - start) as u64)?;
+            f(&views, end - start, (end - start) as u64)?;
         }
         Ok(self.rows.len())
     }

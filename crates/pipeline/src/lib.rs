@@ -33,7 +33,7 @@ mod tune;
 pub use calibrate::{
     CalibrateOptions, Calibration, Pass, PassTimes, Smoothing, calibrate, collect_stats, smooth_model, write_tables,
 };
-pub use data::{Corpus, DataConfig, InputRoles, Score, detect_inputs, detect_io, is_squad_model};
+pub use data::{Batches, Corpus, DataConfig, InputRoles, Score, detect_inputs, detect_io, is_squad_model};
 pub use debug::{Confirmation, DebugJob, DebugReport, LogitAgreement, TensorError, debug_models};
 pub use e2e::{E2eConfig, e2e};
 pub use inputs::{Feeds, InputSet, TextInputs};

@@ -10,7 +10,7 @@ use runtime::{Ep, OptLevel, SessionConfig};
 use squad::{FeatureConfig, ModelIo, Padding};
 
 use crate::calibrate::CalibrateOptions;
-use crate::data::DataConfig;
+use crate::data::{DataConfig, DeclaredShape};
 use crate::{Error, Result};
 
 /// Which ONNX Runtime and execution provider run the models.
@@ -290,59 +290,6 @@ pub struct DataSettings {
 /// The sequence length every feature gets when none is asked for and the model does not fix one.
 pub const DEFAULT_SEQ_LEN: usize = 384;
 
-/// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs): exported with
-/// static shapes, it runs nothing else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DeclaredShape {
-    pub batch: Option<usize>,
-    pub seq_len: Option<usize>,
-}
-
-impl DeclaredShape {
-    /// What the graph inputs of `model` declare: a dimension any `[batch, sequence]` integer input fixes (the others
-    /// leaving it dynamic). Names the inputs in an error when two fix it to different values.
-    pub fn of(model: &onnx_ir::Model, path: &Path) -> Result<DeclaredShape> {
-        use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
-        let g = model.graph();
-        let mut dims: Vec<(&str, [Option<i64>; 2])> = Vec::new();
-        for v in g.input.iter().filter(|v| !onnx_ir::GraphExt::is_initializer(g, v.name())) {
-            let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
-                continue;
-            };
-            let integer =
-                [onnx_ir::DataType::Int64, onnx_ir::DataType::Int32].map(|d| d as i32).contains(&t.elem_type());
-            let Some(shape) = t.shape.as_ref().filter(|s| s.dim.len() == 2 && integer) else {
-                continue;
-            };
-            let fixed = |i: usize| match shape.dim[i].value {
-                Some(dimension::Value::DimValue(v)) if v > 0 => Some(v),
-                _ => None,
-            };
-            dims.push((v.name(), [fixed(0), fixed(1)]));
-        }
-        let agreed = |axis: usize, what: &str| -> Result<Option<usize>> {
-            let mut fixed: Vec<i64> = dims.iter().filter_map(|(_, d)| d[axis]).collect();
-            fixed.sort_unstable();
-            fixed.dedup();
-            match fixed.as_slice() {
-                [] => Ok(None),
-                [d] => Ok(Some(*d as usize)),
-                _ => Err(Error::Input {
-                    path: path.to_path_buf(),
-                    reason: format!(
-                        "the token inputs declare different {what} dimensions: {}",
-                        dims.iter()
-                            .map(|(n, d)| format!("`{n}` {}", d[axis].map_or("dynamic".to_owned(), |v| v.to_string())))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                }),
-            }
-        };
-        Ok(DeclaredShape { batch: agreed(0, "batch")?, seq_len: agreed(1, "sequence")? })
-    }
-}
-
 impl DataSettings {
     /// The checked data configuration (window sizes validated) for the model at `model` (a file; see
     /// [`resolve_model`]): without --vocab and --token, the tokenizer is the one beside the model (tokenizer.json,
@@ -353,14 +300,18 @@ impl DataSettings {
             Ok(m) => DeclaredShape::of(&m, model)?,
             Err(_) => DeclaredShape::default(),
         };
-        if let Some(b) = declared.batch.filter(|b| *b > 1) {
-            return Err(Error::Input {
-                path: model.to_path_buf(),
-                reason: format!(
-                    "the token inputs are declared with a batch of exactly {b}; qdq runs a file's last batch short, so \
-                     it needs a dynamic batch dimension (or a batch of 1): re-export the model"
-                ),
-            });
+        if let Some(b) = declared.batch {
+            tracing::info!(
+                "{}: token inputs declared with a batch of exactly {b}: every run takes {b} feature{} whatever --batch \
+                 says{}",
+                model.display(),
+                if b == 1 { "" } else { "s" },
+                if b == 1 {
+                    ""
+                } else {
+                    ", a short last batch filled up with copies of its first feature (not scored)"
+                }
+            );
         }
         let seq_len = match (self.seq_len, declared.seq_len) {
             (Some(asked), Some(fixed)) if asked != fixed => {

@@ -720,8 +720,9 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
     assert_eq!((io.input_ids.as_str(), io.attention_mask.as_str()), ("input_ids:0", "input_mask:0"));
     assert_eq!((io.start_logits.as_str(), io.end_logits.as_str()), ("unstack:0", "unstack:1"), "start is Split part 0");
 
+    let (zoo8, zoo1) = (zoo_form(Some(8)), zoo_form(Some(1)));
     let mut runs = Vec::new();
-    for (name, model) in [("plain", &plain), ("zoo", &zoo)] {
+    for (name, model) in [("plain", &plain), ("zoo", &zoo), ("zoo8", &zoo8), ("zoo1", &zoo1)] {
         let path = dir.path().join(format!("{name}.onnx"));
         model.save(&path).unwrap();
         let out = dir.path().join(format!("out_{name}"));
@@ -735,29 +736,50 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
         assert_eq!((cfg.data.features.max_seq_len, cfg.data.padding), (64, squad::Padding::Fixed(64)), "{name}");
         let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
         let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
+        let int8 = r.int8.unwrap();
+        assert_eq!(int8.score.missing_predictions, 0, "{name}");
+        let ranges: serde_json::Value = serde_json::from_str(&read("calibration.json")).unwrap();
         runs.push((
             r.fp32.unwrap().score.f1,
-            r.int8.unwrap().score.f1,
+            int8.score.f1,
             read("predictions_fp32.json"),
             read("predictions_int8.json"),
+            ranges["ranges"].clone(),
+            serde_json::from_str::<serde_json::Value>(&read("calib_state.json")).unwrap()["tensors"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(t, v)| (t.clone(), v["count"].clone()))
+                .collect::<Vec<_>>(),
         ));
         let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
         let outputs: Vec<&str> = q.graph().output.iter().map(|o| o.name()).collect();
-        if name == "zoo" {
+        if name != "plain" {
             assert_eq!(outputs, ["unstack:1", "unstack:0", "unique_ids:0"], "the INT8 model keeps the model's outputs");
             assert_eq!(q.graph().input.len(), 4);
         }
     }
     assert_eq!(runs[0], runs[1], "the zoo form must answer as the plain model");
+    // Declared batches of exactly 8 and 1: runs of that many features whatever the batch asked (3 to evaluate, 2 to
+    // calibrate); the last batch of 8 is filled up with copies, left out of the statistics and the answers. The
+    // calibration sees the same features (ranges equal up to the last bits batched GEMMs move) and FP32 answers alike.
+    for run in &runs[2..] {
+        assert_eq!((run.0, &run.2), (runs[0].0, &runs[0].2), "fixed batch: FP32 answers as the plain model");
+        assert_eq!(run.5, runs[0].5, "the statistics count the features' values, not the filler rows'");
+        let (a, b) = (run.4.as_object().unwrap(), runs[0].4.as_object().unwrap());
+        assert_eq!(a.len(), b.len());
+        for (t, r) in b {
+            for end in ["min", "max"] {
+                let (x, y) = (a[t][end].as_f64().unwrap(), r[end].as_f64().unwrap());
+                assert!((x - y).abs() <= 1e-4 * y.abs().max(1e-3), "{t} {end}: {x} against {y}");
+            }
+        }
+    }
 
     // What the shapes rule out is said before any work, naming the model.
     let zoo_path = dir.path().join("zoo.onnx");
     let e = DataSettings { seq_len: Some(48), ..data_settings() }.config(&zoo_path).unwrap_err().to_string();
     assert!(e.contains("zoo.onnx") && e.contains("exactly 64 tokens") && e.contains("--seq-len is 48"), "{e}");
-    let batch8 = dir.path().join("batch8.onnx");
-    zoo_form(Some(8)).save(&batch8).unwrap();
-    let e = data_settings().config(&batch8).unwrap_err().to_string();
-    assert!(e.contains("batch8.onnx") && e.contains("exactly 8") && e.contains("dynamic batch"), "{e}");
     let mut odd = zoo_form(None);
     if let Some(onnx_ir::proto::type_proto::Value::TensorType(t)) =
         odd.graph_mut().input[2].r#type.as_mut().and_then(|t| t.value.as_mut())
@@ -768,14 +790,45 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
     odd.save(&odd_path).unwrap();
     let e = data_settings().config(&odd_path).unwrap_err().to_string();
     assert!(e.contains("different sequence dimensions") && e.contains("`input_mask:0` 32"), "{e}");
-    let batch1 = dir.path().join("batch1.onnx");
-    zoo_form(Some(1)).save(&batch1).unwrap();
-    let one = DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() }.config(&batch1).unwrap();
-    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &one, &one.tokenizer().unwrap(), 0).unwrap();
-    data.fit_model(&zoo_form(Some(1)), &batch1).unwrap();
-    let e = data.batches(3).err().unwrap().to_string();
-    assert!(e.contains("exactly 1 feature") && e.contains("--batch 1"), "{e}");
-    assert!(data.batches(1).is_ok());
+    // debug compares features, not filler rows: the same count as with batches of 1.
+    let debug = |name: &str| {
+        qdq_pipeline::debug_models(
+            &qdq_pipeline::DebugJob {
+                model: dir.path().join(format!("{name}.onnx")),
+                qdq: dir.path().join(format!("out_{name}")).join("model_qdq.onnx"),
+                dataset: testdata("squad/tiny-v1.1.json"),
+                questions: 3,
+                top: 5,
+                out: None,
+                sensitivity: false,
+                confirm: 0,
+                confirm_samples: 0,
+                runtime: qdq_pipeline::RuntimeSettings::default(),
+                data: DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() },
+            },
+            &NoProgress,
+        )
+        .unwrap()
+    };
+    let (d8, d1) = (debug("zoo8"), debug("zoo1"));
+    assert_eq!((d8.features, d8.tensors.len()), (d1.features, d1.tensors.len()));
+    assert!((d8.logits.kl_start - d1.logits.kl_start).abs() <= 1e-3 * d1.logits.kl_start.max(1e-3), "{d8} {d1}");
+    let batch8 = dir.path().join("batch8.onnx");
+    zoo8.save(&batch8).unwrap();
+    let eight = DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() }.config(&batch8).unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &eight, &eight.tokenizer().unwrap(), 0).unwrap();
+    data.fit_model(&zoo8, &batch8).unwrap();
+    let batches: Vec<squad::Batch> = data.batches(3).unwrap().map(Result::unwrap).collect();
+    let features: usize = batches.iter().map(squad::Batch::len).sum();
+    assert!(batches.iter().all(|b| b.rows() == 8) && !features.is_multiple_of(8), "every run 8 rows, the last filled");
+    let last = batches.last().unwrap();
+    assert_eq!(last.input_ids.row(last.len()), last.input_ids.row(0), "filled with copies of its first feature");
+    // Inputs from a file are not filled up: refused, naming the model's batch.
+    let lines = dir.path().join("lines.txt");
+    std::fs::write(&lines, "a question\n").unwrap();
+    let text = qdq_pipeline::TextInputs::for_model(&zoo8, &batch8, &eight);
+    let e = qdq_pipeline::InputSet::load(&lines, &zoo8, &text, 0).err().unwrap().to_string();
+    assert!(e.contains("exactly 8") && e.contains("dynamic batch"), "{e}");
 }
 
 #[test]

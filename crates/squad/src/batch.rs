@@ -66,9 +66,30 @@ impl Batch {
         })
     }
 
-    /// Number of rows.
+    /// Number of features (rows that hold one; see [`Batch::rows`]).
     pub fn len(&self) -> usize {
         self.feature_ids.len()
+    }
+
+    /// Rows fed to the model: the features, then any filler rows [`Batch::fill_to`] added.
+    pub fn rows(&self) -> usize {
+        self.input_ids.nrows()
+    }
+
+    /// Adds copies of the first row until the arrays have `rows` rows, for a model that takes exactly that many per
+    /// run; the features (and [`Batch::len`]) stay as they were, so the copies' outputs are not read. No-op on an
+    /// empty batch or one with `rows` rows already.
+    pub fn fill_to(&mut self, rows: usize) {
+        let have = self.rows();
+        if have == 0 || have >= rows {
+            return;
+        }
+        let fill =
+            |a: &Array2<i64>| Array2::from_shape_fn((rows, a.ncols()), |(r, c)| a[[if r < have { r } else { 0 }, c]]);
+        self.input_ids = fill(&self.input_ids);
+        self.attention_mask = fill(&self.attention_mask);
+        self.token_type_ids = fill(&self.token_type_ids);
+        self.position_ids = fill(&self.position_ids);
     }
 
     /// Whether the batch has no rows.
