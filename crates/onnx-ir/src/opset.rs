@@ -210,8 +210,7 @@ impl Rewriter<'_> {
     fn ints_to_input(&mut self, n: &mut NodeProto, attr: &str, slot: usize) -> Result<bool> {
         let Some(values) = get_attr_ints(n, attr)?.map(<[i64]>::to_vec) else { return Ok(false) };
         remove_attr(n, attr);
-        let base = format!("{}_{attr}", if n.name().is_empty() { n.op_type() } else { n.name() });
-        let name = self.constant(&base, &[values.len()], values)?;
+        let name = self.constant(&value_name(n, attr), &[values.len()], values)?;
         set_input(n, slot, name);
         Ok(true)
     }
@@ -221,14 +220,18 @@ impl Rewriter<'_> {
         remove_attr(n, attr);
         match value {
             Some(v) if v != default => {
-                let base = format!("{}_{attr}", if n.name().is_empty() { n.op_type() } else { n.name() });
-                let name = self.constant::<f32>(&base, &[], vec![v])?;
+                let name = self.constant::<f32>(&value_name(n, attr), &[], vec![v])?;
                 set_input(n, slot, name);
                 Ok(true)
             }
             v => Ok(v.is_some()),
         }
     }
+}
+
+/// The base name of the value an attribute of `n` becomes.
+fn value_name(n: &NodeProto, attr: &str) -> String {
+    format!("{}_{attr}", if n.name().is_empty() { n.op_type() } else { n.name() })
 }
 
 fn remove_attr(n: &mut NodeProto, attr: &str) {
@@ -327,8 +330,7 @@ fn rewrite_node(r: &mut Rewriter<'_>, i: usize, n: &mut NodeProto, over_last: bo
         "TopK" if from < 10 => match get_attr_int(n, "k")? {
             Some(k) => {
                 remove_attr(n, "k");
-                let base = format!("{}_k", if n.name().is_empty() { "TopK" } else { n.name() });
-                let name = r.constant(&base, &[1], vec![k])?;
+                let name = r.constant(&value_name(n, "k"), &[1], vec![k])?;
                 set_input(n, 1, name);
                 true
             }

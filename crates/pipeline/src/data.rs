@@ -210,7 +210,6 @@ pub(crate) struct RunLogits<'a> {
     pub width: usize,
 }
 
-/// [`RunLogits`] of a run of `features` features of the model `model` (named in errors).
 /// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs): exported with
 /// static shapes, it runs nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -282,6 +281,8 @@ impl Iterator for Batches<'_> {
     }
 }
 
+/// [`RunLogits`] of a run of `features` features of the model `model` (named in errors); rows past them (a
+/// fixed-batch model's filler rows, [`squad::Batch::fill_to`]) are not read.
 pub(crate) fn run_logits<'a>(
     outs: &[runtime::OutputRef<'a>],
     io: &ModelIo,
@@ -315,7 +316,6 @@ pub(crate) fn run_logits<'a>(
             format!("expected [batch {features}, sequence] logits, got {:?} and {:?}", start.shape, end.shape),
         ));
     }
-    // Rows past `features` are a fixed-batch model's filler rows (Batch::fill_to): not read.
     let n = features * start.shape[1];
     let rows = |d: &std::borrow::Cow<'a, [f32]>| match d {
         std::borrow::Cow::Borrowed(b) => std::borrow::Cow::Borrowed(&b[..n]),
@@ -542,7 +542,7 @@ fn tensor_role(g: &onnx_ir::proto::GraphProto, input: &str, depth: usize) -> Opt
     None
 }
 
-/// An integer initializer or `Constant` holding one value (a scalar or `[1]`).
+/// An integer initializer or `Constant` holding one value (a scalar or `[1]`): a OneHot depth, a Gather / Slice index.
 fn int_scalar(g: &onnx_ir::proto::GraphProto, name: &str) -> Option<i64> {
     let made;
     let t = match g.initializer(name) {
@@ -598,14 +598,7 @@ fn output_roles(
 /// `unstack:0`, `unique_ids:0`, end listed first) write it, whatever the outputs are named or listed.
 fn split_pair(g: &onnx_ir::proto::GraphProto) -> Option<(String, String)> {
     let index = onnx_ir::GraphIndex::new(g);
-    let scalar = |name: &str| -> Option<i64> {
-        let t = match index.initializer(name) {
-            Some(t) => t.clone(),
-            None => onnx_ir::constant_value(index.producer_node(name)?).ok().flatten()?,
-        };
-        let a = onnx_ir::tensor_to_array::<i64>(&t).ok()?;
-        (a.len() == 1).then(|| a.iter().next().copied()).flatten()
-    };
+    let scalar = |name: &str| int_scalar(g, name);
     // (source tensor, part) of a graph output, through ops that only reshape or rename.
     let part = |output: &str| -> Option<(String, i64)> {
         let mut t = output.to_owned();
