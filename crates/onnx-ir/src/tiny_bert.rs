@@ -87,6 +87,9 @@ pub struct TinyBertConfig {
     pub head: Head,
     /// Weight seed.
     pub seed: u64,
+    /// ALBERT's cross-layer sharing: every encoder layer reads layer 0's weights, biases and LayerNorm parameters
+    /// (one initializer each, read by as many nodes as there are layers).
+    pub shared_layers: bool,
 }
 
 impl Default for TinyBertConfig {
@@ -103,6 +106,7 @@ impl Default for TinyBertConfig {
             form: GraphForm::Hf,
             head: Head::Qa,
             seed: 0,
+            shared_layers: false,
         }
     }
 }
@@ -139,7 +143,11 @@ impl Builder {
         name.to_string()
     }
 
+    /// A random initializer `name`, or the one already so named (a shared layer's).
     fn weight(&mut self, name: &str, shape: &[usize], mean: f32, std: f32) -> String {
+        if self.g.initializer(name).is_some() {
+            return name.to_string();
+        }
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|_| mean + self.normal(std)).collect();
         self.init(name, shape, v)
@@ -346,7 +354,7 @@ fn hf_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: usize
 
     for l in 0..cfg.layers {
         let p = format!("/bert/encoder/layer.{l}");
-        let w = format!("bert.encoder.layer.{l}");
+        let w = format!("bert.encoder.layer.{}", if cfg.shared_layers { 0 } else { l });
         let a = format!("{p}/attention/self");
         let heads_of = |b: &mut Builder, which: &str, perm: &[i64]| {
             let y = b.dense(&x, &format!("{a}/{which}"), &format!("{w}.attention.self.{which}"), hidden, hidden);
@@ -415,9 +423,10 @@ fn fused_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: us
         b.ms_op("SkipLayerNormalization", name, &[y, x, &gamma, &beta, bias], eps())
     };
     for l in 0..cfg.layers {
-        let (p, w) = (format!("/bert/encoder/layer.{l}"), format!("bert.encoder.layer.{l}"));
-        let qkv_w = b.weight(&format!("Attention_{l}_qkv_weight"), &[hidden, 3 * hidden], 0.0, 0.02);
-        let qkv_b = b.weight(&format!("Attention_{l}_qkv_bias"), &[3 * hidden], 0.0, 0.02);
+        let wl = if cfg.shared_layers { 0 } else { l };
+        let (p, w) = (format!("/bert/encoder/layer.{l}"), format!("bert.encoder.layer.{wl}"));
+        let qkv_w = b.weight(&format!("Attention_{wl}_qkv_weight"), &[hidden, 3 * hidden], 0.0, 0.02);
+        let qkv_b = b.weight(&format!("Attention_{wl}_qkv_bias"), &[3 * hidden], 0.0, 0.02);
         let heads_attr = vec![attr_int("num_heads", heads as i64)];
         let ctx = b.ms_op("Attention", &format!("Attention_{l}"), &[&x, &qkv_w, &qkv_b, &mask_index], heads_attr);
         let o = format!("{w}.attention.output");

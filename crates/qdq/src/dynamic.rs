@@ -89,6 +89,7 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let mut inputs: Vec<(String, Quantized)> = vec![];
     let mut rewrites: HashMap<usize, Rewrite> = HashMap::new();
     let mut attention_names = vec![];
+    let mut weights = Int8Weights::new();
     for i in 0..ix.graph().node.len() {
         let n = ix.node(i);
         let attention = policy.contrib_ops && crate::contrib::has_qattention_form(n);
@@ -106,9 +107,9 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
         let q = &inputs.iter().find(|(t, _)| *t == x).expect("just added").1;
         let nodes = if attention {
             attention_names.push(n.name().to_owned());
-            vec![qattention(g, &mut names, ix.node(i), q, policy)?]
+            vec![qattention(g, &mut names, &mut weights, ix.node(i), q, policy)?]
         } else {
-            rewrite_matmul(g, &mut names, ix.node(i), q, policy)?
+            rewrite_matmul(g, &mut names, &mut weights, ix.node(i), q, policy)?
         };
         rewrites.insert(i, Rewrite { input: x, nodes });
     }
@@ -140,9 +141,22 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     Ok((out, DynamicPlan { matmuls: matmuls.into_iter().collect(), inputs, embeddings, contrib, opset_bump }))
 }
 
+/// The int8 copies written so far (quantized weight, scales, zero points), by float weight name.
+type Int8Weights = HashMap<String, [String; 3]>;
+
 /// The int8 copy of node `n`'s weight (input 1) with its scales and zero points (per column or per tensor), added to
-/// `g`: their names.
-fn int8_weight(g: &mut GraphProto, names: &mut NameSet, n: &NodeProto, policy: &Policy) -> Result<[String; 3]> {
+/// `g` the first time that weight is read (a weight shared by several nodes, as ALBERT's layers share theirs, stays
+/// one): their names.
+fn int8_weight(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    done: &mut Int8Weights,
+    n: &NodeProto,
+    policy: &Policy,
+) -> Result<[String; 3]> {
+    if let Some(written) = done.get(&n.input[1]) {
+        return Ok(written.clone());
+    }
     let spec = QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: policy.reduce_range };
     let w =
         g.initializer(&n.input[1]).ok_or_else(|| Error::Missing { name: n.input[1].clone(), what: "initializer" })?;
@@ -154,6 +168,7 @@ fn int8_weight(g: &mut GraphProto, names: &mut NameSet, n: &NodeProto, policy: &
     g.add_initializer(wq_tensor);
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&ws, &shape, scales.clone())?);
     g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&wzp, &shape, vec![0; scales.len()])?);
+    done.insert(n.input[1].clone(), [wq.clone(), ws.clone(), wzp.clone()]);
     Ok([wq, ws, wzp])
 }
 
@@ -161,11 +176,12 @@ fn int8_weight(g: &mut GraphProto, names: &mut NameSet, n: &NodeProto, policy: &
 fn qattention(
     g: &mut GraphProto,
     names: &mut NameSet,
+    weights: &mut Int8Weights,
     n: &NodeProto,
     [xq, xs, xzp]: &Quantized,
     policy: &Policy,
 ) -> Result<NodeProto> {
-    let [wq, ws, wzp] = int8_weight(g, names, n, policy)?;
+    let [wq, ws, wzp] = int8_weight(g, names, weights, n, policy)?;
     let slot = |k: usize| n.input.get(k).map_or("", String::as_str);
     let inputs = [xq.as_str(), &wq, slot(2), xs, &ws, slot(3), xzp, &wzp, slot(4)];
     let outputs: Vec<&str> = n.output.iter().map(String::as_str).collect();
@@ -176,11 +192,12 @@ fn qattention(
 fn rewrite_matmul(
     g: &mut GraphProto,
     names: &mut NameSet,
+    weights: &mut Int8Weights,
     n: &NodeProto,
     [xq, xs, xzp]: &Quantized,
     policy: &Policy,
 ) -> Result<Vec<NodeProto>> {
-    let [wq, ws, wzp] = int8_weight(g, names, n, policy)?;
+    let [wq, ws, wzp] = int8_weight(g, names, weights, n, policy)?;
     let out = &n.output[0];
     let mut named = |s: &str| names.fresh(&format!("{}_{s}", n.name()));
     let (scale_mul, quant, cast, out_mul, scale) =

@@ -218,19 +218,43 @@ pub fn smooth_in_place(
     let mut done = Vec::with_capacity(sites.len());
     let g = out.graph_mut();
     let names = NameSet::from_graph(g);
-    let mut rw = Rewrite { g, names, replaced: Vec::new() };
-    for site in sites {
-        let xmax = site_absmax(absmax, &site)?;
-        let (wmax, weights) = weight_row_max(rw.g, &site)?;
-        let factors = factors(xmax, &wmax, alpha);
-        rw.rescale_layer_norm(&site, &factors)?;
-        let smoothed = rw.names.fresh(&format!("{}_smoothed", site.tensor));
-        rw.rescale_weights(&site, &factors, weights, &smoothed)?;
-        rw.divide(&site, &factors, &smoothed)?;
-        let after: Vec<f32> = xmax.iter().zip(&factors).map(|(x, s)| x / s).collect();
-        let (spread_before, spread_after) = (spread(xmax), spread(&after));
-        done.push(SmoothedSite { spread_before, spread_after, site, smoothed_tensor: smoothed, factors });
+    let mut rw = Rewrite { g, names, replaced: Vec::new(), rewritten: HashMap::new() };
+    // Sites whose MatMuls share a weight (ALBERT's layers read one set) are smoothed together: one set of factors,
+    // so the weight is rescaled once and stays one initializer. A group's weights are decoded while it is rewritten.
+    for (group, members) in shared_weight_groups(rw.g, &sites)?.into_iter().enumerate() {
+        let channels = sites[members[0]].channels;
+        let mut xmax = vec![0f32; channels];
+        for &k in &members {
+            for (m, x) in xmax.iter_mut().zip(site_absmax(absmax, &sites[k])?) {
+                *m = m.max(*x);
+            }
+        }
+        let matmuls: Vec<&String> = members.iter().flat_map(|&k| &sites[k].matmuls).collect();
+        let (wmax, mut weights) = weight_row_max(rw.g, &matmuls, channels)?;
+        let factors = factors(&xmax, &wmax, alpha);
+        for k in members {
+            let site = &sites[k];
+            rw.rescale_layer_norm(group, site, &factors)?;
+            let smoothed = rw.names.fresh(&format!("{}_smoothed", site.tensor));
+            rw.rescale_weights(group, site, &factors, &mut weights, &smoothed)?;
+            rw.divide(group, site, &factors, &smoothed)?;
+            let own = site_absmax(absmax, site)?;
+            let after: Vec<f32> = own.iter().zip(&factors).map(|(x, s)| x / s).collect();
+            let (spread_before, spread_after) = (spread(own), spread(&after));
+            done.push((
+                k,
+                SmoothedSite {
+                    spread_before,
+                    spread_after,
+                    site: site.clone(),
+                    smoothed_tensor: smoothed,
+                    factors: factors.clone(),
+                },
+            ));
+        }
     }
+    done.sort_by_key(|(k, _)| *k);
+    let done: Vec<SmoothedSite> = done.into_iter().map(|(_, d)| d).collect();
     rw.drop_replaced();
     if !done.is_empty() {
         out.proto.metadata_props.retain(|e| e.key() != SMOOTH_METADATA_KEY);
@@ -256,8 +280,8 @@ fn site_absmax<'a>(absmax: &'a BTreeMap<String, Vec<f32>>, site: &SmoothSite) ->
     Ok(xmax)
 }
 
-/// A weight's values, shape and contracted axis, by initializer name.
-type Weights = HashMap<String, (Vec<f32>, Vec<usize>, usize)>;
+/// A weight's values and shape, by initializer name.
+type Weights = HashMap<String, (Vec<f32>, Vec<usize>)>;
 
 /// The contracted axis of the weight of MatMul-like node `mm` (0 unless it reads B transposed).
 fn contract_axis(g: &GraphProto, mm: usize) -> usize {
@@ -269,26 +293,65 @@ fn channel_of(k: usize, cols: usize, axis: usize) -> usize {
     if axis == 0 { k / cols.max(1) } else { k % cols.max(1) }
 }
 
-/// `max |W_j|` over every MatMul of the site (`j` along each weight's contracted axis); each distinct weight is
-/// decoded once and kept for the rescale.
-fn weight_row_max(g: &GraphProto, site: &SmoothSite) -> Result<(Vec<f32>, Weights)> {
-    let mut wmax = vec![0f32; site.channels];
+/// `max |W_j|` over the MatMuls `matmuls` (`j` along each weight's contracted axis, `channels` of them); each
+/// distinct weight is decoded once and kept for the rescale.
+fn weight_row_max(g: &GraphProto, matmuls: &[&String], channels: usize) -> Result<(Vec<f32>, Weights)> {
+    let mut wmax = vec![0f32; channels];
     let mut weights = Weights::new();
-    for mm in &site.matmuls {
+    let mut seen = HashSet::new();
+    for mm in matmuls {
         let i = node_index(g, mm)?;
         let wname = g.node[i].input[1].clone();
-        if weights.contains_key(&wname) {
+        let axis = contract_axis(g, i);
+        if !seen.insert((wname.clone(), axis)) {
             continue;
         }
-        let (w, shape) = read_f32(g, &wname)?;
-        let axis = contract_axis(g, i);
+        if !weights.contains_key(&wname) {
+            let (w, shape) = read_f32(g, &wname)?;
+            weights.insert(wname.clone(), (w, shape));
+        }
+        let (w, shape) = &weights[&wname];
         for (k, v) in w.iter().enumerate() {
             let j = channel_of(k, shape[1], axis);
             wmax[j] = wmax[j].max(v.abs());
         }
-        weights.insert(wname, (w, shape, axis));
     }
     Ok((wmax, weights))
+}
+
+/// The sites in groups that must share their factors, each group's sites in order, groups in the order of their
+/// first site: sites whose MatMuls read one weight initializer along the same axis, over the same channel count,
+/// are one group (transitively); every other site is a group of its own.
+fn shared_weight_groups(g: &GraphProto, sites: &[SmoothSite]) -> Result<Vec<Vec<usize>>> {
+    let mut parent: Vec<usize> = (0..sites.len()).collect();
+    fn root(parent: &mut [usize], mut k: usize) -> usize {
+        while parent[k] != k {
+            parent[k] = parent[parent[k]];
+            k = parent[k];
+        }
+        k
+    }
+    let mut first_reader: HashMap<(String, usize, usize), usize> = HashMap::new();
+    for (k, site) in sites.iter().enumerate() {
+        for mm in &site.matmuls {
+            let i = node_index(g, mm)?;
+            let key = (g.node[i].input[1].clone(), contract_axis(g, i), site.channels);
+            let other = *first_reader.entry(key).or_insert(k);
+            let (a, b) = (root(&mut parent, other), root(&mut parent, k));
+            parent[a.max(b)] = a.min(b);
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut at: HashMap<usize, usize> = HashMap::new();
+    for k in 0..sites.len() {
+        let r = root(&mut parent, k);
+        let slot = *at.entry(r).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[slot].push(k);
+    }
+    Ok(groups)
 }
 
 /// `s_j = max|X_j|^α / max|W_j|^(1-α)`, clamped; 1 for a dead or non-finite channel.
@@ -306,26 +369,55 @@ fn factors(xmax: &[f32], wmax: &[f32], alpha: f32) -> Vec<f32> {
         .collect()
 }
 
-/// The graph being smoothed, its names, and the initializers replaced so far (dropped at the end if unread).
+/// The graph being smoothed, its names, the initializers replaced so far (dropped at the end if unread), and what
+/// each group of sites sharing factors has written already (see [`Written`]), so that a shared parameter stays one.
 struct Rewrite<'g> {
     g: &'g mut GraphProto,
     names: NameSet,
     replaced: Vec<String>,
+    rewritten: HashMap<Written, String>,
+}
+
+/// An initializer written for a group of sites (by group number): the rescaled copy of an original (a weight with its
+/// contracted axis, or a LayerNorm parameter), or the group's factors / inverse factors a `Mul` reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Written {
+    Weight(usize, String, usize),
+    Param(usize, String),
+    Factors(usize),
+    Inverse(usize),
 }
 
 impl Rewrite<'_> {
-    /// Makes input `slot` of node `node` read a new initializer holding `values` (named after `base`). The old
-    /// initializer stays for its other readers and is dropped at the end if nothing reads it any more.
-    fn replace_input(&mut self, node: usize, slot: usize, base: &str, shape: &[usize], values: Vec<f32>) -> Result<()> {
-        let name = self.names.fresh(&format!("{base}_smoothed"));
-        self.g.add_initializer(tensor_from_vec::<f32>(&name, shape, values)?);
-        self.g.rewire_input(node, slot, &name)?;
-        self.replaced.push(base.to_string());
-        Ok(())
+    /// Makes input `slot` of node `node` read the initializer written as `key`, writing it (named after `base`) from
+    /// `values()` the first time. A replaced original stays for its other readers and is dropped at the end if
+    /// nothing reads it any more.
+    fn read_written(
+        &mut self,
+        key: Written,
+        (node, slot): (usize, usize),
+        base: &str,
+        shape: &[usize],
+        values: impl FnOnce() -> Result<Vec<f32>>,
+    ) -> Result<()> {
+        let name = match self.rewritten.get(&key) {
+            Some(name) => name.clone(),
+            None => {
+                let suffix = if matches!(key, Written::Weight(..) | Written::Param(..)) { "_smoothed" } else { "" };
+                let name = self.names.fresh(&format!("{base}{suffix}"));
+                self.g.add_initializer(tensor_from_vec::<f32>(&name, shape, values()?)?);
+                if matches!(key, Written::Weight(..) | Written::Param(..)) {
+                    self.replaced.push(base.to_string());
+                }
+                self.rewritten.insert(key, name.clone());
+                name
+            }
+        };
+        Ok(self.g.rewire_input(node, slot, &name)?)
     }
 
     /// γ, β ← γ / s, β / s (LayerNorm forms).
-    fn rescale_layer_norm(&mut self, site: &SmoothSite, factors: &[f32]) -> Result<()> {
+    fn rescale_layer_norm(&mut self, group: usize, site: &SmoothSite, factors: &[f32]) -> Result<()> {
         let g = &*self.g;
         let (gamma_at, beta_at) = match &site.form {
             SmoothForm::LayerNorm => {
@@ -347,36 +439,37 @@ impl Rewrite<'_> {
         for (at, param) in [(gamma_at, &site.gamma), (beta_at, &site.beta)] {
             let Some(param) = param else { continue };
             let (v, shape) = read_f32(self.g, param)?;
-            let v: Vec<f32> = v.iter().zip(factors).map(|(v, s)| v / s).collect();
-            self.replace_input(at.0, at.1, param, &shape, v)?;
+            let key = Written::Param(group, param.clone());
+            self.read_written(key, at, param, &shape, || Ok(v.iter().zip(factors).map(|(v, s)| v / s).collect()))?;
         }
         Ok(())
     }
 
-    /// W[j, :] ← W[j, :] · s_j (W[:, j] for a transposed weight), one copy per distinct weight; every MatMul of the
-    /// site reads `smoothed`.
+    /// W[j, :] ← W[j, :] · s_j (W[:, j] for a transposed weight), one copy per distinct weight and axis in the group;
+    /// every MatMul of the site reads `smoothed`.
     fn rescale_weights(
         &mut self,
+        group: usize,
         site: &SmoothSite,
         factors: &[f32],
-        mut weights: Weights,
+        weights: &mut Weights,
         smoothed: &str,
     ) -> Result<()> {
-        let mut rewritten: HashMap<String, String> = HashMap::new();
         for mm in &site.matmuls {
             let i = node_index(self.g, mm)?;
             let wname = self.g.node[i].input[1].clone();
-            if let Some(new) = rewritten.get(&wname) {
-                self.g.rewire_input(i, 1, &new.clone())?;
-            } else if let Some((mut w, shape, axis)) = weights.remove(&wname) {
-                for (k, v) in w.iter_mut().enumerate() {
-                    *v *= factors[channel_of(k, shape[1], axis)];
+            let axis = contract_axis(self.g, i);
+            let shape = match weights.get(&wname) {
+                Some((_, shape)) => shape.clone(),
+                None => {
+                    return Err(Error::Missing { name: wname, what: "weight initializer read by a smoothed MatMul" });
                 }
-                self.replace_input(i, 1, &wname, &shape, w)?;
-                rewritten.insert(wname.clone(), self.g.node[i].input[1].clone());
-            } else {
-                return Err(Error::Missing { name: wname, what: "weight initializer read by a smoothed MatMul" });
-            }
+            };
+            let key = Written::Weight(group, wname.clone(), axis);
+            self.read_written(key, (i, 1), &wname, &shape, || {
+                let (w, _) = &weights[&wname];
+                Ok(w.iter().enumerate().map(|(k, v)| v * factors[channel_of(k, shape[1], axis)]).collect())
+            })?;
             self.g.rewire_input(i, 0, smoothed)?;
         }
         Ok(())
@@ -384,26 +477,25 @@ impl Rewrite<'_> {
 
     /// Produces `smoothed = X / s`: a `Mul` by `1/s` in front of the MatMuls (other readers keep X), or, for a
     /// LayerNorm, the LayerNorm itself writing `smoothed` and one `Mul` by `s` restoring X for its other readers.
-    fn divide(&mut self, site: &SmoothSite, factors: &[f32], smoothed: &str) -> Result<()> {
-        let g = &mut *self.g;
+    fn divide(&mut self, group: usize, site: &SmoothSite, factors: &[f32], smoothed: &str) -> Result<()> {
         if site.form == SmoothForm::ScaleNode {
-            let first = site.matmuls.iter().map(|mm| node_index(g, mm)).collect::<Result<Vec<_>>>()?;
+            let first = site.matmuls.iter().map(|mm| node_index(self.g, mm)).collect::<Result<Vec<_>>>()?;
             let at = first.into_iter().min().unwrap_or(0);
-            let sname = self.names.fresh(&format!("{}_smooth_inverse", site.tensor));
-            let inverse: Vec<f32> = factors.iter().map(|s| 1.0 / s).collect();
-            g.add_initializer(tensor_from_vec::<f32>(&sname, &[site.channels], inverse)?);
             let mul_name = self.names.fresh(&format!("{}_smooth", site.tensor));
-            g.insert_nodes(at, vec![node("Mul", &mul_name, &[&site.tensor, &sname], &[smoothed])]);
-            return Ok(());
+            self.g.insert_nodes(at, vec![node("Mul", &mul_name, &[&site.tensor, ""], &[smoothed])]);
+            let base = format!("{}_smooth_inverse", site.tensor);
+            let inverse = || Ok(factors.iter().map(|s| 1.0 / s).collect());
+            return self.read_written(Written::Inverse(group), (at, 1), &base, &[site.channels], inverse);
         }
-        let pi = node_index(g, &site.producer)?;
-        g.node[pi].output[0] = smoothed.to_string();
+        let pi = node_index(self.g, &site.producer)?;
+        self.g.node[pi].output[0] = smoothed.to_string();
         if site.other_readers {
-            let sname = self.names.fresh(&format!("{}_smooth_factors", site.tensor));
-            g.add_initializer(tensor_from_vec::<f32>(&sname, &[site.channels], factors.to_vec())?);
             let mul_name = self.names.fresh(&format!("{}_unsmooth", site.producer));
-            g.insert_nodes(pi + 1, vec![node("Mul", &mul_name, &[smoothed, &sname], &[&site.tensor])]);
-        } else if let Some(v) = g.value_info.iter_mut().find(|v| v.name() == site.tensor) {
+            self.g.insert_nodes(pi + 1, vec![node("Mul", &mul_name, &[smoothed, ""], &[&site.tensor])]);
+            let base = format!("{}_smooth_factors", site.tensor);
+            let restore = || Ok(factors.to_vec());
+            self.read_written(Written::Factors(group), (pi + 1, 1), &base, &[site.channels], restore)?;
+        } else if let Some(v) = self.g.value_info.iter_mut().find(|v| v.name() == site.tensor) {
             v.name = Some(smoothed.to_string());
         }
         Ok(())

@@ -174,6 +174,64 @@ fn ranges(m: &Model, p: &Policy) -> qdq::Ranges {
 }
 
 #[test]
+fn layers_sharing_their_weights_are_smoothed_with_one_set_of_factors() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = albert_like(ln);
+        // Q, K, V, attention output, FFN up and down read by both layers, the QA head by one.
+        let readers = |m: &Model| {
+            let g = m.graph();
+            let mut n: BTreeMap<String, usize> = BTreeMap::new();
+            for node in g.node.iter().filter(|n| n.op_type() == "MatMul" && g.initializer(&n.input[1]).is_some()) {
+                *n.entry(node.input[1].clone()).or_default() += 1;
+            }
+            let mut counts: Vec<usize> = n.into_values().collect();
+            counts.sort();
+            counts
+        };
+        assert_eq!(readers(&m), vec![1, 2, 2, 2, 2, 2, 2]);
+        let mut policy = smoothing_policy(0.5);
+        policy.set("smooth_targets", "all").unwrap();
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+        let absmax = channel_absmax(&m, &tensors);
+        let (s, done) = qdq::smooth(&m, &policy, &absmax, 0.5).unwrap();
+        s.validate().unwrap();
+        assert_eq!(done.len(), 9, "embedding LN, per layer 2 LNs + context + GELU");
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        assert!(max_abs_diff(&a, &b) <= 1e-4 * scale.max(1.0), "{ln:?}: {}", max_abs_diff(&a, &b));
+        // Each shared weight is rescaled once and still read by both layers, so the model does not grow.
+        assert_eq!(readers(&s), readers(&m), "{ln:?}");
+        assert_eq!(big_initializers(&s), big_initializers(&m), "{ln:?}");
+        // Sites reading one weight share their factors, taken over both layers' channel maxima.
+        for (x, y) in [("attention/output/dense", "attention/output/dense"), ("output/dense", "output/dense")] {
+            let at = |l: usize, part: &str| {
+                let mm = format!("/bert/encoder/layer.{l}/{part}/MatMul");
+                done.iter().find(|d| d.site.matmuls == [mm.clone()]).unwrap_or_else(|| panic!("{mm}"))
+            };
+            let (s0, s1) = (at(0, x), at(1, y));
+            assert_eq!(s0.factors, s1.factors, "{ln:?} {x}");
+            let (x0, x1) = (&absmax[&s0.site.tensor], &absmax[&s1.site.tensor]);
+            assert_ne!(x0, x1, "the layers' activations differ");
+        }
+
+        // Quantized, static and dynamic, every weight is still written once.
+        for preset in ["tensorrt", "cpu"] {
+            let mut p = Policy::preset(preset).unwrap();
+            p.set("smooth_targets", "all").unwrap();
+            let sites: Vec<String> = qdq::smoothing_sites(&m, &p).unwrap().into_iter().map(|s| s.tensor).collect();
+            let (s, _) = qdq::smooth(&m, &p, &channel_absmax(&m, &sites), p.smooth.unwrap()).unwrap();
+            let q = qdq::quantize(&s, &ranges(&s, &p), &p).unwrap().0;
+            assert_eq!(big_initializers(&q), big_initializers(&m), "{ln:?} {preset}");
+            let err = max_abs_diff(&logits(&q), &a);
+            assert!(err <= 0.2 * scale.max(1.0), "{ln:?} {preset}: logit error {err}");
+        }
+        let (q, _) = qdq::quantize_dynamic(&m, &Policy::preset("cpu").unwrap()).unwrap();
+        assert_eq!(big_initializers(&q), big_initializers(&m), "{ln:?} dynamic");
+    }
+}
+
+#[test]
 fn bad_statistics_and_strengths_are_errors_naming_the_tensor() {
     let m = tiny_bert(Ln::Decomposed);
     let policy = smoothing_policy(0.5);

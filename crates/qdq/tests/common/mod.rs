@@ -21,7 +21,11 @@ pub use onnx_ir::tiny_bert::LayerNormKind as Ln;
 /// `attention_mask`), both LayerNorm forms; names as the Hugging Face export (initializers `bert.encoder.layer.0...`,
 /// nodes `/bert/encoder/layer.0/...`).
 pub fn tiny_bert(layer_norm: Ln) -> Model {
-    let cfg = TinyBertConfig {
+    onnx_ir::tiny_bert::build(&tiny_config(layer_norm))
+}
+
+fn tiny_config(layer_norm: Ln) -> TinyBertConfig {
+    TinyBertConfig {
         layers: 1,
         hidden: HIDDEN,
         heads: 1,
@@ -32,8 +36,18 @@ pub fn tiny_bert(layer_norm: Ln) -> Model {
         layer_norm,
         seed: 42,
         ..Default::default()
-    };
-    onnx_ir::tiny_bert::build(&cfg)
+    }
+}
+
+/// [`tiny_bert`] with two layers reading one set of weights, biases and LayerNorm parameters, as ALBERT's do.
+pub fn albert_like(layer_norm: Ln) -> Model {
+    onnx_ir::tiny_bert::build(&TinyBertConfig { layers: 2, shared_layers: true, ..tiny_config(layer_norm) })
+}
+
+/// How many initializers hold at least `HIDDEN * HIDDEN` values (the weights and embedding tables, in whatever
+/// type): a weight written twice counts twice.
+pub fn big_initializers(m: &Model) -> usize {
+    m.graph().initializer.iter().filter(|t| t.dims.iter().product::<i64>() >= (HIDDEN * HIDDEN) as i64).count()
 }
 
 /// onnx-ir's tiny BERT at this file's sizes in another graph form: two layers, two heads, token types (the fused
