@@ -19,9 +19,40 @@ pub(crate) fn is_residual_add(ix: &GraphIndex, n: &NodeProto) -> bool {
         })
 }
 
-/// True if `tensor` is a Softmax output (attention probabilities).
+/// True if `tensor` holds attention probabilities: a Softmax output, or one passed on with its values still in
+/// [0, 1] by what exporters put between Softmax and `P·V`: `Identity`, `Dropout` (inference), a `Cast` to float, and
+/// the "safe softmax" `Where(c, 0, P)` (PyTorch's export of `scaled_dot_product_attention`, the attention Hugging
+/// Face models use by default, writes `Where(IsNaN(P), 0, P)` after every Softmax).
 pub(crate) fn is_softmax_output(ix: &GraphIndex, tensor: &str) -> bool {
-    ix.producer_op(tensor) == Some("Softmax")
+    let mut t = tensor;
+    // A bound on the walk: exporters put one or two nodes there.
+    for _ in 0..8 {
+        let Some(n) = ix.producer_node(t) else { return false };
+        t = match n.op_type() {
+            "Softmax" => return true,
+            "Identity" => &n.input[0],
+            "Dropout" if n.output.first().is_some_and(|o| o == t) => &n.input[0],
+            "Cast" if get_attr_int(n, "to").ok().flatten() == Some(DataType::Float as i64) => &n.input[0],
+            "Where" if n.input.len() == 3 => match (is_zero(ix, &n.input[1]), is_zero(ix, &n.input[2])) {
+                (true, false) => &n.input[2],
+                (false, true) => &n.input[1],
+                _ => return false,
+            },
+            _ => return false,
+        };
+    }
+    false
+}
+
+/// True if `tensor` is a constant (initializer or `Constant` node) whose every value is 0.
+fn is_zero(ix: &GraphIndex, tensor: &str) -> bool {
+    let value = match ix.initializer(tensor) {
+        Some(t) => Some(t.clone()),
+        None => ix.producer_node(tensor).and_then(|n| onnx_ir::constant_value(n).ok().flatten()),
+    };
+    value
+        .and_then(|t| onnx_ir::tensor_to_array::<f32>(&t).ok())
+        .is_some_and(|a| !a.is_empty() && a.iter().all(|v| *v == 0.0))
 }
 
 /// True if every node of `readers` is a MatMul reading `tensor` as its first input only (`P·V`): then quantizing

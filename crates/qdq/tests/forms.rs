@@ -227,3 +227,61 @@ fn cpu_preset_forms_run_as_integer_kernels() {
     assert_eq!(fused.get("MatMulIntegerToFloat"), Some(&(3 * 2 + 1)), "{fused:?}");
     assert!(!fused.contains_key("MatMul") && !fused.contains_key("Attention"), "{fused:?}");
 }
+
+/// `m` with PyTorch's "safe softmax" after every Softmax, as its export of `scaled_dot_product_attention` writes it:
+/// `Where(IsNaN(P), 0, P)` read by `P·V`; the zero a `Constant` node in the first layer, an initializer after.
+fn with_safe_softmax(m: &Model) -> Model {
+    let mut out = m.clone();
+    let g = out.graph_mut();
+    let softmaxes: Vec<(usize, String)> = g
+        .node
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op_type() == "Softmax")
+        .map(|(i, n)| (i, n.output[0].clone()))
+        .collect();
+    for (k, (at, p)) in softmaxes.into_iter().enumerate().rev() {
+        let (nan, zero, safe) = (format!("{p}_isnan"), format!("{p}_zero"), format!("{p}_safe"));
+        for (r, slot) in g.consumers_of(&p) {
+            g.rewire_input(r, slot, &safe).unwrap();
+        }
+        let mut nodes = vec![onnx_ir::node("IsNaN", &format!("{p}/IsNaN"), &[&p], &[&nan])];
+        let zero_tensor = onnx_ir::tensor_from_vec::<f32>(&zero, &[], vec![0.0]).unwrap();
+        if k == 0 {
+            let mut c = onnx_ir::node("Constant", &format!("{p}/Constant"), &[], &[&zero]);
+            c.attribute.push(onnx_ir::proto::AttributeProto {
+                name: Some("value".into()),
+                r#type: Some(onnx_ir::proto::attribute_proto::AttributeType::Tensor as i32),
+                t: Some(zero_tensor),
+                ..Default::default()
+            });
+            nodes.push(c);
+        } else {
+            g.add_initializer(zero_tensor);
+        }
+        nodes.push(onnx_ir::node("Where", &format!("{p}/Where"), &[&nan, &zero, &p], &[&safe]));
+        g.insert_nodes(at + 1, nodes);
+    }
+    out
+}
+
+/// Attention probabilities behind the safe-softmax `Where` are still attention probabilities: the `tensorrt` preset
+/// quantizes them shifted over [-0.5, 0.5] (before, the `Where` output got a calibrated [0, max] pair), so the
+/// model quantizes to the same computation as the plain form.
+#[test]
+fn attention_probabilities_behind_pytorchs_safe_softmax_are_quantized_as_softmax_outputs() {
+    let plain = tiny(GraphForm::Hf);
+    let safe = with_safe_softmax(&plain);
+    safe.validate().unwrap();
+    assert_eq!(ops(&safe, "Where").len(), 2);
+    let (a, b) = (logits(&plain), logits(&safe));
+    assert!(max_abs_diff(&a, &b) <= 1e-6, "the same function: {}", max_abs_diff(&a, &b));
+    let (_, qp, plan_p) = quantized(&plain, "tensorrt");
+    let (_, qs, plan_s) = quantized(&safe, "tensorrt");
+    let shifted = |plan: &qdq::Plan| plan.tensors.iter().filter(|t| t.shift.is_some()).count();
+    assert_eq!(shifted(&plan_p), 2, "{plan_p}");
+    assert_eq!(shifted(&plan_s), 2, "{plan_s}");
+    let (lp, ls) = (logits(&qp), logits(&qs));
+    let scale = lp.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(max_abs_diff(&lp, &ls) <= 1e-5 * scale.max(1.0), "{} vs {scale}", max_abs_diff(&lp, &ls));
+}
