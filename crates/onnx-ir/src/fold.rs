@@ -37,7 +37,8 @@ impl Folded {
 
 /// Replaces every node of [`FOLDED_OPS`] (default domain, one output) whose inputs are all initializers, in graph
 /// order so chains fold too, by an initializer named as its output holding the value it computes: `Constant`
-/// (`value`, `value_float(s)`, `value_int(s)`), `Identity`, `Transpose` (any element type qdq reads: float, float16,
+/// (`value`, `value_float(s)`, `value_int(s)`), `Identity` (of a constant not read inside a subgraph: its readers
+/// read that constant instead, so a weight shared through Identity nodes stays one initializer), `Transpose` (any element type qdq reads: float, float16,
 /// int64, int32, int8, uint8), `Cast` between float and float16 (and to the same type), `Reshape` by a constant
 /// int64 shape, `DequantizeLinear` of int8 / uint8 by float32 scales (per tensor or per axis; not blocked). A node whose output is a graph output or is produced inside a subgraph's scope stays, as does one
 /// this cannot evaluate (another element type, external data, a shape that does not fit): folding is an
@@ -60,7 +61,15 @@ impl Folded {
 /// ```
 pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
     let outputs: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    let mut in_subgraphs: HashSet<&str> = HashSet::new();
+    for sg in g.node.iter().flat_map(crate::graph::subgraphs) {
+        crate::graph::collect_reads(sg, &mut in_subgraphs);
+    }
     let mut made: HashMap<String, TensorProto> = HashMap::new();
+    // An Identity of a constant names the same value: its readers read that constant instead, so a weight an
+    // exporter shares this way (PyTorch's TorchScript exporter writes ALBERT's shared layers as Identity nodes of
+    // one initializer) stays one initializer.
+    let mut alias: HashMap<String, String> = HashMap::new();
     let mut fold = vec![false; g.node.len()];
     let mut folded = Folded::default();
     for (i, n) in g.node.iter().enumerate() {
@@ -72,8 +81,18 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
         {
             continue;
         }
+        if n.op_type() == "Identity" && !in_subgraphs.contains(n.output[0].as_str()) {
+            let source = n.input.first().map(|x| alias.get(x).unwrap_or(x).clone()).unwrap_or_default();
+            if made.contains_key(&source) || g.initializer(&source).is_some() {
+                fold[i] = true;
+                *folded.by_op.entry("Identity".to_owned()).or_default() += 1;
+                alias.insert(n.output[0].clone(), source);
+                continue;
+            }
+        }
         let mut inputs = Vec::with_capacity(n.input.len());
         for name in &n.input {
+            let name = alias.get(name).unwrap_or(name);
             match made.get(name).or_else(|| g.initializer(name)) {
                 Some(t) if t.data_location() != DataLocation::External => inputs.push(Some(t)),
                 _ if name.is_empty() => inputs.push(None),
@@ -88,7 +107,7 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
         *folded.by_op.entry(n.op_type().to_owned()).or_default() += 1;
         made.insert(n.output[0].clone(), t);
     }
-    if made.is_empty() {
+    if made.is_empty() && alias.is_empty() {
         return Ok(folded);
     }
     let read_by_folded: HashSet<String> =
@@ -98,6 +117,14 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
         k += 1;
         !fold[k - 1]
     });
+    for n in &mut g.node {
+        for x in &mut n.input {
+            if let Some(source) = alias.get(x.as_str()) {
+                x.clone_from(source);
+            }
+        }
+    }
+    g.value_info.retain(|v| !alias.contains_key(v.name()));
     // Sorted, so the model written does not depend on hash order.
     let mut made: Vec<(String, TensorProto)> = made.into_iter().collect();
     made.sort_by(|a, b| a.0.cmp(&b.0));
@@ -330,12 +357,54 @@ mod tests {
         let f = fold_constants(&mut g).unwrap();
         assert_eq!(f.nodes(), 5, "{f:?}");
         assert_eq!(g.node.len(), 1);
-        let w = g.initializer("w").unwrap();
+        // The Identity names the Reshape's value: the Mul reads that.
+        assert_eq!(g.node[0].input, ["x", "flat"]);
+        let w = g.initializer("flat").unwrap();
         assert_eq!(w.dims, vec![6]);
         assert_eq!(values(w), vec![1., 4., 2., 5., 3., 6.]);
         // The intermediate tensors were read only by folded nodes: gone; the shape tensor too.
         let names: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
-        assert_eq!(names, vec!["w"]);
+        assert_eq!(names, vec!["flat"]);
+    }
+
+    #[test]
+    fn a_weight_shared_through_identity_nodes_stays_one_initializer() {
+        // PyTorch's TorchScript exporter writes a parameter read by several layers (ALBERT) once, and Identity nodes
+        // of it for the other readers.
+        let mut g = GraphProto::default();
+        g.add_initializer(tensor_from_vec::<f32>("w", &[2, 3], vec![1., 2., 3., 4., 5., 6.]).unwrap());
+        let mut external = tensor_from_vec::<f32>("big", &[2, 3], vec![0.; 6]).unwrap();
+        external.raw_data = None;
+        external.data_location = Some(DataLocation::External as i32);
+        g.add_initializer(external);
+        g.node.push(node("MatMul", "a", &["x", "w"], &["ya"]));
+        g.node.push(node("Identity", "i1", &["w"], &["w1"]));
+        g.node.push(node("MatMul", "b", &["x", "w1"], &["yb"]));
+        g.node.push(node("Identity", "i2", &["w1"], &["w2"]));
+        g.node.push(node("Transpose", "t", &["w2"], &["w2t"]));
+        g.node.push(node("MatMul", "c", &["x", "w2"], &["yc"]));
+        g.node.push(node("Gemm", "d", &["x", "w2t"], &["yd"]));
+        // An Identity of an initializer kept outside (external data) is a name for it all the same.
+        g.node.push(node("Identity", "ie", &["big"], &["big1"]));
+        g.node.push(node("MatMul", "e", &["x", "big1"], &["ye"]));
+        g.value_info.push(crate::value_info("w1", DataType::Float, None));
+        // Read inside a subgraph: stays as it is.
+        g.node.push(node("Identity", "is", &["w"], &["ws"]));
+        let branch = GraphProto {
+            node: vec![node("MatMul", "in_branch", &["x", "ws"], &["yb_then"])],
+            output: vec![crate::value_info("yb_then", DataType::Float, None)],
+            ..Default::default()
+        };
+        g.node.push(node("If", "if", &["cond"], &["yif"]).with_attr(crate::attr_graph("then_branch", branch)));
+        let f = fold_constants(&mut g).unwrap();
+        assert_eq!(f.describe(), "4 Identity, 1 Transpose", "{f:?}");
+        let read = |n: &str| g.node.iter().find(|x| x.name() == n).unwrap().input[1].clone();
+        assert_eq!([read("a"), read("b"), read("c"), read("e")], ["w", "w", "w", "big"]);
+        assert_eq!(values(g.initializer(&read("d")).unwrap()), vec![1., 4., 2., 5., 3., 6.]);
+        let mut names: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["big", "w", "w2t", "ws"]);
+        assert!(g.value_info.is_empty(), "no value_info for a name nothing produces");
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub fn subgraphs(node: &NodeProto) -> impl Iterator<Item = &GraphProto> {
 }
 
 /// Adds every tensor name that nodes in `g` (and nested subgraphs) read to `out`.
-fn collect_reads<'a>(g: &'a GraphProto, out: &mut HashSet<&'a str>) {
+pub(crate) fn collect_reads<'a>(g: &'a GraphProto, out: &mut HashSet<&'a str>) {
     for n in &g.node {
         out.extend(n.input.iter().map(String::as_str));
         for sg in subgraphs(n) {
