@@ -1380,3 +1380,37 @@ fn an_opset_11_export_is_carried_over_to_opset_13_and_quantized_as_the_original(
         assert_eq!(old_run, new_run, "{policy}: the opset-11 export quantizes as the original");
     }
 }
+
+/// Files PyTorch writes (testdata/forms/make_torch_exports.py: tiny random BERT and ALBERT QA models from
+/// transformers, each with both of PyTorch's exporters): every preset quantizes them as their graphs mean. The
+/// attention probabilities behind the "safe softmax" `Where(IsNaN(P), 0, P)` of `scaled_dot_product_attention` get
+/// the shifted pair, and ALBERT's shared layer weights (one initializer, or Identity nodes of one) stay one each.
+#[test]
+fn pytorch_exports_of_bert_and_albert_are_quantized_as_their_graphs_mean() {
+    let dir = tempfile::tempdir().unwrap();
+    // Initializers of at least 32 x 32 values: the weights and embedding tables, in whatever type they are stored.
+    let weights =
+        |m: &onnx_ir::Model| m.graph().initializer.iter().filter(|t| t.dims.iter().product::<i64>() >= 32 * 32).count();
+    for file in ["torch_bert_dynamo", "torch_bert_legacy", "torch_albert_dynamo", "torch_albert_legacy"] {
+        let path = testdata(&format!("forms/{file}.onnx"));
+        let fp32 = onnx_ir::Model::load(&path).unwrap();
+        let g = fp32.graph();
+        let softmaxes = g.node.iter().filter(|n| n.op_type() == "Softmax").count();
+        assert_eq!(softmaxes, 2, "{file}");
+        assert!(g.node.iter().any(|n| n.op_type() == "IsNaN"), "{file}: the safe softmax is in the export");
+        let stored = weights(&fp32);
+        for policy in ["tensorrt", "cpu"] {
+            let out = dir.path().join(format!("{file}_{policy}"));
+            let cfg = config(path.clone(), out.clone(), policy);
+            let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
+            let int8 = r.int8.unwrap();
+            assert_eq!(int8.score.questions, r.fp32.unwrap().score.questions, "{file} {policy}");
+            let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
+            assert_eq!(weights(&q), stored, "{file} {policy}: every weight written once");
+            if policy == "tensorrt" {
+                let shifted = qdq::coverage(&q).pairs.iter().filter(|p| p.tensor.ends_with("_shifted")).count();
+                assert_eq!(shifted, softmaxes, "{file}: attention probabilities quantized shifted");
+            }
+        }
+    }
+}
