@@ -88,8 +88,7 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     let mut names = NameSet::from_graph(g);
     let mut inputs: Vec<(String, Quantized)> = vec![];
     let mut rewrites: HashMap<usize, Rewrite> = HashMap::new();
-    let mut attention_names = vec![];
-    let mut weights = Int8Weights::new();
+    let (mut attention_names, mut weights) = (vec![], Int8Weights::new());
     for i in 0..ix.graph().node.len() {
         let n = ix.node(i);
         let attention = policy.contrib_ops && crate::contrib::has_qattention_form(n);

@@ -222,35 +222,9 @@ pub fn smooth_in_place(
     // Sites whose MatMuls share a weight (ALBERT's layers read one set) are smoothed together: one set of factors,
     // so the weight is rescaled once and stays one initializer. A group's weights are decoded while it is rewritten.
     for (group, members) in shared_weight_groups(rw.g, &sites)?.into_iter().enumerate() {
-        let channels = sites[members[0]].channels;
-        let mut xmax = vec![0f32; channels];
-        for &k in &members {
-            for (m, x) in xmax.iter_mut().zip(site_absmax(absmax, &sites[k])?) {
-                *m = m.max(*x);
-            }
-        }
-        let matmuls: Vec<&String> = members.iter().flat_map(|&k| &sites[k].matmuls).collect();
-        let (wmax, mut weights) = weight_row_max(rw.g, &matmuls, channels)?;
-        let factors = factors(&xmax, &wmax, alpha);
+        let (factors, mut weights) = group_factors(rw.g, &sites, &members, absmax, alpha)?;
         for k in members {
-            let site = &sites[k];
-            rw.rescale_layer_norm(group, site, &factors)?;
-            let smoothed = rw.names.fresh(&format!("{}_smoothed", site.tensor));
-            rw.rescale_weights(group, site, &factors, &mut weights, &smoothed)?;
-            rw.divide(group, site, &factors, &smoothed)?;
-            let own = site_absmax(absmax, site)?;
-            let after: Vec<f32> = own.iter().zip(&factors).map(|(x, s)| x / s).collect();
-            let (spread_before, spread_after) = (spread(own), spread(&after));
-            done.push((
-                k,
-                SmoothedSite {
-                    spread_before,
-                    spread_after,
-                    site: site.clone(),
-                    smoothed_tensor: smoothed,
-                    factors: factors.clone(),
-                },
-            ));
+            done.push((k, rw.smooth_site(group, &sites[k], &factors, &mut weights, absmax)?));
         }
     }
     done.sort_by_key(|(k, _)| *k);
@@ -264,6 +238,28 @@ pub fn smooth_in_place(
         });
     }
     Ok(done)
+}
+
+/// The factors of one group of sites sharing weights (`members`, indices into `sites`): each channel's largest
+/// calibrated value over the group against its largest weight row over the group's MatMuls; with the group's weights
+/// decoded, for the rescale.
+fn group_factors(
+    g: &GraphProto,
+    sites: &[SmoothSite],
+    members: &[usize],
+    absmax: &BTreeMap<String, Vec<f32>>,
+    alpha: f32,
+) -> Result<(Vec<f32>, Weights)> {
+    let channels = sites[members[0]].channels;
+    let mut xmax = vec![0f32; channels];
+    for &k in members {
+        for (m, x) in xmax.iter_mut().zip(site_absmax(absmax, &sites[k])?) {
+            *m = m.max(*x);
+        }
+    }
+    let matmuls: Vec<&String> = members.iter().flat_map(|&k| &sites[k].matmuls).collect();
+    let (wmax, weights) = weight_row_max(g, &matmuls, channels)?;
+    Ok((factors(&xmax, &wmax, alpha), weights))
 }
 
 /// The calibrated per-channel max of a site's tensor, checked against its channel count.
@@ -389,6 +385,30 @@ enum Written {
 }
 
 impl Rewrite<'_> {
+    /// Smooths one site of group `group` by the group's `factors`: LayerNorm parameters, weights, the division.
+    fn smooth_site(
+        &mut self,
+        group: usize,
+        site: &SmoothSite,
+        factors: &[f32],
+        weights: &mut Weights,
+        absmax: &BTreeMap<String, Vec<f32>>,
+    ) -> Result<SmoothedSite> {
+        self.rescale_layer_norm(group, site, factors)?;
+        let smoothed = self.names.fresh(&format!("{}_smoothed", site.tensor));
+        self.rescale_weights(group, site, factors, weights, &smoothed)?;
+        self.divide(group, site, factors, &smoothed)?;
+        let own = site_absmax(absmax, site)?;
+        let after: Vec<f32> = own.iter().zip(factors).map(|(x, s)| x / s).collect();
+        Ok(SmoothedSite {
+            spread_before: spread(own),
+            spread_after: spread(&after),
+            site: site.clone(),
+            smoothed_tensor: smoothed,
+            factors: factors.to_vec(),
+        })
+    }
+
     /// Makes input `slot` of node `node` read the initializer written as `key`, writing it (named after `base`) from
     /// `values()` the first time. A replaced original stays for its other readers and is dropped at the end if
     /// nothing reads it any more.
