@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use ndarray::Array2;
 use onnx_ir::tiny_bert::{GraphForm, TinyBertConfig};
-use onnx_ir::{DataType, GraphExt, Model};
+use onnx_ir::{DataType, GraphExt, Model, NodeExt};
 
 use crate::common::*;
 
@@ -248,14 +248,8 @@ fn with_safe_softmax(m: &Model) -> Model {
         let mut nodes = vec![onnx_ir::node("IsNaN", &format!("{p}/IsNaN"), &[&p], &[&nan])];
         let zero_tensor = onnx_ir::tensor_from_vec::<f32>(&zero, &[], vec![0.0]).unwrap();
         if k == 0 {
-            let mut c = onnx_ir::node("Constant", &format!("{p}/Constant"), &[], &[&zero]);
-            c.attribute.push(onnx_ir::proto::AttributeProto {
-                name: Some("value".into()),
-                r#type: Some(onnx_ir::proto::attribute_proto::AttributeType::Tensor as i32),
-                t: Some(zero_tensor),
-                ..Default::default()
-            });
-            nodes.push(c);
+            let c = onnx_ir::node("Constant", &format!("{p}/Constant"), &[], &[&zero]);
+            nodes.push(c.with_attr(onnx_ir::attr_tensor("value", zero_tensor)));
         } else {
             g.add_initializer(zero_tensor);
         }
