@@ -44,31 +44,14 @@ fn tiny() -> Fixture {
     fixture(TinyBertConfig { max_positions: 64, ..Default::default() })
 }
 
+/// The feature shape every run on the tiny model uses (its positions end at 64).
+const TINY_SHAPE: [&str; 6] = ["--seq_len", "64", "--query_len", "16", "--doc_stride", "24"];
+
 fn e2e_args<'a>(f: &'a Fixture, out: &'a str, vocab: &'a str, dataset: &'a str) -> Vec<String> {
-    [
-        "e2e",
-        "--model",
-        f.model.to_str().unwrap(),
-        "--vocab",
-        vocab,
-        "--dataset",
-        dataset,
-        "--out",
-        f.dir.path().join(out).to_str().unwrap(),
-        "--seq_len",
-        "64",
-        "--query_len",
-        "16",
-        "--doc_stride",
-        "24",
-        "--cal_num",
-        "4",
-        "--batch",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let model = f.model.to_str().unwrap();
+    let out = f.dir.path().join(out);
+    let args = ["e2e", "--model", model, "--vocab", vocab, "--dataset", dataset, "--out", out.to_str().unwrap()];
+    args.iter().chain(&TINY_SHAPE).chain(&["--cal_num", "4", "--batch", "2"]).map(|s| s.to_string()).collect()
 }
 
 fn run(args: &[String]) -> Output {
@@ -786,6 +769,40 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     for node in chosen["float_nodes"].as_array().unwrap() {
         assert!(text.contains(node.as_str().unwrap()), "{text}");
     }
+}
+
+/// Issue 14: each candidate is screened on the questions whose FP32 answers are nearest to flipping; one over budget
+/// there is not run on the rest, and the chosen model's F1 is measured on every question: the F1 `qdq eval` gives it.
+#[test]
+fn tune_screens_candidates_and_scores_the_chosen_one_on_every_question() {
+    let f = tiny();
+    let out = f.dir.path().join("tune_screen");
+    // No candidate can beat FP32 by 100 F1: every one is over budget on its screen, the best is kept.
+    let report = tune_tiny(&f, &out, &["--budget=-100", "--max-float", "2", "--screen", "0.4"]);
+    let questions = report["questions"].as_u64().unwrap();
+    let curve = report["curve"].as_array().unwrap();
+    let chosen = report["chosen"].as_u64().unwrap() as usize;
+    assert!(curve.len() >= 3, "{report:#}");
+    for (i, c) in curve.iter().enumerate() {
+        // ceil(0.4 * 9 questions) = 4 screened.
+        let expected = if i == chosen { questions } else { (0.4 * questions as f64).ceil() as u64 };
+        assert_eq!(c["questions_scored"].as_u64(), Some(expected), "{i}: {report:#}");
+    }
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data, model) = (vocab.to_str().unwrap(), dataset.to_str().unwrap(), out.join("model_qdq.onnx"));
+    let args = ["eval", "--model", model.to_str().unwrap(), "--vocab", vocab, "--dataset", data, "--json"];
+    let o = qdq(&[&args[..], &TINY_SHAPE].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (measured, reported) = (e["f1"].as_f64().unwrap(), curve[chosen]["f1"].as_f64().unwrap());
+    assert!((measured - reported).abs() < 1e-9, "eval {measured}, tune {reported}");
+    let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    assert!(md.contains(" (screen) |") && md.contains("nearest to flipping"), "{md}");
+    // Every candidate on every question when asked, and a share outside (0, 1] is refused.
+    let all = tune_tiny(&f, &f.dir.path().join("tune_all"), &["--budget=-100", "--max-float", "1", "--screen", "1"]);
+    assert!(all["curve"].as_array().unwrap().iter().all(|c| c["questions_scored"] == questions), "{all:#}");
+    let o = qdq(&["tune", "--model", f.model.to_str().unwrap(), "--dataset", data, "--screen", "0"]);
+    assert!(one_error(&o).contains("--screen"), "{}", stderr(&o));
 }
 
 /// Issue 14: with the preset within budget and MatMuls it keeps float by design (the `cpu` layout's attention

@@ -84,6 +84,11 @@ impl Corpus {
         Corpus::from_gold(path, gold.last_n(n), cfg, tokenizer)
     }
 
+    /// The same questions restricted to those whose id is in `ids` (an error when none is).
+    pub fn restricted(&self, ids: &std::collections::HashSet<String>) -> Result<Corpus> {
+        Corpus::from_gold(&self.path, self.gold.questions_where(|q| ids.contains(&q.id)), &self.cfg, &self.tokenizer)
+    }
+
     fn from_gold(
         path: &Path,
         gold: squad_metrics::Dataset,

@@ -26,6 +26,8 @@ pub struct EvalOptions {
 pub struct Evaluation {
     /// Question id -> answer text.
     pub predictions: HashMap<String, String>,
+    /// Question id -> how far its answer is from flipping ([`squad::Prediction::margin`]).
+    pub margins: HashMap<String, f32>,
     pub score: Score,
     pub latency: Latency,
     /// The EP the model ran on (cpu after an allowed fallback).
@@ -52,6 +54,7 @@ pub fn evaluate(
     let outputs = io.logit_outputs();
     let mut acc = data.accumulator()?;
     let mut predictions = HashMap::with_capacity(data.questions());
+    let mut margins = HashMap::with_capacity(data.questions());
     let mut timings = Vec::new();
     if opts.warmup > 0
         && let Some(first) = data.batches(opts.batch)?.next()
@@ -75,6 +78,7 @@ pub fn evaluate(
                 let s = &start[row * width..(row + 1) * width];
                 let e = &end[row * width..(row + 1) * width];
                 if let Some(p) = acc.push(f, s, e)? {
+                    margins.insert(p.id.clone(), p.margin);
                     predictions.insert(p.id, p.text);
                 }
             }
@@ -86,6 +90,7 @@ pub fn evaluate(
     let score = data.score(&predictions);
     Ok(Evaluation {
         predictions,
+        margins,
         score,
         latency: Latency::from_batches(&timings),
         ep: session.ep().short_name().to_owned(),

@@ -402,6 +402,16 @@ impl fmt::Display for EvalReport {
 /// Runs [`EvalJob`]. With `save_load` the optimised model goes beside the evaluated one
 /// (model_eval_optimized.onnx); with `int8` TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
 pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalReport> {
+    evaluate_questions(job, None, progress)
+}
+
+/// [`evaluate_file`] on those of its questions whose id is in `only` (all when `None`): `qdq tune` scores a candidate
+/// on the questions whose answers are nearest to flipping first.
+pub(crate) fn evaluate_questions(
+    job: &EvalJob,
+    only: Option<&std::collections::HashSet<String>>,
+    progress: &dyn Progress,
+) -> Result<EvalReport> {
     let job = &EvalJob { model: resolve_model(&job.model)?, ..job.clone() };
     if let Some(p) = &job.predictions {
         crate::check_writable(p, "--predictions")?;
@@ -412,6 +422,9 @@ pub fn evaluate_file(job: &EvalJob, progress: &dyn Progress) -> Result<EvalRepor
     // 2 GiB cannot be serialized inline, and none is held twice).
     let model = Model::load_graph_only(&job.model)?;
     let mut data = Corpus::load(&job.dataset, &data_cfg, &tokenizer, job.samples)?;
+    if let Some(ids) = only {
+        data = data.restricted(ids)?;
+    }
     data.fit_model(&model, &job.model)?;
     drop(model);
     let source = ModelSource::File(&job.model);

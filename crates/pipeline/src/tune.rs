@@ -2,7 +2,8 @@
 //! INT8 model loses more F1 than the budget, ranks the nodes reading quantized activations by the sensitivity of
 //! `qdq debug` (logit KL on held-out questions with only that node's inputs in float) and keeps the most sensitive
 //! 1, 2, 4, 8, ... of them in float (`exclude_nodes`, same ranges, no re-calibration), scoring each candidate on
-//! the evaluation questions, until one is within budget. Before any node goes to float, the pairs with the worst own
+//! the evaluation questions, until one is within budget. Each candidate is screened first on the questions whose
+//! FP32 answers are nearest to flipping ([`TuneJob::screen`]) and run on the rest only when within budget there. Before any node goes to float, the pairs with the worst own
 //! rounding may take another calibrator's range from the same statistics ([`calibrators`]): a model that stays
 //! wholly integer. A preset within budget that keeps MatMuls float by design (`matmul_const_b_only`) is also tried
 //! with every MatMul integer, kept only when clearly faster. Every candidate is timed against FP32 in alternation
@@ -12,7 +13,7 @@
 mod calibrators;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,7 +23,7 @@ use serde::Serialize;
 pub use self::calibrators::CalibratorChoice;
 use crate::debug::{DebugJob, HeldOut, debug_with};
 use crate::jobs::{
-    CalibrateJob, EvalJob, QuantizeJob, QuantizeReport, Report, calibrate_to_dir, evaluate_file, quantize_file,
+    CalibrateJob, EvalJob, QuantizeJob, QuantizeReport, Report, calibrate_to_dir, evaluate_questions, quantize_file,
 };
 use crate::progress::Progress;
 use crate::settings::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings, resolve_model};
@@ -54,6 +55,13 @@ pub struct TuneJob {
     /// Evaluation questions each candidate is scored on (the first N of --dataset; 0 = all).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 1000, value_name = "N"))]
     pub samples: usize,
+    /// Share of the evaluation questions each candidate is screened on first: those whose FP32 answer is nearest to
+    /// flipping (the smallest gap between its score and the next different answer's, from FP32's own pass). A
+    /// candidate is scored on the other questions only when its screen, the others taken as answered as FP32 answers
+    /// them, puts it within budget; the chosen model's F1 is always measured on every question. 1 = every candidate
+    /// on every question.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0.3, value_name = "SHARE"))]
+    pub screen: f64,
     /// Held-out questions the sensitivity is measured on (the last N of --dataset).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N"))]
     pub held_out: usize,
@@ -98,6 +106,12 @@ pub struct Candidate {
     pub delta_f1_se: f64,
     /// Milliseconds per feature in the evaluation (one pass, minutes apart from FP32's: `speedup` is the comparison).
     pub ms_per_feature: f64,
+    /// Questions the candidate answered: all of them, or only the screen's ([`TuneJob::screen`]), its scores then an
+    /// estimate with FP32's answers to the other questions, over budget by the screen alone.
+    pub questions_scored: usize,
+    /// The candidate's answers, FP32's where it was not run.
+    #[serde(skip)]
+    answers: HashMap<String, String>,
 }
 
 /// A candidate built, measured on the held-out questions and timed against FP32. Scored, it is a [`Candidate`];
@@ -176,6 +190,12 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     if !job.budget.is_finite() {
         return Err(Error::Config(format!("--budget must be a number of F1 points, not {}", job.budget)));
     }
+    if !(job.screen > 0.0 && job.screen <= 1.0) {
+        return Err(Error::Config(format!(
+            "--screen must be a share of the questions above 0 and at most 1, not {}",
+            job.screen
+        )));
+    }
     if job.samples == 0 && job.held_out_data.is_none() {
         tracing::warn!(
             "--samples 0 scores every question of --dataset, its last {} (the sensitivity's) included; \
@@ -213,7 +233,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             (calibrated.smoothed.map_or(fp32_path.clone(), |(_, p)| p), job.out.join("calibration.json"))
         }
     };
-    let eval = |model: &Path, phase: &'static str| -> Result<crate::Evaluation> {
+    let eval = |model: &Path, only: Option<&HashSet<String>>, phase: &'static str| -> Result<crate::Evaluation> {
         let job = EvalJob {
             model: model.to_path_buf(),
             dataset: job.dataset.clone(),
@@ -223,9 +243,9 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             runtime: job.runtime.clone(),
             data: job.data.clone(),
         };
-        Ok(clock.time(phase, || evaluate_file(&job, progress))?.evaluation)
+        Ok(clock.time(phase, || evaluate_questions(&job, only, progress))?.evaluation)
     };
-    let fp32 = eval(&fp32_path, "fp32_scoring")?;
+    let fp32 = eval(&fp32_path, None, "fp32_scoring")?;
     // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
     let gold = {
         let all = squad_metrics::load_dataset(&job.dataset)
@@ -234,9 +254,19 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     let v2 = matches!(job.data.version, crate::SquadVersion::V2_0) || gold.is_v2();
     let fp32_questions = squad_metrics::question_f1(&gold, &fp32.predictions, v2);
-    let delta_se = |predictions: &std::collections::HashMap<String, String>| -> f64 {
+    let delta_se = |predictions: &HashMap<String, String>| -> f64 {
         paired_standard_error(&squad_metrics::question_f1(&gold, predictions, v2), &fp32_questions)
     };
+    let screen = Screen::new(&gold, &fp32.margins, job.screen);
+    if let Some(s) = &screen {
+        progress.note(&format!(
+            "candidates are screened on the {} of {} questions whose FP32 answers are nearest to flipping (--screen \
+             {}); only one the screen puts within budget is scored on the rest",
+            s.fragile.len(),
+            s.fragile.len() + s.rest.len(),
+            job.screen
+        ));
+    }
     // The held-out questions: FP32's logits on them once, for every candidate's logit KL and for debug; and the
     // batches every candidate is timed on against FP32, in alternation.
     let held_out_started = Instant::now();
@@ -284,33 +314,69 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             held_out_kl,
         })
     };
+    // A candidate from its answers (FP32's to the questions it was not run on).
+    let rated = |b: Timed, answers: HashMap<String, String>, questions_scored: usize, ms_per_feature: f64| {
+        let (exact_match, f1) = score(&gold, &answers, v2);
+        Candidate {
+            exact_match,
+            f1,
+            delta_f1: f1 - fp32.score.f1,
+            delta_f1_se: delta_se(&answers),
+            ms_per_feature,
+            questions_scored,
+            answers,
+            timed: b,
+        }
+    };
+    // A screened candidate's answers to the other questions: its scores measured on every question.
+    let completed = |c: Candidate| -> Result<Candidate> {
+        let Some(s) = screen.as_ref().filter(|_| c.questions_scored < fp32.score.questions) else { return Ok(c) };
+        let e = eval(&c.timed.model, Some(&s.rest), "candidate_scoring")?;
+        let n = c.questions_scored;
+        let ms =
+            (c.ms_per_feature * n as f64 + e.latency.ms_per_feature * s.rest.len() as f64) / (n + s.rest.len()) as f64;
+        let mut answers = c.answers;
+        answers.extend(e.predictions);
+        Ok(rated(c.timed, answers, fp32.score.questions, ms))
+    };
     let scored = |b: Timed| -> Result<Candidate> {
-        let e = eval(&b.model, "candidate_scoring")?;
-        let mut also = match b.calibrator_choices {
+        let c = match &screen {
+            None => {
+                let e = eval(&b.model, None, "candidate_scoring")?;
+                rated(b, e.predictions, fp32.score.questions, e.latency.ms_per_feature)
+            }
+            Some(s) => {
+                let e = eval(&b.model, Some(&s.fragile), "candidate_screening")?;
+                let mut answers = fp32.predictions.clone();
+                answers.extend(e.predictions);
+                let c = rated(b, answers, s.fragile.len(), e.latency.ms_per_feature);
+                if -c.delta_f1 <= job.budget { completed(c)? } else { c }
+            }
+        };
+        let mut also = match c.timed.calibrator_choices {
             0 => String::new(),
             n => format!(" ({n} ranges from other calibrators)"),
         };
-        if !b.policy_options.is_empty() {
-            also.push_str(&format!(" ({})", b.policy_options.join(", ")));
+        if !c.timed.policy_options.is_empty() {
+            also.push_str(&format!(" ({})", c.timed.policy_options.join(", ")));
         }
+        let estimate = if c.questions_scored < fp32.score.questions {
+            format!(" on its screen of {} questions, over budget: not scored on the rest", c.questions_scored)
+        } else {
+            String::new()
+        };
         progress.note(&format!(
-            "{} in float{also}: F1 {:.2} ({:+.2}), {} FP32's speed",
-            count_nodes(b.float_nodes.len()),
-            e.score.f1,
-            e.score.f1 - fp32.score.f1,
-            b.speedup.describe(),
+            "{} in float{also}: F1 {:.2} ({:+.2}){estimate}, {} FP32's speed",
+            count_nodes(c.timed.float_nodes.len()),
+            c.f1,
+            c.delta_f1,
+            c.timed.speedup.describe(),
         ));
-        Ok(Candidate {
-            exact_match: e.score.exact_match,
-            f1: e.score.f1,
-            delta_f1: e.score.f1 - fp32.score.f1,
-            delta_f1_se: delta_se(&e.predictions),
-            ms_per_feature: e.latency.ms_per_feature,
-            timed: b,
-        })
+        Ok(c)
     };
     let candidate = |nodes: &[String], ranges: &Path, chosen: usize| scored(built(nodes, ranges, chosen, &[])?);
-    let within = |c: &Candidate| -c.delta_f1 <= job.budget;
+    // Only a candidate scored on every question can be within budget.
+    let within = |c: &Candidate| -c.delta_f1 <= job.budget && c.questions_scored == fp32.score.questions;
     let mut curve = vec![candidate(&[], &ranges, 0)?];
     let over = !within(&curve[0]);
     // Within budget, with MatMuls the preset keeps float by design (the `cpu` layout's attention MatMuls): the same
@@ -400,6 +466,13 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     let chosen = all_integer
         .or_else(|| curve.iter().position(within))
         .unwrap_or_else(|| (0..curve.len()).max_by(|&a, &b| curve[a].f1.total_cmp(&curve[b].f1)).unwrap_or(0));
+    // None within budget: the best is kept, and its scores measured on every question too.
+    if curve[chosen].questions_scored < fp32.score.questions {
+        let c = curve[chosen].clone();
+        let nodes = count_nodes(c.timed.float_nodes.len());
+        progress.note(&format!("none within budget: the best screen, {nodes} in float, run on the other questions"));
+        curve[chosen] = completed(c)?;
+    }
     let mut report = TuneReport {
         out: job.out.clone(),
         budget: job.budget,
@@ -623,7 +696,8 @@ fn write_outputs(job: &TuneJob, report: &TuneReport, base: &Path, ranges: &Path,
 }
 
 /// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
-/// `fp32_scoring` and `candidate_scoring` (F1 on the evaluation questions: the confirmation), `held_out_fp32` (FP32's
+/// `fp32_scoring`, `candidate_screening` (F1 on the questions nearest to flipping) and `candidate_scoring` (on the
+/// others, or on all without a screen: the confirmation), `held_out_fp32` (FP32's
 /// logits on the held-out questions and its timing warm-up), `quantization`, `held_out_kl` and `timing` (each
 /// candidate built, measured on the held-out questions, timed against FP32), `debug_and_sensitivity` (the per-pair
 /// errors and the node ranking), `calibrator_choice`, `outputs` (the histograms). Closures share it by reference.
@@ -647,6 +721,46 @@ impl Clock {
         let mut out: BTreeMap<String, f64> = self.0.borrow().iter().map(|(k, v)| (k.to_string(), *v)).collect();
         out.insert("total".to_owned(), started.elapsed().as_secs_f64());
         out
+    }
+}
+
+/// The evaluation questions split for screening ([`TuneJob::screen`]): `fragile`, the share whose FP32 answers have
+/// the smallest margins (questions FP32 did not answer first; ties in file order), and `rest`.
+#[derive(Debug)]
+struct Screen {
+    fragile: HashSet<String>,
+    rest: HashSet<String>,
+}
+
+impl Screen {
+    /// `None` when the share covers every question.
+    fn new(gold: &squad_metrics::Dataset, margins: &HashMap<String, f32>, share: f64) -> Option<Screen> {
+        let mut ids: Vec<(&str, f32)> = gold
+            .questions()
+            .map(|q| (q.id.as_str(), margins.get(&q.id).copied().unwrap_or(f32::NEG_INFINITY)))
+            .collect();
+        let n = (share * ids.len() as f64).ceil() as usize;
+        if n >= ids.len() {
+            return None;
+        }
+        ids.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let rest = ids.split_off(n);
+        let set = |v: Vec<(&str, f32)>| v.into_iter().map(|(id, _)| id.to_owned()).collect::<HashSet<String>>();
+        let (fragile, rest) = (set(ids), set(rest));
+        // An id that occurs twice is screened wherever its first copy falls.
+        let rest = rest.difference(&fragile).cloned().collect();
+        Some(Screen { fragile, rest })
+    }
+}
+
+/// Exact match and F1 of `answers` on `gold`, as the evaluation scores them.
+fn score(gold: &squad_metrics::Dataset, answers: &HashMap<String, String>, v2: bool) -> (f64, f64) {
+    if v2 {
+        let m = squad_metrics::evaluate_v2(gold, answers, None, 1.0);
+        (m.exact, m.f1)
+    } else {
+        let m = squad_metrics::evaluate_v1(gold, answers);
+        (m.exact_match, m.f1)
     }
 }
 
@@ -717,6 +831,7 @@ impl fmt::Display for TuneReport {
             "F1",
             "dF1",
             "± 2 SE",
+            "questions",
             "ms/feature",
             "vs FP32 (median, range)",
             "integer MatMuls",
@@ -731,6 +846,11 @@ impl fmt::Display for TuneReport {
                 format!("{:.2}", c.f1),
                 format!("{:+.2}", c.delta_f1),
                 format!("{:.2}", 2.0 * c.delta_f1_se),
+                if c.questions_scored < self.questions {
+                    format!("{} (screen)", c.questions_scored)
+                } else {
+                    c.questions_scored.to_string()
+                },
                 format!("{:.2}", c.ms_per_feature),
                 c.timed.speedup.describe(),
                 format!("{}/{}", c.timed.integer_matmuls, c.timed.matmuls),
@@ -738,7 +858,7 @@ impl fmt::Display for TuneReport {
                 c.timed.float_nodes.last().cloned().unwrap_or_else(|| c.timed.policy_options.join(", ")),
             ]);
         }
-        for col in 1..=9 {
+        for col in 1..=10 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
@@ -751,6 +871,13 @@ impl fmt::Display for TuneReport {
              run by both models in turn, {} rounds.",
             self.questions, c.timed.speedup.features, c.timed.speedup.rounds
         )?;
+        if self.curve.iter().any(|c| c.questions_scored < self.questions) {
+            write!(
+                f,
+                " (screen): run on the questions whose FP32 answers are nearest to flipping only, FP32's answers taken \
+                 for the others; over budget on those alone, so not run on the rest (`--screen`)."
+            )?;
+        }
         if let Some(total) = self.phase_seconds.get("total") {
             // The issue's split: statistics, sensitivity, confirmation (the F1 scoring), and the rest.
             let labels = [
@@ -758,6 +885,7 @@ impl fmt::Display for TuneReport {
                 ("debug_and_sensitivity", "debug and sensitivity"),
                 ("calibrator_choice", "calibrator choice"),
                 ("fp32_scoring", "FP32 scored"),
+                ("candidate_screening", "candidates screened"),
                 ("candidate_scoring", "candidates scored"),
                 ("held_out_fp32", "FP32 on the held-out questions"),
                 ("quantization", "candidates quantized"),
@@ -827,6 +955,8 @@ mod tests {
             delta_f1,
             delta_f1_se: 0.1,
             ms_per_feature: 10.0,
+            questions_scored: 100,
+            answers: HashMap::new(),
         };
         TuneReport {
             out: "out".into(),
@@ -854,6 +984,39 @@ mod tests {
         // The same answers everywhere: no spread at all; one question: undefined.
         assert_eq!(paired_standard_error(&[0.3, 0.9], &[0.3, 0.9]), 0.0);
         assert!(paired_standard_error(&[1.0], &[0.0]).is_nan());
+    }
+
+    /// Ten questions with margins 9, 8, ..., 0 (question "q9" nearest to flipping), "q3" unanswered.
+    fn margins() -> (squad_metrics::Dataset, HashMap<String, f32>) {
+        let qas: Vec<String> = (0..10)
+            .map(|i| format!(r#"{{"id": "q{i}", "question": "?", "answers": [{{"text": "a", "answer_start": 0}}]}}"#))
+            .collect();
+        let json = format!(
+            r#"{{"version": "1.1", "data": [{{"title": "t", "paragraphs": [{{"context": "a", "qas": [{}]}}]}}]}}"#,
+            qas.join(",")
+        );
+        let gold: squad_metrics::Dataset = serde_json::from_str(&json).unwrap();
+        let margins = (0..10).filter(|&i| i != 3).map(|i| (format!("q{i}"), (9 - i) as f32)).collect();
+        (gold, margins)
+    }
+
+    #[test]
+    fn the_screen_takes_the_answers_nearest_to_flipping() {
+        let (gold, margins) = margins();
+        let s = Screen::new(&gold, &margins, 0.3).unwrap();
+        // ceil(0.3 * 10) = 3: the unanswered question first, then the two smallest margins.
+        fn ids(set: &HashSet<String>) -> Vec<&str> {
+            let mut v: Vec<&str> = set.iter().map(String::as_str).collect();
+            v.sort();
+            v
+        }
+        assert_eq!(ids(&s.fragile), ["q3", "q8", "q9"]);
+        assert_eq!(s.rest.len(), 7);
+        assert!(s.rest.is_disjoint(&s.fragile));
+        assert_eq!(Screen::new(&gold, &margins, 0.01).unwrap().fragile.len(), 1);
+        // A share that covers every question is no screen.
+        assert!(Screen::new(&gold, &margins, 1.0).is_none());
+        assert!(Screen::new(&gold, &margins, 0.95).is_none());
     }
 
     #[test]

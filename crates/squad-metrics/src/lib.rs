@@ -151,22 +151,39 @@ impl Dataset {
     /// A copy restricted to the questions whose file-order index is in `range`.
     fn questions_in(&self, range: std::ops::Range<usize>) -> Dataset {
         let mut index = 0;
+        self.questions_where(|_| {
+            index += 1;
+            range.contains(&(index - 1))
+        })
+    }
+
+    /// A copy restricted to the questions `keep` accepts (called once per question, in file order); paragraphs and
+    /// articles left without questions are dropped.
+    ///
+    /// ```
+    /// use qdq_squad_metrics::Dataset;
+    ///
+    /// let d: Dataset = serde_json::from_str(r#"{"version": "1.1", "data": [{"title": "t", "paragraphs": [
+    ///     {"context": "a b", "qas": [{"id": "1", "question": "?", "answers": [{"text": "a", "answer_start": 0}]},
+    ///                                {"id": "2", "question": "?", "answers": [{"text": "b", "answer_start": 2}]}]},
+    ///     {"context": "c", "qas": [{"id": "3", "question": "?", "answers": [{"text": "c", "answer_start": 0}]}]}]}]}"#)
+    /// .unwrap();
+    /// let odd = d.questions_where(|q| q.id != "2");
+    /// assert_eq!(odd.questions().map(|q| q.id.as_str()).collect::<Vec<_>>(), ["1", "3"]);
+    /// assert_eq!(d.questions_where(|q| q.id == "3").data[0].paragraphs.len(), 1);
+    /// ```
+    pub fn questions_where(&self, mut keep: impl FnMut(&Qa) -> bool) -> Dataset {
         let mut data = Vec::new();
         for article in &self.data {
             let mut paragraphs = Vec::new();
             for p in &article.paragraphs {
-                let (lo, hi) = (index, index + p.qas.len());
-                index = hi;
-                let (from, to) = (range.start.clamp(lo, hi) - lo, range.end.clamp(lo, hi) - lo);
-                if from < to {
-                    paragraphs.push(Paragraph { context: p.context.clone(), qas: p.qas[from..to].to_vec() });
+                let qas: Vec<Qa> = p.qas.iter().filter(|q| keep(q)).cloned().collect();
+                if !qas.is_empty() {
+                    paragraphs.push(Paragraph { context: p.context.clone(), qas });
                 }
             }
             if !paragraphs.is_empty() {
                 data.push(Article { title: article.title.clone(), paragraphs });
-            }
-            if index >= range.end {
-                break;
             }
         }
         Dataset { version: self.version.clone(), data }

@@ -75,6 +75,10 @@ pub struct Prediction {
     pub nbest: Option<Vec<NbestEntry>>,
     /// v2.0: minimum over windows of `start[0] + end[0]`.
     pub null_score: Option<f32>,
+    /// How far the answer is from changing: the score of the best span minus that of the best span with another text
+    /// (and, for v2.0, the distance of `null_score - score` from the null threshold, if smaller); infinite when no
+    /// other answer was a candidate. Small margins are the answers a slightly different model flips first.
+    pub margin: f32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -230,10 +234,14 @@ impl<'a> PredictionAccumulator<'a> {
         let (mut text, score) =
             nbest.first().map(|(t, c)| (t.clone(), c.start_logit + c.end_logit)).unwrap_or((String::new(), 0.0));
         let null = self.config.version_2.then_some(null_score);
-        if let Some(ns) = null
-            && (nbest.is_empty() || ns - score > self.config.null_threshold)
-        {
-            text.clear();
+        let mut margin = nbest.get(1).map_or(f32::INFINITY, |(_, c)| score - (c.start_logit + c.end_logit));
+        if let Some(ns) = null {
+            if !nbest.is_empty() {
+                margin = margin.min((ns - score - self.config.null_threshold).abs());
+            }
+            if nbest.is_empty() || ns - score > self.config.null_threshold {
+                text.clear();
+            }
         }
         let nbest = self.config.keep_nbest.then(|| {
             let max = nbest.iter().map(|(_, c)| c.start_logit + c.end_logit).fold(f32::NEG_INFINITY, f32::max);
@@ -251,7 +259,7 @@ impl<'a> PredictionAccumulator<'a> {
                 })
                 .collect()
         });
-        Ok(Prediction { id: ex.id.clone(), text, score, nbest, null_score: null })
+        Ok(Prediction { id: ex.id.clone(), text, score, nbest, null_score: null, margin })
     }
 }
 

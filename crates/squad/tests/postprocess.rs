@@ -152,6 +152,30 @@ fn nbest_filtering_rules() {
     assert!((total - 1.0).abs() < 1e-6);
 }
 
+/// The margin is the gap between the answer's score and the best span with another text: what a model that moves the
+/// logits a little has to overcome to flip the answer. A second span with the same text does not count.
+#[test]
+fn the_margin_is_the_gap_to_the_best_other_answer() {
+    let (ex, f) = single_window();
+    let pos = |w: usize| w + 3;
+    let cfg = PostProcessConfig::default;
+    // w1 scores 3 + 3; the best other text is w1..w2 (3 + 2) or w2 (2 + 2): the gap is 1.
+    let p = predict(&ex, &f, cfg(), &[(pos(1), 3.0, 3.0), (pos(2), 2.0, 2.0)]);
+    assert_eq!((p.text.as_str(), p.margin), ("w1", 1.0));
+    // A closer runner-up, a smaller margin: w1..w4 (3 + 2.9) is nearer than w4 alone (2.9 + 2.9).
+    let p = predict(&ex, &f, cfg(), &[(pos(1), 3.0, 3.0), (pos(4), 2.9, 2.9)]);
+    assert!((p.margin - 0.1).abs() < 1e-5, "{}", p.margin);
+    // One candidate span only (every other logit far below and out of the n-best): nothing to flip to.
+    let one = PostProcessConfig { n_best: 1, ..cfg() };
+    let p = predict(&ex, &f, one, &[(pos(1), 3.0, 3.0)]);
+    assert_eq!(p.margin, f32::INFINITY);
+    // v2.0: the null answer is the other choice when it is nearer than any span.
+    let v2 = PostProcessConfig { version_2: true, ..cfg() };
+    let p = predict(&ex, &f, v2, &[(0, 2.9, 2.9), (pos(1), 3.0, 3.0), (pos(4), 1.0, 1.0)]);
+    assert_eq!(p.text, "w1");
+    assert!((p.margin - 0.2).abs() < 1e-5, "{}", p.margin);
+}
+
 #[test]
 fn start_must_have_max_context() {
     // Two windows over 6 words (max 4 doc tokens, stride 2): windows 0..4 and 2..6. Word 3 has max context in
@@ -284,6 +308,7 @@ fn writes_prediction_files_atomically_in_order() {
         score,
         nbest: Some(vec![NbestEntry { text: text.into(), probability: 1.0, start_logit: 1.0, end_logit: 2.0 }]),
         null_score: null,
+        margin: f32::INFINITY,
     };
     let preds = vec![p("z", "b", 3.0, Some(1.0)), p("a", "", 1.0, Some(4.0))];
     write_predictions(dir.path(), &preds).unwrap();
@@ -299,7 +324,8 @@ fn writes_prediction_files_atomically_in_order() {
     assert_eq!(names.len(), 3, "no temporary files left: {names:?}");
     // A v1.1 run without n-best or null scores writes predictions.json only.
     let dir2 = tempfile::tempdir().unwrap();
-    let plain = vec![Prediction { id: "x".into(), text: "t".into(), score: 0.0, nbest: None, null_score: None }];
+    let plain =
+        vec![Prediction { id: "x".into(), text: "t".into(), score: 0.0, nbest: None, null_score: None, margin: 0.0 }];
     write_predictions(dir2.path(), &plain).unwrap();
     assert_eq!(std::fs::read_dir(dir2.path()).unwrap().count(), 1);
     assert!(write_predictions(dir.path().join("no/such/dir"), &plain).is_err());
