@@ -3,12 +3,12 @@
 //! `qdq debug` (logit KL on held-out questions with only that node's inputs in float) and keeps the most sensitive
 //! 1, 2, 4, 8, ... of them in float (`exclude_nodes`, same ranges, no re-calibration), scoring each candidate on
 //! the evaluation questions, until one is within budget. Each candidate is screened first on the questions whose
-//! FP32 answers are nearest to flipping ([`TuneJob::screen`]) and run on the rest only when within budget there. Before any node goes to float, the pairs with the worst own
-//! rounding may take another calibrator's range from the same statistics ([`calibrators`]): a model that stays
-//! wholly integer. A preset within budget that keeps MatMuls float by design (`matmul_const_b_only`) is also tried
-//! with every MatMul integer, kept only when clearly faster. Every candidate is timed against FP32 in alternation
-//! ([`crate::speed`]). Writes the chosen model, a recipe that `qdq quantize --config` replays exactly, and the
-//! trade-off curve.
+//! FP32 answers are nearest to flipping ([`TuneJob::screen`]) and run on the rest only when within budget there.
+//! Before any node goes to float, the pairs with the worst own rounding may take another calibrator's range from the
+//! same statistics ([`calibrators`]): a model that stays wholly integer. A preset within budget that keeps MatMuls
+//! float by design (`matmul_const_b_only`) is also tried with every MatMul integer, kept only when clearly faster.
+//! Every candidate is timed against FP32 in alternation ([`crate::speed`]). Writes the chosen model, a recipe that
+//! `qdq quantize --config` replays exactly, and the trade-off curve.
 
 mod calibrators;
 
@@ -350,7 +350,18 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
                 let mut answers = fp32.predictions.clone();
                 answers.extend(e.predictions);
                 let c = rated(b, answers, s.fragile.len(), e.latency.ms_per_feature);
-                if -c.delta_f1 <= job.budget { completed(c)? } else { c }
+                if -c.delta_f1 > job.budget {
+                    c
+                } else {
+                    progress.note(&format!(
+                        "{} in float: dF1 {:+.2} on its screen of {} questions, within budget: run on the other {}",
+                        count_nodes(c.timed.float_nodes.len()),
+                        c.delta_f1,
+                        s.fragile.len(),
+                        s.rest.len()
+                    ));
+                    completed(c)?
+                }
             }
         };
         let mut also = match c.timed.calibrator_choices {
