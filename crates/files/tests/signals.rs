@@ -59,8 +59,20 @@ fn child(case: &str, dir: &Path) {
 }
 
 fn run_child(case: &str, test: &str) -> (std::process::ExitStatus, tempfile::TempDir) {
+    use std::os::unix::process::CommandExt as _;
     let dir = tempfile::tempdir().unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    // The child starts with SIGINT and SIGTERM at their defaults: tests run as a background job of a script inherit
+    // SIGINT ignored, and the library rightly keeps a signal ignored that the process started with ignored.
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, runs.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let status = command
         .args(["--exact", test, "--nocapture", "--test-threads", "1"])
         .env("FILES_CHILD", case)
         .env("FILES_CHILD_DIR", dir.path())
