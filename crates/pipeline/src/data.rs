@@ -61,6 +61,21 @@ pub struct Score {
     pub missing_predictions: usize,
 }
 
+impl Score {
+    /// Official SQuAD scoring of `predictions` on `gold` (v1.1, or v2.0 with empty answers for unanswerable
+    /// questions).
+    pub fn of(gold: &squad_metrics::Dataset, predictions: &HashMap<String, String>, v2: bool) -> Score {
+        if v2 {
+            let m = squad_metrics::evaluate_v2(gold, predictions, None, 1.0);
+            let missing = gold.questions().filter(|q| !predictions.contains_key(&q.id)).count();
+            Score { exact_match: m.exact, f1: m.f1, questions: m.total, missing_predictions: missing }
+        } else {
+            let m = squad_metrics::evaluate_v1(gold, predictions);
+            Score { exact_match: m.exact_match, f1: m.f1, questions: m.total, missing_predictions: m.missing }
+        }
+    }
+}
+
 /// The first `limit` questions of a SQuAD file, ready to be featurized in batches and scored.
 #[derive(Debug)]
 pub struct Corpus {
@@ -149,14 +164,7 @@ impl Corpus {
 
     /// Official SQuAD scoring (v1.1, or v2.0 with empty answers for unanswerable questions).
     pub fn score(&self, predictions: &HashMap<String, String>) -> Score {
-        if self.is_v2() {
-            let m = squad_metrics::evaluate_v2(&self.gold, predictions, None, 1.0);
-            let missing = self.gold.questions().filter(|q| !predictions.contains_key(&q.id)).count();
-            Score { exact_match: m.exact, f1: m.f1, questions: m.total, missing_predictions: missing }
-        } else {
-            let m = squad_metrics::evaluate_v1(&self.gold, predictions);
-            Score { exact_match: m.exact_match, f1: m.f1, questions: m.total, missing_predictions: m.missing }
-        }
+        Score::of(&self.gold, predictions, self.is_v2())
     }
 
     /// Checks that `model` (loaded from `model_path`) takes the inputs and gives the outputs this data expects, and

@@ -316,7 +316,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     // A candidate from its answers (FP32's to the questions it was not run on).
     let rated = |b: Timed, answers: HashMap<String, String>, questions_scored: usize, ms_per_feature: f64| {
-        let (exact_match, f1) = score(&gold, &answers, v2);
+        let crate::Score { exact_match, f1, .. } = crate::Score::of(&gold, &answers, v2);
         Candidate {
             exact_match,
             f1,
@@ -755,23 +755,10 @@ impl Screen {
             return None;
         }
         ids.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let rest = ids.split_off(n);
-        let set = |v: Vec<(&str, f32)>| v.into_iter().map(|(id, _)| id.to_owned()).collect::<HashSet<String>>();
-        let (fragile, rest) = (set(ids), set(rest));
+        let fragile: HashSet<String> = ids[..n].iter().map(|(id, _)| id.to_string()).collect();
         // An id that occurs twice is screened wherever its first copy falls.
-        let rest = rest.difference(&fragile).cloned().collect();
+        let rest = ids[n..].iter().filter(|(id, _)| !fragile.contains(*id)).map(|(id, _)| id.to_string()).collect();
         Some(Screen { fragile, rest })
-    }
-}
-
-/// Exact match and F1 of `answers` on `gold`, as the evaluation scores them.
-fn score(gold: &squad_metrics::Dataset, answers: &HashMap<String, String>, v2: bool) -> (f64, f64) {
-    if v2 {
-        let m = squad_metrics::evaluate_v2(gold, answers, None, 1.0);
-        (m.exact, m.f1)
-    } else {
-        let m = squad_metrics::evaluate_v1(gold, answers);
-        (m.exact_match, m.f1)
     }
 }
 
