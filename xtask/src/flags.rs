@@ -184,6 +184,10 @@ pub struct CpuInt8Args {
     /// Dev questions each model is scored on.
     #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
     pub f1_samples: usize,
+    /// Rounds of `qdq eval` (dynamic padding): in each, every model is evaluated in turn; its speed-up is the median
+    /// of the rounds' FP32 / model ratios.
+    #[arg(long, default_value_t = 3, value_parser = positive, value_name = "N")]
+    pub eval_rounds: usize,
     /// Compare on the model as ONNX Runtime's transformers optimizer rewrites it (EmbedLayerNormalization, fused
     /// Attention, SkipLayerNormalization, BiasGelu: Olive's CPU recipe), made by the bench venv's onnxruntime; every
     /// model, FP32 included, is of that form. Writes out/bench/cpu_int8_ort_optimized.{json,md}.

@@ -65,6 +65,26 @@ pub(crate) struct E2e {
     pub speedup: Option<Speedup>,
 }
 
+/// The part of any results.json (e2e, with or without `--no-eval`) that says where it was made.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Results {
+    pub provenance: Provenance,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Provenance {
+    pub machine: Machine,
+}
+
+/// results.json's `provenance.machine`.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+pub(crate) struct Machine {
+    pub cpu: String,
+    /// Absent before qdq recorded it.
+    #[serde(default)]
+    pub int8_dot_product: Option<String>,
+}
+
 /// The reference metrics of the assets (reference_metrics.json): one `{exact_match, f1}` per subset of the dev set,
 /// beside text fields (`scorer`, `dataset`, `note`) that are not read.
 #[derive(Debug, Clone, Deserialize)]

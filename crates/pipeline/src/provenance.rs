@@ -44,6 +44,9 @@ pub struct Machine {
     pub cpu: String,
     pub cores: usize,
     pub os: String,
+    /// The CPU's 8-bit dot-product instructions ONNX Runtime's integer kernels use ([`runtime::int8_dot_product`]).
+    #[serde(default)]
+    pub int8_dot_product: Option<String>,
 }
 
 impl Machine {
@@ -60,6 +63,7 @@ impl Machine {
             cpu,
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
             os: std::env::consts::OS.to_owned(),
+            int8_dot_product: runtime::int8_dot_product().map(str::to_owned),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! What this crate owns:
 //! - finding and loading the ONNX Runtime shared library ([`locate_library`], [`init`]);
 //! - the typed [`Ep`] enum with each provider's options, and turning it into an `ort` session;
-//! - running a model on named `i64` inputs and handing back `f32` outputs.
+//! - running a model on named `i64` inputs and handing back `f32` outputs;
+//! - what this CPU offers ONNX Runtime's integer kernels ([`int8_dot_product`]).
 //!
 //! Invariants:
 //! - We never fall back to another EP silently. An EP the loaded library lacks, or that fails to register, is an
@@ -12,10 +13,12 @@
 //! - The library is loaded with `ort::init_from` (never the panicking `ort::init`), once per process.
 //! - This crate knows nothing of SQuAD, calibration or Q/DQ: it takes model bytes and arrays.
 
+mod cpu;
 mod ep;
 mod library;
 mod session;
 
+pub use cpu::int8_dot_product;
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
 pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind};
