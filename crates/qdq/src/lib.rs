@@ -57,7 +57,7 @@ pub use coverage::{
     Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QUANTIZED_OPS, QdqCounts, coverage, quantized_ops,
 };
 pub use dynamic::{DynamicPlan, quantize_dynamic};
-pub use embedding::EmbeddingTable;
+pub use embedding::{EmbeddingTable, RowDequantize};
 pub use error::{Error, Result};
 pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,

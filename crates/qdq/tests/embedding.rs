@@ -1,35 +1,59 @@
-//! Int8 embedding tables (`embeddings = int8`, the `cpu` preset): the int8 table read by Gather, then
-//! DequantizeLinear on the gathered rows, computes exactly what DequantizeLinear on the whole table, then Gather,
-//! does; tables read by anything but a Gather on axis 0 stay in float.
+//! Int8 embedding tables (`embeddings = int8`, the `cpu` preset): the int8 table read by Gather, then its rows
+//! dequantized (DequantizeLinear, or Cast + Mul in ONNX Runtime's CPU layout), computes exactly what
+//! DequantizeLinear on the whole table, then Gather, does; tables read by anything but a Gather on axis 0 stay in
+//! float.
 use onnx_ir::{GraphExt, Model, NodeExt, attr_int, node};
 
 use crate::common::*;
 
 fn cpu_with_int8_embeddings(fp32: &Model) -> (Model, qdq::Plan) {
-    let policy = unsmoothed("cpu");
+    quantized_with(fp32, unsmoothed("cpu"))
+}
+
+fn quantized_with(fp32: &Model, policy: qdq::Policy) -> (Model, qdq::Plan) {
     assert_eq!(policy.embeddings, qdq::Embeddings::Int8);
     let tensors = qdq::tensors_to_calibrate(fp32, &policy).unwrap();
     qdq::quantize(fp32, &observed_ranges(fp32, &tensors), &policy).unwrap()
 }
 
-/// The same model with each table's DequantizeLinear moved in front of its Gather: a float table dequantized whole.
-fn dequantize_then_gather(q: &Model) -> Model {
+/// The same model with each table's row dequantization (a DequantizeLinear, or a Cast and a Mul by the scales)
+/// replaced by a DequantizeLinear in front of its Gather: a float table dequantized whole.
+fn dequantize_then_gather(q: &Model, plan: &qdq::Plan) -> Model {
     let mut m = q.clone();
     let g = m.graph_mut();
-    let dqs: Vec<usize> = (0..g.node.len())
-        .filter(|&i| g.node[i].op_type() == "DequantizeLinear" && g.node[i].name().ends_with("Gather_DequantizeLinear"))
-        .collect();
-    assert!(!dqs.is_empty());
     let mut whole_tables = vec![];
-    for &i in dqs.iter().rev() {
-        let dq = g.node.remove(i);
-        let gather = g.node.iter_mut().find(|n| n.output[0] == dq.input[0]).unwrap();
-        let table = gather.input[0].clone();
-        let deq = format!("{table}_dequantized_{i}");
-        gather.input[0] = deq.clone();
-        gather.output[0] = dq.output[0].clone();
-        let whole = node("DequantizeLinear", &format!("whole_{i}"), &[&table, &dq.input[1], &dq.input[2]], &[&deq]);
+    for (k, e) in plan.embeddings.iter().enumerate() {
+        let table = format!("{}_quantized", e.table);
+        let scale = format!("{}_scale", e.table);
+        let zero = format!("{}_zero_point_whole", e.table);
+        g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&zero, &[e.scales.len()], vec![0; e.scales.len()]).unwrap());
+        let deq = format!("{table}_dequantized");
+        let whole = node("DequantizeLinear", &format!("whole_{k}"), &[&table, &scale, &zero], &[&deq]);
         whole_tables.push(whole.with_attr(attr_int("axis", 1)));
+        for gather in g.node.iter_mut().filter(|n| n.op_type() == "Gather" && n.input[0] == table) {
+            gather.input[0] = deq.clone();
+        }
+    }
+    // Each Gather's output now holds float rows: the nodes that dequantized them go, their last output taken over.
+    loop {
+        let gathers: Vec<String> =
+            g.node.iter().filter(|n| n.op_type() == "Gather").map(|n| n.output[0].clone()).collect();
+        let Some(i) = g
+            .node
+            .iter()
+            .position(|n| matches!(n.op_type(), "DequantizeLinear" | "Cast") && gathers.contains(&n.input[0]))
+        else {
+            break;
+        };
+        let first = g.node.remove(i);
+        let last = match first.op_type() {
+            "Cast" => {
+                let j = g.node.iter().position(|n| n.op_type() == "Mul" && n.input[0] == first.output[0]).unwrap();
+                g.node.remove(j)
+            }
+            _ => first.clone(),
+        };
+        g.node.iter_mut().find(|n| n.output[0] == first.input[0]).unwrap().output[0] = last.output[0].clone();
     }
     g.node.splice(0..0, whole_tables);
     m
@@ -39,7 +63,17 @@ fn dequantize_then_gather(q: &Model) -> Model {
 fn int8_embedding_equals_dequantize_then_gather() {
     for ln in [Ln::Decomposed, Ln::Fused] {
         let fp32 = tiny_bert(ln);
+        // The CPU layout's rows through Cast + Mul, and the QDQ form's through DequantizeLinear: the same model.
+        let mut qdq_form = unsmoothed("cpu");
+        qdq_form.set("contrib_ops", "false").unwrap();
+        let (plain, plain_plan) = quantized_with(&fp32, qdq_form);
+        let ops = |m: &Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
+        assert!(plain_plan.embeddings.iter().all(|e| e.rows == qdq::RowDequantize::DequantizeLinear));
         let (q, plan) = cpu_with_int8_embeddings(&fp32);
+        assert!(plan.embeddings.iter().all(|e| e.rows == qdq::RowDequantize::CastMul));
+        assert_eq!(ops(&q, "Cast"), ops(&fp32, "Cast") + 2, "one Cast per Gather of a table");
+        let outputs = ["start_logits", "end_logits"];
+        assert_eq!(run(&plain, &outputs), run(&dequantize_then_gather(&plain, &plain_plan), &outputs), "{ln:?}");
         // Word and position embeddings (the tiny BERT has no token types).
         let tables: Vec<&str> = plan.embeddings.iter().map(|e| e.table.as_str()).collect();
         assert_eq!(tables.len(), 2, "{tables:?}");
@@ -47,9 +81,8 @@ fn int8_embedding_equals_dequantize_then_gather() {
             assert!(q.graph().initializer(&e.table).is_none(), "float {} still stored", e.table);
             assert_eq!(e.scales.len(), HIDDEN);
         }
-        let outputs = ["start_logits", "end_logits"];
         let ours = run(&q, &outputs);
-        let reference = run(&dequantize_then_gather(&q), &outputs);
+        let reference = run(&dequantize_then_gather(&q, &plan), &outputs);
         assert_eq!(ours, reference, "{ln:?}");
         // And close to FP32 (7-bit weights, uint8 activations, int8 tables on a random tiny model).
         let float = run(&fp32, &outputs);
