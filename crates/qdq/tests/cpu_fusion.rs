@@ -45,17 +45,33 @@ fn cpu_preset_matmuls_become_integer_kernels() {
 
 /// The `cpu` preset writes each weighted MatMul and its bias `Add` as one `MatMulIntegerToFloat` (ORT's own Q/DQ
 /// fusion would leave the Add as a node of its own): the model computes what the Q/DQ form with a separate Add does.
+/// The `cpu` layout (with `set` applied) of `fp32` and its plan, and the same in the Q/DQ form (`contrib_ops` off).
+fn cpu_and_qdq_forms(fp32: &onnx_ir::Model, set: &[(&str, &str)]) -> (onnx_ir::Model, qdq::Plan, onnx_ir::Model) {
+    let mut policy = unsmoothed("cpu");
+    for (k, v) in set {
+        policy.set(k, v).unwrap();
+    }
+    let ranges = observed_ranges(fp32, &qdq::tensors_to_calibrate(fp32, &policy).unwrap());
+    let (folded, plan) = qdq::quantize(fp32, &ranges, &policy).unwrap();
+    policy.set("contrib_ops", "false").unwrap();
+    let (plain, _) = qdq::quantize(fp32, &ranges, &policy).unwrap();
+    folded.validate().unwrap();
+    (folded, plan, plain)
+}
+
+/// The two models' start logits agree to 1e-4 of their largest.
+fn assert_same_logits(a: &onnx_ir::Model, b: &onnx_ir::Model, what: &str) {
+    let (a, b) = (run(a, &["start_logits"]), run(b, &["start_logits"]));
+    let scale = a[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = a[0].iter().zip(b[0].iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(diff <= 1e-4 * scale.max(1.0), "{what} differ by {diff}");
+}
+
 #[test]
 fn cpu_preset_folds_bias_adds_into_the_integer_kernel() {
     for ln in [Ln::Decomposed, Ln::Fused] {
         let fp32 = tiny_bert(ln);
-        let policy = unsmoothed("cpu");
-        let ranges = observed_ranges(&fp32, &qdq::tensors_to_calibrate(&fp32, &policy).unwrap());
-        let (folded, plan) = qdq::quantize(&fp32, &ranges, &policy).unwrap();
-        let mut plain_policy = policy.clone();
-        plain_policy.set("contrib_ops", "false").unwrap();
-        let (plain, _) = qdq::quantize(&fp32, &ranges, &plain_policy).unwrap();
-        folded.validate().unwrap();
+        let (folded, plan, plain) = cpu_and_qdq_forms(&fp32, &[]);
         assert!(folded.proto.opset_import.iter().any(|o| o.domain() == "com.microsoft"), "{ln:?}: domain imported");
 
         let ops = |m: &onnx_ir::Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
@@ -67,10 +83,7 @@ fn cpu_preset_folds_bias_adds_into_the_integer_kernel() {
             assert!(folded.graph().is_initializer(&n.input[6]), "{}", n.name());
         }
 
-        let (a, b) = (run(&plain, &["start_logits"]), run(&folded, &["start_logits"]));
-        let scale = a[0].iter().fold(0f32, |m, v| m.max(v.abs()));
-        let diff = a[0].iter().zip(b[0].iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-        assert!(diff <= 1e-4 * scale.max(1.0), "{ln:?}: folded and Q/DQ forms differ by {diff}");
+        assert_same_logits(&plain, &folded, &format!("{ln:?}: folded and Q/DQ forms"));
     }
 }
 
@@ -108,6 +121,44 @@ fn the_cpu_layout_expands_to_the_qdq_form_it_stands_for() {
             ops(&qdq::expand_integer_matmuls(fp32.clone()), "MatMul") == ops(&fp32, "MatMul"),
             "no-op without them"
         );
+    }
+}
+
+/// With attention's MatMuls quantized too (`matmul_const_b_only = false`), the `cpu` layout writes Q·K and the
+/// `1/sqrt(d)` division after it as one `MatMulIntegerToFloat` (the scalar folded into Q's scale): no `Div` left for
+/// ONNX Runtime to run after an integer kernel, the same logits as the Q/DQ form, and `qdq debug`'s expansion gives
+/// that form back with Q's own pair.
+#[test]
+fn integer_attention_folds_its_scale_into_the_kernel() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let (folded, plan, plain) = cpu_and_qdq_forms(&fp32, &[("matmul_const_b_only", "false")]);
+        let ops = |m: &onnx_ir::Model, op: &str| m.graph().node.iter().filter(|n| n.op_type() == op).count();
+        let layers = ops(&fp32, "Softmax");
+        assert_eq!(plan.contrib.matmul_scale.len(), layers, "{ln:?}: one Q·K per layer: {:?}", plan.contrib);
+        assert_eq!(ops(&folded, "Div"), ops(&plain, "Div") - layers, "{ln:?}");
+        assert_eq!(
+            ops(&folded, "MatMulIntegerToFloat"),
+            7 * layers + 1,
+            "{ln:?}: 6 weighted and Q·K a layer, the head"
+        );
+        assert!(plan.contrib.lines().iter().any(|l| l.contains("scale Div folded in")), "{:?}", plan.contrib.lines());
+        assert_same_logits(&plain, &folded, &format!("{ln:?}: the folded and Q/DQ forms"));
+        // Expanded for debugging: Q's pair with Q's own scale (the pairs of the Q/DQ form), the scale after the MatMul.
+        let expanded = qdq::expand_integer_matmuls(folded.clone());
+        expanded.validate().unwrap();
+        assert_eq!(ops(&expanded, "MatMulIntegerToFloat"), 0, "{ln:?}");
+        let pairs = |m: &onnx_ir::Model| {
+            let mut p: Vec<(String, Vec<u32>)> = qdq::activation_pairs(m)
+                .into_iter()
+                .map(|p| (p.tensor, p.scales.iter().map(|s| s.to_bits()).collect()))
+                .collect();
+            p.sort();
+            p.dedup();
+            p
+        };
+        assert_eq!(pairs(&expanded), pairs(&plain), "{ln:?}");
+        assert_same_logits(&folded, &expanded, &format!("{ln:?}: the folded and expanded forms"));
     }
 }
 
