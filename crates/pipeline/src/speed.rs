@@ -88,24 +88,48 @@ impl<'a> PairedTiming<'a> {
 
     /// `model` (on `cfg`) against FP32, in alternating rounds.
     pub(crate) fn against(&self, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
-        let mut other = Session::open(ModelSource::File(model), &model.display().to_string(), cfg)?;
-        other.feed_zeros(&self.io.zero_inputs)?;
-        warm_up(&mut other, self.batches, self.io)?;
-        let mut fp32 = self.fp32.borrow_mut();
+        let mut other = self.open(model, cfg)?;
+        let ratios = self.alternate(&mut self.fp32.borrow_mut(), &mut other)?;
+        self.summary(ratios, model, "FP32")
+    }
+
+    /// `model` against `reference` (both on `cfg`), in alternating rounds on the same batches: the reference's time
+    /// over the model's, so a ratio above 1 says the model is faster. Two INT8 models a few per cent apart are told
+    /// apart this way, not by their ratios to FP32 from separate rounds.
+    pub(crate) fn head_to_head(&self, reference: &Path, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
+        let (mut a, mut b) = (self.open(reference, cfg)?, self.open(model, cfg)?);
+        let ratios = self.alternate(&mut a, &mut b)?;
+        self.summary(ratios, model, &reference.display().to_string())
+    }
+
+    /// A warm session of `model` fed as FP32's.
+    fn open(&self, model: &Path, cfg: &SessionConfig) -> Result<Session> {
+        let mut s = Session::open(ModelSource::File(model), &model.display().to_string(), cfg)?;
+        s.feed_zeros(&self.io.zero_inputs)?;
+        warm_up(&mut s, self.batches, self.io)?;
+        Ok(s)
+    }
+
+    /// Per round, `reference`'s time over `other`'s, the two run in turn (A B, B A, ...).
+    fn alternate(&self, reference: &mut Session, other: &mut Session) -> Result<Vec<f64>> {
         let mut ratios = Vec::with_capacity(self.rounds);
         for round in 0..self.rounds {
-            let (reference, candidate) = if round % 2 == 0 {
-                let a = time_all(&mut fp32, self.batches, self.io)?;
-                (a, time_all(&mut other, self.batches, self.io)?)
+            let (a, b) = if round % 2 == 0 {
+                let a = time_all(reference, self.batches, self.io)?;
+                (a, time_all(other, self.batches, self.io)?)
             } else {
-                let b = time_all(&mut other, self.batches, self.io)?;
-                (time_all(&mut fp32, self.batches, self.io)?, b)
+                let b = time_all(other, self.batches, self.io)?;
+                (time_all(reference, self.batches, self.io)?, b)
             };
-            ratios.push(reference / candidate);
+            ratios.push(a / b);
         }
+        Ok(ratios)
+    }
+
+    fn summary(&self, ratios: Vec<f64>, model: &Path, reference: &str) -> Result<Speedup> {
         let features = self.batches.iter().map(squad::Batch::len).sum();
         Speedup::from_rounds(ratios, features)
-            .ok_or_else(|| Error::Config(format!("{}: no timed round to compare with FP32", model.display())))
+            .ok_or_else(|| Error::Config(format!("{}: no timed round to compare with {reference}", model.display())))
     }
 }
 
