@@ -14,8 +14,8 @@
                      --threads T --out TIMES.json
         Loads every model once (CPU EP, graph optimization level ALL, T intra-op threads), feeds each shape the same
         fixed random-token batch (seeded; attention mask all ones, token types 0 then 1), warms every session up, then
-        for each round runs every model N times in turn (A B C A B C ...), so that load on the machine hits all
-        models alike. Writes, per shape and model, the per-round median latency in ms.
+        for each round runs the models in turn, one run each, N times (A B C A B C ...), so that load on the machine
+        hits all models alike. Writes, per shape and model, the per-round median latency in ms.
 
 Tested with onnxruntime==1.31.1, numpy, sympy (the optimizer's shape inference).
 """
@@ -83,13 +83,16 @@ def time_models(args):
                 s.run(None, feeds[name])
         rounds = {name: [] for name in sessions}
         for _ in range(args.rounds):
-            for name, s in sessions.items():
-                times = []
-                for _ in range(args.runs):
+            # Run by run in turn (A B C A B C ...): the host's speed moves within seconds, and a block of one model's
+            # runs would catch a different moment than the next model's block.
+            times = {name: [] for name in sessions}
+            for _ in range(args.runs):
+                for name, s in sessions.items():
                     t0 = time.perf_counter()
                     s.run(None, feeds[name])
-                    times.append((time.perf_counter() - t0) * 1e3)
-                rounds[name].append(float(np.median(times)))
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+            for name in sessions:
+                rounds[name].append(float(np.median(times[name])))
         result["shapes"][f"{batch}x{seq}"] = rounds
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
