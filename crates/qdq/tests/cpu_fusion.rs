@@ -144,6 +144,27 @@ fn integer_attention_folds_its_scale_into_the_kernel() {
         );
         assert!(plan.contrib.lines().iter().any(|l| l.contains("scale Div folded in")), "{:?}", plan.contrib.lines());
         assert_same_logits(&plain, &folded, &format!("{ln:?}: the folded and Q/DQ forms"));
+        // The scaled attention scores themselves (on a random tiny model the softmax hides a lost scale).
+        let scores: Vec<String> = plain
+            .graph()
+            .node
+            .iter()
+            .filter(|n| n.op_type() == "Div" && n.name().ends_with("attention/self/Div"))
+            .map(|n| n.output[0].clone())
+            .collect();
+        assert_eq!(scores.len(), layers, "{ln:?}");
+        let with_scores = |m: &onnx_ir::Model| {
+            let mut m = m.clone();
+            for t in &scores {
+                m.graph_mut().add_output(t, onnx_ir::DataType::Float);
+            }
+            run(&m, &scores.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        for (a, b) in with_scores(&plain).iter().zip(with_scores(&folded).iter()) {
+            let big = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(big > 0.0 && diff <= 1e-4 * big, "{ln:?}: scores differ by {diff} (largest {big})");
+        }
         // Expanded for debugging: Q's pair with Q's own scale (the pairs of the Q/DQ form), the scale after the MatMul.
         let expanded = qdq::expand_integer_matmuls(folded.clone());
         expanded.validate().unwrap();
