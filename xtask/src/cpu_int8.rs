@@ -189,16 +189,9 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
                 round + 1,
                 args.eval_rounds
             );
-            let out = qdq_cmd("eval")
-                .arg("--model")
-                .arg(path)
-                .arg("--vocab")
-                .arg(&paths.vocab)
-                .arg("--dataset")
-                .arg(&paths.dataset)
-                .args(["--samples", &args.f1_samples.to_string(), "--json"])
-                .current_dir(root())
-                .output()?;
+            let mut eval = qdq_cmd("eval");
+            eval.arg("--model").arg(path).arg("--vocab").arg(&paths.vocab).arg("--dataset").arg(&paths.dataset);
+            let out = eval.args(["--samples", &args.f1_samples.to_string(), "--json"]).current_dir(root()).output()?;
             if !out.status.success() {
                 bail!("qdq eval of {} failed:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
             }

@@ -105,6 +105,11 @@ fn bias_add(ix: &GraphIndex, n: &NodeProto) -> Option<usize> {
     (float_vector && bias != a && bias != y).then_some(r)
 }
 
+/// The first value of float initializer `name` (a scale, a scalar constant).
+fn first_f32(g: &GraphProto, name: &str) -> Option<f32> {
+    onnx_ir::f32_values(g.initializer(name)?).ok()?.1.next()
+}
+
 /// The reader (its index) of MatMul `n`'s output when it is the only one and divides or multiplies that output by a
 /// scalar float initializer, with the factor it applies (`1 / c` or `c`; finite, not 0).
 fn scalar_after(ix: &GraphIndex, n: &NodeProto) -> Option<(usize, f32)> {
@@ -114,9 +119,9 @@ fn scalar_after(ix: &GraphIndex, n: &NodeProto) -> Option<(usize, f32)> {
     if ix.is_graph_output(y) || !op.domain().is_empty() || op.input.len() != 2 {
         return None;
     }
-    let c = ix.graph().initializer(&op.input[1 - slot])?;
-    let one_float = c.data_type() == DataType::Float as i32 && c.dims.iter().product::<i64>() == 1;
-    let value = onnx_ir::f32_values(c).ok()?.1.next().filter(|_| one_float)?;
+    let (g, c) = (ix.graph(), &op.input[1 - slot]);
+    let one_float = g.initializer(c)?.dims.iter().product::<i64>() == 1 && elem(g, c) == Some(DataType::Float as i32);
+    let value = first_f32(g, c).filter(|_| one_float)?;
     let factor = match (op.op_type(), slot) {
         ("Div", 0) => 1.0 / value,
         ("Mul", _) => value,
@@ -265,7 +270,7 @@ fn fold_scales(g: &mut GraphProto, names: &mut NameSet, matmuls: &[String]) -> R
         let [aq, a_scale, a_zp] = dq_inputs(g, &producers, &n.input[0]).ok_or_else(mismatch)?;
         let [bq, b_scale, b_zp] = dq_inputs(g, &producers, &n.input[1]).ok_or_else(mismatch)?;
         let from_quantize = |t: &str| producers.get(t).is_some_and(|&p| g.node[p].op_type() == "QuantizeLinear");
-        let scale = g.initializer(a_scale).and_then(|t| onnx_ir::f32_values(t).ok()?.1.next());
+        let scale = first_f32(g, a_scale);
         let (Some(scale), true) = (scale, from_quantize(aq) && from_quantize(bq)) else { return Err(mismatch()) };
         let folded = names.fresh(&format!("{a_scale}_folded"));
         scales.push(onnx_ir::tensor_from_vec::<f32>(&folded, &[], vec![scale * factor])?);
@@ -462,10 +467,9 @@ pub fn expand_integer_matmuls(mut model: onnx_ir::Model) -> onnx_ir::Model {
             continue;
         }
         let per_column = g.initializer(&n.input[3]).is_some_and(|t| t.dims.iter().product::<i64>() > 1);
-        let scalar = |t: &str| g.initializer(t).and_then(|t| onnx_ir::f32_values(t).ok()?.1.next());
         // A scale folded into the first input's ([`fold_scales`]): the pair's own scale, and the factor after.
         let [qs, _] = &quantized[&n.input[0]];
-        let factor = match (scalar(qs), scalar(&n.input[2])) {
+        let factor = match (first_f32(g, qs), first_f32(g, &n.input[2])) {
             (Some(own), Some(folded)) if own != folded => Some(folded / own),
             _ => None,
         };
