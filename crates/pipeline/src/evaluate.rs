@@ -1,9 +1,10 @@
 //! Evaluation: run a model over SQuAD features, turn logits into answers, score them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
-use runtime::{Session, SessionConfig};
+use runtime::{Ep, ModelSource, Session, SessionConfig};
 
 use crate::data::questions_done;
 use crate::data::{Corpus, RunLogits, Score, run_logits};
@@ -19,6 +20,41 @@ pub struct EvalOptions {
     /// Untimed runs of the first batch before timing starts (TensorRT builds its engine on the first run, and every
     /// EP allocates on it); predictions are unaffected.
     pub warmup: usize,
+    /// Sessions run side by side on the CPU EP, each on its share of `session`'s intra-op threads and taking the
+    /// next batch when done: more questions per second where one session's threads wait on each other (MiniLM with
+    /// the `tensorrt` layout's Q/DQ pairs on 2 cores: 1.37x with two one-thread sessions, FP32 1.08x), the same
+    /// answers (ONNX Runtime's CPU kernels do not split a sum across threads). 1 = one session; other EPs always
+    /// one. Latency is then each session's own per batch: a throughput run, not a latency measurement.
+    pub workers: usize,
+}
+
+impl EvalOptions {
+    /// One session per intra-op thread (`session`'s, else one per core) on the CPU EP: the throughput setting of
+    /// scoring passes whose latency nobody reads ([`EvalOptions::workers`]).
+    pub fn throughput(batch: usize, session: SessionConfig) -> EvalOptions {
+        EvalOptions { batch, warmup: 0, workers: one_per_thread(session.intra_threads), session }
+    }
+
+    /// The configs of the sessions run side by side: one, or [`EvalOptions::workers`] on the CPU EP sharing its
+    /// threads (only the first saves the optimised model).
+    fn sessions(&self) -> Vec<SessionConfig> {
+        if self.workers <= 1 || !matches!(self.session.ep, Ep::Cpu) {
+            return vec![self.session.clone()];
+        }
+        let threads = one_per_thread(self.session.intra_threads);
+        (0..self.workers)
+            .map(|i| SessionConfig {
+                intra_threads: Some((threads / self.workers).max(1)),
+                optimized_model_path: self.session.optimized_model_path.clone().filter(|_| i == 0),
+                ..self.session.clone()
+            })
+            .collect()
+    }
+}
+
+/// Sessions for a throughput pass: one per intra-op thread given, else one per core.
+pub(crate) fn one_per_thread(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
 /// Predictions, scores and timing of one model.
@@ -30,70 +66,197 @@ pub struct Evaluation {
     pub margins: HashMap<String, f32>,
     pub score: Score,
     pub latency: Latency,
+    /// Wall time of the pass, first batch to last answer (warm-up left out).
+    pub wall_seconds: f64,
+    /// Sessions run side by side ([`EvalOptions::workers`]).
+    pub workers: usize,
     /// The EP the model ran on (cpu after an allowed fallback).
     pub ep: String,
     /// Why the EP fell back to CPU, when --allow-fallback allowed it.
     pub fallback: Option<String>,
 }
 
+impl Evaluation {
+    /// Milliseconds of the pass's wall time per feature: its throughput, whatever the sessions.
+    pub fn wall_ms_per_feature(&self) -> f64 {
+        if self.latency.features == 0 { 0.0 } else { self.wall_seconds * 1000.0 / self.latency.features as f64 }
+    }
+}
+
+/// Answers as the logits of consecutive batches arrive, in feature order.
+struct Answers<'a> {
+    acc: squad::PredictionAccumulator<'a>,
+    predictions: HashMap<String, String>,
+    margins: HashMap<String, f32>,
+    timings: Vec<(f64, usize)>,
+}
+
+impl Answers<'_> {
+    fn take(&mut self, batch: &squad::Batch, logits: &RunLogits<'_>, seconds: f64) -> Result<()> {
+        self.timings.push((seconds, batch.len()));
+        let RunLogits { start, end, width } = logits;
+        for (row, f) in batch.features.iter().enumerate() {
+            let s = &start[row * width..(row + 1) * width];
+            let e = &end[row * width..(row + 1) * width];
+            if let Some(p) = self.acc.push(f, s, e)? {
+                self.margins.insert(p.id.clone(), p.margin);
+                self.predictions.insert(p.id, p.text);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Evaluates `model` (`name` is used in messages) on `data`.
 pub fn evaluate(
-    model: runtime::ModelSource<'_>,
+    model: ModelSource<'_>,
     name: &str,
     data: &Corpus,
     opts: &EvalOptions,
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<Evaluation> {
-    let mut session = Session::open(model, name, &opts.session)?;
-    if let Some(why) = session.fallback() {
+    let mut sessions =
+        opts.sessions().iter().map(|cfg| Session::open(model, name, cfg)).collect::<runtime::Result<Vec<_>>>()?;
+    if let Some(why) = sessions[0].fallback() {
         progress.note(why);
     }
     let io = data.io();
-    session.feed_zeros(&io.zero_inputs)?;
     let outputs = io.logit_outputs();
-    let mut acc = data.accumulator()?;
-    let mut predictions = HashMap::with_capacity(data.questions());
-    let mut margins = HashMap::with_capacity(data.questions());
-    let mut timings = Vec::new();
+    for session in &mut sessions {
+        session.feed_zeros(&io.zero_inputs)?;
+    }
     if opts.warmup > 0
         && let Some(first) = data.batches(opts.batch)?.next()
     {
         let first = first?;
         let inputs = first.inputs(io);
-        for _ in 0..opts.warmup {
-            session.run_with(&inputs, &outputs, |_| Ok::<_, Error>(()))?;
+        for session in &mut sessions {
+            for _ in 0..opts.warmup {
+                session.run_with(&inputs, &outputs, |_| Ok::<_, Error>(()))?;
+            }
         }
     }
+    let mut answers = Answers {
+        acc: data.accumulator()?,
+        predictions: HashMap::with_capacity(data.questions()),
+        margins: HashMap::with_capacity(data.questions()),
+        timings: Vec::new(),
+    };
     progress.start(stage, Some(data.questions() as u64), "questions");
-    for batch in data.batches(opts.batch)? {
-        let batch = batch?;
-        let inputs = batch.inputs(io);
-        let n = batch.len();
-        let t0 = Instant::now();
-        session.run_with(&inputs, &outputs, |outs| -> Result<()> {
-            timings.push((t0.elapsed().as_secs_f64(), n));
-            let RunLogits { start, end, width } = run_logits(outs, io, n, name)?;
-            for (row, f) in batch.features.iter().enumerate() {
-                let s = &start[row * width..(row + 1) * width];
-                let e = &end[row * width..(row + 1) * width];
-                if let Some(p) = acc.push(f, s, e)? {
-                    margins.insert(p.id.clone(), p.margin);
-                    predictions.insert(p.id, p.text);
+    let started = Instant::now();
+    if let [session] = sessions.as_mut_slice() {
+        for batch in data.batches(opts.batch)? {
+            let batch = batch?;
+            let t0 = Instant::now();
+            session.run_with(&batch.inputs(io), &outputs, |outs| -> Result<()> {
+                let seconds = t0.elapsed().as_secs_f64();
+                answers.take(&batch, &run_logits(outs, io, batch.len(), name)?, seconds)
+            })?;
+            progress.advance(questions_done(&batch));
+        }
+    } else {
+        side_by_side(&mut sessions, data, opts.batch, name, &mut answers, progress)?;
+    }
+    let wall_seconds = started.elapsed().as_secs_f64();
+    progress.finish();
+    let score = data.score(&answers.predictions);
+    Ok(Evaluation {
+        predictions: answers.predictions,
+        margins: answers.margins,
+        score,
+        latency: Latency::from_batches(&answers.timings),
+        wall_seconds,
+        workers: sessions.len(),
+        ep: sessions[0].ep().short_name().to_owned(),
+        fallback: sessions[0].fallback().map(str::to_owned),
+    })
+}
+
+/// A batch run by one of the side-by-side sessions: its index in the pass, its logits and the run's seconds.
+type Done = (usize, squad::Batch, RunLogits<'static>, f64);
+
+/// The pass with every session in its own thread taking the next batch from a queue; the answers are made on this
+/// thread in feature order (the logits of a batch that finishes early wait for the ones before it).
+fn side_by_side(
+    sessions: &mut [Session],
+    data: &Corpus,
+    batch: usize,
+    name: &str,
+    answers: &mut Answers<'_>,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let io = data.io();
+    let outputs = io.logit_outputs();
+    let (todo, queue) = mpsc::sync_channel::<(usize, squad::Batch)>(2 * sessions.len());
+    let queue = Mutex::new(queue);
+    let (finished, done) = mpsc::channel::<Result<Done>>();
+    std::thread::scope(|scope| -> Result<()> {
+        for session in sessions.iter_mut() {
+            let (queue, finished, outputs) = (&queue, finished.clone(), &outputs);
+            scope.spawn(move || {
+                // After a failed run the session takes no more work but keeps emptying the queue, so that feeding it
+                // never blocks on a session that stopped.
+                let mut failed = false;
+                while let Ok((index, b)) = queue.lock().map_err(|_| ()).and_then(|q| q.recv().map_err(|_| ())) {
+                    if failed {
+                        continue;
+                    }
+                    let t0 = Instant::now();
+                    let ran = session.run_with(&b.inputs(io), outputs, |outs| -> Result<(RunLogits<'static>, f64)> {
+                        let seconds = t0.elapsed().as_secs_f64();
+                        let l = run_logits(outs, io, b.len(), name)?;
+                        Ok((
+                            RunLogits {
+                                start: l.start.into_owned().into(),
+                                end: l.end.into_owned().into(),
+                                width: l.width,
+                            },
+                            seconds,
+                        ))
+                    });
+                    failed = ran.is_err();
+                    if finished.send(ran.map(|(l, s)| (index, b, l, s))).is_err() {
+                        failed = true;
+                    }
+                }
+            });
+        }
+        drop(finished);
+        // Feeds the queue and makes the answers of what has come back, in order; an error stops the feeding (the
+        // sessions finish what is queued) and is returned.
+        let mut waiting: BTreeMap<usize, (squad::Batch, RunLogits<'static>, f64)> = BTreeMap::new();
+        let mut next = 0;
+        let mut take = |d: Result<Done>| -> Result<()> {
+            let (index, b, l, s) = d?;
+            waiting.insert(index, (b, l, s));
+            while let Some((b, l, s)) = waiting.remove(&next) {
+                answers.take(&b, &l, s)?;
+                progress.advance(questions_done(&b));
+                next += 1;
+            }
+            Ok(())
+        };
+        let mut sent = 0;
+        let fed = (|| -> Result<()> {
+            for b in data.batches(batch)? {
+                todo.send((sent, b?))
+                    .map_err(|_| Error::Config(format!("{name}: every evaluation session stopped")))?;
+                sent += 1;
+                while let Ok(d) = done.try_recv() {
+                    take(d)?;
                 }
             }
             Ok(())
-        })?;
-        progress.advance(questions_done(&batch));
-    }
-    progress.finish();
-    let score = data.score(&predictions);
-    Ok(Evaluation {
-        predictions,
-        margins,
-        score,
-        latency: Latency::from_batches(&timings),
-        ep: session.ep().short_name().to_owned(),
-        fallback: session.fallback().map(str::to_owned),
+        })();
+        drop(todo);
+        fed?;
+        for d in done.iter() {
+            take(d)?;
+        }
+        if next < sent {
+            return Err(Error::Config(format!("{name}: {} of {sent} batches came back from the sessions", next)));
+        }
+        Ok(())
     })
 }

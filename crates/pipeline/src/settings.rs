@@ -626,7 +626,7 @@ pub fn describe_policies() -> Result<String> {
 
 /// Value parsers of the flags the settings declare (feature `cli`).
 #[cfg(feature = "cli")]
-mod cli {
+pub(crate) mod cli {
     use clap::builder::{PossibleValuesParser, TypedValueParser};
 
     /// One of `names` (listed in --help), parsed into `T`.
@@ -641,5 +641,13 @@ mod cli {
     /// `KEY=VALUE` of `--policy-option`.
     pub fn key_value(s: &str) -> Result<(String, String), String> {
         s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{s}` must be KEY=VALUE"))
+    }
+
+    /// A count of at least 1.
+    pub fn positive(s: &str) -> Result<usize, String> {
+        match s.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("`{s}` must be a whole number of at least 1")),
+        }
     }
 }

@@ -54,7 +54,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         policy_choice: PolicyChoice { preset: policy.to_owned(), chosen_by: "--policy".to_owned() },
         mode: Mode::Static,
         invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()] },
-        eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1 },
+        eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1, workers: 1 },
         no_eval: false,
     }
 }
@@ -324,7 +324,7 @@ fn warmup_runs_are_not_timed_and_change_nothing() {
     let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
     data.fit_model(&model, Path::new("tiny.onnx")).unwrap();
     let run = |warmup| {
-        let opts = EvalOptions { batch: 2, session: SessionConfig::default(), warmup };
+        let opts = EvalOptions { batch: 2, session: SessionConfig::default(), warmup, workers: 1 };
         qdq_pipeline::evaluate(runtime::ModelSource::Bytes(&bytes), "tiny.onnx", &data, &opts, "eval", &NoProgress)
             .unwrap()
     };
@@ -332,6 +332,36 @@ fn warmup_runs_are_not_timed_and_change_nothing() {
     assert_eq!(cold.predictions, warm.predictions);
     assert_eq!((cold.latency.batches, cold.latency.features), (warm.latency.batches, warm.latency.features));
     assert_eq!(cold.score, warm.score);
+}
+
+/// Sessions side by side (`workers`) give one session's answers: every batch comes back, and the logits of batches
+/// finishing out of order still reach the answers in feature order (a question over several windows is answered from
+/// all of them).
+#[test]
+fn sessions_side_by_side_answer_as_one_session() {
+    let model = build(&TinyBertConfig::default());
+    let bytes = model.to_bytes().unwrap();
+    // Short windows: long contexts span several features, so their order matters.
+    let settings = DataSettings { seq_len: Some(24), doc_stride: 4, ..data_settings() };
+    let cfg = settings.config(Path::new("model.onnx")).unwrap();
+    let tok = cfg.tokenizer().unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
+    data.fit_model(&model, Path::new("tiny.onnx")).unwrap();
+    let run = |workers, batch| {
+        let opts = EvalOptions { batch, session: SessionConfig::default(), warmup: 0, workers };
+        qdq_pipeline::evaluate(runtime::ModelSource::Bytes(&bytes), "tiny.onnx", &data, &opts, "eval", &NoProgress)
+            .unwrap()
+    };
+    let one = run(1, 1);
+    assert!(one.latency.features > one.score.questions, "some question must span several windows");
+    for (workers, batch) in [(2, 1), (3, 1), (3, 2)] {
+        let side = run(workers, batch);
+        assert_eq!(side.workers, workers);
+        assert_eq!(side.predictions, one.predictions, "{workers} sessions, batch {batch}");
+        assert_eq!(side.margins, one.margins, "{workers} sessions, batch {batch}");
+        assert_eq!(side.score, one.score);
+        assert_eq!(side.latency.features, one.latency.features);
+    }
 }
 
 #[test]
@@ -853,7 +883,7 @@ fn a_stacked_qa_output_is_both_logits() {
         model.save(&path).unwrap();
         let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &auto, &tok, 0).unwrap();
         data.fit_model(model, &path).unwrap();
-        let opts = EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 0 };
+        let opts = EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 0, workers: 1 };
         let e =
             qdq_pipeline::evaluate(runtime::ModelSource::File(&path), name, &data, &opts, "eval", &NoProgress).unwrap();
         f1.push((e.score.f1, e.score.exact_match, e.predictions));

@@ -44,7 +44,7 @@ pub(super) fn confirm(
         fp32_session.clone()
     };
     let f1 = |source: runtime::ModelSource<'_>, name: &str, session: &runtime::SessionConfig| -> Result<f64> {
-        let opts = EvalOptions { batch: 1, session: session.clone(), warmup: 0 };
+        let opts = EvalOptions::throughput(1, session.clone());
         Ok(evaluate(source, name, &data, &opts, &format!("confirming: {name}"), progress)?.score.f1)
     };
     let fp32_f1 = f1(runtime::ModelSource::File(fp32_path), "FP32", &fp32_session)?;
