@@ -430,6 +430,16 @@ fn every_command_speaks_json() {
         json(&[&["eval", "--model", out.to_str().unwrap(), "--vocab", vocab, "--dataset", data][..], &small].concat());
     assert_eq!(e["schema"], "qdq.eval/1");
     assert!(e["f1"].as_f64().is_some() && e["latency"]["features"].as_u64().unwrap() > 0, "{e}");
+    assert!(e["workers"] == 1 && e["wall_seconds"].as_f64().unwrap() > 0.0, "{e}");
+    // Two sessions side by side: the same scores, the workers said.
+    let w = json(
+        &[
+            &["eval", "--model", out.to_str().unwrap(), "--vocab", vocab, "--dataset", data, "--workers", "2"][..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert_eq!((w["workers"].as_u64(), &w["f1"], &w["exact_match"]), (Some(2), &e["f1"], &e["exact_match"]), "{w}");
     let i = json(&["inspect", out.to_str().unwrap()]);
     assert_eq!(i["schema"], "qdq.inspect/1");
     let mut args = e2e_args(&f, "e2e", vocab, data);
