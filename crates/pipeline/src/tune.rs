@@ -3,7 +3,9 @@
 //! `qdq debug` (logit KL on held-out questions with only that node's inputs in float) and keeps the most sensitive
 //! 1, 2, 4, 8, ... of them in float (`exclude_nodes`, same ranges, no re-calibration), scoring each candidate on
 //! the evaluation questions, until one is within budget. Each candidate is screened first on the questions whose
-//! FP32 answers are nearest to flipping ([`TuneJob::screen`]) and run on the rest only when within budget there.
+//! FP32 answers are nearest to flipping ([`TuneJob::screen`]) and run on the rest only when within budget there and
+//! better there than every candidate already found over budget on every question ([`ScreenVerdict`]). Scoring
+//! passes run one one-thread session per core side by side ([`crate::EvalOptions::workers`]): a throughput job.
 //! Before any node goes to float, the pairs with the worst own rounding may take another calibrator's range from the
 //! same statistics ([`calibrators`]): a model that stays wholly integer. A preset within budget that keeps MatMuls
 //! float by design (`matmul_const_b_only`) is also tried with every MatMul integer, kept unless it is more than 2 %
