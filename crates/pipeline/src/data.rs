@@ -223,6 +223,13 @@ pub(crate) struct RunLogits<'a> {
     pub width: usize,
 }
 
+impl RunLogits<'_> {
+    /// The logits copied out of the run's outputs, to outlive them.
+    pub(crate) fn into_owned(self) -> RunLogits<'static> {
+        RunLogits { start: self.start.into_owned().into(), end: self.end.into_owned().into(), width: self.width }
+    }
+}
+
 /// Fixed dimensions a model declares for its token inputs (its `[batch, sequence]` integer inputs): exported with
 /// static shapes, it runs nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

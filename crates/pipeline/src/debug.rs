@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use calib::ErrorStats;
 use onnx_ir::Model;
+use rayon::prelude::*;
 use runtime::SessionConfig;
 use serde::Serialize;
 
@@ -457,51 +458,28 @@ impl Runs {
         let groups: Vec<(String, Vec<String>)> = groups.into_iter().collect();
         // The nodes are measured side by side, one one-thread session per core on the CPU EP (MiniLM: 49 nodes of 32
         // questions each): the same logits, more nodes per second than one session on every core.
-        let workers = crate::evaluate::one_per_thread(self.cfg.intra_threads).min(groups.len());
-        let (workers, cfg) = if workers > 1 && matches!(self.cfg.ep, runtime::Ep::Cpu) {
-            (workers, SessionConfig { intra_threads: Some(1), optimized_model_path: None, ..self.cfg.clone() })
-        } else {
-            (1, self.cfg.clone())
-        };
-        let measure = |node: &str| -> Result<LogitAgreement> {
-            let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([node]));
-            let logits = self.values_on(&model, &format!("QDQ model with {node}'s inputs in float"), &cfg)?;
-            Ok(agreement(fp32, &logits, &self.batches))
-        };
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let mut measured: Vec<Option<LogitAgreement>> = vec![None; groups.len()];
-        std::thread::scope(|scope| -> Result<()> {
-            let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<LogitAgreement>)>();
-            for _ in 0..workers {
-                let (tx, next, stop, groups, measure) = (tx.clone(), &next, &stop, &groups, &measure);
-                scope.spawn(move || {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    while !stop.load(Relaxed) {
-                        let i = next.fetch_add(1, Relaxed);
-                        let Some((node, _)) = groups.get(i) else { return };
-                        if tx.send((i, measure(node))).is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-            drop(tx);
-            for (i, a) in rx {
-                match a {
-                    Ok(a) => measured[i] = Some(a),
-                    Err(e) => {
-                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                        return Err(e);
-                    }
-                }
-                progress.advance(1);
-            }
-            Ok(())
+        let configs = crate::evaluate::side_by_side(
+            &self.cfg,
+            crate::evaluate::one_per_thread(self.cfg.intra_threads).min(groups.len()),
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(configs.len())
+            .build()
+            .map_err(|e| Error::Config(format!("sensitivity: cannot start {} threads: {e}", configs.len())))?;
+        let measured: Vec<LogitAgreement> = pool.install(|| {
+            groups
+                .par_iter()
+                .map(|(node, _)| -> Result<LogitAgreement> {
+                    let cfg = &configs[rayon::current_thread_index().unwrap_or(0) % configs.len()];
+                    let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([node.as_str()]));
+                    let logits = self.values_on(&model, &format!("QDQ model with {node}'s inputs in float"), cfg)?;
+                    progress.advance(1);
+                    Ok(agreement(fp32, &logits, &self.batches))
+                })
+                .collect::<Result<_>>()
         })?;
         let mut out = Vec::with_capacity(groups.len());
         for ((node, mut inputs), a) in groups.into_iter().zip(measured) {
-            let a = a.ok_or_else(|| Error::Config(format!("sensitivity: no measurement came back for {node}")))?;
             let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
             inputs.dedup();
             let op_type = op_of.get(node.as_str()).copied().unwrap_or("?").to_owned();

@@ -34,22 +34,22 @@ impl EvalOptions {
     pub fn throughput(batch: usize, session: SessionConfig) -> EvalOptions {
         EvalOptions { batch, warmup: 0, workers: one_per_thread(session.intra_threads), session }
     }
+}
 
-    /// The configs of the sessions run side by side: one, or [`EvalOptions::workers`] on the CPU EP sharing its
-    /// threads (only the first saves the optimised model).
-    fn sessions(&self) -> Vec<SessionConfig> {
-        if self.workers <= 1 || !matches!(self.session.ep, Ep::Cpu) {
-            return vec![self.session.clone()];
-        }
-        let threads = one_per_thread(self.session.intra_threads);
-        (0..self.workers)
-            .map(|i| SessionConfig {
-                intra_threads: Some((threads / self.workers).max(1)),
-                optimized_model_path: self.session.optimized_model_path.clone().filter(|_| i == 0),
-                ..self.session.clone()
-            })
-            .collect()
+/// The configs of `workers` sessions run side by side: on the CPU EP, each with its share of `session`'s intra-op
+/// threads (only the first saves the optimised model); on other EPs, or for one worker, `session` alone.
+pub(crate) fn side_by_side(session: &SessionConfig, workers: usize) -> Vec<SessionConfig> {
+    if workers <= 1 || !matches!(session.ep, Ep::Cpu) {
+        return vec![session.clone()];
     }
+    let threads = one_per_thread(session.intra_threads);
+    (0..workers)
+        .map(|i| SessionConfig {
+            intra_threads: Some((threads / workers).max(1)),
+            optimized_model_path: session.optimized_model_path.clone().filter(|_| i == 0),
+            ..session.clone()
+        })
+        .collect()
 }
 
 /// Sessions for a throughput pass: one per intra-op thread given, else one per core.
@@ -116,8 +116,10 @@ pub fn evaluate(
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<Evaluation> {
-    let mut sessions =
-        opts.sessions().iter().map(|cfg| Session::open(model, name, cfg)).collect::<runtime::Result<Vec<_>>>()?;
+    let mut sessions = side_by_side(&opts.session, opts.workers)
+        .iter()
+        .map(|cfg| Session::open(model, name, cfg))
+        .collect::<runtime::Result<Vec<_>>>()?;
     if let Some(why) = sessions[0].fallback() {
         progress.note(why);
     }
@@ -156,7 +158,7 @@ pub fn evaluate(
             progress.advance(questions_done(&batch));
         }
     } else {
-        side_by_side(&mut sessions, data, opts.batch, name, &mut answers, progress)?;
+        run_side_by_side(&mut sessions, data, opts.batch, name, &mut answers, progress)?;
     }
     let wall_seconds = started.elapsed().as_secs_f64();
     progress.finish();
@@ -178,7 +180,7 @@ type Done = (usize, squad::Batch, RunLogits<'static>, f64);
 
 /// The pass with every session in its own thread taking the next batch from a queue; the answers are made on this
 /// thread in feature order (the logits of a batch that finishes early wait for the ones before it).
-fn side_by_side(
+fn run_side_by_side(
     sessions: &mut [Session],
     data: &Corpus,
     batch: usize,
@@ -205,15 +207,7 @@ fn side_by_side(
                     let t0 = Instant::now();
                     let ran = session.run_with(&b.inputs(io), outputs, |outs| -> Result<(RunLogits<'static>, f64)> {
                         let seconds = t0.elapsed().as_secs_f64();
-                        let l = run_logits(outs, io, b.len(), name)?;
-                        Ok((
-                            RunLogits {
-                                start: l.start.into_owned().into(),
-                                end: l.end.into_owned().into(),
-                                width: l.width,
-                            },
-                            seconds,
-                        ))
+                        Ok((run_logits(outs, io, b.len(), name)?.into_owned(), seconds))
                     });
                     failed = ran.is_err();
                     if finished.send(ran.map(|(l, s)| (index, b, l, s))).is_err() {

@@ -15,7 +15,7 @@
 
 mod calibrators;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -363,7 +363,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     // the same questions is not run on the rest. The rest (the questions FP32 answers firmly) moved every candidate
     // alike where measured (MiniLM, tensorrt: -0.15, -0.12, -0.11 F1 over the screens), so what failed with a better
     // screen is not expected to pass; the model chosen is always measured on every question.
-    let failed_screen: RefCell<Option<f64>> = RefCell::new(None);
+    let failed_screen: Cell<Option<f64>> = Cell::new(None);
     let scored = |b: Timed| -> Result<Candidate> {
         let c = match &screen {
             None => {
@@ -376,37 +376,31 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
                 let ms = e.wall_ms_per_feature();
                 let mut answers = fp32.predictions.clone();
                 answers.extend(e.predictions);
-                let mut c = rated(b, answers, s.fragile.len(), ms);
-                c.screen_delta_f1 = Some(c.delta_f1);
-                let verdict = ScreenVerdict::of(c.delta_f1, job.budget, *failed_screen.borrow());
-                if verdict == ScreenVerdict::OverBudget {
-                    c
-                } else if let ScreenVerdict::NoBetterThan(f) = verdict {
-                    progress.note(&format!(
-                        "{} in float: dF1 {:+.2} on its screen of {} questions, within budget but no better than {:+.2}, \
-                         the screen of a candidate over budget on every question: not run on the other {}",
-                        count_nodes(c.timed.float_nodes.len()),
-                        c.delta_f1,
-                        s.fragile.len(),
-                        f,
-                        s.rest.len()
-                    ));
-                    c
-                } else {
-                    progress.note(&format!(
-                        "{} in float: dF1 {:+.2} on its screen of {} questions, within budget: run on the other {}",
-                        count_nodes(c.timed.float_nodes.len()),
-                        c.delta_f1,
-                        s.fragile.len(),
-                        s.rest.len()
-                    ));
-                    let c = completed(c)?;
-                    if -c.delta_f1 > job.budget {
-                        let screened = c.screen_delta_f1.unwrap_or(c.delta_f1);
-                        let best = failed_screen.borrow().map_or(screened, |f| f.max(screened));
-                        *failed_screen.borrow_mut() = Some(best);
+                let c = rated(b, answers, s.fragile.len(), ms);
+                let c = Candidate { screen_delta_f1: Some(c.delta_f1), ..c };
+                let (nodes, screened, fragile, rest) =
+                    (count_nodes(c.timed.float_nodes.len()), c.delta_f1, s.fragile.len(), s.rest.len());
+                match ScreenVerdict::of(screened, job.budget, failed_screen.get()) {
+                    ScreenVerdict::OverBudget => c,
+                    ScreenVerdict::NoBetterThan(f) => {
+                        progress.note(&format!(
+                            "{nodes} in float: dF1 {screened:+.2} on its screen of {fragile} questions, within budget \
+                             but no better than {f:+.2}, the screen of a candidate over budget on every question: not \
+                             run on the other {rest}"
+                        ));
+                        c
                     }
-                    c
+                    ScreenVerdict::RunOnRest => {
+                        progress.note(&format!(
+                            "{nodes} in float: dF1 {screened:+.2} on its screen of {fragile} questions, within budget: \
+                             run on the other {rest}"
+                        ));
+                        let c = completed(c)?;
+                        if -c.delta_f1 > job.budget {
+                            failed_screen.set(Some(failed_screen.get().map_or(screened, |f| f.max(screened))));
+                        }
+                        c
+                    }
                 }
             }
         };
