@@ -109,6 +109,19 @@ impl Histogram {
         if self.signed { 2 * self.per_side } else { self.per_side }
     }
 
+    /// A histogram of the same kind, size and grid (and so the same `max_abs`) with nothing counted: partial
+    /// histograms started from it merge back without coarsening while their values stay within `max_abs`.
+    pub(crate) fn empty_like(&self) -> Histogram {
+        Histogram {
+            signed: self.signed,
+            per_side: self.per_side,
+            width_log2: self.width_log2,
+            counts: vec![0; self.counts.len()],
+            total: 0,
+            max_abs: self.max_abs,
+        }
+    }
+
     /// Coarsen to width `2^e` (no-op if already at least that coarse).
     fn coarsen_to(&mut self, e: i32) {
         let Some(cur) = self.width_log2 else {

@@ -218,8 +218,10 @@ struct Collected {
 }
 
 impl Collected {
-    fn new(signed: Option<(bool, usize)>, abs: Option<(bool, usize)>) -> Self {
-        let filler = |k: Option<(bool, usize)>| k.map(|(s, n)| Filler::new(Histogram::new(s, n)));
+    /// Partial histograms on the grids of `signed` and `abs` (the tensor's so far): a batch that stays inside the
+    /// range already seen is binned without a single coarsening.
+    fn new(signed: Option<&Histogram>, abs: Option<&Histogram>) -> Self {
+        let filler = |h: Option<&Histogram>| h.map(|h| Filler::new(h.empty_like()));
         Collected { scan: Scan::empty(), signed: filler(signed), abs: filler(abs) }
     }
 
@@ -243,8 +245,8 @@ impl Collected {
 /// `data` is large.
 fn collect(
     data: &[f32],
-    signed: Option<(bool, usize)>,
-    abs: Option<(bool, usize)>,
+    signed: Option<&Histogram>,
+    abs: Option<&Histogram>,
 ) -> (Scan, Option<Histogram>, Option<Histogram>) {
     let finish = |c: Collected| (c.scan, c.signed.map(Filler::finish), c.abs.map(Filler::finish));
     if data.len() <= PAR_CHUNK {
@@ -344,8 +346,7 @@ impl CalibState {
     }
 
     fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
-        let kind = |h: &Option<Histogram>| h.as_ref().map(|h| (h.is_signed(), h.per_side()));
-        let (s, signed, abs) = collect(data, kind(&t.signed), kind(&t.abs));
+        let (s, signed, abs) = collect(data, t.signed.as_ref(), t.abs.as_ref());
         t.non_finite.nan += s.non_finite.nan;
         t.non_finite.pos_inf += s.non_finite.pos_inf;
         t.non_finite.neg_inf += s.non_finite.neg_inf;
