@@ -416,6 +416,22 @@ fn every_command_speaks_json() {
     );
     assert_eq!(c["schema"], "qdq.calibrate/1");
     assert!(c["tensors"].as_u64().unwrap() > 0 && c["features"].as_u64().unwrap() > 0, "{c}");
+    assert!(c["pass"]["sessions"].as_u64().unwrap() >= 1 && c["pass"]["pass_seconds"].as_f64().unwrap() > 0.0, "{c}");
+    // Three augmented-model sessions side by side: said, and the very same tables and statistics.
+    let cal3 = f.dir.path().join("cal3");
+    let c3 = json(
+        &[
+            &["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data][..],
+            &small,
+            &["--cal-workers", "3", "--out", cal3.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(c3["pass"]["sessions"], 3, "{c3}");
+    for file in ["calibration.json", "calib_state.json", "calibration.cache"] {
+        let read = |d: &std::path::Path| std::fs::read(d.join(file)).unwrap();
+        assert!(read(&cal) == read(&cal3), "{file} differs with three calibration sessions");
+    }
     let smoothed = c["smoothing"]["model"].as_str().unwrap().to_owned();
     let ranges = cal.join("calibration.json");
     let qargs = ["quantize", "--model", &smoothed, "--ranges", ranges.to_str().unwrap()];

@@ -2,9 +2,11 @@
 //! feature batches through it and fold every batch into calib's collectors.
 
 use std::path::Path;
+use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use calib::{CalibState, CollectOptions, Method, RangeTable};
+use ndarray::{Array2, ArrayView2};
 use onnx_ir::{DataType, GraphExt as _, Model};
 use runtime::{Session, SessionConfig};
 
@@ -23,6 +25,35 @@ pub struct CalibrateOptions {
     pub num_bins: usize,
     /// The EP calibration runs on (the FP32 model with extra outputs).
     pub session: SessionConfig,
+    /// Sessions run side by side ([`pass_workers`]); `None` chooses.
+    pub workers: Option<usize>,
+}
+
+impl CalibrateOptions {
+    /// `methods` with `num_bins` bins, `batch` features per batch on `session`, the number of sessions chosen.
+    pub fn new(batch: usize, methods: Vec<Method>, num_bins: usize, session: SessionConfig) -> Self {
+        CalibrateOptions { batch, methods, num_bins, session, workers: None }
+    }
+}
+
+/// Largest model (serialized, weights inline) that gets one calibration session per core by default: each session
+/// holds its own copy of the weights.
+pub const SIDE_BY_SIDE_MAX_BYTES: u64 = 512 << 20;
+
+/// How many augmented-model sessions a statistics pass of `model` runs side by side: `asked`, else one per core
+/// when the model is at most [`SIDE_BY_SIDE_MAX_BYTES`]; always one on an EP other than the CPU (a GPU runs one
+/// session at a time) and when the statistics depend on batch order (a moving average).
+pub fn pass_workers(model: &Model, opts: &CalibrateOptions, collect: &CollectOptions) -> usize {
+    if !matches!(opts.session.ep, runtime::Ep::Cpu) || collect.moving_average.is_some() {
+        return 1;
+    }
+    opts.workers.unwrap_or_else(|| {
+        if model.encoded_len() <= SIDE_BY_SIDE_MAX_BYTES {
+            crate::evaluate::one_per_thread(opts.session.intra_threads)
+        } else {
+            1
+        }
+    })
 }
 
 /// The result of a calibration pass.
@@ -39,13 +70,15 @@ pub struct Calibration {
     pub features: usize,
     /// Wall time of the whole calibration (session creation, the pass, the ranges).
     pub seconds: f64,
-    /// Where the pass itself went.
+    /// Where the pass itself went, and on how many sessions.
     pub times: PassTimes,
 }
 
 /// Where a statistics pass spends its time: ONNX Runtime's runs of the augmented model, and folding their outputs
 /// into the statistics (on the same cores: ONNX Runtime's threads are busy while it runs). `pass_s` is the whole
-/// pass from the first batch to the last (also reading and tokenizing the data), without building the session.
+/// pass from the first batch to the last (also reading and tokenizing the data), without building the sessions.
+/// With sessions side by side, `inference_s` and `statistics_s` are the mean over the sessions of each one's own
+/// time (one session folds while another runs, so the two can add up to more than the pass).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PassTimes {
     #[serde(rename = "pass_seconds")]
@@ -54,13 +87,22 @@ pub struct PassTimes {
     pub inference_s: f64,
     #[serde(rename = "statistics_seconds")]
     pub statistics_s: f64,
+    /// Augmented-model sessions run side by side ([`pass_workers`]).
+    #[serde(default)]
+    pub sessions: usize,
 }
 
 impl PassTimes {
-    /// `pass 7.1 s: 6.4 s in ONNX Runtime, 0.6 s statistics`, for summaries.
+    /// `pass 7.1 s: 6.4 s in ONNX Runtime, 0.6 s statistics` (with `, each of 2 sessions side by side` when there
+    /// were several), for summaries.
     pub fn describe(&self) -> String {
+        let each = if self.sessions > 1 {
+            format!(", each of {} sessions side by side", self.sessions)
+        } else {
+            String::new()
+        };
         format!(
-            "pass {:.1} s: {:.1} s in ONNX Runtime, {:.1} s statistics",
+            "pass {:.1} s: {:.1} s in ONNX Runtime, {:.1} s statistics{each}",
             self.pass_s, self.inference_s, self.statistics_s
         )
     }
@@ -89,7 +131,7 @@ pub fn calibrate(
     let started = Instant::now();
     let collect = CollectOptions::for_methods(&opts.methods, opts.num_bins);
     let Pass { state, features, mut times } =
-        collect_stats(model, tensors, data, opts.batch, &opts.session, collect, "calibrating", progress)?;
+        collect_stats(model, tensors, data, opts, collect, "calibrating", progress)?;
     let (units, unit) = data.units();
     let ranges_started = Instant::now();
     let mut tables = calib::compute_all(&state, &opts.methods)?;
@@ -183,7 +225,7 @@ pub fn smooth_model(
     }
     let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
     let collect = CollectOptions { per_channel_axis: Some(-1), ..Default::default() };
-    let state = collect_stats(&model, &tensors, data, opts.batch, &opts.session, collect, "smoothing", progress)?.state;
+    let state = collect_stats(&model, &tensors, data, opts, collect, "smoothing", progress)?.state;
     let mut absmax = std::collections::BTreeMap::new();
     for t in &tensors {
         let channels = state.tensor(t).and_then(|s| s.channels.as_ref()).ok_or_else(|| {
@@ -198,34 +240,86 @@ pub fn smooth_model(
 }
 
 /// Streams `data` through `model` with `tensors` exposed as extra outputs and folds every batch into a
-/// [`CalibState`] collecting what `collect` asks for.
-#[allow(clippy::too_many_arguments)]
+/// [`CalibState`] collecting what `collect` asks for: `opts.batch` features per batch, on [`pass_workers`] sessions
+/// side by side, each folding what it ran into a state of its own; the states are merged at the end, which is exact
+/// ([`CalibState::merge`]), so the statistics do not depend on the number of sessions. `opts.methods` is not read.
 pub fn collect_stats(
     model: &Model,
     tensors: &[String],
     data: &dyn Feeds,
-    batch_size: usize,
-    session: &SessionConfig,
+    opts: &CalibrateOptions,
     collect: CollectOptions,
     label: &str,
     progress: &dyn Progress,
 ) -> Result<Pass> {
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
-    let mut session = session_with_outputs(model, &names, "augmented calibration model", session)?;
-    session.feed_zeros(data.zero_inputs())?;
-    if let Some(why) = session.fallback() {
+    let configs = crate::evaluate::side_by_side(&opts.session, pass_workers(model, opts, &collect));
+    let mut sessions = sessions_with_outputs(model, &names, "augmented calibration model", &configs)?;
+    for s in &mut sessions {
+        s.feed_zeros(data.zero_inputs())?;
+    }
+    if let Some(why) = sessions.first().and_then(Session::fallback) {
         progress.note(why);
     }
-
-    let mut state = CalibState::try_new(collect)?;
+    let mut folds: Vec<Fold> =
+        sessions.iter().map(|_| CalibState::try_new(collect.clone()).map(Fold::new)).collect::<calib::Result<_>>()?;
     let (units, unit) = data.units();
     progress.start(label, Some(units), unit);
-    let mut times = PassTimes::default();
     let started = Instant::now();
-    let features = data.each_batch(batch_size, &mut |inputs, used, done| {
+    let features = if let ([session], [fold]) = (sessions.as_mut_slice(), folds.as_mut_slice()) {
+        data.each_batch(opts.batch, &mut |inputs, used, done| {
+            fold.run(session, inputs, &names, used)?;
+            progress.advance(done);
+            Ok(())
+        })?
+    } else {
+        side_by_side(&mut sessions, &mut folds, data, opts.batch, &names, progress)?
+    };
+    let workers = folds.len();
+    let mut times = PassTimes { sessions: workers, ..PassTimes::default() };
+    let mut folds = folds.into_iter();
+    let Some(first) = folds.next() else { return Err(Error::Config("calibration ran no session".into())) };
+    let mut state = first.state;
+    let add = |t: &mut PassTimes, f: &PassTimes| {
+        t.inference_s += f.inference_s / workers as f64;
+        t.statistics_s += f.statistics_s / workers as f64;
+    };
+    add(&mut times, &first.times);
+    for f in folds {
+        state.merge(&f.state)?;
+        add(&mut times, &f.times);
+    }
+    times.pass_s = started.elapsed().as_secs_f64();
+    progress.finish();
+    if features == 0 {
+        return Err(Error::Config("calibration data produced no features".into()));
+    }
+    Ok(Pass { state, features, times })
+}
+
+/// One session's share of a statistics pass: its state and its own times.
+struct Fold {
+    state: CalibState,
+    times: PassTimes,
+}
+
+impl Fold {
+    fn new(state: CalibState) -> Self {
+        Fold { state, times: PassTimes::default() }
+    }
+
+    /// Runs one batch (`used` of its rows hold data) and folds the outputs `names` into the state.
+    fn run(
+        &mut self,
+        session: &mut Session,
+        inputs: &[(&str, ArrayView2<'_, i64>)],
+        names: &[&str],
+        used: usize,
+    ) -> Result<()> {
         let run = Instant::now();
         let fed = inputs.first().map_or(used, |(_, a)| a.nrows());
-        session.run_with(inputs, &names, |outs| -> Result<()> {
+        let (state, times) = (&mut self.state, &mut self.times);
+        session.run_with(inputs, names, |outs| -> Result<()> {
             let stats = Instant::now();
             times.inference_s += (stats - run).as_secs_f64();
             // A fixed-batch model's filler rows are left out wherever the batch leads the tensor's first axis.
@@ -238,16 +332,67 @@ pub fn collect_stats(
             state.observe_batch(&views)?;
             times.statistics_s += stats.elapsed().as_secs_f64();
             Ok(())
-        })?;
-        progress.advance(done);
-        Ok(())
-    })?;
-    times.pass_s = started.elapsed().as_secs_f64();
-    progress.finish();
-    if features == 0 {
-        return Err(Error::Config("calibration data produced no features".into()));
+        })
     }
-    Ok(Pass { state, features, times })
+}
+
+/// A batch of owned input arrays, the rows of it that hold data, and the units it completes.
+type OwnedBatch = (Vec<(String, Array2<i64>)>, usize, u64);
+
+/// The pass over several sessions: each takes the next batch from one queue and folds it into its own [`Fold`].
+/// After a failed batch a session takes no more work but keeps emptying the queue (feeding never blocks on it); the
+/// first error stops the feeding and is returned. Returns the features fed.
+fn side_by_side(
+    sessions: &mut [Session],
+    folds: &mut [Fold],
+    data: &dyn Feeds,
+    batch: usize,
+    names: &[&str],
+    progress: &dyn Progress,
+) -> Result<usize> {
+    let (todo, queue) = mpsc::sync_channel::<OwnedBatch>(sessions.len());
+    let queue = Mutex::new(queue);
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let failed = || failure.lock().map_or(true, |f| f.is_some());
+    let fed = std::thread::scope(|scope| -> Result<usize> {
+        for (session, fold) in sessions.iter_mut().zip(folds.iter_mut()) {
+            let (queue, failure) = (&queue, &failure);
+            scope.spawn(move || {
+                let mut stopped = false;
+                while let Ok((arrays, used, done)) = queue.lock().map_err(|_| ()).and_then(|q| q.recv().map_err(|_| ()))
+                {
+                    if stopped {
+                        continue;
+                    }
+                    let inputs: Vec<(&str, ArrayView2<'_, i64>)> =
+                        arrays.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+                    match fold.run(session, &inputs, names, used) {
+                        Ok(()) => progress.advance(done),
+                        Err(e) => {
+                            stopped = true;
+                            if let Ok(mut f) = failure.lock() {
+                                f.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        let fed = data.each_batch(batch, &mut |inputs, used, done| {
+            if failed() {
+                return Err(Error::Config("a calibration session failed".into()));
+            }
+            let arrays = inputs.iter().map(|(n, a)| ((*n).to_owned(), a.to_owned())).collect();
+            todo.send((arrays, used, done)).map_err(|_| Error::Config("every calibration session stopped".into()))
+        });
+        drop(todo);
+        fed
+    });
+    // The sessions have finished (the scope joined them): their error, if any, says more than the feeder's.
+    match failure.into_inner().ok().flatten() {
+        Some(e) => Err(e),
+        None => fed,
+    }
 }
 
 /// The shape of the part of an output that `used` of `fed` batch rows produced: the first axis scaled down when it
@@ -277,6 +422,17 @@ pub(crate) fn session_with_outputs(
     label: &str,
     cfg: &SessionConfig,
 ) -> Result<Session> {
+    let mut sessions = sessions_with_outputs(model, tensors, label, std::slice::from_ref(cfg))?;
+    sessions.pop().ok_or_else(|| Error::Config(format!("{label}: no session was made")))
+}
+
+/// [`session_with_outputs`] once per config in `cfgs`, from one augmented model, the sessions built side by side.
+pub(crate) fn sessions_with_outputs(
+    model: &Model,
+    tensors: &[&str],
+    label: &str,
+    cfgs: &[SessionConfig],
+) -> Result<Vec<Session>> {
     let graph_outputs: Vec<String> = model.graph().output.iter().map(|o| o.name().to_owned()).collect();
     let mut expose = |g: &mut onnx_ir::proto::GraphProto| {
         for t in tensors.iter().filter(|t| !graph_outputs.iter().any(|o| o == *t)) {
@@ -288,19 +444,37 @@ pub(crate) fn session_with_outputs(
         // beside it, written without copying the weights in memory.
         let dir = tempfile::tempdir().map_err(|e| Error::Config(format!("{label}: a temporary directory: {e}")))?;
         let path = dir.path().join("augmented.onnx");
-        // Gone when the session is made (it holds what it needs), and on Ctrl-C / SIGTERM before that.
+        // Gone when the sessions are made (they hold what they need), and on Ctrl-C / SIGTERM before that.
         let _scratch = [dir.path().to_path_buf(), path.clone(), dir.path().join("augmented.onnx.data")]
             .map(|p| files::signals::remove_on_signal(&p));
         let ext = onnx_ir::ExternalDataOptions::new("augmented.onnx.data");
         model.save_edited_with_external_data(&path, &ext, &mut expose)?;
         tracing::debug!("{label}: written to {} with its large tensors beside it", path.display());
-        return Ok(Session::from_file(&path, cfg)?);
+        return build_each(cfgs, |cfg| Ok(Session::from_file(&path, cfg)?));
     }
     let mut augmented = model.clone();
     expose(augmented.graph_mut());
     let bytes = augmented.to_bytes()?;
     drop(augmented);
-    Ok(Session::from_bytes(&bytes, label, cfg)?)
+    build_each(cfgs, |cfg| Ok(Session::from_bytes(&bytes, label, cfg)?))
+}
+
+/// One session per config, built in threads of their own when there are several (ONNX Runtime builds a session on
+/// one core), in the order of `cfgs`.
+fn build_each(
+    cfgs: &[SessionConfig],
+    build: impl Fn(&SessionConfig) -> Result<Session> + Sync,
+) -> Result<Vec<Session>> {
+    if let [cfg] = cfgs {
+        return Ok(vec![build(cfg)?]);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = cfgs.iter().map(|cfg| scope.spawn(|| build(cfg))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Config("building a session panicked".into()))))
+            .collect()
+    })
 }
 
 /// Writes calibration.json (first method), calibration_<method>.json for the others, the ORT flatbuffers table,

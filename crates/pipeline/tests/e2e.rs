@@ -31,6 +31,15 @@ fn data_config() -> DataConfig {
     data_settings().config(Path::new("model.onnx")).unwrap()
 }
 
+/// The tiny BERT (64 positions) and the tiny SQuAD file fitted to it (the model written into `dir`).
+fn tiny_with_data(dir: &Path, cfg: &DataConfig) -> (onnx_ir::Model, Corpus) {
+    let model = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
+    let tok = cfg.tokenizer().unwrap();
+    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), cfg, &tok, 0).unwrap();
+    data.fit_model(&model, &dir.join("tiny.onnx")).unwrap();
+    (model, data)
+}
+
 fn methods() -> Vec<calib::Method> {
     let compare = vec![MethodKind::MinMax, MethodKind::Entropy, MethodKind::Percentile];
     let d = MethodOptions::default();
@@ -49,7 +58,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         data: data_config(),
         samples: 0,
         cal_num: 5,
-        calibrate: CalibrateOptions { batch: 2, methods: methods(), num_bins: 512, session: SessionConfig::default() },
+        calibrate: CalibrateOptions::new(2, methods(), 512, SessionConfig::default()),
         policy: qdq::Policy::preset(policy).unwrap(),
         policy_choice: PolicyChoice { preset: policy.to_owned(), chosen_by: "--policy".to_owned() },
         mode: Mode::Static,
@@ -232,16 +241,13 @@ fn a_model_without_token_type_ids_runs_end_to_end() {
 #[test]
 fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed() {
     let dir = tempfile::tempdir().unwrap();
-    let model = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
     let mut cfg = data_config();
     cfg.padding = squad::Padding::Fixed(64);
-    let tok = cfg.tokenizer().unwrap();
-    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
-    data.fit_model(&model, &dir.path().join("tiny.onnx")).unwrap();
+    let (model, data) = tiny_with_data(dir.path(), &cfg);
     let policy = qdq::Policy::preset("tensorrt").unwrap();
     let tensors = qdq::tensors_to_calibrate(&model, &policy).unwrap();
     let ranges = |batch| {
-        let opts = CalibrateOptions { batch, methods: methods(), num_bins: 256, session: SessionConfig::default() };
+        let opts = CalibrateOptions::new(batch, methods(), 256, SessionConfig::default());
         qdq_pipeline::calibrate(&model, &tensors, &data, &opts, &NoProgress).unwrap()
     };
     let (one, four) = (ranges(1), ranges(4));
@@ -259,6 +265,45 @@ fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed()
             );
         }
     }
+}
+
+/// Sessions side by side each fold their own batches, merged at the end: the statistics (every histogram bin, every
+/// min/max) and so every method's ranges are exactly those of one session, whatever the number of sessions and the
+/// batch size. A moving average depends on batch order, so it keeps one session.
+#[test]
+fn sessions_side_by_side_collect_exactly_one_sessions_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = tiny_with_data(dir.path(), &data_config());
+    let policy = qdq::Policy::preset("tensorrt").unwrap();
+    let tensors = qdq::tensors_to_calibrate(&model, &policy).unwrap();
+    let methods: Vec<calib::Method> =
+        MethodKind::ALL.iter().map(|k| calib::Method::new(*k, &MethodOptions::default()).unwrap()).collect();
+    let run = |batch, workers| {
+        let opts = CalibrateOptions {
+            workers: Some(workers),
+            ..CalibrateOptions::new(batch, methods.clone(), 128, SessionConfig::default())
+        };
+        qdq_pipeline::calibrate(&model, &tensors, &data, &opts, &NoProgress).unwrap()
+    };
+    let one = run(1, 1);
+    assert_eq!(one.times.sessions, 1);
+    assert!(one.state.tensor(&tensors[0]).unwrap().abs.as_ref().is_some_and(|h| h.total() > 0));
+    for (batch, workers) in [(1, 2), (1, 3), (2, 2)] {
+        let other = run(batch, workers);
+        assert_eq!(other.times.sessions, workers);
+        assert_eq!(other.features, one.features);
+        if batch == 1 {
+            assert!(other.state == one.state, "{workers} sessions: the statistics differ from one session's");
+            assert_eq!(other.tables, one.tables, "{workers} sessions");
+        } else {
+            // Another batch size pads differently (dynamic padding): the same sessions rule, checked on its own.
+            assert!(other.state == run(batch, 1).state, "batch {batch}, {workers} sessions");
+        }
+    }
+    let moving = calib::CollectOptions { moving_average: Some(0.01), ..calib::CollectOptions::default() };
+    let opts = CalibrateOptions { workers: Some(2), ..CalibrateOptions::new(1, vec![], 0, SessionConfig::default()) };
+    assert_eq!(qdq_pipeline::pass_workers(&model, &opts, &moving), 1);
+    assert_eq!(qdq_pipeline::pass_workers(&model, &opts, &calib::CollectOptions::default()), 2);
 }
 
 #[test]
@@ -1319,11 +1364,7 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
 #[test]
 fn the_optimised_calibration_session_keeps_every_exposed_tensor() {
     let dir = tempfile::tempdir().unwrap();
-    let model = build(&TinyBertConfig { max_positions: 64, ..Default::default() });
-    let cfg = data_config();
-    let tok = cfg.tokenizer().unwrap();
-    let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
-    data.fit_model(&model, &dir.path().join("tiny.onnx")).unwrap();
+    let (model, data) = tiny_with_data(dir.path(), &data_config());
     let tensors: Vec<String> = model
         .graph()
         .node
@@ -1338,7 +1379,8 @@ fn the_optimised_calibration_session_keeps_every_exposed_tensor() {
     let plain = SessionConfig { opt_level: runtime::OptLevel::Disable, ..SessionConfig::default() };
     let collect = calib::CollectOptions::default();
     let pass = |s: &SessionConfig| {
-        qdq_pipeline::collect_stats(&model, &tensors, &data, 2, s, collect.clone(), "test", &NoProgress).unwrap()
+        let opts = CalibrateOptions { workers: Some(1), ..CalibrateOptions::new(2, vec![], 0, s.clone()) };
+        qdq_pipeline::collect_stats(&model, &tensors, &data, &opts, collect.clone(), "test", &NoProgress).unwrap()
     };
     let (a, b) = (pass(&optimised), pass(&plain));
     for t in &tensors {
