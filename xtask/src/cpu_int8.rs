@@ -45,17 +45,17 @@ impl ModelRow {
     }
 }
 
-/// Latency ratio FP32 / model over the rounds (> 1: faster than FP32).
+/// A ratio over alternating rounds (here: latency FP32 / model, > 1: faster than FP32).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Ratio {
-    median: f64,
-    min: f64,
-    max: f64,
+pub(crate) struct Ratio {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 impl Ratio {
     /// The median (upper of two middle values), smallest and largest of per-round ratios; NaN when there are none.
-    fn of(mut per_round: Vec<f64>) -> Ratio {
+    pub(crate) fn of(mut per_round: Vec<f64>) -> Ratio {
         per_round.sort_by(f64::total_cmp);
         let median = per_round.get(per_round.len() / 2).copied().unwrap_or(f64::NAN);
         let (min, max) = (per_round.first().copied(), per_round.last().copied());

@@ -242,6 +242,10 @@ pub struct VsPythonArgs {
     /// Repeats of the histogram / entropy-search micro-benchmarks.
     #[arg(long, default_value_t = 5, value_parser = positive, value_name = "R")]
     pub micro_repeat: usize,
+    /// Rounds of the pass-against-inference comparison: per round and method, FP32 inference alone on the
+    /// calibration features (`qdq eval --pad-to-max`) then `qdq calibrate`, in turn.
+    #[arg(long, default_value_t = 3, value_parser = positive, value_name = "R")]
+    pub pass_rounds: usize,
     /// Do not wait for other `qdq` runs or busy processes to finish before each timed step.
     #[arg(long = "no-wait", action = ArgAction::SetFalse)]
     pub wait: bool,

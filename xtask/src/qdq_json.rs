@@ -33,6 +33,9 @@ pub(crate) struct Speedup {
 pub(crate) struct Latency {
     pub ms_per_feature: Option<f64>,
     pub features_per_second: Option<f64>,
+    /// The inference time of the whole pass (warm-up left out).
+    #[serde(default)]
+    pub total_seconds: Option<f64>,
 }
 
 /// `qdq calibrate --json`, and the calibration part of results.json.
@@ -50,6 +53,9 @@ pub(crate) struct PassTimes {
     pub pass_seconds: f64,
     pub inference_seconds: f64,
     pub statistics_seconds: f64,
+    /// Augmented-model sessions side by side (qdq versions before it have none).
+    #[serde(default)]
+    pub sessions: Option<usize>,
 }
 
 /// `qdq e2e`'s results.json.

@@ -30,6 +30,8 @@ pub(crate) struct Report {
     pub fp32: Option<Score>,
     /// FP32 inference alone on the calibration features: the floor of a calibration pass.
     pub inference_on_calibration_features: Inference,
+    /// Per method, our calibration pass and FP32 inference alone on the same features, run in turn.
+    pub pass_rounds: Vec<PassRounds>,
     pub micro: Micro,
     /// Every command run, as debug-printed.
     pub commands: Vec<String>,
@@ -217,6 +219,29 @@ pub(crate) struct MemoryRow {
 pub(crate) struct Inference {
     pub ms_per_feature: Option<f64>,
     pub features: Option<usize>,
+}
+
+/// One method's calibration passes beside FP32 inference alone on the same features, alternating (inference, pass,
+/// inference, pass, ...), so that both see the same hours of a noisy host.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PassRounds {
+    pub method: String,
+    /// Augmented-model sessions our pass ran side by side.
+    pub sessions: Option<usize>,
+    /// Per round: our pass (first batch to ranges), its time in ONNX Runtime and in statistics (per session), and the
+    /// inference alone run just before it.
+    pub pass_s: Vec<f64>,
+    pub in_ort_s: Vec<f64>,
+    pub statistics_s: Vec<f64>,
+    pub inference_s: Vec<f64>,
+}
+
+impl PassRounds {
+    /// Pass / inference alone over the rounds: median, min, max.
+    pub(crate) fn ratio(&self) -> crate::cpu_int8::Ratio {
+        crate::cpu_int8::Ratio::of(self.pass_s.iter().zip(&self.inference_s).map(|(p, i)| p / i).collect())
+    }
 }
 
 impl Inference {
