@@ -36,20 +36,24 @@ impl CalibrateOptions {
     }
 }
 
-/// Largest model (serialized, weights inline) that gets one calibration session per core by default: each session
-/// holds its own copy of the weights.
+/// Largest model (serialized, weights inline) that gets [`DEFAULT_SESSIONS`] calibration sessions by default: each
+/// session holds its own copy of the weights (MiniLM, 90 MB: peak RSS 350 -> 565 MB with two).
 pub const SIDE_BY_SIDE_MAX_BYTES: u64 = 512 << 20;
+/// Sessions of a calibration pass by default (fewer with fewer cores): two are enough for one to fold its outputs
+/// while the other runs; more would multiply the memory for little (each gets its share of the cores anyway).
+pub const DEFAULT_SESSIONS: usize = 2;
 
-/// How many augmented-model sessions a statistics pass of `model` runs side by side: `asked`, else one per core
-/// when the model is at most [`SIDE_BY_SIDE_MAX_BYTES`]; always one on an EP other than the CPU (a GPU runs one
-/// session at a time) and when the statistics depend on batch order (a moving average).
+/// How many augmented-model sessions a statistics pass of `model` runs side by side: `opts.workers`, else
+/// [`DEFAULT_SESSIONS`] (at most one per intra-op thread or core) when the model is at most
+/// [`SIDE_BY_SIDE_MAX_BYTES`], else one; always one on an EP other than the CPU (a GPU runs one session at a time)
+/// and when the statistics depend on batch order (a moving average).
 pub fn pass_workers(model: &Model, opts: &CalibrateOptions, collect: &CollectOptions) -> usize {
     if !matches!(opts.session.ep, runtime::Ep::Cpu) || collect.moving_average.is_some() {
         return 1;
     }
     opts.workers.unwrap_or_else(|| {
         if model.encoded_len() <= SIDE_BY_SIDE_MAX_BYTES {
-            crate::evaluate::one_per_thread(opts.session.intra_threads)
+            crate::evaluate::one_per_thread(opts.session.intra_threads).min(DEFAULT_SESSIONS)
         } else {
             1
         }
