@@ -13,6 +13,9 @@ use serde::de::DeserializeOwned;
 pub(crate) struct Eval {
     pub exact_match: f64,
     pub f1: f64,
+    /// The pass's wall time (qdq versions before it have none).
+    #[serde(default)]
+    pub wall_seconds: Option<f64>,
     #[serde(default)]
     pub latency: Latency,
     /// results.json only: the model's size on disk.

@@ -301,6 +301,8 @@ pub(super) struct PassView {
     pub(super) statistics_s: f64,
     pub(super) inference_s: f64,
     pub(super) ratio: crate::cpu_int8::Ratio,
+    /// Inference alone in one session, and the pass against it (None in a report written before the rounds).
+    pub(super) one_session: Option<(f64, crate::cpu_int8::Ratio)>,
     pub(super) values_observed: Option<u64>,
 }
 
@@ -320,6 +322,7 @@ pub(super) fn pass_views(r: &Report) -> Vec<PassView> {
                 statistics_s: mid(&p.statistics_s),
                 inference_s: mid(&p.inference_s),
                 ratio: p.ratio(),
+                one_session: Some((mid(&p.one_session_inference_s), p.ratio_to_one_session())),
                 values_observed: observed(&p.method),
             })
             .collect();
@@ -338,6 +341,7 @@ pub(super) fn pass_views(r: &Report) -> Vec<PassView> {
                 statistics_s: p.statistics_seconds,
                 inference_s: floor,
                 ratio: crate::cpu_int8::Ratio::of(vec![p.pass_seconds / floor]),
+                one_session: None,
                 values_observed: m.ours.values_observed,
             })
         })
@@ -348,33 +352,46 @@ pub(super) fn pass_views(r: &Report) -> Vec<PassView> {
 fn pass_section(md: &mut String, r: &Report) {
     let views = pass_views(r);
     let rounds = views.first().map_or(0, |v| v.rounds);
-    let _ = writeln!(
-        md,
-        "\n## Calibration at the cost of inference\n\nOur calibration pass (first batch to ranges computed, session building left out) beside FP32 inference alone on the same {} features (`qdq eval --pad-to-max --batch 1`, one session, its inference time), {}. With several sessions side by side, the time in ONNX Runtime and in statistics is each session's own (mean over the sessions): one session folds its outputs while another runs, on the same cores.\n\n| method | sessions | pass s | in ONNX Runtime s | statistics s | inference alone s | pass / inference alone |\n|---|---:|---:|---:|---:|---:|---:|",
-        count(r.inference_on_calibration_features.features),
-        if rounds > 1 {
-            format!(
-                "run in turn for {rounds} rounds per method (medians; the ratio's median [min, max] over the rounds)"
-            )
-        } else {
-            "one run each".to_owned()
-        }
-    );
-    for v in &views {
-        let ratio = if v.rounds > 1 {
-            format!("{:.2}x [{:.2}, {:.2}]", v.ratio.median, v.ratio.min, v.ratio.max)
-        } else {
-            format!("{:.2}x", v.ratio.median)
-        };
+    let features = count(r.inference_on_calibration_features.features);
+    let ratio = |x: &crate::cpu_int8::Ratio| {
+        if rounds > 1 { format!("{:.2}x [{:.2}, {:.2}]", x.median, x.min, x.max) } else { format!("{:.2}x", x.median) }
+    };
+    if views.iter().all(|v| v.one_session.is_none()) {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {ratio} |",
+            "\n## Calibration at the cost of inference\n\nOur calibration pass (first batch to ranges computed, session building left out) beside FP32 inference alone on the same {features} features (`qdq eval --pad-to-max --batch 1`), one run each.\n\n| method | pass s | in ONNX Runtime s | statistics s | inference alone s | pass / inference alone |\n|---|---:|---:|---:|---:|---:|"
+        );
+        for v in &views {
+            let _ = writeln!(
+                md,
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+                v.method,
+                v.pass_s,
+                v.in_ort_s,
+                v.statistics_s,
+                v.inference_s,
+                ratio(&v.ratio)
+            );
+        }
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Calibration at the cost of inference\n\nOur calibration pass (first batch to ranges computed, session building left out) beside FP32 inference alone on the same {features} features (`qdq eval --pad-to-max --batch 1`, wall time) with as many sessions side by side as the pass ran (`--workers`: the same layout, so the difference is the extra outputs and the statistics; the target) and with one session (`qdq eval`'s default), run in turn for {rounds} rounds per method: medians, and each ratio's median [min, max] over the rounds. The time in ONNX Runtime and in statistics is each session's own (mean over the sessions): one session folds its outputs while another runs, on the same cores.\n\n| method | sessions | pass s | in ONNX Runtime s | statistics s | inference alone s | pass / inference alone | one session s | pass / one session |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for v in &views {
+        let (one_s, one_ratio) =
+            v.one_session.as_ref().map_or(("—".to_owned(), "—".to_owned()), |(s, x)| (format!("{s:.1}"), ratio(x)));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {one_s} | {one_ratio} |",
             v.method,
             v.sessions.map_or("—".to_owned(), |n| n.to_string()),
             v.pass_s,
             v.in_ort_s,
             v.statistics_s,
             v.inference_s,
+            ratio(&v.ratio),
         );
     }
 }

@@ -229,18 +229,24 @@ pub(crate) struct PassRounds {
     pub method: String,
     /// Augmented-model sessions our pass ran side by side.
     pub sessions: Option<usize>,
-    /// Per round: our pass (first batch to ranges), its time in ONNX Runtime and in statistics (per session), and the
-    /// inference alone run just before it.
+    /// Per round: our pass (first batch to ranges), its time in ONNX Runtime and in statistics (per session), and
+    /// inference alone right after it with as many sessions side by side (the wall time of the pass) and with one.
     pub pass_s: Vec<f64>,
     pub in_ort_s: Vec<f64>,
     pub statistics_s: Vec<f64>,
     pub inference_s: Vec<f64>,
+    pub one_session_inference_s: Vec<f64>,
 }
 
 impl PassRounds {
-    /// Pass / inference alone over the rounds: median, min, max.
+    /// Pass / inference alone with the same sessions, over the rounds: median, min, max.
     pub(crate) fn ratio(&self) -> crate::cpu_int8::Ratio {
         crate::cpu_int8::Ratio::of(self.pass_s.iter().zip(&self.inference_s).map(|(p, i)| p / i).collect())
+    }
+
+    /// Pass / inference alone in one session (`qdq eval`'s default), over the rounds.
+    pub(crate) fn ratio_to_one_session(&self) -> crate::cpu_int8::Ratio {
+        crate::cpu_int8::Ratio::of(self.pass_s.iter().zip(&self.one_session_inference_s).map(|(p, i)| p / i).collect())
     }
 }
 
