@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::download::DownloadArgs;
 use crate::e2e::{build_qdq, ort_library};
 use crate::flags::{CpuInt8Args, VsPythonArgs};
+use crate::rounds::Ratio;
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::measure::wait_quiet;
 use crate::vs_python::{ensure_venv, git_head, resolve_paths};
@@ -42,24 +43,6 @@ impl ModelRow {
     /// FP32 / this model per eval round: median, min, max.
     fn eval_speedup(&self, fp32: &ModelRow) -> Ratio {
         Ratio::of(fp32.eval_ms_per_feature.iter().zip(&self.eval_ms_per_feature).map(|(f, x)| f / x).collect())
-    }
-}
-
-/// A ratio over alternating rounds (here: latency FP32 / model, > 1: faster than FP32).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Ratio {
-    pub(crate) median: f64,
-    pub(crate) min: f64,
-    pub(crate) max: f64,
-}
-
-impl Ratio {
-    /// The median (upper of two middle values), smallest and largest of per-round ratios; NaN when there are none.
-    pub(crate) fn of(mut per_round: Vec<f64>) -> Ratio {
-        per_round.sort_by(f64::total_cmp);
-        let median = per_round.get(per_round.len() / 2).copied().unwrap_or(f64::NAN);
-        let (min, max) = (per_round.first().copied(), per_round.last().copied());
-        Ratio { median, min: min.unwrap_or(f64::NAN), max: max.unwrap_or(f64::NAN) }
     }
 }
 

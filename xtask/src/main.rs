@@ -13,6 +13,7 @@ mod flags;
 mod fuzz;
 mod npy;
 mod qdq_json;
+mod rounds;
 mod setup;
 mod tidy;
 mod vs_python;

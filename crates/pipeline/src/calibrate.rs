@@ -53,7 +53,7 @@ pub fn pass_workers(model: &Model, opts: &CalibrateOptions, collect: &CollectOpt
     }
     opts.workers.unwrap_or_else(|| {
         if model.encoded_len() <= SIDE_BY_SIDE_MAX_BYTES {
-            crate::evaluate::one_per_thread(opts.session.intra_threads).min(DEFAULT_SESSIONS)
+            runtime::threads_or_cores(opts.session.intra_threads).min(DEFAULT_SESSIONS)
         } else {
             1
         }
@@ -257,7 +257,7 @@ pub fn collect_stats(
     progress: &dyn Progress,
 ) -> Result<Pass> {
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
-    let configs = crate::evaluate::side_by_side(&opts.session, pass_workers(model, opts, &collect));
+    let configs = opts.session.side_by_side(pass_workers(model, opts, &collect));
     let mut sessions = sessions_with_outputs(model, &names, "augmented calibration model", &configs)?;
     for s in &mut sessions {
         s.feed_zeros(data.zero_inputs())?;

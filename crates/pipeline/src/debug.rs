@@ -458,10 +458,7 @@ impl Runs {
         let groups: Vec<(String, Vec<String>)> = groups.into_iter().collect();
         // The nodes are measured side by side, one one-thread session per core on the CPU EP (MiniLM: 49 nodes of 32
         // questions each): the same logits, more nodes per second than one session on every core.
-        let configs = crate::evaluate::side_by_side(
-            &self.cfg,
-            crate::evaluate::one_per_thread(self.cfg.intra_threads).min(groups.len()),
-        );
+        let configs = self.cfg.side_by_side(runtime::threads_or_cores(self.cfg.intra_threads).min(groups.len()));
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(configs.len())
             .build()

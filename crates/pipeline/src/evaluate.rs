@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
-use runtime::{Ep, ModelSource, Session, SessionConfig};
+use runtime::{ModelSource, Session, SessionConfig};
 
 use crate::data::questions_done;
 use crate::data::{Corpus, RunLogits, Score, run_logits};
@@ -32,29 +32,8 @@ impl EvalOptions {
     /// One session per intra-op thread (`session`'s, else one per core) on the CPU EP: the throughput setting of
     /// scoring passes whose latency nobody reads ([`EvalOptions::workers`]).
     pub fn throughput(batch: usize, session: SessionConfig) -> EvalOptions {
-        EvalOptions { batch, warmup: 0, workers: one_per_thread(session.intra_threads), session }
+        EvalOptions { batch, warmup: 0, workers: runtime::threads_or_cores(session.intra_threads), session }
     }
-}
-
-/// The configs of `workers` sessions run side by side: on the CPU EP, each with its share of `session`'s intra-op
-/// threads (only the first saves the optimised model); on other EPs, or for one worker, `session` alone.
-pub(crate) fn side_by_side(session: &SessionConfig, workers: usize) -> Vec<SessionConfig> {
-    if workers <= 1 || !matches!(session.ep, Ep::Cpu) {
-        return vec![session.clone()];
-    }
-    let threads = one_per_thread(session.intra_threads);
-    (0..workers)
-        .map(|i| SessionConfig {
-            intra_threads: Some((threads / workers).max(1)),
-            optimized_model_path: session.optimized_model_path.clone().filter(|_| i == 0),
-            ..session.clone()
-        })
-        .collect()
-}
-
-/// Sessions for a throughput pass: one per intra-op thread given, else one per core.
-pub(crate) fn one_per_thread(threads: Option<usize>) -> usize {
-    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
 /// Predictions, scores and timing of one model.
@@ -116,7 +95,9 @@ pub fn evaluate(
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<Evaluation> {
-    let mut sessions = side_by_side(&opts.session, opts.workers)
+    let mut sessions = opts
+        .session
+        .side_by_side(opts.workers)
         .iter()
         .map(|cfg| Session::open(model, name, cfg))
         .collect::<runtime::Result<Vec<_>>>()?;

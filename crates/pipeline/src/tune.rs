@@ -257,7 +257,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             batch: 1,
             predictions: None,
             // Scoring is a throughput pass (the speed comes from `timing`): one one-thread session per core.
-            workers: crate::evaluate::one_per_thread(job.runtime.threads),
+            workers: runtime::threads_or_cores(job.runtime.threads),
             runtime: job.runtime.clone(),
             data: job.data.clone(),
         };

@@ -21,7 +21,7 @@ mod session;
 pub use cpu::int8_dot_product;
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
 pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
-pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind};
+pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind, threads_or_cores};
 
 use std::path::PathBuf;
 

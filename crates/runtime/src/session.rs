@@ -98,6 +98,23 @@ impl SessionConfig {
         s
     }
 
+    /// The configs of `workers` sessions run side by side: on the CPU EP, each with its share of the intra-op threads
+    /// (of every core when none are set; at least one each; only the first saves the optimised model); on other EPs,
+    /// or for one worker, this config alone.
+    pub fn side_by_side(&self, workers: usize) -> Vec<SessionConfig> {
+        if workers <= 1 || !matches!(self.ep, Ep::Cpu) {
+            return vec![self.clone()];
+        }
+        let threads = threads_or_cores(self.intra_threads);
+        (0..workers)
+            .map(|i| SessionConfig {
+                intra_threads: Some((threads / workers).max(1)),
+                optimized_model_path: self.optimized_model_path.clone().filter(|_| i == 0),
+                ..self.clone()
+            })
+            .collect()
+    }
+
     /// Fails fast, before any work, when the loaded ONNX Runtime lacks this config's EP (unless fallback is allowed):
     /// the error names the EP, the library, what it provides and how to get the missing one.
     pub fn check_available(&self) -> Result<()> {
@@ -107,6 +124,12 @@ impl SessionConfig {
         }
         Err(unavailable(&info, &self.ep))
     }
+}
+
+/// `threads` when given, else the cores this process may use (at least 1): how many one-thread sessions a throughput
+/// pass runs side by side.
+pub fn threads_or_cores(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
 fn unavailable(info: &crate::OrtInfo, ep: &Ep) -> Error {
@@ -507,5 +530,33 @@ impl Session {
                 })
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TensorRtOptions;
+
+    #[test]
+    fn side_by_side_sessions_share_the_threads_and_one_saves_the_optimised_model() {
+        let cpu = SessionConfig {
+            intra_threads: Some(5),
+            optimized_model_path: Some(PathBuf::from("opt.onnx")),
+            ..SessionConfig::default()
+        };
+        let two = cpu.side_by_side(2);
+        assert_eq!(two.iter().map(|c| c.intra_threads).collect::<Vec<_>>(), [Some(2), Some(2)]);
+        assert_eq!(two[0].optimized_model_path, cpu.optimized_model_path);
+        assert_eq!(two[1].optimized_model_path, None);
+        // More sessions than threads: one thread each, never zero.
+        assert!(cpu.side_by_side(8).iter().all(|c| c.intra_threads == Some(1)));
+        assert_eq!(cpu.side_by_side(1).len(), 1);
+        assert_eq!(cpu.side_by_side(1)[0].intra_threads, Some(5));
+        // A GPU EP runs one session whatever is asked.
+        let trt = SessionConfig { ep: Ep::TensorRt(TensorRtOptions::default()), ..cpu.clone() };
+        assert_eq!(trt.side_by_side(4).len(), 1);
+        assert_eq!(threads_or_cores(Some(3)), 3);
+        assert!(threads_or_cores(None) >= 1 && threads_or_cores(Some(0)) == 1);
     }
 }

@@ -240,13 +240,13 @@ pub(crate) struct PassRounds {
 
 impl PassRounds {
     /// Pass / inference alone with the same sessions, over the rounds: median, min, max.
-    pub(crate) fn ratio(&self) -> crate::cpu_int8::Ratio {
-        crate::cpu_int8::Ratio::of(self.pass_s.iter().zip(&self.inference_s).map(|(p, i)| p / i).collect())
+    pub(crate) fn ratio(&self) -> crate::rounds::Ratio {
+        crate::rounds::Ratio::of(self.pass_s.iter().zip(&self.inference_s).map(|(p, i)| p / i).collect())
     }
 
     /// Pass / inference alone in one session (`qdq eval`'s default), over the rounds.
-    pub(crate) fn ratio_to_one_session(&self) -> crate::cpu_int8::Ratio {
-        crate::cpu_int8::Ratio::of(self.pass_s.iter().zip(&self.one_session_inference_s).map(|(p, i)| p / i).collect())
+    pub(crate) fn ratio_to_one_session(&self) -> crate::rounds::Ratio {
+        crate::rounds::Ratio::of(self.pass_s.iter().zip(&self.one_session_inference_s).map(|(p, i)| p / i).collect())
     }
 }
 
