@@ -2,7 +2,6 @@
 //! feature batches through it and fold every batch into calib's collectors.
 
 use std::path::Path;
-use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use calib::{CalibState, CollectOptions, Method, RangeTable};
@@ -343,9 +342,8 @@ impl Fold {
 /// A batch of owned input arrays, the rows of it that hold data, and the units it completes.
 type OwnedBatch = (Vec<(String, Array2<i64>)>, usize, u64);
 
-/// The pass over several sessions: each takes the next batch from one queue and folds it into its own [`Fold`].
-/// After a failed batch a session takes no more work but keeps emptying the queue (feeding never blocks on it); the
-/// first error stops the feeding and is returned. Returns the features fed.
+/// The pass over several sessions ([`crate::spread::spread`]): each takes the next batch and folds it into its own
+/// [`Fold`]. Returns the features fed.
 fn side_by_side(
     sessions: &mut [Session],
     folds: &mut [Fold],
@@ -354,49 +352,22 @@ fn side_by_side(
     names: &[&str],
     progress: &dyn Progress,
 ) -> Result<usize> {
-    let (todo, queue) = mpsc::sync_channel::<OwnedBatch>(sessions.len());
-    let queue = Mutex::new(queue);
-    let failure: Mutex<Option<Error>> = Mutex::new(None);
-    let failed = || failure.lock().map_or(true, |f| f.is_some());
-    let fed = std::thread::scope(|scope| -> Result<usize> {
-        for (session, fold) in sessions.iter_mut().zip(folds.iter_mut()) {
-            let (queue, failure) = (&queue, &failure);
-            scope.spawn(move || {
-                let mut stopped = false;
-                while let Ok((arrays, used, done)) = queue.lock().map_err(|_| ()).and_then(|q| q.recv().map_err(|_| ()))
-                {
-                    if stopped {
-                        continue;
-                    }
-                    let inputs: Vec<(&str, ArrayView2<'_, i64>)> =
-                        arrays.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
-                    match fold.run(session, &inputs, names, used) {
-                        Ok(()) => progress.advance(done),
-                        Err(e) => {
-                            stopped = true;
-                            if let Ok(mut f) = failure.lock() {
-                                f.get_or_insert(e);
-                            }
-                        }
-                    }
-                }
-            });
-        }
-        let fed = data.each_batch(batch, &mut |inputs, used, done| {
-            if failed() {
-                return Err(Error::Config("a calibration session failed".into()));
-            }
-            let arrays = inputs.iter().map(|(n, a)| ((*n).to_owned(), a.to_owned())).collect();
-            todo.send((arrays, used, done)).map_err(|_| Error::Config("every calibration session stopped".into()))
-        });
-        drop(todo);
-        fed
-    });
-    // The sessions have finished (the scope joined them): their error, if any, says more than the feeder's.
-    match failure.into_inner().ok().flatten() {
-        Some(e) => Err(e),
-        None => fed,
-    }
+    let mut pairs: Vec<(&mut Session, &mut Fold)> = sessions.iter_mut().zip(folds.iter_mut()).collect();
+    crate::spread::spread(
+        &mut pairs,
+        "calibration",
+        |send| {
+            data.each_batch(batch, &mut |inputs, used, done| {
+                send((inputs.iter().map(|(n, a)| ((*n).to_owned(), a.to_owned())).collect(), used, done))
+            })
+        },
+        |(session, fold), (arrays, used, done): OwnedBatch| {
+            let inputs: Vec<(&str, ArrayView2<'_, i64>)> = arrays.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+            fold.run(session, &inputs, names, used)?;
+            progress.advance(done);
+            Ok(())
+        },
+    )
 }
 
 /// The shape of the part of an output that `used` of `fed` batch rows produced: the first axis scaled down when it

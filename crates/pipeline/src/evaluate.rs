@@ -1,7 +1,7 @@
 //! Evaluation: run a model over SQuAD features, turn logits into answers, score them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, mpsc};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use runtime::{ModelSource, Session, SessionConfig};
@@ -159,8 +159,8 @@ pub fn evaluate(
 /// A batch run by one of the side-by-side sessions: its index in the pass, its logits and the run's seconds.
 type Done = (usize, squad::Batch, RunLogits<'static>, f64);
 
-/// The pass with every session in its own thread taking the next batch from a queue; the answers are made on this
-/// thread in feature order (the logits of a batch that finishes early wait for the ones before it).
+/// The pass with every session in its own thread taking the next batch ([`crate::spread::spread`]); the answers
+/// are made on this thread in feature order (the logits of a batch that finishes early wait for the ones before it).
 fn run_side_by_side(
     sessions: &mut [Session],
     data: &Corpus,
@@ -171,67 +171,48 @@ fn run_side_by_side(
 ) -> Result<()> {
     let io = data.io();
     let outputs = io.logit_outputs();
-    let (todo, queue) = mpsc::sync_channel::<(usize, squad::Batch)>(2 * sessions.len());
-    let queue = Mutex::new(queue);
-    let (finished, done) = mpsc::channel::<Result<Done>>();
-    std::thread::scope(|scope| -> Result<()> {
-        for session in sessions.iter_mut() {
-            let (queue, finished, outputs) = (&queue, finished.clone(), &outputs);
-            scope.spawn(move || {
-                // After a failed run the session takes no more work but keeps emptying the queue, so that feeding it
-                // never blocks on a session that stopped.
-                let mut failed = false;
-                while let Ok((index, b)) = queue.lock().map_err(|_| ()).and_then(|q| q.recv().map_err(|_| ())) {
-                    if failed {
-                        continue;
-                    }
-                    let t0 = Instant::now();
-                    let ran = session.run_with(&b.inputs(io), outputs, |outs| -> Result<(RunLogits<'static>, f64)> {
-                        let seconds = t0.elapsed().as_secs_f64();
-                        Ok((run_logits(outs, io, b.len(), name)?.into_owned(), seconds))
-                    });
-                    failed = ran.is_err();
-                    if finished.send(ran.map(|(l, s)| (index, b, l, s))).is_err() {
-                        failed = true;
-                    }
-                }
-            });
+    let (finished, done) = mpsc::channel::<Done>();
+    let mut waiting: BTreeMap<usize, (squad::Batch, RunLogits<'static>, f64)> = BTreeMap::new();
+    let mut next = 0;
+    let mut take = |(index, b, l, s): Done| -> Result<()> {
+        waiting.insert(index, (b, l, s));
+        while let Some((b, l, s)) = waiting.remove(&next) {
+            answers.take(&b, &l, s)?;
+            progress.advance(questions_done(&b));
+            next += 1;
         }
-        drop(finished);
-        // Feeds the queue and makes the answers of what has come back, in order; an error stops the feeding (the
-        // sessions finish what is queued) and is returned.
-        let mut waiting: BTreeMap<usize, (squad::Batch, RunLogits<'static>, f64)> = BTreeMap::new();
-        let mut next = 0;
-        let mut take = |d: Result<Done>| -> Result<()> {
-            let (index, b, l, s) = d?;
-            waiting.insert(index, (b, l, s));
-            while let Some((b, l, s)) = waiting.remove(&next) {
-                answers.take(&b, &l, s)?;
-                progress.advance(questions_done(&b));
-                next += 1;
-            }
-            Ok(())
-        };
-        let mut sent = 0;
-        let fed = (|| -> Result<()> {
+        Ok(())
+    };
+    // Feeds the queue and makes the answers of what has come back, in order, as it goes.
+    let sent = crate::spread::spread(
+        sessions,
+        name,
+        |send| {
+            let mut sent = 0;
             for b in data.batches(batch)? {
-                todo.send((sent, b?))
-                    .map_err(|_| Error::Config(format!("{name}: every evaluation session stopped")))?;
+                send((sent, b?))?;
                 sent += 1;
                 while let Ok(d) = done.try_recv() {
                     take(d)?;
                 }
             }
-            Ok(())
-        })();
-        drop(todo);
-        fed?;
-        for d in done.iter() {
-            take(d)?;
-        }
-        if next < sent {
-            return Err(Error::Config(format!("{name}: {} of {sent} batches came back from the sessions", next)));
-        }
-        Ok(())
-    })
+            Ok(sent)
+        },
+        |session, (index, b): (usize, squad::Batch)| {
+            let t0 = Instant::now();
+            let (l, s) = session.run_with(&b.inputs(io), &outputs, |outs| -> Result<(RunLogits<'static>, f64)> {
+                let seconds = t0.elapsed().as_secs_f64();
+                Ok((run_logits(outs, io, b.len(), name)?.into_owned(), seconds))
+            })?;
+            finished.send((index, b, l, s)).map_err(|_| Error::Config(format!("{name}: the answers stopped")))
+        },
+    )?;
+    drop(finished);
+    for d in done.iter() {
+        take(d)?;
+    }
+    if next < sent {
+        return Err(Error::Config(format!("{name}: {next} of {sent} batches came back from the sessions")));
+    }
+    Ok(())
 }

@@ -28,6 +28,7 @@ mod provenance;
 mod report;
 mod settings;
 mod speed;
+mod spread;
 mod tune;
 
 pub use calibrate::{
