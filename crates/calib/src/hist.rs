@@ -207,11 +207,14 @@ fn add_into(a: &mut [u64], b: &[u64]) {
 /// store-to-load chains of values that repeat a bin (common in activations: zeros after ReLU-like ops, saturated
 /// softmax).
 const LANES: usize = 4;
+/// Indices checked at once for a run of one bin.
+const RUN: usize = 16;
 /// Values binned between two flushes of the `u32` lanes into the `u64` counts, so a lane cannot overflow.
 const FLUSH_EVERY: u64 = 1 << 31;
 
 /// Fills one [`Histogram`] from one thread, block after block: bin indices are computed for a block at a time
-/// (a loop the compiler vectorises) and scattered into `LANES` interleaved `u32` sub-histograms, which are
+/// (a loop the compiler vectorises) and scattered into `LANES` interleaved `u32` sub-histograms (a run of `RUN`
+/// indices of one bin, such as masked attention's zeros, is added at once), which are
 /// flushed into the histogram's counts before its grid changes, every [`FLUSH_EVERY`] values and at the end.
 /// Each lane has one extra slot at its end that collects non-finite and out-of-grid values and is discarded.
 pub(crate) struct Filler {
@@ -267,7 +270,32 @@ impl Filler {
             else {
                 return;
             };
-            let mut quads = self.idx.chunks_exact(LANES);
+            let mut runs = self.idx.chunks_exact(RUN);
+            for r in &mut runs {
+                // A run of one bin (zeros after masking, saturated values) is counted at once.
+                let first = r[0];
+                if r.iter().fold(true, |same, &i| same & (i == first)) {
+                    if let Some(c) = l0.get_mut(first as usize) {
+                        *c += RUN as u32;
+                    }
+                    continue;
+                }
+                for q in r.chunks_exact(LANES) {
+                    if let Some(c) = l0.get_mut(q[0] as usize) {
+                        *c += 1;
+                    }
+                    if let Some(c) = l1.get_mut(q[1] as usize) {
+                        *c += 1;
+                    }
+                    if let Some(c) = l2.get_mut(q[2] as usize) {
+                        *c += 1;
+                    }
+                    if let Some(c) = l3.get_mut(q[3] as usize) {
+                        *c += 1;
+                    }
+                }
+            }
+            let mut quads = runs.remainder().chunks_exact(LANES);
             for q in &mut quads {
                 // Every index is at most `len` (the discard slot), so none of these can miss.
                 if let Some(c) = l0.get_mut(q[0] as usize) {

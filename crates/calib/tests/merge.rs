@@ -158,8 +158,8 @@ fn one_large_batch_matches_the_histogram_definition() {
 
 #[test]
 fn zero_runs_and_tensors_in_turn_match_the_histogram_definition() {
-    // Runs of exact zeros of many lengths (padding, masked attention), tiny values on either side of zero (bin 0 and
-    // bin -1), -0.0, and several tensors binned one after the other on one thread and in one batch: every histogram
+    // Runs of exact zeros of many lengths (padding, masked attention), runs of one non-zero value and of NaN, tiny
+    // values on either side of zero (bin 0 and bin -1), -0.0, and several tensors binned one after the other on one thread and in one batch: every histogram
     // must still be its definition (a binning shortcut for the zero bin or scratch reused between tensors would show).
     let mut rng = 7u64;
     let mut next = || {
@@ -170,14 +170,16 @@ fn zero_runs_and_tensors_in_turn_match_the_histogram_definition() {
         .map(|t| {
             let mut data = Vec::new();
             for run in 0..400 {
-                data.extend(std::iter::repeat_n(0.0f32, (run * 7 + t) % 19));
-                let x = match next() % 4 {
+                data.extend(std::iter::repeat_n(0.0f32, (run * 7 + t) % 71));
+                let x = match next() % 5 {
                     0 => 1e-7,
                     1 => -1e-7,
                     2 => -0.0,
+                    3 => f32::NAN,
                     _ => (next() % 2000) as f32 / 100.0 - 10.0,
                 };
-                data.push(x * (t + 1) as f32);
+                // Runs of one non-zero value too (saturated activations), and of NaN (never counted).
+                data.extend(std::iter::repeat_n(x * (t + 1) as f32, 1 + (run % 3) * (next() % 40) as usize));
             }
             data
         })
