@@ -251,7 +251,7 @@ fn e2e_help_documents_every_seed_flag() {
     ] {
         assert!(help.contains(flag), "{flag} not in qdq e2e --help");
     }
-    for default in ["[default: 64]", "[default: 128]", "[default: 100]"] {
+    for default in ["Default: 64, or half the sequence length", "Default: 128, or half the window", "[default: 100]"] {
         assert!(help.contains(default), "{default} not in help");
     }
     // --seq-len defaults to the model's own fixed length, else to the seeds' 384.
@@ -1163,4 +1163,36 @@ fn a_model_with_external_data_evaluates_and_quantizes_as_the_same_model_inline()
     assert_eq!(answers[0], answers[1]);
     let read = |p: &Path| std::fs::read(p).unwrap();
     assert_eq!(read(&f.model.with_extension("dynamic.onnx")), read(&ext.with_extension("dynamic.onnx")));
+}
+
+/// A model that embeds 64 positions, run without any window flag: the sequence length follows its position table and
+/// the query length and window step shrink with it (each logged), where 384 / 64 / 128 would not fit; a query length
+/// that does not fit is one error naming both flags.
+#[test]
+fn window_defaults_follow_a_short_position_table() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let base = ["eval", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap()];
+    let base = [&base[..], &["--dataset", data.to_str().unwrap()]].concat();
+    let o = qdq(&[&base[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("the model embeds 64 positions") && err.contains("features of 64 tokens"), "{err}");
+    assert!(err.contains("queries of at most 32 tokens") && err.contains("a step of 14 tokens"), "{err}");
+    let defaults: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The same features as the flags spelled out give.
+    let spelled = qdq(&[&base[..], &["--json", "--seq-len", "64", "--query-len", "32", "--doc-stride", "14"]].concat());
+    assert!(spelled.status.success(), "{}", stderr(&spelled));
+    let spelled: serde_json::Value = serde_json::from_slice(&spelled.stdout).unwrap();
+    let features = |v: &serde_json::Value| v["latency"]["features"].as_u64().unwrap();
+    assert_eq!(features(&defaults), features(&spelled));
+    assert!(features(&defaults) > defaults["questions"].as_u64().unwrap(), "overlapping windows: more features");
+    assert_eq!(defaults["f1"].as_f64().unwrap(), spelled["f1"].as_f64().unwrap());
+    let e = one_error(&qdq(&[&base[..], &["--query-len", "64"]].concat()));
+    assert!(
+        e.contains("--seq-len 64 leaves no room for --query-len 64") && e.contains("--query-len 60 or less"),
+        "{e}"
+    );
+    let e = one_error(&qdq(&[&base[..], &["--seq-len", "4"]].concat()));
+    assert!(e.contains("--seq-len 4 is too short"), "{e}");
 }

@@ -665,7 +665,7 @@ fn stacked_shape(v: &onnx_ir::proto::ValueInfoProto) -> bool {
 
 /// The position-embedding table and its rows: the table of ORT's EmbedLayerNormalization (input 3), else the one float
 /// 2-D table a Gather reads with indices that are not a graph input (preferring a name with "position").
-fn position_rows(model: &Model) -> Option<(String, i64)> {
+pub(crate) fn position_rows(model: &Model) -> Option<(String, i64)> {
     let g = model.graph();
     let rows = |t: &str| g.initializer(t).filter(|t| t.dims.len() == 2).map(|t| (t.name().to_owned(), t.dims[0]));
     if let Some(n) = g.node.iter().find(|n| n.op_type() == "EmbedLayerNormalization") {

@@ -260,15 +260,18 @@ pub struct DataSettings {
     )]
     pub version: SquadVersion,
     /// Sequence length of a feature (query + window + 3 special tokens). Default: the model's own when its inputs
-    /// declare a fixed one (e.g. [batch, 256]; every batch is then padded to it), else 384.
+    /// declare a fixed one (e.g. [batch, 256]; every batch is then padded to it), else 384, or fewer when the model's
+    /// position-embedding table has fewer rows (a model trained on 128 positions gets 128).
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "seq_len", value_name = "N"))]
     pub seq_len: Option<usize>,
-    /// Maximum query length in tokens (longer questions are truncated).
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 64, visible_alias = "query_len", value_name = "N"))]
-    pub query_len: usize,
-    /// Step between the starts of consecutive windows over a long context, in tokens.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 128, visible_alias = "doc_stride", value_name = "N"))]
-    pub doc_stride: usize,
+    /// Maximum query length in tokens (longer questions are truncated). Default: 64, or half the sequence length
+    /// when that is shorter (32 for --seq-len 64).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "query_len", value_name = "N"))]
+    pub query_len: Option<usize>,
+    /// Step between the starts of consecutive windows over a long context, in tokens. Default: 128, or half the
+    /// window when the window (--seq-len - --query-len - 3) is not longer than 128, so windows still overlap.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "doc_stride", value_name = "N"))]
+    pub doc_stride: Option<usize>,
     /// Model input/output names. auto (the default): found in the graph (token ids feed the word-embedding Gather,
     /// segment ids the small one (or a OneHot of depth <= 16, as TF exports look up token types), position ids (if an
     /// input) the position table, the mask is the other integer input;
@@ -287,8 +290,12 @@ pub struct DataSettings {
     pub pad_to_max: bool,
 }
 
-/// The sequence length every feature gets when none is asked for and the model does not fix one.
+/// The sequence length every feature gets when none is asked for and the model does not fix or limit one.
 pub const DEFAULT_SEQ_LEN: usize = 384;
+/// The longest query when none is asked for (at most half the sequence length).
+pub const DEFAULT_QUERY_LEN: usize = 64;
+/// The step between windows when none is asked for (at most half the window when the window is not longer).
+pub const DEFAULT_DOC_STRIDE: usize = 128;
 
 impl DataSettings {
     /// The checked data configuration (window sizes validated) for the model at `model` (a file; see
@@ -296,9 +303,9 @@ impl DataSettings {
     /// else vocab.txt), else squad/vocab.txt.
     pub fn config(&self, model: &Path) -> Result<DataConfig> {
         // Only the graph is read here; a file that cannot be read is reported by whatever loads it next.
-        let declared = match onnx_ir::Model::load_graph_only(model) {
-            Ok(m) => DeclaredShape::of(&m, model)?,
-            Err(_) => DeclaredShape::default(),
+        let (declared, positions) = match onnx_ir::Model::load_graph_only(model) {
+            Ok(m) => (DeclaredShape::of(&m, model)?, crate::data::position_rows(&m)),
+            Err(_) => (DeclaredShape::default(), None),
         };
         if let Some(b) = declared.batch {
             tracing::info!(
@@ -331,10 +338,19 @@ impl DataSettings {
                 );
                 fixed
             }
-            (asked, None) => asked.unwrap_or(DEFAULT_SEQ_LEN),
+            (Some(asked), None) => asked,
+            (None, None) => match positions {
+                Some((table, rows)) if rows > 0 && (rows as usize) < DEFAULT_SEQ_LEN => {
+                    tracing::info!(
+                        "{}: the model embeds {rows} positions (`{table}`): features of {rows} tokens (--seq-len)",
+                        model.display()
+                    );
+                    rows as usize
+                }
+                _ => DEFAULT_SEQ_LEN,
+            },
         };
-        let features =
-            FeatureConfig { max_seq_len: seq_len, doc_stride: self.doc_stride, max_query_len: self.query_len };
+        let features = self.windows(seq_len)?;
         features.validate()?;
         let dir = model.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let (vocab, tokenizer_json) = match (&self.vocab, &self.tokenizer_json) {
@@ -363,6 +379,53 @@ impl DataSettings {
             },
             fixed_batch: declared.batch,
         })
+    }
+}
+
+impl DataSettings {
+    /// The window settings for features of `seq_len` tokens: --query-len and --doc-stride as given (checked to fit, the
+    /// error naming the flags), else their defaults scaled down for a short sequence (logged when they are).
+    fn windows(&self, seq_len: usize) -> Result<FeatureConfig> {
+        // [CLS], [SEP], [SEP] and at least one query and one context token.
+        if seq_len < 5 {
+            return Err(Error::Config(format!(
+                "--seq-len {seq_len} is too short: a feature holds [CLS], the query, [SEP], the context and [SEP] (at \
+                 least 5 tokens)"
+            )));
+        }
+        let query_len = match self.query_len {
+            Some(0) => return Err(Error::Config("--query-len must be at least 1".into())),
+            Some(q) if seq_len < q + 4 => {
+                return Err(Error::Config(format!(
+                    "--seq-len {seq_len} leaves no room for --query-len {q}: a feature holds [CLS], the query, [SEP], at \
+                     least one context token and [SEP]; give --query-len {} or less, or a longer --seq-len",
+                    seq_len - 4
+                )));
+            }
+            Some(q) => q,
+            None => {
+                let q = DEFAULT_QUERY_LEN.min(seq_len / 2);
+                if q < DEFAULT_QUERY_LEN {
+                    tracing::info!("--seq-len {seq_len}: queries of at most {q} tokens (--query-len; default 64)");
+                }
+                q
+            }
+        };
+        let window = seq_len - query_len - 3;
+        let doc_stride = match self.doc_stride {
+            Some(0) => return Err(Error::Config("--doc-stride must be at least 1".into())),
+            Some(s) => s,
+            None if window <= DEFAULT_DOC_STRIDE => {
+                let s = (window / 2).max(1);
+                tracing::info!(
+                    "windows of {window} context tokens: a step of {s} tokens between them (--doc-stride; default 128), \
+                     so they overlap"
+                );
+                s
+            }
+            None => DEFAULT_DOC_STRIDE,
+        };
+        Ok(FeatureConfig { max_seq_len: seq_len, doc_stride, max_query_len: query_len })
     }
 }
 

@@ -20,8 +20,8 @@ fn data_settings() -> DataSettings {
         lowercase: true,
         version: SquadVersion::V1_1,
         seq_len: Some(64),
-        query_len: 16,
-        doc_stride: 24,
+        query_len: Some(16),
+        doc_stride: Some(24),
         io_names: IoNames::Hf,
         pad_to_max: false,
     }
@@ -387,7 +387,7 @@ fn sessions_side_by_side_answer_as_one_session() {
     let model = build(&TinyBertConfig::default());
     let bytes = model.to_bytes().unwrap();
     // Short windows: long contexts span several features, so their order matters.
-    let settings = DataSettings { seq_len: Some(24), doc_stride: 4, ..data_settings() };
+    let settings = DataSettings { seq_len: Some(24), doc_stride: Some(4), ..data_settings() };
     let cfg = settings.config(Path::new("model.onnx")).unwrap();
     let tok = cfg.tokenizer().unwrap();
     let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
