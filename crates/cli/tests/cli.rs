@@ -992,7 +992,14 @@ fn debug_confirm_scores_the_top_nodes_and_agrees_with_eval() {
     assert!(nodes.len() > 3, "{report:#}");
     for (i, n) in nodes.iter().enumerate() {
         assert_eq!(n["f1_recovered"].is_f64(), i < 3, "{report:#}");
+        assert_eq!(n["f1_two_se"].as_f64().is_some_and(|se| se >= 0.0), i < 3, "{report:#}");
     }
+    // The count of effects outside their noise is the one the two columns give.
+    let outside = nodes[..3]
+        .iter()
+        .filter(|n| n["f1_recovered"].as_f64().unwrap().abs() > n["f1_two_se"].as_f64().unwrap())
+        .count();
+    assert_eq!(c["outside_noise"].as_u64(), Some(outside as u64), "{report:#}");
     // Three nodes: a correlation, unless one column is constant (the tiny model's F1 on 5 questions may not move).
     let r = &c["rank_correlation"];
     assert!(r.is_null() || r.as_f64().is_some_and(|r| (-1.0..=1.0).contains(&r)), "{report:#}");

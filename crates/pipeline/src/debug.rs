@@ -110,6 +110,9 @@ pub struct NodeSensitivity {
     pub recovered: f64,
     /// With --confirm, for the first nodes: F1 with this node's inputs in float minus the QDQ model's F1.
     pub f1_recovered: Option<f64>,
+    /// With --confirm: twice the standard error of `f1_recovered` over the scored questions (paired by question): an
+    /// effect inside ± this is as large as which answers happen to flip.
+    pub f1_two_se: Option<f64>,
 }
 
 impl LogitAgreement {
@@ -480,7 +483,15 @@ impl Runs {
             let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
             inputs.dedup();
             let op_type = op_of.get(node.as_str()).copied().unwrap_or("?").to_owned();
-            out.push(NodeSensitivity { node, op_type, inputs, logits: a, recovered, f1_recovered: None });
+            out.push(NodeSensitivity {
+                node,
+                op_type,
+                inputs,
+                logits: a,
+                recovered,
+                f1_recovered: None,
+                f1_two_se: None,
+            });
         }
         progress.finish();
         out.sort_by(|a, b| a.logits.kl().total_cmp(&b.logits.kl()));
@@ -534,6 +545,7 @@ impl Report for DebugReport {
                 "logits": n.logits,
                 "recovered": finite(n.recovered),
                 "f1_recovered": n.f1_recovered,
+                "f1_two_se": n.f1_two_se,
             })).collect::<Vec<_>>(),
             "confirmation": self.confirmation,
         })
@@ -625,7 +637,11 @@ impl fmt::Display for DebugReport {
                 n.op_type.clone(),
                 format!("{:.4}", n.logits.kl()),
                 format!("{:.0} %", 100.0 * n.recovered),
-                n.f1_recovered.map_or_else(String::new, |d| format!("{d:+.2}")),
+                match (n.f1_recovered, n.f1_two_se) {
+                    (Some(d), Some(se)) if se.is_finite() => format!("{d:+.2} ± {se:.2}"),
+                    (Some(d), _) => format!("{d:+.2}"),
+                    _ => String::new(),
+                },
                 format!("{:.1} %", 50.0 * (n.logits.argmax_start + n.logits.argmax_end)),
                 n.inputs.join(", "),
             ]);
@@ -644,8 +660,22 @@ impl fmt::Display for DebugReport {
                 c.questions,
                 c.fp32_f1,
                 c.qdq_f1,
-                c.rank_correlation.map_or_else(|| "n/a (under 3 nodes)".to_owned(), |r| format!("{r:+.2}"))
+                c.rank_correlation
+                    .map_or_else(|| "n/a (under 3 nodes, or one column constant)".to_owned(), |r| format!("{r:+.2}"))
             )?;
+            let confirmed = self.sensitivity.iter().filter(|n| n.f1_recovered.is_some()).count();
+            write!(
+                f,
+                ". Effects outside their ± 2 SE (the spread of which answers happen to flip): {} of {confirmed}",
+                c.outside_noise
+            )?;
+            if c.outside_noise == 0 && confirmed > 0 {
+                write!(
+                    f,
+                    " (on these questions no single node's F1 effect can be told from that spread, so F1 cannot check \
+                     the order: more questions, or a model where single nodes matter, can)"
+                )?;
+            }
         }
         Ok(())
     }

@@ -273,7 +273,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     let v2 = matches!(job.data.version, crate::SquadVersion::V2_0) || gold.is_v2();
     let fp32_questions = squad_metrics::question_f1(&gold, &fp32.predictions, v2);
     let delta_se = |predictions: &HashMap<String, String>| -> f64 {
-        paired_standard_error(&squad_metrics::question_f1(&gold, predictions, v2), &fp32_questions)
+        squad_metrics::paired_standard_error(&squad_metrics::question_f1(&gold, predictions, v2), &fp32_questions)
     };
     let screen = Screen::new(&gold, &fp32.margins, job.screen);
     if let Some(s) = &screen {
@@ -842,18 +842,6 @@ impl Screen {
     }
 }
 
-/// Standard error, in F1 points, of the mean of `ours - theirs` (per-question F1 in 0..1, paired by question): the
-/// sample standard deviation of the differences over the square root of their number; NaN under two questions.
-fn paired_standard_error(ours: &[f64], theirs: &[f64]) -> f64 {
-    let d: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| 100.0 * (a - b)).collect();
-    let n = d.len() as f64;
-    if d.len() < 2 {
-        return f64::NAN;
-    }
-    let mean = d.iter().sum::<f64>() / n;
-    (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
-}
-
 /// "4.2 s", "2 min 08 s".
 fn duration(seconds: f64) -> String {
     if seconds < 60.0 {
@@ -1058,16 +1046,6 @@ mod tests {
             phase_seconds: BTreeMap::new(),
             fail_above,
         }
-    }
-
-    #[test]
-    fn the_standard_error_is_that_of_the_paired_differences() {
-        // Differences (points) 0, 0, 100, -100: mean 0, sample variance 20000/3, SE sqrt(20000/3/4) = 40.82.
-        let se = paired_standard_error(&[1.0, 0.5, 1.0, 0.0], &[1.0, 0.5, 0.0, 1.0]);
-        assert!((se - (20000.0f64 / 3.0 / 4.0).sqrt()).abs() < 1e-9, "{se}");
-        // The same answers everywhere: no spread at all; one question: undefined.
-        assert_eq!(paired_standard_error(&[0.3, 0.9], &[0.3, 0.9]), 0.0);
-        assert!(paired_standard_error(&[1.0], &[0.0]).is_nan());
     }
 
     /// Ten questions with margins 9, 8, ..., 0 (question "q9" nearest to flipping), "q3" unanswered.

@@ -400,6 +400,28 @@ pub fn question_f1(dataset: &Dataset, predictions: &HashMap<String, String>, v2:
         .collect()
 }
 
+/// Standard error, in F1 points, of the mean of `ours - theirs` (per-question F1 in 0..1 as [`question_f1`] gives
+/// them, paired by question): the sample standard deviation of the differences over the square root of their number;
+/// NaN under two questions. Twice it is how far two models' F1 difference moves with which questions were drawn.
+///
+/// ```
+/// // Differences (points) 0, 0, 100, -100: mean 0, sample variance 20000/3, SE sqrt(20000/3/4).
+/// let se = qdq_squad_metrics::paired_standard_error(&[1.0, 0.5, 1.0, 0.0], &[1.0, 0.5, 0.0, 1.0]);
+/// assert!((se - (20000.0f64 / 3.0 / 4.0).sqrt()).abs() < 1e-9);
+/// // The same answers everywhere: no spread at all; one question: undefined.
+/// assert_eq!(qdq_squad_metrics::paired_standard_error(&[0.3, 0.9], &[0.3, 0.9]), 0.0);
+/// assert!(qdq_squad_metrics::paired_standard_error(&[1.0], &[0.0]).is_nan());
+/// ```
+pub fn paired_standard_error(ours: &[f64], theirs: &[f64]) -> f64 {
+    let d: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| 100.0 * (a - b)).collect();
+    let n = d.len() as f64;
+    if d.len() < 2 {
+        return f64::NAN;
+    }
+    let mean = d.iter().sum::<f64>() / n;
+    (d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) / n).sqrt()
+}
+
 /// SQuAD v1.1 result, serialised like the official script (`exact_match`, `f1`; the counts are skipped).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricsV1 {

@@ -21,6 +21,9 @@ pub struct Confirmation {
     /// Spearman's rank correlation between the KL recovered and the F1 recovered over the confirmed nodes (1: the
     /// same order; `None` under 3 nodes).
     pub rank_correlation: Option<f64>,
+    /// How many confirmed nodes' F1 recovered lies outside its ± 2 SE ([`super::NodeSensitivity::f1_two_se`]): with
+    /// none, which answers happen to flip moves each effect as much as the node does, and F1 cannot check the order.
+    pub outside_noise: usize,
 }
 
 /// F1 on the first `--confirm-samples` questions of FP32, `int8` and `int8` with each of the first `--confirm` nodes
@@ -43,23 +46,46 @@ pub(super) fn confirm(
     } else {
         fp32_session.clone()
     };
-    let f1 = |source: runtime::ModelSource<'_>, name: &str, session: &runtime::SessionConfig| -> Result<f64> {
+    let f1 = |source: runtime::ModelSource<'_>, name: &str, session: &runtime::SessionConfig| {
         let opts = EvalOptions::throughput(1, session.clone());
-        Ok(evaluate(source, name, &data, &opts, &format!("confirming: {name}"), progress)?.score.f1)
+        evaluate(source, name, &data, &opts, &format!("confirming: {name}"), progress)
     };
-    let fp32_f1 = f1(runtime::ModelSource::File(fp32_path), "FP32", &fp32_session)?;
-    let qdq_f1 = f1(runtime::ModelSource::Bytes(&int8.to_bytes()?), "QDQ model", &int8_session)?;
+    // Per-question F1 of the scored questions (the first --confirm-samples of the dataset, 0 = all).
+    let gold = squad_metrics::load_dataset(&job.dataset)
+        .map_err(|e| crate::Error::Input { path: job.dataset.clone(), reason: e.to_string() })?;
+    let gold = if job.confirm_samples == 0 { gold } else { gold.first_n(job.confirm_samples) };
+    let v2 = matches!(job.data.version, crate::SquadVersion::V2_0) || gold.is_v2();
+    let per_question = |e: &crate::evaluate::Evaluation| squad_metrics::question_f1(&gold, &e.predictions, v2);
+    let fp32_f1 = f1(runtime::ModelSource::File(fp32_path), "FP32", &fp32_session)?.score.f1;
+    let qdq = f1(runtime::ModelSource::Bytes(&int8.to_bytes()?), "QDQ model", &int8_session)?;
+    let (qdq_f1, qdq_questions) = (qdq.score.f1, per_question(&qdq));
     let n = job.confirm.min(sensitivity.len());
     for s in sensitivity.iter_mut().take(n) {
         let model = qdq::with_float_inputs(int8, &std::collections::HashSet::from([s.node.as_str()]));
         let name = format!("{} in float", s.node);
-        let f1 = f1(runtime::ModelSource::Bytes(&model.to_bytes()?), &name, &int8_session)?;
-        progress.note(&format!("{name}: F1 {f1:.2} ({:+.2} against the QDQ model's {qdq_f1:.2})", f1 - qdq_f1));
+        let e = f1(runtime::ModelSource::Bytes(&model.to_bytes()?), &name, &int8_session)?;
+        let two_se = 2.0 * squad_metrics::paired_standard_error(&per_question(&e), &qdq_questions);
+        let f1 = e.score.f1;
+        progress.note(&format!(
+            "{name}: F1 {f1:.2} ({:+.2} ± {two_se:.2} against the QDQ model's {qdq_f1:.2})",
+            f1 - qdq_f1
+        ));
         s.f1_recovered = Some(f1 - qdq_f1);
+        s.f1_two_se = Some(two_se);
     }
     let kl: Vec<f64> = sensitivity[..n].iter().map(|s| s.recovered).collect();
     let f1: Vec<f64> = sensitivity[..n].iter().filter_map(|s| s.f1_recovered).collect();
-    Ok(Confirmation { questions: data.questions(), fp32_f1, qdq_f1, rank_correlation: spearman(&kl, &f1) })
+    let outside_noise = sensitivity[..n]
+        .iter()
+        .filter(|s| matches!((s.f1_recovered, s.f1_two_se), (Some(d), Some(se)) if d.abs() > se))
+        .count();
+    Ok(Confirmation {
+        questions: data.questions(),
+        fp32_f1,
+        qdq_f1,
+        rank_correlation: spearman(&kl, &f1),
+        outside_noise,
+    })
 }
 
 /// Spearman's rank correlation of two equally long lists (ties get their mean rank); `None` under 3 values or when
