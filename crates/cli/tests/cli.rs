@@ -1202,4 +1202,7 @@ fn window_defaults_follow_a_short_position_table() {
     );
     let e = one_error(&qdq(&[&base[..], &["--seq-len", "4"]].concat()));
     assert!(e.contains("--seq-len 4 is too short"), "{e}");
+    // The shortest sequence that holds a query and a context token runs with the defaults.
+    let o = qdq(&[&base[..], &["--seq-len", "5"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -404,7 +404,7 @@ impl DataSettings {
             }
             Some(q) => q,
             None => {
-                let q = DEFAULT_QUERY_LEN.min(seq_len / 2);
+                let q = DEFAULT_QUERY_LEN.min(seq_len / 2).min(seq_len - 4);
                 if q < DEFAULT_QUERY_LEN {
                     tracing::info!("--seq-len {seq_len}: queries of at most {q} tokens (--query-len; default 64)");
                 }
