@@ -636,7 +636,8 @@ impl fmt::Display for DebugReport {
                 n.node.clone(),
                 n.op_type.clone(),
                 format!("{:.4}", n.logits.kl()),
-                format!("{:.0} %", 100.0 * n.recovered),
+                // `+ 0.0` turns a -0 that rounds from a tiny loss into 0 (no "-0 %" in the table).
+                format!("{:.0} %", (100.0 * n.recovered).round() + 0.0),
                 match (n.f1_recovered, n.f1_two_se) {
                     (Some(d), Some(se)) if se.is_finite() => format!("{d:+.2} ± {se:.2}"),
                     (Some(d), _) => format!("{d:+.2}"),
