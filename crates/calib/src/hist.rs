@@ -270,47 +270,22 @@ impl Filler {
             else {
                 return;
             };
+            let mut l = [l0, l1, l2, l3];
             let mut runs = self.idx.chunks_exact(RUN);
             for r in &mut runs {
                 // A run of one bin (zeros after masking, saturated values) is counted at once.
                 let first = r[0];
                 if r.iter().fold(true, |same, &i| same & (i == first)) {
-                    if let Some(c) = l0.get_mut(first as usize) {
+                    if let Some(c) = l[0].get_mut(first as usize) {
                         *c += RUN as u32;
                     }
                     continue;
                 }
-                for q in r.chunks_exact(LANES) {
-                    if let Some(c) = l0.get_mut(q[0] as usize) {
-                        *c += 1;
-                    }
-                    if let Some(c) = l1.get_mut(q[1] as usize) {
-                        *c += 1;
-                    }
-                    if let Some(c) = l2.get_mut(q[2] as usize) {
-                        *c += 1;
-                    }
-                    if let Some(c) = l3.get_mut(q[3] as usize) {
-                        *c += 1;
-                    }
-                }
+                r.chunks_exact(LANES).for_each(|q| scatter(&mut l, q));
             }
             let mut quads = runs.remainder().chunks_exact(LANES);
-            for q in &mut quads {
-                // Every index is at most `len` (the discard slot), so none of these can miss.
-                if let Some(c) = l0.get_mut(q[0] as usize) {
-                    *c += 1;
-                }
-                if let Some(c) = l1.get_mut(q[1] as usize) {
-                    *c += 1;
-                }
-                if let Some(c) = l2.get_mut(q[2] as usize) {
-                    *c += 1;
-                }
-                if let Some(c) = l3.get_mut(q[3] as usize) {
-                    *c += 1;
-                }
-            }
+            quads.by_ref().for_each(|q| scatter(&mut l, q));
+            let [l0, ..] = l;
             for &i in quads.remainder() {
                 if let Some(c) = l0.get_mut(i as usize) {
                     *c += 1;
@@ -337,6 +312,24 @@ impl Filler {
     pub(crate) fn finish(mut self) -> Histogram {
         self.flush();
         self.hist
+    }
+}
+
+/// One value of each of `q`'s four indices into its own lane. Every index is at most the lane's discard slot, so none
+/// of these can miss.
+#[inline(always)]
+fn scatter(l: &mut [&mut [u32]; LANES], q: &[u32]) {
+    if let Some(c) = l[0].get_mut(q[0] as usize) {
+        *c += 1;
+    }
+    if let Some(c) = l[1].get_mut(q[1] as usize) {
+        *c += 1;
+    }
+    if let Some(c) = l[2].get_mut(q[2] as usize) {
+        *c += 1;
+    }
+    if let Some(c) = l[3].get_mut(q[3] as usize) {
+        *c += 1;
     }
 }
 
