@@ -158,7 +158,7 @@ impl Histogram {
         // without coarsening.
         let template = Histogram { counts: vec![0; self.counts.len()], total: 0, max_abs: 0.0, ..self.clone() };
         let fill = |mut f: Filler, chunk: &[f32]| {
-            f.add_on_grid(chunk);
+            f.add_on_grid(chunk, t);
             f
         };
         let partial = if data.len() <= PAR_CHUNK {
@@ -186,13 +186,17 @@ impl Histogram {
         let Some(oe) = other.width_log2 else {
             return true;
         };
-        let mut theirs = other.clone();
         let e = self.width_log2.unwrap_or(oe).max(oe);
         self.coarsen_to(e);
-        theirs.coarsen_to(e);
-        add_into(&mut self.counts, &theirs.counts);
-        self.total += theirs.total;
-        self.max_abs = self.max_abs.max(theirs.max_abs);
+        if oe == e {
+            add_into(&mut self.counts, &other.counts);
+        } else {
+            let mut theirs = other.clone();
+            theirs.coarsen_to(e);
+            add_into(&mut self.counts, &theirs.counts);
+        }
+        self.total += other.total;
+        self.max_abs = self.max_abs.max(other.max_abs);
         true
     }
 }
@@ -219,15 +223,29 @@ const FLUSH_EVERY: u64 = 1 << 31;
 /// Each lane has one extra slot at its end that collects non-finite and out-of-grid values and is discarded.
 pub(crate) struct Filler {
     hist: Histogram,
+    /// The lanes, taken from this thread's [`LANE_POOL`] and given back all zero.
     sub: Vec<u32>,
     pending: u64,
     idx: Vec<u32>,
+    /// Bins the lanes may hold counts in since the last flush (`lo > hi`: none), so a flush reads and clears only
+    /// those: a histogram of 16,002 bins whose values of one batch fill a few hundred is not swept whole per batch.
+    lo: usize,
+    hi: usize,
 }
+
+thread_local! {
+    /// Zeroed lane buffers of finished [`Filler`]s, for the next ones on this thread: one batch's tensor is often
+    /// smaller than its lanes (16,002 bins x 4 lanes is 256 KB), which would otherwise be allocated, zeroed and
+    /// freed per tensor per batch.
+    static LANE_POOL: std::cell::RefCell<Vec<Vec<u32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+/// Buffers kept per thread in [`LANE_POOL`] (a calibration pass fills at most two histograms per tensor at once).
+const POOL_KEEP: usize = 4;
 
 impl Filler {
     /// Starts from `hist` (its counts are kept and added to).
     pub(crate) fn new(hist: Histogram) -> Self {
-        Filler { hist, sub: Vec::new(), pending: 0, idx: Vec::new() }
+        Filler { hist, sub: Vec::new(), pending: 0, idx: Vec::new(), lo: 1, hi: 0 }
     }
 
     /// Counts the finite values of `block`, whose largest finite `|x|` is `block_max_abs` and which has `finite`
@@ -244,19 +262,30 @@ impl Filler {
         }
         self.hist.max_abs = t;
         self.hist.total += finite;
-        self.add_on_grid(block);
+        self.add_on_grid(block, block_max_abs);
     }
 
-    /// Bins `block` on the current grid without touching `max_abs` or `total` (the caller accounts for them).
-    fn add_on_grid(&mut self, block: &[f32]) {
+    /// Bins `block`, whose finite values lie within `+-max_abs`, on the current grid without touching the
+    /// histogram's `max_abs` or `total` (the caller accounts for them).
+    fn add_on_grid(&mut self, block: &[f32], max_abs: f32) {
         let Some(e) = self.hist.width_log2 else {
             return;
         };
         let len = self.hist.counts.len();
         if self.sub.len() != LANES * (len + 1) {
-            self.sub = vec![0; LANES * (len + 1)];
+            self.give_back();
+            self.sub = LANE_POOL
+                .with_borrow_mut(|pool| {
+                    pool.iter().position(|b| b.len() == LANES * (len + 1)).map(|i| pool.swap_remove(i))
+                })
+                .unwrap_or_else(|| vec![0; LANES * (len + 1)]);
         }
         let grid = Grid::new(e, if self.hist.signed { self.hist.per_side } else { 0 }, self.hist.signed, len);
+        // Bins are monotonic in the value, so `+-max_abs` (or `0..max_abs`) bound the bins this block touches.
+        let mut ends = [0u32; 2];
+        grid.indices(&[if self.hist.signed { -max_abs } else { 0.0 }, max_abs], &mut ends);
+        self.lo = self.lo.min(ends[0].min(len as u32 - 1) as usize);
+        self.hi = self.hi.max(ends[1].min(len as u32 - 1) as usize);
         for piece in block.chunks(BLOCK) {
             if self.pending + piece.len() as u64 > FLUSH_EVERY {
                 self.flush();
@@ -294,24 +323,57 @@ impl Filler {
         }
     }
 
+    /// Adds the lanes into the counts and clears them (only the bins touched since the last flush, and the
+    /// discard slots).
     fn flush(&mut self) {
         if self.pending == 0 {
             return;
         }
-        let stride = self.hist.counts.len() + 1;
-        for lane in self.sub.chunks_exact_mut(stride) {
-            for (c, s) in self.hist.counts.iter_mut().zip(lane.iter()) {
-                *c += u64::from(*s);
+        let len = self.hist.counts.len();
+        for lane in self.sub.chunks_exact_mut(len + 1) {
+            if self.lo <= self.hi {
+                let (counts, lane) = (&mut self.hist.counts[self.lo..=self.hi], &mut lane[self.lo..=self.hi]);
+                for (c, s) in counts.iter_mut().zip(lane.iter()) {
+                    *c += u64::from(*s);
+                }
+                lane.fill(0);
             }
-            lane.fill(0);
+            lane[len] = 0;
         }
-        self.pending = 0;
+        (self.lo, self.hi, self.pending) = (1, 0, 0);
+    }
+
+    /// Flushes and returns the lanes, all zero, to this thread's pool.
+    fn give_back(&mut self) {
+        self.flush();
+        let sub = std::mem::take(&mut self.sub);
+        if !sub.is_empty() {
+            LANE_POOL.with_borrow_mut(|pool| {
+                if pool.len() < POOL_KEEP {
+                    pool.push(sub);
+                }
+            });
+        }
     }
 
     /// The histogram with everything added.
     pub(crate) fn finish(mut self) -> Histogram {
-        self.flush();
-        self.hist
+        self.give_back();
+        std::mem::replace(&mut self.hist, Histogram::new(false, 1))
+    }
+}
+
+impl Drop for Filler {
+    /// A filler dropped unfinished (a panic in a parallel fold) still hands clean lanes back.
+    fn drop(&mut self) {
+        let sub = std::mem::take(&mut self.sub);
+        if sub.iter().all(|&c| c == 0) {
+            LANE_POOL.with_borrow_mut(|pool| {
+                if pool.len() < POOL_KEEP {
+                    pool.push(sub);
+                }
+            });
+        }
     }
 }
 

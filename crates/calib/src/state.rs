@@ -225,6 +225,18 @@ impl Collected {
         Collected { scan: Scan::empty(), signed: filler(signed), abs: filler(abs) }
     }
 
+    /// Filling `signed` and `abs` themselves (taken out of their places until [`Collected::put_back`]).
+    fn into(signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Self {
+        Collected { scan: Scan::empty(), signed: signed.take().map(Filler::new), abs: abs.take().map(Filler::new) }
+    }
+
+    /// The scan, with the histograms of [`Collected::into`] back in their places.
+    fn put_back(self, signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Scan {
+        *signed = self.signed.map(Filler::finish);
+        *abs = self.abs.map(Filler::finish);
+        self.scan
+    }
+
     /// Scans `data` block by block, binning each block right after its scan, so the data is read from memory
     /// once. Each partial histogram's grid follows its own running max; merging partials (and the tensor's
     /// histogram) is exact, so the result does not depend on how the batch was cut.
@@ -241,17 +253,31 @@ impl Collected {
     }
 }
 
-/// Scan of `data` and its signed / absolute histograms (the kinds and sizes given), in parallel chunks when
-/// `data` is large.
-fn collect(
+/// Scan of `data`, counted into the histograms `signed` and `abs` (those present), in parallel chunks when `data`
+/// is large.
+fn collect(data: &[f32], signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Scan {
+    if data.len() <= PAR_CHUNK {
+        return Collected::into(signed, abs).add(data).put_back(signed, abs);
+    }
+    let (scan, s, a) = collect_parts(data, signed.as_ref(), abs.as_ref());
+    // Same kinds and sizes, so the merges cannot be refused.
+    for (h, part) in [(signed.as_mut(), s), (abs.as_mut(), a)] {
+        if let (Some(h), Some(part)) = (h, part) {
+            let merged = h.merge(&part);
+            debug_assert!(merged);
+        }
+    }
+    scan
+}
+
+/// Scan of `data` and partial signed / absolute histograms on the grids of `signed` and `abs`, from parallel
+/// chunks.
+fn collect_parts(
     data: &[f32],
     signed: Option<&Histogram>,
     abs: Option<&Histogram>,
 ) -> (Scan, Option<Histogram>, Option<Histogram>) {
     let finish = |c: Collected| (c.scan, c.signed.map(Filler::finish), c.abs.map(Filler::finish));
-    if data.len() <= PAR_CHUNK {
-        return finish(Collected::new(signed, abs).add(data));
-    }
     let join_hist = |a: Option<Histogram>, b: Option<Histogram>| match (a, b) {
         (Some(mut a), Some(b)) => {
             a.merge(&b);
@@ -346,7 +372,7 @@ impl CalibState {
     }
 
     fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
-        let (s, signed, abs) = collect(data, t.signed.as_ref(), t.abs.as_ref());
+        let s = collect(data, &mut t.signed, &mut t.abs);
         t.non_finite.nan += s.non_finite.nan;
         t.non_finite.pos_inf += s.non_finite.pos_inf;
         t.non_finite.neg_inf += s.non_finite.neg_inf;
@@ -391,13 +417,6 @@ impl CalibState {
                 None => batch,
                 Some(m) => Range { min: m.min + c * (batch.min - m.min), max: m.max + c * (batch.max - m.max) },
             });
-        }
-        // Same kinds and sizes, so the merges cannot be refused.
-        for (h, part) in [(t.signed.as_mut(), signed), (t.abs.as_mut(), abs)] {
-            if let (Some(h), Some(part)) = (h, part) {
-                let merged = h.merge(&part);
-                debug_assert!(merged);
-            }
         }
     }
 
