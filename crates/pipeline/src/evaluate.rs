@@ -86,6 +86,20 @@ impl Answers<'_> {
     }
 }
 
+/// The first `samples` questions of `dataset` (0: all) for per-question scores (`squad_metrics::question_f1`), and
+/// whether they are scored as SQuAD v2.0 (`version` says so, or the file does).
+pub(crate) fn scored_questions(
+    dataset: &std::path::Path,
+    samples: usize,
+    version: crate::SquadVersion,
+) -> Result<(squad_metrics::Dataset, bool)> {
+    let all = squad_metrics::load_dataset(dataset)
+        .map_err(|e| Error::Input { path: dataset.to_path_buf(), reason: e.to_string() })?;
+    let gold = if samples == 0 { all } else { all.first_n(samples) };
+    let v2 = matches!(version, crate::SquadVersion::V2_0) || gold.is_v2();
+    Ok((gold, v2))
+}
+
 /// Evaluates `model` (`name` is used in messages) on `data`.
 pub fn evaluate(
     model: ModelSource<'_>,

@@ -265,12 +265,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
     };
     let fp32 = eval(&fp32_path, None, "fp32_scoring")?;
     // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
-    let gold = {
-        let all = squad_metrics::load_dataset(&job.dataset)
-            .map_err(|e| Error::Input { path: job.dataset.clone(), reason: e.to_string() })?;
-        if job.samples == 0 { all } else { all.first_n(job.samples) }
-    };
-    let v2 = matches!(job.data.version, crate::SquadVersion::V2_0) || gold.is_v2();
+    let (gold, v2) = crate::evaluate::scored_questions(&job.dataset, job.samples, job.data.version)?;
     let fp32_questions = squad_metrics::question_f1(&gold, &fp32.predictions, v2);
     let delta_se = |predictions: &HashMap<String, String>| -> f64 {
         squad_metrics::paired_standard_error(&squad_metrics::question_f1(&gold, predictions, v2), &fp32_questions)

@@ -51,10 +51,7 @@ pub(super) fn confirm(
         evaluate(source, name, &data, &opts, &format!("confirming: {name}"), progress)
     };
     // Per-question F1 of the scored questions (the first --confirm-samples of the dataset, 0 = all).
-    let gold = squad_metrics::load_dataset(&job.dataset)
-        .map_err(|e| crate::Error::Input { path: job.dataset.clone(), reason: e.to_string() })?;
-    let gold = if job.confirm_samples == 0 { gold } else { gold.first_n(job.confirm_samples) };
-    let v2 = matches!(job.data.version, crate::SquadVersion::V2_0) || gold.is_v2();
+    let (gold, v2) = crate::evaluate::scored_questions(&job.dataset, job.confirm_samples, job.data.version)?;
     let per_question = |e: &crate::evaluate::Evaluation| squad_metrics::question_f1(&gold, &e.predictions, v2);
     let fp32_f1 = f1(runtime::ModelSource::File(fp32_path), "FP32", &fp32_session)?.score.f1;
     let qdq = f1(runtime::ModelSource::Bytes(&int8.to_bytes()?), "QDQ model", &int8_session)?;
