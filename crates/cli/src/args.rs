@@ -105,7 +105,7 @@ pub struct E2eArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub samples: usize,
     /// Features per inference batch.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = pipeline::value_parsers::positive)]
     pub batch: usize,
     /// Stop after quantizing: no evaluation.
     #[arg(long, visible_alias = "no_eval")]
@@ -135,7 +135,7 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "FILE")]
     pub model: PathBuf,
     /// Features per calibration batch.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = pipeline::value_parsers::positive)]
     pub batch: usize,
     /// Output directory for calibration.json, calibration.flatbuffers, calibration.cache, calib_state.json.
     #[arg(long, default_value = "out", value_name = "DIR")]

@@ -196,6 +196,16 @@ fn a_mistyped_option_is_rejected_with_a_suggestion() {
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert!(err.contains("--seq-length") && err.contains("--seq-len"), "{err}");
+    // A batch of 0 is refused as the flags are read, before any work, by every command that takes one.
+    for cmd in ["e2e", "calibrate", "eval"] {
+        let o = qdq(&[cmd, "--batch", "0"]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+        assert!(
+            stderr(&o).contains("'0' for '--batch <N>': `0` must be a whole number of at least 1"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]
@@ -256,6 +266,56 @@ fn e2e_help_documents_every_seed_flag() {
     }
     // --seq-len defaults to the model's own fixed length, else to the seeds' 384.
     assert!(help.contains("else 384"), "the --seq-len default is not in help");
+}
+
+#[test]
+fn a_method_option_no_method_of_the_run_reads_is_an_error_naming_it() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let out = f.dir.path().join("cal");
+    let calibrate = |extra: &[&str]| {
+        let (model, vocab, data) = (f.model.to_str().unwrap(), vocab.to_str().unwrap(), data.to_str().unwrap());
+        let args = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--cal-num", "2"];
+        qdq(&[&args[..], &TINY_SHAPE, &["--out", out.to_str().unwrap()], extra].concat())
+    };
+    // The default method is mse: each option names itself, what the run computes, and the way out.
+    for (extra, said) in [
+        (
+            &["--percentile", "99"][..],
+            "--percentile 99 is an option of the percentile method, and this run computes mse",
+        ),
+        (&["--num-quantized-bins", "255"], "--num-quantized-bins 255 is an option of the entropy method"),
+        (&["--symmetric"], "--symmetric is an option of the minmax or percentile method"),
+        (&["--calibrate-method", "minmax", "--num-bins", "100"], "--num-bins 100 sizes the histograms, and minmax"),
+    ] {
+        let e = one_error(&calibrate(extra));
+        assert!(e.contains(said) && e.contains("leave --"), "{extra:?}: {e}");
+    }
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+    // Read by a compared method, each is accepted and reaches that method's options.
+    let o = calibrate(&[
+        "--compare-methods",
+        "percentile,entropy,minmax",
+        "--percentile",
+        "99.9",
+        "--num-quantized-bins",
+        "64",
+        "--symmetric",
+        "--num-bins",
+        "256",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let options = |method: &str| {
+        let t: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(format!("calibration_{method}.json"))).unwrap()).unwrap();
+        t["options"].clone()
+    };
+    assert_eq!(options("percentile"), serde_json::json!({"percentile": 99.9, "symmetric": true}));
+    assert_eq!(options("entropy")["num_quantized_bins"], 64, "{}", options("entropy"));
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("calib_state.json")).unwrap()).unwrap();
+    assert_eq!(state["options"]["num_bins"], 256, "{}", state["options"]);
 }
 
 #[test]

@@ -342,7 +342,7 @@ pub struct EvalJob {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 0, value_name = "N"))]
     pub samples: usize,
     /// Features per inference batch.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N"))]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N", value_parser = crate::settings::cli::positive))]
     pub batch: usize,
     /// Write predictions here (SQuAD predictions JSON).
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]

@@ -43,6 +43,9 @@ pub use jobs::{
     CalibrateJob, CalibrateReport, E2eJob, E2eReport, EvalJob, EvalReport, Inspection, QuantizeJob, QuantizeReport,
     Report, calibrate_to_dir, e2e_job, evaluate_file, inspect, quantize_file,
 };
+/// clap value parsers of the settings' flags, for the binary's own flags too.
+#[cfg(feature = "cli")]
+pub use settings::cli as value_parsers;
 pub use settings::{
     CalibSettings, DataSettings, ExplicitIo, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings,
     RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep, resolve_model,

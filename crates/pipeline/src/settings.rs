@@ -478,37 +478,70 @@ pub struct MethodSettings {
     /// `compared_methods`, predictions_int8_<method>.json.
     #[cfg_attr(feature = "cli", arg(long = "compare-methods", value_delimiter = ',', value_name = "METHOD,..."))]
     pub compare: Vec<MethodKind>,
-    /// Percentile for the percentile method.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 99.999, value_name = "P"))]
-    pub percentile: f64,
-    /// Quantized bins of the entropy method (TensorRT uses 128 for int8; the seeds' 8001/255 is accepted).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long, default_value_t = 128, visible_alias = "num_quantized_bins", value_name = "N")
-    )]
-    pub num_quantized_bins: usize,
-    /// Symmetric ranges for minmax/percentile (+-max|x|).
+    /// Percentile for the percentile method. Default: 99.999. An error when no method of the run is percentile.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "P"))]
+    pub percentile: Option<f64>,
+    /// Quantized bins of the entropy method (TensorRT uses 128 for int8; the seeds' 8001/255 is accepted). Default:
+    /// 128. An error when no method of the run is entropy.
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "num_quantized_bins", value_name = "N"))]
+    pub num_quantized_bins: Option<usize>,
+    /// Symmetric ranges for minmax/percentile (+-max|x|); an error when the run computes neither.
     #[cfg_attr(feature = "cli", arg(long))]
     pub symmetric: bool,
 }
 
 impl MethodSettings {
-    /// `method` first, then each of `compare` once.
+    /// `method` first, then each of `compare` once. A method option that none of them reads is an error naming it
+    /// (a mistyped or forgotten `--calibrate-method` would otherwise pass unnoticed).
     pub fn methods(&self) -> Result<Vec<Method>> {
+        let kinds = self.kinds();
+        let unused = |flag: &str, value: String, wants: &[MethodKind]| -> Error {
+            let names = |ks: &[MethodKind]| ks.iter().map(|k| k.name()).collect::<Vec<_>>().join(" or ");
+            Error::Config(format!(
+                "{flag}{value} is an option of the {} method, and this run computes {} only: add --calibrate-method {} \
+                 or --compare-methods {}, or leave {flag} out",
+                names(wants),
+                names(&kinds),
+                wants[0],
+                wants[0]
+            ))
+        };
+        if let Some(p) = self.percentile
+            && !kinds.contains(&MethodKind::Percentile)
+        {
+            return Err(unused("--percentile", format!(" {p}"), &[MethodKind::Percentile]));
+        }
+        if let Some(n) = self.num_quantized_bins
+            && !kinds.contains(&MethodKind::Entropy)
+        {
+            return Err(unused("--num-quantized-bins", format!(" {n}"), &[MethodKind::Entropy]));
+        }
+        if self.symmetric && !kinds.iter().any(|k| matches!(k, MethodKind::MinMax | MethodKind::Percentile)) {
+            return Err(unused("--symmetric", String::new(), &[MethodKind::MinMax, MethodKind::Percentile]));
+        }
+        let d = MethodOptions::default();
+        let options = MethodOptions {
+            percentile: self.percentile.unwrap_or(d.percentile),
+            symmetric: self.symmetric,
+            num_quantized_bins: self.num_quantized_bins.unwrap_or(d.num_quantized_bins),
+        };
+        kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
+    }
+
+    /// `method` first, then each of `compare` once.
+    fn kinds(&self) -> Vec<MethodKind> {
         let mut kinds = vec![self.method];
         for k in &self.compare {
             if !kinds.contains(k) {
                 kinds.push(*k);
             }
         }
-        let options = MethodOptions {
-            percentile: self.percentile,
-            symmetric: self.symmetric,
-            num_quantized_bins: self.num_quantized_bins,
-        };
-        kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
+        kinds
     }
 }
+
+/// Histogram bins per tensor without `--num-bins`.
+pub const DEFAULT_NUM_BINS: usize = 2048;
 
 /// Calibration settings shared by `qdq calibrate` and `qdq e2e`.
 #[derive(Debug, Clone)]
@@ -530,9 +563,9 @@ pub struct CalibSettings {
     pub ep: Ep,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub methods: MethodSettings,
-    /// Histogram bins per tensor.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 2048, visible_alias = "num_bins", value_name = "N"))]
-    pub num_bins: usize,
+    /// Histogram bins per tensor. Default: 2048. An error when every method of the run is minmax (no histogram).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "num_bins", value_name = "N"))]
+    pub num_bins: Option<usize>,
     /// Augmented-model sessions run side by side on the CPU EP, each on its share of --threads, each taking the next
     /// batch and folding its outputs into statistics of its own (merged exactly at the end: the ranges are the same
     /// whatever the number). While one session folds, another runs (MiniLM, 2 cores, 100 questions padded to 384: the
@@ -547,10 +580,19 @@ impl CalibSettings {
     /// The calibration options: the methods, and a session on [`CalibSettings::ep`] otherwise as `base`
     /// ([`calibration_session`]).
     pub fn options(&self, batch: usize, base: &SessionConfig) -> Result<CalibrateOptions> {
+        let methods = self.methods.methods()?;
+        if let Some(n) = self.num_bins
+            && !methods.iter().any(|m| m.needs_signed_histogram() || m.needs_abs_histogram())
+        {
+            return Err(Error::Config(format!(
+                "--num-bins {n} sizes the histograms, and minmax reads none: give a histogram method (--calibrate-method \
+                 or --compare-methods percentile, entropy, mse or distribution), or leave --num-bins out"
+            )));
+        }
         Ok(CalibrateOptions {
             batch,
-            methods: self.methods.methods()?,
-            num_bins: self.num_bins,
+            methods,
+            num_bins: self.num_bins.unwrap_or(DEFAULT_NUM_BINS),
             session: calibration_session(&self.ep, base),
             workers: self.cal_workers,
         })
@@ -698,7 +740,7 @@ pub fn describe_policies() -> Result<String> {
 
 /// Value parsers of the flags the settings declare (feature `cli`).
 #[cfg(feature = "cli")]
-pub(crate) mod cli {
+pub mod cli {
     use clap::builder::{PossibleValuesParser, TypedValueParser};
 
     /// One of `names` (listed in --help), parsed into `T`.

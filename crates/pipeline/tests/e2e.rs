@@ -43,7 +43,7 @@ fn tiny_with_data(dir: &Path, cfg: &DataConfig) -> (onnx_ir::Model, Corpus) {
 fn methods() -> Vec<calib::Method> {
     let compare = vec![MethodKind::MinMax, MethodKind::Entropy, MethodKind::Percentile];
     let d = MethodOptions::default();
-    let (percentile, symmetric, num_quantized_bins) = (d.percentile, d.symmetric, d.num_quantized_bins);
+    let (percentile, symmetric, num_quantized_bins) = (Some(d.percentile), d.symmetric, Some(d.num_quantized_bins));
     let settings =
         MethodSettings { method: MethodKind::Percentile, compare, percentile, symmetric, num_quantized_bins };
     settings.methods().unwrap()
