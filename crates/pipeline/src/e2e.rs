@@ -78,6 +78,18 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
+    let mut calibration = calibration;
+    if let (Some(c), Some(EvalData::Squad(_))) = (calibration.as_mut(), &eval_data) {
+        c.also_evaluated = calibration_overlap(&cfg.dataset, cfg.samples, &cfg.calibration_data, cfg.cal_num);
+        if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
+            let default = if cfg.calibration_data == cfg.dataset { " (--calibration-data is --dataset)" } else { "" };
+            tracing::warn!(
+                "{n} of the {} calibration questions are also evaluated{default}: {}",
+                c.questions,
+                crate::report::OVERLAP_EFFECT
+            );
+        }
+    }
     let qpath = cfg.out.join("model_qdq.onnx");
     crate::save_model(&qmodel, &qpath)?;
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
@@ -162,6 +174,18 @@ fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
         Mode::Dynamic => None,
     };
     Ok((eval_data, cal))
+}
+
+/// How many of the first `cal_num` questions of `calibration` are among the first `samples` (0: all) of `dataset`,
+/// by question id; `None` unless both files read as SQuAD datasets.
+fn calibration_overlap(dataset: &Path, samples: usize, calibration: &Path, cal_num: usize) -> Option<usize> {
+    let first = |path: &Path, n: usize| {
+        let all = squad_metrics::load_dataset(path).ok()?;
+        Some(if n == 0 { all } else { all.first_n(n) })
+    };
+    let evaluated: std::collections::HashSet<String> =
+        first(dataset, samples)?.questions().map(|q| q.id.clone()).collect();
+    Some(first(calibration, cal_num)?.questions().filter(|q| evaluated.contains(&q.id)).count())
 }
 
 /// FP32 and INT8 (and `--compare-methods`' models) on SQuAD: predictions files and `results.fp32` / `int8`.
@@ -260,6 +284,7 @@ fn quantize_static(
         seconds: cal.seconds,
         pass: Some(cal.times),
         non_finite_tensors: non_finite,
+        also_evaluated: None,
     };
     let quantization = QuantizationSummary {
         quantized_tensors: plan.tensors.len(),

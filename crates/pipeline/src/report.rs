@@ -82,7 +82,15 @@ pub struct CalibrationSummary {
     pub pass: Option<crate::PassTimes>,
     /// Tensors in which NaN or infinite values were seen (excluded from the statistics).
     pub non_finite_tensors: Vec<String>,
+    /// Calibration questions that are also among the evaluated ones (both SQuAD files, compared by question id);
+    /// absent when that cannot be told (other data, or no evaluation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_evaluated: Option<usize>,
 }
+
+/// What calibrating on evaluated questions does to the INT8 row, for the warning and report.md.
+pub(crate) const OVERLAP_EFFECT: &str = "INT8's score is partly measured on data its ranges were fitted to; calibrate on \
+     other questions (e.g. the training set) to keep the measurement clean";
 
 /// Quantization summary in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -271,6 +279,9 @@ impl E2eResults {
                 if !c.non_finite_tensors.is_empty() {
                     let _ =
                         writeln!(md, "- tensors with NaN/Inf values (excluded): {}", c.non_finite_tensors.join(", "));
+                }
+                if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
+                    let _ = writeln!(md, "- {n} of the calibration questions are also evaluated: {OVERLAP_EFFECT}");
                 }
             }
             None => {

@@ -116,6 +116,11 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
 
         let on_disk: E2eResults = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
         assert_eq!(on_disk, results);
+        // Calibrated on the evaluated file's first 5 questions: all 5 are also evaluated, and report.md says so.
+        let cal = results.calibration.as_ref().unwrap();
+        assert_eq!(cal.also_evaluated, Some(5), "{kind:?}");
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(report.contains("5 of the calibration questions are also evaluated"), "{report}");
         // --compare-methods: every other method quantized and evaluated like the main one.
         let compared: Vec<&str> = results.compared_methods.iter().map(|c| c.method.as_str()).collect();
         assert_eq!(compared, ["minmax", "entropy"], "{kind:?}");
