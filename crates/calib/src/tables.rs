@@ -38,6 +38,18 @@ fn table_err(path: &Path, location: impl Into<String>, message: impl Into<String
     Error::Table { path: path.to_path_buf(), location: location.into(), message: message.into() }
 }
 
+/// At most `max` characters of `s`, with `...` and the full length when cut: a file that is not a range table
+/// (a SQuAD dataset given to `--ranges`) must not put megabytes of itself into one error line.
+fn excerpt(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((cut, _)) => format!("{}... ({} characters)", &s[..cut], s.chars().count()),
+    }
+}
+
+/// Characters of a file's content quoted in a message.
+const QUOTE: usize = 80;
+
 /// Write `calibration.json`.
 pub fn write_json(path: impl AsRef<Path>, table: &RangeTable) -> Result<()> {
     let path = path.as_ref();
@@ -111,7 +123,11 @@ pub fn read_ranges(path: impl AsRef<Path>) -> Result<TableRanges> {
     let path = path.as_ref();
     let table = read_any_table(path)?;
     if table.ranges.is_empty() {
-        let why = table.rejected.first().map(|(k, w)| format!(" (first entry `{k}`: {w})")).unwrap_or_default();
+        let why = table
+            .rejected
+            .first()
+            .map(|(k, w)| format!(" (first entry `{}`: {w})", excerpt(k, QUOTE)))
+            .unwrap_or_default();
         return Err(table_err(path, "file", format!("holds no usable tensor ranges{why}")));
     }
     Ok(table)
@@ -193,7 +209,8 @@ fn ort_json_range(e: &serde_json::Value) -> std::result::Result<(f32, f32), Stri
         _ => (number(e.get("lowest")), number(e.get("highest"))),
     };
     let (Some(lo), Some(hi)) = (lo, hi) else {
-        return Err(format!("expected [lowest, highest] or {{\"lowest\", \"highest\"}} numbers, got {e}"));
+        let got = excerpt(&e.to_string(), QUOTE);
+        return Err(format!("expected [lowest, highest] or {{\"lowest\", \"highest\"}} numbers, got {got}"));
     };
     let (lo, hi) = (lo as f32, hi as f32);
     if lo.is_finite() && hi.is_finite() && lo <= hi {
@@ -222,7 +239,9 @@ fn ort_text(bytes: &[u8]) -> Option<TableRanges> {
                 Err(why) => out.rejected.push((name.to_string(), why)),
             },
             Some((name, Err(_))) => out.rejected.push((name.to_string(), format!("line {}: not a number", i + 1))),
-            None => out.rejected.push((format!("line {}", i + 1), format!("expected `name value`, got `{line}`"))),
+            None => out
+                .rejected
+                .push((format!("line {}", i + 1), format!("expected `name value`, got `{}`", excerpt(line, QUOTE)))),
         }
     }
     Some(out)

@@ -169,6 +169,26 @@ fn read_ranges_tells_qdqs_three_formats_apart() {
     assert!(e.contains("missing.json"), "{e}");
 }
 
+/// A file that is not a range table at all (a SQuAD dataset, a text file of long lines) gets one short error quoting a
+/// bounded excerpt of what it found, not the file.
+#[test]
+fn a_file_that_is_no_table_gets_a_short_error() {
+    let d = dir("not_a_table");
+    let context = "Super Bowl 50 was an American football game. ".repeat(20_000);
+    let squad = format!(
+        r#"{{"version": "1.1", "data": [{{"title": "t", "paragraphs": [{{"context": "{context}", "qas": []}}]}}]}}"#
+    );
+    std::fs::write(d.join("dev.json"), &squad).unwrap();
+    std::fs::write(d.join("notes.txt"), format!("{context}\n{context}\n")).unwrap();
+    for (file, said) in
+        [("dev.json", "first entry `data`: expected [lowest, highest]"), ("notes.txt", "line 1: not a number")]
+    {
+        let e = read_ranges(d.join(file)).unwrap_err().to_string();
+        assert!(e.contains(file) && e.contains(said), "{file}: {}", &e[..e.len().min(400)]);
+        assert!(e.len() < 400 && e.contains(" characters)"), "{file}: {} bytes: {}", e.len(), &e[..e.len().min(400)]);
+    }
+}
+
 fn ort_fixture(file: &str) -> PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/calib/ort").join(file)
 }
