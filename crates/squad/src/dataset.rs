@@ -95,10 +95,16 @@ pub fn read_dataset(path: impl AsRef<Path>) -> Result<Dataset> {
     let bytes = files::read_regular(path, files::MAX_INPUT_BYTES)
         .map_err(|source| Error::Io { path: path.to_owned(), source })?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    let dataset: Dataset = serde_path_to_error::deserialize(de).map_err(|e| Error::Json {
-        path: path.to_owned(),
-        json_path: e.path().to_string(),
-        message: e.into_inner().to_string(),
+    let dataset: Dataset = serde_path_to_error::deserialize(de).map_err(|e| {
+        let json_path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        // At the top the file is not SQuAD at all (text, another JSON): say what was expected.
+        let message = if json_path == "." {
+            format!("not a SQuAD dataset (a JSON object with \"data\": [articles]): {message}")
+        } else {
+            message
+        };
+        Error::Json { path: path.to_owned(), json_path, message }
     })?;
     Ok(dataset)
 }

@@ -80,7 +80,12 @@ impl SquadTokenizer {
     pub fn from_vocab(path: impl AsRef<Path>, lowercase: bool) -> Result<Self> {
         let path = path.as_ref();
         let vocab_err = |message: String| Error::Vocab { path: path.to_owned(), message };
-        let text = read_text(path)?;
+        let text = read_text(path).map_err(|e| match e {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidData => vocab_err(format!(
+                "not a WordPiece vocabulary (UTF-8 text, one token per line): {source}; a tokenizer.json goes to --token"
+            )),
+            e => e,
+        })?;
         let mut vocab: HashMap<&str, u32> = HashMap::new();
         for (i, line) in text.lines().enumerate() {
             let id = u32::try_from(i).map_err(|_| vocab_err("more than 2^32 lines".into()))?;

@@ -51,6 +51,11 @@ fn malformed_json_names_the_path() {
     assert!(e.contains("data[0].paragraphs[0]") && e.contains("context"), "{e}");
     let e = load_squad(dir.path().join("missing.json")).unwrap_err();
     assert!(matches!(e, Error::Io { .. }) && e.to_string().contains("missing.json"));
+    // Not SQuAD at all (text lines, another JSON document): the error says what the file should have been.
+    for other in ["hello world\n", r#"{"version": "1.1"}"#] {
+        let e = load_squad(write(&dir, other)).unwrap_err().to_string();
+        assert!(e.contains("bad.json") && e.contains(r#"not a SQuAD dataset (a JSON object with "data""#), "{e}");
+    }
 }
 
 #[test]
@@ -65,6 +70,10 @@ fn vocab_checks_and_sizes() {
     let e = SquadTokenizer::from_vocab(&p, true).unwrap_err().to_string();
     assert!(e.contains("v.txt") && e.contains("[SEP]"), "{e}");
     assert!(SquadTokenizer::from_vocab(dir.path().join("none.txt"), true).is_err());
+    // A binary file (a model given to --vocab) is named as no vocabulary, with where a tokenizer.json goes.
+    std::fs::write(&p, b"\x08\x07\x12\x04\xff\xfe onnx").unwrap();
+    let e = SquadTokenizer::from_vocab(&p, true).unwrap_err().to_string();
+    assert!(e.contains("v.txt") && e.contains("not a WordPiece vocabulary") && e.contains("--token"), "{e}");
 }
 
 #[test]
