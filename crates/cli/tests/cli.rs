@@ -169,6 +169,18 @@ fn bad_inputs_each_give_one_clear_error_line() {
     assert!(e.contains("broken.json") && e.contains("context"), "{e}");
     let e = one_error(&run(&e2e_args(&f, "o5", vocab, f.dir.path().join("absent.json").to_str().unwrap())));
     assert!(e.contains("absent.json"), "{e}");
+    // A file of another kind in each place: text as the dataset, the model as the vocabulary and as calibration data.
+    let text = f.dir.path().join("notes.txt");
+    std::fs::write(&text, "hello world\n").unwrap();
+    let e = one_error(&run(&e2e_args(&f, "o8", vocab, text.to_str().unwrap())));
+    assert!(e.contains("notes.txt") && e.contains("not a SQuAD dataset"), "{e}");
+    let model = f.model.to_str().unwrap();
+    let e = one_error(&run(&e2e_args(&f, "o9", model, data)));
+    assert!(e.contains("tiny.onnx") && e.contains("not a WordPiece vocabulary"), "{e}");
+    let mut args = e2e_args(&f, "o10", vocab, data);
+    args.extend(["--calibration-data".into(), model.into()]);
+    let e = one_error(&run(&args));
+    assert!(e.contains("tiny.onnx") && e.contains("binary, where text lines"), "{e}");
 
     // Bad option values name the option.
     let mut args = e2e_args(&f, "o6", vocab, data);
@@ -185,7 +197,7 @@ fn bad_inputs_each_give_one_clear_error_line() {
     assert!(e.contains("residual_adds") && e.contains("residual_add"), "{e}");
 
     // Nothing was written for any of them.
-    for o in ["o1", "o2", "o3", "o4", "o5", "o6", "o7"] {
+    for o in ["o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10"] {
         assert!(!f.dir.path().join(o).join("calibration.json").exists(), "{o}");
     }
 }

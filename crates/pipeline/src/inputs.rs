@@ -155,7 +155,11 @@ impl InputSet {
             "npy" => from_npy(path, text)?,
             _ => {
                 let content = crate::read_bounded(path)?;
-                let content = String::from_utf8(content).map_err(|_| bad("is not UTF-8 text".into()))?;
+                let content = String::from_utf8(content).map_err(|_| {
+                    bad("is not inputs qdq reads: binary, where text lines (`text` or `text<TAB>pair`), JSONL, a \
+                         SQuAD .json, .npz or .npy were expected"
+                        .into())
+                })?;
                 from_text(path, &content, ext == "jsonl", text, limit)?
             }
         };
