@@ -181,6 +181,15 @@ fn bad_inputs_each_give_one_clear_error_line() {
     args.extend(["--calibration-data".into(), model.into()]);
     let e = one_error(&run(&args));
     assert!(e.contains("tiny.onnx") && e.contains("binary, where text lines"), "{e}");
+    // --out naming a file, for e2e and (before its pass) calibrate.
+    std::fs::write(f.dir.path().join("o11"), "").unwrap();
+    let e = one_error(&run(&e2e_args(&f, "o11", vocab, data)));
+    assert!(e.contains("--out") && e.contains("o11 is a file; give a directory"), "{e}");
+    let out = f.dir.path().join("o11").join("cal");
+    let calibrate = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--cal-num", "2"];
+    let o = qdq(&[&calibrate[..], &TINY_SHAPE, &["--out", out.to_str().unwrap()]].concat());
+    let e = one_error(&o);
+    assert!(e.contains("o11 is a file; give a directory") && !stderr(&o).contains("calibrating"), "{}", stderr(&o));
 
     // Bad option values name the option.
     let mut args = e2e_args(&f, "o6", vocab, data);

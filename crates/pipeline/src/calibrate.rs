@@ -458,7 +458,7 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
     let Some(main) = cal.tables.first() else {
         return Err(Error::Config("no range table to write".into()));
     };
-    std::fs::create_dir_all(dir).map_err(|e| Error::Output { path: dir.to_path_buf(), reason: e.to_string() })?;
+    crate::create_out_dir(dir, "--out")?;
     // The set lands together as far as SIGINT / SIGTERM go: they wait for the last table.
     let _held = files::signals::hold();
     calib::tables::write_json(dir.join("calibration.json"), main)?;

@@ -17,7 +17,7 @@ use crate::provenance::{Invocation, Machine, Provenance};
 use crate::report::{CalibrationSummary, ComparedMethod, E2eResults, ModelResult, QuantizationSummary};
 use crate::settings::{Mode, PolicyChoice};
 use crate::speed::{self, PairedTiming};
-use crate::{Error, Progress, Result, write_predictions};
+use crate::{Progress, Result, write_predictions};
 
 /// Everything an e2e run needs. The CLI fills it from flags and the config file.
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ enum EvalData {
 /// classifier) is calibrated and evaluated on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]) and compared with
 /// FP32 ([`crate::classify`]).
 pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
-    std::fs::create_dir_all(&cfg.out).map_err(|e| Error::Output { path: cfg.out.clone(), reason: e.to_string() })?;
+    crate::create_out_dir(&cfg.out, "--out")?;
     let started = Instant::now();
     let mut phases = BTreeMap::new();
     let model = crate::load_for_quantization(&cfg.model)?;

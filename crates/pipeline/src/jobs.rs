@@ -113,11 +113,12 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     if !job.merge.is_empty() {
         qdq::check_mergeable(&model, &policy)?;
     }
+    // An --out that cannot hold the tables fails now, not after the pass.
+    crate::prepare_out_dir(&job.out, "--out")?;
     let (model, smoothed) = match smooth_model(model, &policy, data, &opts, progress)? {
         (model, None) => (model, None),
         (smoothed, Some(s)) => {
-            std::fs::create_dir_all(&job.out)
-                .map_err(|e| Error::Output { path: job.out.clone(), reason: e.to_string() })?;
+            crate::create_out_dir(&job.out, "--out")?;
             let path = job.out.join("model_smoothed.onnx");
             crate::save_model(&smoothed, &path)?;
             (smoothed, Some((s.describe(), path)))

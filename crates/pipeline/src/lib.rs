@@ -103,9 +103,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Creates the output directory `dir` (of option `flag`) and checks that a file can be written in it, before any
 /// work: an unwritable `--out` fails at once, not after the run.
 pub fn prepare_out_dir(dir: &Path, flag: &str) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::Output { path: dir.to_path_buf(), reason: format!("{flag}: {e}") })?;
+    create_out_dir(dir, flag)?;
     check_writable(&dir.join(".qdq-write-check"), flag)
+}
+
+/// Creates the output directory `dir` of option `flag`; a file already there is named as such.
+pub(crate) fn create_out_dir(dir: &Path, flag: &str) -> Result<()> {
+    let err = |reason: String| Error::Output { path: dir.to_path_buf(), reason: format!("{flag}: {reason}") };
+    // The first existing ancestor that is not a directory (`--out results.json/run1`) is the one to name.
+    if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+        return Err(err(format!("{} is a file; give a directory for the outputs", file.display())));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))
 }
 
 /// What the model at `p` takes on disk, in bytes: the file and the external data files it references (0 if it
