@@ -1087,6 +1087,13 @@ fn debug_confirm_scores_the_top_nodes_and_agrees_with_eval() {
     // --confirm needs the sensitivity it confirms.
     let o = qdq(&["debug", "--model", model, "--qdq", int8, "--dataset", dataset, "--confirm", "2"]);
     assert!(!o.status.success() && stderr(&o).contains("--sensitivity"), "{}", stderr(&o));
+    // The two models the other way round: refused, naming the quantized one and what it holds, nothing written.
+    let out = f.dir.path().join("swapped");
+    let mut d = vec!["debug", "--model", int8, "--qdq", model, "--out", out.to_str().unwrap()];
+    d.extend(data);
+    let e = one_error(&qdq(&d));
+    assert!(e.contains("int8.onnx: --model holds a quantized model (") && e.contains("other way round"), "{e}");
+    assert!(!out.exists());
 }
 
 /// Issue 14: with the statistics at hand (calib_state.json beside the table), tune first tries the other

@@ -222,8 +222,17 @@ type Logits = [Vec<f32>; 2];
 /// Runs [`DebugJob`].
 pub fn debug_models(job: &DebugJob, progress: &dyn Progress) -> Result<DebugReport> {
     let (fp32_path, int8_path) = (resolve_model(&job.model)?, resolve_model(&job.qdq)?);
-    check_job(job)?;
     let fp32 = Model::load(&fp32_path)?;
+    if let Some(held) = crate::quantized_ops_text(&fp32) {
+        return Err(Error::Input {
+            path: fp32_path,
+            reason: format!(
+                "--model holds a quantized model ({held}): debug compares the quantized model (--qdq) with the FP32 \
+                 model it was made from (--model); were the two given the other way round?"
+            ),
+        });
+    }
+    check_job(job)?;
     let held = HeldOut::new(&fp32_path, &fp32, &job.dataset, job.questions, &job.runtime, &job.data)?;
     drop(fp32);
     debug_with(job, &fp32_path, &int8_path, &held, progress)

@@ -125,6 +125,13 @@ pub(crate) fn model_size(p: &Path) -> u64 {
     len(p) + external
 }
 
+/// The quantized ops `model` holds, as "37 MatMulIntegerToFloat, 25 QuantizeLinear"; `None` for a float model.
+pub(crate) fn quantized_ops_text(model: &onnx_ir::Model) -> Option<String> {
+    let quantized = qdq::quantized_ops(model);
+    let held: Vec<String> = quantized.iter().map(|(op, n)| format!("{n} {op}")).collect();
+    (!held.is_empty()).then(|| held.join(", "))
+}
+
 /// Loads an FP32 model to calibrate, smooth or quantize, with what is constant by construction folded into
 /// initializers ([`onnx_ir::fold_constants`]: weights written as `Constant` nodes, or stored transposed behind a
 /// `Transpose`, or in float16 behind a `Cast`), so qdq's rules, which look for MatMuls whose weight is an initializer,
@@ -136,15 +143,12 @@ pub(crate) fn model_size(p: &Path) -> u64 {
 /// `DequantizeLinear` alone (weights stored as int8) is allowed.
 pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
     let mut model = onnx_ir::Model::load(path)?;
-    let quantized = qdq::quantized_ops(&model);
-    if !quantized.is_empty() {
-        let held: Vec<String> = quantized.iter().map(|(op, n)| format!("{n} {op}")).collect();
+    if let Some(held) = quantized_ops_text(&model) {
         return Err(Error::Input {
             path: path.to_path_buf(),
             reason: format!(
-                "the model is quantized already ({}): qdq calibrates and quantizes FP32 models; give the FP32 model \
-                 it was made from (`qdq eval` runs this one as it is)",
-                held.join(", ")
+                "the model is quantized already ({held}): qdq calibrates and quantizes FP32 models; give the FP32 \
+                 model it was made from (`qdq eval` runs this one as it is)"
             ),
         });
     }
