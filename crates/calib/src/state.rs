@@ -226,11 +226,11 @@ impl Collected {
     }
 
     /// Filling `signed` and `abs` themselves (taken out of their places until [`Collected::put_back`]).
-    fn into(signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Self {
+    fn filling(signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Self {
         Collected { scan: Scan::empty(), signed: signed.take().map(Filler::new), abs: abs.take().map(Filler::new) }
     }
 
-    /// The scan, with the histograms of [`Collected::into`] back in their places.
+    /// The scan, with the histograms of [`Collected::filling`] back in their places.
     fn put_back(self, signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Scan {
         *signed = self.signed.map(Filler::finish);
         *abs = self.abs.map(Filler::finish);
@@ -257,7 +257,7 @@ impl Collected {
 /// is large.
 fn collect(data: &[f32], signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Scan {
     if data.len() <= PAR_CHUNK {
-        return Collected::into(signed, abs).add(data).put_back(signed, abs);
+        return Collected::filling(signed, abs).add(data).put_back(signed, abs);
     }
     let (scan, s, a) = collect_parts(data, signed.as_ref(), abs.as_ref());
     // Same kinds and sizes, so the merges cannot be refused.

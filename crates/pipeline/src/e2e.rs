@@ -72,13 +72,12 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let squad = crate::data::is_squad_model(&model, &cfg.data.io_names);
     let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
-    let Quantized { model: qmodel, calibration, quantization, compared } = match (cfg.mode, &cal_data) {
+    let Quantized { model: qmodel, mut calibration, quantization, compared } = match (cfg.mode, &cal_data) {
         // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
         // from its file.
         (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
-    let mut calibration = calibration;
     if let (Some(c), Some(EvalData::Squad(_))) = (calibration.as_mut(), &eval_data) {
         c.also_evaluated = calibration_overlap(&cfg.dataset, cfg.samples, &cfg.calibration_data, cfg.cal_num);
         if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {

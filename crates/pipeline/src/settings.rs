@@ -540,9 +540,6 @@ impl MethodSettings {
     }
 }
 
-/// Histogram bins per tensor without `--num-bins`.
-pub const DEFAULT_NUM_BINS: usize = 2048;
-
 /// Calibration settings shared by `qdq calibrate` and `qdq e2e`.
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
@@ -592,7 +589,7 @@ impl CalibSettings {
         Ok(CalibrateOptions {
             batch,
             methods,
-            num_bins: self.num_bins.unwrap_or(DEFAULT_NUM_BINS),
+            num_bins: self.num_bins.unwrap_or(calib::CollectOptions::default().num_bins),
             session: calibration_session(&self.ep, base),
             workers: self.cal_workers,
         })
