@@ -78,12 +78,21 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
-    if let (Some(c), Some(EvalData::Squad(_))) = (calibration.as_mut(), &eval_data) {
-        c.also_evaluated = calibration_overlap(&cfg.dataset, cfg.samples, &cfg.calibration_data, cfg.cal_num);
+    if let Some(c) = calibration.as_mut() {
+        let same_file = files_are_one(&cfg.dataset, &cfg.calibration_data);
+        c.also_evaluated = match &eval_data {
+            Some(EvalData::Squad(_)) => {
+                calibration_overlap(&cfg.dataset, cfg.samples, &cfg.calibration_data, cfg.cal_num)
+            }
+            // Inputs of a file have no ids: both take the first rows of one file, so the shorter run is all shared.
+            Some(EvalData::Classify(set, _)) if same_file => Some(c.questions.min(set.len())),
+            _ => None,
+        };
         if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
-            let default = if cfg.calibration_data == cfg.dataset { " (--calibration-data is --dataset)" } else { "" };
+            let unit = if squad { "questions" } else { "inputs" };
+            let default = if same_file { " (--calibration-data is --dataset)" } else { "" };
             tracing::warn!(
-                "{n} of the {} calibration questions are also evaluated{default}: {}",
+                "{n} of the {} calibration {unit} are also evaluated{default}: {}",
                 c.questions,
                 crate::report::OVERLAP_EFFECT
             );
@@ -185,6 +194,11 @@ fn calibration_overlap(dataset: &Path, samples: usize, calibration: &Path, cal_n
     let evaluated: std::collections::HashSet<String> =
         first(dataset, samples)?.questions().map(|q| q.id.clone()).collect();
     Some(first(calibration, cal_num)?.questions().filter(|q| evaluated.contains(&q.id)).count())
+}
+
+/// Whether `a` and `b` name one file (the same path, or both resolve to one).
+fn files_are_one(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// FP32 and INT8 (and `--compare-methods`' models) on SQuAD: predictions files and `results.fp32` / `int8`.

@@ -82,8 +82,9 @@ pub struct CalibrationSummary {
     pub pass: Option<crate::PassTimes>,
     /// Tensors in which NaN or infinite values were seen (excluded from the statistics).
     pub non_finite_tensors: Vec<String>,
-    /// Calibration questions that are also among the evaluated ones (both SQuAD files, compared by question id);
-    /// absent when that cannot be told (other data, or no evaluation).
+    /// Calibration questions that are also among the evaluated ones (both SQuAD files, compared by question id; or,
+    /// for other inputs, the first rows of one file both read); absent when that cannot be told (different files of
+    /// other inputs, or no evaluation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub also_evaluated: Option<usize>,
 }
@@ -281,7 +282,7 @@ impl E2eResults {
                         writeln!(md, "- tensors with NaN/Inf values (excluded): {}", c.non_finite_tensors.join(", "));
                 }
                 if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
-                    let _ = writeln!(md, "- {n} of the calibration questions are also evaluated: {OVERLAP_EFFECT}");
+                    let _ = writeln!(md, "- {n} of the calibration {unit} are also evaluated: {OVERLAP_EFFECT}");
                 }
             }
             None => {

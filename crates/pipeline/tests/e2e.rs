@@ -1289,6 +1289,7 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     assert_eq!((c.fp32.accuracy, c.int8.accuracy), (None, None), "no labels in plain text");
     let cal = r.calibration.as_ref().unwrap();
     assert_eq!((cal.questions, cal.features), (5, 5), "cal_num 5 of the 6 rows");
+    assert_eq!(cal.also_evaluated, None, "inputs of two different files cannot be compared");
     assert!(
         r.quantization.integer_forms.iter().any(|l| l.contains("Gemm biases as int32") && l.ends_with(": 2")),
         "{:?}",
@@ -1344,6 +1345,13 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     std::fs::write(&tsv, rows.join("\n")).unwrap();
     let c = run(&tsv, "out_tsv", "cpu").classification.unwrap();
     assert_eq!((c.agreement.inputs, c.fp32.accuracy), (5, Some(1.0)));
+    // Calibrated on the evaluated file itself (through another path to it): its first 4 rows are also evaluated.
+    let mut same = config(model_path.clone(), dir.path().join("out_same"), "cpu");
+    (same.dataset, same.calibration_data, same.cal_num) = (txt.clone(), dir.path().join(".").join("eval.txt"), 4);
+    let r = qdq_pipeline::e2e(&same, &same.eval.session, &NoProgress).unwrap();
+    assert_eq!(r.calibration.as_ref().unwrap().also_evaluated, Some(4));
+    let report = std::fs::read_to_string(dir.path().join("out_same/report.md")).unwrap();
+    assert!(report.contains("4 of the calibration inputs are also evaluated"), "{report}");
 
     // Bad inputs are one error naming the file: an .npz without a model input, a text line with a label missing.
     let bad = dir.path().join("bad.npz");
