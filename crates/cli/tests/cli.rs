@@ -885,7 +885,7 @@ fn tune_screens_candidates_and_scores_the_chosen_one_on_every_question() {
     let f = tiny();
     let out = f.dir.path().join("tune_screen");
     // No candidate can beat FP32 by 100 F1: every one is over budget on its screen, the best is kept.
-    let report = tune_tiny(&f, &out, &["--budget=-100", "--max-float", "2", "--screen", "0.4"]);
+    let report = tune_tiny(&f, &out, &["--budget", "-100", "--max-float", "2", "--screen", "0.4"]);
     let questions = report["questions"].as_u64().unwrap();
     let curve = report["curve"].as_array().unwrap();
     let chosen = report["chosen"].as_u64().unwrap() as usize;

@@ -52,8 +52,9 @@ pub struct TuneJob {
     /// Output directory: the calibration, candidates/, model_qdq.onnx (the choice), recipe.toml, tune.json, tune.md.
     #[cfg_attr(feature = "cli", arg(long, default_value = "out-tune", value_name = "DIR"))]
     pub out: PathBuf,
-    /// The largest F1 loss against FP32 accepted, in F1 points.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1.0, value_name = "DF1"))]
+    /// The largest F1 loss against FP32 accepted, in F1 points (a negative one, met by no candidate, walks the whole
+    /// float ladder up to --max-float: the full trade-off curve).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1.0, value_name = "DF1", allow_negative_numbers = true))]
     pub budget: f64,
     /// Evaluation questions each candidate is scored on (the first N of --dataset; 0 = all).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 1000, value_name = "N"))]
@@ -82,7 +83,7 @@ pub struct TuneJob {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 4, value_name = "N"))]
     pub calibrator_trials: usize,
     /// Exit with an error (after writing everything) when the chosen model loses more than DF1 F1 points: a CI gate.
-    #[cfg_attr(feature = "cli", arg(long, value_name = "DF1"))]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DF1", allow_negative_numbers = true))]
     pub fail_above: Option<f64>,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub runtime: RuntimeSettings,
