@@ -343,7 +343,7 @@ impl Filler {
         (self.lo, self.hi, self.pending) = (1, 0, 0);
     }
 
-    /// Flushes and returns the lanes, all zero, to this thread's pool.
+    /// Flushes and returns the lanes, all zero, to this thread's pool (once: the lanes are gone after).
     fn give_back(&mut self) {
         self.flush();
         let sub = std::mem::take(&mut self.sub);
@@ -364,16 +364,9 @@ impl Filler {
 }
 
 impl Drop for Filler {
-    /// A filler dropped unfinished (a panic in a parallel fold) still hands clean lanes back.
+    /// A filler dropped unfinished (a panic in a parallel fold) still hands its lanes back, cleared.
     fn drop(&mut self) {
-        let sub = std::mem::take(&mut self.sub);
-        if sub.iter().all(|&c| c == 0) {
-            LANE_POOL.with_borrow_mut(|pool| {
-                if pool.len() < POOL_KEEP {
-                    pool.push(sub);
-                }
-            });
-        }
+        self.give_back();
     }
 }
 

@@ -126,6 +126,11 @@ impl Corpus {
         Ok(Corpus { path: path.to_path_buf(), gold, data, cfg: cfg.clone(), tokenizer: Arc::clone(tokenizer) })
     }
 
+    /// The ids of these questions.
+    pub fn question_ids(&self) -> impl Iterator<Item = &str> {
+        self.gold.questions().map(|q| q.id.as_str())
+    }
+
     /// The file the questions came from.
     pub fn path(&self) -> &Path {
         &self.path

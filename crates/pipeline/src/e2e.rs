@@ -81,9 +81,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     if let Some(c) = calibration.as_mut() {
         let same_file = files_are_one(&cfg.dataset, &cfg.calibration_data);
         c.also_evaluated = match &eval_data {
-            Some(EvalData::Squad(_)) => {
-                calibration_overlap(&cfg.dataset, cfg.samples, &cfg.calibration_data, cfg.cal_num)
-            }
+            Some(EvalData::Squad(evaluated)) => calibration_overlap(evaluated, &cfg.calibration_data, cfg.cal_num),
             // Inputs of a file have no ids: both take the first rows of one file, so the shorter run is all shared.
             Some(EvalData::Classify(set, _)) if same_file => Some(c.questions.min(set.len())),
             _ => None,
@@ -184,16 +182,13 @@ fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
     Ok((eval_data, cal))
 }
 
-/// How many of the first `cal_num` questions of `calibration` are among the first `samples` (0: all) of `dataset`,
-/// by question id; `None` unless both files read as SQuAD datasets.
-fn calibration_overlap(dataset: &Path, samples: usize, calibration: &Path, cal_num: usize) -> Option<usize> {
-    let first = |path: &Path, n: usize| {
-        let all = squad_metrics::load_dataset(path).ok()?;
-        Some(if n == 0 { all } else { all.first_n(n) })
-    };
-    let evaluated: std::collections::HashSet<String> =
-        first(dataset, samples)?.questions().map(|q| q.id.clone()).collect();
-    Some(first(calibration, cal_num)?.questions().filter(|q| evaluated.contains(&q.id)).count())
+/// How many of the first `cal_num` questions of `calibration` are among the `evaluated` ones, by question id; `None`
+/// unless `calibration` reads as a SQuAD dataset.
+fn calibration_overlap(evaluated: &Corpus, calibration: &Path, cal_num: usize) -> Option<usize> {
+    let all = squad_metrics::load_dataset(calibration).ok()?;
+    let calibrated = if cal_num == 0 { all } else { all.first_n(cal_num) };
+    let evaluated: std::collections::HashSet<&str> = evaluated.question_ids().collect();
+    Some(calibrated.questions().filter(|q| evaluated.contains(q.id.as_str())).count())
 }
 
 /// Whether `a` and `b` name one file (the same path, or both resolve to one).

@@ -118,7 +118,6 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     let (model, smoothed) = match smooth_model(model, &policy, data, &opts, progress)? {
         (model, None) => (model, None),
         (smoothed, Some(s)) => {
-            crate::create_out_dir(&job.out, "--out")?;
             let path = job.out.join("model_smoothed.onnx");
             crate::save_model(&smoothed, &path)?;
             (smoothed, Some((s.describe(), path)))
