@@ -17,6 +17,13 @@
         for each round runs the models in turn, one run each, N times (A B C A B C ...), so that load on the machine
         hits all models alike. Writes, per shape and model, the per-round median latency in ms.
 
+    cpu_int8.py profile --models NAME=PATH[,NAME=PATH...] --shape 8x128 --runs N --threads T
+        Where each model's time goes, measured side by side: one profiling session per model (ONNX Runtime's
+        profiler; intra-op threads do not spin between runs, so one session's idle threads do not slow the next),
+        the same fixed batch, N runs in turn (A B C A B C ...); prints kernel time per op type per run (and node
+        count) for every model in columns, the kernel total and the median wall time. For a question "why is model
+        A slower than B here", asked of one moment of the host.
+
 Tested with onnxruntime==1.31.1, numpy, sympy (the optimizer's shape inference).
 """
 
@@ -63,6 +70,19 @@ def batch_for(session, batch, seq, rng):
     return feeds
 
 
+def in_turn(sessions, feeds, runs):
+    """Runs the sessions run by run in turn (A B C A B C ...), `runs` times each: the host's speed moves within
+    seconds, and a block of one model's runs would catch a different moment than the next model's block. Returns
+    each session's latencies in ms."""
+    times = {name: [] for name in sessions}
+    for _ in range(runs):
+        for name, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feeds[name])
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def time_models(args):
     import onnxruntime as ort
 
@@ -83,19 +103,51 @@ def time_models(args):
                 s.run(None, feeds[name])
         rounds = {name: [] for name in sessions}
         for _ in range(args.rounds):
-            # Run by run in turn (A B C A B C ...): the host's speed moves within seconds, and a block of one model's
-            # runs would catch a different moment than the next model's block.
-            times = {name: [] for name in sessions}
-            for _ in range(args.runs):
-                for name, s in sessions.items():
-                    t0 = time.perf_counter()
-                    s.run(None, feeds[name])
-                    times[name].append((time.perf_counter() - t0) * 1e3)
+            times = in_turn(sessions, feeds, args.runs)
             for name in sessions:
                 rounds[name].append(float(np.median(times[name])))
         result["shapes"][f"{batch}x{seq}"] = rounds
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def profile_models(args):
+    import collections
+    import tempfile
+
+    import onnxruntime as ort
+
+    models = [m.split("=", 1) for m in args.models.split(",")]
+    batch, seq = (int(x) for x in args.shape.split("x"))
+    sessions = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in models:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = args.threads
+            so.inter_op_num_threads = 1
+            so.enable_profiling = True
+            so.profile_file_prefix = f"{tmp}/{name}"
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        feeds = {name: batch_for(s, batch, seq, np.random.default_rng(1234)) for name, s in sessions.items()}
+        wall = in_turn(sessions, feeds, args.runs)
+        kernel, nodes = {}, {}
+        for name, s in sessions.items():
+            with open(s.end_profiling()) as f:
+                events = json.load(f)
+            k, n = collections.Counter(), collections.Counter()
+            for e in events:
+                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                    k[e["args"]["op_name"]] += e["dur"] / 1e3 / args.runs
+                    n[e["args"]["op_name"]] += 1
+            kernel[name], nodes[name] = k, {op: c // args.runs for op, c in n.items()}
+    ops = sorted(set().union(*kernel.values()), key=lambda op: -max(kernel[m][op] for m in kernel))
+    print(f"{batch}x{seq}, {args.runs} runs per model in turn, ms per run (nodes)")
+    print(f"{'op':<26}" + "".join(f"{m:>18}" for m in kernel))
+    for op in ops[: args.top]:
+        print(f"{op:<26}" + "".join(f"{kernel[m][op]:>11.2f} ({nodes[m].get(op, 0):>3})" for m in kernel))
+    print(f"{'kernel total':<26}" + "".join(f"{sum(kernel[m].values()):>17.1f} " for m in kernel))
+    print(f"{'wall median':<26}" + "".join(f"{float(np.median(wall[m])):>17.1f} " for m in kernel))
 
 
 def main():
@@ -115,8 +167,14 @@ def main():
     t.add_argument("--warmup", type=int, default=3)
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--out", required=True)
+    r = sub.add_parser("profile")
+    r.add_argument("--models", required=True)
+    r.add_argument("--shape", default="8x128")
+    r.add_argument("--runs", type=int, default=10)
+    r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--top", type=int, default=16)
     args = p.parse_args()
-    {"dynamic": dynamic, "optimize": optimize, "time": time_models}[args.cmd](args)
+    {"dynamic": dynamic, "optimize": optimize, "time": time_models, "profile": profile_models}[args.cmd](args)
 
 
 if __name__ == "__main__":

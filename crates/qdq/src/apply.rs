@@ -73,6 +73,8 @@ impl Plan {
         if let Some((_, to)) = self.opset_bump {
             onnx_ir::upgrade_default_opset(model, to)?;
         }
+        // The attention probabilities computed in place by ONNX Runtime (docs/QUANTIZATION.md, "What decides CPU speed").
+        onnx_ir::annotate_shape_preserving(model.graph_mut());
         Ok(())
     }
 

@@ -74,6 +74,22 @@ struct Rewrite {
     nodes: Vec<NodeProto>,
 }
 
+/// The model-level edits after the graph's: the opset an int8 embedding's per-axis DequantizeLinear needs (returned
+/// when raised), the com.microsoft domain where contrib ops were written, the Softmax shapes declared
+/// ([`onnx_ir::annotate_shape_preserving`]).
+fn finish(out: &mut Model, embeddings: bool, contrib: bool) -> Result<Option<(i64, i64)>> {
+    let opset = out.opset("").unwrap_or(1);
+    let opset_bump = (embeddings && opset < MIN_QDQ_OPSET).then_some((opset, MIN_QDQ_OPSET));
+    if let Some((_, to)) = opset_bump {
+        onnx_ir::upgrade_default_opset(out, to)?;
+    }
+    if contrib {
+        crate::apply::import_domain(out, crate::contrib::MS_DOMAIN, 1);
+    }
+    onnx_ir::annotate_shape_preserving(out.graph_mut());
+    Ok(opset_bump)
+}
+
 /// Names of one input's DynamicQuantizeLinear outputs: quantized, scale, zero point.
 type Quantized = [String; 3];
 
@@ -128,14 +144,7 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     }
     g.sort_nodes()?;
     g.remove_unused_initializers();
-    let opset = out.opset("").unwrap_or(1);
-    let opset_bump = (!embeddings.is_empty() && opset < MIN_QDQ_OPSET).then_some((opset, MIN_QDQ_OPSET));
-    if let Some((_, to)) = opset_bump {
-        onnx_ir::upgrade_default_opset(&mut out, to)?;
-    }
-    if !contrib.is_empty() {
-        crate::apply::import_domain(&mut out, crate::contrib::MS_DOMAIN, 1);
-    }
+    let opset_bump = finish(&mut out, !embeddings.is_empty(), !contrib.is_empty())?;
     let inputs = inputs.into_iter().map(|(t, _)| t).collect();
     Ok((out, DynamicPlan { matmuls: matmuls.into_iter().collect(), inputs, embeddings, contrib, opset_bump }))
 }

@@ -2,6 +2,8 @@
 //! saved through `SessionConfig::optimized_model_path`, opt level All).
 use std::collections::BTreeMap;
 
+use ndarray::Array2;
+
 use crate::common::*;
 use onnx_ir::GraphExt as _;
 
@@ -204,5 +206,74 @@ fn explore_cpu_layouts() {
         &[("op_types", "MatMul,Add"), ("residual_add", "quantize"), ("quantize_outputs", "true")][..],
     ] {
         optimized_op_counts("cpu", Ln::Fused, set);
+    }
+}
+
+/// The declared shape of `tensor` in `m`'s value_info: each dim's value, or its symbol as a negative-free string.
+fn declared(m: &onnx_ir::Model, tensor: &str) -> Option<Vec<String>> {
+    use onnx_ir::proto::tensor_shape_proto::dimension::Value as Dim;
+    use onnx_ir::proto::type_proto::Value;
+    let v = m.graph().value_info.iter().find(|v| v.name() == tensor)?;
+    let Some(Value::TensorType(t)) = v.r#type.as_ref()?.value.as_ref() else { return None };
+    let dims = t.shape.as_ref()?.dim.iter().map(|d| match &d.value {
+        Some(Dim::DimValue(v)) => v.to_string(),
+        Some(Dim::DimParam(s)) => s.clone(),
+        None => "?".into(),
+    });
+    Some(dims.collect())
+}
+
+/// Every quantized model (static, dynamic, every preset) declares the shape of its attention probabilities: each
+/// Softmax's input and output, in symbols the two share and no other tensor uses, so that ORT's CPU planner may
+/// compute them in place (docs/QUANTIZATION.md). ORT accepts the declaration at other batch sizes and lengths, and
+/// the model computes what it computes without it.
+#[test]
+fn quantized_models_declare_the_attention_probabilities_shape() {
+    let feed_of = |m: &onnx_ir::Model, batch: usize, seq: usize| {
+        let ids = Array2::from_shape_fn((batch, seq), |(i, j)| ((i * 7 + j * 5 + 3) % VOCAB) as i64);
+        let mut feed = vec![("input_ids", ids), ("attention_mask", Array2::<i64>::ones((batch, seq)))];
+        if m.graph().input.iter().any(|i| i.name() == "token_type_ids") {
+            feed.push(("token_type_ids", Array2::from_shape_fn((batch, seq), |(_, j)| i64::from(j >= seq / 2))));
+        }
+        feed
+    };
+    let gemm = tiny_form(onnx_ir::tiny_bert::GraphForm::Gemm, 3);
+    for (fp32, matmuls) in [(tiny_bert(Ln::Decomposed), true), (tiny_bert(Ln::Fused), true), (gemm, false)] {
+        let mut models = vec![];
+        for preset in ["cpu", "tensorrt"] {
+            let policy = unsmoothed(preset);
+            let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+            let ranges = observed_on(&fp32, &tensors, &feed_of(&fp32, 2, SEQ), runtime::OptLevel::default());
+            models.push((preset, qdq::quantize(&fp32, &ranges, &policy).unwrap().0));
+        }
+        if matmuls {
+            // The dynamic mode rewrites MatMuls only (a Gemm form has none).
+            models.push(("dynamic", qdq::quantize_dynamic(&fp32, &unsmoothed("cpu")).unwrap().0));
+        }
+        for (what, m) in &models {
+            let softmax: Vec<_> = m.graph().node.iter().filter(|n| n.op_type() == "Softmax").collect();
+            assert!(!softmax.is_empty(), "{what}");
+            for n in softmax {
+                let (x, y) = (declared(m, &n.input[0]), declared(m, &n.output[0]));
+                assert!(x.as_ref().is_some_and(|d| d.len() == 4) && x == y, "{what} {}: {x:?} {y:?}", n.name());
+                let others = m
+                    .graph()
+                    .value_info
+                    .iter()
+                    .filter(|v| ![&n.input[0], &n.output[0]].contains(&&v.name().to_string()));
+                let theirs: Vec<String> = others.filter_map(|v| declared(m, v.name())).flatten().collect();
+                assert!(x.unwrap().iter().all(|d| !theirs.contains(d)), "{what}: symbols shared with another tensor");
+            }
+            let mut bare = m.clone();
+            bare.graph_mut().value_info.clear();
+            for (batch, seq) in [(2, 5), (3, SEQ)] {
+                let feed = feed_of(m, batch, seq);
+                let a = run_feed(m, &feed, &["start_logits"], runtime::OptLevel::All);
+                let b = run_feed(&bare, &feed, &["start_logits"], runtime::OptLevel::All);
+                assert_eq!(a[0].shape(), &[batch, seq]);
+                let diff = a[0].iter().zip(b[0].iter()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(diff <= 1e-6, "{what} at {batch}x{seq}: differs from the undeclared model by {diff}");
+            }
+        }
     }
 }

@@ -1,0 +1,449 @@
+//! Ranks (numbers of axes) of a graph's tensors, and the one shape fact written from them: an op that preserves its
+//! input's shape (`Softmax`) gets that shape declared on its input and output, in symbols the two share.
+//!
+//! Why: ONNX Runtime's CPU allocation planner runs a kernel that may work in place (`Softmax` may) in its input's
+//! buffer only when it can prove input and output the same size, i.e. both carry a shape in the graph. An exported
+//! BERT's shapes are lost at its attention `Reshape`s for ONNX's own inference, so the attention probabilities are
+//! written to a second buffer of `batch · heads · sequence²` floats, the largest tensor of the model.
+
+use std::collections::HashMap;
+
+use crate::proto::type_proto::Value;
+use crate::proto::{GraphProto, NodeProto, TensorProto, ValueInfoProto};
+use crate::{DataType, constant_value, get_attr_int, get_attr_ints, value_info};
+
+/// What is known of a tensor: its rank and, for a 1-D tensor, its length (a `Reshape`'s target rank is the length
+/// of its shape input).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Known {
+    rank: Option<usize>,
+    len: Option<usize>,
+}
+
+/// The rank of every tensor of `g` (top level) that follows for certain from the graph's declared shapes (inputs,
+/// outputs, `value_info`), its initializers and `Constant`s, and the semantics of common ops (element-wise and
+/// broadcasting ops, MatMul forms, Transpose, Reshape and Expand by a shape whose length is known, Gather,
+/// Unsqueeze / Squeeze / reductions with known axes, Shape, Concat, ...). A tensor whose rank depends on anything
+/// else (an unknown op, axes computed at run time) is absent, and so is everything computed from it.
+///
+/// ```
+/// use qdq_onnx_ir::{attr_ints, node, ranks, value_info, DataType, NodeExt, proto::GraphProto};
+/// let g = GraphProto {
+///     input: vec![value_info("x", DataType::Float, Some(&[Err("batch"), Err("seq"), Ok(384)]))],
+///     node: vec![
+///         node("Unsqueeze", "u", &["x"], &["x4"]).with_attr(attr_ints("axes", &[1])),
+///         node("Transpose", "t", &["x4"], &["xt"]).with_attr(attr_ints("perm", &[0, 2, 1, 3])),
+///         node("MatMul", "mm", &["xt", "xt"], &["s"]),
+///         node("Softmax", "sm", &["s"], &["p"]),
+///         node("Mystery", "m", &["p"], &["q"]),
+///     ],
+///     ..Default::default()
+/// };
+/// let r = ranks(&g);
+/// assert_eq!((r["x4"], r["p"]), (4, 4));
+/// assert!(!r.contains_key("q")); // an op it does not know
+/// ```
+pub fn ranks(g: &GraphProto) -> HashMap<String, usize> {
+    let mut known: HashMap<String, Known> = HashMap::new();
+    for v in g.input.iter().chain(&g.output).chain(&g.value_info) {
+        if let Some(dims) = declared_dims(v) {
+            known.insert(v.name().to_string(), Known { rank: Some(dims.len()), len: None });
+        }
+    }
+    for t in &g.initializer {
+        known.insert(t.name().to_string(), of_constant(t));
+    }
+    // Nodes are topologically sorted in a valid graph; a second sweep covers a graph that is not.
+    for _ in 0..2 {
+        for n in &g.node {
+            infer(n, &mut known);
+        }
+    }
+    known.into_iter().filter_map(|(k, v)| Some((k, v.rank?))).collect()
+}
+
+/// The ops [`annotate_shape_preserving`] declares shapes for: their output has their input's shape, and ONNX
+/// Runtime's CPU kernel may run in place.
+pub const SHAPE_PRESERVING_IN_PLACE: [&str; 1] = ["Softmax"];
+
+/// For every float `Softmax` of `g` (top level) whose input rank [`ranks`] knows and that has no declared shape on
+/// either side, declares input and output as `[qdq_<k>_0, .., qdq_<k>_r]`: one symbol per axis, shared by the two
+/// tensors and by nothing else, so the claim is exactly "the output has the input's shape", true of the op. Where
+/// one side is declared already, the other gets the same shape. Returns how many nodes were annotated. Symbols
+/// already used in the graph are not reused.
+///
+/// ```
+/// use qdq_onnx_ir::{annotate_shape_preserving, node, value_info, DataType, proto::GraphProto};
+/// let mut g = GraphProto {
+///     input: vec![value_info("s", DataType::Float, Some(&[Err("b"), Ok(12), Err("q"), Err("k")]))],
+///     node: vec![node("Softmax", "sm", &["s"], &["p"])],
+///     ..Default::default()
+/// };
+/// assert_eq!(annotate_shape_preserving(&mut g), 1);
+/// let p = g.value_info.iter().find(|v| v.name() == "p").unwrap();
+/// assert_eq!(p, &value_info("p", DataType::Float, Some(&[Err("b"), Ok(12), Err("q"), Err("k")])));
+/// assert_eq!(annotate_shape_preserving(&mut g), 0); // declared now
+/// ```
+pub fn annotate_shape_preserving(g: &mut GraphProto) -> usize {
+    let rank = ranks(g);
+    let mut used: std::collections::HashSet<String> = g
+        .input
+        .iter()
+        .chain(&g.output)
+        .chain(&g.value_info)
+        .filter_map(declared_dims)
+        .flatten()
+        .filter_map(|d| d.err())
+        .collect();
+    let float = DataType::Float as i32;
+    let mut added = Vec::new();
+    let mut annotated = 0;
+    for n in g.node.iter().filter(|n| SHAPE_PRESERVING_IN_PLACE.contains(&n.op_type()) && n.domain().is_empty()) {
+        let (Some(x), Some(y)) = (n.input.first(), n.output.first()) else { continue };
+        let declared = |t: &str| {
+            g.input.iter().chain(&g.output).chain(&g.value_info).chain(&added).find(|v| v.name() == t).cloned()
+        };
+        let (dx, dy) = (declared(x), declared(y));
+        if [&dx, &dy].into_iter().flatten().any(|v| elem_type(v) != Some(float)) {
+            continue;
+        }
+        let dims: Vec<Result<i64, String>> =
+            match (dx.as_ref().and_then(declared_dims), dy.as_ref().and_then(declared_dims)) {
+                (Some(_), Some(_)) => continue,
+                (Some(d), None) | (None, Some(d)) => d,
+                (None, None) => {
+                    let Some(&r) = rank.get(x.as_str()) else { continue };
+                    let mut k = annotated;
+                    let base = loop {
+                        let base = format!("qdq_{k}");
+                        if !(0..r).any(|i| used.contains(&format!("{base}_{i}"))) {
+                            break base;
+                        }
+                        k += 1;
+                    };
+                    (0..r).map(|i| Err(format!("{base}_{i}"))).collect()
+                }
+            };
+        used.extend(dims.iter().filter_map(|d| d.clone().err()));
+        let dims_ref: Vec<Result<i64, &str>> =
+            dims.iter().map(|d| d.as_ref().map(|v| *v).map_err(|s| s.as_str())).collect();
+        for (t, d) in [(x, &dx), (y, &dy)] {
+            if d.as_ref().and_then(declared_dims).is_none() {
+                added.push(value_info(t, DataType::Float, Some(&dims_ref)));
+            }
+        }
+        annotated += 1;
+    }
+    // A declared type without a shape is replaced, not listed twice.
+    let names: std::collections::HashSet<String> = added.iter().map(|v| v.name().to_string()).collect();
+    g.value_info.retain(|v| !names.contains(v.name()));
+    g.value_info.extend(added);
+    annotated
+}
+
+fn elem_type(v: &ValueInfoProto) -> Option<i32> {
+    match v.r#type.as_ref()?.value.as_ref()? {
+        Value::TensorType(t) => Some(t.elem_type()),
+        _ => None,
+    }
+}
+
+/// A declared tensor shape: each dim a value or a symbol (`Err`; an unnamed unknown dim is `Err("")`).
+fn declared_dims(v: &ValueInfoProto) -> Option<Vec<Result<i64, String>>> {
+    use crate::proto::tensor_shape_proto::dimension;
+    match v.r#type.as_ref()?.value.as_ref()? {
+        Value::TensorType(t) => Some(
+            t.shape
+                .as_ref()?
+                .dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(dimension::Value::DimValue(v)) => Ok(*v),
+                    Some(dimension::Value::DimParam(s)) => Err(s.clone()),
+                    None => Err(String::new()),
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn of_constant(t: &TensorProto) -> Known {
+    Known { rank: Some(t.dims.len()), len: (t.dims.len() == 1).then(|| t.dims[0].max(0) as usize) }
+}
+
+/// Ops whose first output has their first input's rank.
+const SAME_RANK: &[&str] = &[
+    "Identity",
+    "Relu",
+    "Erf",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "Tanh",
+    "Sigmoid",
+    "Reciprocal",
+    "Softmax",
+    "LogSoftmax",
+    "Cast",
+    "CastLike",
+    "Not",
+    "IsNaN",
+    "IsInf",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Gelu",
+    "FastGelu",
+    "BiasGelu",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "LayerNormalization",
+    "SkipLayerNormalization",
+    "SimplifiedLayerNormalization",
+    "Dropout",
+    "Clip",
+    "LeakyRelu",
+    "HardSigmoid",
+    "Softplus",
+    "Slice",
+    "Split",
+    "Tile",
+    "Pad",
+    "CumSum",
+    "Trilu",
+    "Hardmax",
+];
+
+/// Broadcasting ops: their output has the largest rank of their inputs.
+const BROADCAST: &[&str] = &[
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "Where",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "BitShift",
+];
+
+fn infer(n: &NodeProto, known: &mut HashMap<String, Known>) {
+    let get = |known: &HashMap<String, Known>, i: usize| -> Known {
+        n.input.get(i).filter(|t| !t.is_empty()).and_then(|t| known.get(t.as_str())).copied().unwrap_or_default()
+    };
+    let rank = |known: &HashMap<String, Known>, i: usize| get(known, i).rank;
+    // Axes given as an attribute (older opsets) or as a constant input (newer): their count.
+    let axes_count = |known: &HashMap<String, Known>, input: usize| -> Option<usize> {
+        match get_attr_ints(n, "axes") {
+            Ok(Some(a)) => Some(a.len()),
+            _ => get(known, input).len,
+        }
+    };
+    let op = n.op_type();
+    let out = |r: Option<usize>| Known { rank: r, len: None };
+    let first = match op {
+        "Constant" => match constant_value(n) {
+            Ok(Some(t)) => of_constant(&t),
+            _ => Known::default(),
+        },
+        _ if SAME_RANK.contains(&op) => {
+            let x = get(known, 0);
+            Known { rank: x.rank, len: if matches!(op, "Identity" | "Cast" | "CastLike") { x.len } else { None } }
+        }
+        _ if BROADCAST.contains(&op) => {
+            let rs: Option<Vec<usize>> = (0..n.input.len()).map(|i| rank(known, i)).collect();
+            let r = rs.and_then(|rs| rs.into_iter().max());
+            let len = if r == Some(1) && (0..n.input.len()).all(|i| get(known, i).len.is_some()) {
+                (0..n.input.len()).filter_map(|i| get(known, i).len).max()
+            } else {
+                None
+            };
+            Known { rank: r, len }
+        }
+        "MatMul"
+        | "MatMulInteger"
+        | "MatMulIntegerToFloat"
+        | "FusedMatMul"
+        | "QLinearMatMul"
+        | "DynamicQuantizeMatMul" => {
+            let b = if op == "QLinearMatMul" { 3 } else { 1 };
+            out(match (rank(known, 0), rank(known, b)) {
+                (Some(1), Some(1)) => Some(0),
+                (Some(1), Some(rb)) => Some(rb - 1),
+                (Some(ra), Some(1)) => Some(ra - 1),
+                (Some(ra), Some(rb)) => Some(ra.max(rb)),
+                _ => None,
+            })
+        }
+        "Gemm" | "Flatten" | "NonZero" => out(Some(2)),
+        "Transpose" => out(match get_attr_ints(n, "perm") {
+            Ok(Some(p)) => Some(p.len()),
+            _ => rank(known, 0),
+        }),
+        "Reshape" | "ConstantOfShape" => out(get(known, if op == "Reshape" { 1 } else { 0 }).len),
+        "Expand" => out(rank(known, 0).zip(get(known, 1).len).map(|(a, b)| a.max(b))),
+        "Unsqueeze" => out(rank(known, 0).zip(axes_count(known, 1)).map(|(r, a)| r + a)),
+        "Squeeze" => out(rank(known, 0).zip(axes_count(known, 1)).and_then(|(r, a)| r.checked_sub(a))),
+        "Gather" => out(rank(known, 0).zip(rank(known, 1)).and_then(|(d, i)| (d + i).checked_sub(1))),
+        "Shape" => {
+            let full = rank(known, 0);
+            let ranged =
+                get_attr_int(n, "start").ok().flatten().is_some() || get_attr_int(n, "end").ok().flatten().is_some();
+            Known { rank: Some(1), len: if ranged { None } else { full } }
+        }
+        "Size" => out(Some(0)),
+        "Range" => out(Some(1)),
+        "Concat" => {
+            let r = (0..n.input.len()).find_map(|i| rank(known, i));
+            let len =
+                if r == Some(1) { (0..n.input.len()).map(|i| get(known, i).len).sum::<Option<usize>>() } else { None };
+            Known { rank: r, len }
+        }
+        _ if op.starts_with("Reduce") => {
+            let keep = get_attr_int(n, "keepdims").ok().flatten().unwrap_or(1) != 0;
+            out(if keep {
+                rank(known, 0)
+            } else {
+                rank(known, 0).zip(axes_count(known, 1)).and_then(|(r, a)| r.checked_sub(a))
+            })
+        }
+        _ => Known::default(),
+    };
+    // Unsqueeze of a scalar by one axis is a 1-D tensor of length 1 (an exporter's way of building a shape).
+    let first = match (op, first) {
+        ("Unsqueeze", Known { rank: Some(1), .. }) if rank(known, 0) == Some(0) => {
+            Known { rank: Some(1), len: Some(1) }
+        }
+        ("Gather", Known { rank: Some(1), .. }) if rank(known, 0) == Some(1) => {
+            Known { rank: Some(1), len: get(known, 1).len }
+        }
+        _ => first,
+    };
+    let Some(y) = n.output.first().filter(|y| !y.is_empty()) else { return };
+    if first.rank.is_some() {
+        let e = known.entry(y.clone()).or_default();
+        if e.rank.is_none() {
+            *e = first;
+        } else if e.len.is_none() {
+            e.len = first.len;
+        }
+    }
+    // Split's outputs all have the input's rank.
+    if op == "Split"
+        && let Some(r) = rank(known, 0)
+    {
+        for o in n.output.iter().skip(1).filter(|o| !o.is_empty()) {
+            known.entry(o.clone()).or_insert(Known { rank: Some(r), len: None });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NodeExt, attr_int, attr_ints, node, tensor_from_vec};
+
+    fn graph(nodes: Vec<NodeProto>) -> GraphProto {
+        GraphProto {
+            input: vec![
+                value_info("ids", DataType::Int64, Some(&[Err("batch"), Err("seq")])),
+                value_info("h", DataType::Float, Some(&[Err("batch"), Err("seq"), Ok(8)])),
+            ],
+            initializer: vec![tensor_from_vec::<i64>("heads", &[2], vec![2, 4]).unwrap()],
+            node: nodes,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_shape_built_from_shape_gather_unsqueeze_concat_gives_the_reshape_its_rank() {
+        // The older Hugging Face export: new_shape = x.size()[:-1] + (heads, head_size), all computed in the graph.
+        let g = graph(vec![
+            node("Shape", "s", &["h"], &["shape"]),
+            node("Constant", "c0", &[], &["zero"])
+                .with_attr(crate::attr_tensor("value", tensor_from_vec::<i64>("", &[], vec![0]).unwrap())),
+            node("Gather", "g0", &["shape", "zero"], &["b"]).with_attr(attr_int("axis", 0)),
+            node("Unsqueeze", "u0", &["b"], &["b1"]).with_attr(attr_ints("axes", &[0])),
+            node("Gather", "g1", &["shape", "zero"], &["s"]),
+            node("Unsqueeze", "u1", &["s"], &["s1"]).with_attr(attr_ints("axes", &[0])),
+            node("Concat", "cat", &["b1", "s1", "heads"], &["new_shape"]).with_attr(attr_int("axis", 0)),
+            node("Reshape", "r", &["h", "new_shape"], &["split"]),
+            node("Transpose", "t", &["split"], &["q"]).with_attr(attr_ints("perm", &[0, 2, 1, 3])),
+            node("MatMul", "qk", &["q", "q"], &["scores"]),
+            node("Softmax", "sm", &["scores"], &["p"]),
+        ]);
+        let r = ranks(&g);
+        assert_eq!((r["shape"], r["b"], r["b1"], r["new_shape"]), (1, 0, 1, 1));
+        assert_eq!((r["split"], r["q"], r["scores"], r["p"]), (4, 4, 4, 4));
+    }
+
+    #[test]
+    fn what_depends_on_unknown_axes_or_ops_stays_unknown() {
+        let g = graph(vec![
+            node("Squeeze", "sq", &["h"], &["a"]), // axes absent: which dims are 1 is not known
+            node("Reshape", "r", &["h", "runtime_shape"], &["b"]),
+            node("Add", "add", &["b", "h"], &["c"]),
+            node("ReduceMean", "rm", &["h"], &["d"]).with_attr(attr_int("keepdims", 0)),
+            node("ReduceMean", "rk", &["h"], &["e"]),
+            node("Gather", "emb", &["h", "ids"], &["f"]),
+        ]);
+        let r = ranks(&g);
+        for t in ["a", "b", "c", "d"] {
+            assert!(!r.contains_key(t), "{t}");
+        }
+        assert_eq!((r["e"], r["f"]), (3, 4));
+    }
+
+    #[test]
+    fn a_declared_side_is_copied_and_types_other_than_float_are_left() {
+        let mut g = graph(vec![
+            node("MatMul", "mm", &["h", "h"], &["s"]),
+            node("Softmax", "sm", &["s"], &["p"]),
+            node("Cast", "c", &["h"], &["h16"]).with_attr(attr_int("to", DataType::Float16 as i64)),
+            node("Softmax", "sm16", &["h16"], &["p16"]),
+        ]);
+        g.value_info.push(value_info("p", DataType::Float, Some(&[Err("b"), Err("s"), Ok(7)])));
+        g.value_info.push(value_info("p16", DataType::Float16, None));
+        assert_eq!(annotate_shape_preserving(&mut g), 1);
+        let s = g.value_info.iter().find(|v| v.name() == "s").unwrap();
+        assert_eq!(s, &value_info("s", DataType::Float, Some(&[Err("b"), Err("s"), Ok(7)])));
+        assert!(!g.value_info.iter().any(|v| v.name() == "h16"));
+    }
+
+    #[test]
+    fn fresh_symbols_avoid_the_graphs_own_and_each_other() {
+        let mut g = graph(vec![
+            node("Softmax", "a", &["h"], &["pa"]),
+            node("MatMul", "mm", &["pa", "pa"], &["s"]),
+            node("Softmax", "b", &["s"], &["pb"]),
+        ]);
+        // a copies h's declared shape; b, the second annotated, would be qdq_1_*, but the graph uses qdq_1_2.
+        g.input.push(value_info("other", DataType::Float, Some(&[Err("qdq_1_2")])));
+        g.input[1] = value_info("h", DataType::Float, Some(&[Err("qdq_0_1"), Ok(2), Ok(3)]));
+        assert_eq!(annotate_shape_preserving(&mut g), 2);
+        let pa = g.value_info.iter().find(|v| v.name() == "pa").unwrap();
+        assert_eq!(declared_dims(pa), declared_dims(&g.input[1]));
+        let pb = g.value_info.iter().find(|v| v.name() == "pb").unwrap();
+        let dims = declared_dims(pb).unwrap();
+        let want: Vec<Result<i64, String>> = (0..3).map(|i| Err(format!("qdq_2_{i}"))).collect();
+        assert_eq!(dims, want);
+        let s = g.value_info.iter().find(|v| v.name() == "s").unwrap();
+        assert_eq!(declared_dims(s), Some(dims));
+    }
+}
