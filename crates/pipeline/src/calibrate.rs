@@ -182,7 +182,7 @@ pub struct Smoothing {
 impl Smoothing {
     /// One line for logs and reports: sites, α and how much the channel spread shrank.
     pub fn describe(&self) -> String {
-        let ln = self.sites.iter().filter(|s| s.site.form != qdq::SmoothForm::ScaleNode).count();
+        let ln = self.sites.iter().filter(|s| s.site.gamma.is_some()).count();
         let other = self.sites.len() - ln;
         let matmuls: usize = self.sites.iter().map(|s| s.site.matmuls.len()).sum();
         let worst = |f: fn(&qdq::SmoothedSite) -> f32| self.sites.iter().map(f).fold(0.0f32, f32::max);

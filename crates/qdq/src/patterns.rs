@@ -220,3 +220,135 @@ fn vector_init(ix: &GraphIndex, name: &str) -> Option<usize> {
     let last = *t.dims.last()?;
     (last > 1 && t.dims[..t.dims.len() - 1].iter().all(|&d| d == 1)).then_some(last as usize)
 }
+
+/// Where an attention context comes from when the division smoothing applies to it can be made by its value
+/// projection instead: `x = Reshape(Transpose(MatMul(P, Transpose(Reshape(V, [.., heads, head_size])))))` with
+/// `V = MatMul(h, W) (+ b)`, `W` a `[in, heads·head_size]` float initializer and `b` a vector. Along that path channel
+/// `j` of `V` (head `j / head_size`, lane `j % head_size`) stays channel `j` of `x` and is only multiplied by
+/// attention probabilities and summed, so dividing `W`'s column `j` and `b_j` by `s_j` divides `x`'s channel `j` by
+/// it, exactly. Checked: both Reshapes' target ends in (or, for the merge, reads back) `heads, head_size` with
+/// `heads · head_size` = `channels` (= `W`'s columns), the head-size axis stays last through both Transposes, the head
+/// axis is a batch axis of `P·V` and ends right before the head-size axis, and every tensor on the path has exactly
+/// one reader (nothing else sees the divided values). `ranks`: [`onnx_ir::ranks`] of the graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ValueProjection {
+    /// The value projection `MatMul` node.
+    pub matmul: String,
+    /// Its bias `Add` node and the bias initializer, if any.
+    pub bias: Option<(String, String)>,
+    /// The merging `Reshape` node writing `x`.
+    pub merge: String,
+}
+
+pub(crate) fn value_projection(
+    ix: &GraphIndex,
+    x: &str,
+    channels: usize,
+    ranks: &std::collections::HashMap<String, usize>,
+) -> Option<ValueProjection> {
+    let only_reader = |t: &str| ix.readers(t).len() == 1 && !ix.is_graph_output(t);
+    let perm = |n: &NodeProto| get_attr_int_list(n, "perm");
+    let merge = ix.producer_node(x).filter(|n| n.op_type() == "Reshape")?;
+    let t2 = ix.producer_node(&merge.input[0]).filter(|n| n.op_type() == "Transpose")?;
+    let pv = ix.producer_node(&t2.input[0]).filter(|n| n.op_type() == "MatMul" && n.input.len() == 2)?;
+    let t1 = ix.producer_node(&pv.input[1]).filter(|n| n.op_type() == "Transpose" && pv.input[0] != pv.input[1])?;
+    let split = ix.producer_node(&t1.input[0]).filter(|n| n.op_type() == "Reshape")?;
+    let [heads, head_size] = shape_suffix(ix, &split.input[1])?;
+    if heads <= 0 || head_size <= 0 || (heads * head_size) as usize != channels {
+        return None;
+    }
+    let path = [&merge.input[0], &t2.input[0], &pv.input[1], &t1.input[0], &split.input[0]];
+    if !path.iter().all(|t| only_reader(t)) {
+        return None;
+    }
+    let (p1, p2) = (perm(t1)?, perm(t2)?);
+    let rc = *ranks.get(t2.input[0].as_str())?;
+    if ranks.get(t1.input[0].as_str()) != Some(&p1.len()) || !heads_line_up(&p1, &p2, rc) {
+        return None;
+    }
+    let (matmul, bias) = projection(ix, &split.input[0], channels)?;
+    if merge.name().is_empty() || pv.name().is_empty() {
+        return None;
+    }
+    Some(ValueProjection { matmul, bias, merge: merge.name().to_string() })
+}
+
+/// The split output has rank `p1.len()` with (heads, head_size) last; after `p1` the head-size axis must stay last and
+/// the head axis sit among P·V's batch axes; P·V's output (rank `rc`, aligned from the right) goes through `p2`, which
+/// must put the head axis right before the head-size axis, last, for the merge to read channel `h·head_size + d`.
+fn heads_line_up(p1: &[usize], p2: &[usize], rc: usize) -> bool {
+    let r1 = p1.len();
+    if r1 < 3 || p1[r1 - 1] != r1 - 1 || p2.len() != rc || rc < r1 {
+        return false;
+    }
+    let Some(h1) = p1.iter().position(|&a| a == r1 - 2) else { return false };
+    h1 + 2 < r1 && p2[rc - 1] == rc - 1 && p2[rc - 2] == rc - r1 + h1
+}
+
+/// `v = MatMul(h, W) + b` (or without `b`) with `W` a float `[in, channels]` initializer and `b` a `[channels]` one,
+/// each read by that node only, and the MatMul's output read only by the Add: the MatMul's name and the Add's name
+/// and bias.
+fn projection(ix: &GraphIndex, v: &str, channels: usize) -> Option<(String, Option<(String, String)>)> {
+    let mut v = v;
+    let mut bias = None;
+    let producer = ix.producer_node(v)?;
+    if producer.op_type() == "Add" && producer.input.len() == 2 && !producer.name().is_empty() {
+        let slot = producer.input.iter().position(|i| vector_init(ix, i) == Some(channels))?;
+        let b = &producer.input[slot];
+        if ix.readers(b).len() != 1 || ix.initializer(b)?.dims.len() != 1 {
+            return None;
+        }
+        bias = Some((producer.name().to_string(), b.clone()));
+        v = &producer.input[1 - slot];
+        if ix.readers(v).len() != 1 || ix.is_graph_output(v) {
+            return None;
+        }
+    }
+    let mm = ix.producer_node(v).filter(|n| n.op_type() == "MatMul" && n.input.len() == 2 && !n.name().is_empty())?;
+    let w = ix.initializer(&mm.input[1])?;
+    let plain = w.data_type() == DataType::Float as i32 && w.dims.len() == 2 && w.dims[1] as usize == channels;
+    (plain && ix.readers(&mm.input[1]).len() == 1 && !ix.is_initializer(&mm.input[0]))
+        .then(|| (mm.name().to_string(), bias))
+}
+
+/// A `perm`-like attribute as axes.
+fn get_attr_int_list(n: &NodeProto, name: &str) -> Option<Vec<usize>> {
+    onnx_ir::get_attr_ints(n, name).ok().flatten()?.iter().map(|&a| usize::try_from(a).ok()).collect()
+}
+
+/// The last two values of a Reshape's target shape when they are constants: the shape itself a constant, or a
+/// `Concat` (as exporters build `x.size()[:-1] + (heads, head_size)`) whose trailing pieces are.
+fn shape_suffix(ix: &GraphIndex, shape: &str) -> Option<[i64; 2]> {
+    let constant = |t: &str| -> Option<Vec<i64>> {
+        let value = match ix.initializer(t) {
+            Some(v) => v.clone(),
+            None => onnx_ir::constant_value(ix.producer_node(t)?).ok().flatten()?,
+        };
+        (value.data_type() == DataType::Int64 as i32 && value.dims.len() <= 1)
+            .then(|| onnx_ir::tensor_to_array::<i64>(&value).ok())
+            .flatten()
+            .map(|a| a.iter().copied().collect())
+    };
+    let mut tail: Vec<i64> = match constant(shape) {
+        Some(v) => v,
+        None => {
+            let cat = ix.producer_node(shape).filter(|n| n.op_type() == "Concat")?;
+            let mut tail = Vec::new();
+            for piece in cat.input.iter().rev() {
+                let mut v = constant(piece)?;
+                v.extend(tail);
+                tail = v;
+                if tail.len() >= 2 {
+                    break;
+                }
+            }
+            tail
+        }
+    };
+    let n = tail.len();
+    if n < 2 {
+        return None;
+    }
+    let last = tail.split_off(n - 2);
+    Some([last[0], last[1]])
+}

@@ -53,6 +53,17 @@ pub enum SmoothForm {
     /// Anything else (e.g. a GELU output): an explicit `Mul` by `1/s` in front of the MatMuls, which TensorRT fuses
     /// into the producer / the QuantizeLinear (ModelOpt's "pre-quant scale").
     ScaleNode,
+    /// An attention context whose value projection absorbs the division (its weight's columns and its bias divided
+    /// by `s`): nothing is added to the graph. Only where `P·V` stays float (`matmul_const_b_only`) and the site's
+    /// weights are its own; the merging `Reshape` then writes the smoothed tensor.
+    ValueProjection {
+        /// The value projection `MatMul` node.
+        matmul: String,
+        /// Its bias `Add` node and bias initializer, if any.
+        bias: Option<(String, String)>,
+        /// The `Reshape` node writing the context.
+        merge: String,
+    },
 }
 
 /// A tensor that can be smoothed: an activation read by MatMuls with constant weights.
@@ -109,6 +120,23 @@ fn spread(v: &[f32]) -> f32 {
 /// with `smooth_targets = all`. Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
 /// are left alone.
 pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
+    let mut sites = sites_before_grouping(model, policy)?;
+    let g = model.graph();
+    // A site sharing its factors with others (ALBERT's layers read one output projection) keeps the Mul: the value
+    // projections would have to share them too.
+    for group in shared_weight_groups(g, &sites)? {
+        if group.len() > 1 {
+            for k in group {
+                if matches!(sites[k].form, SmoothForm::ValueProjection { .. }) {
+                    sites[k].form = SmoothForm::ScaleNode;
+                }
+            }
+        }
+    }
+    Ok(sites)
+}
+
+fn sites_before_grouping(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
     if !policy.op_types.iter().any(|o| crate::types::MATMUL_OPS.contains(&o.as_str())) {
         return Ok(vec![]);
     }
@@ -118,12 +146,14 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
     crate::select::check_node_patterns(&ix, policy, &m)?;
     let mut seen = HashSet::new();
     let mut sites = Vec::new();
+    // Ranks for the value-projection check, computed once (only a policy leaving P·V float uses them).
+    let ranks = if policy.matmul_const_b_only { onnx_ir::ranks(ix.graph()) } else { Default::default() };
     for i in 0..ix.graph().node.len() {
         let Some(mm) = patterns::const_weight_matmul(&ix, i, &m) else { continue };
         if m.tensor_excluded(mm.input) || !seen.insert(mm.input) {
             continue;
         }
-        if let Some(site) = site_of(&ix, &m, mm, policy)? {
+        if let Some(site) = site_of(&ix, &m, mm, policy, &ranks)? {
             sites.push(site);
         }
     }
@@ -132,7 +162,13 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
 
 /// The site of `mm`'s input: a LayerNorm output (γ / β absorb the division) or, with `smooth_targets = all`, any
 /// other activation; with every constant-weight MatMul reading it whose weight has its channel count.
-fn site_of(ix: &GraphIndex, m: &Matchers, mm: ConstWeightMatMul, policy: &Policy) -> Result<Option<SmoothSite>> {
+fn site_of(
+    ix: &GraphIndex,
+    m: &Matchers,
+    mm: ConstWeightMatMul,
+    policy: &Policy,
+    ranks: &HashMap<String, usize>,
+) -> Result<Option<SmoothSite>> {
     let x = mm.input;
     let producer = ix.producer_node(x);
     let ln = match producer {
@@ -160,6 +196,15 @@ fn site_of(ix: &GraphIndex, m: &Matchers, mm: ConstWeightMatMul, policy: &Policy
     if matmuls.is_empty() {
         return Ok(None);
     }
+    let form = match form {
+        SmoothForm::ScaleNode if policy.matmul_const_b_only && !other_readers => {
+            match patterns::value_projection(ix, x, channels, ranks) {
+                Some(v) => SmoothForm::ValueProjection { matmul: v.matmul, bias: v.bias, merge: v.merge },
+                None => SmoothForm::ScaleNode,
+            }
+        }
+        f => f,
+    };
     let producer = producer.map(|n| n.name().to_string()).unwrap_or_default();
     Ok(Some(SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels }))
 }
@@ -218,7 +263,7 @@ pub fn smooth_in_place(
     let mut done = Vec::with_capacity(sites.len());
     let g = out.graph_mut();
     let names = NameSet::from_graph(g);
-    let mut rw = Rewrite { g, names, replaced: Vec::new(), rewritten: HashMap::new() };
+    let mut rw = Rewrite { g, names, replaced: Vec::new(), rewritten: HashMap::new(), projections: Vec::new() };
     // Sites whose MatMuls share a weight (ALBERT's layers read one set) are smoothed together: one set of factors,
     // so the weight is rescaled once and stays one initializer. A group's weights are decoded while it is rewritten.
     for (group, members) in shared_weight_groups(rw.g, &sites)?.into_iter().enumerate() {
@@ -229,6 +274,8 @@ pub fn smooth_in_place(
     }
     done.sort_by_key(|(k, _)| *k);
     let done: Vec<SmoothedSite> = done.into_iter().map(|(_, d)| d).collect();
+    // Last, so that a value projection's weight is divided in whatever form the LayerNorm site before it wrote.
+    rw.divide_value_projections()?;
     rw.drop_replaced();
     if !done.is_empty() {
         out.proto.metadata_props.retain(|e| e.key() != SMOOTH_METADATA_KEY);
@@ -372,6 +419,8 @@ struct Rewrite<'g> {
     names: NameSet,
     replaced: Vec<String>,
     rewritten: HashMap<Written, String>,
+    /// Value projections still to divide by their site's factors (their group, the site's form, the factors).
+    projections: Vec<(usize, SmoothForm, Vec<f32>)>,
 }
 
 /// An initializer written for a group of sites (by group number): the rescaled copy of an original (a weight with its
@@ -382,6 +431,8 @@ enum Written {
     Param(usize, String),
     Factors(usize),
     Inverse(usize),
+    /// A value projection's weight or bias divided along its output channels.
+    Columns(usize, String),
 }
 
 impl Rewrite<'_> {
@@ -423,10 +474,11 @@ impl Rewrite<'_> {
         let name = match self.rewritten.get(&key) {
             Some(name) => name.clone(),
             None => {
-                let suffix = if matches!(key, Written::Weight(..) | Written::Param(..)) { "_smoothed" } else { "" };
+                let rescaled = matches!(key, Written::Weight(..) | Written::Param(..) | Written::Columns(..));
+                let suffix = if rescaled { "_smoothed" } else { "" };
                 let name = self.names.fresh(&format!("{base}{suffix}"));
                 self.g.add_initializer(tensor_from_vec::<f32>(&name, shape, values()?)?);
-                if matches!(key, Written::Weight(..) | Written::Param(..)) {
+                if rescaled {
                     self.replaced.push(base.to_string());
                 }
                 self.rewritten.insert(key, name.clone());
@@ -454,7 +506,7 @@ impl Rewrite<'_> {
                 let bslot = g.node[ai].input.iter().position(|x| Some(x) == site.beta.as_ref()).unwrap_or(1);
                 ((mi, slot), (ai, bslot))
             }
-            SmoothForm::ScaleNode => return Ok(()),
+            SmoothForm::ScaleNode | SmoothForm::ValueProjection { .. } => return Ok(()),
         };
         for (at, param) in [(gamma_at, &site.gamma), (beta_at, &site.beta)] {
             let Some(param) = param else { continue };
@@ -507,6 +559,14 @@ impl Rewrite<'_> {
             let inverse = || Ok(factors.iter().map(|s| 1.0 / s).collect());
             return self.read_written(Written::Inverse(group), (at, 1), &base, &[site.channels], inverse);
         }
+        if let SmoothForm::ValueProjection { merge, .. } = &site.form {
+            // The merge writes the smoothed context (nothing else read it); its weights are divided at the end.
+            let mi = node_index(self.g, merge)?;
+            self.g.node[mi].output[0] = smoothed.to_string();
+            self.rename_value_info(&site.tensor, smoothed);
+            self.projections.push((group, site.form.clone(), factors.to_vec()));
+            return Ok(());
+        }
         let pi = node_index(self.g, &site.producer)?;
         self.g.node[pi].output[0] = smoothed.to_string();
         if site.other_readers {
@@ -515,8 +575,43 @@ impl Rewrite<'_> {
             let base = format!("{}_smooth_factors", site.tensor);
             let restore = || Ok(factors.to_vec());
             self.read_written(Written::Factors(group), (pi + 1, 1), &base, &[site.channels], restore)?;
-        } else if let Some(v) = self.g.value_info.iter_mut().find(|v| v.name() == site.tensor) {
-            v.name = Some(smoothed.to_string());
+        } else {
+            self.rename_value_info(&site.tensor, smoothed);
+        }
+        Ok(())
+    }
+
+    fn rename_value_info(&mut self, from: &str, to: &str) {
+        if let Some(v) = self.g.value_info.iter_mut().find(|v| v.name() == from) {
+            v.name = Some(to.to_string());
+        }
+    }
+
+    /// W[:, j] ← W[:, j] / s_j and b_j ← b_j / s_j for every value projection recorded by [`Self::divide`], reading
+    /// the weight its MatMul reads now (the row-rescaled copy when the LayerNorm before it was smoothed).
+    fn divide_value_projections(&mut self) -> Result<()> {
+        for (group, form, factors) in std::mem::take(&mut self.projections) {
+            let SmoothForm::ValueProjection { matmul, bias, .. } = form else { continue };
+            let mi = node_index(self.g, &matmul)?;
+            let mut targets = vec![(mi, 1)];
+            if let Some((add, _)) = &bias {
+                let ai = node_index(self.g, add)?;
+                let slot = self.g.node[ai].input.iter().position(|i| bias.as_ref().is_some_and(|(_, b)| b == i));
+                targets.push((ai, slot.ok_or_else(|| Error::Missing { name: add.clone(), what: "bias input" })?));
+            }
+            for (node, slot) in targets {
+                let name = self.g.node[node].input[slot].clone();
+                let (v, shape) = read_f32(self.g, &name)?;
+                let cols = *shape.last().unwrap_or(&1);
+                if cols != factors.len() {
+                    return Err(Error::BadWeight {
+                        tensor: name,
+                        reason: format!("{cols} output channels, the attention context has {}", factors.len()),
+                    });
+                }
+                let divided = || Ok(v.iter().enumerate().map(|(k, x)| x / factors[k % cols]).collect());
+                self.read_written(Written::Columns(group, name.clone()), (node, slot), &name, &shape, divided)?;
+            }
         }
         Ok(())
     }

@@ -344,3 +344,73 @@ fn smoothing_policy_needs_a_smoothed_model() {
         qdq::check_mergeable(&m, &off).unwrap();
     }
 }
+
+/// Where `P·V` stays float (`cpu`: `matmul_const_b_only`), an attention context is divided in its value projection
+/// (the weight's columns and the bias): no `Mul`, the same function, and every channel of the smoothed context at
+/// max 1, on two heads (a wrong head/lane order would change the logits). Where the context's factors are shared
+/// (ALBERT: one output projection for every layer) or `P·V` is quantized, the `Mul` stays.
+#[test]
+fn a_float_attention_divides_its_context_in_the_value_projection() {
+    let ctx_of = |layer: usize| format!("/bert/encoder/layer.{layer}/attention/output/dense/MatMul");
+    let policy = Policy::preset("cpu").unwrap();
+    for m in [two_heads(onnx_ir::tiny_bert::GraphForm::Hf, 0, 5), tiny_bert(Ln::Fused)] {
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        let contexts: Vec<_> =
+            sites.iter().filter(|s| s.matmuls[0].ends_with("attention/output/dense/MatMul")).collect();
+        assert!(!contexts.is_empty());
+        for (layer, site) in contexts.iter().enumerate() {
+            assert_eq!(site.matmuls[0], ctx_of(layer));
+            let value = format!("/bert/encoder/layer.{layer}/attention/self/value/MatMul");
+            assert!(
+                matches!(&site.form, SmoothForm::ValueProjection { matmul, bias: Some(_), .. } if *matmul == value),
+                "{site:?}"
+            );
+        }
+        // The FFN activation has no linear producer: it keeps its Mul.
+        assert!(
+            sites
+                .iter()
+                .filter(|s| s.matmuls[0].ends_with("/output/dense/MatMul") && !s.matmuls[0].contains("attention"))
+                .all(|s| s.form == SmoothForm::ScaleNode)
+        );
+
+        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+        let (s, done) = qdq::smooth(&m, &policy, &channel_absmax(&m, &tensors), 1.0).unwrap();
+        s.validate().unwrap();
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        // Relative to the logits (this model's are below 0.2): exact up to float rounding (~1e-7 here; a context
+        // channel divided by its neighbour's factor moves them by ~1e-3).
+        assert!(max_abs_diff(&a, &b) <= 1e-5 * scale, "{} of {scale}", max_abs_diff(&a, &b));
+        let g = s.graph();
+        let muls = |m: &Model| m.graph().node.iter().filter(|n| n.op_type() == "Mul").count();
+        let lns = done.iter().filter(|d| d.site.other_readers && d.site.gamma.is_some()).count();
+        let ffn = done.iter().filter(|d| d.site.form == SmoothForm::ScaleNode).count();
+        assert_eq!(muls(&s), muls(&m) + lns + ffn, "no Mul for the contexts");
+        let ctx: Vec<_> = done.iter().filter(|d| matches!(d.site.form, SmoothForm::ValueProjection { .. })).collect();
+        for d in &ctx {
+            let writer = g.producer_of(&d.smoothed_tensor).map(|i| g.node[i].op_type());
+            assert_eq!(writer, Some("Reshape"));
+            assert!(g.producer_of(&d.site.tensor).is_none(), "the unsmoothed context is gone");
+        }
+        let smoothed: Vec<String> = ctx.iter().map(|d| d.smoothed_tensor.clone()).collect();
+        for (t, maxes) in channel_absmax(&s, &smoothed) {
+            assert!(maxes.iter().all(|v| *v == 0.0 || (v - 1.0).abs() < 1e-3), "{t}: {maxes:?}");
+        }
+        // And the cpu layout of it quantizes every weighted MatMul.
+        let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
+        quantized.validate().unwrap();
+    }
+    for (m, policy) in [
+        (albert_like(Ln::Fused), Policy::preset("cpu").unwrap()),
+        (tiny_bert(Ln::Fused), {
+            let mut p = Policy::preset("cpu").unwrap();
+            p.set("matmul_const_b_only", "false").unwrap();
+            p
+        }),
+    ] {
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        assert!(sites.iter().all(|s| !matches!(s.form, SmoothForm::ValueProjection { .. })), "{sites:?}");
+        assert!(sites.iter().any(|s| s.matmuls[0] == ctx_of(0) && s.form == SmoothForm::ScaleNode));
+    }
+}

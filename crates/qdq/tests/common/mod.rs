@@ -53,6 +53,12 @@ pub fn big_initializers(m: &Model) -> usize {
 /// onnx-ir's tiny BERT at this file's sizes in another graph form: two layers, two heads, token types (the fused
 /// form needs them).
 pub fn tiny_form(form: onnx_ir::tiny_bert::GraphForm, seed: u64) -> Model {
+    two_heads(form, 2, seed)
+}
+
+/// onnx-ir's tiny BERT at this file's sizes with two layers of two heads, `type_vocab` token types (0: no
+/// `token_type_ids` input, as [`tiny_bert`]).
+pub fn two_heads(form: onnx_ir::tiny_bert::GraphForm, type_vocab: usize, seed: u64) -> Model {
     let cfg = TinyBertConfig {
         layers: 2,
         hidden: HIDDEN,
@@ -60,7 +66,7 @@ pub fn tiny_form(form: onnx_ir::tiny_bert::GraphForm, seed: u64) -> Model {
         intermediate: FFN,
         vocab_size: VOCAB,
         max_positions: SEQ,
-        type_vocab: 2,
+        type_vocab,
         form,
         seed,
         ..Default::default()
