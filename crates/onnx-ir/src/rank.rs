@@ -6,7 +6,7 @@
 //! BERT's shapes are lost at its attention `Reshape`s for ONNX's own inference, so the attention probabilities are
 //! written to a second buffer of `batch · heads · sequence²` floats, the largest tensor of the model.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::proto::type_proto::Value;
 use crate::proto::{GraphProto, NodeProto, TensorProto, ValueInfoProto};
@@ -50,13 +50,18 @@ pub fn ranks(g: &GraphProto) -> HashMap<String, usize> {
             known.insert(v.name().to_string(), Known { rank: Some(dims.len()), len: None });
         }
     }
+    // Small integer constants by value: exporters compute shapes from them.
+    let mut values: HashMap<String, Vec<i64>> = HashMap::new();
     for t in &g.initializer {
         known.insert(t.name().to_string(), of_constant(t));
+        if let Some(v) = small_ints(t) {
+            values.insert(t.name().to_string(), v);
+        }
     }
     // Nodes are topologically sorted in a valid graph; a second sweep covers a graph that is not.
     for _ in 0..2 {
         for n in &g.node {
-            infer(n, &mut known);
+            infer(n, &mut known, &mut values);
         }
     }
     known.into_iter().filter_map(|(k, v)| Some((k, v.rank?))).collect()
@@ -66,27 +71,34 @@ pub fn ranks(g: &GraphProto) -> HashMap<String, usize> {
 /// Runtime's CPU kernel may run in place.
 pub const SHAPE_PRESERVING_IN_PLACE: [&str; 1] = ["Softmax"];
 
-/// For every float `Softmax` of `g` (top level) whose input rank [`ranks`] knows and that has no declared shape on
-/// either side, declares input and output as `[qdq_<k>_0, .., qdq_<k>_r]`: one symbol per axis, shared by the two
-/// tensors and by nothing else, so the claim is exactly "the output has the input's shape", true of the op. Where
-/// one side is declared already, the other gets the same shape. Returns how many nodes were annotated. Symbols
-/// already used in the graph are not reused.
+/// For every float `Softmax` of `g` (top level, not a graph input or output) whose shape is not fully declared on
+/// both sides: declares its input and output with one shape, each axis what either side declares for it, else a
+/// fresh symbol `qdq_<k>_<axis>` the two tensors share and nothing else uses. The one claim added is "the output has
+/// the input's shape", true of the op. The rank is the declared one, else what [`ranks`] proves (a Softmax with
+/// neither is left alone, and so is one whose two declarations disagree). Returns how many nodes were annotated.
 ///
 /// ```
 /// use qdq_onnx_ir::{annotate_shape_preserving, node, value_info, DataType, proto::GraphProto};
 /// let mut g = GraphProto {
 ///     input: vec![value_info("s", DataType::Float, Some(&[Err("b"), Ok(12), Err("q"), Err("k")]))],
-///     node: vec![node("Softmax", "sm", &["s"], &["p"])],
+///     node: vec![node("Relu", "r", &["s"], &["t"]), node("Softmax", "sm", &["t"], &["p"])],
 ///     ..Default::default()
 /// };
+/// // An exporter's partial declaration (an axis with neither value nor symbol) is completed on both sides.
+/// g.value_info.push(value_info("p", DataType::Float, Some(&[Err("b"), Ok(12), Err(""), Err("")])));
 /// assert_eq!(annotate_shape_preserving(&mut g), 1);
-/// let p = g.value_info.iter().find(|v| v.name() == "p").unwrap();
-/// assert_eq!(p, &value_info("p", DataType::Float, Some(&[Err("b"), Ok(12), Err("q"), Err("k")])));
+/// let want = [Err("b"), Ok(12), Err("qdq_0_2"), Err("qdq_0_3")];
+/// for t in ["t", "p"] {
+///     assert_eq!(g.value_info.iter().find(|v| v.name() == t).unwrap(), &value_info(t, DataType::Float, Some(&want)));
+/// }
 /// assert_eq!(annotate_shape_preserving(&mut g), 0); // declared now
 /// ```
 pub fn annotate_shape_preserving(g: &mut GraphProto) -> usize {
     let rank = ranks(g);
-    let mut used: std::collections::HashSet<String> = g
+    let io: HashSet<&str> = g.input.iter().chain(&g.output).map(|v| v.name()).collect();
+    let mut declared: HashMap<String, ValueInfoProto> =
+        g.value_info.iter().map(|v| (v.name().to_string(), v.clone())).collect();
+    let mut used: HashSet<String> = g
         .input
         .iter()
         .chain(&g.output)
@@ -95,50 +107,73 @@ pub fn annotate_shape_preserving(g: &mut GraphProto) -> usize {
         .flatten()
         .filter_map(|d| d.err())
         .collect();
-    let float = DataType::Float as i32;
-    let mut added = Vec::new();
-    let mut annotated = 0;
+    let (mut changed, mut annotated, mut next) = (Vec::<String>::new(), 0, 0);
     for n in g.node.iter().filter(|n| SHAPE_PRESERVING_IN_PLACE.contains(&n.op_type()) && n.domain().is_empty()) {
         let (Some(x), Some(y)) = (n.input.first(), n.output.first()) else { continue };
-        let declared = |t: &str| {
-            g.input.iter().chain(&g.output).chain(&g.value_info).chain(&added).find(|v| v.name() == t).cloned()
-        };
-        let (dx, dy) = (declared(x), declared(y));
-        if [&dx, &dy].into_iter().flatten().any(|v| elem_type(v) != Some(float)) {
+        if x == y || io.contains(x.as_str()) || io.contains(y.as_str()) {
             continue;
         }
-        let dims: Vec<Result<i64, String>> =
-            match (dx.as_ref().and_then(declared_dims), dy.as_ref().and_then(declared_dims)) {
-                (Some(_), Some(_)) => continue,
-                (Some(d), None) | (None, Some(d)) => d,
-                (None, None) => {
-                    let Some(&r) = rank.get(x.as_str()) else { continue };
-                    let mut k = annotated;
-                    let base = loop {
-                        let base = format!("qdq_{k}");
-                        if !(0..r).any(|i| used.contains(&format!("{base}_{i}"))) {
-                            break base;
-                        }
-                        k += 1;
-                    };
-                    (0..r).map(|i| Err(format!("{base}_{i}"))).collect()
+        let (vx, vy) = (declared.get(x), declared.get(y));
+        if [vx, vy].into_iter().flatten().any(|v| elem_type(v) != Some(DataType::Float as i32)) {
+            continue;
+        }
+        let (sx, sy) = (vx.and_then(declared_dims), vy.and_then(declared_dims));
+        let Some(dims) = merged_dims(sx.as_deref(), sy.as_deref(), rank.get(x.as_str()).copied(), || {
+            loop {
+                let base = format!("qdq_{next}");
+                next += 1;
+                if !used.iter().any(|u| u.strip_prefix(&base).is_some_and(|rest| rest.starts_with('_'))) {
+                    break base;
                 }
-            };
+            }
+        }) else {
+            continue;
+        };
+        if sx.as_ref() == Some(&dims) && sy.as_ref() == Some(&dims) {
+            continue;
+        }
         used.extend(dims.iter().filter_map(|d| d.clone().err()));
-        let dims_ref: Vec<Result<i64, &str>> =
-            dims.iter().map(|d| d.as_ref().map(|v| *v).map_err(|s| s.as_str())).collect();
-        for (t, d) in [(x, &dx), (y, &dy)] {
-            if d.as_ref().and_then(declared_dims).is_none() {
-                added.push(value_info(t, DataType::Float, Some(&dims_ref)));
+        let dims: Vec<Result<i64, &str>> =
+            dims.iter().map(|d| d.as_ref().map(|v| *v).map_err(String::as_str)).collect();
+        for t in [x, y] {
+            declared.insert(t.clone(), value_info(t, DataType::Float, Some(&dims)));
+            if !changed.contains(t) {
+                changed.push(t.clone());
             }
         }
         annotated += 1;
     }
-    // A declared type without a shape is replaced, not listed twice.
-    let names: std::collections::HashSet<String> = added.iter().map(|v| v.name().to_string()).collect();
-    g.value_info.retain(|v| !names.contains(v.name()));
-    g.value_info.extend(added);
+    g.value_info.retain(|v| !changed.iter().any(|c| c == v.name()));
+    g.value_info.extend(changed.iter().map(|t| declared[t].clone()));
     annotated
+}
+
+/// One shape for both sides of a shape-preserving op: per axis what either declaration says (`Err("")` is an axis
+/// declared unknown), else `fresh()`'s symbol with the axis appended; `None` when the two disagree or the rank is
+/// unknown. `rank`: what [`ranks`] proved, used when neither side is declared.
+fn merged_dims(
+    sx: Option<&[Result<i64, String>]>,
+    sy: Option<&[Result<i64, String>]>,
+    rank: Option<usize>,
+    mut fresh: impl FnMut() -> String,
+) -> Option<Vec<Result<i64, String>>> {
+    let r = match (sx, sy) {
+        (Some(a), Some(b)) if a.len() != b.len() => return None,
+        (Some(a), _) | (None, Some(a)) => a.len(),
+        (None, None) => rank?,
+    };
+    let known =
+        |d: Option<&[Result<i64, String>]>, i: usize| d.map(|d| d[i].clone()).filter(|v| v != &Err(String::new()));
+    let mut base = None;
+    let mut dims = Vec::with_capacity(r);
+    for i in 0..r {
+        dims.push(match (known(sx, i), known(sy, i)) {
+            (Some(a), Some(b)) if a != b => return None,
+            (Some(a), _) | (None, Some(a)) => a,
+            (None, None) => Err(format!("{}_{i}", base.get_or_insert_with(&mut fresh))),
+        });
+    }
+    Some(dims)
 }
 
 fn elem_type(v: &ValueInfoProto) -> Option<i32> {
@@ -148,8 +183,9 @@ fn elem_type(v: &ValueInfoProto) -> Option<i32> {
     }
 }
 
-/// A declared tensor shape: each dim a value or a symbol (`Err`; an unnamed unknown dim is `Err("")`).
-fn declared_dims(v: &ValueInfoProto) -> Option<Vec<Result<i64, String>>> {
+/// A declared tensor shape: each dim a value or a symbol (`Err`; an unnamed unknown dim is `Err("")`); `None` for no
+/// shape or a type other than a tensor.
+pub fn declared_dims(v: &ValueInfoProto) -> Option<Vec<Result<i64, String>>> {
     use crate::proto::tensor_shape_proto::dimension;
     match v.r#type.as_ref()?.value.as_ref()? {
         Value::TensorType(t) => Some(
@@ -164,6 +200,20 @@ fn declared_dims(v: &ValueInfoProto) -> Option<Vec<Result<i64, String>>> {
                 })
                 .collect(),
         ),
+        _ => None,
+    }
+}
+
+/// The values of an int64 / int32 tensor of at most 16 elements.
+fn small_ints(t: &TensorProto) -> Option<Vec<i64>> {
+    if t.dims.iter().product::<i64>() > 16 {
+        return None;
+    }
+    match t.data_type() {
+        x if x == DataType::Int64 as i32 => crate::tensor_to_array::<i64>(t).ok().map(|a| a.iter().copied().collect()),
+        x if x == DataType::Int32 as i32 => {
+            crate::tensor_to_array::<i32>(t).ok().map(|a| a.iter().map(|&v| i64::from(v)).collect())
+        }
         _ => None,
     }
 }
@@ -243,7 +293,7 @@ const BROADCAST: &[&str] = &[
     "BitShift",
 ];
 
-fn infer(n: &NodeProto, known: &mut HashMap<String, Known>) {
+fn infer(n: &NodeProto, known: &mut HashMap<String, Known>, values: &mut HashMap<String, Vec<i64>>) {
     let get = |known: &HashMap<String, Known>, i: usize| -> Known {
         n.input.get(i).filter(|t| !t.is_empty()).and_then(|t| known.get(t.as_str())).copied().unwrap_or_default()
     };
@@ -259,7 +309,12 @@ fn infer(n: &NodeProto, known: &mut HashMap<String, Known>) {
     let out = |r: Option<usize>| Known { rank: r, len: None };
     let first = match op {
         "Constant" => match constant_value(n) {
-            Ok(Some(t)) => of_constant(&t),
+            Ok(Some(t)) => {
+                if let (Some(v), Some(y)) = (small_ints(&t), n.output.first()) {
+                    values.insert(y.clone(), v);
+                }
+                of_constant(&t)
+            }
             _ => Known::default(),
         },
         _ if SAME_RANK.contains(&op) => {
@@ -269,8 +324,10 @@ fn infer(n: &NodeProto, known: &mut HashMap<String, Known>) {
         _ if BROADCAST.contains(&op) => {
             let rs: Option<Vec<usize>> = (0..n.input.len()).map(|i| rank(known, i)).collect();
             let r = rs.and_then(|rs| rs.into_iter().max());
-            let len = if r == Some(1) && (0..n.input.len()).all(|i| get(known, i).len.is_some()) {
-                (0..n.input.len()).filter_map(|i| get(known, i).len).max()
+            // A 1-D result is as long as its 1-D inputs (scalars broadcast without changing it).
+            let vectors: Vec<Known> = (0..n.input.len()).map(|i| get(known, i)).filter(|k| k.rank == Some(1)).collect();
+            let len = if r == Some(1) && vectors.iter().all(|k| k.len.is_some()) {
+                vectors.iter().filter_map(|k| k.len).max()
             } else {
                 None
             };
@@ -296,7 +353,17 @@ fn infer(n: &NodeProto, known: &mut HashMap<String, Known>) {
             Ok(Some(p)) => Some(p.len()),
             _ => rank(known, 0),
         }),
-        "Reshape" | "ConstantOfShape" => out(get(known, if op == "Reshape" { 1 } else { 0 }).len),
+        "Reshape" | "ConstantOfShape" => {
+            let shape = if op == "Reshape" { 1 } else { 0 };
+            let r = get(known, shape).len;
+            // A 1-D result's length: a constant target, or (Reshape to [-1]) the 1-D input's own.
+            let len = match (r, n.input.get(shape).and_then(|s| values.get(s.as_str())).map(Vec::as_slice)) {
+                (Some(1), Some(&[v])) if v > 0 || (op == "ConstantOfShape" && v == 0) => Some(v as usize),
+                (Some(1), Some(&[-1])) if op == "Reshape" && rank(known, 0) == Some(1) => get(known, 0).len,
+                _ => None,
+            };
+            Known { rank: r, len }
+        }
         "Expand" => out(rank(known, 0).zip(get(known, 1).len).map(|(a, b)| a.max(b))),
         "Unsqueeze" => out(rank(known, 0).zip(axes_count(known, 1)).map(|(r, a)| r + a)),
         "Squeeze" => out(rank(known, 0).zip(axes_count(known, 1)).and_then(|(r, a)| r.checked_sub(a))),
@@ -336,6 +403,14 @@ fn infer(n: &NodeProto, known: &mut HashMap<String, Known>) {
         _ => first,
     };
     let Some(y) = n.output.first().filter(|y| !y.is_empty()) else { return };
+    // The shape of a 1-D tensor of known length is a known constant.
+    if op == "Shape"
+        && first.len.is_some()
+        && rank(known, 0) == Some(1)
+        && let Some(l) = get(known, 0).len
+    {
+        values.insert(y.clone(), vec![l as i64]);
+    }
     if first.rank.is_some() {
         let e = known.entry(y.clone()).or_default();
         if e.rank.is_none() {
@@ -394,6 +469,26 @@ mod tests {
     }
 
     #[test]
+    fn an_expand_by_a_shape_computed_from_constants_has_a_known_rank() {
+        // PyTorch's legacy export of the SDPA attention mask: Expand(mask, Where(Equal(shape, -1·ones), ...)), with
+        // the shape a Reshape to [-1] of a Concat and the ones a ConstantOfShape of that shape's Shape.
+        let mut g = graph(vec![
+            node("Shape", "s", &["h"], &["sh"]),
+            node("Reshape", "r", &["sh", "minus1"], &["r1"]),
+            node("Shape", "s1", &["r1"], &["shr"]),
+            node("ConstantOfShape", "c", &["shr"], &["ones"]),
+            node("Mul", "m", &["ones", "neg"], &["m1"]),
+            node("Equal", "eq", &["r1", "m1"], &["cond"]),
+            node("Where", "w", &["cond", "m1", "r1"], &["target"]),
+            node("Expand", "e", &["h", "target"], &["big"]),
+        ]);
+        g.initializer.push(tensor_from_vec::<i64>("minus1", &[1], vec![-1]).unwrap());
+        g.initializer.push(tensor_from_vec::<i64>("neg", &[], vec![-1]).unwrap());
+        let r = ranks(&g);
+        assert_eq!((r["r1"], r["ones"], r["target"], r["big"]), (1, 1, 1, 3));
+    }
+
+    #[test]
     fn what_depends_on_unknown_axes_or_ops_stays_unknown() {
         let g = graph(vec![
             node("Squeeze", "sq", &["h"], &["a"]), // axes absent: which dims are 1 is not known
@@ -429,21 +524,21 @@ mod tests {
     #[test]
     fn fresh_symbols_avoid_the_graphs_own_and_each_other() {
         let mut g = graph(vec![
-            node("Softmax", "a", &["h"], &["pa"]),
+            node("Relu", "r", &["h"], &["hr"]),
+            node("Softmax", "a", &["hr"], &["pa"]),
             node("MatMul", "mm", &["pa", "pa"], &["s"]),
             node("Softmax", "b", &["s"], &["pb"]),
+            node("Softmax", "out", &["pb"], &["y"]),
         ]);
-        // a copies h's declared shape; b, the second annotated, would be qdq_1_*, but the graph uses qdq_1_2.
+        // A graph output keeps its declaration: the last Softmax is left alone.
+        g.output.push(value_info("y", DataType::Float, None));
+        // a gets qdq_0_*; b would get qdq_1_*, but the graph uses qdq_1_2.
         g.input.push(value_info("other", DataType::Float, Some(&[Err("qdq_1_2")])));
-        g.input[1] = value_info("h", DataType::Float, Some(&[Err("qdq_0_1"), Ok(2), Ok(3)]));
         assert_eq!(annotate_shape_preserving(&mut g), 2);
-        let pa = g.value_info.iter().find(|v| v.name() == "pa").unwrap();
-        assert_eq!(declared_dims(pa), declared_dims(&g.input[1]));
-        let pb = g.value_info.iter().find(|v| v.name() == "pb").unwrap();
-        let dims = declared_dims(pb).unwrap();
-        let want: Vec<Result<i64, String>> = (0..3).map(|i| Err(format!("qdq_2_{i}"))).collect();
-        assert_eq!(dims, want);
-        let s = g.value_info.iter().find(|v| v.name() == "s").unwrap();
-        assert_eq!(declared_dims(s), Some(dims));
+        let dims_of = |t: &str| declared_dims(g.value_info.iter().find(|v| v.name() == t).unwrap()).unwrap();
+        let fresh = |k: usize| -> Vec<Result<i64, String>> { (0..3).map(|i| Err(format!("qdq_{k}_{i}"))).collect() };
+        assert_eq!((dims_of("hr"), dims_of("pa")), (fresh(0), fresh(0)));
+        assert_eq!((dims_of("s"), dims_of("pb")), (fresh(2), fresh(2)));
+        assert_eq!(g.value_info.len(), 4);
     }
 }

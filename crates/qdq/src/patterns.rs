@@ -254,6 +254,9 @@ pub(crate) fn value_projection(
     let t1 = ix.producer_node(&pv.input[1]).filter(|n| n.op_type() == "Transpose" && pv.input[0] != pv.input[1])?;
     let split = ix.producer_node(&t1.input[0]).filter(|n| n.op_type() == "Reshape")?;
     let [heads, head_size] = shape_suffix(ix, &split.input[1])?;
+    // A head count left to Reshape (-1, as PyTorch's dynamo exporter writes it) is taken from the split output's
+    // declared shape, when the exporter declared it.
+    let heads = if heads > 0 { heads } else { declared_axis(ix, &split.output[0], 2)? };
     if heads <= 0 || head_size <= 0 || (heads * head_size) as usize != channels {
         return None;
     }
@@ -285,17 +288,18 @@ fn heads_line_up(p1: &[usize], p2: &[usize], rc: usize) -> bool {
     h1 + 2 < r1 && p2[rc - 1] == rc - 1 && p2[rc - 2] == rc - r1 + h1
 }
 
-/// `v = MatMul(h, W) + b` (or without `b`) with `W` a float `[in, channels]` initializer and `b` a `[channels]` one,
-/// each read by that node only, and the MatMul's output read only by the Add: the MatMul's name and the Add's name
-/// and bias.
+/// `v = MatMul(h, W) + b` (or without `b`) with `W` a float `[in, channels]` initializer read by that MatMul only (a
+/// weight is not copied) and `b` a `[channels]` one, and the MatMul's output read only by the Add: the MatMul's name
+/// and the Add's name and bias.
 fn projection(ix: &GraphIndex, v: &str, channels: usize) -> Option<(String, Option<(String, String)>)> {
     let mut v = v;
     let mut bias = None;
     let producer = ix.producer_node(v)?;
     if producer.op_type() == "Add" && producer.input.len() == 2 && !producer.name().is_empty() {
         let slot = producer.input.iter().position(|i| vector_init(ix, i) == Some(channels))?;
+        // A bias other nodes also read (exporters merge equal initializers) is divided in a copy of its own.
         let b = &producer.input[slot];
-        if ix.readers(b).len() != 1 || ix.initializer(b)?.dims.len() != 1 {
+        if ix.initializer(b)?.dims.len() != 1 {
             return None;
         }
         bias = Some((producer.name().to_string(), b.clone()));
@@ -309,6 +313,13 @@ fn projection(ix: &GraphIndex, v: &str, channels: usize) -> Option<(String, Opti
     let plain = w.data_type() == DataType::Float as i32 && w.dims.len() == 2 && w.dims[1] as usize == channels;
     (plain && ix.readers(&mm.input[1]).len() == 1 && !ix.is_initializer(&mm.input[0]))
         .then(|| (mm.name().to_string(), bias))
+}
+
+/// The value the graph's `value_info` declares for axis `rank - from_end` of `tensor`, if it declares one.
+fn declared_axis(ix: &GraphIndex, tensor: &str, from_end: usize) -> Option<i64> {
+    let v = ix.graph().value_info.iter().find(|v| v.name() == tensor)?;
+    let dims = onnx_ir::declared_dims(v)?;
+    dims.len().checked_sub(from_end).and_then(|i| dims[i].clone().ok())
 }
 
 /// A `perm`-like attribute as axes.
