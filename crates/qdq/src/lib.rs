@@ -28,7 +28,8 @@
 //!   more, it goes with its input). The one exception is a
 //!   shifted Softmax pair (`softmax_range = shifted`): the `P·V` MatMul then writes a new tensor and an added `Add`
 //!   (the exact correction) writes the MatMul's original output name, so every reader is unchanged.
-//!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it).
+//!   The default-domain opset is raised to 13 when lower (per-channel Q/DQ needs it). Every float `Softmax` gets its
+//!   input and output shape declared ([`onnx_ir::annotate_shape_preserving`]), the one `value_info` qdq writes.
 //! - A policy that smooths is planned only on a model that records its smoothing ([`Error::NotSmoothed`]), and a
 //!   node or tensor name or glob it lists must match a node or tensor ([`Error::UnmatchedPattern`]).
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
