@@ -378,6 +378,35 @@ impl GraphExt for GraphProto {
     }
 }
 
+/// A declared tensor shape, as [`value_info`] takes it: each dim a value or a symbol (`Err`; an axis declared without
+/// either is `Err("")`); `None` for no shape or a type other than a tensor.
+pub fn declared_dims(v: &ValueInfoProto) -> Option<Vec<std::result::Result<i64, String>>> {
+    use crate::proto::tensor_shape_proto::dimension;
+    match v.r#type.as_ref()?.value.as_ref()? {
+        type_proto::Value::TensorType(t) => Some(
+            t.shape
+                .as_ref()?
+                .dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(dimension::Value::DimValue(v)) => Ok(*v),
+                    Some(dimension::Value::DimParam(s)) => Err(s.clone()),
+                    None => Err(String::new()),
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// The element type a [`ValueInfoProto`] declares for a tensor (`None` for another type or none).
+pub fn declared_elem_type(v: &ValueInfoProto) -> Option<i32> {
+    match v.r#type.as_ref()?.value.as_ref()? {
+        type_proto::Value::TensorType(t) => Some(t.elem_type()),
+        _ => None,
+    }
+}
+
 /// A tensor [`ValueInfoProto`]; `dims` entries are `Ok(value)` or `Err(symbol)`; `None` means
 /// unknown rank.
 pub fn value_info(name: &str, elem_type: DataType, dims: Option<&[Result<i64, &str>]>) -> ValueInfoProto {

@@ -2,7 +2,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::proto::type_proto::Value;
 use crate::proto::{GraphProto, NodeProto, TensorProto};
 
 /// Producers, readers, initializers and names of a graph, built once per pass so that every question a pass asks is
@@ -129,11 +128,11 @@ impl<'g> GraphIndex<'g> {
             return Some(t.data_type());
         }
         let g = self.graph;
-        g.input.iter().chain(&g.output).chain(&g.value_info).find(|v| v.name() == name).and_then(|v| {
-            match v.r#type.as_ref()?.value.as_ref()? {
-                Value::TensorType(t) => Some(t.elem_type()),
-                _ => None,
-            }
-        })
+        g.input
+            .iter()
+            .chain(&g.output)
+            .chain(&g.value_info)
+            .find(|v| v.name() == name)
+            .and_then(crate::declared_elem_type)
     }
 }

@@ -35,12 +35,12 @@ pub use build::{
 };
 pub use error::{Error, Result};
 pub use fold::{FOLDED_OPS, Folded, constant_value, fold_constants};
-pub use graph::{GraphExt, NameSet, subgraphs, value_info};
+pub use graph::{GraphExt, NameSet, declared_dims, declared_elem_type, subgraphs, value_info};
 pub use index::GraphIndex;
 pub use model::{EXTERNAL_ALIGNMENT, ExternalDataOptions, Model, PROTOBUF_LIMIT, SaveOptions, Saved};
 pub use opset::{OLDEST_UPGRADABLE_OPSET, OPSET_TARGETS, OpsetUpgrade, upgrade_default_opset};
 pub use proto::tensor_proto::DataType;
-pub use rank::{SHAPE_PRESERVING_IN_PLACE, annotate_shape_preserving, declared_dims, ranks};
+pub use rank::{SHAPE_PRESERVING_IN_PLACE, annotate_shape_preserving, ranks};
 pub use tensor::{
     Element, F32Values, array_to_tensor, data_type_name, f32_values, raw_byte_len, tensor_from_raw, tensor_from_vec,
     tensor_shape, tensor_to_array,

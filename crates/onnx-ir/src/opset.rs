@@ -257,7 +257,7 @@ fn rewrite_graph(
 ) -> Result<()> {
     // Softmax-like nodes whose axis is known to be the input's last.
     let over_last: std::collections::HashSet<usize> = {
-        let ranks = Ranks::of(g);
+        let ranks = crate::ranks(g);
         g.node
             .iter()
             .enumerate()
@@ -266,7 +266,7 @@ fn rewrite_graph(
                 let a = get_attr_int(n, "axis").ok().flatten().unwrap_or(1);
                 n.input
                     .first()
-                    .and_then(|x| ranks.rank(x))
+                    .and_then(|x| ranks.get(x.as_str()).map(|&r| r as i64))
                     .is_some_and(|rank| (if a < 0 { a + rank } else { a }) == rank - 1)
             })
             .map(|(i, _)| i)
@@ -388,73 +388,6 @@ fn softmax(r: &mut Rewriter<'_>, i: usize, n: &mut NodeProto, over_last: bool) -
     remove_attr(n, "axis");
     n.attribute.push(attr_int("axis", -1));
     Ok(true)
-}
-
-/// Tensor ranks where the graph tells them: declared shapes, initializers, and what follows from them through
-/// `Transpose` (its `perm`), `Reshape` by a constant shape, `MatMul`, `Unsqueeze` and element-wise ops.
-struct Ranks<'a> {
-    g: &'a GraphProto,
-    known: HashMap<&'a str, i64>,
-    producer: HashMap<&'a str, usize>,
-}
-
-impl<'a> Ranks<'a> {
-    fn of(g: &'a GraphProto) -> Self {
-        let mut known = HashMap::new();
-        for v in g.input.iter().chain(&g.output).chain(&g.value_info) {
-            if let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
-                && let Some(shape) = &t.shape
-            {
-                known.insert(v.name(), shape.dim.len() as i64);
-            }
-        }
-        for t in &g.initializer {
-            known.insert(t.name(), t.dims.len() as i64);
-        }
-        let producer =
-            g.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i))).collect();
-        Ranks { g, known, producer }
-    }
-
-    fn rank(&self, t: &str) -> Option<i64> {
-        self.rank_at(t, 0)
-    }
-
-    fn rank_at(&self, t: &str, depth: usize) -> Option<i64> {
-        if let Some(r) = self.known.get(t) {
-            return Some(*r);
-        }
-        if depth > 64 {
-            return None;
-        }
-        let n = &self.g.node[*self.producer.get(t)?];
-        let input = |k: usize| n.input.get(k).filter(|s| !s.is_empty()).and_then(|s| self.rank_at(s, depth + 1));
-        match n.op_type() {
-            "Transpose" => get_attr_ints(n, "perm").ok().flatten().map(|p| p.len() as i64).or_else(|| input(0)),
-            "Reshape" => self.g.initializer(n.input.get(1)?).map(|s| s.dims.iter().product::<i64>()),
-            "Unsqueeze" => {
-                let axes = match get_attr_ints(n, "axes").ok().flatten() {
-                    Some(a) => a.len() as i64,
-                    None => self.g.initializer(n.input.get(1)?)?.dims.iter().product::<i64>(),
-                };
-                Some(input(0)? + axes)
-            }
-            "MatMul" => {
-                let (a, b) = (input(0)?, input(1)?);
-                (a >= 2 && b >= 2).then_some(a.max(b))
-            }
-            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Where" | "Max" | "Min" | "Sum" => {
-                let mut rank = 0;
-                for k in 0..n.input.len() {
-                    rank = rank.max(input(k)?);
-                }
-                Some(rank)
-            }
-            "Cast" | "Identity" | "Relu" | "Erf" | "Tanh" | "Sigmoid" | "Sqrt" | "Exp" | "Neg" | "Softmax"
-            | "LogSoftmax" | "Dropout" | "Clip" | "Abs" | "Reciprocal" => input(0),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,9 +8,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::proto::type_proto::Value;
 use crate::proto::{GraphProto, NodeProto, TensorProto, ValueInfoProto};
-use crate::{DataType, constant_value, get_attr_int, get_attr_ints, value_info};
+use crate::{DataType, constant_value, declared_dims, declared_elem_type, get_attr_int, get_attr_ints, value_info};
 
 /// What is known of a tensor: its rank and, for a 1-D tensor, its length (a `Reshape`'s target rank is the length
 /// of its shape input).
@@ -114,7 +113,7 @@ pub fn annotate_shape_preserving(g: &mut GraphProto) -> usize {
             continue;
         }
         let (vx, vy) = (declared.get(x), declared.get(y));
-        if [vx, vy].into_iter().flatten().any(|v| elem_type(v) != Some(DataType::Float as i32)) {
+        if [vx, vy].into_iter().flatten().any(|v| declared_elem_type(v) != Some(DataType::Float as i32)) {
             continue;
         }
         let (sx, sy) = (vx.and_then(declared_dims), vy.and_then(declared_dims));
@@ -174,34 +173,6 @@ fn merged_dims(
         });
     }
     Some(dims)
-}
-
-fn elem_type(v: &ValueInfoProto) -> Option<i32> {
-    match v.r#type.as_ref()?.value.as_ref()? {
-        Value::TensorType(t) => Some(t.elem_type()),
-        _ => None,
-    }
-}
-
-/// A declared tensor shape: each dim a value or a symbol (`Err`; an unnamed unknown dim is `Err("")`); `None` for no
-/// shape or a type other than a tensor.
-pub fn declared_dims(v: &ValueInfoProto) -> Option<Vec<Result<i64, String>>> {
-    use crate::proto::tensor_shape_proto::dimension;
-    match v.r#type.as_ref()?.value.as_ref()? {
-        Value::TensorType(t) => Some(
-            t.shape
-                .as_ref()?
-                .dim
-                .iter()
-                .map(|d| match &d.value {
-                    Some(dimension::Value::DimValue(v)) => Ok(*v),
-                    Some(dimension::Value::DimParam(s)) => Err(s.clone()),
-                    None => Err(String::new()),
-                })
-                .collect(),
-        ),
-        _ => None,
-    }
 }
 
 /// The values of an int64 / int32 tensor of at most 16 elements.

@@ -247,20 +247,16 @@ impl DeclaredShape {
     /// What the graph inputs of `model` declare: a dimension any `[batch, sequence]` integer input fixes (the others
     /// leaving it dynamic). Names the inputs in an error when two fix it to different values.
     pub fn of(model: &onnx_ir::Model, path: &Path) -> Result<DeclaredShape> {
-        use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
         let g = model.graph();
         let mut dims: Vec<(&str, [Option<i64>; 2])> = Vec::new();
         for v in g.input.iter().filter(|v| !onnx_ir::GraphExt::is_initializer(g, v.name())) {
-            let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+            let integer = onnx_ir::declared_elem_type(v)
+                .is_some_and(|e| [onnx_ir::DataType::Int64, onnx_ir::DataType::Int32].map(|d| d as i32).contains(&e));
+            let Some(shape) = onnx_ir::declared_dims(v).filter(|s| s.len() == 2 && integer) else {
                 continue;
             };
-            let integer =
-                [onnx_ir::DataType::Int64, onnx_ir::DataType::Int32].map(|d| d as i32).contains(&t.elem_type());
-            let Some(shape) = t.shape.as_ref().filter(|s| s.dim.len() == 2 && integer) else {
-                continue;
-            };
-            let fixed = |i: usize| match shape.dim[i].value {
-                Some(dimension::Value::DimValue(v)) if v > 0 => Some(v),
+            let fixed = |i: usize| match shape[i] {
+                Ok(v) if v > 0 => Some(v),
                 _ => None,
             };
             dims.push((v.name(), [fixed(0), fixed(1)]));
@@ -660,12 +656,7 @@ fn split_pair(g: &onnx_ir::proto::GraphProto) -> Option<(String, String)> {
 /// A declared rank-3 shape whose last dimension is 2: start and end logits stacked, as a QA head exported without its
 /// split gives them (`[batch, seq, 2]`; a classifier's two class logits are rank 2).
 fn stacked_shape(v: &onnx_ir::proto::ValueInfoProto) -> bool {
-    use onnx_ir::proto::{tensor_shape_proto::dimension, type_proto};
-    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
-        return false;
-    };
-    let dims = t.shape.as_ref().map_or(&[][..], |s| s.dim.as_slice());
-    dims.len() == 3 && matches!(dims[2].value, Some(dimension::Value::DimValue(2)))
+    onnx_ir::declared_dims(v).is_some_and(|dims| dims.len() == 3 && dims[2] == Ok(2))
 }
 
 /// The position-embedding table and its rows: the table of ORT's EmbedLayerNormalization (input 3), else the one float

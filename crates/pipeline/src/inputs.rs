@@ -237,13 +237,7 @@ fn graph_inputs(model: &Model) -> Vec<(String, i32)> {
     g.input
         .iter()
         .filter(|v| !g.is_initializer(v.name()))
-        .map(|v| {
-            let elem = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-                Some(onnx_ir::proto::type_proto::Value::TensorType(t)) => t.elem_type(),
-                _ => 0,
-            };
-            (v.name().to_owned(), elem)
-        })
+        .map(|v| (v.name().to_owned(), onnx_ir::declared_elem_type(v).unwrap_or(0)))
         .collect()
 }
 

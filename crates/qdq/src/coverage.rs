@@ -83,10 +83,7 @@ fn int_values(t: &TensorProto) -> Vec<i32> {
 }
 
 fn is_non_float_constant(g: &GraphProto, name: &str) -> bool {
-    let declared = g.input.iter().find(|v| v.name() == name).and_then(|v| match v.r#type.as_ref()?.value.as_ref()? {
-        onnx_ir::proto::type_proto::Value::TensorType(t) => Some(t.elem_type()),
-        _ => None,
-    });
+    let declared = g.input.iter().find(|v| v.name() == name).and_then(onnx_ir::declared_elem_type);
     let elem = g.initializer(name).map(|t| t.data_type()).or(declared);
     elem.is_some_and(|e| e != DataType::Float as i32)
 }

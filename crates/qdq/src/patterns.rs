@@ -46,13 +46,23 @@ pub(crate) fn is_softmax_output(ix: &GraphIndex, tensor: &str) -> bool {
 
 /// True if `tensor` is a constant (initializer or `Constant` node) whose every value is 0.
 fn is_zero(ix: &GraphIndex, tensor: &str) -> bool {
-    let value = match ix.initializer(tensor) {
-        Some(t) => Some(t.clone()),
-        None => ix.producer_node(tensor).and_then(|n| onnx_ir::constant_value(n).ok().flatten()),
-    };
-    value
+    constant_of(ix, tensor)
         .and_then(|t| onnx_ir::tensor_to_array::<f32>(&t).ok())
         .is_some_and(|a| !a.is_empty() && a.iter().all(|v| *v == 0.0))
+}
+
+/// The value of a constant tensor: an initializer, or a `Constant` node's output.
+fn constant_of(ix: &GraphIndex, tensor: &str) -> Option<onnx_ir::proto::TensorProto> {
+    match ix.initializer(tensor) {
+        Some(t) => Some(t.clone()),
+        None => ix.producer_node(tensor).and_then(|n| onnx_ir::constant_value(n).ok().flatten()),
+    }
+}
+
+/// True if exactly one node reads `tensor` and it is not a graph output: a rewrite of its value is seen by that node
+/// only.
+fn read_once(ix: &GraphIndex, tensor: &str) -> bool {
+    ix.readers(tensor).len() == 1 && !ix.is_graph_output(tensor)
 }
 
 /// True if every node of `readers` is a MatMul reading `tensor` as its first input only (`P·V`): then quantizing
@@ -195,7 +205,7 @@ fn decomposed_layer_norm(ix: &GraphIndex, n: &NodeProto) -> Option<LayerNormPara
     if mul.op_type() != "Mul" || mul.input.len() != 2 {
         return None;
     }
-    if ix.readers(mul_out).len() != 1 || ix.is_graph_output(mul_out) {
+    if !read_once(ix, mul_out) {
         return None;
     }
     let gamma = mul.input.iter().find(|i| ix.is_initializer(i))?;
@@ -246,7 +256,6 @@ pub(crate) fn value_projection(
     channels: usize,
     ranks: &std::collections::HashMap<String, usize>,
 ) -> Option<ValueProjection> {
-    let only_reader = |t: &str| ix.readers(t).len() == 1 && !ix.is_graph_output(t);
     let perm = |n: &NodeProto| get_attr_int_list(n, "perm");
     let merge = ix.producer_node(x).filter(|n| n.op_type() == "Reshape")?;
     let t2 = ix.producer_node(&merge.input[0]).filter(|n| n.op_type() == "Transpose")?;
@@ -261,7 +270,7 @@ pub(crate) fn value_projection(
         return None;
     }
     let path = [&merge.input[0], &t2.input[0], &pv.input[1], &t1.input[0], &split.input[0]];
-    if !path.iter().all(|t| only_reader(t)) {
+    if !path.iter().all(|t| read_once(ix, t)) {
         return None;
     }
     let (p1, p2) = (perm(t1)?, perm(t2)?);
@@ -304,7 +313,7 @@ fn projection(ix: &GraphIndex, v: &str, channels: usize) -> Option<(String, Opti
         }
         bias = Some((producer.name().to_string(), b.clone()));
         v = &producer.input[1 - slot];
-        if ix.readers(v).len() != 1 || ix.is_graph_output(v) {
+        if !read_once(ix, v) {
             return None;
         }
     }
@@ -331,10 +340,7 @@ fn get_attr_int_list(n: &NodeProto, name: &str) -> Option<Vec<usize>> {
 /// `Concat` (as exporters build `x.size()[:-1] + (heads, head_size)`) whose trailing pieces are.
 fn shape_suffix(ix: &GraphIndex, shape: &str) -> Option<[i64; 2]> {
     let constant = |t: &str| -> Option<Vec<i64>> {
-        let value = match ix.initializer(t) {
-            Some(v) => v.clone(),
-            None => onnx_ir::constant_value(ix.producer_node(t)?).ok().flatten()?,
-        };
+        let value = constant_of(ix, t)?;
         (value.data_type() == DataType::Int64 as i32 && value.dims.len() <= 1)
             .then(|| onnx_ir::tensor_to_array::<i64>(&value).ok())
             .flatten()

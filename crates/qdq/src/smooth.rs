@@ -594,9 +594,9 @@ impl Rewrite<'_> {
             let SmoothForm::ValueProjection { matmul, bias, .. } = form else { continue };
             let mi = node_index(self.g, &matmul)?;
             let mut targets = vec![(mi, 1)];
-            if let Some((add, _)) = &bias {
+            if let Some((add, b)) = &bias {
                 let ai = node_index(self.g, add)?;
-                let slot = self.g.node[ai].input.iter().position(|i| bias.as_ref().is_some_and(|(_, b)| b == i));
+                let slot = self.g.node[ai].input.iter().position(|i| i == b);
                 targets.push((ai, slot.ok_or_else(|| Error::Missing { name: add.clone(), what: "bias input" })?));
             }
             for (node, slot) in targets {

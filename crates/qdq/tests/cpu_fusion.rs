@@ -209,18 +209,9 @@ fn explore_cpu_layouts() {
     }
 }
 
-/// The declared shape of `tensor` in `m`'s value_info: each dim's value, or its symbol as a negative-free string.
-fn declared(m: &onnx_ir::Model, tensor: &str) -> Option<Vec<String>> {
-    use onnx_ir::proto::tensor_shape_proto::dimension::Value as Dim;
-    use onnx_ir::proto::type_proto::Value;
-    let v = m.graph().value_info.iter().find(|v| v.name() == tensor)?;
-    let Some(Value::TensorType(t)) = v.r#type.as_ref()?.value.as_ref() else { return None };
-    let dims = t.shape.as_ref()?.dim.iter().map(|d| match &d.value {
-        Some(Dim::DimValue(v)) => v.to_string(),
-        Some(Dim::DimParam(s)) => s.clone(),
-        None => "?".into(),
-    });
-    Some(dims.collect())
+/// The declared shape of `tensor` in `m`'s value_info.
+fn declared(m: &onnx_ir::Model, tensor: &str) -> Option<Vec<Result<i64, String>>> {
+    m.graph().value_info.iter().find(|v| v.name() == tensor).and_then(onnx_ir::declared_dims)
 }
 
 /// Every quantized model (static, dynamic, every preset) declares the shape of its attention probabilities: each
@@ -261,7 +252,7 @@ fn quantized_models_declare_the_attention_probabilities_shape() {
                     .value_info
                     .iter()
                     .filter(|v| ![&n.input[0], &n.output[0]].contains(&&v.name().to_string()));
-                let theirs: Vec<String> = others.filter_map(|v| declared(m, v.name())).flatten().collect();
+                let theirs: Vec<Result<i64, String>> = others.filter_map(|v| declared(m, v.name())).flatten().collect();
                 assert!(x.unwrap().iter().all(|d| !theirs.contains(d)), "{what}: symbols shared with another tensor");
             }
             let mut bare = m.clone();
