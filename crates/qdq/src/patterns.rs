@@ -257,11 +257,15 @@ pub(crate) fn value_projection(
     ranks: &std::collections::HashMap<String, usize>,
 ) -> Option<ValueProjection> {
     let perm = |n: &NodeProto| get_attr_int_list(n, "perm");
-    let merge = ix.producer_node(x).filter(|n| n.op_type() == "Reshape")?;
-    let t2 = ix.producer_node(&merge.input[0]).filter(|n| n.op_type() == "Transpose")?;
-    let pv = ix.producer_node(&t2.input[0]).filter(|n| n.op_type() == "MatMul" && n.input.len() == 2)?;
-    let t1 = ix.producer_node(&pv.input[1]).filter(|n| n.op_type() == "Transpose" && pv.input[0] != pv.input[1])?;
-    let split = ix.producer_node(&t1.input[0]).filter(|n| n.op_type() == "Reshape")?;
+    // Input counts checked with the op types: a malformed node is no match, never an index out of bounds.
+    let node = |t: &str, op: &str, inputs: usize| {
+        ix.producer_node(t).filter(|n| n.op_type() == op && n.input.len() == inputs && !n.output.is_empty())
+    };
+    let merge = node(x, "Reshape", 2)?;
+    let t2 = node(&merge.input[0], "Transpose", 1)?;
+    let pv = node(&t2.input[0], "MatMul", 2)?;
+    let t1 = node(&pv.input[1], "Transpose", 1).filter(|_| pv.input[0] != pv.input[1])?;
+    let split = node(&t1.input[0], "Reshape", 2)?;
     let [heads, head_size] = shape_suffix(ix, &split.input[1])?;
     // A head count left to Reshape (-1, as PyTorch's dynamo exporter writes it) is taken from the split output's
     // declared shape, when the exporter declared it.
