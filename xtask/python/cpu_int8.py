@@ -14,8 +14,10 @@
                      --threads T --out TIMES.json
         Loads every model once (CPU EP, graph optimization level ALL, T intra-op threads), feeds each shape the same
         fixed random-token batch (seeded; attention mask all ones, token types 0 then 1), warms every session up, then
-        for each round runs the models in turn, one run each, N times (A B C A B C ...), so that load on the machine
-        hits all models alike. Writes, per shape and model, the per-round median latency in ms.
+        for each round runs the models in turn, a block of N timed runs each after one untimed run (A.. B.. C.., the
+        next round starting one model later), so that load on the machine hits all models alike while no model is
+        timed beside another session's spinning threads. Writes, per shape and model, the per-round median latency
+        in ms.
 
     cpu_int8.py profile --models NAME=PATH[,NAME=PATH...] --shape 8x128 --runs N --threads T
         Where each model's time goes, measured side by side: one profiling session per model (ONNX Runtime's
@@ -70,13 +72,33 @@ def batch_for(session, batch, seq, rng):
     return feeds
 
 
-def in_turn(sessions, feeds, runs):
-    """Runs the sessions run by run in turn (A B C A B C ...), `runs` times each: the host's speed moves within
-    seconds, and a block of one model's runs would catch a different moment than the next model's block. Returns
-    each session's latencies in ms."""
+def run_by_run(sessions, feeds, runs):
+    """Runs the sessions run by run in turn (A B C A B C ...), `runs` times each, for the profiler (whose sessions do
+    not spin): each model's runs spread over the same seconds. Returns each session's latencies in ms."""
     times = {name: [] for name in sessions}
     for _ in range(runs):
         for name, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feeds[name])
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def in_turn(sessions, feeds, runs, first):
+    """Runs the sessions in turn, starting with the `first`-th, each for one untimed run then `runs` timed ones.
+
+    Not run by run (A B C A B C ...): ONNX Runtime's intra-op threads spin for a while after a run, and a session
+    started while another's threads spin shares the cores with them (MiniLM at 1x384 on 2 cores: FP32 100 ms run
+    by run against 56 ms in blocks, the INT8 models inflated by other amounts), which is no user's setting. A block
+    is a few tenths of a second, short beside the host's swings, and the rotating start puts every model first in
+    turn. Returns each session's latencies in ms."""
+    names = list(sessions)
+    names = names[first % len(names):] + names[: first % len(names)]
+    times = {name: [] for name in names}
+    for name in names:
+        s = sessions[name]
+        s.run(None, feeds[name])
+        for _ in range(runs):
             t0 = time.perf_counter()
             s.run(None, feeds[name])
             times[name].append((time.perf_counter() - t0) * 1e3)
@@ -102,8 +124,8 @@ def time_models(args):
             for _ in range(args.warmup):
                 s.run(None, feeds[name])
         rounds = {name: [] for name in sessions}
-        for _ in range(args.rounds):
-            times = in_turn(sessions, feeds, args.runs)
+        for r in range(args.rounds):
+            times = in_turn(sessions, feeds, args.runs, r)
             for name in sessions:
                 rounds[name].append(float(np.median(times[name])))
         result["shapes"][f"{batch}x{seq}"] = rounds
@@ -130,7 +152,7 @@ def profile_models(args):
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         feeds = {name: batch_for(s, batch, seq, np.random.default_rng(1234)) for name, s in sessions.items()}
-        wall = in_turn(sessions, feeds, args.runs)
+        wall = run_by_run(sessions, feeds, args.runs)
         kernel, nodes = {}, {}
         for name, s in sessions.items():
             with open(s.end_profiling()) as f:
@@ -162,7 +184,7 @@ def main():
     t = sub.add_parser("time")
     t.add_argument("--models", required=True)
     t.add_argument("--shapes", default="1x256,8x128,1x384")
-    t.add_argument("--rounds", type=int, default=5)
+    t.add_argument("--rounds", type=int, default=9)
     t.add_argument("--runs", type=int, default=8)
     t.add_argument("--warmup", type=int, default=3)
     t.add_argument("--threads", type=int, default=2)

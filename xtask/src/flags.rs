@@ -172,8 +172,9 @@ pub struct CpuInt8Args {
     /// Batch x sequence shapes timed (fixed random tokens).
     #[arg(long, default_value = "1x256,8x128,1x384", value_name = "BxS,...")]
     pub shapes: String,
-    /// Rounds; in each, every model runs --runs times in turn.
-    #[arg(long, default_value_t = 5, value_parser = positive, value_name = "N")]
+    /// Rounds; in each, every model in turn runs once untimed, then --runs timed runs (a block: never timed beside another
+    /// session's spinning threads). The verdicts compare medians over rounds: the host's speed moves between blocks.
+    #[arg(long, default_value_t = 9, value_parser = positive, value_name = "N")]
     pub rounds: usize,
     /// Timed runs per model and round (their median is the round's latency).
     #[arg(long, default_value_t = 8, value_parser = positive, value_name = "N")]
