@@ -338,6 +338,22 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "smooth_context",
+        doc: "how an attention context is divided by its smoothing factors: in its value projection's weight columns \
+              and bias (nothing added; for ORT's CPU EP, where a Mul is a kernel of its own) or by a Mul in front of \
+              the output projection (TensorRT fuses it as the pre-quant scale)",
+        values: "projection or mul",
+        get: |p| (if p.smooth_context_in_projection { "projection" } else { "mul" }).to_string(),
+        set: |p, v| {
+            p.smooth_context_in_projection = match v {
+                "projection" => true,
+                "mul" => false,
+                _ => return Err("projection or mul".into()),
+            };
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "include_nodes",
         doc: "node names or globs: when any is given, only matching nodes are quantized (added to the list)",
         values: "comma-separated names or globs",
@@ -425,6 +441,9 @@ pub struct Policy {
     pub smooth: Option<f32>,
     /// Which MatMul inputs smoothing rescales.
     pub smooth_targets: SmoothTargets,
+    /// An attention context's smoothing division goes into its value projection (weight columns and bias) where the
+    /// graph allows it, instead of a `Mul` (see [`crate::SmoothForm::ValueProjection`]).
+    pub smooth_context_in_projection: bool,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -449,28 +468,7 @@ impl Policy {
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
     /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
     pub fn preset(name: &str) -> Result<Policy> {
-        let base = Policy {
-            preset: name.to_string(),
-            op_types: ["MatMul", "Gemm", "FusedMatMul", "Attention", "Add"].map(String::from).to_vec(),
-            matmul_const_b_only: false,
-            residual_add: ResidualAdd::Quantize,
-            dedicated_pairs: true,
-            shared_pair_feeds_all: true,
-            quantize_outputs: false,
-            activations: Activations::Int8Symmetric,
-            per_channel: true,
-            weights: WeightStorage::QdqPair,
-            embeddings: Embeddings::Float,
-            contrib_ops: false,
-            reduce_range: false,
-            softmax_range: SoftmaxRange::Calibrated,
-            smooth: None,
-            smooth_targets: SmoothTargets::LayerNorm,
-            include_nodes: vec![],
-            exclude_nodes: vec![],
-            exclude_tensors: vec![],
-            strict: false,
-        };
+        let base = Policy::ort_compatible(name);
         match name {
             "ort-compatible" => Ok(base),
             // The seed placement with four changes (docs/QUANTIZATION.md; whole dev set: from ~30 F1 below FP32 to
@@ -488,7 +486,8 @@ impl Policy {
             }),
             // For ORT's CPU EP (docs/QUANTIZATION.md, "What decides CPU speed"): the constant-weight MatMuls only
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
-            // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed.
+            // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed (the
+            // attention contexts in their value projections: no Mul, which is a kernel of its own on the CPU EP).
             "cpu" => Ok(Policy {
                 op_types: crate::types::MATMUL_OPS.map(String::from).to_vec(),
                 matmul_const_b_only: true,
@@ -503,9 +502,37 @@ impl Policy {
                 softmax_range: SoftmaxRange::Full,
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),
                 smooth_targets: SmoothTargets::All,
+                smooth_context_in_projection: true,
                 ..base
             }),
             _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
+        }
+    }
+
+    /// ORT's QDQQuantizer with the seeds' options, named `name`: the base every preset changes.
+    fn ort_compatible(name: &str) -> Policy {
+        Policy {
+            preset: name.to_string(),
+            op_types: ["MatMul", "Gemm", "FusedMatMul", "Attention", "Add"].map(String::from).to_vec(),
+            matmul_const_b_only: false,
+            residual_add: ResidualAdd::Quantize,
+            dedicated_pairs: true,
+            shared_pair_feeds_all: true,
+            quantize_outputs: false,
+            activations: Activations::Int8Symmetric,
+            per_channel: true,
+            weights: WeightStorage::QdqPair,
+            embeddings: Embeddings::Float,
+            contrib_ops: false,
+            reduce_range: false,
+            softmax_range: SoftmaxRange::Calibrated,
+            smooth: None,
+            smooth_targets: SmoothTargets::LayerNorm,
+            smooth_context_in_projection: false,
+            include_nodes: vec![],
+            exclude_nodes: vec![],
+            exclude_tensors: vec![],
+            strict: false,
         }
     }
 

@@ -54,8 +54,10 @@ pub enum SmoothForm {
     /// into the producer / the QuantizeLinear (ModelOpt's "pre-quant scale").
     ScaleNode,
     /// An attention context whose value projection absorbs the division (its weight's columns and its bias divided
-    /// by `s`): nothing is added to the graph. Only where `P·V` stays float (`matmul_const_b_only`) and the site's
-    /// weights are its own; the merging `Reshape` then writes the smoothed tensor.
+    /// by `s`): nothing is added to the graph. Only with the policy's `smooth_context = projection` (`cpu`: on ORT's
+    /// CPU EP a `Mul` is a kernel of its own, where TensorRT fuses it) and where the site's weights are its own; the
+    /// merging `Reshape` then writes the smoothed tensor. Where `P·V` is quantized (tune's all-integer `cpu`
+    /// candidate), its `V` input is the smoothed one and is calibrated as such.
     ValueProjection {
         /// The value projection `MatMul` node.
         matmul: String,
@@ -146,8 +148,8 @@ fn sites_before_grouping(model: &Model, policy: &Policy) -> Result<Vec<SmoothSit
     crate::select::check_node_patterns(&ix, policy, &m)?;
     let mut seen = HashSet::new();
     let mut sites = Vec::new();
-    // Ranks for the value-projection check, computed once (only a policy leaving P·V float uses them).
-    let ranks = if policy.matmul_const_b_only { onnx_ir::ranks(ix.graph()) } else { Default::default() };
+    // Ranks for the value-projection check, computed once (only a policy dividing contexts there uses them).
+    let ranks = if policy.smooth_context_in_projection { onnx_ir::ranks(ix.graph()) } else { Default::default() };
     for i in 0..ix.graph().node.len() {
         let Some(mm) = patterns::const_weight_matmul(&ix, i, &m) else { continue };
         if m.tensor_excluded(mm.input) || !seen.insert(mm.input) {
@@ -197,7 +199,7 @@ fn site_of(
         return Ok(None);
     }
     let form = match form {
-        SmoothForm::ScaleNode if policy.matmul_const_b_only && !other_readers => {
+        SmoothForm::ScaleNode if policy.smooth_context_in_projection && !other_readers => {
             match patterns::value_projection(ix, x, channels, ranks) {
                 Some(v) => SmoothForm::ValueProjection { matmul: v.matmul, bias: v.bias, merge: v.merge },
                 None => SmoothForm::ScaleNode,

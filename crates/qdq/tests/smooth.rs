@@ -345,15 +345,28 @@ fn smoothing_policy_needs_a_smoothed_model() {
     }
 }
 
-/// Where `P·V` stays float (`cpu`: `matmul_const_b_only`), an attention context is divided in its value projection
-/// (the weight's columns and the bias): no `Mul`, the same function, and every channel of the smoothed context at
-/// max 1, on two heads (a wrong head/lane order would change the logits). Where the context's factors are shared
-/// (ALBERT: one output projection for every layer) or `P·V` is quantized, the `Mul` stays.
+/// With `smooth_context = projection` (`cpu`), an attention context is divided in its value projection (the weight's
+/// columns and the bias), whether `P·V` stays float (the preset) or is quantized (tune's all-integer candidate, or
+/// `tensorrt` given the option): no `Mul`, the same function, and every channel of the smoothed context at max 1, on
+/// two heads (a wrong head/lane order would change the logits); each layout quantizes it into a model ONNX Runtime
+/// runs. Where the context's factors are shared (ALBERT: one output projection for every layer) or the policy says
+/// `mul` (`tensorrt`), the `Mul` stays.
 #[test]
-fn a_float_attention_divides_its_context_in_the_value_projection() {
+fn an_attention_context_is_divided_in_its_value_projection() {
     let ctx_of = |layer: usize| format!("/bert/encoder/layer.{layer}/attention/output/dense/MatMul");
-    let policy = Policy::preset("cpu").unwrap();
-    for m in [two_heads(onnx_ir::tiny_bert::GraphForm::Hf, 0, 5), tiny_bert(Ln::Fused)] {
+    let with = |preset: &str, key: &str, value: &str| {
+        let mut p = Policy::preset(preset).unwrap();
+        p.set(key, value).unwrap();
+        p
+    };
+    let policies = [
+        Policy::preset("cpu").unwrap(),
+        with("cpu", "matmul_const_b_only", "false"),
+        with("tensorrt", "smooth_context", "projection"),
+    ];
+    let models = [two_heads(onnx_ir::tiny_bert::GraphForm::Hf, 0, 5), tiny_bert(Ln::Fused)];
+    for (m, policy) in models.iter().flat_map(|m| policies.iter().map(move |p| (m, p))) {
+        let (m, policy) = (m.clone(), policy.clone());
         let sites = qdq::smoothing_sites(&m, &policy).unwrap();
         let contexts: Vec<_> =
             sites.iter().filter(|s| s.matmuls[0].ends_with("attention/output/dense/MatMul")).collect();
@@ -397,17 +410,22 @@ fn a_float_attention_divides_its_context_in_the_value_projection() {
         for (t, maxes) in channel_absmax(&s, &smoothed) {
             assert!(maxes.iter().all(|v| *v == 0.0 || (v - 1.0).abs() < 1e-3), "{t}: {maxes:?}");
         }
-        // And the cpu layout of it quantizes every weighted MatMul.
+        // Each layout quantizes it into a model ONNX Runtime runs, near the float one (the ranges are the smoothed
+        // model's own).
         let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
         quantized.validate().unwrap();
+        let q = logits(&quantized);
+        assert!(q.len() == b.len() && max_abs_diff(&q, &b) <= 0.2 * scale, "{} of {scale}", max_abs_diff(&q, &b));
+    }
+    // Tune calibrates the `cpu` preset with its attention MatMuls' inputs added (for the all-integer candidate): the
+    // smoothing is the preset's either way, so its preset candidate is the preset's model.
+    for m in &models {
+        assert_eq!(qdq::smoothing_sites(m, &policies[0]).unwrap(), qdq::smoothing_sites(m, &policies[1]).unwrap());
     }
     for (m, policy) in [
         (albert_like(Ln::Fused), Policy::preset("cpu").unwrap()),
-        (tiny_bert(Ln::Fused), {
-            let mut p = Policy::preset("cpu").unwrap();
-            p.set("matmul_const_b_only", "false").unwrap();
-            p
-        }),
+        (tiny_bert(Ln::Fused), Policy::preset("tensorrt").unwrap()),
+        (tiny_bert(Ln::Fused), with("cpu", "smooth_context", "mul")),
     ] {
         let sites = qdq::smoothing_sites(&m, &policy).unwrap();
         assert!(sites.iter().all(|s| !matches!(s.form, SmoothForm::ValueProjection { .. })), "{sites:?}");
