@@ -162,10 +162,12 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
     let times: Times =
         serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")?;
 
-    // Accuracy, and qdq eval's own latency: every model in turn, round after round.
-    let mut rows: Vec<ModelRow> = vec![];
+    // Accuracy, and qdq eval's own latency: every model in turn, round after round, each round starting one model
+    // later (no model always runs right after another, e.g. FP32's long pass).
+    let mut rows: Vec<Option<ModelRow>> = models.iter().map(|_| None).collect();
     for round in 0..args.eval_rounds {
-        for (i, (name, what, path)) in models.iter().enumerate() {
+        for i in (0..models.len()).map(|k| (k + round) % models.len()) {
+            let (name, what, path) = &models[i];
             eprintln!(
                 "xtask: qdq eval {name} on {} dev questions (round {} of {})",
                 args.f1_samples,
@@ -181,7 +183,7 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
             let doc: crate::qdq_json::Eval =
                 crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")?;
             let ms = doc.latency.ms_per_feature.unwrap_or(f64::NAN);
-            match rows.get_mut(i) {
+            match &mut rows[i] {
                 Some(row) if row.f1 != doc.f1 => {
                     bail!(
                         "qdq eval of {} scored F1 {} in round 1 and {} in round {}",
@@ -192,18 +194,21 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
                     )
                 }
                 Some(row) => row.eval_ms_per_feature.push(ms),
-                None => rows.push(ModelRow {
-                    name: (*name).to_owned(),
-                    what: what.clone(),
-                    path: path.clone(),
-                    bytes: std::fs::metadata(path)?.len(),
-                    em: doc.exact_match,
-                    f1: doc.f1,
-                    eval_ms_per_feature: vec![ms],
-                }),
+                None => {
+                    rows[i] = Some(ModelRow {
+                        name: (*name).to_owned(),
+                        what: what.clone(),
+                        path: path.clone(),
+                        bytes: std::fs::metadata(path)?.len(),
+                        em: doc.exact_match,
+                        f1: doc.f1,
+                        eval_ms_per_feature: vec![ms],
+                    })
+                }
             }
         }
     }
+    let rows: Vec<ModelRow> = rows.into_iter().flatten().collect();
     let made: crate::qdq_json::Results = crate::qdq_json::read(&static_dir.join("results.json"))?;
     let report = CpuInt8Report {
         command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),

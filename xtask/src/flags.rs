@@ -185,9 +185,10 @@ pub struct CpuInt8Args {
     /// Dev questions each model is scored on.
     #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
     pub f1_samples: usize,
-    /// Rounds of `qdq eval` (dynamic padding): in each, every model is evaluated in turn; its speed-up is the median
-    /// of the rounds' FP32 / model ratios.
-    #[arg(long, default_value_t = 3, value_parser = positive, value_name = "N")]
+    /// Rounds of `qdq eval` (dynamic padding): in each, every model is evaluated in turn, each round starting one model
+    /// later; its speed-up is the median of the rounds' FP32 / model ratios (whole passes of 10-25 s each, which the
+    /// host moves by up to half: 5 rounds by default).
+    #[arg(long, default_value_t = 5, value_parser = positive, value_name = "N")]
     pub eval_rounds: usize,
     /// Compare on the model as ONNX Runtime's transformers optimizer rewrites it (EmbedLayerNormalization, fused
     /// Attention, SkipLayerNormalization, BiasGelu: Olive's CPU recipe), made by the bench venv's onnxruntime; every
