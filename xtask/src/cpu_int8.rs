@@ -292,8 +292,8 @@ fn render(r: &CpuInt8Report) -> String {
     let _ = writeln!(
         md,
         "ONNX Runtime {} CPU EP, {} intra-op threads, {} CPUs ({}, 8-bit dot product: {}); latency: {} rounds x {} \
-         runs per model and shape, the models run in turn in blocks (one untimed run, then the timed ones; each round starts one model later); speed-up = FP32 / model per round (median, \
-         [min, max]). F1 with `qdq eval` on the first {} dev questions. Commit {}. Command: `{}`.\n",
+         runs per model and shape, the models run in turn in blocks (one untimed run, then the timed ones; each round \
+         starts one model later); speed-up = FP32 / model per round (median, [min, max]). F1 with `qdq eval` on the first {} dev questions. Commit {}. Command: `{}`.\n",
         r.onnxruntime,
         r.threads,
         r.cpus,

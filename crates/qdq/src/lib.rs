@@ -65,7 +65,7 @@ pub use plan::{
 };
 pub use policy::{
     Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd,
-    SmoothTargets, SoftmaxRange, WeightStorage,
+    SmoothContext, SmoothTargets, SoftmaxRange, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};

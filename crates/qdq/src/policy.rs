@@ -85,11 +85,22 @@ keywords! {
         /// LayerNorm outputs only: γ / β absorb the division, no node is added on their path.
         LayerNorm = "layernorm",
         /// Also every other activation read by a constant-weight MatMul (GELU outputs, attention context), divided
-        /// by an explicit `Mul` in front of the MatMuls.
+        /// by an explicit `Mul` in front of the MatMuls (an attention context as [`SmoothContext`] says).
         All = "all",
         /// Only the activations that are not LayerNorm outputs (GELU outputs, attention context), each divided by an
         /// explicit `Mul`; LayerNorm outputs stay as they are, so their residual path needs no `Mul` restoring them.
         Others = "others",
+    }
+}
+
+keywords! {
+    /// How smoothing divides an attention context (the input of the attention's output projection).
+    SmoothContext {
+        /// In its value projection's weight columns and bias: nothing is added to the graph (for ORT's CPU EP, where a
+        /// `Mul` is a kernel of its own); where the graph allows it (see [`crate::SmoothForm::ValueProjection`]).
+        Projection = "projection",
+        /// By an explicit `Mul` in front of the output projection (TensorRT fuses it as the pre-quant scale).
+        Mul = "mul",
     }
 }
 
@@ -343,13 +354,9 @@ pub const OPTIONS: &[PolicyOption] = &[
               and bias (nothing added; for ORT's CPU EP, where a Mul is a kernel of its own) or by a Mul in front of \
               the output projection (TensorRT fuses it as the pre-quant scale)",
         values: "projection or mul",
-        get: |p| (if p.smooth_context_in_projection { "projection" } else { "mul" }).to_string(),
+        get: |p| p.smooth_context.to_string(),
         set: |p, v| {
-            p.smooth_context_in_projection = match v {
-                "projection" => true,
-                "mul" => false,
-                _ => return Err("projection or mul".into()),
-            };
+            p.smooth_context = v.parse()?;
             Ok(())
         },
     },
@@ -441,9 +448,8 @@ pub struct Policy {
     pub smooth: Option<f32>,
     /// Which MatMul inputs smoothing rescales.
     pub smooth_targets: SmoothTargets,
-    /// An attention context's smoothing division goes into its value projection (weight columns and bias) where the
-    /// graph allows it, instead of a `Mul` (see [`crate::SmoothForm::ValueProjection`]).
-    pub smooth_context_in_projection: bool,
+    /// How smoothing divides an attention context.
+    pub smooth_context: SmoothContext,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -502,7 +508,7 @@ impl Policy {
                 softmax_range: SoftmaxRange::Full,
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),
                 smooth_targets: SmoothTargets::All,
-                smooth_context_in_projection: true,
+                smooth_context: SmoothContext::Projection,
                 ..base
             }),
             _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
@@ -528,7 +534,7 @@ impl Policy {
             softmax_range: SoftmaxRange::Calibrated,
             smooth: None,
             smooth_targets: SmoothTargets::LayerNorm,
-            smooth_context_in_projection: false,
+            smooth_context: SmoothContext::Mul,
             include_nodes: vec![],
             exclude_nodes: vec![],
             exclude_tensors: vec![],

@@ -29,7 +29,7 @@ use onnx_ir::{GraphExt, GraphIndex, Model, NameSet, node, tensor_from_vec, tenso
 
 use crate::error::{Error, Result};
 use crate::patterns::{self, ConstWeightMatMul, LayerNormForm};
-use crate::policy::{Matchers, Policy, SmoothTargets};
+use crate::policy::{Matchers, Policy, SmoothContext, SmoothTargets};
 
 /// Model metadata key recording that (and how) a model was smoothed.
 pub const SMOOTH_METADATA_KEY: &str = "qdq.smoothquant";
@@ -149,7 +149,11 @@ fn sites_before_grouping(model: &Model, policy: &Policy) -> Result<Vec<SmoothSit
     let mut seen = HashSet::new();
     let mut sites = Vec::new();
     // Ranks for the value-projection check, computed once (only a policy dividing contexts there uses them).
-    let ranks = if policy.smooth_context_in_projection { onnx_ir::ranks(ix.graph()) } else { Default::default() };
+    let ranks = if policy.smooth_context == SmoothContext::Projection {
+        onnx_ir::ranks(ix.graph())
+    } else {
+        Default::default()
+    };
     for i in 0..ix.graph().node.len() {
         let Some(mm) = patterns::const_weight_matmul(&ix, i, &m) else { continue };
         if m.tensor_excluded(mm.input) || !seen.insert(mm.input) {
@@ -199,7 +203,7 @@ fn site_of(
         return Ok(None);
     }
     let form = match form {
-        SmoothForm::ScaleNode if policy.smooth_context_in_projection && !other_readers => {
+        SmoothForm::ScaleNode if policy.smooth_context == SmoothContext::Projection && !other_readers => {
             match patterns::value_projection(ix, x, channels, ranks) {
                 Some(v) => SmoothForm::ValueProjection { matmul: v.matmul, bias: v.bias, merge: v.merge },
                 None => SmoothForm::ScaleNode,
