@@ -250,6 +250,26 @@ pub(crate) struct ValueProjection {
     pub merge: String,
 }
 
+/// Whether `x` is an attention's output (its context): through shape-only ops (`Reshape`, `Transpose`, `Flatten`,
+/// `Squeeze`, `Unsqueeze`), the output of a `MatMul` of two computed tensors (`P·V`) or of ONNX Runtime's fused
+/// attention ops. Structure only: where its smoothing division can go is [`value_projection`]'s question.
+pub(crate) fn attention_output(ix: &GraphIndex, x: &str) -> bool {
+    let mut t = x;
+    for _ in 0..8 {
+        let Some(n) = ix.producer_node(t) else { return false };
+        match n.op_type() {
+            "Reshape" | "Transpose" | "Flatten" | "Squeeze" | "Unsqueeze" if !n.input.is_empty() => t = &n.input[0],
+            "MatMul" => {
+                return n.input.len() == 2
+                    && n.input.iter().all(|i| !ix.is_initializer(i) && ix.producer_node(i).is_some());
+            }
+            "Attention" | "MultiHeadAttention" | "QAttention" | "GroupQueryAttention" => return true,
+            _ => return false,
+        }
+    }
+    false
+}
+
 pub(crate) fn value_projection(
     ix: &GraphIndex,
     x: &str,

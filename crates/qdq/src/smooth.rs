@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use onnx_ir::proto::{GraphProto, StringStringEntryProto};
+use onnx_ir::proto::{GraphProto, NodeProto, StringStringEntryProto};
 use onnx_ir::{GraphExt, GraphIndex, Model, NameSet, node, tensor_from_vec, tensor_to_array};
 
 use crate::error::{Error, Result};
@@ -122,23 +122,32 @@ fn spread(v: &[f32]) -> f32 {
 /// with `smooth_targets = all`. Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
 /// are left alone.
 pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
-    let mut sites = sites_before_grouping(model, policy)?;
+    let (mut sites, targeted): (Vec<SmoothSite>, Vec<bool>) = sites_before_grouping(model, policy)?.into_iter().unzip();
     let g = model.graph();
     // A site sharing its factors with others (ALBERT's layers read one output projection) keeps the Mul: the value
     // projections would have to share them too.
+    let mut dropped = vec![false; sites.len()];
     for group in shared_weight_groups(g, &sites)? {
         if group.len() > 1 {
-            for k in group {
+            for &k in &group {
                 if matches!(sites[k].form, SmoothForm::ValueProjection { .. }) {
                     sites[k].form = SmoothForm::ScaleNode;
                 }
             }
         }
+        // A site `layernorm-context` leaves out takes the rest of its group with it (their shared weight is rescaled
+        // once for all of them or not at all).
+        if group.iter().any(|&k| !targeted[k]) {
+            group.iter().for_each(|&k| dropped[k] = true);
+        }
     }
+    let mut dropped = dropped.into_iter();
+    sites.retain(|_| !dropped.next().unwrap_or(false));
     Ok(sites)
 }
 
-fn sites_before_grouping(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
+/// Each site with whether the policy's [`SmoothTargets`] takes it.
+fn sites_before_grouping(model: &Model, policy: &Policy) -> Result<Vec<(SmoothSite, bool)>> {
     if !policy.op_types.iter().any(|o| crate::types::MATMUL_OPS.contains(&o.as_str())) {
         return Ok(vec![]);
     }
@@ -174,7 +183,7 @@ fn site_of(
     mm: ConstWeightMatMul,
     policy: &Policy,
     ranks: &HashMap<String, usize>,
-) -> Result<Option<SmoothSite>> {
+) -> Result<Option<(SmoothSite, bool)>> {
     let x = mm.input;
     let producer = ix.producer_node(x);
     let ln = match producer {
@@ -202,6 +211,10 @@ fn site_of(
     if matmuls.is_empty() {
         return Ok(None);
     }
+    let targeted = policy.smooth_targets != SmoothTargets::LayerNormContext
+        || form != SmoothForm::ScaleNode
+        || patterns::attention_output(ix, x)
+        || layer_norm_reshaped(ix, producer, channels)?;
     let form = match form {
         SmoothForm::ScaleNode if policy.smooth_context == SmoothContext::Projection && !other_readers => {
             match patterns::value_projection(ix, x, channels, ranks) {
@@ -212,7 +225,20 @@ fn site_of(
         f => f,
     };
     let producer = producer.map(|n| n.name().to_string()).unwrap_or_default();
-    Ok(Some(SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels }))
+    let site = SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels };
+    Ok(Some((site, targeted)))
+}
+
+/// Whether `producer` reshapes a LayerNorm output of `channels` channels into a tensor of as many (a `Gemm` export's
+/// `[B·S, H]` view of the residual stream).
+fn layer_norm_reshaped(ix: &GraphIndex, producer: Option<&NodeProto>, channels: usize) -> Result<bool> {
+    let Some(n) = producer.filter(|n| matches!(n.op_type(), "Reshape" | "Flatten") && !n.input.is_empty()) else {
+        return Ok(false);
+    };
+    match ix.producer_node(&n.input[0]) {
+        Some(ln) => Ok(patterns::layer_norm_params(ix, ln)?.is_some_and(|p| p.channels == channels)),
+        None => Ok(false),
+    }
 }
 
 impl From<LayerNormForm> for SmoothForm {

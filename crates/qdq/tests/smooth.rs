@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::common::*;
 use onnx_ir::{GraphExt, Model, tensor_from_vec};
-use qdq::{Policy, SmoothForm};
+use qdq::{Policy, SmoothForm, SmoothTargets};
 
 const EMB_LN: &str = "/bert/embeddings/LayerNorm";
 const OUTLIER: usize = 3;
@@ -379,13 +379,16 @@ fn an_attention_context_is_divided_in_its_value_projection() {
                 "{site:?}"
             );
         }
-        // The FFN activation has no linear producer: it keeps its Mul.
-        assert!(
-            sites
-                .iter()
-                .filter(|s| s.matmuls[0].ends_with("/output/dense/MatMul") && !s.matmuls[0].contains("attention"))
-                .all(|s| s.form == SmoothForm::ScaleNode)
-        );
+        // The FFN activation has no linear producer: it keeps its Mul (`tensorrt`), or is not smoothed (`cpu`,
+        // `smooth_targets = layernorm-context`).
+        let ffn: Vec<_> = sites
+            .iter()
+            .filter(|s| s.matmuls[0].ends_with("/output/dense/MatMul") && !s.matmuls[0].contains("attention"))
+            .collect();
+        match policy.smooth_targets {
+            SmoothTargets::LayerNormContext => assert!(ffn.is_empty(), "{ffn:?}"),
+            _ => assert!(!ffn.is_empty() && ffn.iter().all(|s| s.form == SmoothForm::ScaleNode), "{ffn:?}"),
+        }
 
         let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
         let (s, done) = qdq::smooth(&m, &policy, &channel_absmax(&m, &tensors), 1.0).unwrap();
@@ -429,6 +432,50 @@ fn an_attention_context_is_divided_in_its_value_projection() {
     ] {
         let sites = qdq::smoothing_sites(&m, &policy).unwrap();
         assert!(sites.iter().all(|s| !matches!(s.form, SmoothForm::ValueProjection { .. })), "{sites:?}");
-        assert!(sites.iter().any(|s| s.matmuls[0] == ctx_of(0) && s.form == SmoothForm::ScaleNode));
+        assert!(sites.iter().any(|s| s.matmuls[0] == ctx_of(0) && s.form == SmoothForm::ScaleNode), "{sites:#?}");
+    }
+}
+
+/// `smooth_targets = layernorm-context` (the `cpu` preset) smooths what `all` does except the FFN's inner activation
+/// (the GELU output read by the down projection): LayerNorm outputs, also the `Gemm` form's `[B·S, H]` views of them,
+/// and attention contexts, also ALBERT's shared ones (with their `Mul`) and those the `Gemm` form reshapes; the
+/// smoothed model computes what the original does.
+#[test]
+fn layernorm_context_leaves_out_only_the_gelu_outputs() {
+    use onnx_ir::tiny_bert::GraphForm;
+    let policy = |targets: &str| {
+        let mut p = Policy::preset("cpu").unwrap();
+        p.set("smooth_targets", targets).unwrap();
+        p
+    };
+    assert_eq!(Policy::preset("cpu").unwrap().smooth_targets, SmoothTargets::LayerNormContext);
+    let models = [
+        ("hf", two_heads(GraphForm::Hf, 0, 5)),
+        ("gemm", two_heads(GraphForm::Gemm, 0, 5)),
+        ("albert", albert_like(Ln::Fused)),
+        ("decomposed", tiny_bert(Ln::Decomposed)),
+    ];
+    for (form, m) in models {
+        let all = qdq::smoothing_sites(&m, &policy("all")).unwrap();
+        let kept = qdq::smoothing_sites(&m, &policy("layernorm-context")).unwrap();
+        let gelu = |s: &qdq::SmoothSite| {
+            let n = &s.matmuls[0];
+            n.contains("/output/dense") && !n.contains("attention")
+        };
+        let expected: Vec<_> = all.iter().filter(|s| !gelu(s)).cloned().collect();
+        assert_eq!(kept, expected, "{form}");
+        // Per layer one GELU output left out; every LayerNorm output (the embeddings' and 2 per layer, the last one
+        // read by the QA head) and each context kept; the `Gemm` form reshapes a LayerNorm output once per reader
+        // (query, key, value: a site each).
+        let layers = m.graph().node.iter().filter(|n| n.name().ends_with("intermediate/dense/MatMul")).count()
+            + m.graph().node.iter().filter(|n| n.name().ends_with("intermediate/dense/Gemm")).count();
+        let per_layer = if form == "gemm" { 5 } else { 3 };
+        assert!(layers > 0);
+        assert_eq!((all.len() - kept.len(), kept.len()), (layers, per_layer * layers + 1), "{form}: {kept:#?}");
+        let tensors: Vec<String> = kept.iter().map(|s| s.tensor.clone()).collect();
+        let (s, _) = qdq::smooth(&m, &policy("layernorm-context"), &channel_absmax(&m, &tensors), 1.0).unwrap();
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        assert!(max_abs_diff(&a, &b) <= 1e-5 * scale.max(1e-3), "{form}: {} of {scale}", max_abs_diff(&a, &b));
     }
 }
