@@ -933,7 +933,9 @@ fn tune_tries_every_matmul_integer_when_the_preset_is_within_budget() {
     assert!(preset["integer_matmuls"].as_u64() < preset["matmuls"].as_u64(), "{preset}");
     assert_eq!(all["integer_matmuls"], all["matmuls"], "{all}");
     let head_to_head = &all["vs_preset"];
-    assert!(head_to_head["min"].as_f64() <= head_to_head["max"].as_f64() && head_to_head["rounds"] == 5, "{all}");
+    // Head to head in more rounds than a model against FP32 (two INT8 models a few per cent apart).
+    assert!(head_to_head["min"].as_f64() <= head_to_head["max"].as_f64() && head_to_head["rounds"] == 21, "{all}");
+    assert_eq!(all["speedup"]["rounds"], 5, "{all}");
     let faster = head_to_head["median"].as_f64().unwrap() >= 0.98;
     assert_eq!(curve.len() == 2, faster, "{report:#}");
     assert_eq!(report["chosen"], u64::from(faster), "{report:#}");
