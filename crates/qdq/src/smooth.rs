@@ -135,9 +135,11 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
                 }
             }
         }
-        // A site `layernorm-context` leaves out takes the rest of its group with it (their shared weight is rescaled
-        // once for all of them or not at all).
-        if group.iter().any(|&k| !targeted[k]) {
+        // Sites sharing a weight are smoothed together or not at all (the weight is rescaled once for all of them): a
+        // group is left out only when `smooth_targets` takes none of it (ALBERT's shared down projection), and a
+        // group it takes keeps its other sites, each with its `Mul` (ALBERT's shared query, key and value read the
+        // embedding projection's output in the first layer and a LayerNorm output after).
+        if !group.iter().any(|&k| targeted[k]) {
             group.iter().for_each(|&k| dropped[k] = true);
         }
     }

@@ -478,4 +478,14 @@ fn layernorm_context_leaves_out_only_the_gelu_outputs() {
         let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
         assert!(max_abs_diff(&a, &b) <= 1e-5 * scale.max(1e-3), "{form}: {} of {scale}", max_abs_diff(&a, &b));
     }
+    // PyTorch's ALBERT export: the first layer's query, key and value read the embedding projection's output (no
+    // LayerNorm), sharing their weights with the later layers, which read LayerNorm outputs: the group is smoothed
+    // (every LayerNorm output `all` smooths still is); the shared down projection's GELU outputs are not.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/forms/torch_albert_dynamo.onnx");
+    let albert = Model::load(&path).unwrap();
+    let all = qdq::smoothing_sites(&albert, &policy("all")).unwrap();
+    let kept = qdq::smoothing_sites(&albert, &policy("layernorm-context")).unwrap();
+    let lns = |sites: &[qdq::SmoothSite]| sites.iter().filter(|s| s.gamma.is_some()).count();
+    assert!(lns(&all) > 1 && lns(&kept) == lns(&all), "{kept:#?}");
+    assert!(kept.len() < all.len() && kept.iter().all(|s| all.contains(s)), "{kept:#?}");
 }
