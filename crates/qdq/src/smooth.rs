@@ -11,7 +11,9 @@
 //!   that restores the original tensor under its original name.
 //!
 //! Other MatMul inputs (attention context, GELU output; `smooth_targets = all`) have no parameters to absorb the
-//! division: one `Mul` by `1/s` in front of their MatMuls does it ([`SmoothForm::ScaleNode`]).
+//! division: one `Mul` by `1/s` in front of their MatMuls does it ([`SmoothForm::ScaleNode`]), except an attention
+//! context whose value projection takes it ([`SmoothForm::ValueProjection`]). `smooth_targets = layernorm-context`
+//! leaves the GELU outputs out: on ONNX Runtime's CPU EP their `Mul`s are the widest of these kernels.
 //!
 //! `s_j = max|X_j|^α / max|W_j|^(1-α)` (Xiao et al., SmoothQuant, 2023), with `max|X_j|` from calibration
 //! (per-channel min/max along the last axis) and `max|W_j|` over all the site's MatMuls. α = 0 leaves activations
@@ -71,7 +73,7 @@ pub enum SmoothForm {
 /// A tensor that can be smoothed: an activation read by MatMuls with constant weights.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmoothSite {
-    /// The activation (a LayerNorm output, or any other with `smooth_targets = all`).
+    /// The activation (a LayerNorm output, or another as `smooth_targets` says).
     pub tensor: String,
     /// The node producing it ("" for a graph input).
     pub producer: String,
@@ -118,8 +120,9 @@ fn spread(v: &[f32]) -> f32 {
 }
 
 /// Finds every smoothable site under `policy`: activations read as input A by quantized MatMuls whose B is a float
-/// initializer of shape `[channels, out]`. LayerNorm outputs (either form) always qualify; other activations only
-/// with `smooth_targets = all`. Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
+/// initializer of shape `[channels, out]`. LayerNorm outputs (either form) qualify unless `smooth_targets = others`;
+/// other activations with `all` and `others`, and with `layernorm-context` the attention contexts and LayerNorm outputs
+/// seen through a `Reshape` (not the GELU outputs). Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
 /// are left alone.
 pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
     let (mut sites, targeted): (Vec<SmoothSite>, Vec<bool>) = sites_before_grouping(model, policy)?.into_iter().unzip();
