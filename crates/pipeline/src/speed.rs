@@ -92,7 +92,7 @@ impl<'a> PairedTiming<'a> {
     /// `model` (on `cfg`) against FP32, in alternating rounds.
     pub(crate) fn against(&self, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
         let mut other = self.open(model, cfg)?;
-        let ratios = self.alternate(&mut self.fp32.borrow_mut(), &mut other)?;
+        let ratios = self.alternate(self.rounds, &mut self.fp32.borrow_mut(), &mut other)?;
         self.summary(ratios, model, "FP32")
     }
 
@@ -101,7 +101,7 @@ impl<'a> PairedTiming<'a> {
     /// few per cent apart are told apart this way, not by their ratios to FP32 from separate rounds.
     pub(crate) fn head_to_head(&self, reference: &Path, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
         let (mut a, mut b) = (self.open(reference, cfg)?, self.open(model, cfg)?);
-        let ratios = self.alternate_for(HEAD_TO_HEAD_ROUNDS, &mut a, &mut b)?;
+        let ratios = self.alternate(HEAD_TO_HEAD_ROUNDS, &mut a, &mut b)?;
         self.summary(ratios, model, &reference.display().to_string())
     }
 
@@ -113,12 +113,8 @@ impl<'a> PairedTiming<'a> {
         Ok(s)
     }
 
-    /// Per round, `reference`'s time over `other`'s, the two run in turn (A B, B A, ...).
-    fn alternate(&self, reference: &mut Session, other: &mut Session) -> Result<Vec<f64>> {
-        self.alternate_for(self.rounds, reference, other)
-    }
-
-    fn alternate_for(&self, rounds: usize, reference: &mut Session, other: &mut Session) -> Result<Vec<f64>> {
+    /// Per round (`rounds` of them), `reference`'s time over `other`'s, the two run in turn (A B, B A, ...).
+    fn alternate(&self, rounds: usize, reference: &mut Session, other: &mut Session) -> Result<Vec<f64>> {
         let mut ratios = Vec::with_capacity(rounds);
         for round in 0..rounds {
             let (a, b) = if round % 2 == 0 {

@@ -250,24 +250,32 @@ pub(crate) struct ValueProjection {
     pub merge: String,
 }
 
-/// Whether `x` is an attention's output (its context): through shape-only ops (`Reshape`, `Transpose`, `Flatten`,
-/// `Squeeze`, `Unsqueeze`), the output of a `MatMul` of two computed tensors (`P·V`) or of ONNX Runtime's fused
-/// attention ops. Structure only: where its smoothing division can go is [`value_projection`]'s question.
-pub(crate) fn attention_output(ix: &GraphIndex, x: &str) -> bool {
-    let mut t = x;
+/// The node that computes `x` behind shape-only ops (`Reshape`, `Transpose`, `Flatten`, `Squeeze`, `Unsqueeze`; at
+/// most 8 of them): `x`'s producer itself when that is not one. `None` for a graph input or initializer.
+pub(crate) fn behind_shape_ops<'g>(ix: &'g GraphIndex, x: &str) -> Option<&'g NodeProto> {
+    let mut n = ix.producer_node(x)?;
     for _ in 0..8 {
-        let Some(n) = ix.producer_node(t) else { return false };
         match n.op_type() {
-            "Reshape" | "Transpose" | "Flatten" | "Squeeze" | "Unsqueeze" if !n.input.is_empty() => t = &n.input[0],
-            "MatMul" => {
-                return n.input.len() == 2
-                    && n.input.iter().all(|i| !ix.is_initializer(i) && ix.producer_node(i).is_some());
+            "Reshape" | "Transpose" | "Flatten" | "Squeeze" | "Unsqueeze" if !n.input.is_empty() => {
+                n = ix.producer_node(&n.input[0])?;
             }
-            "Attention" | "MultiHeadAttention" | "QAttention" | "GroupQueryAttention" => return true,
-            _ => return false,
+            _ => return Some(n),
         }
     }
-    false
+    None
+}
+
+/// Whether `n` computes an attention's output (its context): a `MatMul` of two computed tensors (`P·V`) or one of ONNX
+/// Runtime's fused attention ops. Structure only: where its smoothing division can go is [`value_projection`]'s
+/// question.
+pub(crate) fn is_attention_output(ix: &GraphIndex, n: &NodeProto) -> bool {
+    match n.op_type() {
+        "MatMul" => {
+            n.input.len() == 2 && n.input.iter().all(|i| !ix.is_initializer(i) && ix.producer_node(i).is_some())
+        }
+        "Attention" | "MultiHeadAttention" | "QAttention" | "GroupQueryAttention" => true,
+        _ => false,
+    }
 }
 
 pub(crate) fn value_projection(

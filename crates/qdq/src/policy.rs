@@ -90,7 +90,7 @@ keywords! {
         /// Only the activations that are not LayerNorm outputs (GELU outputs, attention context), each divided by an
         /// explicit `Mul`; LayerNorm outputs stay as they are, so their residual path needs no `Mul` restoring them.
         Others = "others",
-        /// LayerNorm outputs (also read through a `Reshape`) and attention contexts (as [`SmoothContext`] says), not
+        /// LayerNorm outputs (also seen through shape-only ops) and attention contexts (as [`SmoothContext`] says), not
         /// the FFN's inner activation (the GELU output read by the down projection), whose division would be a `Mul`
         /// over the FFN's widest tensor: a kernel pass of its own on ONNX Runtime's CPU EP.
         LayerNormContext = "layernorm-context",

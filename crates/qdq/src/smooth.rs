@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use onnx_ir::proto::{GraphProto, NodeProto, StringStringEntryProto};
+use onnx_ir::proto::{GraphProto, StringStringEntryProto};
 use onnx_ir::{GraphExt, GraphIndex, Model, NameSet, node, tensor_from_vec, tensor_to_array};
 
 use crate::error::{Error, Result};
@@ -121,15 +121,15 @@ fn spread(v: &[f32]) -> f32 {
 
 /// Finds every smoothable site under `policy`: activations read as input A by quantized MatMuls whose B is a float
 /// initializer of shape `[channels, out]`. LayerNorm outputs (either form) qualify unless `smooth_targets = others`;
-/// other activations with `all` and `others`, and with `layernorm-context` the attention contexts and LayerNorm outputs
-/// seen through a `Reshape` (not the GELU outputs). Tensors excluded by the policy (`exclude_tensors`) and MatMuls it does not quantize
-/// are left alone.
+/// other activations with `all` and `others`, and with `layernorm-context` the attention contexts and LayerNorm
+/// outputs seen through shape-only ops (not the GELU outputs). Tensors excluded by the policy (`exclude_tensors`) and
+/// MatMuls it does not quantize are left alone.
 pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>> {
     let (mut sites, targeted): (Vec<SmoothSite>, Vec<bool>) = sites_before_grouping(model, policy)?.into_iter().unzip();
+    let mut keep = vec![true; sites.len()];
     let g = model.graph();
     // A site sharing its factors with others (ALBERT's layers read one output projection) keeps the Mul: the value
     // projections would have to share them too.
-    let mut dropped = vec![false; sites.len()];
     for group in shared_weight_groups(g, &sites)? {
         if group.len() > 1 {
             for &k in &group {
@@ -143,12 +143,10 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
         // group it takes keeps its other sites, each with its `Mul` (ALBERT's shared query, key and value read the
         // embedding projection's output in the first layer and a LayerNorm output after).
         if !group.iter().any(|&k| targeted[k]) {
-            group.iter().for_each(|&k| dropped[k] = true);
+            group.iter().for_each(|&k| keep[k] = false);
         }
     }
-    let mut dropped = dropped.into_iter();
-    sites.retain(|_| !dropped.next().unwrap_or(false));
-    Ok(sites)
+    Ok(sites.into_iter().zip(keep).filter_map(|(site, k)| k.then_some(site)).collect())
 }
 
 /// Each site with whether the policy's [`SmoothTargets`] takes it.
@@ -216,10 +214,17 @@ fn site_of(
     if matmuls.is_empty() {
         return Ok(None);
     }
+    // `layernorm-context` takes what shape-only ops show to be a LayerNorm output (a `Gemm` export's `[B·S, H]` view)
+    // or an attention's output, and leaves the rest (the GELU outputs).
     let targeted = policy.smooth_targets != SmoothTargets::LayerNormContext
         || form != SmoothForm::ScaleNode
-        || patterns::attention_output(ix, x)
-        || layer_norm_reshaped(ix, producer, channels)?;
+        || match patterns::behind_shape_ops(ix, x) {
+            Some(n) => {
+                patterns::is_attention_output(ix, n)
+                    || patterns::layer_norm_params(ix, n)?.is_some_and(|p| p.channels == channels)
+            }
+            None => false,
+        };
     let form = match form {
         SmoothForm::ScaleNode if policy.smooth_context == SmoothContext::Projection && !other_readers => {
             match patterns::value_projection(ix, x, channels, ranks) {
@@ -232,18 +237,6 @@ fn site_of(
     let producer = producer.map(|n| n.name().to_string()).unwrap_or_default();
     let site = SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels };
     Ok(Some((site, targeted)))
-}
-
-/// Whether `producer` reshapes a LayerNorm output of `channels` channels into a tensor of as many (a `Gemm` export's
-/// `[B·S, H]` view of the residual stream).
-fn layer_norm_reshaped(ix: &GraphIndex, producer: Option<&NodeProto>, channels: usize) -> Result<bool> {
-    let Some(n) = producer.filter(|n| matches!(n.op_type(), "Reshape" | "Flatten") && !n.input.is_empty()) else {
-        return Ok(false);
-    };
-    match ix.producer_node(&n.input[0]) {
-        Some(ln) => Ok(patterns::layer_norm_params(ix, ln)?.is_some_and(|p| p.channels == channels)),
-        None => Ok(false),
-    }
 }
 
 impl From<LayerNormForm> for SmoothForm {
