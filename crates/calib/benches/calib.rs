@@ -43,6 +43,37 @@ fn collect(c: &mut Criterion) {
     g.finish();
 }
 
+/// One tensor of a calibration pass's size (a 384-token feature's FFN activation, 590k values; a softmax output's
+/// 1.77M, 80 % zeros after masking) into a state that has seen it before (a grid that holds), on the calling thread:
+/// what each session of a pass does per tensor per batch, for the percentile and the entropy methods' options.
+fn observe_here(c: &mut Criterion) {
+    let mut g = c.benchmark_group("observe_here");
+    let ffn = normal(384 * 1536);
+    let softmax: Vec<f32> = normal(12 * 384 * 384)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| if i % 384 < 300 { 0.0 } else { x.abs() * 0.01 })
+        .collect();
+    for (method, opts) in [
+        (
+            "percentile",
+            CollectOptions::for_methods(&[Method::Percentile { percentile: 99.999, symmetric: true }], 2048),
+        ),
+        ("entropy", CollectOptions::for_methods(&[Method::Entropy { num_quantized_bins: 255 }], 8001)),
+        ("minmax", CollectOptions::for_methods(&[Method::MinMax { symmetric: false }], 2048)),
+    ] {
+        for (what, data) in [("ffn_590k", &ffn), ("softmax_1770k", &softmax)] {
+            let mut s = CalibState::new(opts.clone());
+            s.observe_here("t", data, &[data.len()]).unwrap();
+            g.throughput(Throughput::Elements(data.len() as u64));
+            g.bench_function(format!("{method}/{what}"), |b| {
+                b.iter(|| s.observe_here("t", black_box(data), &[data.len()]).unwrap())
+            });
+        }
+    }
+    g.finish();
+}
+
 fn state_with(num_bins: usize, tensors: usize) -> CalibState {
     let data = normal(100_000);
     let methods = [
@@ -86,6 +117,6 @@ fn ranges(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = collect, ranges
+    targets = collect, observe_here, ranges
 }
 criterion_main!(benches);

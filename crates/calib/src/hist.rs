@@ -295,11 +295,8 @@ impl Filler {
             grid.indices(piece, &mut self.idx);
             let stride = len + 1;
             let mut lanes = self.sub.chunks_exact_mut(stride);
-            let (Some(l0), Some(l1), Some(l2), Some(l3)) = (lanes.next(), lanes.next(), lanes.next(), lanes.next())
-            else {
-                return;
-            };
-            let mut l = [l0, l1, l2, l3];
+            // `sub` holds exactly LANES lanes of `stride` slots (sized above).
+            let mut l: [&mut [u32]; LANES] = std::array::from_fn(|_| lanes.next().unwrap_or_default());
             let mut runs = self.idx.chunks_exact(RUN);
             for r in &mut runs {
                 // A run of one bin (zeros after masking, saturated values) is counted at once.
@@ -374,17 +371,10 @@ impl Drop for Filler {
 /// of these can miss.
 #[inline(always)]
 fn scatter(l: &mut [&mut [u32]; LANES], q: &[u32]) {
-    if let Some(c) = l[0].get_mut(q[0] as usize) {
-        *c += 1;
-    }
-    if let Some(c) = l[1].get_mut(q[1] as usize) {
-        *c += 1;
-    }
-    if let Some(c) = l[2].get_mut(q[2] as usize) {
-        *c += 1;
-    }
-    if let Some(c) = l[3].get_mut(q[3] as usize) {
-        *c += 1;
+    for (lane, &i) in l.iter_mut().zip(q) {
+        debug_assert!((i as usize) < lane.len());
+        // SAFETY: `Grid::indices` gives at most `len`, the discard slot, and each lane has `len + 1` slots.
+        unsafe { *lane.get_unchecked_mut(i as usize) += 1 };
     }
 }
 
@@ -402,6 +392,8 @@ struct Grid {
     len: usize,
     /// The CPU has AVX2 (and so SSE4.1's vector floor): the `f32` indices take the vectorised path.
     avx2: bool,
+    /// The CPU has AVX-512F: that path with 16 values per instruction.
+    avx512: bool,
 }
 
 impl Grid {
@@ -409,9 +401,10 @@ impl Grid {
         let inv_w = 2f64.powi(-width_log2);
         let inv = inv_w as f32;
         #[cfg(target_arch = "x86_64")]
-        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        let (avx2, avx512) =
+            (std::arch::is_x86_feature_detected!("avx2"), std::arch::is_x86_feature_detected!("avx512f"));
         #[cfg(not(target_arch = "x86_64"))]
-        let avx2 = false;
+        let (avx2, avx512) = (false, false);
         Grid {
             inv,
             inv_w,
@@ -420,6 +413,7 @@ impl Grid {
             signed,
             len,
             avx2,
+            avx512,
         }
     }
 
@@ -431,6 +425,11 @@ impl Grid {
         let (inv, off, signed) = (self.inv, self.offset as i32, self.signed);
         if self.f32_exact {
             #[cfg(target_arch = "x86_64")]
+            if self.avx512 {
+                // SAFETY: the CPU supports AVX-512F, checked at run time in `Grid::new`.
+                unsafe { indices_avx512(inv, off, signed, len, data, out) };
+                return;
+            }
             if self.avx2 {
                 // SAFETY: the CPU supports AVX2, checked at run time in `Grid::new`.
                 unsafe { indices_avx2(inv, off, signed, len, data, out) };
@@ -466,6 +465,18 @@ impl Grid {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn indices_avx2(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out: &mut [u32]) {
+    indices_vector(inv, off, signed, len, data, out)
+}
+
+/// [`indices_avx2`] compiled for AVX-512F (16 values per instruction).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn indices_avx512(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out: &mut [u32]) {
+    indices_vector(inv, off, signed, len, data, out)
+}
+
+#[inline(always)]
+fn indices_vector(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out: &mut [u32]) {
     for (o, &x) in out.iter_mut().zip(data) {
         let v = if signed { x } else { x.abs() };
         let y = v * inv;

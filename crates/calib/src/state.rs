@@ -133,8 +133,10 @@ fn scan_lanes(data: &[f32]) -> (f32, f32, u64) {
     for c in data.chunks_exact(16) {
         for l in 0..16 {
             let x = c[l];
-            mn[l] = mn[l].min(x);
-            mx[l] = mx[l].max(x);
+            // Comparisons, not `f32::min`: a NaN compares false and is passed over (one vector min / max each, where
+            // `f32::min`'s NaN rule costs a compare and a blend more).
+            mn[l] = if x < mn[l] { x } else { mn[l] };
+            mx[l] = if x > mx[l] { x } else { mx[l] };
             bad[l] += u32::from((x.to_bits() & 0x7f80_0000) == 0x7f80_0000);
         }
     }
@@ -149,12 +151,21 @@ fn scan_lanes_avx2(data: &[f32]) -> (f32, f32, u64) {
     scan_lanes(data)
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn scan_lanes_avx512(data: &[f32]) -> (f32, f32, u64) {
+    scan_lanes(data)
+}
+
 fn scan(data: &[f32]) -> Scan {
     // Fast path: 16 lanes of min/max (`f32::min` ignores NaN) plus a count of non-finite values (exponent bits
     // all ones), which the compiler vectorises (for AVX2 too when the CPU has it). Only if something was
     // non-finite, a careful second pass. (u32 lane counts: blocks are far below 2^32 values per lane.)
     #[cfg(target_arch = "x86_64")]
-    let (mut min, mut max, mut non_finite) = if std::arch::is_x86_feature_detected!("avx2") {
+    let (mut min, mut max, mut non_finite) = if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU supports AVX-512F, checked just above.
+        unsafe { scan_lanes_avx512(data) }
+    } else if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
         unsafe { scan_lanes_avx2(data) }
     } else {
@@ -255,8 +266,8 @@ impl Collected {
 
 /// Scan of `data`, counted into the histograms `signed` and `abs` (those present), in parallel chunks when `data`
 /// is large.
-fn collect(data: &[f32], signed: &mut Option<Histogram>, abs: &mut Option<Histogram>) -> Scan {
-    if data.len() <= PAR_CHUNK {
+fn collect(data: &[f32], signed: &mut Option<Histogram>, abs: &mut Option<Histogram>, fan_out: bool) -> Scan {
+    if !fan_out || data.len() <= PAR_CHUNK {
         return Collected::filling(signed, abs).add(data).put_back(signed, abs);
     }
     let (scan, s, a) = collect_parts(data, signed.as_ref(), abs.as_ref());
@@ -371,8 +382,8 @@ impl CalibState {
         Ok(Checked { channels: Some((channels, inner)) })
     }
 
-    fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked) {
-        let s = collect(data, &mut t.signed, &mut t.abs);
+    fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked, fan_out: bool) {
+        let s = collect(data, &mut t.signed, &mut t.abs, fan_out);
         t.non_finite.nan += s.non_finite.nan;
         t.non_finite.pos_inf += s.non_finite.pos_inf;
         t.non_finite.neg_inf += s.non_finite.neg_inf;
@@ -426,7 +437,18 @@ impl CalibState {
         let checked = self.check(tensor, data, shape)?;
         let opts = &self.options;
         let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
-        Self::apply(opts, t, data, &checked);
+        Self::apply(opts, t, data, &checked, true);
+        Ok(())
+    }
+
+    /// [`CalibState::observe`] on the calling thread alone (a large batch is not spread over the thread pool): for
+    /// a caller that already runs one observer per core, such as a calibration pass whose sessions side by side each
+    /// observe their own tensors while they run, where a fan-out would take the other sessions' cores.
+    pub fn observe_here(&mut self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<()> {
+        let checked = self.check(tensor, data, shape)?;
+        let opts = &self.options;
+        let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
+        Self::apply(opts, t, data, &checked, false);
         Ok(())
     }
 
@@ -455,7 +477,7 @@ impl CalibState {
         self.tensors.par_iter_mut().for_each(|(name, t)| {
             if let Some(items) = by_tensor.get(name.as_str()) {
                 for (data, checked) in items {
-                    Self::apply(opts, t, data, checked);
+                    Self::apply(opts, t, data, checked, true);
                 }
             }
         });
