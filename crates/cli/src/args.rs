@@ -69,9 +69,9 @@ pub struct HelpArgs {
 const E2E_ABOUT: &str = "\
 Calibrate, quantize, then evaluate FP32 and INT8 side by side.
 
-Steps: (1) calibration features from --calibration-data (default: --dataset) run through the model with every
-tensor the policy quantizes exposed as an output; statistics for every --calibrate-method are collected in one
-pass; (2) Q/DQ pairs are inserted by --policy with ranges from the chosen method; (3) both models are evaluated
+Steps: (1) calibration features from --calibration-data (default: --dataset) run through the model, every
+tensor the policy quantizes read as it is computed (on the CPU EP; exposed as an extra output on others);
+statistics for every --calibrate-method are collected in one pass; (2) Q/DQ pairs are inserted by --policy with ranges from the chosen method; (3) both models are evaluated
 on --dataset.
 
 Output directory (--out): model_qdq.onnx, calibration.json, calibration.flatbuffers (ORT TensorRT/MIGraphX

@@ -605,13 +605,13 @@ impl Model {
     }
 
     /// Writes an edited copy of the model with its large tensors in a side file, without copying the main graph's
-    /// weights: `edit` changes the copy's graph (e.g. more graph outputs) after the tensors are moved. For a session
-    /// on an edited model over 2 GiB (calibration's extra outputs).
+    /// weights: `edit` changes the copy (e.g. more graph outputs, or nodes of another domain and its import) after
+    /// the tensors are moved. For a session on an edited model over 2 GiB (calibration's augmented model).
     pub fn save_edited_with_external_data(
         &self,
         path: impl AsRef<Path>,
         ext: &ExternalDataOptions,
-        edit: &mut dyn FnMut(&mut GraphProto),
+        edit: &mut dyn FnMut(&mut ModelProto),
     ) -> Result<()> {
         let path = path.as_ref();
         self.check_complete(&path.display().to_string())?;
@@ -623,7 +623,7 @@ impl Model {
         path: &Path,
         ext: &ExternalDataOptions,
         limit: u64,
-        edit: &mut dyn FnMut(&mut GraphProto),
+        edit: &mut dyn FnMut(&mut ModelProto),
     ) -> Result<()> {
         let what = path.display().to_string();
         let name = ext.file_name.as_str();
@@ -659,9 +659,7 @@ impl Model {
             Ok(())
         })?;
         let side = side.file;
-        if let Some(g) = proto.graph.as_mut() {
-            edit(g);
-        }
+        edit(&mut proto);
         let bytes = encode_limited(&proto, &what, limit, "lower ExternalDataOptions::size_threshold")?;
         let mut tmp = TempFile::create(path)?;
         tmp.write(&bytes)?;

@@ -2,6 +2,7 @@
 //! feature batches through it and fold every batch into calib's collectors.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use calib::{CalibState, CollectOptions, Method, RangeTable};
@@ -26,12 +27,33 @@ pub struct CalibrateOptions {
     pub session: SessionConfig,
     /// Sessions run side by side ([`pass_workers`]); `None` chooses.
     pub workers: Option<usize>,
+    /// How the pass reads its tensors; `None` chooses ([`Reading::for_ep`]).
+    pub reading: Option<Reading>,
+}
+
+/// How a statistics pass reads the tensors it calibrates. Both give the same statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// An `Observe` node on each tensor ([`runtime::observe`]) hands it over during the run, right after it is
+    /// computed and while it is still in the caches; ONNX Runtime reuses its buffer as it would without it.
+    Observe,
+    /// Each tensor a graph output: ONNX Runtime keeps it to the end of the run and hands it back (MiniLM at 384
+    /// tokens: about 84 MB per feature, written once more and read back from memory).
+    Outputs,
+}
+
+impl Reading {
+    /// [`Reading::Observe`] on the CPU EP, where the node's kernel runs; [`Reading::Outputs`] on the others (a GPU
+    /// EP would copy every observed tensor to the host mid-run).
+    pub fn for_ep(ep: &runtime::Ep) -> Reading {
+        if matches!(ep, runtime::Ep::Cpu) { Reading::Observe } else { Reading::Outputs }
+    }
 }
 
 impl CalibrateOptions {
     /// `methods` with `num_bins` bins, `batch` features per batch on `session`, the number of sessions chosen.
     pub fn new(batch: usize, methods: Vec<Method>, num_bins: usize, session: SessionConfig) -> Self {
-        CalibrateOptions { batch, methods, num_bins, session, workers: None }
+        CalibrateOptions { batch, methods, num_bins, session, workers: None, reading: None }
     }
 }
 
@@ -257,15 +279,21 @@ pub fn collect_stats(
 ) -> Result<Pass> {
     let names: Vec<&str> = tensors.iter().map(String::as_str).collect();
     let configs = opts.session.side_by_side(pass_workers(model, opts, &collect));
-    let mut sessions = sessions_with_outputs(model, &names, "augmented calibration model", &configs)?;
+    let reading = opts.reading.unwrap_or_else(|| Reading::for_ep(&opts.session.ep));
+    let observed = (reading == Reading::Observe).then_some(tensors);
+    let mut folds: Vec<Fold> = configs
+        .iter()
+        .map(|_| CalibState::try_new(collect.clone()).map(|s| Fold::new(s, observed)))
+        .collect::<calib::Result<_>>()?;
+    let observers: Option<Vec<_>> = folds.iter().map(Fold::observer).collect();
+    let mut sessions =
+        augmented_sessions(model, &names, "augmented calibration model", &configs, observers.as_deref())?;
     for s in &mut sessions {
         s.feed_zeros(data.zero_inputs())?;
     }
     if let Some(why) = sessions.first().and_then(Session::fallback) {
         progress.note(why);
     }
-    let mut folds: Vec<Fold> =
-        sessions.iter().map(|_| CalibState::try_new(collect.clone()).map(Fold::new)).collect::<calib::Result<_>>()?;
     let (units, unit) = data.units();
     progress.start(label, Some(units), unit);
     let started = Instant::now();
@@ -278,19 +306,21 @@ pub fn collect_stats(
     } else {
         side_by_side(&mut sessions, &mut folds, data, opts.batch, &names, progress)?
     };
+    drop(sessions);
     let workers = folds.len();
     let mut times = PassTimes { sessions: workers, ..PassTimes::default() };
-    let mut folds = folds.into_iter();
+    let mut folds = folds.into_iter().map(Fold::finish);
     let Some(first) = folds.next() else { return Err(Error::Config("calibration ran no session".into())) };
-    let mut state = first.state;
+    let (mut state, first_times) = first?;
     let add = |t: &mut PassTimes, f: &PassTimes| {
         t.inference_s += f.inference_s / workers as f64;
         t.statistics_s += f.statistics_s / workers as f64;
     };
-    add(&mut times, &first.times);
+    add(&mut times, &first_times);
     for f in folds {
-        state.merge(&f.state)?;
-        add(&mut times, &f.times);
+        let (s, t) = f?;
+        state.merge(&s)?;
+        add(&mut times, &t);
     }
     times.pass_s = started.elapsed().as_secs_f64();
     progress.finish();
@@ -300,18 +330,102 @@ pub fn collect_stats(
     Ok(Pass { state, features, times })
 }
 
-/// One session's share of a statistics pass: its state and its own times.
+/// Where an observing session's `Observe` nodes fold the tensors of the batch under way: the state, the rows of the
+/// batch that hold data, the time spent, and the first error (ONNX Runtime carries only its message).
+struct Sink {
+    tensors: Vec<String>,
+    inner: Mutex<SinkState>,
+}
+
+struct SinkState {
+    /// Taken out when the pass ends (ONNX Runtime may hold the observer a while after its session is gone).
+    state: Option<CalibState>,
+    used: usize,
+    fed: usize,
+    statistics_s: f64,
+    error: Option<calib::Error>,
+}
+
+impl Sink {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl runtime::Observer for Sink {
+    fn observe(&self, slot: usize, shape: &[usize], data: &[f32]) -> std::result::Result<(), String> {
+        let started = Instant::now();
+        let mut g = self.lock();
+        let name = self.tensors.get(slot).ok_or_else(|| format!("no tensor in observer slot {slot}"))?;
+        // A fixed-batch model's filler rows are left out wherever the batch leads the tensor's first axis.
+        let shape = used_rows(shape, g.used, g.fed);
+        let n = shape.iter().product::<usize>().min(data.len());
+        let Some(state) = g.state.as_mut() else { return Err("the calibration pass has ended".into()) };
+        // On this thread alone: the other sessions run on the other cores.
+        if let Err(e) = state.observe_here(name, &data[..n], &shape) {
+            let message = e.to_string();
+            g.error.get_or_insert(e);
+            return Err(message);
+        }
+        g.statistics_s += started.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+/// What one session of a pass folds into: a state it fills from exposed outputs after each run, or the sink its
+/// `Observe` nodes fill during the run.
+enum Target {
+    Outputs(CalibState),
+    Observers(Arc<Sink>),
+}
+
+/// One session's share of a statistics pass: where its statistics go and its own times.
 struct Fold {
-    state: CalibState,
+    target: Target,
     times: PassTimes,
 }
 
 impl Fold {
-    fn new(state: CalibState) -> Self {
-        Fold { state, times: PassTimes::default() }
+    /// A fold of exposed outputs, or with `observed` (the tensors in slot order) one of `Observe` nodes.
+    fn new(state: CalibState, observed: Option<&[String]>) -> Self {
+        let target = match observed {
+            None => Target::Outputs(state),
+            Some(tensors) => {
+                let inner =
+                    Mutex::new(SinkState { state: Some(state), used: 0, fed: 0, statistics_s: 0.0, error: None });
+                Target::Observers(Arc::new(Sink { tensors: tensors.to_vec(), inner }))
+            }
+        };
+        Fold { target, times: PassTimes::default() }
     }
 
-    /// Runs one batch (`used` of its rows hold data) and folds the outputs `names` into the state.
+    /// The observer its session hands tensors to, if it observes.
+    fn observer(&self) -> Option<Arc<dyn runtime::Observer>> {
+        match &self.target {
+            Target::Observers(sink) => Some(Arc::clone(sink) as Arc<dyn runtime::Observer>),
+            Target::Outputs(_) => None,
+        }
+    }
+
+    /// The state and times, once its session's runs are over.
+    fn finish(self) -> Result<(CalibState, PassTimes)> {
+        let mut times = self.times;
+        let state = match self.target {
+            Target::Outputs(state) => Some(state),
+            Target::Observers(sink) => {
+                let mut g = sink.lock();
+                // The statistics ran inside the runs.
+                times.statistics_s = g.statistics_s;
+                times.inference_s -= g.statistics_s;
+                g.state.take()
+            }
+        };
+        let state =
+            state.ok_or_else(|| Error::Config("calibration: a session's statistics were taken twice".into()))?;
+        Ok((state, times))
+    }
+
+    /// Runs one batch (`used` of its rows hold data) and folds the tensors `names` into the statistics.
     fn run(
         &mut self,
         session: &mut Session,
@@ -321,7 +435,23 @@ impl Fold {
     ) -> Result<()> {
         let run = Instant::now();
         let fed = inputs.first().map_or(used, |(_, a)| a.nrows());
-        let (state, times) = (&mut self.state, &mut self.times);
+        let state = match &mut self.target {
+            Target::Outputs(state) => state,
+            Target::Observers(sink) => {
+                {
+                    let mut g = sink.lock();
+                    (g.used, g.fed) = (used, fed);
+                }
+                let result = session.run_with(inputs, &[], |_| Ok::<_, Error>(()));
+                self.times.inference_s += run.elapsed().as_secs_f64();
+                // The observer's own error, when it failed the run.
+                return match sink.lock().error.take() {
+                    Some(e) => Err(e.into()),
+                    None => result,
+                };
+            }
+        };
+        let times = &mut self.times;
         session.run_with(inputs, names, |outs| -> Result<()> {
             let stats = Instant::now();
             times.inference_s += (stats - run).as_secs_f64();
@@ -408,11 +538,36 @@ pub(crate) fn sessions_with_outputs(
     label: &str,
     cfgs: &[SessionConfig],
 ) -> Result<Vec<Session>> {
+    augmented_sessions(model, tensors, label, cfgs, None)
+}
+
+/// One session per config on `model` augmented to read `tensors`: each exposed as a float output (those already
+/// graph outputs stay as they are), or with `observers` (one per config) an `Observe` node on each, its slot the
+/// tensor's index, handing it to that session's observer during the run. The edited copy is dropped before the
+/// sessions are built, so the model is not held twice beside ONNX Runtime's; a model over 2 GiB goes through a
+/// temporary file instead, and is not copied in memory at all.
+fn augmented_sessions(
+    model: &Model,
+    tensors: &[&str],
+    label: &str,
+    cfgs: &[SessionConfig],
+    observers: Option<&[Arc<dyn runtime::Observer>]>,
+) -> Result<Vec<Session>> {
     let graph_outputs: Vec<String> = model.graph().output.iter().map(|o| o.name().to_owned()).collect();
-    let mut expose = |g: &mut onnx_ir::proto::GraphProto| {
-        for t in tensors.iter().filter(|t| !graph_outputs.iter().any(|o| o == *t)) {
-            g.add_output(t, DataType::Float);
+    let mut augment = |p: &mut onnx_ir::proto::ModelProto| match observers {
+        Some(_) => add_observers(p, tensors),
+        None => {
+            let g = p.graph.get_or_insert_with(Default::default);
+            for t in tensors.iter().filter(|t| !graph_outputs.iter().any(|o| o == *t)) {
+                g.add_output(t, DataType::Float);
+            }
         }
+    };
+    let open = |i: usize, source: runtime::ModelSource<'_>| -> Result<Session> {
+        Ok(match observers.and_then(|o| o.get(i)) {
+            Some(o) => Session::open_observed(source, label, &cfgs[i], Arc::clone(o))?,
+            None => Session::open(source, label, &cfgs[i])?,
+        })
     };
     if model.encoded_len() > onnx_ir::PROTOBUF_LIMIT {
         // Over 2 GiB inline: ONNX Runtime reads the augmented model from a temporary file with the large tensors
@@ -423,28 +578,63 @@ pub(crate) fn sessions_with_outputs(
         let _scratch = [dir.path().to_path_buf(), path.clone(), dir.path().join("augmented.onnx.data")]
             .map(|p| files::signals::remove_on_signal(&p));
         let ext = onnx_ir::ExternalDataOptions::new("augmented.onnx.data");
-        model.save_edited_with_external_data(&path, &ext, &mut expose)?;
+        model.save_edited_with_external_data(&path, &ext, &mut augment)?;
         tracing::debug!("{label}: written to {} with its large tensors beside it", path.display());
-        return build_each(cfgs, |cfg| Ok(Session::from_file(&path, cfg)?));
+        return build_each(cfgs.len(), |i| open(i, runtime::ModelSource::File(&path)));
     }
     let mut augmented = model.clone();
-    expose(augmented.graph_mut());
+    augment(&mut augmented.proto);
     let bytes = augmented.to_bytes()?;
     drop(augmented);
-    build_each(cfgs, |cfg| Ok(Session::from_bytes(&bytes, label, cfg)?))
+    build_each(cfgs.len(), |i| open(i, runtime::ModelSource::Bytes(&bytes)))
 }
 
-/// One session per config, built in threads of their own when there are several (ONNX Runtime builds a session on
-/// one core), in the order of `cfgs`.
-fn build_each(
-    cfgs: &[SessionConfig],
-    build: impl Fn(&SessionConfig) -> Result<Session> + Sync,
-) -> Result<Vec<Session>> {
-    if let [cfg] = cfgs {
-        return Ok(vec![build(cfg)?]);
+/// An `Observe` node ([`runtime::observe`]) on each of `tensors`, its slot the tensor's index, listed right after
+/// the node that computes the tensor (nothing else waits for it, so ONNX Runtime may run it while the tensor is still
+/// in the caches), its one-value output a graph output (so no optimisation drops it); and the import of the
+/// operator's domain.
+fn add_observers(p: &mut onnx_ir::proto::ModelProto, tensors: &[&str]) {
+    use runtime::observe::{OBSERVE_DOMAIN, OBSERVE_OP, OBSERVE_SLOT};
+    if !p.opset_import.iter().any(|o| o.domain() == OBSERVE_DOMAIN) {
+        p.opset_import
+            .push(onnx_ir::proto::OperatorSetIdProto { domain: Some(OBSERVE_DOMAIN.into()), version: Some(1) });
     }
+    let g = p.graph.get_or_insert_with(Default::default);
+    let mut names = onnx_ir::NameSet::from_graph(g);
+    let mut observers: std::collections::HashMap<&str, Vec<onnx_ir::proto::NodeProto>> = Default::default();
+    for (slot, t) in tensors.iter().enumerate() {
+        let out = names.fresh(&format!("{t}_observed"));
+        let mut node = onnx_ir::node(OBSERVE_OP, &names.fresh(&format!("{t}_observe")), &[t], &[&out]);
+        node.domain = Some(OBSERVE_DOMAIN.into());
+        node.attribute.push(onnx_ir::attr_int(OBSERVE_SLOT, slot as i64));
+        observers.entry(t).or_default().push(node);
+        g.add_output(&out, DataType::Float);
+    }
+    // Graph inputs and initializers first, then each node followed by the observers of its outputs.
+    let produced: std::collections::HashSet<&str> =
+        g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)).collect();
+    let mut nodes: Vec<_> = tensors
+        .iter()
+        .filter(|t| !produced.contains(**t))
+        .flat_map(|t| observers.remove(*t).unwrap_or_default())
+        .collect();
+    for n in std::mem::take(&mut g.node) {
+        let after: Vec<_> = n.output.iter().flat_map(|o| observers.remove(o.as_str()).unwrap_or_default()).collect();
+        nodes.push(n);
+        nodes.extend(after);
+    }
+    g.node = nodes;
+}
+
+/// `n` sessions, built in threads of their own when there are several (ONNX Runtime builds a session on one core),
+/// in order.
+fn build_each(n: usize, build: impl Fn(usize) -> Result<Session> + Sync) -> Result<Vec<Session>> {
+    if n == 1 {
+        return Ok(vec![build(0)?]);
+    }
+    let build = &build;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = cfgs.iter().map(|cfg| scope.spawn(|| build(cfg))).collect();
+        let handles: Vec<_> = (0..n).map(|i| scope.spawn(move || build(i))).collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::Config("building a session panicked".into()))))

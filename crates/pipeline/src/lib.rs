@@ -32,8 +32,8 @@ mod spread;
 mod tune;
 
 pub use calibrate::{
-    CalibrateOptions, Calibration, Pass, PassTimes, SIDE_BY_SIDE_MAX_BYTES, Smoothing, calibrate, collect_stats,
-    pass_workers, smooth_model, write_tables,
+    CalibrateOptions, Calibration, Pass, PassTimes, Reading, SIDE_BY_SIDE_MAX_BYTES, Smoothing, calibrate,
+    collect_stats, pass_workers, smooth_model, write_tables,
 };
 pub use data::{Batches, Corpus, DataConfig, InputRoles, Score, detect_inputs, detect_io, is_squad_model};
 pub use debug::{Confirmation, DebugJob, DebugReport, LogitAgreement, TensorError, debug_models};

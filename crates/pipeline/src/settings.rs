@@ -592,6 +592,7 @@ impl CalibSettings {
             num_bins: self.num_bins.unwrap_or(calib::CollectOptions::default().num_bins),
             session: calibration_session(&self.ep, base),
             workers: self.cal_workers,
+            reading: None,
         })
     }
 }

@@ -275,21 +275,41 @@ fn calibration_is_independent_of_how_the_data_is_batched_when_padding_is_fixed()
 /// Sessions side by side each fold their own batches, merged at the end: the statistics (every histogram bin, every
 /// min/max) and so every method's ranges are exactly those of one session, whatever the number of sessions and the
 /// batch size. A moving average depends on batch order, so it keeps one session.
-#[test]
-fn sessions_side_by_side_collect_exactly_one_sessions_statistics() {
-    let dir = tempfile::tempdir().unwrap();
-    let (model, data) = tiny_with_data(dir.path(), &data_config());
-    let policy = qdq::Policy::preset("tensorrt").unwrap();
-    let tensors = qdq::tensors_to_calibrate(&model, &policy).unwrap();
-    let methods: Vec<calib::Method> =
-        MethodKind::ALL.iter().map(|k| calib::Method::new(*k, &MethodOptions::default()).unwrap()).collect();
-    let run = |batch, workers| {
+/// The tiny BERT and its test data, with the tensors the `tensorrt` preset calibrates and every range method.
+struct EveryMethod {
+    _dir: tempfile::TempDir,
+    model: onnx_ir::Model,
+    data: Corpus,
+    tensors: Vec<String>,
+    methods: Vec<calib::Method>,
+}
+
+impl EveryMethod {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, data) = tiny_with_data(dir.path(), &data_config());
+        let tensors = qdq::tensors_to_calibrate(&model, &qdq::Policy::preset("tensorrt").unwrap()).unwrap();
+        let methods: Vec<calib::Method> =
+            MethodKind::ALL.iter().map(|k| calib::Method::new(*k, &MethodOptions::default()).unwrap()).collect();
+        EveryMethod { _dir: dir, model, data, tensors, methods }
+    }
+
+    /// Calibrated with 128 bins, `batch` features per batch on `workers` sessions, read as `reading` says.
+    fn run(&self, batch: usize, workers: usize, reading: Option<qdq_pipeline::Reading>) -> qdq_pipeline::Calibration {
         let opts = CalibrateOptions {
             workers: Some(workers),
-            ..CalibrateOptions::new(batch, methods.clone(), 128, SessionConfig::default())
+            reading,
+            ..CalibrateOptions::new(batch, self.methods.clone(), 128, SessionConfig::default())
         };
-        qdq_pipeline::calibrate(&model, &tensors, &data, &opts, &NoProgress).unwrap()
-    };
+        qdq_pipeline::calibrate(&self.model, &self.tensors, &self.data, &opts, &NoProgress).unwrap()
+    }
+}
+
+#[test]
+fn sessions_side_by_side_collect_exactly_one_sessions_statistics() {
+    let every = EveryMethod::new();
+    let (model, tensors) = (&every.model, &every.tensors);
+    let run = |batch, workers| every.run(batch, workers, None);
     let one = run(1, 1);
     assert_eq!(one.times.sessions, 1);
     assert!(one.state.tensor(&tensors[0]).unwrap().abs.as_ref().is_some_and(|h| h.total() > 0));
@@ -307,8 +327,27 @@ fn sessions_side_by_side_collect_exactly_one_sessions_statistics() {
     }
     let moving = calib::CollectOptions { moving_average: Some(0.01), ..calib::CollectOptions::default() };
     let opts = CalibrateOptions { workers: Some(2), ..CalibrateOptions::new(1, vec![], 0, SessionConfig::default()) };
-    assert_eq!(qdq_pipeline::pass_workers(&model, &opts, &moving), 1);
-    assert_eq!(qdq_pipeline::pass_workers(&model, &opts, &calib::CollectOptions::default()), 2);
+    assert_eq!(qdq_pipeline::pass_workers(model, &opts, &moving), 1);
+    assert_eq!(qdq_pipeline::pass_workers(model, &opts, &calib::CollectOptions::default()), 2);
+}
+
+/// On the CPU EP a pass observes its tensors in the graph (`Observe` nodes) instead of exposing them as outputs: the
+/// statistics (every histogram bin, every min/max, the non-finite counts) and the ranges are exactly the same, with
+/// one session or two, and the time split is still reported.
+#[test]
+fn observing_the_tensors_collects_what_exposing_them_does() {
+    let every = EveryMethod::new();
+    let (tensors, run) = (&every.tensors, |reading, workers| every.run(2, workers, Some(reading)));
+    assert_eq!(qdq_pipeline::Reading::for_ep(&runtime::Ep::Cpu), qdq_pipeline::Reading::Observe);
+    let exposed = run(qdq_pipeline::Reading::Outputs, 1);
+    assert!(exposed.state.tensor(&tensors[0]).unwrap().signed.as_ref().is_some_and(|h| h.total() > 0));
+    for workers in [1, 2] {
+        let observed = run(qdq_pipeline::Reading::Observe, workers);
+        assert!(observed.state == exposed.state, "{workers} observing sessions: the statistics differ");
+        assert_eq!(observed.tables, exposed.tables);
+        let t = observed.times;
+        assert!(t.inference_s > 0.0 && t.statistics_s > 0.0 && t.sessions == workers, "{t:?}");
+    }
 }
 
 #[test]

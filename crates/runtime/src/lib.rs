@@ -3,7 +3,8 @@
 //! What this crate owns:
 //! - finding and loading the ONNX Runtime shared library ([`locate_library`], [`init`]);
 //! - the typed [`Ep`] enum with each provider's options, and turning it into an `ort` session;
-//! - running a model on named `i64` inputs and handing back `f32` outputs;
+//! - running a model on named `i64` inputs and handing back `f32` outputs, or handing tensors to an [`Observer`]
+//!   while the run computes them ([`observe`]);
 //! - what this CPU offers ONNX Runtime's integer kernels ([`int8_dot_product`]).
 //!
 //! Invariants:
@@ -16,11 +17,13 @@
 mod cpu;
 mod ep;
 mod library;
+pub mod observe;
 mod session;
 
 pub use cpu::int8_dot_product;
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
 pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
+pub use observe::Observer;
 pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind, threads_or_cores};
 
 use std::path::PathBuf;
