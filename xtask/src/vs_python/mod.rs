@@ -383,7 +383,7 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
     report.own_workflow = Some(own_workflow(&mut cx)?);
     report.memory = memory_rows(&mut cx, &report.methods)?;
 
-    // Inference alone on the calibration features (no extra outputs, no statistics): the floor of a calibration.
+    // Inference alone on the calibration features (no tensor read, no statistics): the floor of a calibration.
     eprintln!("xtask: FP32 inference alone on the calibration features");
     cx.quiet();
     let model = cx.paths.model.clone();
@@ -449,8 +449,8 @@ struct Calibrated {
 
 /// Per method, `--pass-rounds` times in turn: our calibration pass on the calibration features (`pass_seconds`), then
 /// FP32 inference alone on the same features (`qdq eval --pad-to-max --batch 1`, its inference time) with as many
-/// sessions side by side as the pass ran (the same layout, so the difference is the extra outputs and the
-/// statistics), and with one session (`qdq eval`'s default).
+/// sessions side by side as the pass ran (the same layout, so the difference is reading the calibrated tensors and
+/// the statistics), and with one session (`qdq eval`'s default).
 fn pass_rounds(cx: &mut Ctx) -> Result<Vec<PassRounds>> {
     let o = cx.opts.clone();
     let (model, calibration) = (cx.paths.model.clone(), cx.paths.calibration.clone());

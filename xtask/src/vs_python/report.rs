@@ -377,7 +377,7 @@ fn pass_section(md: &mut String, r: &Report) {
     }
     let _ = writeln!(
         md,
-        "\n## Calibration at the cost of inference\n\nOur calibration pass (first batch to ranges computed, session building left out) beside FP32 inference alone on the same {features} features (`qdq eval --pad-to-max --batch 1`, wall time) with as many sessions side by side as the pass ran (`--workers`: the same layout, so the difference is the extra outputs and the statistics; the target) and with one session (`qdq eval`'s default), run in turn for {rounds} rounds per method: medians, and each ratio's median [min, max] over the rounds. The time in ONNX Runtime and in statistics is each session's own (mean over the sessions): one session folds its outputs while another runs, on the same cores.\n\n| method | sessions | pass s | in ONNX Runtime s | statistics s | inference alone s | pass / inference alone | one session s | pass / one session |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "\n## Calibration at the cost of inference\n\nOur calibration pass (first batch to ranges computed, session building left out) beside FP32 inference alone on the same {features} features (`qdq eval --pad-to-max --batch 1`, wall time) with as many sessions side by side as the pass ran (`--workers`: the same layout, so the difference is reading the calibrated tensors (an `Observe` node after each on the CPU EP) and the statistics; the target) and with one session (`qdq eval`'s default), run in turn for {rounds} rounds per method: medians, and each ratio's median [min, max] over the rounds. The time in ONNX Runtime and in statistics is each session's own (mean over the sessions): each session folds its tensors on its own thread as it computes them, while the other runs, on the same cores.\n\n| method | sessions | pass s | in ONNX Runtime s | statistics s | inference alone s | pass / inference alone | one session s | pass / one session |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for v in &views {
         let (one_s, one_ratio) =
@@ -625,7 +625,7 @@ fn wall_time_note(r: &Report, m: &MethodRow) -> Option<String> {
                     if rest > 0.0 {
                         let _ = write!(
                             s,
-                            ", and the remaining {rest:.1} s is the cost of running the augmented model (every calibrated tensor an extra output) and of computing the ranges."
+                            ", and the remaining {rest:.1} s is the cost of running the augmented model (an `Observe` node reading each calibrated tensor) and of computing the ranges."
                         );
                     } else {
                         s.push_str(", which together already exceed the pass: they overlap or the estimates are high.");
