@@ -294,8 +294,11 @@ impl Filler {
             self.idx.resize(piece.len(), 0);
             grid.indices(piece, &mut self.idx);
             let stride = len + 1;
+            // `sub` holds exactly LANES lanes of `stride` slots (sized above), which `scatter` relies on.
             let mut lanes = self.sub.chunks_exact_mut(stride);
-            // `sub` holds exactly LANES lanes of `stride` slots (sized above).
+            if lanes.len() != LANES {
+                return;
+            }
             let mut l: [&mut [u32]; LANES] = std::array::from_fn(|_| lanes.next().unwrap_or_default());
             let mut runs = self.idx.chunks_exact(RUN);
             for r in &mut runs {
@@ -373,7 +376,8 @@ impl Drop for Filler {
 fn scatter(l: &mut [&mut [u32]; LANES], q: &[u32]) {
     for (lane, &i) in l.iter_mut().zip(q) {
         debug_assert!((i as usize) < lane.len());
-        // SAFETY: `Grid::indices` gives at most `len`, the discard slot, and each lane has `len + 1` slots.
+        // SAFETY: `Grid::indices` gives at most `len`, the discard slot, and each lane has `len + 1` slots (checked
+        // where the lanes are cut from `sub`).
         unsafe { *lane.get_unchecked_mut(i as usize) += 1 };
     }
 }

@@ -434,21 +434,21 @@ impl CalibState {
     /// Add one batch of `tensor`. `shape` must describe `data` (an empty shape means "flat"); shapes may differ
     /// between batches except along the per-channel axis.
     pub fn observe(&mut self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<()> {
-        let checked = self.check(tensor, data, shape)?;
-        let opts = &self.options;
-        let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
-        Self::apply(opts, t, data, &checked, true);
-        Ok(())
+        self.observe_one(tensor, data, shape, true)
     }
 
     /// [`CalibState::observe`] on the calling thread alone (a large batch is not spread over the thread pool): for
     /// a caller that already runs one observer per core, such as a calibration pass whose sessions side by side each
     /// observe their own tensors while they run, where a fan-out would take the other sessions' cores.
     pub fn observe_here(&mut self, tensor: &str, data: &[f32], shape: &[usize]) -> Result<()> {
+        self.observe_one(tensor, data, shape, false)
+    }
+
+    fn observe_one(&mut self, tensor: &str, data: &[f32], shape: &[usize], fan_out: bool) -> Result<()> {
         let checked = self.check(tensor, data, shape)?;
         let opts = &self.options;
         let t = self.tensors.entry(tensor.to_string()).or_insert_with(|| TensorState::new(opts));
-        Self::apply(opts, t, data, &checked, false);
+        Self::apply(opts, t, data, &checked, fan_out);
         Ok(())
     }
 

@@ -589,10 +589,10 @@ fn augmented_sessions(
     build_each(cfgs.len(), |i| open(i, runtime::ModelSource::Bytes(&bytes)))
 }
 
-/// An `Observe` node ([`runtime::observe`]) on each of `tensors`, its slot the tensor's index, listed right after
-/// the node that computes the tensor (nothing else waits for it, so ONNX Runtime may run it while the tensor is still
-/// in the caches), its one-value output a graph output (so no optimisation drops it); and the import of the
-/// operator's domain.
+/// An `Observe` node ([`runtime::observe`]) on each of `tensors`, its slot the tensor's index, its one-value output
+/// a graph output (so no optimisation drops it); and the import of the operator's domain. ONNX Runtime runs each
+/// node once its input exists, wherever it is listed (listed after each tensor's producer instead: the same time and
+/// memory on MiniLM).
 fn add_observers(p: &mut onnx_ir::proto::ModelProto, tensors: &[&str]) {
     use runtime::observe::{OBSERVE_DOMAIN, OBSERVE_OP, OBSERVE_SLOT};
     if !p.opset_import.iter().any(|o| o.domain() == OBSERVE_DOMAIN) {
@@ -601,29 +601,14 @@ fn add_observers(p: &mut onnx_ir::proto::ModelProto, tensors: &[&str]) {
     }
     let g = p.graph.get_or_insert_with(Default::default);
     let mut names = onnx_ir::NameSet::from_graph(g);
-    let mut observers: std::collections::HashMap<&str, Vec<onnx_ir::proto::NodeProto>> = Default::default();
     for (slot, t) in tensors.iter().enumerate() {
         let out = names.fresh(&format!("{t}_observed"));
         let mut node = onnx_ir::node(OBSERVE_OP, &names.fresh(&format!("{t}_observe")), &[t], &[&out]);
         node.domain = Some(OBSERVE_DOMAIN.into());
         node.attribute.push(onnx_ir::attr_int(OBSERVE_SLOT, slot as i64));
-        observers.entry(t).or_default().push(node);
+        g.node.push(node);
         g.add_output(&out, DataType::Float);
     }
-    // Graph inputs and initializers first, then each node followed by the observers of its outputs.
-    let produced: std::collections::HashSet<&str> =
-        g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)).collect();
-    let mut nodes: Vec<_> = tensors
-        .iter()
-        .filter(|t| !produced.contains(**t))
-        .flat_map(|t| observers.remove(*t).unwrap_or_default())
-        .collect();
-    for n in std::mem::take(&mut g.node) {
-        let after: Vec<_> = n.output.iter().flat_map(|o| observers.remove(o.as_str()).unwrap_or_default()).collect();
-        nodes.push(n);
-        nodes.extend(after);
-    }
-    g.node = nodes;
 }
 
 /// `n` sessions, built in threads of their own when there are several (ONNX Runtime builds a session on one core),

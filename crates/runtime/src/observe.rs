@@ -8,7 +8,6 @@
 //! makes each node's output a graph output, so nothing is pruned; it opens the session with
 //! [`crate::Session::open_observed`].
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use ort::operator::{
@@ -62,14 +61,7 @@ impl Operator for Observe {
         let observer = Arc::clone(&self.observer);
         Ok(Box::new(move |ctx: &ComputeContext| {
             let input = ctx.input(0)?.ok_or_else(|| ort::Error::new(format!("{OBSERVE_OP}: no input")))?;
-            let (shape, data) = match input.try_extract_tensor::<f32>() {
-                Ok((shape, data)) => (shape, Cow::Borrowed(data)),
-                Err(_) => {
-                    let (shape, data) = input.try_extract_tensor::<half::f16>()?;
-                    (shape, Cow::Owned(data.iter().map(|v| v.to_f32()).collect()))
-                }
-            };
-            let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+            let (shape, data) = crate::session::float_data(&input)?;
             observer.observe(slot, &shape, &data).map_err(ort::Error::new)?;
             let mut out =
                 ctx.output(0, [1usize])?.ok_or_else(|| ort::Error::new(format!("{OBSERVE_OP}: no output")))?;

@@ -262,6 +262,19 @@ pub struct OutputRef<'a> {
     pub data: Cow<'a, [f32]>,
 }
 
+/// A float tensor's shape and values: float32 borrowed, float16 widened; any other type is the float32 attempt's
+/// error.
+pub(crate) fn float_data(value: &ort::value::DynValue) -> ort::Result<(Vec<usize>, Cow<'_, [f32]>)> {
+    let (shape, data) = match value.try_extract_tensor::<f32>() {
+        Ok((shape, data)) => (shape, Cow::Borrowed(data)),
+        Err(e) => match value.try_extract_tensor::<half::f16>() {
+            Ok((shape, data)) => (shape, Cow::Owned(data.iter().map(|v| v.to_f32()).collect())),
+            Err(_) => return Err(e),
+        },
+    };
+    Ok((shape.iter().map(|&d| d.max(0) as usize).collect(), data))
+}
+
 /// An ONNX Runtime session on a known execution provider.
 pub struct Session {
     inner: ort::session::Session,
@@ -295,10 +308,7 @@ pub enum ModelSource<'a> {
 impl Session {
     /// A session on `model`; `name` is used in messages about bytes (a file is named by its path).
     pub fn open(model: ModelSource<'_>, name: &str, cfg: &SessionConfig) -> Result<Session> {
-        match model {
-            ModelSource::Bytes(b) => Self::from_bytes(b, name, cfg),
-            ModelSource::File(p) => Self::from_file(p, cfg),
-        }
+        Self::create(model, name, cfg, None)
     }
 
     /// Like [`Session::open`], with the `Observe` operator ([`crate::observe`]) handing its inputs to `observer`
@@ -309,42 +319,34 @@ impl Session {
         cfg: &SessionConfig,
         observer: Arc<dyn Observer>,
     ) -> Result<Session> {
-        let name = match model {
-            ModelSource::Bytes(_) => name.to_owned(),
-            ModelSource::File(p) => p.display().to_string(),
-        };
-        let cfg = SessionConfig { ep: Ep::Cpu, ..cfg.clone() };
-        Self::create_with(&name, &cfg, Some(observer), |b| match model {
-            ModelSource::Bytes(bytes) => b.commit_from_memory(bytes),
-            ModelSource::File(p) => b.commit_from_file(p),
-        })
+        Self::create(model, name, &SessionConfig { ep: Ep::Cpu, ..cfg.clone() }, Some(observer))
     }
 
     /// Loads a model file. External-data files are resolved next to it by ONNX Runtime.
     pub fn from_file(path: &Path, cfg: &SessionConfig) -> Result<Session> {
-        let name = path.display().to_string();
-        Self::create(&name, cfg, |b| b.commit_from_file(path))
+        Self::open(ModelSource::File(path), "", cfg)
     }
 
     /// Loads a model from memory (a model with all tensors inline). `name` is used in messages.
     pub fn from_bytes(bytes: &[u8], name: &str, cfg: &SessionConfig) -> Result<Session> {
-        Self::create(name, cfg, |b| b.commit_from_memory(bytes))
+        Self::open(ModelSource::Bytes(bytes), name, cfg)
     }
 
     fn create(
-        model: &str,
-        cfg: &SessionConfig,
-        commit: impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
-    ) -> Result<Session> {
-        Self::create_with(model, cfg, None, commit)
-    }
-
-    fn create_with(
-        model: &str,
+        source: ModelSource<'_>,
+        name: &str,
         cfg: &SessionConfig,
         observer: Option<Arc<dyn Observer>>,
-        commit: impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
     ) -> Result<Session> {
+        let model: Cow<'_, str> = match source {
+            ModelSource::Bytes(_) => name.into(),
+            ModelSource::File(p) => p.display().to_string().into(),
+        };
+        let model = model.as_ref();
+        let commit = |b: &mut SessionBuilder| match source {
+            ModelSource::Bytes(bytes) => b.commit_from_memory(bytes),
+            ModelSource::File(p) => b.commit_from_file(p),
+        };
         let info = init(cfg.library.as_deref())?;
         let mut fallback = None;
         let mut ep = cfg.ep.clone();
@@ -546,14 +548,7 @@ impl Session {
                 output: (*out).to_owned(),
                 reason: e.to_string(),
             };
-            let (shape, data) = match value.try_extract_tensor::<f32>() {
-                Ok((shape, data)) => (shape, Cow::Borrowed(data)),
-                Err(e) => match value.try_extract_tensor::<half::f16>() {
-                    Ok((shape, data)) => (shape, Cow::Owned(data.iter().map(|v| v.to_f32()).collect())),
-                    Err(_) => return Err(bad(e).into()),
-                },
-            };
-            let shape = shape.iter().map(|&d| d.max(0) as usize).collect();
+            let (shape, data) = float_data(value).map_err(bad)?;
             refs.push(OutputRef { name: out, shape, data });
         }
         with(&refs)
