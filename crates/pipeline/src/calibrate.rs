@@ -594,9 +594,8 @@ fn augmented_sessions(
 }
 
 /// An `Observe` node ([`runtime::observe`]) on each of `tensors`, its slot the tensor's index, its one-value output
-/// a graph output (so no optimisation drops it); and the import of the operator's domain. ONNX Runtime runs each
-/// node once its input exists, wherever it is listed (listed after each tensor's producer instead: the same time and
-/// memory on MiniLM).
+/// a graph output (so no optimisation drops it); and the import of the operator's domain. The nodes are listed so that
+/// ONNX Runtime runs each right behind its tensor's producer (see the comment inside).
 fn add_observers(p: &mut onnx_ir::proto::ModelProto, tensors: &[&str]) {
     use runtime::observe::{OBSERVE_DOMAIN, OBSERVE_OP, OBSERVE_SLOT};
     if !p.opset_import.iter().any(|o| o.domain() == OBSERVE_DOMAIN) {
@@ -605,14 +604,27 @@ fn add_observers(p: &mut onnx_ir::proto::ModelProto, tensors: &[&str]) {
     }
     let g = p.graph.get_or_insert_with(Default::default);
     let mut names = onnx_ir::NameSet::from_graph(g);
-    for (slot, t) in tensors.iter().enumerate() {
+    // ONNX Runtime's default execution order is a depth-first walk back from the graph's leaves (nodes whose outputs
+    // no node reads), the last-listed leaf first, each node placed once the walk has placed all its inputs. Every
+    // Observe is such a leaf: listed in slot order, the first walked observed a late tensor, so the whole model was
+    // placed before it and every Observe ran after the model, reading tensors held to the end of the run (seen in ONNX
+    // Runtime's profile). Listed latest-produced tensor first, the last-listed Observe is walked first and lands right
+    // behind its tensor's producer, the next right behind its own, and so on. (Nodes are in topological order in an
+    // ONNX graph; a tensor nothing produces, an input or initializer, counts as produced first.)
+    let produced_at: std::collections::HashMap<&str, usize> =
+        g.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i + 1))).collect();
+    let mut order: Vec<(usize, &str)> = tensors.iter().copied().enumerate().collect();
+    order.sort_by_key(|&(_, t)| std::cmp::Reverse(produced_at.get(t).copied().unwrap_or(0)));
+    let mut observes = Vec::with_capacity(order.len());
+    for (slot, t) in order {
         let out = names.fresh(&format!("{t}_observed"));
         let mut node = onnx_ir::node(OBSERVE_OP, &names.fresh(&format!("{t}_observe")), &[t], &[&out]);
         node.domain = Some(OBSERVE_DOMAIN.into());
         node.attribute.push(onnx_ir::attr_int(OBSERVE_SLOT, slot as i64));
-        g.node.push(node);
+        observes.push(node);
         g.add_output(&out, DataType::Float);
     }
+    g.node.extend(observes);
 }
 
 /// `n` sessions, built in threads of their own when there are several (ONNX Runtime builds a session on one core),
@@ -652,7 +664,53 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::used_rows;
+    use std::sync::{Arc, Mutex};
+
+    use super::{add_observers, used_rows};
+
+    /// The slots an observer was handed, in the order ONNX Runtime ran their `Observe` nodes.
+    #[derive(Default)]
+    struct Order(Mutex<Vec<usize>>);
+
+    impl runtime::Observer for Order {
+        fn observe(&self, slot: usize, _: &[usize], _: &[f32]) -> std::result::Result<(), String> {
+            self.0.lock().map_err(|e| e.to_string())?.push(slot);
+            Ok(())
+        }
+    }
+
+    /// ONNX Runtime runs each `Observe` right behind its tensor's producer, so the nodes run in the order the tensors
+    /// are computed, whatever order the slots are in (listed in slot order, they all ran after the model, the last
+    /// slot first).
+    #[test]
+    fn observe_nodes_run_in_the_order_their_tensors_are_computed() {
+        let model = onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig::default());
+        let computed: Vec<String> = model
+            .graph()
+            .node
+            .iter()
+            .filter(|n| matches!(n.op_type(), "MatMul" | "Softmax"))
+            .map(|n| n.output[0].clone())
+            .collect();
+        assert!(computed.len() >= 6, "{computed:?}");
+        // Slots in an order unrelated to the graph's: reversed, then the two halves swapped.
+        let mut slots: Vec<&str> = computed.iter().rev().map(String::as_str).collect();
+        slots.rotate_left(computed.len() / 2);
+        let mut proto = model.proto.clone();
+        add_observers(&mut proto, &slots);
+        let bytes = onnx_ir::Model::new(proto).to_bytes().unwrap();
+        let order = Arc::new(Order::default());
+        let observer: Arc<dyn runtime::Observer> = order.clone();
+        let cfg = runtime::SessionConfig::default();
+        let mut s =
+            runtime::Session::open_observed(runtime::ModelSource::Bytes(&bytes), "tiny", &cfg, observer).unwrap();
+        let ids = ndarray::Array2::from_shape_fn((1, 8), |(_, j)| 5 + j as i64);
+        let (mask, segments) = (ndarray::Array2::ones((1, 8)), ndarray::Array2::zeros((1, 8)));
+        let feeds = [("input_ids", ids.view()), ("attention_mask", mask.view()), ("token_type_ids", segments.view())];
+        s.run_with(&feeds, &[], |_| Ok::<_, runtime::Error>(())).unwrap();
+        let ran: Vec<&str> = order.0.lock().unwrap().iter().map(|&slot| slots[slot]).collect();
+        assert_eq!(ran, computed, "Observe nodes ran out of the order their tensors are computed in");
+    }
 
     #[test]
     fn filler_rows_are_cut_where_the_batch_leads_the_first_axis() {

@@ -2,11 +2,12 @@
 //! to an [`Observer`] while the run is under way and outputs one float.
 //!
 //! Exposing a tensor as a graph output makes ONNX Runtime keep it alive to the end of the run and hand it back (every
-//! exposed tensor written out and read again after the run, long out of the caches); an `Observe` node reads it right
-//! after its producer wrote it, and ONNX Runtime reuses its buffer as it would without the observer. The caller adds
-//! the nodes ([`OBSERVE_DOMAIN`], [`OBSERVE_OP`], the [`OBSERVE_SLOT`] attribute saying which tensor it is) and
-//! makes each node's output a graph output, so nothing is pruned; it opens the session with
-//! [`crate::Session::open_observed`].
+//! exposed tensor written out and read again after the run, long out of the caches); an `Observe` node reads it where
+//! ONNX Runtime places the node in its execution order, and the tensor's buffer is reused once the node has run. The
+//! caller adds the nodes ([`OBSERVE_DOMAIN`], [`OBSERVE_OP`], the [`OBSERVE_SLOT`] attribute saying which tensor it
+//! is), makes each node's output a graph output, so nothing is pruned, and lists them so that each runs right behind
+//! its tensor's producer (ONNX Runtime walks back from the last-listed leaf first: pipeline's calibration pass lists
+//! them latest-produced tensor first); it opens the session with [`crate::Session::open_observed`].
 
 use std::sync::Arc;
 

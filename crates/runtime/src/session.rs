@@ -402,11 +402,7 @@ impl Session {
         }
         if let Some(o) = observer {
             let domain = crate::observe::domain(Arc::clone(o)).map_err(builder_err(model))?;
-            // With `Observe` nodes ONNX Runtime's memory pattern (one planned block per input shape) held about one
-            // feature's observed tensors more (MiniLM at 384 tokens: peak RSS +90 MB per session); without it the
-            // arena serves each tensor, as fast here.
             b = b.with_operators(domain).map_err(builder_err(model))?;
-            b = b.with_memory_pattern(false).map_err(builder_err(model))?;
         }
         if let Some(d) = ep.dispatch()? {
             b = b
