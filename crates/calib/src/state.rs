@@ -232,7 +232,7 @@ impl Collected {
     /// Partial histograms on the grids of `signed` and `abs` (the tensor's so far): a batch that stays inside the
     /// range already seen is binned without a single coarsening.
     fn new(signed: Option<&Histogram>, abs: Option<&Histogram>) -> Self {
-        let filler = |h: Option<&Histogram>| h.map(|h| Filler::new(h.empty_like()));
+        let filler = |h: Option<&Histogram>| h.map(|h| Filler::new(h.empty_like()).windowed_as(h));
         Collected { scan: Scan::empty(), signed: filler(signed), abs: filler(abs) }
     }
 
