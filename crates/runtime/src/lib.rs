@@ -19,6 +19,7 @@ mod ep;
 mod library;
 pub mod observe;
 mod session;
+mod tensor;
 
 pub use cpu::int8_dot_product;
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};

@@ -62,7 +62,7 @@ impl Operator for Observe {
         let observer = Arc::clone(&self.observer);
         Ok(Box::new(move |ctx: &ComputeContext| {
             let input = ctx.input(0)?.ok_or_else(|| ort::Error::new(format!("{OBSERVE_OP}: no input")))?;
-            let (shape, data) = crate::session::float_data(&input)?;
+            let (shape, data) = crate::tensor::float_data(&input)?;
             observer.observe(slot, &shape, &data).map_err(ort::Error::new)?;
             let mut out =
                 ctx.output(0, [1usize])?.ok_or_else(|| ort::Error::new(format!("{OBSERVE_OP}: no output")))?;

@@ -11,6 +11,7 @@ use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::library::{environment, init};
 use crate::observe::Observer;
+use crate::tensor::float_data;
 use crate::{Ep, Error, Result};
 
 /// ONNX Runtime graph optimisation level. The seeds disable all optimisation for QDQ models on TensorRT.
@@ -260,19 +261,6 @@ pub struct OutputRef<'a> {
     pub name: &'a str,
     pub shape: Vec<usize>,
     pub data: Cow<'a, [f32]>,
-}
-
-/// A float tensor's shape and values: float32 borrowed, float16 widened; any other type is the float32 attempt's
-/// error.
-pub(crate) fn float_data(value: &ort::value::DynValue) -> ort::Result<(Vec<usize>, Cow<'_, [f32]>)> {
-    let (shape, data) = match value.try_extract_tensor::<f32>() {
-        Ok((shape, data)) => (shape, Cow::Borrowed(data)),
-        Err(e) => match value.try_extract_tensor::<half::f16>() {
-            Ok((shape, data)) => (shape, Cow::Owned(data.iter().map(|v| v.to_f32()).collect())),
-            Err(_) => return Err(e),
-        },
-    };
-    Ok((shape.iter().map(|&d| d.max(0) as usize).collect(), data))
 }
 
 /// An ONNX Runtime session on a known execution provider.
