@@ -845,7 +845,7 @@ mod tests {
         for part in [
             "calibration pass, percentile: 26.0 s against 21.0 s of FP32 inference alone (1.24x, one run)",
             "20.5 s in ONNX Runtime and 5.0 s on statistics (10.00 ns per value observed)",
-            "0.5 s for the rest",
+            "), and 0.5 s outside the runs (preparing batches, the ranges).",
         ] {
             assert!(pass[0].contains(part), "`{part}` not in {}", pass[0]);
         }
@@ -865,6 +865,7 @@ mod tests {
         for part in [
             "percentile: 24.0 s against 20.0 s of FP32 inference alone (1.20x, median of 3 rounds)",
             "each of 2 sessions spent 20.0 s in ONNX Runtime and 2.0 s on statistics (8.00 ns per value observed, in its session)",
+            "in its session), and 2.0 s outside the runs (preparing batches, the ranges).",
         ] {
             assert!(pass.contains(part), "`{part}` not in {pass}");
         }

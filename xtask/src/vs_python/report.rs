@@ -557,16 +557,15 @@ fn pass_note(v: &PassView) -> Option<String> {
     let sessions = v.sessions.unwrap_or(1);
     // Each session observed its share of the values.
     let per_value = v.values_observed.filter(|&n| n > 0).map(|n| v.statistics_s * sessions as f64 * 1e9 / n as f64);
-    let (each, rest) = if sessions > 1 {
-        (format!(" each of {sessions} sessions spent"), String::new())
+    let each = if sessions > 1 { format!(" each of {sessions} sessions spent") } else { String::new() };
+    // What the pass spent outside the sessions' runs: preparing their batches and the ranges after them (for entropy
+    // its threshold search over every tensor's histogram).
+    let outside = v.pass_s - v.in_ort_s - v.statistics_s;
+    let rest = if outside >= 0.05 {
+        let ranges = if v.method == "entropy" { "the ranges: the entropy threshold search" } else { "the ranges" };
+        format!(", and {outside:.1} s outside the runs (preparing batches, {ranges})")
     } else {
-        (
-            String::new(),
-            format!(
-                ", {:.1} s for the rest (reading and tokenizing the data, the ranges)",
-                v.pass_s - v.in_ort_s - v.statistics_s
-            ),
-        )
+        String::new()
     };
     let rounds = if v.rounds > 1 { format!("median of {} rounds", v.rounds) } else { "one run".to_owned() };
     Some(format!(
