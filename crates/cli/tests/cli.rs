@@ -1177,10 +1177,18 @@ fn a_killed_run_leaves_only_whole_outputs() {
         "results.json",
         "report.md",
     ];
+    // The signals go at points spread over one whole run's duration, measured here (a fixed delay is past the end
+    // on a fast machine: the whole run takes about 150 ms on the CI host).
+    let started = std::time::Instant::now();
+    let whole = run(&e2e_args(&f, "whole", vocab.to_str().unwrap(), data.to_str().unwrap()));
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let run_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut stopped_early = 0;
-    for (k, (signal, delay_ms)) in
-        [("INT", 30), ("TERM", 120), ("KILL", 250), ("INT", 500), ("TERM", 900), ("KILL", 1500)].into_iter().enumerate()
+    for (k, (signal, at)) in [("INT", 0.05), ("TERM", 0.2), ("KILL", 0.35), ("INT", 0.5), ("TERM", 0.7), ("KILL", 1.5)]
+        .into_iter()
+        .enumerate()
     {
+        let delay_ms = (at * run_ms) as u64;
         let out = format!("out_{k}");
         let args = e2e_args(&f, &out, vocab.to_str().unwrap(), data.to_str().unwrap());
         let mut child = Command::new(env!("CARGO_BIN_EXE_qdq"))
