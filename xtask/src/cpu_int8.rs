@@ -75,6 +75,9 @@ struct CpuInt8Report {
     machine: crate::qdq_json::Machine,
     onnxruntime: String,
     samples: usize,
+    /// Dev questions of each `qdq eval` latency round.
+    #[serde(default)]
+    eval_samples: usize,
     rounds: usize,
     runs: usize,
     threads: usize,
@@ -162,53 +165,36 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
     let times: Times =
         serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")?;
 
-    // Accuracy, and qdq eval's own latency: every model in turn, round after round, each round starting one model
-    // later (no model always runs right after another, e.g. FP32's long pass).
-    let mut rows: Vec<Option<ModelRow>> = models.iter().map(|_| None).collect();
+    // Accuracy: each model scored once on the bench's questions.
+    let mut rows = vec![];
+    for (name, what, path) in &models {
+        eprintln!("xtask: qdq eval {name} on {} dev questions (F1)", args.f1_samples);
+        let doc = run_eval(qdq_cmd("eval"), &paths, path, args.f1_samples)?;
+        let (bytes, em, f1) = (std::fs::metadata(path)?.len(), doc.exact_match, doc.f1);
+        let (name, what, path) = ((*name).to_owned(), what.clone(), path.clone());
+        rows.push(ModelRow { name, what, path, bytes, em, f1, eval_ms_per_feature: vec![] });
+    }
+    // qdq eval's own latency: short passes, every model in turn, round after round, each round starting one model
+    // later (no model always runs right after another); a model's answers must not change between rounds.
+    let mut first_f1: Vec<Option<f64>> = vec![None; models.len()];
     for round in 0..args.eval_rounds {
+        eprintln!(
+            "xtask: qdq eval latency, {} dev questions, round {} of {}",
+            args.eval_samples,
+            round + 1,
+            args.eval_rounds
+        );
         for i in (0..models.len()).map(|k| (k + round) % models.len()) {
-            let (name, what, path) = &models[i];
-            eprintln!(
-                "xtask: qdq eval {name} on {} dev questions (round {} of {})",
-                args.f1_samples,
-                round + 1,
-                args.eval_rounds
-            );
-            let mut eval = qdq_cmd("eval");
-            eval.arg("--model").arg(path).arg("--vocab").arg(&paths.vocab).arg("--dataset").arg(&paths.dataset);
-            let out = eval.args(["--samples", &args.f1_samples.to_string(), "--json"]).current_dir(root()).output()?;
-            if !out.status.success() {
-                bail!("qdq eval of {} failed:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
-            }
-            let doc: crate::qdq_json::Eval =
-                crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")?;
-            let ms = doc.latency.ms_per_feature.unwrap_or(f64::NAN);
-            match &mut rows[i] {
-                Some(row) if row.f1 != doc.f1 => {
-                    bail!(
-                        "qdq eval of {} scored F1 {} in round 1 and {} in round {}",
-                        path.display(),
-                        row.f1,
-                        doc.f1,
-                        round + 1
-                    )
+            let doc = run_eval(qdq_cmd("eval"), &paths, &models[i].2, args.eval_samples)?;
+            match first_f1[i] {
+                Some(f1) if f1 != doc.f1 => {
+                    bail!("qdq eval of {} scored F1 {f1} in round 1 and {} in round {}", models[i].0, doc.f1, round + 1)
                 }
-                Some(row) => row.eval_ms_per_feature.push(ms),
-                None => {
-                    rows[i] = Some(ModelRow {
-                        name: (*name).to_owned(),
-                        what: what.clone(),
-                        path: path.clone(),
-                        bytes: std::fs::metadata(path)?.len(),
-                        em: doc.exact_match,
-                        f1: doc.f1,
-                        eval_ms_per_feature: vec![ms],
-                    })
-                }
+                _ => first_f1[i] = Some(doc.f1),
             }
+            rows[i].eval_ms_per_feature.push(doc.latency.ms_per_feature.unwrap_or(f64::NAN));
         }
     }
-    let rows: Vec<ModelRow> = rows.into_iter().flatten().collect();
     let made: crate::qdq_json::Results = crate::qdq_json::read(&static_dir.join("results.json"))?;
     let report = CpuInt8Report {
         command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
@@ -217,6 +203,7 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
         machine: made.provenance.machine,
         onnxruntime: times.versions.get("onnxruntime").cloned().unwrap_or_default(),
         samples: args.f1_samples,
+        eval_samples: args.eval_samples,
         rounds: args.rounds,
         runs: args.runs,
         threads: args.threads,
@@ -226,6 +213,21 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
     };
     let report = CpuInt8Report { targets: targets(&report), ..report };
     write_report(&report, &paths_from.out, name)
+}
+
+/// `qdq eval --json` of `model` on the first `samples` dev questions.
+fn run_eval(
+    mut eval: Command,
+    paths: &crate::vs_python::Paths,
+    model: &Path,
+    samples: usize,
+) -> Result<crate::qdq_json::Eval> {
+    eval.arg("--model").arg(model).arg("--vocab").arg(&paths.vocab).arg("--dataset").arg(&paths.dataset);
+    let out = eval.args(["--samples", &samples.to_string(), "--json"]).current_dir(root()).output()?;
+    if !out.status.success() {
+        bail!("qdq eval of {} failed:\n{}", model.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")
 }
 
 fn shape_rows(times: &Times) -> Vec<ShapeRow> {
@@ -293,7 +295,8 @@ fn render(r: &CpuInt8Report) -> String {
         md,
         "ONNX Runtime {} CPU EP, {} intra-op threads, {} CPUs ({}, 8-bit dot product: {}); latency: {} rounds x {} \
          runs per model and shape, the models run in turn in blocks (one untimed run, then the timed ones; each round \
-         starts one model later); speed-up = FP32 / model per round (median, [min, max]). F1 with `qdq eval` on the first {} dev questions. Commit {}. Command: `{}`.\n",
+         starts one model later); speed-up = FP32 / model per round (median, [min, max]). F1 with `qdq eval` on the first {} dev questions; \
+         its dynamic-padding speed-up from {} rounds of {} questions, the models in turn. Commit {}. Command: `{}`.\n",
         r.onnxruntime,
         r.threads,
         r.cpus,
@@ -302,6 +305,8 @@ fn render(r: &CpuInt8Report) -> String {
         r.rounds,
         r.runs,
         r.samples,
+        r.models.first().map_or(0, |m| m.eval_ms_per_feature.len()),
+        r.eval_samples,
         r.git.as_deref().unwrap_or("?"),
         r.command
     );
@@ -387,6 +392,7 @@ mod tests {
             machine: crate::qdq_json::Machine { cpu: "AMD EPYC".into(), int8_dot_product: None },
             onnxruntime: "1.31.1".into(),
             samples: 1000,
+            eval_samples: 200,
             rounds: 3,
             runs: 8,
             threads: 2,

@@ -185,11 +185,15 @@ pub struct CpuInt8Args {
     /// Dev questions each model is scored on.
     #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
     pub f1_samples: usize,
-    /// Rounds of `qdq eval` (dynamic padding): in each, every model is evaluated in turn, each round starting one model
-    /// later; its speed-up is the median of the rounds' FP32 / model ratios (whole passes of 10-25 s each, which the
-    /// host moves by up to half: 5 rounds by default).
-    #[arg(long, default_value_t = 5, value_parser = positive, value_name = "N")]
+    /// Rounds of `qdq eval`'s own latency (dynamic padding, batch 1): in each, every model is evaluated on
+    /// --eval-samples questions in turn, each round starting one model later; its speed-up is the median of the rounds'
+    /// FP32 / model ratios. Short passes close together pair FP32 and each model under the same host speed (whole
+    /// 1,000-question passes of 5-13 s, five rounds, moved a model's ratio between 1.5x and 2.3x).
+    #[arg(long, default_value_t = 11, value_parser = positive, value_name = "N")]
     pub eval_rounds: usize,
+    /// Dev questions of each latency round of `qdq eval` (F1 is scored once per model on --f1-samples).
+    #[arg(long, default_value_t = 200, value_parser = positive, value_name = "N")]
+    pub eval_samples: usize,
     /// Compare on the model as ONNX Runtime's transformers optimizer rewrites it (EmbedLayerNormalization, fused
     /// Attention, SkipLayerNormalization, BiasGelu: Olive's CPU recipe), made by the bench venv's onnxruntime; every
     /// model, FP32 included, is of that form. Writes out/bench/cpu_int8_ort_optimized.{json,md}.
@@ -316,14 +320,23 @@ mod tests {
 
     #[test]
     fn cpu_int8_options_parse_and_conflict_with_vs_python() {
-        let Ok(Cmd::Bench(b)) = parse(&["bench", "--cpu-int8", "--rounds", "3", "--f1-samples", "300", "--no-wait"])
-        else {
+        let Ok(Cmd::Bench(b)) = parse(&[
+            "bench",
+            "--cpu-int8",
+            "--rounds",
+            "3",
+            "--f1-samples",
+            "300",
+            "--eval-samples",
+            "50",
+            "--no-wait",
+        ]) else {
             panic!("bench --cpu-int8 did not parse")
         };
         assert!(b.cpu.cpu_int8 && !b.vs_python && !b.vs.wait);
         assert_eq!(
-            (b.cpu.rounds, b.cpu.runs, b.cpu.f1_samples, b.cpu.shapes.as_str()),
-            (3, 8, 300, "1x256,8x128,1x384")
+            (b.cpu.rounds, b.cpu.runs, b.cpu.f1_samples, b.cpu.eval_samples, b.cpu.eval_rounds, b.cpu.shapes.as_str()),
+            (3, 8, 300, 50, 11, "1x256,8x128,1x384")
         );
         assert!(parse(&["bench", "--cpu-int8", "--vs-python"]).is_err());
         assert!(parse(&["bench", "--cpu-int8", "--rounds", "0"]).is_err());
