@@ -271,10 +271,10 @@ pub fn mse_threshold(h: &Histogram) -> f32 {
 ///
 /// Cost: O(nq) per candidate with prefix sums and no allocation per candidate; the `p ln p` term of the
 /// smoothed reference uses a 4-term series in the smoothing shift (exact loop when the shift exceeds 0.01).
+/// A candidate's `nq` logarithms are taken in one tight loop after its groups are summed, so they overlap.
 pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
     let Some(w) = h.width() else { return 0.0 };
     let counts = h.counts();
-    let half = h.per_side();
     let nq = num_quantized_bins.max(2);
     // extent: smallest m with every non-zero bin inside [-m, m)
     let extent = counts
@@ -291,101 +291,119 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
     if extent <= first {
         return (first as f64 * w).min(f64::from(h.max_abs())) as f32;
     }
-    // prefix sums over the full array: counts and non-zero flags
-    let mut pc = vec![0f64; counts.len() + 1];
-    let mut pnz = vec![0usize; counts.len() + 1];
-    for (i, &c) in counts.iter().enumerate() {
-        pc[i + 1] = pc[i] + c as f64;
-        pnz[i + 1] = pnz[i] + usize::from(c > 0);
-    }
-    // prefix sums over non-zero bins of c ln c, ln c, 1/c, 1/c^2 for the series of (c - e) ln(c - e)
-    let len = counts.len();
-    let (mut pcl, mut pln, mut pinv, mut pinv2) =
-        (vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1]);
-    for (i, &c) in counts.iter().enumerate() {
-        let c = c as f64;
-        let (a, b, d, e) = if c > 0.0 { (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c)) } else { (0.0, 0.0, 0.0, 0.0) };
-        pcl[i + 1] = pcl[i] + a;
-        pln[i + 1] = pln[i] + b;
-        pinv[i + 1] = pinv[i] + d;
-        pinv2[i + 1] = pinv2[i] + e;
-    }
-    let total = pc[counts.len()];
-    let cnt = |i: usize| counts.get(i).copied().unwrap_or(0) as f64;
+    let sums = KlSums::new(counts, h.per_side(), nq);
+    let mut groups = KlGroups { mass: vec![0.0; nq], nonzero: vec![0; nq], log: vec![0.0; nq] };
     let mut best = (f64::INFINITY, extent);
-    for i in first..=extent.min(half) {
-        let (a, b) = (half - i, half + i); // slice [a, b) of the array
+    for i in first..=extent.min(sums.half) {
+        if let Some(kl) = sums.divergence(i, &mut groups)
+            && kl < best.0
+        {
+            best = (kl, i);
+        }
+    }
+    ((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32
+}
+
+/// Prefix sums of a signed histogram's counts, over which [`entropy_threshold`] prices each candidate in O(nq).
+struct KlSums<'a> {
+    counts: &'a [u64],
+    half: usize,
+    nq: usize,
+    total: f64,
+    /// Counts, and non-zero bins.
+    pc: Vec<f64>,
+    pnz: Vec<usize>,
+    /// Over non-zero bins: `c ln c`, `ln c`, `1 / c`, `1 / c^2` (the series of `(c - e) ln(c - e)`).
+    pcl: Vec<f64>,
+    pln: Vec<f64>,
+    pinv: Vec<f64>,
+    pinv2: Vec<f64>,
+}
+
+/// One candidate's groups: mass of the slice in each, its non-zero bins of `p`, then the logarithm of `q` there.
+struct KlGroups {
+    mass: Vec<f64>,
+    nonzero: Vec<usize>,
+    log: Vec<f64>,
+}
+
+impl<'a> KlSums<'a> {
+    fn new(counts: &'a [u64], half: usize, nq: usize) -> Self {
+        let len = counts.len();
+        let (mut pc, mut pnz) = (vec![0f64; len + 1], vec![0usize; len + 1]);
+        let (mut pcl, mut pln, mut pinv, mut pinv2) =
+            (vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1], vec![0f64; len + 1]);
+        for (i, &c) in counts.iter().enumerate() {
+            pc[i + 1] = pc[i] + c as f64;
+            pnz[i + 1] = pnz[i] + usize::from(c > 0);
+            let c = c as f64;
+            let (a, b, d, e) =
+                if c > 0.0 { (c * c.ln(), c.ln(), 1.0 / c, 1.0 / (c * c)) } else { (0.0, 0.0, 0.0, 0.0) };
+            pcl[i + 1] = pcl[i] + a;
+            pln[i + 1] = pln[i] + b;
+            pinv[i + 1] = pinv[i] + d;
+            pinv2[i + 1] = pinv2[i] + e;
+        }
+        KlSums { counts, half, nq, total: pc[len], pc, pnz, pcl, pln, pinv, pinv2 }
+    }
+
+    /// KL(p || q) of the candidate slice `[-i, i)` (`i` in `ceil(nq / 2)..=half`), `None` where it is undefined.
+    fn divergence(&self, i: usize, g: &mut KlGroups) -> Option<f64> {
+        let (pc, pnz, nq) = (&self.pc, &self.pnz, self.nq);
+        let (a, b) = (self.half - i, self.half + i); // slice [a, b) of the array
         let n = b - a;
-        let left = pc[a];
-        let right = total - pc[b];
+        let (left, right) = (pc[a], self.total - pc[b]);
         let sliced_total = pc[b] - pc[a];
-        // p at the edges includes the outliers
-        let p_first = cnt(a) + left;
-        let p_last = cnt(b - 1) + right;
-        let nz = |lo: usize, hi: usize| -> usize {
-            // non-zero p count in array range [lo, hi)
-            let mut z = pnz[hi] - pnz[lo];
-            if lo == a && cnt(a) == 0.0 && left > 0.0 {
-                z += 1;
-            }
-            if hi == b && cnt(b - 1) == 0.0 && right > 0.0 {
-                z += 1;
-            }
-            z
-        };
-        let nnz_p = nz(a, b);
+        // p at the edges includes the outliers (a non-zero p where the edge bin itself is empty)
+        let (c_first, c_last) = (self.counts[a] as f64, self.counts[b - 1] as f64);
+        let edge_lo = usize::from(c_first == 0.0 && left > 0.0);
+        let edge_hi = usize::from(c_last == 0.0 && right > 0.0);
+        let nnz_p = pnz[b] - pnz[a] + edge_lo + edge_hi;
         if nnz_p == 0 || sliced_total <= 0.0 {
-            continue;
+            return None;
         }
         let e_p = KL_EPS * (n - nnz_p) as f64 / nnz_p as f64;
+        // groups of m bins (the last takes the rest): mass, non-zero p, and q's non-zero count
         let m = n / nq;
-        // first pass over groups: q's non-zero count
-        let group = |j: usize| {
-            let lo = a + j * m;
-            let hi = if j + 1 == nq { b } else { lo + m };
-            (lo, hi)
-        };
-        let mut nnz_q = 0usize;
         for j in 0..nq {
-            let (lo, hi) = group(j);
-            if pc[hi] - pc[lo] > 0.0 {
-                nnz_q += nz(lo, hi);
-            }
+            let lo = a + j * m;
+            g.mass[j] = pc[lo + m] - pc[lo];
+            g.nonzero[j] = pnz[lo + m] - pnz[lo];
         }
+        let last = a + (nq - 1) * m;
+        (g.mass[nq - 1], g.nonzero[nq - 1]) = (pc[b] - pc[last], pnz[b] - pnz[last] + edge_hi);
+        g.nonzero[0] += edge_lo;
+        let nnz_q: usize = g.mass.iter().zip(&g.nonzero).map(|(&mass, &z)| if mass > 0.0 { z } else { 0 }).sum();
         if nnz_q == 0 {
-            continue;
+            return None;
         }
         let e_q = KL_EPS * (n - nnz_q) as f64 / nnz_q as f64;
-        // sum over groups of (sum of p' in group) * ln q'
-        let mut cross = 0f64;
-        let mut valid = true;
-        for j in 0..nq {
-            let (lo, hi) = group(j);
-            let z = nz(lo, hi);
-            if z == 0 {
-                continue;
-            }
-            let mut s = pc[hi] - pc[lo];
-            if lo == a {
-                s += left;
-            }
-            if hi == b {
-                s += right;
-            }
-            let qmass = pc[hi] - pc[lo];
-            let lnq = if qmass > 0.0 {
-                let q = qmass / z as f64 - e_q;
-                if q <= 0.0 {
-                    valid = false;
-                    break;
-                }
-                q.ln()
-            } else {
-                KL_EPS.ln()
-            };
-            cross += (s - e_p * z as f64) * lnq;
+        let mut undefined = false;
+        for ((x, &mass), &z) in g.log.iter_mut().zip(&g.mass).zip(&g.nonzero) {
+            *x = if z == 0 || mass <= 0.0 { KL_EPS } else { mass / z as f64 - e_q };
+            undefined |= *x <= 0.0;
         }
-        // sum of p' ln p' over non-zero p
+        if undefined {
+            return None;
+        }
+        // each group's (sum of p' in it, the outliers in the edge groups) * ln q' (0 where p is zero throughout),
+        // summed in order after
+        g.mass[0] += left;
+        g.mass[nq - 1] += right;
+        for ((x, &s), &z) in g.log.iter_mut().zip(&g.mass).zip(&g.nonzero) {
+            *x = if z == 0 { 0.0 } else { (s - e_p * z as f64) * x.ln() };
+        }
+        // (cross starts at +0 and never becomes -0, so adding a skipped group's +0 changes no bit)
+        let cross = g.log.iter().fold(0f64, |acc, &t| acc + t);
+        let self_term = self.p_ln_p(a, b, e_p, c_first + left, c_last + right);
+        if !self_term.is_finite() {
+            return None;
+        }
+        Some((self_term - cross) / self.total + (sliced_total / self.total).ln())
+    }
+
+    /// Sum of `p' ln p'` over the non-zero `p` of the slice `[a, b)`, whose edge bins hold `p_first` and `p_last`.
+    fn p_ln_p(&self, a: usize, b: usize, e_p: f64, p_first: f64, p_last: f64) -> f64 {
         let f = |p: f64| {
             let v = p - e_p;
             if v > 0.0 { v * v.ln() } else { f64::NAN }
@@ -394,15 +412,14 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
         let (lo, hi) = (a + 1, b - 1);
         if e_p <= SERIES_MAX_EPS {
             // (c - e) ln(c - e) = c ln c - e ln c - e + e^2 / 2c + e^3 / 6c^2 + O(e^4 / c^3), c >= 1
-            let nzc = (pnz[hi] - pnz[lo]) as f64;
-            self_term = (pcl[hi] - pcl[lo]) - e_p * (pln[hi] - pln[lo]) - e_p * nzc
-                + e_p * e_p / 2.0 * (pinv[hi] - pinv[lo])
-                + e_p.powi(3) / 6.0 * (pinv2[hi] - pinv2[lo]);
+            let nzc = (self.pnz[hi] - self.pnz[lo]) as f64;
+            self_term = (self.pcl[hi] - self.pcl[lo]) - e_p * (self.pln[hi] - self.pln[lo]) - e_p * nzc
+                + e_p * e_p / 2.0 * (self.pinv[hi] - self.pinv[lo])
+                + e_p.powi(3) / 6.0 * (self.pinv2[hi] - self.pinv2[lo]);
         } else {
-            for k in lo..hi {
-                let c = cnt(k);
-                if c > 0.0 {
-                    self_term += f(c);
+            for &c in &self.counts[lo..hi] {
+                if c > 0 {
+                    self_term += f(c as f64);
                 }
             }
         }
@@ -411,13 +428,6 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
                 self_term += f(p);
             }
         }
-        if !valid || !self_term.is_finite() {
-            continue;
-        }
-        let kl = (self_term - cross) / total + (sliced_total / total).ln();
-        if kl < best.0 {
-            best = (kl, i);
-        }
+        self_term
     }
-    ((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32
 }

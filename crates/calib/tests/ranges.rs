@@ -289,9 +289,14 @@ fn naive_entropy(h: &hist::Histogram, nq: usize) -> f32 {
 
 #[test]
 fn entropy_matches_naive_reference() {
-    for (seed, nq) in [(30u64, 16usize), (31, 8), (32, 33)] {
-        let mut data = normal(20_000, 0.3, 1.0, seed);
+    // Outliers on one side, then on both (empty edge bins that the outliers fill), and few values over many bins
+    // (groups without mass).
+    for (seed, nq) in [(30u64, 16usize), (31, 8), (32, 33), (33, 127), (34, 5)] {
+        let mut data = normal(if seed == 34 { 300 } else { 20_000 }, 0.3, 1.0, seed);
         data.extend(uniform(50, 5.0, 9.0, seed + 100));
+        if seed >= 33 {
+            data.extend(uniform(20, -12.0, -7.0, seed + 200));
+        }
         let m = Method::Entropy { num_quantized_bins: nq };
         let mut s = CalibState::new(CollectOptions::for_methods(std::slice::from_ref(&m), 128));
         s.observe("t", &data, &[data.len()]).unwrap();
