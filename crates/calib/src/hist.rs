@@ -608,10 +608,30 @@ fn indices_avx2(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out: &
 /// to an integer rounding down (floor and conversion in one instruction); NaN, infinities and products past the
 /// `i32` range convert to `i32::MIN`, and the unsigned minimum with `len` sends them, like every other index past the
 /// grid, to the discard slot.
+///
+/// A negative value whose product underflows to -0 belongs in bin -1; that takes a fix-up only in a signed
+/// histogram whose bins are wider than 1 (for a width of at most 1 the product of a nonzero `f32` cannot underflow).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn indices_avx512(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out: &mut [u32]) {
+    match (signed, inv < 1.0) {
+        (true, true) => indices_avx512_as::<true, true>(inv, off, len, data, out),
+        (true, false) => indices_avx512_as::<true, false>(inv, off, len, data, out),
+        (false, _) => indices_avx512_as::<false, false>(inv, off, len, data, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn indices_avx512_as<const SIGNED: bool, const UNDERFLOW: bool>(
+    inv: f32,
+    off: i32,
+    len: u32,
+    data: &[f32],
+    out: &mut [u32],
+) {
     use std::arch::x86_64::*;
+    let signed = SIGNED;
     const FLOOR: i32 = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
     let (inv_v, off_v, len_v) = (_mm512_set1_ps(inv), _mm512_set1_epi32(off), _mm512_set1_epi32(len as i32));
     let (zero, minus_one) = (_mm512_setzero_ps(), _mm512_set1_epi32(-1));
@@ -623,9 +643,13 @@ fn indices_avx512(inv: f32, off: i32, signed: bool, len: u32, data: &[f32], out:
             let v = if signed { v } else { _mm512_abs_ps(v) };
             let y = _mm512_mul_ps(v, inv_v);
             let k = _mm512_cvt_roundps_epi32::<FLOOR>(y);
-            // A negative value whose product underflows to -0 is in bin -1.
-            let tiny = _mm512_mask_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero), y, zero);
-            let k = _mm512_mask_add_epi32(k, tiny, k, minus_one);
+            let k = if UNDERFLOW {
+                // A negative value whose product underflows to -0 is in bin -1.
+                let tiny = _mm512_mask_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero), y, zero);
+                _mm512_mask_add_epi32(k, tiny, k, minus_one)
+            } else {
+                k
+            };
             let i = _mm512_min_epu32(_mm512_add_epi32(k, off_v), len_v);
             _mm512_storeu_si512(o.as_mut_ptr().cast(), i);
         }
