@@ -356,6 +356,35 @@ fn projection(ix: &GraphIndex, v: &str, channels: usize) -> Option<(String, Opti
         .then(|| (mm.name().to_string(), bias))
 }
 
+/// Where ONNX Runtime's fused `Attention` (com.microsoft) writes an attention context `x`, the division smoothing applies
+/// to it can be made by the V part of its packed weight instead, as [`value_projection`] does for the unfused graph:
+/// context channel `j` is V's channel `j`, only multiplied by attention probabilities and summed. Checked: `x` is the
+/// node's only output, it reads no `past` (cached values would not be divided) nor anything after the mask, its weight
+/// is a float `[in, q + k + v]` initializer it alone reads with `v` = `channels` (`qkv_hidden_sizes`, else three equal
+/// parts) and its bias, if any, a float `[q + k + v]` initializer. Returns the node's name and V's first column, `q + k`.
+pub(crate) fn packed_attention_value(ix: &GraphIndex, x: &str, channels: usize) -> Option<(String, usize)> {
+    let n = ix.producer_node(x)?;
+    let fused = n.op_type() == "Attention" && n.domain() == "com.microsoft" && !n.name().is_empty();
+    let only_output = n.output.first().is_some_and(|o| o == x) && n.output.iter().skip(1).all(String::is_empty);
+    let no_past = n.input.iter().skip(4).all(String::is_empty);
+    if !(fused && only_output && no_past && n.input.len() >= 2) {
+        return None;
+    }
+    let w = ix.initializer(&n.input[1])?;
+    let total = match get_attr_int_list(n, "qkv_hidden_sizes") {
+        Some(sizes) if sizes.len() == 3 && sizes[2] == channels => sizes.iter().sum::<usize>(),
+        Some(_) => return None,
+        None => 3 * channels,
+    };
+    let float = |t: &onnx_ir::proto::TensorProto| t.data_type() == DataType::Float as i32;
+    let weight_ok = float(w) && w.dims.len() == 2 && w.dims[1] as usize == total && ix.readers(&n.input[1]).len() == 1;
+    let bias_ok = match n.input.get(2).filter(|b| !b.is_empty()) {
+        Some(b) => ix.initializer(b).is_some_and(|t| float(t) && t.dims.len() == 1 && t.dims[0] as usize == total),
+        None => true,
+    };
+    (weight_ok && bias_ok).then(|| (n.name().to_string(), total - channels))
+}
+
 /// The value the graph's `value_info` declares for axis `rank - from_end` of `tensor`, if it declares one.
 fn declared_axis(ix: &GraphIndex, tensor: &str, from_end: usize) -> Option<i64> {
     let v = ix.graph().value_info.iter().find(|v| v.name() == tensor)?;

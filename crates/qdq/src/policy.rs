@@ -101,7 +101,8 @@ keywords! {
     /// How smoothing divides an attention context (the input of the attention's output projection).
     SmoothContext {
         /// In its value projection's weight columns and bias: nothing is added to the graph (for ORT's CPU EP, where a
-        /// `Mul` is a kernel of its own); where the graph allows it (see [`crate::SmoothForm::ValueProjection`]).
+        /// `Mul` is a kernel of its own); where the graph allows it (see [`crate::SmoothForm::ValueProjection`], and
+        /// [`crate::SmoothForm::PackedValue`] for ONNX Runtime's fused `Attention`: the V part of its packed weight).
         Projection = "projection",
         /// By an explicit `Mul` in front of the output projection (TensorRT fuses it as the pre-quant scale).
         Mul = "mul",
@@ -356,8 +357,9 @@ pub const OPTIONS: &[PolicyOption] = &[
     PolicyOption {
         key: "smooth_context",
         doc: "how an attention context is divided by its smoothing factors: in its value projection's weight columns \
-              and bias (nothing added; for ORT's CPU EP, where a Mul is a kernel of its own) or by a Mul in front of \
-              the output projection (TensorRT fuses it as the pre-quant scale)",
+              and bias, or a fused Attention's V columns of its packed weight (nothing added; for ORT's CPU EP, where \
+              a Mul is a kernel of its own), or by a Mul in front of the output projection (TensorRT fuses it as the \
+              pre-quant scale)",
         values: "projection or mul",
         get: |p| p.smooth_context.to_string(),
         set: |p, v| {

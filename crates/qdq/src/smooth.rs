@@ -12,7 +12,8 @@
 //!
 //! Other MatMul inputs (attention context, GELU output; `smooth_targets = all`) have no parameters to absorb the
 //! division: one `Mul` by `1/s` in front of their MatMuls does it ([`SmoothForm::ScaleNode`]), except an attention
-//! context whose value projection takes it ([`SmoothForm::ValueProjection`]). `smooth_targets = layernorm-context`
+//! context whose value projection takes it ([`SmoothForm::ValueProjection`]; for ONNX Runtime's fused `Attention`, the
+//! V columns of its packed weight: [`SmoothForm::PackedValue`]). `smooth_targets = layernorm-context`
 //! leaves the GELU outputs out: on ONNX Runtime's CPU EP their `Mul`s are the widest of these kernels.
 //!
 //! `s_j = max|X_j|^α / max|W_j|^(1-α)` (Xiao et al., SmoothQuant, 2023), with `max|X_j|` from calibration
@@ -67,6 +68,14 @@ pub enum SmoothForm {
         bias: Option<(String, String)>,
         /// The `Reshape` node writing the context.
         merge: String,
+    },
+    /// The same for a context written by ONNX Runtime's fused `Attention`: the V part of its packed weight's columns
+    /// (and of its bias) absorbs the division, and the node writes the smoothed tensor.
+    PackedValue {
+        /// The `Attention` node.
+        attention: String,
+        /// The first column of V's part of the packed weight (`q + k`).
+        offset: usize,
     },
 }
 
@@ -133,7 +142,7 @@ pub fn smoothing_sites(model: &Model, policy: &Policy) -> Result<Vec<SmoothSite>
     for group in shared_weight_groups(g, &sites)? {
         if group.len() > 1 {
             for &k in &group {
-                if matches!(sites[k].form, SmoothForm::ValueProjection { .. }) {
+                if matches!(sites[k].form, SmoothForm::ValueProjection { .. } | SmoothForm::PackedValue { .. }) {
                     sites[k].form = SmoothForm::ScaleNode;
                 }
             }
@@ -227,16 +236,25 @@ fn site_of(
         };
     let form = match form {
         SmoothForm::ScaleNode if policy.smooth_context == SmoothContext::Projection && !other_readers => {
-            match patterns::value_projection(ix, x, channels, ranks) {
-                Some(v) => SmoothForm::ValueProjection { matmul: v.matmul, bias: v.bias, merge: v.merge },
-                None => SmoothForm::ScaleNode,
-            }
+            context_form(ix, x, channels, ranks)
         }
         f => f,
     };
     let producer = producer.map(|n| n.name().to_string()).unwrap_or_default();
     let site = SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels };
     Ok(Some((site, targeted)))
+}
+
+/// How an attention context `x` read by nothing but its output projection takes the division: in its value
+/// projection, in a fused `Attention`'s packed weight, else by a `Mul`.
+fn context_form(ix: &GraphIndex, x: &str, channels: usize, ranks: &HashMap<String, usize>) -> SmoothForm {
+    if let Some(v) = patterns::value_projection(ix, x, channels, ranks) {
+        return SmoothForm::ValueProjection { matmul: v.matmul, bias: v.bias, merge: v.merge };
+    }
+    match patterns::packed_attention_value(ix, x, channels) {
+        Some((attention, offset)) => SmoothForm::PackedValue { attention, offset },
+        None => SmoothForm::ScaleNode,
+    }
 }
 
 impl From<LayerNormForm> for SmoothForm {
@@ -536,7 +554,9 @@ impl Rewrite<'_> {
                 let bslot = g.node[ai].input.iter().position(|x| Some(x) == site.beta.as_ref()).unwrap_or(1);
                 ((mi, slot), (ai, bslot))
             }
-            SmoothForm::ScaleNode | SmoothForm::ValueProjection { .. } => return Ok(()),
+            SmoothForm::ScaleNode | SmoothForm::ValueProjection { .. } | SmoothForm::PackedValue { .. } => {
+                return Ok(());
+            }
         };
         for (at, param) in [(gamma_at, &site.gamma), (beta_at, &site.beta)] {
             let Some(param) = param else { continue };
@@ -589,9 +609,12 @@ impl Rewrite<'_> {
             let inverse = || Ok(factors.iter().map(|s| 1.0 / s).collect());
             return self.read_written(Written::Inverse(group), (at, 1), &base, &[site.channels], inverse);
         }
-        if let SmoothForm::ValueProjection { merge, .. } = &site.form {
-            // The merge writes the smoothed context (nothing else read it); its weights are divided at the end.
-            let mi = node_index(self.g, merge)?;
+        if let SmoothForm::ValueProjection { merge: writer, .. } | SmoothForm::PackedValue { attention: writer, .. } =
+            &site.form
+        {
+            // The merge (or the fused Attention) writes the smoothed context (nothing else read it); its weights are
+            // divided at the end.
+            let mi = node_index(self.g, writer)?;
             self.g.node[mi].output[0] = smoothed.to_string();
             self.rename_value_info(&site.tensor, smoothed);
             self.projections.push((group, site.form.clone(), factors.to_vec()));
@@ -621,29 +644,49 @@ impl Rewrite<'_> {
     /// the weight its MatMul reads now (the row-rescaled copy when the LayerNorm before it was smoothed).
     fn divide_value_projections(&mut self) -> Result<()> {
         for (group, form, factors) in std::mem::take(&mut self.projections) {
-            let SmoothForm::ValueProjection { matmul, bias, .. } = form else { continue };
-            let mi = node_index(self.g, &matmul)?;
-            let mut targets = vec![(mi, 1)];
-            if let Some((add, b)) = &bias {
-                let ai = node_index(self.g, add)?;
-                let slot = self.g.node[ai].input.iter().position(|i| i == b);
-                targets.push((ai, slot.ok_or_else(|| Error::Missing { name: add.clone(), what: "bias input" })?));
-            }
-            for (node, slot) in targets {
-                let name = self.g.node[node].input[slot].clone();
-                let (v, shape) = read_f32(self.g, &name)?;
-                let cols = *shape.last().unwrap_or(&1);
-                if cols != factors.len() {
-                    return Err(Error::BadWeight {
-                        tensor: name,
-                        reason: format!("{cols} output channels, the attention context has {}", factors.len()),
-                    });
+            // (node, input slot) of each parameter divided, and the first of its columns that are the context's
+            let (targets, offset) = match &form {
+                SmoothForm::ValueProjection { matmul, bias, .. } => {
+                    let mut targets = vec![(node_index(self.g, matmul)?, 1)];
+                    if let Some((add, b)) = bias {
+                        let ai = node_index(self.g, add)?;
+                        let slot = self.g.node[ai].input.iter().position(|i| i == b);
+                        targets
+                            .push((ai, slot.ok_or_else(|| Error::Missing { name: add.clone(), what: "bias input" })?));
+                    }
+                    (targets, 0)
                 }
-                let divided = || Ok(v.iter().enumerate().map(|(k, x)| x / factors[k % cols]).collect());
-                self.read_written(Written::Columns(group, name.clone()), (node, slot), &name, &shape, divided)?;
+                SmoothForm::PackedValue { attention, offset } => {
+                    let ai = node_index(self.g, attention)?;
+                    let bias = self.g.node[ai].input.get(2).is_some_and(|b| !b.is_empty());
+                    (if bias { vec![(ai, 1), (ai, 2)] } else { vec![(ai, 1)] }, *offset)
+                }
+                _ => continue,
+            };
+            for (node, slot) in targets {
+                self.divide_columns(group, (node, slot), &factors, offset)?;
             }
         }
         Ok(())
+    }
+
+    /// Divides columns `offset..offset + factors.len()` of the float parameter at `at` (node, input slot) by the
+    /// factors, in the copy [`Self::read_written`] keeps for the group.
+    fn divide_columns(&mut self, group: usize, at: (usize, usize), factors: &[f32], offset: usize) -> Result<()> {
+        let name = self.g.node[at.0].input[at.1].clone();
+        let (v, shape) = read_f32(self.g, &name)?;
+        let cols = *shape.last().unwrap_or(&1);
+        if cols < offset + factors.len() || (offset == 0 && cols != factors.len()) {
+            return Err(Error::BadWeight {
+                tensor: name,
+                reason: format!("{cols} output channels, the attention context has {}", factors.len()),
+            });
+        }
+        let divided = || {
+            let factor = |k: usize| k.checked_sub(offset).and_then(|j| factors.get(j)).copied().unwrap_or(1.0);
+            Ok(v.iter().enumerate().map(|(k, x)| x / factor(k % cols)).collect())
+        };
+        self.read_written(Written::Columns(group, name.clone()), at, &name, &shape, divided)
     }
 
     /// Drops the originals nothing reads any more (by name, subgraphs included), with their graph inputs where an old

@@ -345,6 +345,23 @@ fn smoothing_policy_needs_a_smoothed_model() {
     }
 }
 
+/// `m` smoothed by `policy` at `sites` (alpha 1), checked to give the same logits relative to their scale (this model's
+/// are below 0.2; float rounding moves them by ~1e-7 here, a context channel divided by its neighbour's factor by
+/// ~1e-3): the smoothed model, what was done, its logits and their scale.
+fn smoothed_alike(
+    m: &Model,
+    policy: &Policy,
+    sites: &[qdq::SmoothSite],
+) -> (Model, Vec<qdq::SmoothedSite>, Vec<f32>, f32) {
+    let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+    let (s, done) = qdq::smooth(m, policy, &channel_absmax(m, &tensors), 1.0).unwrap();
+    s.validate().unwrap();
+    let (a, b) = (logits(m), logits(&s));
+    let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+    assert!(max_abs_diff(&a, &b) <= 1e-5 * scale, "{} of {scale}", max_abs_diff(&a, &b));
+    (s, done, b, scale)
+}
+
 /// With `smooth_context = projection` (`cpu`), an attention context is divided in its value projection (the weight's
 /// columns and the bias), whether `P·V` stays float (the preset) or is quantized (tune's all-integer candidate, or
 /// `tensorrt` given the option): no `Mul`, the same function, and every channel of the smoothed context at max 1, on
@@ -390,14 +407,7 @@ fn an_attention_context_is_divided_in_its_value_projection() {
             _ => assert!(!ffn.is_empty() && ffn.iter().all(|s| s.form == SmoothForm::ScaleNode), "{ffn:?}"),
         }
 
-        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
-        let (s, done) = qdq::smooth(&m, &policy, &channel_absmax(&m, &tensors), 1.0).unwrap();
-        s.validate().unwrap();
-        let (a, b) = (logits(&m), logits(&s));
-        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
-        // Relative to the logits (this model's are below 0.2): exact up to float rounding (~1e-7 here; a context
-        // channel divided by its neighbour's factor moves them by ~1e-3).
-        assert!(max_abs_diff(&a, &b) <= 1e-5 * scale, "{} of {scale}", max_abs_diff(&a, &b));
+        let (s, done, b, scale) = smoothed_alike(&m, &policy, &sites);
         let g = s.graph();
         let muls = |m: &Model| m.graph().node.iter().filter(|n| n.op_type() == "Mul").count();
         let lns = done.iter().filter(|d| d.site.other_readers && d.site.gamma.is_some()).count();
@@ -434,6 +444,56 @@ fn an_attention_context_is_divided_in_its_value_projection() {
         assert!(sites.iter().all(|s| !matches!(s.form, SmoothForm::ValueProjection { .. })), "{sites:?}");
         assert!(sites.iter().any(|s| s.matmuls[0] == ctx_of(0) && s.form == SmoothForm::ScaleNode), "{sites:#?}");
     }
+}
+
+/// On ONNX Runtime's fused form (`Attention` with a packed `[in, 3 · hidden]` QKV weight), `smooth_context =
+/// projection` divides the context in the V third of the packed weight's columns and of its bias: no `Mul`, the same
+/// function on two heads, every channel of the smoothed context at max 1, and the `cpu` preset's model (`QAttention`)
+/// near the float one. A packed weight two layers share keeps the `Mul` (its V columns cannot take two layers'
+/// factors).
+#[test]
+fn a_fused_attention_context_is_divided_in_its_packed_value_weight() {
+    use onnx_ir::tiny_bert::{GraphForm, TinyBertConfig};
+    let m = two_heads(GraphForm::OrtFused, 0, 5);
+    let policy = Policy::preset("cpu").unwrap();
+    let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+    let contexts: Vec<_> = sites.iter().filter(|s| s.matmuls[0].ends_with("attention/output/dense/MatMul")).collect();
+    assert_eq!(contexts.len(), 2, "{sites:#?}");
+    for (layer, site) in contexts.iter().enumerate() {
+        let want = SmoothForm::PackedValue { attention: format!("Attention_{layer}"), offset: 2 * HIDDEN };
+        assert_eq!(site.form, want);
+    }
+    let (s, done, b, scale) = smoothed_alike(&m, &policy, &sites);
+    let muls = |m: &Model| m.graph().node.iter().filter(|n| n.op_type() == "Mul").count();
+    let restoring = done.iter().filter(|d| d.site.other_readers && d.site.gamma.is_some()).count();
+    assert_eq!(muls(&s), muls(&m) + restoring, "no Mul for the contexts");
+    let smoothed: Vec<String> = done
+        .iter()
+        .filter(|d| matches!(d.site.form, SmoothForm::PackedValue { .. }))
+        .map(|d| d.smoothed_tensor.clone())
+        .collect();
+    assert_eq!(smoothed.len(), 2);
+    for t in &smoothed {
+        let writer = s.graph().producer_of(t).map(|i| s.graph().node[i].op_type());
+        assert_eq!(writer, Some("Attention"));
+    }
+    for (t, maxes) in channel_absmax(&s, &smoothed) {
+        assert!(maxes.iter().all(|v| *v == 0.0 || (v - 1.0).abs() < 1e-3), "{t}: {maxes:?}");
+    }
+    let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
+    quantized.validate().unwrap();
+    assert!(quantized.graph().node.iter().any(|n| n.op_type() == "QAttention"));
+    let q = logits(&quantized);
+    assert!(max_abs_diff(&q, &b) <= 0.2 * scale, "{} of {scale}", max_abs_diff(&q, &b));
+
+    let shared = onnx_ir::tiny_bert::build(&TinyBertConfig {
+        form: GraphForm::OrtFused,
+        layers: 2,
+        shared_layers: true,
+        ..Default::default()
+    });
+    let sites = qdq::smoothing_sites(&shared, &policy).unwrap();
+    assert!(sites.iter().all(|s| !matches!(s.form, SmoothForm::PackedValue { .. })), "{sites:#?}");
 }
 
 /// `smooth_targets = layernorm-context` (the `cpu` preset) smooths what `all` does except the FFN's inner activation
