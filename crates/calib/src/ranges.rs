@@ -292,7 +292,7 @@ pub fn entropy_threshold(h: &Histogram, num_quantized_bins: usize) -> f32 {
         return (first as f64 * w).min(f64::from(h.max_abs())) as f32;
     }
     let sums = KlSums::new(counts, h.per_side(), nq);
-    let mut groups = KlGroups { mass: vec![0.0; nq], nonzero: vec![0; nq], log: vec![0.0; nq] };
+    let mut groups = KlGroups { mass: vec![0.0; nq], nonzero: vec![0; nq], term: vec![0.0; nq] };
     let mut best = (f64::INFINITY, extent);
     for i in first..=extent.min(sums.half) {
         if let Some(kl) = sums.divergence(i, &mut groups)
@@ -320,11 +320,12 @@ struct KlSums<'a> {
     pinv2: Vec<f64>,
 }
 
-/// One candidate's groups: mass of the slice in each, its non-zero bins of `p`, then the logarithm of `q` there.
+/// One candidate's groups: mass of the slice in each, its non-zero bins of `p`, and `q` there (then the group's term
+/// of the cross sum, `(sum of p') ln q'`).
 struct KlGroups {
     mass: Vec<f64>,
     nonzero: Vec<usize>,
-    log: Vec<f64>,
+    term: Vec<f64>,
 }
 
 impl<'a> KlSums<'a> {
@@ -365,7 +366,7 @@ impl<'a> KlSums<'a> {
         let e_p = KL_EPS * (n - nnz_p) as f64 / nnz_p as f64;
         // groups of m bins (the last takes the rest): mass, non-zero p, and q's non-zero count
         let m = n / nq;
-        for j in 0..nq {
+        for j in 0..nq - 1 {
             let lo = a + j * m;
             g.mass[j] = pc[lo + m] - pc[lo];
             g.nonzero[j] = pnz[lo + m] - pnz[lo];
@@ -379,7 +380,7 @@ impl<'a> KlSums<'a> {
         }
         let e_q = KL_EPS * (n - nnz_q) as f64 / nnz_q as f64;
         let mut undefined = false;
-        for ((x, &mass), &z) in g.log.iter_mut().zip(&g.mass).zip(&g.nonzero) {
+        for ((x, &mass), &z) in g.term.iter_mut().zip(&g.mass).zip(&g.nonzero) {
             *x = if z == 0 || mass <= 0.0 { KL_EPS } else { mass / z as f64 - e_q };
             undefined |= *x <= 0.0;
         }
@@ -390,11 +391,11 @@ impl<'a> KlSums<'a> {
         // summed in order after
         g.mass[0] += left;
         g.mass[nq - 1] += right;
-        for ((x, &s), &z) in g.log.iter_mut().zip(&g.mass).zip(&g.nonzero) {
+        for ((x, &s), &z) in g.term.iter_mut().zip(&g.mass).zip(&g.nonzero) {
             *x = if z == 0 { 0.0 } else { (s - e_p * z as f64) * x.ln() };
         }
         // (cross starts at +0 and never becomes -0, so adding a skipped group's +0 changes no bit)
-        let cross = g.log.iter().fold(0f64, |acc, &t| acc + t);
+        let cross = g.term.iter().fold(0f64, |acc, &t| acc + t);
         let self_term = self.p_ln_p(a, b, e_p, c_first + left, c_last + right);
         if !self_term.is_finite() {
             return None;

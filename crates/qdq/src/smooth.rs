@@ -670,13 +670,14 @@ impl Rewrite<'_> {
         Ok(())
     }
 
-    /// Divides columns `offset..offset + factors.len()` of the float parameter at `at` (node, input slot) by the
-    /// factors, in the copy [`Self::read_written`] keeps for the group.
+    /// Divides the last `factors.len()` columns of the float parameter at `at` (node, input slot), which has `offset`
+    /// columns before them (a packed weight's Q and K), by the factors, in the copy [`Self::read_written`] keeps for
+    /// the group.
     fn divide_columns(&mut self, group: usize, at: (usize, usize), factors: &[f32], offset: usize) -> Result<()> {
         let name = self.g.node[at.0].input[at.1].clone();
         let (v, shape) = read_f32(self.g, &name)?;
         let cols = *shape.last().unwrap_or(&1);
-        if cols < offset + factors.len() || (offset == 0 && cols != factors.len()) {
+        if cols != offset + factors.len() {
             return Err(Error::BadWeight {
                 tensor: name,
                 reason: format!("{cols} output channels, the attention context has {}", factors.len()),
