@@ -199,8 +199,8 @@ mod tests {
 
     #[test]
     fn verify_rejects_wrong_size_and_digest() {
-        let dir = std::env::temp_dir().join(format!("xtask-verify-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let f = dir.join("a.txt");
         std::fs::write(&f, b"abc").unwrap();
         let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
@@ -210,6 +210,5 @@ mod tests {
         assert!(verify(&bad_size, &f).unwrap_err().to_string().contains("expected 4"));
         let bad_sha = Asset { set: "t", path: "a.txt", url: None, sha256: Some("00"), size: None };
         assert!(verify(&bad_sha, &f).unwrap_err().to_string().contains("sha256"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -200,10 +200,10 @@ fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
 /// Runs `cases` mutants of every seed of every target, starting at case `first`; returns per target (accepted,
 /// refused).
 pub fn run(cases: u64, first: u64) -> Result<Vec<(&'static str, u64, u64)>> {
-    let dir = std::env::temp_dir().join(format!("qdq-fuzz-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let scratch = tempfile::Builder::new().prefix("qdq-fuzz-").tempdir()?;
+    let dir = scratch.path();
     let mut out = vec![];
-    for (name, check, seeds) in targets(&dir)? {
+    for (name, check, seeds) in targets(dir)? {
         let (mut ok, mut refused) = (0, 0);
         for seed in &seeds {
             let bytes = std::fs::read(seed)?;
@@ -226,7 +226,6 @@ pub fn run(cases: u64, first: u64) -> Result<Vec<(&'static str, u64, u64)>> {
         }
         out.push((name, ok, refused));
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
 }
 

@@ -123,8 +123,8 @@ mod tests {
 
     #[test]
     fn round_trip_through_a_file() {
-        let dir = std::env::temp_dir().join(format!("xtask-npy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let path = dir.join("a.npy");
         let values: Vec<f32> = (0..1000).map(|i| i as f32 * 0.5 - 7.0).collect();
         write(&path, &[10, 100], &values).unwrap();
@@ -134,7 +134,6 @@ mod tests {
         let back: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         assert_eq!(back, values);
         assert!(!dir.join("a.npy.tmp").exists());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -72,8 +72,8 @@ fn moving_average_states_do_not_merge() {
 
 #[test]
 fn json_round_trip_and_bad_file() {
-    let dir = std::env::temp_dir().join(format!("calib-merge-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let mut s = CalibState::new(CollectOptions::for_methods(&all_methods(), 32));
     s.observe("x", &[1.0, -2.0, f32::NAN, 0.0], &[2, 2]).unwrap();
     let path = dir.join("state.json");
@@ -91,9 +91,8 @@ fn json_round_trip_and_bad_file() {
     let e = CalibState::load_json(&path).unwrap_err().to_string();
     assert!(e.contains("`x`") && e.contains("signed histogram"), "{e}");
     // no temporary files left behind
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

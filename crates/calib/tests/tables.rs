@@ -5,10 +5,9 @@ use std::path::PathBuf;
 use qdq_calib::tables::*;
 use qdq_calib::*;
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("calib-tables-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory removed when dropped (also when the test fails).
+fn dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("calib-tables-{name}-")).tempdir().unwrap()
 }
 
 fn sample() -> RangeTable {
@@ -30,13 +29,12 @@ fn sample() -> RangeTable {
 #[test]
 fn json_round_trip_and_validation() {
     let d = dir("json");
-    let p = d.join("calibration.json");
+    let p = d.path().join("calibration.json");
     write_json(&p, &sample()).unwrap();
     assert_eq!(read_json(&p).unwrap(), sample());
     std::fs::write(&p, r#"{"method":"minmax","options":{},"ranges":{"t":{"min":2.0,"max":1.0}}}"#).unwrap();
     let e = read_json(&p).unwrap_err().to_string();
     assert!(e.contains("calibration.json") && e.contains("ranges.t"), "{e}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// Independent little-endian flatbuffers walk: root -> table -> vtable -> fields.
@@ -89,7 +87,7 @@ fn ort_flatbuffers_layout_decoded_by_hand() {
 #[test]
 fn ort_flatbuffers_round_trip_and_errors() {
     let d = dir("fb");
-    let p = d.join("calibration.flatbuffers");
+    let p = d.path().join("calibration.flatbuffers");
     write_ort_flatbuffers(&p, &sample()).unwrap();
     let back = read_ort_flatbuffers(&p).unwrap();
     assert_eq!(back, amax_map(&sample()));
@@ -101,7 +99,6 @@ fn ort_flatbuffers_round_trip_and_errors() {
     bad.insert("t".to_string(), f32::NAN);
     let e = decode_ort_flatbuffers(&encode_ort_flatbuffers(&bad), &memory_path()).unwrap_err().to_string();
     assert!(e.contains("`t`"), "{e}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -117,13 +114,12 @@ fn trt_cache_bits_and_round_trip() {
     assert_eq!(cache.amax(), amax);
 
     let d = dir("trt");
-    let p = d.join("cache");
+    let p = d.path().join("cache");
     write_trt_cache(&p, &sample(), DEFAULT_TRT_VERSION).unwrap();
     let back = read_trt_cache(&p).unwrap().amax();
     for (k, r) in &sample().ranges {
         assert!((back[k] - r.amax()).abs() <= r.amax() * 1e-6, "{k}");
     }
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -141,16 +137,16 @@ fn trt_cache_errors_name_the_line() {
 fn read_ranges_tells_qdqs_three_formats_apart() {
     let d = dir("any");
     let t = sample();
-    write_json(d.join("c.json"), &t).unwrap();
-    write_ort_flatbuffers(d.join("c.flatbuffers"), &t).unwrap();
-    write_trt_cache(d.join("c.cache"), &t, DEFAULT_TRT_VERSION).unwrap();
+    write_json(d.path().join("c.json"), &t).unwrap();
+    write_ort_flatbuffers(d.path().join("c.flatbuffers"), &t).unwrap();
+    write_trt_cache(d.path().join("c.cache"), &t, DEFAULT_TRT_VERSION).unwrap();
     // qdq's own table keeps each range as written; the two amax-only formats read back symmetric.
-    let json = read_ranges(d.join("c.json")).unwrap();
+    let json = read_ranges(d.path().join("c.json")).unwrap();
     assert_eq!((json.format, &json.ranges, json.rejected.len()), (TableFormat::Qdq, &t.min_max(), 0));
     assert_eq!(json.ranges["a:0"], (-3.25, 1.0));
-    let fb = read_ranges(d.join("c.flatbuffers")).unwrap();
+    let fb = read_ranges(d.path().join("c.flatbuffers")).unwrap();
     assert_eq!((fb.format, fb.ranges["a:0"]), (TableFormat::OrtFlatbuffers, (-3.25, 3.25)));
-    let trt = read_ranges(d.join("c.cache")).unwrap();
+    let trt = read_ranges(d.path().join("c.cache")).unwrap();
     assert_eq!(trt.format, TableFormat::TrtCache);
     let b = trt.ranges["b/out"];
     assert!((b.1 - 2.0).abs() < 1e-6 && b.0 == -b.1, "{trt:?}");
@@ -158,14 +154,14 @@ fn read_ranges_tells_qdqs_three_formats_apart() {
     // qdq's own table is all-or-nothing: an inverted range fails it, naming the tensor.
     let mut bad = sample();
     bad.ranges.insert("inverted".into(), Range { min: 1.0, max: -1.0 });
-    write_json(d.join("bad.json"), &bad).unwrap();
-    let e = read_ranges(d.join("bad.json")).unwrap_err().to_string();
+    write_json(d.path().join("bad.json"), &bad).unwrap();
+    let e = read_ranges(d.path().join("bad.json")).unwrap_err().to_string();
     assert!(e.contains("bad.json") && e.contains("ranges.inverted"), "{e}");
     // Anything else is reported as the flatbuffers table it is taken for, naming the file.
-    std::fs::write(d.join("junk"), b"\x01\x02").unwrap();
-    let e = read_ranges(d.join("junk")).unwrap_err().to_string();
+    std::fs::write(d.path().join("junk"), b"\x01\x02").unwrap();
+    let e = read_ranges(d.path().join("junk")).unwrap_err().to_string();
     assert!(e.contains("junk") && e.contains("TrtTable"), "{e}");
-    let e = read_ranges(d.join("missing.json")).unwrap_err().to_string();
+    let e = read_ranges(d.path().join("missing.json")).unwrap_err().to_string();
     assert!(e.contains("missing.json"), "{e}");
 }
 
@@ -178,12 +174,12 @@ fn a_file_that_is_no_table_gets_a_short_error() {
     let squad = format!(
         r#"{{"version": "1.1", "data": [{{"title": "t", "paragraphs": [{{"context": "{context}", "qas": []}}]}}]}}"#
     );
-    std::fs::write(d.join("dev.json"), &squad).unwrap();
-    std::fs::write(d.join("notes.txt"), format!("{context}\n{context}\n")).unwrap();
+    std::fs::write(d.path().join("dev.json"), &squad).unwrap();
+    std::fs::write(d.path().join("notes.txt"), format!("{context}\n{context}\n")).unwrap();
     for (file, said) in
         [("dev.json", "first entry `data`: expected [lowest, highest]"), ("notes.txt", "line 1: not a number")]
     {
-        let e = read_ranges(d.join(file)).unwrap_err().to_string();
+        let e = read_ranges(d.path().join(file)).unwrap_err().to_string();
         assert!(e.contains(file) && e.contains(said), "{file}: {}", &e[..e.len().min(400)]);
         assert!(e.len() < 400 && e.contains(" characters)"), "{file}: {} bytes: {}", e.len(), &e[..e.len().min(400)]);
     }
@@ -231,30 +227,30 @@ fn read_ranges_reads_the_files_onnx_runtime_writes() {
 #[test]
 fn read_ranges_lists_bad_entries_of_onnx_runtime_files() {
     let d = dir("ort-bad");
-    std::fs::write(d.join("t.cache"), "good 1.5\nbad nan\nname with spaces -2\n").unwrap();
-    let t = read_ranges(d.join("t.cache")).unwrap();
+    std::fs::write(d.path().join("t.cache"), "good 1.5\nbad nan\nname with spaces -2\n").unwrap();
+    let t = read_ranges(d.path().join("t.cache")).unwrap();
     assert_eq!(t.ranges.get("good"), Some(&(-1.5, 1.5)));
     assert_eq!(t.ranges.get("name with spaces"), Some(&(-2.0, 2.0)));
     assert_eq!(t.rejected.len(), 1);
     assert!(t.rejected[0].0 == "bad" && t.rejected[0].1.contains("not finite"), "{:?}", t.rejected);
     // A malformed line of a text cache is a rejected entry, not a misreading of the file as a flatbuffer; an empty
     // table is an error.
-    std::fs::write(d.join("m.cache"), "good 1.5\nbroken\nx y\n").unwrap();
-    let t = read_ranges(d.join("m.cache")).unwrap();
+    std::fs::write(d.path().join("m.cache"), "good 1.5\nbroken\nx y\n").unwrap();
+    let t = read_ranges(d.path().join("m.cache")).unwrap();
     assert_eq!((t.format, t.ranges.len()), (TableFormat::OrtText, 1));
     let why: Vec<String> = t.rejected.iter().map(|(k, w)| format!("{k}: {w}")).collect();
     assert_eq!(why, ["line 2: expected `name value`, got `broken`", "x: line 3: not a number"]);
-    std::fs::write(d.join("empty.cache"), "\n").unwrap();
-    let e = read_ranges(d.join("empty.cache")).unwrap_err().to_string();
+    std::fs::write(d.path().join("empty.cache"), "\n").unwrap();
+    let e = read_ranges(d.path().join("empty.cache")).unwrap_err().to_string();
     assert!(e.contains("empty.cache") && e.contains("no usable tensor ranges"), "{e}");
-    std::fs::write(d.join("allbad.cache"), "a nan\n").unwrap();
-    let e = read_ranges(d.join("allbad.cache")).unwrap_err().to_string();
+    std::fs::write(d.path().join("allbad.cache"), "a nan\n").unwrap();
+    let e = read_ranges(d.path().join("allbad.cache")).unwrap_err().to_string();
     assert!(e.contains("allbad.cache") && e.contains("`a`") && e.contains("not finite"), "{e}");
     let json = r#"{"a": [-1.0, 2.0], "b": {"lowest": {"data": [-3.0], "dtype": "float32", "CLS": "numpy.array"},
         "highest": {"data": 0.5, "dtype": "float32", "CLS": "numpy.array"}}, "c": {"lowest": 2.0, "highest": 1.0},
         "d": {"avg": 1.0}}"#;
-    std::fs::write(d.join("old.json"), json).unwrap();
-    let t = read_ranges(d.join("old.json")).unwrap();
+    std::fs::write(d.path().join("old.json"), json).unwrap();
+    let t = read_ranges(d.path().join("old.json")).unwrap();
     assert_eq!(t.format, TableFormat::OrtJson);
     assert_eq!((t.ranges["a"], t.ranges["b"]), ((-1.0, 2.0), (-3.0, 0.5)));
     let bad: Vec<&str> = t.rejected.iter().map(|(k, _)| k.as_str()).collect();

@@ -784,8 +784,8 @@ mod tests {
     /// named.
     #[test]
     fn bert_special_tokens_are_checked_at_their_ids() {
-        let dir = std::env::temp_dir().join(format!("qdq-anchors-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let mut tokens: Vec<String> = (0..1200).map(|i| format!("[unused{i}]")).collect();
         for (id, t) in BERT_ANCHORS {
             tokens[id as usize] = t.to_owned();

@@ -16,8 +16,8 @@ fn run(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
 
 #[test]
 fn v1_output_and_missing_warning() {
-    let dir = std::env::temp_dir().join(format!("squad-eval-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let preds = dir.join("p.json");
     // 9 questions: 6 exact, "cafe-4" wrong, "whale-2" partly right, "note-1" missing.
     std::fs::write(
@@ -44,13 +44,12 @@ fn v1_output_and_missing_warning() {
     let (code, _, err) = run(&[ds.as_os_str()]);
     assert_eq!(code, 2);
     assert!(err.contains("usage"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn v2_output_keys() {
-    let dir = std::env::temp_dir().join(format!("squad-eval-cli2-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let preds = dir.join("p.json");
     let na = dir.join("na.json");
     std::fs::write(&preds, r#"{"m-1": "nine in the morning", "m-2": "", "m-3": "free", "m-4": ""}"#).unwrap();
@@ -66,13 +65,13 @@ fn v2_output_keys() {
     // Sorted na: m-1 .1 (+1 -> 3, thresh .1), m-3 .3 (+0), m-4 .8 (0), m-2 .9 (0): best 3/4 at 0.1.
     assert_eq!(v["best_exact"], 75.0);
     assert_eq!(v["best_exact_thresh"], 0.1);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Issue 18, item 12: duplicate question ids are reported (by `Dataset::duplicate_ids` and a squad-eval warning).
 #[test]
 fn duplicate_question_ids_are_reported() {
-    let dir = tempfile_dir("dup");
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let ds = dir.join("dup.json");
     std::fs::write(
         &ds,
@@ -89,10 +88,4 @@ fn duplicate_question_ids_are_reported() {
     let (code, _, err) = run(&[ds.as_os_str(), preds.as_os_str()]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("1 question ids occur more than once") && err.contains("first: a"), "{err}");
-}
-
-fn tempfile_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("squad-eval-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

@@ -160,13 +160,12 @@ fn v2_missing_prediction_counts_zero() {
 
 #[test]
 fn load_errors_name_the_file() {
-    let dir = std::env::temp_dir().join(format!("squad-metrics-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let bad = dir.join("bad.json");
     std::fs::write(&bad, r#"{"data": [{"paragraphs": [{"context": 3}]}]}"#).unwrap();
     let e = load_dataset(&bad).unwrap_err().to_string();
     assert!(e.contains("bad.json") && e.contains("SQuAD dataset"), "{e}");
     let e = load_predictions(dir.join("nope.json")).unwrap_err().to_string();
     assert!(e.contains("nope.json") && e.contains("cannot read"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
