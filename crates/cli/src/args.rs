@@ -110,6 +110,11 @@ pub struct E2eArgs {
     /// Stop after quantizing: no evaluation.
     #[arg(long, visible_alias = "no_eval")]
     pub no_eval: bool,
+    /// Also run FP32 and INT8 under ONNX Runtime's profiler on the first evaluation features (at most 16) and show
+    /// where each one's time goes: kernel time per operator type as ONNX Runtime ran them (integer MatMuls, fused
+    /// attention, what stayed in float). A few seconds more; printed, in report.md and in results.json (`op_profile`).
+    #[arg(long, conflicts_with = "no_eval")]
+    pub profile_ops: bool,
     /// Output directory.
     #[arg(long, default_value = "out", value_name = "DIR")]
     pub out: PathBuf,

@@ -131,6 +131,7 @@ fn e2e(a: args::E2eArgs) -> Result<()> {
         samples: a.samples,
         batch: a.batch,
         no_eval: a.no_eval,
+        profile_ops: a.profile_ops,
         data: a.data,
         calib: a.calib,
         policy: a.policy,

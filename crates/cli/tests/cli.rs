@@ -548,6 +548,62 @@ fn every_command_speaks_json() {
     assert!(r["int8"]["f1"].as_f64().is_some() && r["quantization"]["quantized_tensors"].as_u64().unwrap() > 0);
 }
 
+/// `--profile-ops` runs each model under ONNX Runtime's profiler and reports its kernel time per operator type: the
+/// INT8 model's MatMuls run as integer kernels, the FP32 model's as float ones, and every node ONNX Runtime ran is
+/// counted once; without the flag nothing is profiled.
+#[test]
+fn profile_ops_shows_which_kernels_each_model_ran() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    let mut args = e2e_args(&f, "prof", vocab, data);
+    args.extend(["--profile-ops", "--json"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops = |model: &str| -> Vec<(String, u64, f64)> {
+        let p = &r["op_profile"][model];
+        assert_eq!(p["passes"], 3, "{p}");
+        assert!(p["features"].as_u64().unwrap() >= 1, "{p}");
+        let kernels = p["kernel_ms_per_feature"].as_f64().unwrap();
+        assert!(kernels > 0.0 && kernels <= p["run_ms_per_feature"].as_f64().unwrap(), "{p}");
+        let ops: Vec<_> = p["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["op"].as_str().unwrap().to_owned(),
+                    o["nodes"].as_u64().unwrap(),
+                    o["ms_per_feature"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let sum: f64 = ops.iter().map(|o| o.2).sum();
+        assert!((sum - kernels).abs() <= 1e-9 * kernels.max(1.0), "{p}");
+        ops
+    };
+    let (fp32, int8) = (ops("fp32"), ops("int8"));
+    let has = |ops: &[(String, u64, f64)], op: &str| ops.iter().any(|o| o.0 == op && o.1 > 0);
+    assert!(has(&int8, "MatMulIntegerToFloat") && has(&int8, "QuantizeLinear"), "{int8:?}");
+    assert!(!has(&fp32, "MatMulIntegerToFloat") && (has(&fp32, "MatMul") || has(&fp32, "FusedMatMul")), "{fp32:?}");
+    let err = stderr(&o);
+    assert!(err.contains("Where the time goes") && err.contains("MatMulIntegerToFloat"), "{err}");
+    let report = std::fs::read_to_string(f.dir.path().join("prof/report.md")).unwrap();
+    assert!(report.contains("## Where the time goes") && report.contains("| all kernels"), "{report}");
+
+    // eval: one model, in its JSON and under its line.
+    let q = f.dir.path().join("prof/model_qdq.onnx");
+    let eval = ["eval", "--model", q.to_str().unwrap(), "--vocab", vocab, "--dataset", data];
+    let o = qdq(&[&eval[..], &TINY_SHAPE, &["--profile-ops"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Where the time goes") && text.contains("| MatMulIntegerToFloat"), "{text}");
+    let o = qdq(&[&eval[..], &TINY_SHAPE, &["--json"]].concat());
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(e["op_profile"].is_null(), "{e}");
+}
+
 /// `quantize` without `--output` (and without `--dry-run`) says so before reading anything: the model and the table
 /// named here do not exist, and the error is about the missing output, not them.
 #[test]

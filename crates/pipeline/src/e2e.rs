@@ -14,7 +14,9 @@ use crate::data::{Corpus, DataConfig};
 use crate::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::inputs::{Feeds, InputSet, TextInputs, load_feeds};
 use crate::provenance::{Invocation, Machine, Provenance};
-use crate::report::{CalibrationSummary, ComparedMethod, E2eResults, ModelResult, QuantizationSummary};
+use crate::report::{
+    CalibrationSummary, ComparedMethod, E2eResults, ModelResult, OpProfiles, QuantizationSummary, op_table,
+};
 use crate::settings::{Mode, PolicyChoice};
 use crate::speed::{self, PairedTiming};
 use crate::{Progress, Result, write_predictions};
@@ -43,6 +45,8 @@ pub struct E2eConfig {
     /// [`crate::RuntimeSettings::int8_session`]).
     pub eval: EvalOptions,
     pub no_eval: bool,
+    /// Also profile both models on the speed comparison's features ([`crate::OpProfiles`]).
+    pub profile_ops: bool,
 }
 
 fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
@@ -119,6 +123,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             })
             .collect(),
         speedup: None,
+        op_profile: None,
         provenance: Provenance::default(),
     };
 
@@ -133,6 +138,21 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             let int8 = Side { path: &qpath, session: int8_session };
             results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
             phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
+            if cfg.profile_ops {
+                let t = Instant::now();
+                let p = OpProfiles {
+                    fp32: profile_inputs(&cfg.model, &cfg.eval, set, output)?,
+                    int8: profile_inputs(
+                        &qpath,
+                        &EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() },
+                        set,
+                        output,
+                    )?,
+                };
+                progress.note(&format!("Where the time goes:\n{}", op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)])));
+                results.op_profile = Some(p);
+                phases.insert("op_profile".to_owned(), t.elapsed().as_secs_f64());
+            }
         }
         None => {}
     }
@@ -152,6 +172,20 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     };
     results.write(&cfg.out)?;
     Ok(results)
+}
+
+/// The [`crate::OpProfile`] of a classifier `model` on the first inputs of `set` (at most [`speed::FEATURES`], in
+/// batches of `opts.batch`), reading `output`.
+fn profile_inputs(model: &Path, opts: &EvalOptions, set: &InputSet, output: &str) -> Result<crate::OpProfile> {
+    let n = set.len().min(speed::FEATURES);
+    let batch = opts.batch.max(1);
+    let batches: Vec<_> = (0..n).step_by(batch).map(|i| set.batch(i..(i + batch).min(n))).collect();
+    speed::profile_ops(model, &opts.session, &[], (batches.len(), n), |s| {
+        batches.iter().try_for_each(|b| {
+            let feeds: Vec<(&str, ndarray::ArrayView2<i64>)> = b.iter().map(|(k, a)| (k.as_str(), a.view())).collect();
+            s.run_with(&feeds, &[output], |_| Ok::<_, crate::Error>(()))
+        })
+    })
 }
 
 /// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
@@ -232,6 +266,16 @@ fn evaluate_squad(
         progress.note(&format!("INT8 against FP32, in alternation on {} features: {}", s.features, s.describe()));
         results.speedup = Some(s);
         phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
+        if cfg.profile_ops {
+            let t = Instant::now();
+            let p = OpProfiles {
+                fp32: timing.profile(&cfg.model, &cfg.eval.session)?,
+                int8: timing.profile(qpath, int8_session)?,
+            };
+            progress.note(&format!("Where the time goes:\n{}", op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)])));
+            results.op_profile = Some(p);
+            phases.insert("op_profile".to_owned(), t.elapsed().as_secs_f64());
+        }
     }
     // --compare-methods: each other method's model, evaluated the same way.
     let t = Instant::now();

@@ -353,6 +353,11 @@ pub struct EvalJob {
     /// then each session's own; the pass's wall time is in --json (`wall_seconds`).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N", value_parser = crate::settings::cli::positive))]
     pub workers: usize,
+    /// Also run the model under ONNX Runtime's profiler on its first features (at most 16) and show where its time
+    /// goes: kernel time per operator type as ONNX Runtime ran them (integer MatMuls, fused attention, what stayed in
+    /// float). A few seconds more; in --json as `op_profile`.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub profile_ops: bool,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub runtime: RuntimeSettings,
     #[cfg_attr(feature = "cli", command(flatten))]
@@ -364,6 +369,8 @@ pub struct EvalJob {
 pub struct EvalReport {
     pub model: PathBuf,
     pub evaluation: Evaluation,
+    /// `--profile-ops`.
+    pub op_profile: Option<crate::OpProfile>,
 }
 
 impl Report for EvalReport {
@@ -382,6 +389,7 @@ impl Report for EvalReport {
             "latency": e.latency,
             "wall_seconds": e.wall_seconds,
             "workers": e.workers,
+            "op_profile": self.op_profile,
         })
     }
 }
@@ -409,13 +417,17 @@ impl fmt::Display for EvalReport {
                 l.p50_ms_per_feature,
                 l.p90_ms_per_feature,
                 e.ep
-            )
+            )?;
         } else {
             write!(
                 f,
                 "{:.2} ms/feature, p50 {:.2}, p90 {:.2}, {:.1} features/s on {}",
                 l.ms_per_feature, l.p50_ms_per_feature, l.p90_ms_per_feature, l.features_per_second, e.ep
-            )
+            )?;
+        }
+        match &self.op_profile {
+            Some(p) => write!(f, "\nWhere the time goes:\n{}", crate::op_table(&[("model", p)]).trim_end()),
+            None => Ok(()),
         }
     }
 }
@@ -462,7 +474,27 @@ pub(crate) fn evaluate_questions(
     if let Some(p) = &job.predictions {
         write_predictions(p, &evaluation.predictions)?;
     }
-    Ok(EvalReport { model: job.model.clone(), evaluation })
+    let op_profile = if job.profile_ops { Some(profile_first_features(&job.model, &data, &opts)?) } else { None };
+    Ok(EvalReport { model: job.model.clone(), evaluation, op_profile })
+}
+
+/// The [`crate::OpProfile`] of `model` on the first batches of `data` (at most [`crate::speed::FEATURES`] features, at
+/// least one batch).
+fn profile_first_features(model: &Path, data: &Corpus, opts: &EvalOptions) -> Result<crate::OpProfile> {
+    let mut batches = vec![];
+    let mut features = 0;
+    for b in data.batches(opts.batch)? {
+        let b = b?;
+        if !batches.is_empty() && features + b.len() > crate::speed::FEATURES {
+            break;
+        }
+        features += b.len();
+        batches.push(b);
+    }
+    let outputs = data.io().logit_outputs();
+    crate::speed::profile_ops(model, &opts.session, &data.io().zero_inputs, (batches.len(), features), |s| {
+        batches.iter().try_for_each(|b| s.run_with(&b.inputs(data.io()), &outputs, |_| Ok::<_, Error>(())))
+    })
 }
 
 /// `qdq e2e`: calibrate, quantize, evaluate FP32 and INT8, everything into `out`.
@@ -475,6 +507,8 @@ pub struct E2eJob {
     pub samples: usize,
     pub batch: usize,
     pub no_eval: bool,
+    /// Profile both models after the speed comparison ([`crate::OpProfiles`]).
+    pub profile_ops: bool,
     pub data: DataSettings,
     pub calib: CalibSettings,
     pub policy: PolicySettings,
@@ -552,6 +586,7 @@ pub fn e2e_job(job: &E2eJob, progress: &dyn Progress) -> Result<E2eReport> {
         invocation: job.invocation.clone(),
         eval: EvalOptions { batch: job.batch, session: fp32, warmup: job.runtime.warmup, workers: 1 },
         no_eval: job.no_eval,
+        profile_ops: job.profile_ops,
     };
     Ok(E2eReport { results: e2e(&cfg, &int8, progress)?, out: job.out.clone() })
 }

@@ -50,7 +50,7 @@ pub use settings::{
     CalibSettings, DataSettings, ExplicitIo, IoNames, MethodSettings, Mode, PolicyChoice, PolicySettings,
     RuntimeSettings, SquadVersion, calibration_session, describe_policies, preset_for_ep, resolve_model,
 };
-pub use speed::Speedup;
+pub use speed::{OpProfile, OpShare, Speedup};
 pub use tune::{Candidate, TuneJob, TuneReport, tune};
 // The types a caller of the jobs names: EPs and their options, range methods.
 pub use calib::{MethodKind, MethodOptions};
@@ -60,8 +60,8 @@ pub use files::signals;
 pub use progress::{LogProgress, NoProgress, Progress};
 pub use provenance::{GIT_COMMIT, Invocation, Machine, OnnxRuntime, Provenance};
 pub use report::{
-    Agreement, CalibrationSummary, ClassifierEval, ClassifierModel, E2eResults, Latency, ModelResult,
-    QuantizationSummary,
+    Agreement, CalibrationSummary, ClassifierEval, ClassifierModel, E2eResults, Latency, ModelResult, OpProfiles,
+    QuantizationSummary, op_table,
 };
 pub use runtime::{Ep, OptLevel, OrtInfo, SessionConfig};
 

@@ -94,6 +94,7 @@ impl RuntimeSettings {
             verbose: self.ort_verbose,
             optimized_model_path: dir.filter(|_| self.save_load).map(|d| d.join(format!("model_{tag}_optimized.onnx"))),
             library: self.ort_lib.clone(),
+            profile: None,
         }
     }
 

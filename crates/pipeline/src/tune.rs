@@ -259,6 +259,7 @@ pub fn tune(job: &TuneJob, progress: &dyn Progress) -> Result<TuneReport> {
             predictions: None,
             // Scoring is a throughput pass (the speed comes from `timing`): one one-thread session per core.
             workers: runtime::threads_or_cores(job.runtime.threads),
+            profile_ops: false,
             runtime: job.runtime.clone(),
             data: job.data.clone(),
         };

@@ -65,6 +65,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()] },
         eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1, workers: 1 },
         no_eval: false,
+        profile_ops: false,
     }
 }
 
@@ -1317,10 +1318,16 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     let run = |dataset: &Path, out: &str, policy: &str| {
         let mut c = config(model_path.clone(), dir.path().join(out), policy);
         (c.dataset, c.calibration_data) = (dataset.to_path_buf(), npz.clone());
+        c.profile_ops = out == "out_text";
         qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap()
     };
     let r = run(&txt, "out_text", "cpu");
     assert_eq!(r.task, "classification");
+    // --profile-ops on a classifier: both models on the 5 inputs, the INT8 one's MatMuls integer.
+    let p = r.op_profile.as_ref().unwrap();
+    assert_eq!((p.fp32.features, p.int8.features), (5, 5));
+    let ran = |p: &qdq_pipeline::OpProfile, op: &str| p.ops.iter().any(|o| o.op == op);
+    assert!(ran(&p.int8, "MatMulIntegerToFloat") && !ran(&p.fp32, "MatMulIntegerToFloat"), "{p:?}");
     assert!(r.fp32.is_none() && r.int8.is_none());
     let c = r.classification.as_ref().unwrap();
     assert_eq!((c.agreement.inputs, c.agreement.classes, c.agreement.output.as_str()), (5, 3, "logits"));

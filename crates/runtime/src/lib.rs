@@ -5,7 +5,8 @@
 //! - the typed [`Ep`] enum with each provider's options, and turning it into an `ort` session;
 //! - running a model on named `i64` inputs and handing back `f32` outputs, or handing tensors to an [`Observer`]
 //!   while the run computes them ([`observe`]);
-//! - what this CPU offers ONNX Runtime's integer kernels ([`int8_dot_product`]).
+//! - what this CPU offers ONNX Runtime's integer kernels ([`int8_dot_product`]);
+//! - reading ONNX Runtime's profiler output: kernel time per operator type ([`OpTimes`]).
 //!
 //! Invariants:
 //! - We never fall back to another EP silently. An EP the loaded library lacks, or that fails to register, is an
@@ -18,6 +19,7 @@ mod cpu;
 mod ep;
 mod library;
 pub mod observe;
+mod profile;
 mod session;
 mod tensor;
 
@@ -25,6 +27,7 @@ pub use cpu::int8_dot_product;
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
 pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;
+pub use profile::{OpTime, OpTimes};
 pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind, threads_or_cores};
 
 use std::path::PathBuf;
@@ -59,6 +62,8 @@ pub enum Error {
     BadOutput { model: String, output: String, reason: String },
     #[error("running {model} failed: {reason}")]
     Run { model: String, reason: String },
+    #[error("ONNX Runtime profile {path}: {reason}")]
+    Profile { path: PathBuf, reason: String },
     #[error("ONNX Runtime error: {0}")]
     Ort(String),
 }

@@ -71,6 +71,9 @@ pub struct SessionConfig {
     pub optimized_model_path: Option<PathBuf>,
     /// Load ONNX Runtime from this path instead of the default search ([`crate::locate_library`]).
     pub library: Option<PathBuf>,
+    /// Record ONNX Runtime's profile (an event per node per run) into a file whose name starts with this prefix;
+    /// [`Session::end_profiling`] finishes it and says where it is.
+    pub profile: Option<PathBuf>,
 }
 
 impl Default for SessionConfig {
@@ -84,6 +87,7 @@ impl Default for SessionConfig {
             verbose: false,
             optimized_model_path: None,
             library: None,
+            profile: None,
         }
     }
 }
@@ -113,6 +117,7 @@ impl SessionConfig {
             .map(|i| SessionConfig {
                 intra_threads: Some((threads / workers).max(1)),
                 optimized_model_path: self.optimized_model_path.clone().filter(|_| i == 0),
+                profile: self.profile.clone().filter(|_| i == 0),
                 ..self.clone()
             })
             .collect()
@@ -388,6 +393,9 @@ impl Session {
         if let Some(p) = &cfg.optimized_model_path {
             b = b.with_optimized_model_path(p).map_err(builder_err(model))?;
         }
+        if let Some(p) = &cfg.profile {
+            b = b.with_profiling(p).map_err(builder_err(model))?;
+        }
         if let Some(o) = observer {
             let domain = crate::observe::domain(Arc::clone(o)).map_err(builder_err(model))?;
             b = b.with_operators(domain).map_err(builder_err(model))?;
@@ -402,6 +410,20 @@ impl Session {
         // at a time.
         let _one_at_a_time = observer.map(|_| crate::observe::BUILDING.lock().unwrap_or_else(|p| p.into_inner()));
         commit(&mut b).map_err(|e| Error::Session { model: model.to_owned(), reason: e.to_string() })
+    }
+
+    /// Ends the profile [`SessionConfig::profile`] started and returns its file (ONNX Runtime adds a date to the
+    /// prefix). An error on a session made without one.
+    pub fn end_profiling(&mut self) -> Result<PathBuf> {
+        let name =
+            self.inner.end_profiling().map_err(|e| Error::Run { model: self.model.clone(), reason: e.to_string() })?;
+        if name.is_empty() {
+            return Err(Error::Run {
+                model: self.model.clone(),
+                reason: "no profile was started for this session".into(),
+            });
+        }
+        Ok(PathBuf::from(name))
     }
 
     /// The EP the session runs on (CPU after a permitted fallback).

@@ -159,3 +159,38 @@ fn inputs_declared_float_bool_or_int32_are_fed_the_rows_converted() {
         assert_eq!(got, want, "{input} declared {dt:?}");
     }
 }
+
+/// A profiled session's file sums up per operator type: tiny BERT's unoptimised graph has its MatMuls (two heads'
+/// worth of projections per layer and the QA head), Softmax per layer; the counted runs are those after the skipped.
+#[test]
+fn a_profiled_session_reports_kernel_time_per_operator_type() {
+    let model = build(&TinyBertConfig::default());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg =
+        SessionConfig { opt_level: OptLevel::Disable, profile: Some(dir.path().join("tiny")), ..Default::default() };
+    let mut s = Session::from_bytes(&model.to_bytes().unwrap(), "tiny_bert.onnx", &cfg).unwrap();
+    let x = inputs(2, SEQ, SEQ);
+    for _ in 0..4 {
+        s.run(
+            &[("input_ids", x[0].view()), ("attention_mask", x[1].view()), ("token_type_ids", x[2].view())],
+            &["start_logits", "end_logits"],
+        )
+        .unwrap();
+    }
+    let file = s.end_profiling().unwrap();
+    assert!(file.starts_with(dir.path()), "{}", file.display());
+    let t = qdq_runtime::OpTimes::read(&file, 1).unwrap();
+    assert_eq!(t.runs, 3);
+    let nodes = |op: &str| t.ops.iter().find(|o| o.op == op).map_or(0, |o| o.nodes);
+    let graph_nodes = |op: &str| model.graph().node.iter().filter(|n| n.op_type() == op).count();
+    for op in ["MatMul", "Softmax", "Gather"] {
+        assert!(graph_nodes(op) > 0, "{op}");
+        assert_eq!(nodes(op), graph_nodes(op), "{op}: {:?}", t.ops);
+    }
+    assert!(t.ops.iter().all(|o| o.micros >= 0.0 && o.provider == "CPUExecutionProvider"), "{:?}", t.ops);
+    assert!(t.kernel_micros() > 0.0 && t.kernel_micros() <= t.run_micros, "{t:?}");
+    // A session made without a profile has none to end.
+    let mut plain =
+        Session::from_bytes(&model.to_bytes().unwrap(), "tiny_bert.onnx", &SessionConfig::default()).unwrap();
+    assert!(plain.end_profiling().is_err());
+}
