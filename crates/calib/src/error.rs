@@ -29,6 +29,19 @@ pub enum Error {
         "tensor `{tensor}`: method `{method}` needs the {needs}, which was not collected (see CollectOptions::for_methods)"
     )]
     NotCollected { tensor: String, method: &'static str, needs: &'static str },
+    /// A histogram collected for its tails alone ([`crate::CollectOptions::tails`]) folded the bins `method`'s range
+    /// falls in: the statistics must be collected again with whole histograms.
+    #[error(
+        "tensor `{tensor}`: method `{method}`'s range falls in histogram bins counted only together (the tails kept \
+         for a percentile were thinner than the first batches showed): collect again with whole histograms"
+    )]
+    TailTooThin { tensor: String, method: &'static str },
+    /// A method needs a whole histogram of a tensor whose state kept only its tails.
+    #[error(
+        "tensor `{tensor}`: method `{method}` needs the whole {needs}, and this state kept only its tails (collected \
+         for a percentile alone): collect again for `{method}`"
+    )]
+    TailsOnly { tensor: String, method: &'static str, needs: &'static str },
     /// File system error.
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },

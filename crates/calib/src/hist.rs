@@ -33,7 +33,16 @@ pub struct Histogram {
     counts: Vec<u64>,
     total: u64,
     max_abs: f32,
+    /// Bins `a..b` (indices into `counts`) whose values are not counted bin by bin: their number is `total` minus
+    /// the counts, and their counts stay 0. Set by [`Histogram::fold_to_tails`] where only the tails matter (a
+    /// percentile); `None`: every bin counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    folded: Option<(usize, usize)>,
 }
+
+/// [`Histogram::fold_to_tails`] folds only where the bins left counted at the ends hold less than this fraction
+/// (one over it) of the values.
+const FOLD_WHEN_RESOLVED_UNDER: u64 = 8;
 
 /// Smallest `e >= MIN_WIDTH_LOG2` with `t < per_side * 2^e`.
 pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
@@ -53,7 +62,15 @@ pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
 impl Histogram {
     /// Empty histogram with `per_side` bins per side of zero (must be >= 1).
     pub fn new(signed: bool, per_side: usize) -> Self {
-        Histogram { signed, per_side: per_side.max(1), width_log2: None, counts: Vec::new(), total: 0, max_abs: 0.0 }
+        Histogram {
+            signed,
+            per_side: per_side.max(1),
+            width_log2: None,
+            counts: Vec::new(),
+            total: 0,
+            max_abs: 0.0,
+            folded: None,
+        }
     }
 
     /// Whether this counts `x` (true) or `|x|` (false).
@@ -89,15 +106,27 @@ impl Histogram {
         if self.signed { i as i64 - self.per_side as i64 } else { i as i64 }
     }
 
-    /// Whether the internal layout is consistent (counts length, total, width); checked on load.
+    /// The bins `a..b` counted only together ([`Histogram::fold_to_tails`]), if any: their values number
+    /// [`Histogram::total`] minus the sum of the counts.
+    pub fn folded(&self) -> Option<(usize, usize)> {
+        self.folded
+    }
+
+    /// Whether the internal layout is consistent (counts length, total, width, folded bins); checked on load.
     pub fn is_consistent(&self) -> bool {
         let sum: u64 = self.counts.iter().sum();
         let max_ok = self.max_abs.is_finite() && self.max_abs >= 0.0;
+        let sum_ok = match self.folded {
+            None => sum == self.total,
+            Some((a, b)) => {
+                a < b && b <= self.counts.len() && self.counts[a..b].iter().all(|&c| c == 0) && sum <= self.total
+            }
+        };
         match self.width_log2 {
-            None => self.counts.is_empty() && self.total == 0,
+            None => self.counts.is_empty() && self.total == 0 && self.folded.is_none(),
             Some(e) => {
                 self.counts.len() == self.len()
-                    && sum == self.total
+                    && sum_ok
                     && max_ok
                     && (MIN_WIDTH_LOG2..=200).contains(&e)
                     && e >= width_log2_for(self.max_abs, self.per_side)
@@ -119,6 +148,53 @@ impl Histogram {
             counts: vec![0; self.counts.len()],
             total: 0,
             max_abs: self.max_abs,
+            folded: self.folded,
+        }
+    }
+
+    /// Folds the middle bins (an absolute histogram's lowest ones) into one count wherever at least `keep` values
+    /// stay counted bin by bin at each end (of `|x|`: at the top), so later values there are not binned: a
+    /// percentile reads only the tails. Bins already folded stay so. Returns whether any bin was folded.
+    pub fn fold_to_tails(&mut self, keep: u64) -> bool {
+        let c = &self.counts;
+        if c.is_empty() || keep == 0 {
+            return false;
+        }
+        // The first bin whose prefix holds `keep` values, and the last whose suffix does.
+        let mut acc = 0u64;
+        let lower = c.iter().position(|&n| {
+            acc += n;
+            acc >= keep
+        });
+        acc = 0;
+        let upper = c.iter().rposition(|&n| {
+            acc += n;
+            acc >= keep
+        });
+        let (Some(lower), Some(upper)) = (lower, upper) else {
+            return false;
+        };
+        let (a, b) = if self.signed { (lower + 1, upper) } else { (0, upper) };
+        let (a, b) = match self.folded {
+            Some((fa, fb)) => (a.min(fa), b.max(fb)),
+            None => (a, b),
+        };
+        // Folding pays where most values fall in the middle: not where an end's bins hold many (a signed
+        // histogram of masked attention, whose lowest bin holds its zeros).
+        let resolved: u64 = c[..a].iter().chain(&c[b.min(c.len())..]).sum();
+        if a >= b || Some((a, b)) == self.folded || resolved > self.total / FOLD_WHEN_RESOLVED_UNDER {
+            return false;
+        }
+        self.fold(a, b);
+        true
+    }
+
+    /// Folds bins `a..b` (clamped to the counts), leaving their values in `total` only.
+    fn fold(&mut self, a: usize, b: usize) {
+        let b = b.min(self.counts.len());
+        if a < b {
+            self.counts[a..b].fill(0);
+            self.folded = Some((a, b));
         }
     }
 
@@ -130,18 +206,22 @@ impl Histogram {
             return;
         };
         let offset = if self.signed { self.per_side as i64 } else { 0 };
+        let half = |i: usize| ((i as i64 - offset).div_euclid(2) + offset).max(0) as usize;
         for _ in cur..e {
             let mut next = vec![0u64; self.counts.len()];
             for (i, &c) in self.counts.iter().enumerate() {
                 if c == 0 {
                     continue;
                 }
-                let k = i as i64 - offset;
-                if let Some(slot) = next.get_mut((k.div_euclid(2) + offset) as usize) {
+                if let Some(slot) = next.get_mut(half(i)) {
                     *slot += c;
                 }
             }
             self.counts = next;
+            // A wide bin holding any folded narrow one is folded whole.
+            if let Some((a, b)) = self.folded {
+                self.fold(half(a), half(b - 1) + 1);
+            }
         }
         self.width_log2 = Some(cur.max(e));
     }
@@ -191,12 +271,20 @@ impl Histogram {
         };
         let e = self.width_log2.unwrap_or(oe).max(oe);
         self.coarsen_to(e);
-        if oe == e {
+        let their_fold = if oe == e {
             add_into(&mut self.counts, &other.counts);
+            other.folded
         } else {
             let mut theirs = other.clone();
             theirs.coarsen_to(e);
             add_into(&mut self.counts, &theirs.counts);
+            theirs.folded
+        };
+        // Folded in either: folded in the sum (their union's hull, so one range).
+        match (self.folded, their_fold) {
+            (Some((a, b)), Some((c, d))) => self.fold(a.min(c), b.max(d)),
+            (None, Some((c, d))) => self.fold(c, d),
+            _ => {}
         }
         self.total += other.total;
         self.max_abs = self.max_abs.max(other.max_abs);
@@ -241,6 +329,10 @@ pub(crate) struct Filler {
     window: Option<usize>,
     /// [`count_window`]'s indices outside the window.
     outside: Vec<u32>,
+    /// A block's values outside the histogram's folded bins ([`keep_outside`]), the only ones binned.
+    kept: Vec<f32>,
+    /// The last block's grid and its width.
+    grid: Option<(i32, Grid)>,
 }
 
 thread_local! {
@@ -256,7 +348,18 @@ impl Filler {
     /// Starts from `hist` (its counts are kept and added to).
     pub(crate) fn new(hist: Histogram) -> Self {
         let window = window_of(&hist);
-        Filler { hist, sub: Vec::new(), pending: 0, idx: Vec::new(), lo: 1, hi: 0, window, outside: Vec::new() }
+        Filler {
+            hist,
+            sub: Vec::new(),
+            pending: 0,
+            idx: Vec::new(),
+            lo: 1,
+            hi: 0,
+            window,
+            outside: Vec::new(),
+            kept: Vec::new(),
+            grid: None,
+        }
     }
 
     /// Counts in registers where `like` (of the same grid, such as the histogram a partial one will be merged into)
@@ -275,11 +378,14 @@ impl Filler {
             return;
         }
         let t = self.hist.max_abs.max(block_max_abs);
-        let e = width_log2_for(t, self.hist.per_side);
-        if self.hist.width_log2 != Some(e) {
-            self.flush();
-            self.hist.coarsen_to(e);
-            self.window = window_of(&self.hist);
+        // The grid covers the largest value so far; only a larger one can need a coarser grid.
+        if self.hist.width_log2.is_none() || t > self.hist.max_abs {
+            let e = width_log2_for(t, self.hist.per_side);
+            if self.hist.width_log2.is_none_or(|w| w < e) {
+                self.flush();
+                self.hist.coarsen_to(e);
+                self.window = window_of(&self.hist);
+            }
         }
         self.hist.max_abs = t;
         self.hist.total += finite;
@@ -301,12 +407,40 @@ impl Filler {
                 })
                 .unwrap_or_else(|| vec![0; LANES * (len + 1)]);
         }
-        let grid = Grid::new(e, if self.hist.signed { self.hist.per_side } else { 0 }, self.hist.signed, len);
-        // Bins are monotonic in the value, so `+-max_abs` (or `0..max_abs`) bound the bins this block touches.
+        // The grid of the last block, while the width stays (Grid::new asks the CPU and computes 2^-e).
+        let grid = match self.grid.take() {
+            Some((w, g)) if w == e => g,
+            _ => Grid::new(e, if self.hist.signed { self.hist.per_side } else { 0 }, self.hist.signed, len),
+        };
+        self.add_with(&grid, block, max_abs);
+        self.grid = Some((e, grid));
+    }
+
+    /// [`Filler::add_on_grid`] on `grid`.
+    fn add_with(&mut self, grid: &Grid, block: &[f32], max_abs: f32) {
+        if let Some((a, b)) = self.hist.folded {
+            // Only the values outside the folded bins are binned; the others are in `total` already.
+            let mut kept = std::mem::take(&mut self.kept);
+            kept.clear();
+            keep_outside(block, (grid.edge(a), grid.edge(b)), self.hist.signed, &mut kept);
+            self.bin(grid, &kept, max_abs);
+            self.kept = kept;
+        } else {
+            self.bin(grid, block, max_abs);
+        }
+    }
+
+    /// [`Filler::add_on_grid`]'s binning of `block` (finite values within `+-max_abs`) on `grid`.
+    fn bin(&mut self, grid: &Grid, block: &[f32], max_abs: f32) {
+        if block.is_empty() {
+            return;
+        }
+        let len = self.hist.counts.len();
+        // Bins are monotonic in the value, so `+-max_abs` (or `0..max_abs`) bound the bins this block touches; the
+        // few values outside folded bins, a tail's, bound them by their own indices.
         let mut ends = [0u32; 2];
         grid.indices(&[if self.hist.signed { -max_abs } else { 0.0 }, max_abs], &mut ends);
-        self.lo = self.lo.min(ends[0].min(len as u32 - 1) as usize);
-        self.hi = self.hi.max(ends[1].min(len as u32 - 1) as usize);
+        let folded = self.hist.folded.is_some();
         for piece in block.chunks(BLOCK) {
             if self.pending + piece.len() as u64 > FLUSH_EVERY {
                 self.flush();
@@ -314,6 +448,12 @@ impl Filler {
             self.pending += piece.len() as u64;
             self.idx.resize(piece.len(), 0);
             grid.indices(piece, &mut self.idx);
+            if folded {
+                let seen = self.idx.iter().filter(|&&i| (i as usize) < len);
+                ends = seen.fold([u32::MAX, 0], |[lo, hi], &i| [lo.min(i), hi.max(i)]);
+            }
+            self.lo = self.lo.min(ends[0].min(len as u32 - 1) as usize);
+            self.hi = self.hi.max(ends[1].min(len as u32 - 1) as usize);
             let stride = len + 1;
             // `sub` holds exactly LANES lanes of `stride` slots (sized above), which `scatter` relies on.
             let mut lanes = self.sub.chunks_exact_mut(stride);
@@ -358,9 +498,12 @@ impl Filler {
             return;
         }
         let len = self.hist.counts.len();
+        // The touched bins, less the folded ones (no value is binned there): one or two runs.
+        let (a, b) = self.hist.folded.unwrap_or((len, len));
+        let runs = [(self.lo, (self.hi + 1).min(a)), (self.lo.max(b), self.hi + 1)];
         for lane in self.sub.chunks_exact_mut(len + 1) {
-            if self.lo <= self.hi {
-                let (counts, lane) = (&mut self.hist.counts[self.lo..=self.hi], &mut lane[self.lo..=self.hi]);
+            for &(from, to) in runs.iter().filter(|r| r.0 < r.1) {
+                let (counts, lane) = (&mut self.hist.counts[from..to], &mut lane[from..to]);
                 for (c, s) in counts.iter_mut().zip(lane.iter()) {
                     *c += u64::from(*s);
                 }
@@ -411,7 +554,8 @@ const _: () = assert!(BLOCK / 16 <= 255);
 /// finds its window in a fraction of a per cent of the time it takes to count them.)
 fn window_of(h: &Histogram) -> Option<usize> {
     let c = &h.counts;
-    if c.len() < WINDOW || h.total == 0 || !registers_count() {
+    // Folded bins: the few values binned are a tail's, spread out.
+    if c.len() < WINDOW || h.total == 0 || h.folded.is_some() || !registers_count() {
         return None;
     }
     let fullest = c.iter().enumerate().fold((0, 0), |best, (i, &n)| if n > best.1 { (i, n) } else { best }).0;
@@ -514,6 +658,75 @@ fn scatter(l: &mut [&mut [u32]; LANES], q: &[u32]) {
     }
 }
 
+/// Appends to `out` the values of `data` outside `lo..hi` (of `|x|` unless `signed`; NaN is outside), 16 at a time:
+/// a run of 16 inside (the usual case where the middle bins are folded) costs a few vector instructions.
+fn keep_outside(data: &[f32], (lo, hi): (f32, f32), signed: bool, out: &mut Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU supports AVX-512F, checked just above.
+        return unsafe { keep_outside_avx512(data, (lo, hi), signed, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { keep_outside_avx2(data, (lo, hi), signed, out) };
+    }
+    keep_outside_lanes(data, (lo, hi), signed, out)
+}
+
+/// [`keep_outside`] with AVX-512F: per 16 values two compares, and the values outside packed into `out` where there
+/// are any.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn keep_outside_avx512(data: &[f32], (lo, hi): (f32, f32), signed: bool, out: &mut Vec<f32>) {
+    use std::arch::x86_64::*;
+    let (lo_v, hi_v) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+    let chunks = data.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        // SAFETY: `c` holds 16 values, read unaligned.
+        let x = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+        let v = if signed { x } else { _mm512_abs_ps(x) };
+        // Ordered compares: NaN is in neither, so outside.
+        let inside = _mm512_mask_cmp_ps_mask::<_CMP_LT_OQ>(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, lo_v), v, hi_v);
+        if inside != u16::MAX {
+            out.reserve(16);
+            let n = out.len();
+            // Packed in a register and stored whole (a compress straight to memory is slow on some CPUs); only the
+            // packed values are kept.
+            // SAFETY: `out` has room for 16 more values (reserved above), and its length then covers exactly the
+            // values written and packed first.
+            unsafe {
+                _mm512_storeu_ps(out.as_mut_ptr().add(n), _mm512_maskz_compress_ps(!inside, x));
+                out.set_len(n + (!inside).count_ones() as usize);
+            }
+        }
+    }
+    keep_outside_lanes(rest, (lo, hi), signed, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn keep_outside_avx2(data: &[f32], band: (f32, f32), signed: bool, out: &mut Vec<f32>) {
+    keep_outside_lanes(data, band, signed, out)
+}
+
+#[inline(always)]
+fn keep_outside_lanes(data: &[f32], (lo, hi): (f32, f32), signed: bool, out: &mut Vec<f32>) {
+    let outside = |x: f32| {
+        let v = if signed { x } else { x.abs() };
+        !(v >= lo && v < hi)
+    };
+    let chunks = data.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        if c.iter().fold(false, |any, &x| any | outside(x)) {
+            out.extend(c.iter().copied().filter(|&x| outside(x)));
+        }
+    }
+    out.extend(rest.iter().copied().filter(|&x| outside(x)));
+}
+
 /// Values per block of index computation: the indices of a block stay in L1 for the scatter.
 const BLOCK: usize = 2048;
 
@@ -551,6 +764,12 @@ impl Grid {
             avx2,
             avx512,
         }
+    }
+
+    /// The lower edge of the bin at index `i` (`(i - offset) w`; exact in `f32`, or infinite past its range): a value
+    /// is in bins `a..b` exactly when it lies in `edge(a)..edge(b)`.
+    fn edge(&self, i: usize) -> f32 {
+        ((i as i64 - self.offset) as f64 / self.inv_w) as f32
     }
 
     /// `out[j]` = index of `data[j]`'s bin, or `len` (the discard slot) for a non-finite or out-of-grid value.

@@ -63,4 +63,4 @@ pub use ranges::{
     DistributionStats, Range, RangeTable, abs_percentile, compute_all, compute_ranges, entropy_threshold,
     histogram_mean_std, mse_threshold, signed_percentile,
 };
-pub use state::{CalibState, CollectOptions, NonFiniteCounts, TensorState};
+pub use state::{CalibState, CollectOptions, NonFiniteCounts, TAIL_MARGIN, TAIL_MIN, TensorState};

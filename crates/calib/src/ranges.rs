@@ -123,8 +123,27 @@ pub fn compute_all(state: &CalibState, methods: &[Method]) -> Result<Vec<RangeTa
     methods.iter().map(|m| compute_ranges(state, m)).collect()
 }
 
+/// The whole histogram `method` needs (one with folded bins is refused: it holds only tails).
 fn need<'a>(h: &'a Option<Histogram>, tensor: &str, method: &Method, needs: &'static str) -> Result<&'a Histogram> {
+    let h = need_tails(h, tensor, method, needs)?;
+    match h.folded() {
+        Some(_) => Err(Error::TailsOnly { tensor: tensor.to_string(), method: method.name(), needs }),
+        None => Ok(h),
+    }
+}
+
+/// The histogram `method` needs, whose tails are enough (a percentile's).
+fn need_tails<'a>(
+    h: &'a Option<Histogram>,
+    tensor: &str,
+    method: &Method,
+    needs: &'static str,
+) -> Result<&'a Histogram> {
     h.as_ref().ok_or_else(|| Error::NotCollected { tensor: tensor.to_string(), method: method.name(), needs })
+}
+
+fn too_thin(tensor: &str, method: &Method) -> Error {
+    Error::TailTooThin { tensor: tensor.to_string(), method: method.name() }
 }
 
 fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method) -> Result<Option<TensorResult>> {
@@ -141,13 +160,13 @@ fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method
             Ok(Some(TensorResult { range: sym(base), channels, distribution: None }))
         }
         Method::Percentile { percentile, symmetric: true } => {
-            let h = need(&t.abs, name, method, "absolute histogram")?;
-            let thr = abs_percentile(h, percentile / 100.0);
+            let h = need_tails(&t.abs, name, method, "absolute histogram")?;
+            let thr = abs_percentile(h, percentile / 100.0).ok_or_else(|| too_thin(name, method))?;
             plain(Range { min: -thr, max: thr }.clamp_to(observed))
         }
         Method::Percentile { percentile, symmetric: false } => {
-            let h = need(&t.signed, name, method, "signed histogram")?;
-            plain(signed_percentile(h, percentile / 100.0).clamp_to(observed))
+            let h = need_tails(&t.signed, name, method, "signed histogram")?;
+            plain(signed_percentile(h, percentile / 100.0).ok_or_else(|| too_thin(name, method))?.clamp_to(observed))
         }
         Method::Entropy { num_quantized_bins } => {
             let h = need(&t.signed, name, method, "signed histogram")?;
@@ -173,33 +192,43 @@ fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method
     }
 }
 
-/// Upper edge of the first bin where the CDF of `|x|` reaches `p` (fraction), capped at max|x|.
-pub fn abs_percentile(h: &Histogram, p: f64) -> f32 {
+/// Upper edge of the first bin where the CDF of `|x|` reaches `p` (fraction), capped at max|x|. `None` where that
+/// bin is among the histogram's folded ones ([`Histogram::fold_to_tails`]: its tail was too thin for `p`).
+pub fn abs_percentile(h: &Histogram, p: f64) -> Option<f32> {
     let (Some(w), total) = (h.width(), h.total()) else {
-        return 0.0;
+        return Some(0.0);
     };
     let target = p * total as f64;
+    let fold = Folded::of(h);
     let mut cum = 0u64;
     for (i, &c) in h.counts().iter().enumerate() {
-        cum += c;
+        cum += c + fold.mass_at(i);
+        if fold.starts_at(i) && cum as f64 >= target {
+            return None;
+        }
         if c > 0 && cum as f64 >= target {
-            return ((h.bin_of_index(i) + 1) as f64 * w).min(f64::from(h.max_abs())) as f32;
+            return Some(((h.bin_of_index(i) + 1) as f64 * w).min(f64::from(h.max_abs())) as f32);
         }
     }
-    h.max_abs()
+    Some(h.max_abs())
 }
 
 /// Cut `(1 - p) / 2` of the mass from each tail: lower edge of the bin where the CDF first exceeds the cut,
-/// upper edge of the bin where it reaches `1 - cut` (both conservative to the bin).
-pub fn signed_percentile(h: &Histogram, p: f64) -> Range {
+/// upper edge of the bin where it reaches `1 - cut` (both conservative to the bin). `None` where either bin is among
+/// the histogram's folded ones ([`Histogram::fold_to_tails`]).
+pub fn signed_percentile(h: &Histogram, p: f64) -> Option<Range> {
     let (Some(w), total) = (h.width(), h.total()) else {
-        return Range { min: 0.0, max: 0.0 };
+        return Some(Range { min: 0.0, max: 0.0 });
     };
     let cut = (1.0 - p) / 2.0 * total as f64;
     let (mut lo, mut hi) = (None, None);
+    let fold = Folded::of(h);
     let mut cum = 0u64;
     for (i, &c) in h.counts().iter().enumerate() {
-        cum += c;
+        cum += c + fold.mass_at(i);
+        if fold.starts_at(i) && (lo.is_none() && cum as f64 > cut || cum as f64 >= total as f64 - cut) {
+            return None;
+        }
         if c == 0 {
             continue;
         }
@@ -212,7 +241,29 @@ pub fn signed_percentile(h: &Histogram, p: f64) -> Range {
         }
     }
     let m = f64::from(h.max_abs());
-    Range { min: lo.unwrap_or(-m) as f32, max: hi.unwrap_or(m) as f32 }
+    Some(Range { min: lo.unwrap_or(-m) as f32, max: hi.unwrap_or(m) as f32 })
+}
+
+/// A histogram's folded bins for a running count: their values ([`Histogram::folded`]), all counted at the first
+/// of them, where a result read off them would be a guess (their values' bins are not known).
+struct Folded {
+    first: Option<usize>,
+    mass: u64,
+}
+
+impl Folded {
+    fn of(h: &Histogram) -> Self {
+        let mass = h.total().saturating_sub(h.counts().iter().sum());
+        Folded { first: h.folded().map(|(a, _)| a).filter(|_| mass > 0), mass }
+    }
+
+    fn mass_at(&self, i: usize) -> u64 {
+        if self.first == Some(i) { self.mass } else { 0 }
+    }
+
+    fn starts_at(&self, i: usize) -> bool {
+        self.first == Some(i)
+    }
 }
 
 /// Mean and standard deviation of the histogram, each value at its bin centre (as ONNX Runtime).

@@ -25,7 +25,19 @@ pub struct CollectOptions {
     /// Also collect min/max per channel along this axis of each batch's shape; negative counts from the end
     /// (-1 = the last axis), as ONNX axes do.
     pub per_channel_axis: Option<isize>,
+    /// Histograms need only resolve this share of the values at each end (of `|x|`: at the top), as a percentile
+    /// does: once a tensor has [`TAIL_MIN`] values past a bin at each end, and [`TAIL_MARGIN`] times this share,
+    /// the bins in between are folded into one count ([`Histogram::fold_to_tails`]) and later values there are not
+    /// binned. `None`: whole histograms (every other method needs them).
+    #[serde(default)]
+    pub tails: Option<f64>,
 }
+
+/// Values a histogram collected for its tails keeps bin by bin at each end, at least ([`CollectOptions::tails`]).
+pub const TAIL_MIN: u64 = 4096;
+/// How many times the tail a percentile reads a histogram keeps bin by bin ([`CollectOptions::tails`]): a tail
+/// chosen on the first batches stays wide enough unless later ones hold this many times fewer values there.
+pub const TAIL_MARGIN: f64 = 256.0;
 
 impl Default for CollectOptions {
     fn default() -> Self {
@@ -36,17 +48,29 @@ impl Default for CollectOptions {
             abs_histogram: false,
             moving_average: None,
             per_channel_axis: None,
+            tails: None,
         }
     }
 }
 
 impl CollectOptions {
-    /// Options collecting only what `methods` need, with `num_bins` histogram bins.
+    /// Options collecting only what `methods` need, with `num_bins` histogram bins: where every method reading a
+    /// histogram is a percentile, only the tails it reads ([`CollectOptions::tails`]).
     pub fn for_methods(methods: &[Method], num_bins: usize) -> Self {
+        let histograms: Vec<&Method> =
+            methods.iter().filter(|m| m.needs_signed_histogram() || m.needs_abs_histogram()).collect();
+        let tails = histograms.iter().try_fold(f64::INFINITY, |share, m| match **m {
+            Method::Percentile { percentile, symmetric } => {
+                let cut = (1.0 - percentile / 100.0).max(0.0);
+                Some(share.min(if symmetric { cut } else { cut / 2.0 }))
+            }
+            _ => None,
+        });
         CollectOptions {
             num_bins,
             signed_histogram: methods.iter().any(Method::needs_signed_histogram),
             abs_histogram: methods.iter().any(Method::needs_abs_histogram),
+            tails: tails.filter(|s| s.is_finite()),
             ..Default::default()
         }
     }
@@ -384,6 +408,17 @@ impl CalibState {
 
     fn apply(opts: &CollectOptions, t: &mut TensorState, data: &[f32], checked: &Checked, fan_out: bool) {
         let s = collect(data, &mut t.signed, &mut t.abs, fan_out);
+        // Tails only: the folded bins are chosen again each time the tensor's count passes a power of two.
+        let (before, after) = (t.count, t.count + s.finite);
+        if let Some(share) = opts.tails
+            && after >= TAIL_MIN
+            && (before == 0 || after.ilog2() > before.ilog2())
+        {
+            for h in [t.signed.as_mut(), t.abs.as_mut()].into_iter().flatten() {
+                let keep = (TAIL_MARGIN * share * h.total() as f64).ceil() as u64;
+                h.fold_to_tails(keep.max(TAIL_MIN));
+            }
+        }
         t.non_finite.nan += s.non_finite.nan;
         t.non_finite.pos_inf += s.non_finite.pos_inf;
         t.non_finite.neg_inf += s.non_finite.neg_inf;

@@ -6,3 +6,4 @@ mod merge;
 mod options;
 mod ranges;
 mod tables;
+mod tails;

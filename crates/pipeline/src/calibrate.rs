@@ -159,13 +159,12 @@ pub fn calibrate(
     }
     let started = Instant::now();
     let collect = CollectOptions::for_methods(&opts.methods, opts.num_bins);
-    let Pass { state, features, mut times } =
-        collect_stats(model, tensors, data, opts, collect, "calibrating", progress)?;
+    let pass = collect_stats(model, tensors, data, opts, collect, "calibrating", progress)?;
     let (units, unit) = data.units();
-    let ranges_started = Instant::now();
-    let mut tables = calib::compute_all(&state, &opts.methods)?;
+    let again = |whole| collect_stats(model, tensors, data, opts, whole, "calibrating again", progress);
+    let (Pass { state, features, mut times }, mut tables, ranges_s) = ranges_of(pass, &opts.methods, again)?;
     // Computing the ranges belongs to the pass: it is work inference alone does not do.
-    times.pass_s += ranges_started.elapsed().as_secs_f64();
+    times.pass_s += ranges_s;
     report_non_finite(&state, &tables[0], tensors);
     // Tables of a smoothed model carry its smoothing's fingerprint: `quantize` refuses them with another model.
     for t in &mut tables {
@@ -181,6 +180,33 @@ pub fn calibrate(
         seconds: started.elapsed().as_secs_f64(),
         times,
     })
+}
+
+/// The range tables of `methods` from `pass`, and the seconds computing them took. Where the pass kept only the
+/// histograms' tails (a percentile's, [`calib::CollectOptions::tails`]) and a percentile fell in the folded middle
+/// (the tails the first batches showed were thinner than the rest), the statistics are collected `again` with whole
+/// histograms, and that pass (its time including the first one's) is returned.
+fn ranges_of(
+    pass: Pass,
+    methods: &[calib::Method],
+    again: impl FnOnce(CollectOptions) -> Result<Pass>,
+) -> Result<(Pass, Vec<calib::RangeTable>, f64)> {
+    let started = Instant::now();
+    match calib::compute_all(&pass.state, methods) {
+        Err(calib::Error::TailTooThin { tensor, .. }) if pass.state.options().tails.is_some() => {
+            tracing::warn!(
+                "{tensor}: its percentile falls where the tails kept from the first batches no longer reach; counting \
+                 every tensor's histogram again in full"
+            );
+            let whole = CollectOptions { tails: None, ..pass.state.options().clone() };
+            let mut second = again(whole)?;
+            second.times.pass_s += pass.times.pass_s;
+            let started = Instant::now();
+            let tables = calib::compute_all(&second.state, methods)?;
+            Ok((second, tables, started.elapsed().as_secs_f64()))
+        }
+        r => Ok((pass, r?, started.elapsed().as_secs_f64())),
+    }
 }
 
 /// Says which tensors held NaN or ±Inf (left out of their statistics), and which got no range at all (no finite
@@ -666,7 +692,56 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use super::{add_observers, used_rows};
+    use super::{Pass, PassTimes, add_observers, ranges_of, used_rows};
+    use calib::{CalibState, CollectOptions, Method};
+
+    /// A pass over `batches` (values of one tensor `t`) collected with `opts`, as if it took `seconds`.
+    fn pass(opts: CollectOptions, batches: &[Vec<f32>], seconds: f64) -> Pass {
+        let mut state = CalibState::new(opts);
+        for b in batches {
+            state.observe_here("t", b, &[b.len()]).unwrap();
+        }
+        Pass { state, features: batches.len(), times: PassTimes { pass_s: seconds, ..PassTimes::default() } }
+    }
+
+    /// A percentile whose tails, chosen on the first batch, the later batches leave behind: the statistics are
+    /// collected again with whole histograms, that pass's ranges are returned and its time includes the first one's;
+    /// where the tails hold the percentile, no second pass runs.
+    #[test]
+    fn a_percentile_past_its_kept_tails_is_collected_again_in_full() {
+        let m = Method::Percentile { percentile: 99.0, symmetric: true };
+        // The first batch (values 1..2) decides the folding for a tail of one in a million: every bin below 1 is
+        // folded, and the 99th percentile of the whole lies in 0..0.5, where the 40 later batches are.
+        let mut batches =
+            vec![(0..calib::TAIL_MIN).map(|i| 1.0 + i as f32 / calib::TAIL_MIN as f32).collect::<Vec<_>>()];
+        batches.extend((0..40).map(|k| (0..100_000).map(|i| ((i * 7 + k) % 1000) as f32 / 2000.0).collect()));
+        let thin = CollectOptions { tails: Some(1e-6), ..CollectOptions::for_methods(std::slice::from_ref(&m), 256) };
+        let whole = CollectOptions { tails: None, ..thin.clone() };
+        let mut asked = None;
+        let (second, tables, _) = ranges_of(pass(thin.clone(), &batches, 2.0), std::slice::from_ref(&m), |o| {
+            asked = Some(o.clone());
+            Ok(pass(o, &batches, 3.0))
+        })
+        .unwrap();
+        assert_eq!(asked.as_ref(), Some(&whole), "collected again with whole histograms");
+        assert!(second.state.tensor("t").unwrap().abs.as_ref().unwrap().folded().is_none());
+        assert_eq!(second.times.pass_s, 5.0, "both passes' time");
+        let want = calib::compute_ranges(&pass(whole, &batches, 0.0).state, &m).unwrap();
+        assert_eq!(tables[0].ranges["t"], want.ranges["t"]);
+        assert!(tables[0].ranges["t"].max < 0.5, "{:?}", tables[0].ranges["t"]);
+
+        // Tails wide enough (the same later batches alone, the 99.99th percentile): folded, and one pass.
+        let m = Method::Percentile { percentile: 99.99, symmetric: true };
+        let ok = CollectOptions::for_methods(std::slice::from_ref(&m), 256);
+        let (first, tables, _) =
+            ranges_of(pass(ok, &batches[1..], 2.0), std::slice::from_ref(&m), |_| panic!("no second pass is needed"))
+                .unwrap();
+        assert!(first.state.tensor("t").unwrap().abs.as_ref().unwrap().folded().is_some());
+        assert_eq!(first.times.pass_s, 2.0);
+        let whole = CollectOptions { tails: None, ..first.state.options().clone() };
+        let want = calib::compute_ranges(&pass(whole, &batches[1..], 0.0).state, &m).unwrap();
+        assert_eq!(tables[0].ranges["t"], want.ranges["t"]);
+    }
 
     /// The slots an observer was handed, in the order ONNX Runtime ran their `Observe` nodes.
     #[derive(Default)]

@@ -139,7 +139,8 @@ pub fn calibrator_tables(state: &calib::CalibState) -> Vec<calib::RangeTable> {
 }
 
 /// The histogram of `tensor` in `state` (the signed one, else |x|) merged into `display` bins over the values seen,
-/// with the range each of `tables` gives it; `None` when the tensor has no histogram.
+/// with the range each of `tables` gives it; `None` when the tensor has no whole histogram (none, or only its tails:
+/// [`calib::CollectOptions::tails`]).
 pub fn histogram_panel(
     state: &calib::CalibState,
     tables: &[calib::RangeTable],
@@ -147,7 +148,7 @@ pub fn histogram_panel(
     display: usize,
 ) -> Option<HistogramPanel> {
     let t = state.tensor(tensor)?;
-    let h = t.signed.as_ref().or(t.abs.as_ref())?;
+    let h = t.signed.as_ref().or(t.abs.as_ref()).filter(|h| h.folded().is_none())?;
     let w = h.width()?;
     let reach = f64::from(h.max_abs()).max(w);
     let lo = if h.is_signed() { -reach } else { 0.0 };
