@@ -604,6 +604,34 @@ fn profile_ops_shows_which_kernels_each_model_ran() {
     assert!(e["op_profile"].is_null(), "{e}");
 }
 
+/// A state calibrated for a percentile alone keeps only the tails it reads; merged into a run whose method needs whole
+/// histograms, the error says so and how to keep them whole.
+#[test]
+fn merging_a_tails_only_state_says_how_to_keep_histograms_whole() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    let model = f.model.to_str().unwrap();
+    let out = |name: &str| f.dir.path().join(name);
+    let calibrate = |name: &str, extra: &[&str]| {
+        let dir = out(name);
+        let base = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--batch", "1"];
+        let unsmoothed = ["--policy-option", "smooth=off", "--out", dir.to_str().unwrap()];
+        qdq(&[&base[..], &TINY_SHAPE, &unsmoothed, extra].concat())
+    };
+    let o = calibrate("tails", &["--calibrate-method", "percentile", "--symmetric"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out("tails/calib_state.json")).unwrap()).unwrap();
+    assert!(state["options"]["tails"].as_f64().is_some(), "{}", state["options"]);
+    let folded = state["tensors"].as_object().unwrap().values().filter(|t| t["abs"]["folded"].is_array()).count();
+    assert!(folded > 0, "no histogram folded");
+    let merge = out("tails/calib_state.json");
+    let o = calibrate("whole", &["--calibrate-method", "mse", "--merge", merge.to_str().unwrap()]);
+    let e = one_error(&o);
+    assert!(e.contains("kept only its tails") && e.contains("--compare-methods mse"), "{e}");
+}
+
 /// `quantize` without `--output` (and without `--dry-run`) says so before reading anything: the model and the table
 /// named here do not exist, and the error is about the missing output, not them.
 #[test]

@@ -130,7 +130,14 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
         cal.state.merge(&other).map_err(|e| Error::Input { path: m.clone(), reason: format!("merging: {e}") })?;
     }
     if !job.merge.is_empty() {
-        cal.tables = calib::compute_all(&cal.state, &opts.methods)?;
+        cal.tables = calib::compute_all(&cal.state, &opts.methods).map_err(|e| match e {
+            calib::Error::TailTooThin { .. } | calib::Error::TailsOnly { .. } => Error::Config(format!(
+                "{e}. A state calibrated for a percentile alone keeps only the tails it reads (and merged, the widest \
+                 middle of them all); to merge states whole, calibrate every part with a method that reads whole \
+                 histograms too (e.g. --compare-methods mse)"
+            )),
+            e => e.into(),
+        })?;
     }
     write_tables(&cal, &job.out)?;
     Ok(CalibrateReport {
