@@ -298,7 +298,11 @@ pub(crate) fn value_projection(
     // A head count left to Reshape (-1, as PyTorch's dynamo exporter writes it) is taken from the split output's
     // declared shape, when the exporter declared it.
     let heads = if heads > 0 { heads } else { declared_axis(ix, &split.output[0], 2)? };
-    if heads <= 0 || head_size <= 0 || (heads * head_size) as usize != channels {
+    // (Shapes come from the file: a product past i64 is no match, never an overflow.)
+    if heads <= 0
+        || head_size <= 0
+        || heads.checked_mul(head_size).and_then(|c| usize::try_from(c).ok()) != Some(channels)
+    {
         return None;
     }
     let path = [&merge.input[0], &t2.input[0], &pv.input[1], &t1.input[0], &split.input[0]];
