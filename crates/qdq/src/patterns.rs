@@ -376,7 +376,10 @@ pub(crate) fn packed_attention_value(ix: &GraphIndex, x: &str, channels: usize) 
     }
     let w = ix.initializer(&n.input[1])?;
     let total = match get_attr_int_list(n, "qkv_hidden_sizes") {
-        Some(sizes) if sizes.len() == 3 && sizes[2] == channels => sizes.iter().sum::<usize>(),
+        // (From the file: a sum past usize is no match, never an overflow.)
+        Some(sizes) if sizes.len() == 3 && sizes[2] == channels => {
+            sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s))?
+        }
         Some(_) => return None,
         None => 3 * channels,
     };

@@ -494,6 +494,14 @@ fn a_fused_attention_context_is_divided_in_its_packed_value_weight() {
     });
     let sites = qdq::smoothing_sites(&shared, &policy).unwrap();
     assert!(sites.iter().all(|s| !matches!(s.form, SmoothForm::PackedValue { .. })), "{sites:#?}");
+
+    // `qkv_hidden_sizes` whose sum passes usize (read from the file): no match there, never an overflow.
+    let mut huge = m.clone();
+    let n = huge.graph_mut().node.iter_mut().find(|n| n.name() == "Attention_0").unwrap();
+    n.attribute.push(onnx_ir::attr_ints("qkv_hidden_sizes", &[i64::MAX, i64::MAX, HIDDEN as i64]));
+    let sites = qdq::smoothing_sites(&huge, &policy).unwrap();
+    let packed = |layer: usize| SmoothForm::PackedValue { attention: format!("Attention_{layer}"), offset: 2 * HIDDEN };
+    assert!(sites.iter().all(|s| s.form != packed(0)) && sites.iter().any(|s| s.form == packed(1)), "{sites:#?}");
 }
 
 /// `smooth_targets = layernorm-context` (the `cpu` preset) smooths what `all` does except the FFN's inner activation
