@@ -233,8 +233,13 @@ fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
     let tiny = work.join("tiny_bert.onnx");
     let cfg = onnx_ir::tiny_bert::TinyBertConfig { layers: 1, hidden: 8, intermediate: 16, ..Default::default() };
     onnx_ir::tiny_bert::build(&cfg).save(&tiny)?;
+    // ONNX Runtime's fused form too (packed-QKV `Attention`, `SkipLayerNormalization`, ...), which the `cpu` preset
+    // matches by its own patterns.
+    let fused = work.join("tiny_bert_fused.onnx");
+    let form = onnx_ir::tiny_bert::GraphForm::OrtFused;
+    onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig { form, ..cfg }).save(&fused)?;
     Ok(vec![
-        ("onnx model", onnx as Check, vec![tiny, data.join("onnx-ir/attrs.onnx")]),
+        ("onnx model", onnx as Check, vec![tiny, fused, data.join("onnx-ir/attrs.onnx")]),
         (
             "range table",
             table as Check,
@@ -310,11 +315,12 @@ mod tests {
     }
 
     /// Cases longer runs once failed on: a tiny BERT whose head-split Reshape asks for more than i64 holds (an
-    /// overflow in the value-projection match), and a model with a NaN attribute (which never equals itself, so the
-    /// re-encoding check must not compare it as a float).
+    /// overflow in the value-projection match), a model with a NaN attribute (which never equals itself, so the
+    /// re-encoding check must not compare it as a float), and the fused form with a MatMul left without an output (the
+    /// dynamic mode indexed its first output).
     #[test]
     fn cases_that_once_failed_pass() {
-        for case in [11_625, 32_623] {
+        for case in [11_625, 32_623, 8_804] {
             super::run(1, case).unwrap_or_else(|e| panic!("case {case}: {e:#}"));
         }
     }

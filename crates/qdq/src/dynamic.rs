@@ -108,7 +108,9 @@ pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, Dynami
     for i in 0..ix.graph().node.len() {
         let n = ix.node(i);
         let attention = policy.contrib_ops && crate::contrib::has_qattention_form(n);
-        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| n.op_type() == "MatMul" || attention) else {
+        // (A node without an output, which only a malformed file has, is left as it is.)
+        let rewritable = (n.op_type() == "MatMul" || attention) && !n.output.is_empty();
+        let Some(mm) = const_weight_matmul(&ix, i, &m).filter(|_| rewritable) else {
             continue;
         };
         if m.tensor_excluded(mm.input) || m.tensor_excluded(&ix.node(i).input[1]) {
