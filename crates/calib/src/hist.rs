@@ -422,7 +422,7 @@ impl Filler {
             // Only the values outside the folded bins are binned; the others are in `total` already.
             let mut kept = std::mem::take(&mut self.kept);
             kept.clear();
-            keep_outside(block, (grid.edge(a), grid.edge(b)), self.hist.signed, &mut kept);
+            grid.keep_outside(block, (a, b), &mut kept);
             self.bin(grid, &kept, max_abs);
             self.kept = kept;
         } else {
@@ -658,23 +658,7 @@ fn scatter(l: &mut [&mut [u32]; LANES], q: &[u32]) {
     }
 }
 
-/// Appends to `out` the values of `data` outside `lo..hi` (of `|x|` unless `signed`; NaN is outside), 16 at a time:
-/// a run of 16 inside (the usual case where the middle bins are folded) costs a few vector instructions.
-fn keep_outside(data: &[f32], (lo, hi): (f32, f32), signed: bool, out: &mut Vec<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the CPU supports AVX-512F, checked just above.
-        return unsafe { keep_outside_avx512(data, (lo, hi), signed, out) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { keep_outside_avx2(data, (lo, hi), signed, out) };
-    }
-    keep_outside_lanes(data, (lo, hi), signed, out)
-}
-
-/// [`keep_outside`] with AVX-512F: per 16 values two compares, and the values outside packed into `out` where there
+/// [`Grid::keep_outside`] with AVX-512F: per 16 values two compares, and the values outside packed into `out` where there
 /// are any.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -770,6 +754,23 @@ impl Grid {
     /// is in bins `a..b` exactly when it lies in `edge(a)..edge(b)`.
     fn edge(&self, i: usize) -> f32 {
         ((i as i64 - self.offset) as f64 / self.inv_w) as f32
+    }
+
+    /// Appends to `out` the values of `data` outside bins `a..b` (NaN is outside), 16 at a time: a run of 16 inside
+    /// (the usual case where the middle bins are folded) costs a few vector instructions.
+    fn keep_outside(&self, data: &[f32], (a, b): (usize, usize), out: &mut Vec<f32>) {
+        let band = (self.edge(a), self.edge(b));
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: the CPU supports AVX-512F, checked in `Grid::new`.
+            return unsafe { keep_outside_avx512(data, band, self.signed, out) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: the CPU supports AVX2, checked in `Grid::new`.
+            return unsafe { keep_outside_avx2(data, band, self.signed, out) };
+        }
+        keep_outside_lanes(data, band, self.signed, out)
     }
 
     /// `out[j]` = index of `data[j]`'s bin, or `len` (the discard slot) for a non-finite or out-of-grid value.
@@ -977,6 +978,15 @@ mod tests {
                     grid.indices(&data, &mut got);
                     let (v2, v512) = (grid.avx2, grid.avx512);
                     assert_eq!(got, want, "{path} (avx2 {v2}, avx512 {v512}), signed {signed}, width 2^{e}");
+                    // Folded bins: kept are exactly the values whose bin lies outside them (in order, NaN kept).
+                    for (a, b) in [(0, len / 2), (3, len - 5), (len / 2 - 1, len / 2 + 1), (1, len)] {
+                        let mut kept = vec![];
+                        grid.keep_outside(&data, (a, b), &mut kept);
+                        let outside = data.iter().zip(&want).filter(|(_, i)| !(a..b).contains(&(**i as usize)));
+                        let expected: Vec<u32> = outside.map(|(x, _)| x.to_bits()).collect();
+                        let kept: Vec<u32> = kept.iter().map(|x| x.to_bits()).collect();
+                        assert_eq!(kept, expected, "{path}, signed {signed}, width 2^{e}, bins {a}..{b}");
+                    }
                 }
             }
         }

@@ -138,21 +138,8 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             let int8 = Side { path: &qpath, session: int8_session };
             results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
             phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
-            if cfg.profile_ops {
-                let t = Instant::now();
-                let p = OpProfiles {
-                    fp32: profile_inputs(&cfg.model, &cfg.eval, set, output)?,
-                    int8: profile_inputs(
-                        &qpath,
-                        &EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() },
-                        set,
-                        output,
-                    )?,
-                };
-                progress.note(&format!("Where the time goes:\n{}", op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)])));
-                results.op_profile = Some(p);
-                phases.insert("op_profile".to_owned(), t.elapsed().as_secs_f64());
-            }
+            let profile = |m: &Path, s: &SessionConfig| profile_inputs(m, s, cfg.eval.batch, set, output);
+            profile_both(cfg, (&qpath, int8_session), &mut results, &mut phases, progress, profile)?;
         }
         None => {}
     }
@@ -174,13 +161,40 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     Ok(results)
 }
 
-/// The [`crate::OpProfile`] of a classifier `model` on the first inputs of `set` (at most [`speed::FEATURES`], in
-/// batches of `opts.batch`), reading `output`.
-fn profile_inputs(model: &Path, opts: &EvalOptions, set: &InputSet, output: &str) -> Result<crate::OpProfile> {
+/// `--profile-ops` (else nothing): FP32 (`cfg.model` on its session) and INT8 (`int8`: the model and its session)
+/// each profiled by `profile`, shown, and kept in `results`.
+fn profile_both(
+    cfg: &E2eConfig,
+    int8: (&Path, &SessionConfig),
+    results: &mut E2eResults,
+    phases: &mut BTreeMap<String, f64>,
+    progress: &dyn Progress,
+    profile: impl Fn(&Path, &SessionConfig) -> Result<crate::OpProfile>,
+) -> Result<()> {
+    if !cfg.profile_ops {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let p = OpProfiles { fp32: profile(&cfg.model, &cfg.eval.session)?, int8: profile(int8.0, int8.1)? };
+    progress.note(&format!("Where the time goes:\n{}", op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)])));
+    results.op_profile = Some(p);
+    phases.insert("op_profile".to_owned(), t.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The [`crate::OpProfile`] of a classifier `model` (on `session`) on the first inputs of `set` (at most
+/// [`speed::FEATURES`], in batches of `batch`), reading `output`.
+fn profile_inputs(
+    model: &Path,
+    session: &SessionConfig,
+    batch: usize,
+    set: &InputSet,
+    output: &str,
+) -> Result<crate::OpProfile> {
     let n = set.len().min(speed::FEATURES);
-    let batch = opts.batch.max(1);
+    let batch = batch.max(1);
     let batches: Vec<_> = (0..n).step_by(batch).map(|i| set.batch(i..(i + batch).min(n))).collect();
-    speed::profile_ops(model, &opts.session, &[], (batches.len(), n), |s| {
+    speed::profile_ops(model, session, &[], (batches.len(), n), |s| {
         batches.iter().try_for_each(|b| {
             let feeds: Vec<(&str, ndarray::ArrayView2<i64>)> = b.iter().map(|(k, a)| (k.as_str(), a.view())).collect();
             s.run_with(&feeds, &[output], |_| Ok::<_, crate::Error>(()))
@@ -266,16 +280,7 @@ fn evaluate_squad(
         progress.note(&format!("INT8 against FP32, in alternation on {} features: {}", s.features, s.describe()));
         results.speedup = Some(s);
         phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
-        if cfg.profile_ops {
-            let t = Instant::now();
-            let p = OpProfiles {
-                fp32: timing.profile(&cfg.model, &cfg.eval.session)?,
-                int8: timing.profile(qpath, int8_session)?,
-            };
-            progress.note(&format!("Where the time goes:\n{}", op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)])));
-            results.op_profile = Some(p);
-            phases.insert("op_profile".to_owned(), t.elapsed().as_secs_f64());
-        }
+        profile_both(cfg, (qpath, int8_session), results, phases, progress, |m, s| timing.profile(m, s))?;
     }
     // --compare-methods: each other method's model, evaluated the same way.
     let t = Instant::now();

@@ -488,20 +488,15 @@ pub(crate) fn evaluate_questions(
 /// The [`crate::OpProfile`] of `model` on the first batches of `data` (at most [`crate::speed::FEATURES`] features, at
 /// least one batch).
 fn profile_first_features(model: &Path, data: &Corpus, opts: &EvalOptions) -> Result<crate::OpProfile> {
-    let mut batches = vec![];
-    let mut features = 0;
-    for b in data.batches(opts.batch)? {
-        let b = b?;
-        if !batches.is_empty() && features + b.len() > crate::speed::FEATURES {
-            break;
-        }
-        features += b.len();
-        batches.push(b);
-    }
-    let outputs = data.io().logit_outputs();
-    crate::speed::profile_ops(model, &opts.session, &data.io().zero_inputs, (batches.len(), features), |s| {
-        batches.iter().try_for_each(|b| s.run_with(&b.inputs(data.io()), &outputs, |_| Ok::<_, Error>(())))
-    })
+    // Enough batches for FEATURES features (each holds at least one).
+    let batches: Vec<squad::Batch> =
+        data.batches(opts.batch)?.take(crate::speed::FEATURES).collect::<std::result::Result<_, _>>()?;
+    crate::speed::profile_batches(
+        model,
+        &opts.session,
+        crate::speed::leading(&batches, crate::speed::FEATURES),
+        data.io(),
+    )
 }
 
 /// `qdq e2e`: calibrate, quantize, evaluate FP32 and INT8, everything into `out`.

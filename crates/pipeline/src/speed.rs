@@ -71,22 +71,14 @@ impl<'a> PairedTiming<'a> {
         max_features: usize,
         rounds: usize,
     ) -> Result<Self> {
-        let mut used = 0;
-        let mut features = 0;
-        for b in batches {
-            if used > 0 && features + b.len() > max_features {
-                break;
-            }
-            features += b.len();
-            used += 1;
-        }
-        if used == 0 || rounds == 0 {
+        let batches = leading(batches, max_features);
+        if batches.is_empty() || rounds == 0 {
             return Err(Error::Config("timing against FP32 needs at least one batch and one round".into()));
         }
         let mut session = Session::open(ModelSource::File(fp32), "FP32 model", cfg)?;
         session.feed_zeros(&io.zero_inputs)?;
-        warm_up(&mut session, &batches[..used], io)?;
-        Ok(PairedTiming { fp32: RefCell::new(session), batches: &batches[..used], io, rounds })
+        warm_up(&mut session, batches, io)?;
+        Ok(PairedTiming { fp32: RefCell::new(session), batches, io, rounds })
     }
 
     /// `model` (on `cfg`) against FP32, in alternating rounds.
@@ -131,10 +123,7 @@ impl<'a> PairedTiming<'a> {
 
     /// The [`OpProfile`] of `model` (on `cfg`) on these batches.
     pub(crate) fn profile(&self, model: &Path, cfg: &SessionConfig) -> Result<OpProfile> {
-        let features = self.batches.iter().map(squad::Batch::len).sum();
-        profile_ops(model, cfg, &self.io.zero_inputs, (self.batches.len(), features), |s| {
-            time_all(s, self.batches, self.io).map(|_| ())
-        })
+        profile_batches(model, cfg, self.batches, self.io)
     }
 
     fn summary(&self, ratios: Vec<f64>, model: &Path, reference: &str) -> Result<Speedup> {
@@ -207,6 +196,31 @@ pub(crate) fn profile_ops(
             .map(|o| OpShare { op: o.op, provider: o.provider, nodes: o.nodes, ms_per_feature: per_feature(o.micros) })
             .collect(),
     })
+}
+
+/// The first of `batches` holding at most `max_features` features, and at least one batch (none of none).
+pub(crate) fn leading(batches: &[squad::Batch], max_features: usize) -> &[squad::Batch] {
+    let mut features = 0;
+    let used = batches
+        .iter()
+        .enumerate()
+        .take_while(|(i, b)| {
+            features += b.len();
+            *i == 0 || features <= max_features
+        })
+        .count();
+    &batches[..used]
+}
+
+/// The [`OpProfile`] of `model` (on `cfg`) on SQuAD `batches`, read as evaluation reads them.
+pub(crate) fn profile_batches(
+    model: &Path,
+    cfg: &SessionConfig,
+    batches: &[squad::Batch],
+    io: &squad::ModelIo,
+) -> Result<OpProfile> {
+    let features = batches.iter().map(squad::Batch::len).sum();
+    profile_ops(model, cfg, &io.zero_inputs, (batches.len(), features), |s| time_all(s, batches, io).map(|_| ()))
 }
 
 /// One untimed run of every batch before a model's rounds: ONNX Runtime plans and allocates for each new input shape
