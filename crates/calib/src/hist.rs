@@ -43,6 +43,12 @@ pub struct Histogram {
 /// [`Histogram::fold_to_tails`] folds only where the bins left counted at the ends hold less than this fraction
 /// (one over it) of the values.
 const FOLD_WHEN_RESOLVED_UNDER: u64 = 8;
+/// [`Histogram::fold_to_tails`] folds groups of `2^m` bins, `m` at most this (the ends survive `m` doublings of the
+/// width: a wide bin holding any folded narrow one is folded whole)...
+const FOLD_ALIGN_LOG2: u32 = 4;
+/// ...and at least this: a tail kept in groups any finer is soon folded away as the width doubles (GELU's negative
+/// side, a few bins under a growing positive side), and its percentile read from a second pass.
+const FOLD_ALIGN_MIN_LOG2: u32 = 2;
 
 /// Smallest `e >= MIN_WIDTH_LOG2` with `t < per_side * 2^e`.
 pub fn width_log2_for(t: f32, per_side: usize) -> i32 {
@@ -154,7 +160,10 @@ impl Histogram {
 
     /// Folds the middle bins (an absolute histogram's lowest ones) into one count wherever at least `keep` values
     /// stay counted bin by bin at each end (of `|x|`: at the top), so later values there are not binned: a
-    /// percentile reads only the tails. Bins already folded stay so. Returns whether any bin was folded.
+    /// percentile reads only the tails. The folded bins are whole groups of `2^m` bins counted from zero, `m` the
+    /// largest from `FOLD_ALIGN_LOG2` down to `FOLD_ALIGN_MIN_LOG2` that leaves under an eighth of the values binned,
+    /// so `m` doublings of the width keep the ends apart from them; no fold without one. Bins already folded stay so.
+    /// Returns whether any bin was folded.
     pub fn fold_to_tails(&mut self, keep: u64) -> bool {
         let c = &self.counts;
         if c.is_empty() || keep == 0 {
@@ -175,16 +184,29 @@ impl Histogram {
             return false;
         };
         let (a, b) = if self.signed { (lower + 1, upper) } else { (0, upper) };
-        let (a, b) = match self.folded {
-            Some((fa, fb)) => (a.min(fa), b.max(fb)),
-            None => (a, b),
+        // An edge inside a group of `2^m` bins would, on a coarser grid, fold the narrow bins kept next to it (a tail
+        // one bin wide at a dense end, as GELU's minimum, lost whole).
+        let offset = if self.signed { self.per_side as i64 } else { 0 };
+        let align = |i: usize, group: i64, up: bool| {
+            let k = (i as i64 - offset).div_euclid(group);
+            let k = k + i64::from(up && (i as i64 - offset).rem_euclid(group) != 0);
+            (k * group + offset).max(0) as usize
         };
-        // Folding pays where most values fall in the middle: not where an end's bins hold many (a signed
-        // histogram of masked attention, whose lowest bin holds its zeros).
-        let resolved: u64 = c[..a].iter().chain(&c[b.min(c.len())..]).sum();
-        if a >= b || Some((a, b)) == self.folded || resolved > self.total / FOLD_WHEN_RESOLVED_UNDER {
+        let fold = (FOLD_ALIGN_MIN_LOG2..=FOLD_ALIGN_LOG2).rev().find_map(|m| {
+            let g = 1i64 << m;
+            let (a, b) = (if self.signed { align(a, g, true) } else { a }, align(b, g, false));
+            let (a, b) = match self.folded {
+                Some((fa, fb)) => (a.min(fa), b.max(fb)),
+                None => (a, b),
+            };
+            // Folding pays where most values fall in the middle: not where an end's bins hold many (a signed
+            // histogram of masked attention, whose lowest bin holds its zeros).
+            let resolved: u64 = c[..a.min(c.len())].iter().chain(&c[b.min(c.len())..]).sum();
+            (a < b && resolved <= self.total / FOLD_WHEN_RESOLVED_UNDER).then_some((a, b))
+        });
+        let Some((a, b)) = fold.filter(|&f| Some(f) != self.folded) else {
             return false;
-        }
+        };
         self.fold(a, b);
         true
     }

@@ -12,6 +12,10 @@ fn batches(seed: u64, batches: usize, n: usize, mut draw: impl FnMut(&mut StdRng
     (0..batches).map(|_| (0..n).map(|_| draw(&mut rng)).collect()).collect()
 }
 
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
+}
+
 fn collect(opts: CollectOptions, data: &[Vec<f32>]) -> CalibState {
     let mut s = CalibState::new(opts);
     for b in data {
@@ -53,6 +57,14 @@ fn tails_alone_give_the_ranges_of_whole_histograms() {
             "growing",
             (0..30).map(|i| batches(6 + i, 1, 20_000, |r| (1.0 + i as f32) * normal.sample(r)).remove(0)).collect(),
         ),
+        // GELU outputs of growing inputs: a dense lower end (GELU's minimum, about -0.17) one bin wide on a grid
+        // that coarsens after the bins are first folded.
+        (
+            "gelu, growing",
+            (0..30)
+                .map(|i| batches(40 + i, 1, 20_000, |r| gelu((1.0 + i as f32 / 4.0) * normal.sample(r))).remove(0))
+                .collect(),
+        ),
     ];
     for (name, data) in cases {
         for m in percentiles() {
@@ -65,10 +77,15 @@ fn tails_alone_give_the_ranges_of_whole_histograms() {
                 let h = h.signed.as_ref().or(h.abs.as_ref()).unwrap();
                 let share = opts.tails.unwrap() * TAIL_MARGIN;
                 // The middle really is left uncounted: most values are in no bin. Not so the softmax-like data's
-                // signed histogram: its lower end is the bin of its zeros, most of the values, so nothing is folded.
+                // signed histogram: its lower end is the bin of its zeros, most of the values, so nothing is folded;
+                // nor on 128 bins heavy tails, or GELU's signed histogram: the folded bins are groups of four or
+                // more, and the groups that could be folded (next to zero; GELU's few negative bins) hold too many
+                // of the values.
                 if name == "softmax-like" && h.is_signed() {
                     assert_eq!(h.folded(), None, "{m:?}");
-                } else if share < 0.1 {
+                } else if share < 0.1
+                    && (bins > 128 || !(name == "heavy tails" || h.is_signed() && name.starts_with("gelu")))
+                {
                     let kept: u64 = h.counts().iter().sum();
                     assert!(
                         h.folded().is_some() && kept < h.total() / 8,
