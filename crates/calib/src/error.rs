@@ -32,14 +32,14 @@ pub enum Error {
     /// A histogram collected for its tails alone ([`crate::CollectOptions::tails`]) folded the bins `method`'s range
     /// falls in: the statistics must be collected again with whole histograms.
     #[error(
-        "tensor `{tensor}`: method `{method}`'s range falls in histogram bins counted only together (the tails kept \
-         for a percentile were thinner than the first batches showed): collect again with whole histograms"
+        "tensor `{tensor}`: method `{method}`'s range needs histogram bins counted only together (the tails kept for \
+         a percentile or mse were thinner than the first batches showed): collect again with whole histograms"
     )]
     TailTooThin { tensor: String, method: &'static str },
     /// A method needs a whole histogram of a tensor whose state kept only its tails.
     #[error(
         "tensor `{tensor}`: method `{method}` needs the whole {needs}, and this state kept only its tails (collected \
-         for a percentile alone): collect again for `{method}`"
+         for a percentile or mse alone): collect again for `{method}`"
     )]
     TailsOnly { tensor: String, method: &'static str, needs: &'static str },
     /// File system error.

@@ -163,8 +163,8 @@ impl Histogram {
     /// percentile reads only the tails. The folded bins are whole groups of `2^m` bins counted from zero, `m` the
     /// largest from `FOLD_ALIGN_LOG2` down to `FOLD_ALIGN_MIN_LOG2` that leaves under an eighth of the values binned,
     /// so `m` doublings of the width keep the ends apart from them; no fold without one. Bins already folded stay so.
-    /// Returns whether any bin was folded.
-    pub fn fold_to_tails(&mut self, keep: u64) -> bool {
+    /// Nothing at or above `below` is folded. Returns whether any bin was folded.
+    pub fn fold_to_tails(&mut self, keep: u64, below: usize) -> bool {
         let c = &self.counts;
         if c.is_empty() || keep == 0 {
             return false;
@@ -183,7 +183,7 @@ impl Histogram {
         let (Some(lower), Some(upper)) = (lower, upper) else {
             return false;
         };
-        let (a, b) = if self.signed { (lower + 1, upper) } else { (0, upper) };
+        let (a, b) = if self.signed { (lower + 1, upper.min(below)) } else { (0, upper.min(below)) };
         // An edge inside a group of `2^m` bins would, on a coarser grid, fold the narrow bins kept next to it (a tail
         // one bin wide at a dense end, as GELU's minimum, lost whole).
         let offset = if self.signed { self.per_side as i64 } else { 0 };

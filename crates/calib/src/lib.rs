@@ -63,4 +63,6 @@ pub use ranges::{
     DistributionStats, Range, RangeTable, abs_percentile, compute_all, compute_ranges, entropy_threshold,
     histogram_mean_std, mse_threshold, signed_percentile,
 };
-pub use state::{CalibState, CollectOptions, NonFiniteCounts, TAIL_MARGIN, TAIL_MIN, TensorState};
+pub use state::{
+    CalibState, CollectOptions, MSE_PROOF_MARGIN, MSE_TAILS, NonFiniteCounts, TAIL_MARGIN, TAIL_MIN, TensorState,
+};

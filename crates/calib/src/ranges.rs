@@ -185,8 +185,8 @@ fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method
             }))
         }
         Method::Mse => {
-            let h = need(&t.abs, name, method, "absolute histogram")?;
-            let thr = mse_threshold(h);
+            let h = need_tails(&t.abs, name, method, "absolute histogram")?;
+            let thr = mse_threshold(h).ok_or_else(|| too_thin(name, method))?;
             plain(Range { min: -thr, max: thr }.clamp_to(observed))
         }
     }
@@ -281,37 +281,108 @@ pub fn histogram_mean_std(h: &Histogram) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
+/// Suffix sums of an absolute histogram's first `n` bins (and a zero at `n`): of the counts, of count x centre, and of
+/// count x centre^2, summed from the top down.
+struct Suffix {
+    s0: Vec<f64>,
+    s1: Vec<f64>,
+    s2: Vec<f64>,
+    w: f64,
+    total: f64,
+}
+
+impl Suffix {
+    fn of(h: &Histogram, w: f64, n: usize) -> Self {
+        let counts = h.counts();
+        let (mut s0, mut s1, mut s2) = (vec![0f64; n + 1], vec![0f64; n + 1], vec![0f64; n + 1]);
+        for k in (0..n).rev() {
+            let c = counts.get(k).copied().unwrap_or(0) as f64;
+            let x = (k as f64 + 0.5) * w;
+            s0[k] = s0[k + 1] + c;
+            s1[k] = s1[k + 1] + c * x;
+            s2[k] = s2[k + 1] + c * x * x;
+        }
+        Suffix { s0, s1, s2, w, total: h.total() as f64 }
+    }
+
+    /// The clipping error at threshold `t` of the values in bins `k..`.
+    fn clip_at(&self, k: usize, t: f64) -> f64 {
+        self.s2[k] - 2.0 * t * self.s1[k] + t * t * self.s0[k]
+    }
+
+    /// The expected squared error of threshold `k w`: the clipping of the bins from `k` on, the rounding of the rest.
+    fn err(&self, k: usize) -> f64 {
+        let t = k as f64 * self.w;
+        let step = t / 127.0;
+        self.clip_at(k, t).max(0.0) + (self.total - self.s0[k]) * step * step / 12.0
+    }
+
+    /// What every threshold below bin `b` costs at least: the values from bin `b` on clipped to `(b - 1) w`.
+    fn bound_below(&self, b: usize) -> f64 {
+        self.clip_at(b, (b - 1) as f64 * self.w)
+    }
+}
+
 /// Symmetric INT8 threshold `T` (a bin edge) minimising the expected squared error: values inside `[-T, T]`
 /// contribute the rounding noise `(T / 127)^2 / 12`, values outside the clipping error `(|x| - T)^2` (at bin
 /// centres). O(bins) with suffix sums.
-pub fn mse_threshold(h: &Histogram) -> f32 {
-    let Some(w) = h.width() else { return 0.0 };
-    let counts = h.counts();
-    let Some(last) = counts.iter().rposition(|&c| c > 0) else {
-        return 0.0;
+///
+/// Of a histogram that kept only its top ([`Histogram::fold_to_tails`], bins `..b` folded) only the thresholds at
+/// `b` and above can be computed, each exactly as on the whole histogram (the same bins, summed in the same order).
+/// Every threshold below clips at least the kept values to `(b - 1) w` or lower, an error of at least
+/// `sum over kept bins of c (x - (b - 1) w)^2`: where the best of the computed ones is below that, it is the whole
+/// histogram's threshold, bit for bit; otherwise `None` (its tail was too thin to tell).
+pub fn mse_threshold(h: &Histogram) -> Option<f32> {
+    let Some(w) = h.width() else { return Some(0.0) };
+    let Some(last) = h.counts().iter().rposition(|&c| c > 0) else {
+        return Some(0.0);
     };
     let n = last + 1;
-    // suffix sums over bins >= k of count, count*centre, count*centre^2
-    let (mut s0, mut s1, mut s2) = (vec![0f64; n + 1], vec![0f64; n + 1], vec![0f64; n + 1]);
-    for k in (0..n).rev() {
-        let c = counts.get(k).copied().unwrap_or(0) as f64;
-        let x = (k as f64 + 0.5) * w;
-        s0[k] = s0[k + 1] + c;
-        s1[k] = s1[k + 1] + c * x;
-        s2[k] = s2[k + 1] + c * x * x;
+    let s = Suffix::of(h, w, n);
+    // The first threshold computed exactly: 1, or the folded bins' upper edge.
+    let first = h.folded().map_or(1, |(_, b)| b.max(1));
+    if first > n {
+        return None;
     }
-    let total = s0[0];
     let mut best = (f64::INFINITY, n);
-    for k in 1..=n {
-        let t = k as f64 * w;
-        let clip = s2[k] - 2.0 * t * s1[k] + t * t * s0[k];
-        let step = t / 127.0;
-        let err = clip.max(0.0) + (total - s0[k]) * step * step / 12.0;
+    for k in first..=n {
+        let err = s.err(k);
         if err < best.0 {
             best = (err, k);
         }
     }
-    ((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32
+    if first > 1 {
+        // Less a margin for the rounding of the whole histogram's sums (their terms are at most those of every value
+        // at the top bin's edge).
+        let top = n as f64 * w;
+        let slack = 1e-9 * (s.s2[first] + 2.0 * top * s.s1[first] + s.total * top * top * 4.0);
+        if best.0 >= s.bound_below(first) - slack {
+            return None;
+        }
+    }
+    Some(((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32)
+}
+
+/// The highest bin `b` of the absolute histogram `h` such that every threshold below `b` costs at least `margin`
+/// times mse's best error from `b` on, on the values so far: bins below it may be folded with [`mse_threshold`]
+/// still proven from the rest. (The bound grows and the best error falls as `b` falls, so the bins that qualify are
+/// all those up to it.) 0 where none does; the folded bins' upper edge where the histogram is already folded.
+pub(crate) fn mse_fold_limit(h: &Histogram, margin: f64) -> usize {
+    let Some(w) = h.width() else { return 0 };
+    let Some(last) = h.counts().iter().rposition(|&c| c > 0) else {
+        return 0;
+    };
+    let n = last + 1;
+    let s = Suffix::of(h, w, n);
+    let first = h.folded().map_or(1, |(_, b)| b.max(1));
+    let mut best = f64::INFINITY;
+    for b in (first..=n).rev() {
+        best = best.min(s.err(b));
+        if b > 1 && s.bound_below(b) >= margin * best {
+            return b;
+        }
+    }
+    h.folded().map_or(0, |(_, b)| b)
 }
 
 /// TensorRT's entropy calibration on a signed histogram: for each candidate half-width `i` (in bins) from

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::hist::{Filler, Histogram};
+use crate::ranges::mse_fold_limit;
 use crate::{Error, Method, Range, Result};
 
 /// What to collect per tensor. Min/max is always collected (it is cheap).
@@ -26,11 +27,16 @@ pub struct CollectOptions {
     /// (-1 = the last axis), as ONNX axes do.
     pub per_channel_axis: Option<isize>,
     /// Histograms need only resolve this share of the values at each end (of `|x|`: at the top), as a percentile
-    /// does: once a tensor has [`TAIL_MIN`] values past a bin at each end, and [`TAIL_MARGIN`] times this share,
-    /// the bins in between are folded into one count ([`Histogram::fold_to_tails`]) and later values there are not
-    /// binned. `None`: whole histograms (every other method needs them).
+    /// does (and mse, [`MSE_TAILS`]): once a tensor has [`TAIL_MIN`] values past a bin at each end, and
+    /// [`TAIL_MARGIN`] times this share, the bins in between are folded into one count
+    /// ([`Histogram::fold_to_tails`]) and later values there are not binned. `None`: whole histograms (entropy and
+    /// `distribution` need them).
     #[serde(default)]
     pub tails: Option<f64>,
+    /// With `tails`, absolute histograms fold only bins below which mse's threshold stays proven from the rest by
+    /// [`MSE_PROOF_MARGIN`] on the values so far ([`crate::mse_threshold`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mse_tails: bool,
 }
 
 /// Values a histogram collected for its tails keeps bin by bin at each end, at least ([`CollectOptions::tails`]).
@@ -38,6 +44,13 @@ pub const TAIL_MIN: u64 = 4096;
 /// How many times the tail a percentile reads a histogram keeps bin by bin ([`CollectOptions::tails`]): a tail
 /// chosen on the first batches stays wide enough unless later ones hold this many times fewer values there.
 pub const TAIL_MARGIN: f64 = 256.0;
+/// The tail share ([`CollectOptions::tails`]) mse is collected for: [`TAIL_MARGIN`] times it, 1 % of `|x|`, stays
+/// counted bin by bin at the top, and more where its threshold needs them ([`CollectOptions::mse_tails`]). On MiniLM
+/// the threshold clips at most 6e-4 of a tensor's values and is proven with the top 0.15 % kept.
+pub const MSE_TAILS: f64 = 0.01 / TAIL_MARGIN;
+/// How many times mse's best error the clipping error of every threshold inside folded bins must be, on the values
+/// folded so far ([`CollectOptions::mse_tails`]), so that later batches leave it proven.
+pub const MSE_PROOF_MARGIN: f64 = 4.0;
 
 impl Default for CollectOptions {
     fn default() -> Self {
@@ -49,28 +62,32 @@ impl Default for CollectOptions {
             moving_average: None,
             per_channel_axis: None,
             tails: None,
+            mse_tails: false,
         }
     }
 }
 
 impl CollectOptions {
     /// Options collecting only what `methods` need, with `num_bins` histogram bins: where every method reading a
-    /// histogram is a percentile, only the tails it reads ([`CollectOptions::tails`]).
+    /// histogram is a percentile or mse, only the tails they read ([`CollectOptions::tails`]), the thickest of them
+    /// (its bins hold the thinner ones).
     pub fn for_methods(methods: &[Method], num_bins: usize) -> Self {
         let histograms: Vec<&Method> =
             methods.iter().filter(|m| m.needs_signed_histogram() || m.needs_abs_histogram()).collect();
-        let tails = histograms.iter().try_fold(f64::INFINITY, |share, m| match **m {
+        let tails = histograms.iter().try_fold(0.0f64, |share, m| match **m {
             Method::Percentile { percentile, symmetric } => {
                 let cut = (1.0 - percentile / 100.0).max(0.0);
-                Some(share.min(if symmetric { cut } else { cut / 2.0 }))
+                Some(share.max(if symmetric { cut } else { cut / 2.0 }))
             }
+            Method::Mse => Some(share.max(MSE_TAILS)),
             _ => None,
         });
         CollectOptions {
             num_bins,
             signed_histogram: methods.iter().any(Method::needs_signed_histogram),
             abs_histogram: methods.iter().any(Method::needs_abs_histogram),
-            tails: tails.filter(|s| s.is_finite()),
+            tails: tails.filter(|_| !histograms.is_empty()),
+            mse_tails: tails.is_some() && methods.contains(&Method::Mse),
             ..Default::default()
         }
     }
@@ -416,7 +433,10 @@ impl CalibState {
         {
             for h in [t.signed.as_mut(), t.abs.as_mut()].into_iter().flatten() {
                 let keep = (TAIL_MARGIN * share * h.total() as f64).ceil() as u64;
-                h.fold_to_tails(keep.max(TAIL_MIN));
+                // mse reads the top of `|x|` down to where its threshold is proven.
+                let below =
+                    if opts.mse_tails && !h.is_signed() { mse_fold_limit(h, MSE_PROOF_MARGIN) } else { usize::MAX };
+                h.fold_to_tails(keep.max(TAIL_MIN), below);
             }
         }
         t.non_finite.nan += s.non_finite.nan;

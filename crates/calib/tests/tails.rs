@@ -24,8 +24,9 @@ fn collect(opts: CollectOptions, data: &[Vec<f32>]) -> CalibState {
     s
 }
 
-fn percentiles() -> Vec<Method> {
-    let mut m = vec![];
+/// The methods that read tails alone: percentiles, and mse.
+fn tail_methods() -> Vec<Method> {
+    let mut m = vec![Method::Mse];
     for p in [99.0, 99.9, 99.99, 99.999, 100.0] {
         for symmetric in [true, false] {
             m.push(Method::Percentile { percentile: p, symmetric });
@@ -67,7 +68,7 @@ fn tails_alone_give_the_ranges_of_whole_histograms() {
         ),
     ];
     for (name, data) in cases {
-        for m in percentiles() {
+        for m in tail_methods() {
             for bins in [128, 2048] {
                 let opts = CollectOptions::for_methods(std::slice::from_ref(&m), bins);
                 let whole = collect(CollectOptions { tails: None, ..opts.clone() }, &data);
@@ -127,16 +128,78 @@ fn a_range_in_the_folded_bins_is_an_error_not_a_guess() {
     // 99th percentile of the whole is.
     let mut data = batches(7, 1, TAIL_MIN as usize, |r| 1.0 + r.random::<f32>());
     data.extend(batches(8, 64, 100_000, |r| r.random::<f32>() * 0.5));
-    let opts = CollectOptions { tails: Some(1e-6), ..CollectOptions::for_methods(std::slice::from_ref(&m), 256) };
+    // The signed histogram too, for a method that needs it whole.
+    let opts = CollectOptions {
+        tails: Some(1e-6),
+        signed_histogram: true,
+        ..CollectOptions::for_methods(std::slice::from_ref(&m), 256)
+    };
     let s = collect(opts, &data);
+    assert!(s.tensor("t").unwrap().signed.as_ref().unwrap().folded().is_some());
     let e = compute_ranges(&s, &m).unwrap_err();
     assert!(matches!(e, Error::TailTooThin { .. }), "{e}");
     assert!(e.to_string().contains("`t`") && e.to_string().contains("collect again with whole histograms"), "{e}");
-    let e = compute_ranges(&s, &Method::Mse).unwrap_err();
+    let entropy = Method::Entropy { num_quantized_bins: 128 };
+    let e = compute_ranges(&s, &entropy).unwrap_err();
     assert!(matches!(e, Error::TailsOnly { .. }) && e.to_string().contains("kept only its tails"), "{e}");
     // Whole histograms of the same data answer.
     let whole = collect(CollectOptions { tails: None, ..s.options().clone() }, &data);
-    assert!(compute_ranges(&whole, &m).is_ok() && compute_ranges(&whole, &Method::Mse).is_ok());
+    assert!(compute_ranges(&whole, &m).is_ok() && compute_ranges(&whole, &entropy).is_ok());
+}
+
+/// Methods read from one collection keep the thickest tail any of them reads: mse with a thin percentile reads mse's
+/// 1 % (the percentile's 256 x 5e-6 would be too thin for mse), each range the whole histogram's.
+#[test]
+fn methods_collected_together_keep_the_thickest_tail() {
+    let normal = Normal::new(0.0f32, 1.0).unwrap();
+    let data = batches(14, 40, 20_000, |r| normal.sample(r));
+    let methods = [Method::Percentile { percentile: 99.999, symmetric: false }, Method::Mse];
+    let opts = CollectOptions::for_methods(&methods, 2048);
+    let (tails, whole) = (collect(opts.clone(), &data), collect(CollectOptions { tails: None, ..opts }, &data));
+    assert!(tails.tensor("t").unwrap().abs.as_ref().unwrap().folded().is_some());
+    for m in &methods {
+        let (got, want) =
+            (compute_ranges(&tails, m).unwrap().ranges["t"], compute_ranges(&whole, m).unwrap().ranges["t"]);
+        assert_eq!((got.min.to_bits(), got.max.to_bits()), (want.min.to_bits(), want.max.to_bits()), "{m:?}");
+    }
+}
+
+/// mse's threshold from the top bins alone is proven (every threshold inside the folded bins clips the kept values
+/// more than the best one costs in all) or refused.
+#[test]
+fn mse_from_tails_is_proven_or_refused() {
+    // Kept: a first batch of TAIL_MIN values in 1..2, every bin below folded; after it 3.2 million values in 0..0.5.
+    // The best threshold, near 2, costs their rounding noise (~ 8); the folded ones clip the kept values by about
+    // their distance to 1, ~ 4,096 / 3 in all: proven, and the whole histogram's threshold.
+    let first = |r: &mut StdRng| 1.0 + r.random::<f32>();
+    let mut data = batches(10, 1, TAIL_MIN as usize, first);
+    data.extend(batches(11, 32, 100_000, |r| r.random::<f32>() * 0.5));
+    let opts = CollectOptions::for_methods(&[Method::Mse], 256);
+    let (tails, whole) = (collect(opts.clone(), &data), collect(CollectOptions { tails: None, ..opts }, &data));
+    let h = tails.tensor("t").unwrap().abs.clone().unwrap();
+    assert!(h.folded().is_some_and(|(_, b)| b > 0), "{:?}", h.folded());
+    let (got, want) = (mse_threshold(&h), mse_threshold(whole.tensor("t").unwrap().abs.as_ref().unwrap()));
+    assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+    assert!(got.is_some_and(|t| t > 1.5), "{got:?}");
+    // Kept values all just past the folded bins' edge clip by next to nothing below it: folded as a percentile's
+    // tails would be (as a merged state's may be), nothing proves the best threshold, and mse refuses.
+    let mut data = batches(12, 1, TAIL_MIN as usize, |_| 1.0);
+    data.extend(batches(13, 32, 100_000, |r| r.random::<f32>() * 0.5));
+    let opts = CollectOptions::for_methods(&[Method::Mse], 256);
+    assert!(opts.mse_tails);
+    let s = collect(CollectOptions { mse_tails: false, ..opts.clone() }, &data);
+    assert!(s.tensor("t").unwrap().abs.as_ref().unwrap().folded().is_some());
+    let e = compute_ranges(&s, &Method::Mse).unwrap_err();
+    assert!(matches!(e, Error::TailTooThin { .. }), "{e}");
+    // Collected for mse, bins are folded only below where its threshold stays proven: the whole histogram's.
+    let (s, whole) = (collect(opts.clone(), &data), collect(CollectOptions { tails: None, ..opts }, &data));
+    let (got, want) = (
+        compute_ranges(&s, &Method::Mse).unwrap().ranges["t"],
+        compute_ranges(&whole, &Method::Mse).unwrap().ranges["t"],
+    );
+    assert_eq!(got.max.to_bits(), want.max.to_bits());
+    let folded = s.tensor("t").unwrap().abs.as_ref().unwrap().folded();
+    assert!(folded.is_some(), "nothing folded");
 }
 
 #[test]
@@ -167,16 +230,21 @@ fn tail_states_merge_and_round_trip_as_one_collection() {
 }
 
 #[test]
-fn only_percentile_collections_keep_tails_alone() {
+fn only_percentile_and_mse_collections_keep_tails_alone() {
     let p = Method::Percentile { percentile: 99.9, symmetric: false };
     let q = Method::Percentile { percentile: 99.99, symmetric: true };
-    // Signed: half the cut at each end; |x|: the whole cut at the top; several percentiles: the thinnest tail.
+    // Signed: half the cut at each end; |x|: the whole cut at the top; several percentiles: the thickest tail (its
+    // bins hold the thinner ones).
     let share = |m: &[Method]| CollectOptions::for_methods(m, 64).tails.unwrap();
     assert!((share(std::slice::from_ref(&p)) - 0.0005).abs() < 1e-12);
     assert!((share(std::slice::from_ref(&q)) - 0.0001).abs() < 1e-12);
-    assert!((share(&[p.clone(), q, Method::MinMax { symmetric: false }]) - 0.0001).abs() < 1e-12);
-    for other in [Method::Mse, Method::Entropy { num_quantized_bins: 128 }, Method::Distribution] {
+    assert!((share(&[q.clone(), p.clone(), Method::MinMax { symmetric: false }]) - 0.0005).abs() < 1e-12);
+    for other in [Method::Entropy { num_quantized_bins: 128 }, Method::Distribution] {
         assert_eq!(CollectOptions::for_methods(&[p.clone(), other], 64).tails, None);
     }
+    // mse keeps its own share, or a thicker percentile's.
+    assert_eq!(share(&[Method::Mse]), MSE_TAILS);
+    assert!((share(&[Method::Mse, q]) - MSE_TAILS.max(0.0001)).abs() < 1e-12);
+    assert!((share(&[p.clone(), Method::Mse]) - MSE_TAILS.max(0.0005)).abs() < 1e-12);
     assert_eq!(CollectOptions::for_methods(&[Method::MinMax { symmetric: true }], 64).tails, None);
 }

@@ -183,7 +183,7 @@ pub fn calibrate(
 }
 
 /// The range tables of `methods` from `pass`, and the seconds computing them took. Where the pass kept only the
-/// histograms' tails (a percentile's, [`calib::CollectOptions::tails`]) and a percentile fell in the folded middle
+/// histograms' tails (a percentile's or mse's, [`calib::CollectOptions::tails`]) and a range needs the folded middle
 /// (the tails the first batches showed were thinner than the rest), the statistics are collected `again` with whole
 /// histograms, and that pass (its time including the first one's) is returned.
 fn ranges_of(
@@ -193,10 +193,10 @@ fn ranges_of(
 ) -> Result<(Pass, Vec<calib::RangeTable>, f64)> {
     let started = Instant::now();
     match calib::compute_all(&pass.state, methods) {
-        Err(calib::Error::TailTooThin { tensor, .. }) if pass.state.options().tails.is_some() => {
+        Err(calib::Error::TailTooThin { tensor, method }) if pass.state.options().tails.is_some() => {
             tracing::warn!(
-                "{tensor}: its percentile falls where the tails kept from the first batches no longer reach; counting \
-                 every tensor's histogram again in full"
+                "{tensor}: its {method} range needs more of the histogram than the tails kept from the first batches; \
+                 counting every tensor's histogram again in full"
             );
             let whole = CollectOptions { tails: None, ..pass.state.options().clone() };
             let mut second = again(whole)?;

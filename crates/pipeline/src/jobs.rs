@@ -132,9 +132,9 @@ pub fn calibrate_to_dir(job: &CalibrateJob, progress: &dyn Progress) -> Result<C
     if !job.merge.is_empty() {
         cal.tables = calib::compute_all(&cal.state, &opts.methods).map_err(|e| match e {
             calib::Error::TailTooThin { .. } | calib::Error::TailsOnly { .. } => Error::Config(format!(
-                "{e}. A state calibrated for a percentile alone keeps only the tails it reads (and merged, the widest \
-                 middle of them all); to merge states whole, calibrate every part with a method that reads whole \
-                 histograms too (e.g. --compare-methods mse)"
+                "{e}. A state calibrated for percentiles or mse alone keeps only the tails they read (and merged, the \
+                 widest middle of them all); to merge states whole, calibrate every part with a method that reads \
+                 whole histograms too (e.g. --compare-methods distribution)"
             )),
             e => e.into(),
         })?;

@@ -127,6 +127,9 @@ pub struct HistogramPanel {
     pub bins: Vec<(f64, f64, u64)>,
     /// `(method, min, max)`.
     pub ranges: Vec<(String, f32, f32)>,
+    /// The values counted only together, not bin by bin (a histogram collected for a percentile's or mse's tails:
+    /// [`calib::CollectOptions::tails`]): `(low, high)` of `x`, or of `|x|` for an absolute histogram.
+    pub unbinned: Option<(f64, f64)>,
 }
 
 /// The range tables of every calibrator `state` holds the statistics for (default options).
@@ -139,8 +142,8 @@ pub fn calibrator_tables(state: &calib::CalibState) -> Vec<calib::RangeTable> {
 }
 
 /// The histogram of `tensor` in `state` (the signed one, else |x|) merged into `display` bins over the values seen,
-/// with the range each of `tables` gives it; `None` when the tensor has no whole histogram (none, or only its tails:
-/// [`calib::CollectOptions::tails`]).
+/// with the range each of `tables` gives it (a histogram that kept only its tails shows them, and which values it
+/// did not bin); `None` when the tensor has no histogram.
 pub fn histogram_panel(
     state: &calib::CalibState,
     tables: &[calib::RangeTable],
@@ -148,8 +151,9 @@ pub fn histogram_panel(
     display: usize,
 ) -> Option<HistogramPanel> {
     let t = state.tensor(tensor)?;
-    let h = t.signed.as_ref().or(t.abs.as_ref()).filter(|h| h.folded().is_none())?;
+    let h = t.signed.as_ref().or(t.abs.as_ref())?;
     let w = h.width()?;
+    let unbinned = h.folded().map(|(a, b)| (h.bin_of_index(a) as f64 * w, h.bin_of_index(b) as f64 * w));
     let reach = f64::from(h.max_abs()).max(w);
     let lo = if h.is_signed() { -reach } else { 0.0 };
     let step = (reach - lo) / display.max(1) as f64;
@@ -161,7 +165,7 @@ pub fn histogram_panel(
         bins[at].2 += c;
     }
     let ranges = tables.iter().filter_map(|t| t.ranges.get(tensor).map(|r| (t.method.clone(), r.min, r.max))).collect();
-    Some(HistogramPanel { tensor: tensor.to_owned(), bins, ranges })
+    Some(HistogramPanel { tensor: tensor.to_owned(), bins, ranges, unbinned })
 }
 
 /// One panel per tensor: its calibration histogram (log counts) and each calibrator's range as vertical lines.
@@ -179,7 +183,7 @@ pub fn histograms_svg(panels: &[HistogramPanel]) -> Result<String> {
             let ranges_hi = panel.ranges.iter().map(|r| f64::from(r.2)).fold(hi, f64::max);
             let top = panel.bins.iter().map(|b| ((b.2 + 1) as f64).log10()).fold(1.0, f64::max) * 1.1;
             let mut chart = ChartBuilder::on(&area)
-                .caption(&panel.tensor, ("sans-serif", 13))
+                .caption(caption(panel), ("sans-serif", 13))
                 .margin(8)
                 .x_label_area_size(24)
                 .y_label_area_size(44)
@@ -205,4 +209,41 @@ pub fn histograms_svg(panels: &[HistogramPanel]) -> Result<String> {
         root.present().map_err(plot_error)?;
     }
     Ok(svg)
+}
+
+/// A panel's title: its tensor, and the values its histogram counted only together.
+fn caption(panel: &HistogramPanel) -> String {
+    match panel.unbinned {
+        Some((lo, hi)) => format!("{} (values in [{lo:.4}, {hi:.4}) counted, not binned: tails only)", panel.tensor),
+        None => panel.tensor.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A histogram that kept only its tails is drawn too, its title saying which values it did not bin.
+    #[test]
+    fn a_tails_only_histogram_is_drawn_with_its_unbinned_values_named() {
+        let methods = [calib::Method::Mse];
+        let values: Vec<f32> = (0..400_000u64).map(|i| ((i * 7919 % 100_003) as f32 / 100_003.0 - 0.5) * 4.0).collect();
+        let collect = |opts: calib::CollectOptions| {
+            let mut s = calib::CalibState::new(opts);
+            for b in values.chunks(50_000) {
+                s.observe_here("t", b, &[b.len()]).unwrap();
+            }
+            s
+        };
+        let opts = calib::CollectOptions::for_methods(&methods, 2048);
+        let (tails, whole) = (collect(opts.clone()), collect(calib::CollectOptions { tails: None, ..opts }));
+        let tables = calib::compute_all(&tails, &methods).unwrap();
+        let panel = histogram_panel(&tails, &tables, "t", 120).unwrap();
+        let (lo, hi) = panel.unbinned.unwrap();
+        assert!(lo == 0.0 && hi > 1.5 && hi < 2.0, "{lo} {hi}");
+        assert!(caption(&panel).contains("not binned"), "{}", caption(&panel));
+        assert!(histograms_svg(&[panel]).unwrap().contains("not binned"));
+        let panel = histogram_panel(&whole, &tables, "t", 120).unwrap();
+        assert_eq!((panel.unbinned, caption(&panel)), (None, "t".to_string()));
+    }
 }
