@@ -52,6 +52,8 @@ pub type Opts = crate::flags::VsPythonArgs;
 fn method_flags(method: &str) -> (Vec<&'static str>, Vec<&'static str>) {
     match method {
         "minmax" => (vec!["--calibrate-method", "minmax"], vec!["--method", "minmax"]),
+        // qdq's own default (ONNX Runtime has no mse): only in the pass-against-inference rounds.
+        "mse" => (vec!["--calibrate-method", "mse"], vec![]),
         "percentile" => (
             vec!["--calibrate-method", "percentile", "--percentile", "99.999", "--num-bins", "2048", "--symmetric"],
             vec!["--method", "percentile", "--percentile", "99.999", "--num-bins", "2048"],
@@ -450,12 +452,12 @@ struct Calibrated {
 /// Per method, `--pass-rounds` times in turn: our calibration pass on the calibration features (`pass_seconds`), then
 /// FP32 inference alone on the same features (`qdq eval --pad-to-max --batch 1`, its inference time) with as many
 /// sessions side by side as the pass ran (the same layout, so the difference is reading the calibrated tensors and
-/// the statistics), and with one session (`qdq eval`'s default).
+/// the statistics), and with one session (`qdq eval`'s default). Besides the compared methods, mse: qdq's default.
 fn pass_rounds(cx: &mut Ctx) -> Result<Vec<PassRounds>> {
     let o = cx.opts.clone();
     let (model, calibration) = (cx.paths.model.clone(), cx.paths.calibration.clone());
-    let mut rows: Vec<PassRounds> =
-        o.methods.iter().map(|m| PassRounds { method: m.clone(), ..Default::default() }).collect();
+    let methods = o.methods.iter().cloned().chain((!o.methods.iter().any(|m| m == "mse")).then(|| "mse".to_string()));
+    let mut rows: Vec<PassRounds> = methods.map(|m| PassRounds { method: m, ..Default::default() }).collect();
     for round in 1..=o.pass_rounds {
         for row in &mut rows {
             eprintln!("xtask: pass against inference, round {round}/{}: {}", o.pass_rounds, row.method);
