@@ -302,11 +302,14 @@ impl Histogram {
             add_into(&mut self.counts, &theirs.counts);
             theirs.folded
         };
-        // Folded in either: folded in the sum (their union's hull, so one range).
-        match (self.folded, their_fold) {
-            (Some((a, b)), Some((c, d))) => self.fold(a.min(c), b.max(d)),
-            (None, Some((c, d))) => self.fold(c, d),
-            _ => {}
+        // Folded in either: folded in the sum (their union's hull, so one range), and cleared again of the other's
+        // counts there.
+        let hull = match (self.folded, their_fold) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (ours, theirs) => ours.or(theirs),
+        };
+        if let Some((a, b)) = hull {
+            self.fold(a, b);
         }
         self.total += other.total;
         self.max_abs = self.max_abs.max(other.max_abs);

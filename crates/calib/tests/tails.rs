@@ -229,6 +229,34 @@ fn tail_states_merge_and_round_trip_as_one_collection() {
     assert!(CalibState::load_json(&path).is_err());
 }
 
+/// A state whose histogram folded merged with one whose did not (a session that saw too few values to fold): the sum
+/// is folded where the first was, holds no count there, and gives the whole histogram's ranges.
+#[test]
+fn a_folded_histogram_merged_with_a_whole_one_stays_folded_and_exact() {
+    let normal = Normal::new(0.0f32, 1.0).unwrap();
+    let data = batches(15, 20, 20_000, |r| normal.sample(r));
+    let methods = [Method::Mse, Method::Percentile { percentile: 99.99, symmetric: true }];
+    let opts = CollectOptions::for_methods(&methods, 1024);
+    let (many, few) = data.split_at(19);
+    // The few: under TAIL_MIN values past any bin at the top, nothing folds.
+    let few: Vec<Vec<f32>> = few.iter().map(|b| b[..2_000].to_vec()).collect();
+    for (mut a, b) in [
+        (collect(opts.clone(), many), collect(opts.clone(), &few)),
+        (collect(opts.clone(), &few), collect(opts.clone(), many)),
+    ] {
+        a.merge(&b).unwrap();
+        let h = a.tensor("t").unwrap().abs.as_ref().unwrap();
+        assert!(h.folded().is_some() && h.is_consistent(), "{:?}", h.folded());
+        let all: Vec<Vec<f32>> = many.iter().chain(&few).cloned().collect();
+        let whole = collect(CollectOptions { tails: None, ..opts.clone() }, &all);
+        for m in &methods {
+            let (got, want) =
+                (compute_ranges(&a, m).unwrap().ranges["t"], compute_ranges(&whole, m).unwrap().ranges["t"]);
+            assert_eq!(got.max.to_bits(), want.max.to_bits(), "{m:?}");
+        }
+    }
+}
+
 #[test]
 fn only_percentile_and_mse_collections_keep_tails_alone() {
     let p = Method::Percentile { percentile: 99.9, symmetric: false };
