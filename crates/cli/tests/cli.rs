@@ -546,6 +546,18 @@ fn every_command_speaks_json() {
         assert!(read(&cal) == read(&cal3), "{file} differs with three calibration sessions");
     }
     same_statistics(&cal.join("calib_state.json"), &cal3.join("calib_state.json"));
+    // Batches are dealt to the sessions in turn: the same command, the very same statistics.
+    let again = f.dir.path().join("cal3_again");
+    json(
+        &[
+            &["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data][..],
+            &small,
+            &["--cal-workers", "3", "--out", again.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let state = |d: &std::path::Path| std::fs::read(d.join("calib_state.json")).unwrap();
+    assert!(state(&cal3) == state(&again), "calib_state.json differs between two runs of one command");
     let smoothed = c["smoothing"]["model"].as_str().unwrap().to_owned();
     let ranges = cal.join("calibration.json");
     let qargs = ["quantize", "--model", &smoothed, "--ranges", ranges.to_str().unwrap()];

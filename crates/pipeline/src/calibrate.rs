@@ -502,7 +502,7 @@ impl Fold {
 /// A batch of owned input arrays, the rows of it that hold data, and the units it completes.
 type OwnedBatch = (Vec<(String, Array2<i64>)>, usize, u64);
 
-/// The pass over several sessions ([`crate::spread::spread`]): each takes the next batch and folds it into its own
+/// The pass over several sessions ([`crate::spread::spread`]): each takes its turn's batch and folds it into its own
 /// [`Fold`]. Returns the features fed.
 fn side_by_side(
     sessions: &mut [Session],
@@ -516,6 +516,8 @@ fn side_by_side(
     crate::spread::spread(
         &mut pairs,
         "calibration",
+        // What each session folds its histograms on is the same each run (the same calib_state.json).
+        crate::spread::Order::InTurn,
         |send| {
             data.each_batch(batch, &mut |inputs, used, done| {
                 send((inputs.iter().map(|(n, a)| ((*n).to_owned(), a.to_owned())).collect(), used, done))

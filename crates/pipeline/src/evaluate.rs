@@ -201,6 +201,7 @@ fn run_side_by_side(
     let sent = crate::spread::spread(
         sessions,
         name,
+        crate::spread::Order::Free,
         |send| {
             let mut sent = 0;
             for b in data.batches(batch)? {
