@@ -45,7 +45,7 @@ pub enum RowDequantize {
 
 /// The tables `policy` stores as int8: float 2-D initializers (also those an old exporter listed as graph inputs:
 /// constants all the same; not excluded by `exclude_tensors`)
-/// whose every reader is a Gather on axis 0 that the node lists pass.
+/// whose every reader is a Gather on axis 0 with an output that the node lists pass.
 pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<EmbeddingTable>> {
     if policy.embeddings != Embeddings::Int8 {
         return Ok(vec![]);
@@ -63,7 +63,12 @@ pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<Embedd
         let gathers_only = !readers.is_empty()
             && readers.iter().all(|&(n, slot)| {
                 let n = ix.node(n);
-                n.op_type() == "Gather" && slot == 0 && gather_axis(n) == Some(0) && m.node_selected(n.name())
+                // A Gather without an output (a malformed file) gathers nothing to dequantize.
+                n.op_type() == "Gather"
+                    && slot == 0
+                    && !n.output.is_empty()
+                    && gather_axis(n) == Some(0)
+                    && m.node_selected(n.name())
             });
         if !gathers_only {
             continue;
