@@ -82,11 +82,12 @@ impl CollectOptions {
             Method::Mse => Some(share.max(MSE_TAILS)),
             _ => None,
         });
+        let tails = tails.filter(|_| !histograms.is_empty());
         CollectOptions {
             num_bins,
             signed_histogram: methods.iter().any(Method::needs_signed_histogram),
             abs_histogram: methods.iter().any(Method::needs_abs_histogram),
-            tails: tails.filter(|_| !histograms.is_empty()),
+            tails,
             mse_tails: tails.is_some() && methods.contains(&Method::Mse),
             ..Default::default()
         }
