@@ -463,7 +463,9 @@ pub struct MethodSettings {
     /// Range algorithm used for the Q/DQ scales: mse (the range minimising the expected quantization error; the
     /// default; MiniLM SQuAD with the tensorrt policy: 0.33 F1 below FP32 on the whole dev set), minmax, percentile,
     /// entropy (TensorRT's KL method) or distribution. Statistics for all of
-    /// --compare-methods are collected in the same pass.
+    /// --compare-methods are collected in the same pass. Where every method is percentile, mse or minmax, the
+    /// histograms count bin by bin only the tails the ranges read (the same ranges; where a range turns out to need
+    /// more, the pass runs again with whole histograms and says so).
     #[cfg_attr(
         feature = "cli",
         arg(
@@ -564,9 +566,9 @@ pub struct CalibSettings {
     /// Histogram bins per tensor. Default: 2048. An error when every method of the run is minmax (no histogram).
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "num_bins", value_name = "N"))]
     pub num_bins: Option<usize>,
-    /// Augmented-model sessions run side by side on the CPU EP, each on its share of --threads, each taking the next
-    /// batch and folding its outputs into statistics of its own (merged exactly at the end: the ranges are the same
-    /// whatever the number). While one session folds, another runs (MiniLM, 2 cores, 100 questions padded to 384: the
+    /// Augmented-model sessions run side by side on the CPU EP, each on its share of --threads, the batches dealt to
+    /// them in turn, each folding its outputs into statistics of its own (merged exactly at the end: the ranges are the
+    /// same whatever the number, and calib_state.json the same from run to run). While one session folds, another runs (MiniLM, 2 cores, 100 questions padded to 384: the
     /// pass 3-13 % shorter than one session's and steadier, peak memory 350 -> 565 MB). Default: 2 (1 on one core) for a
     /// model of at most 512 MiB, else 1: each session holds its own copy of the weights. Always 1 on other EPs and
     /// with a moving-average calibrator (its result depends on batch order).
