@@ -132,7 +132,7 @@ fn need<'a>(h: &'a Option<Histogram>, tensor: &str, method: &Method, needs: &'st
     }
 }
 
-/// The histogram `method` needs, whose tails are enough (a percentile's).
+/// The histogram `method` needs, whose tails are enough (a percentile's or mse's).
 fn need_tails<'a>(
     h: &'a Option<Histogram>,
     tensor: &str,
@@ -281,28 +281,35 @@ pub fn histogram_mean_std(h: &Histogram) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Suffix sums of an absolute histogram's first `n` bins (and a zero at `n`): of the counts, of count x centre, and of
-/// count x centre^2, summed from the top down.
+/// Suffix sums of an absolute histogram's bins up to its last non-empty one (`n` bins, and a zero at `n`): of the
+/// counts, of count x centre, and of count x centre^2, summed from the top down; and `first`, the lowest threshold
+/// (in bins) they price exactly: 1, or the folded bins' upper edge ([`Histogram::fold_to_tails`]).
 struct Suffix {
     s0: Vec<f64>,
     s1: Vec<f64>,
     s2: Vec<f64>,
     w: f64,
     total: f64,
+    n: usize,
+    first: usize,
 }
 
 impl Suffix {
-    fn of(h: &Histogram, w: f64, n: usize) -> Self {
+    /// `None` for a histogram with no value.
+    fn of(h: &Histogram) -> Option<Self> {
+        let w = h.width()?;
         let counts = h.counts();
+        let n = counts.iter().rposition(|&c| c > 0)? + 1;
         let (mut s0, mut s1, mut s2) = (vec![0f64; n + 1], vec![0f64; n + 1], vec![0f64; n + 1]);
         for k in (0..n).rev() {
-            let c = counts.get(k).copied().unwrap_or(0) as f64;
+            let c = counts[k] as f64;
             let x = (k as f64 + 0.5) * w;
             s0[k] = s0[k + 1] + c;
             s1[k] = s1[k + 1] + c * x;
             s2[k] = s2[k + 1] + c * x * x;
         }
-        Suffix { s0, s1, s2, w, total: h.total() as f64 }
+        let first = h.folded().map_or(1, |(_, b)| b.max(1));
+        Some(Suffix { s0, s1, s2, w, total: h.total() as f64, n, first })
     }
 
     /// The clipping error at threshold `t` of the values in bins `k..`.
@@ -333,14 +340,8 @@ impl Suffix {
 /// `sum over kept bins of c (x - (b - 1) w)^2`: where the best of the computed ones is below that, it is the whole
 /// histogram's threshold, bit for bit; otherwise `None` (its tail was too thin to tell).
 pub fn mse_threshold(h: &Histogram) -> Option<f32> {
-    let Some(w) = h.width() else { return Some(0.0) };
-    let Some(last) = h.counts().iter().rposition(|&c| c > 0) else {
-        return Some(0.0);
-    };
-    let n = last + 1;
-    let s = Suffix::of(h, w, n);
-    // The first threshold computed exactly: 1, or the folded bins' upper edge.
-    let first = h.folded().map_or(1, |(_, b)| b.max(1));
+    let Some(s) = Suffix::of(h) else { return Some(0.0) };
+    let (n, first) = (s.n, s.first);
     if first > n {
         return None;
     }
@@ -354,13 +355,13 @@ pub fn mse_threshold(h: &Histogram) -> Option<f32> {
     if first > 1 {
         // Less a margin for the rounding of the whole histogram's sums (their terms are at most those of every value
         // at the top bin's edge).
-        let top = n as f64 * w;
+        let top = n as f64 * s.w;
         let slack = 1e-9 * (s.s2[first] + 2.0 * top * s.s1[first] + s.total * top * top * 4.0);
         if best.0 >= s.bound_below(first) - slack {
             return None;
         }
     }
-    Some(((best.1 as f64 * w).min(f64::from(h.max_abs()))) as f32)
+    Some(((best.1 as f64 * s.w).min(f64::from(h.max_abs()))) as f32)
 }
 
 /// The highest bin `b` of the absolute histogram `h` such that every threshold below `b` costs at least `margin`
@@ -368,21 +369,16 @@ pub fn mse_threshold(h: &Histogram) -> Option<f32> {
 /// still proven from the rest. (The bound grows and the best error falls as `b` falls, so the bins that qualify are
 /// all those up to it.) 0 where none does; the folded bins' upper edge where the histogram is already folded.
 pub(crate) fn mse_fold_limit(h: &Histogram, margin: f64) -> usize {
-    let Some(w) = h.width() else { return 0 };
-    let Some(last) = h.counts().iter().rposition(|&c| c > 0) else {
-        return 0;
-    };
-    let n = last + 1;
-    let s = Suffix::of(h, w, n);
-    let first = h.folded().map_or(1, |(_, b)| b.max(1));
+    let unfolded = h.folded().map_or(0, |(_, b)| b);
+    let Some(s) = Suffix::of(h) else { return unfolded };
     let mut best = f64::INFINITY;
-    for b in (first..=n).rev() {
+    for b in (s.first..=s.n).rev() {
         best = best.min(s.err(b));
         if b > 1 && s.bound_below(b) >= margin * best {
             return b;
         }
     }
-    h.folded().map_or(0, |(_, b)| b)
+    unfolded
 }
 
 /// TensorRT's entropy calibration on a signed histogram: for each candidate half-width `i` (in bins) from
