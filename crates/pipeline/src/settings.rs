@@ -567,11 +567,12 @@ pub struct CalibSettings {
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "num_bins", value_name = "N"))]
     pub num_bins: Option<usize>,
     /// Augmented-model sessions run side by side on the CPU EP, each on its share of --threads, the batches dealt to
-    /// them in turn, each folding its outputs into statistics of its own (merged exactly at the end: the ranges are the
-    /// same whatever the number, and calib_state.json the same from run to run). While one session folds, another runs (MiniLM, 2 cores, 100 questions padded to 384: the
-    /// pass 3-13 % shorter than one session's and steadier, peak memory 350 -> 565 MB). Default: 2 (1 on one core) for a
-    /// model of at most 512 MiB, else 1: each session holds its own copy of the weights. Always 1 on other EPs and
-    /// with a moving-average calibrator (its result depends on batch order).
+    /// them in turn, each folding its outputs into statistics of its own (merged exactly at the end: the ranges are
+    /// the same whatever the number, and with the same number calib_state.json is the same from run to run). While
+    /// one session folds, another runs (MiniLM, 2 cores, 100 questions padded to 384: the pass 3-13 % shorter than
+    /// one session's and steadier, peak memory 350 -> 565 MB). Default: 2 (1 on one core) for a model of at most
+    /// 512 MiB, else 1: each session holds its own copy of the weights. Always 1 on other EPs and with a
+    /// moving-average calibrator (its result depends on batch order).
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "cal_workers", value_name = "N", value_parser = cli::positive))]
     pub cal_workers: Option<usize>,
 }
