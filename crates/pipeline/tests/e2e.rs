@@ -468,11 +468,11 @@ fn the_policy_follows_the_ep_unless_given() {
     for (name, preset) in [("cpu", "cpu"), ("tensorrt", "tensorrt"), ("migraphx", "migraphx"), ("cuda", "tensorrt")] {
         let (policy, choice) = settings(None, false).policy(&ep(name)).unwrap();
         assert_eq!(choice, PolicyChoice { preset: preset.into(), chosen_by: format!("--ep {name}") });
-        assert_eq!(policy.preset, preset);
+        assert_eq!(policy.preset.to_string(), preset);
         assert!(choice.to_string().contains("--policy chooses another"), "{choice}");
     }
     let (policy, choice) = settings(Some("tensorrt"), false).policy(&ep("cpu")).unwrap();
-    assert_eq!((policy.preset.as_str(), choice.chosen_by.as_str()), ("tensorrt", "--policy"));
+    assert_eq!((policy.preset.to_string().as_str(), choice.chosen_by.as_str()), ("tensorrt", "--policy"));
     let (_, choice) = settings(Some("cpu"), true).policy(&ep("tensorrt")).unwrap();
     assert_eq!((choice.preset.as_str(), choice.chosen_by.as_str()), ("ort-compatible", "--ort-quant"));
     assert!(settings(Some("nope"), false).policy(&ep("cpu")).is_err());

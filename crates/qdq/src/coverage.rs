@@ -41,12 +41,7 @@ pub struct PairInfo {
     pub consumers: Vec<(String, usize)>,
 }
 
-/// Op types that do matrix-multiply work (the plain ONNX ones and ONNX Runtime's fused transformer ops): when one of
-/// them reads a float input that is not dequantized, that work runs in float, and qdq says so.
-pub const MATMUL_LIKE: [&str; 7] =
-    ["MatMul", "Gemm", "FusedMatMul", "Attention", "MultiHeadAttention", "GroupQueryAttention", "Conv"];
-
-/// A node of a [`MATMUL_LIKE`] op type that reads a float input that is not the output of a DequantizeLinear (for
+/// A node of a [`crate::MATMUL_LIKE`] op type that reads a float input that is not the output of a DequantizeLinear (for
 /// `MatMul`, `Gemm`, `FusedMatMul` and `Attention`: a float A or B).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FloatNode {
@@ -176,7 +171,7 @@ pub fn coverage(model: &Model) -> Coverage {
             Some(_) => plain.into_iter().filter(|i| n.input.iter().take(2).any(|a| a == i)).collect(),
             None => plain,
         };
-        if MATMUL_LIKE.contains(&op) && !operands.is_empty() {
+        if crate::types::MATMUL_LIKE.contains(&op) && !operands.is_empty() {
             cov.float_matmul_like.push(FloatNode {
                 node: n.name().to_owned(),
                 op_type: op.to_owned(),

@@ -46,6 +46,7 @@ mod patterns;
 mod plan;
 mod policy;
 mod reference;
+pub mod roles;
 mod scale;
 mod select;
 mod shift;
@@ -54,9 +55,7 @@ mod types;
 
 pub use bias::PlannedBias;
 pub use contrib::{ContribRewrites, expand_integer_matmuls};
-pub use coverage::{
-    Coverage, FloatNode, MATMUL_LIKE, OpCoverage, PairInfo, QUANTIZED_OPS, QdqCounts, coverage, quantized_ops,
-};
+pub use coverage::{Coverage, FloatNode, OpCoverage, PairInfo, QUANTIZED_OPS, QdqCounts, coverage, quantized_ops};
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::{EmbeddingTable, RowDequantize};
 pub use error::{Error, Result};
@@ -64,7 +63,7 @@ pub use plan::{
     Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
 };
 pub use policy::{
-    Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, ResidualAdd,
+    Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, Preset, ResidualAdd,
     SmoothContext, SmoothTargets, SoftmaxRange, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
@@ -73,3 +72,4 @@ pub use smooth::{
     SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smooth_in_place,
     smoothing_fingerprint, smoothing_record, smoothing_sites,
 };
+pub use types::{MATMUL_LIKE, MATMUL_OPS};

@@ -88,7 +88,7 @@ pub(crate) struct MatMulRule {
     pub contract_axis: Option<usize>,
 }
 
-/// The rule of node `n` if it is one of [`crate::types::MATMUL_OPS`]: plain `MatMul`; `Gemm` (`transA` / `transB`); ONNX Runtime's
+/// The rule of node `n` if it is one of [`crate::MATMUL_OPS`]: plain `MatMul`; `Gemm` (`transA` / `transB`); ONNX Runtime's
 /// `FusedMatMul` (also `transBatchA` / `transBatchB`); ONNX Runtime's fused `Attention`, whose input 1 is the packed
 /// `[hidden, 3·hidden]` QKV weight.
 pub(crate) fn matmul_rule(n: &NodeProto) -> Option<MatMulRule> {

@@ -5,8 +5,8 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use crate::error::{Error, Result};
 use crate::scale::{QuantSpec, QuantType};
 
-/// Names accepted by [`Policy::preset`].
-pub const PRESETS: &[&str] = &["ort-compatible", "tensorrt", "migraphx", "cpu"];
+/// Names accepted by [`Policy::preset`]: [`Preset::NAMES`].
+pub const PRESETS: &[&str] = Preset::NAMES;
 
 /// Migration strength of the `tensorrt`, `migraphx` and `cpu` presets' smoothing (see [`crate::smooth`]); chosen on the
 /// SQuAD dev set, see docs/QUANTIZATION.md.
@@ -32,6 +32,8 @@ macro_rules! keywords {
         impl $t {
             /// Every value's name, as [`Policy::set`] takes it.
             pub const NAMES: &'static [&'static str] = &[$($s),+];
+            /// Every value, in [`Self::NAMES`] order.
+            pub const ALL: &'static [$t] = &[$($t::$v),+];
         }
 
         impl std::fmt::Display for $t {
@@ -48,7 +50,34 @@ macro_rules! keywords {
                 match s { $($s => Ok($t::$v),)+ _ => Err(or_list($t::NAMES)) }
             }
         }
+
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                name.parse().map_err(|valid| serde::de::Error::custom(format!("`{name}`: expected {valid}")))
+            }
+        }
     };
+}
+
+keywords! {
+    /// The named starting points of a [`Policy`] ([`Policy::of`]; docs/QUANTIZATION.md explains each).
+    Preset {
+        /// ONNX Runtime's QDQ quantizer with the seed scripts' options.
+        OrtCompatible = "ort-compatible",
+        /// For TensorRT: residual Adds in float, every constant-weight MatMul input smoothed, Softmax shifted.
+        TensorRt = "tensorrt",
+        /// For MIGraphX: the `tensorrt` layout.
+        MiGraphX = "migraphx",
+        /// For ONNX Runtime's CPU EP: its integer MatMul kernels, uint8 activations, int8 weights and embeddings.
+        Cpu = "cpu",
+    }
 }
 
 keywords! {
@@ -189,18 +218,47 @@ fn globs(target: &mut Vec<String>, v: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// What `op_types` takes: [`crate::MATMUL_OPS`] and `Add` (a test holds the two together).
+const OP_TYPES: &str = "a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add";
+
+/// `smooth` in a serialized [`Policy`]: `"off"`, or the migration strength.
+mod smooth_strength {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(a) => s.serialize_f32(*a),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Strength {
+            Alpha(f64),
+            Word(String),
+        }
+        match Strength::deserialize(d)? {
+            Strength::Alpha(a) if (0.0..=1.0).contains(&a) => Ok(Some(a as f32)),
+            Strength::Word(w) if w == "off" => Ok(None),
+            _ => Err(serde::de::Error::custom("expected \"off\" or a migration strength in [0, 1]")),
+        }
+    }
+}
+
 /// Every option, in the order `describe` prints them.
 pub const OPTIONS: &[PolicyOption] = &[
     PolicyOption {
         key: "op_types",
         doc: "op types whose inputs get Q/DQ pairs",
-        values: "a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add",
+        values: OP_TYPES,
         get: |p| p.op_types.join(","),
         set: |p, v| {
             let ops = list(v);
             let known = |o: &String| o == "Add" || crate::types::MATMUL_OPS.contains(&o.as_str());
             if ops.is_empty() || !ops.iter().all(known) {
-                return Err("a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add".into());
+                return Err(OP_TYPES.into());
             }
             p.op_types = ops;
             Ok(())
@@ -411,13 +469,16 @@ pub const KEYS: [&str; OPTIONS.len()] = {
     keys
 };
 
-/// A complete, validated set of placement and maths options.
+/// A complete, validated set of placement and maths options. Serialized (serde), it is every option under its
+/// [`OPTIONS`] key with the value [`Policy::set`] takes, `smooth` `"off"` or its strength: what `qdq tune` writes into
+/// its recipe, so a recipe replays the same model whatever later versions make of the presets.
 ///
 /// Biases: bias Adds are never quantized, so biases stay FP32 under every preset.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Preset this policy started from.
-    pub preset: String,
+    pub preset: Preset,
     /// Op types whose inputs get Q/DQ: the MatMul-like ops (`MatMul`, `Gemm`, ONNX Runtime's `FusedMatMul` and
     /// fused `Attention`; their A and B only) and `Add`.
     pub op_types: Vec<String>,
@@ -452,6 +513,7 @@ pub struct Policy {
     /// SmoothQuant-style migration strength α in [0, 1] for the MatMul inputs of [`Policy::smooth_targets`] (see
     /// [`crate::smooth`]); `None` = off. Needs per-channel calibration of those inputs first, which the pipeline
     /// does before the main calibration.
+    #[serde(with = "smooth_strength")]
     pub smooth: Option<f32>,
     /// Which MatMul inputs smoothing rescales.
     pub smooth_targets: SmoothTargets,
@@ -468,7 +530,14 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// A named preset (see [`PRESETS`]).
+    /// A preset by name (see [`PRESETS`]); an unknown name is an error listing them.
+    pub fn preset(name: &str) -> Result<Policy> {
+        let preset =
+            name.parse().map_err(|_| Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") })?;
+        Ok(Policy::of(preset))
+    }
+
+    /// A preset.
     ///
     /// `ort-compatible` is ORT's QDQQuantizer with the seeds' options: MatMul+Add, per-channel symmetric int8
     /// weights as FP32 + Q/DQ pair, symmetric int8 activations, dedicated pairs, no output quantization and residual
@@ -480,30 +549,30 @@ impl Policy {
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
     /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
-    pub fn preset(name: &str) -> Result<Policy> {
-        let base = Policy::ort_compatible(name);
-        match name {
-            "ort-compatible" => Ok(base),
+    pub fn of(preset: Preset) -> Policy {
+        let base = Policy::ort_compatible(preset);
+        match preset {
+            Preset::OrtCompatible => base,
             // The seed placement with four changes (docs/QUANTIZATION.md; whole dev set: from ~30 F1 below FP32 to
             // 0.33 below): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8 cannot hold)
             // stay in float, and so do the non-MatMul readers of a quantized tensor; every constant-weight MatMul
             // input is smoothed into its weights (alpha DEFAULT_SMOOTH_ALPHA); Softmax outputs are quantized shifted
             // by -0.5 to use all int8 levels. Every MatMul still reads only quantized inputs.
-            "tensorrt" | "migraphx" => Ok(Policy {
+            Preset::TensorRt | Preset::MiGraphX => Policy {
                 residual_add: ResidualAdd::Skip,
                 shared_pair_feeds_all: false,
                 softmax_range: SoftmaxRange::Shifted,
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),
                 smooth_targets: SmoothTargets::All,
                 ..base
-            }),
+            },
             // For ORT's CPU EP (docs/QUANTIZATION.md, "What decides CPU speed"): the constant-weight MatMuls only
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
             // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed: LayerNorm
             // outputs and attention contexts (in their value projections: no Mul, a kernel of its own on the CPU EP),
             // not the GELU outputs (whole dev set 73.10 against 73.22 with them, inside the noise; 6 fewer Muls over
             // the FFN's widest activation).
-            "cpu" => Ok(Policy {
+            Preset::Cpu => Policy {
                 op_types: crate::types::MATMUL_OPS.map(String::from).to_vec(),
                 matmul_const_b_only: true,
                 residual_add: ResidualAdd::Skip,
@@ -519,16 +588,15 @@ impl Policy {
                 smooth_targets: SmoothTargets::LayerNormContext,
                 smooth_context: SmoothContext::Projection,
                 ..base
-            }),
-            _ => Err(Error::UnknownPreset { name: name.to_string(), valid: PRESETS.join(", ") }),
+            },
         }
     }
 
     /// ORT's QDQQuantizer with the seeds' options, named `name`: the base every preset changes.
-    fn ort_compatible(name: &str) -> Policy {
+    fn ort_compatible(preset: Preset) -> Policy {
         Policy {
-            preset: name.to_string(),
-            op_types: ["MatMul", "Gemm", "FusedMatMul", "Attention", "Add"].map(String::from).to_vec(),
+            preset,
+            op_types: crate::types::MATMUL_OPS.iter().chain(&["Add"]).map(|o| o.to_string()).collect(),
             matmul_const_b_only: false,
             residual_add: ResidualAdd::Quantize,
             dedicated_pairs: true,
@@ -698,6 +766,43 @@ mod tests {
         assert_eq!(SoftmaxRange::NAMES, ["calibrated", "full", "shifted"]);
         assert_eq!("shifted".parse::<SoftmaxRange>(), Ok(SoftmaxRange::Shifted));
         assert_eq!("clipped".parse::<SoftmaxRange>(), Err("calibrated, full or shifted".to_string()));
+    }
+
+    #[test]
+    fn op_types_takes_the_matmul_ops_and_add() {
+        let listed = OP_TYPES.rsplit(' ').next().unwrap();
+        let ops: Vec<&str> = crate::MATMUL_OPS.iter().copied().chain(["Add"]).collect();
+        assert_eq!(listed, ops.join(","));
+        assert_eq!(Policy::preset("ort-compatible").unwrap().op_types, ops);
+    }
+
+    /// A serialized policy holds every option and reads back equal, for every preset and a changed one; an unknown
+    /// key or a bad value is refused.
+    #[test]
+    fn a_policy_serializes_and_reads_back() {
+        let mut changed = Policy::of(Preset::Cpu);
+        changed.smooth = None;
+        changed.exclude_nodes.push("/qa_outputs/MatMul".into());
+        for p in PRESETS.iter().map(|n| Policy::preset(n).unwrap()).chain([changed]) {
+            let json = serde_json::to_value(&p).unwrap();
+            for key in KEYS {
+                assert!(json.get(key).is_some(), "{key} missing: {json}");
+            }
+            assert_eq!(serde_json::from_value::<Policy>(json).unwrap(), p);
+        }
+        let mut json = serde_json::to_value(Policy::of(Preset::TensorRt)).unwrap();
+        assert_eq!(json["smooth"], 1.0);
+        json["smooth"] = "off".into();
+        assert_eq!(serde_json::from_value::<Policy>(json.clone()).unwrap().smooth, None);
+        json["smooth"] = 2.0.into();
+        assert!(serde_json::from_value::<Policy>(json.clone()).is_err());
+        json["smooth"] = "off".into();
+        json["softmax_range"] = "clipped".into();
+        let e = serde_json::from_value::<Policy>(json.clone()).unwrap_err().to_string();
+        assert!(e.contains("calibrated, full or shifted"), "{e}");
+        json["softmax_range"] = "full".into();
+        json["residual_adds"] = "skip".into();
+        assert!(serde_json::from_value::<Policy>(json).is_err());
     }
 
     #[test]

@@ -65,4 +65,10 @@ pub struct PlannedTensor {
 }
 
 /// The MatMul-like op types qdq quantizes (besides `Add`); `patterns::matmul_rule` says where their operands are.
-pub(crate) const MATMUL_OPS: [&str; 4] = ["MatMul", "Gemm", "FusedMatMul", "Attention"];
+pub const MATMUL_OPS: [&str; 4] = ["MatMul", "Gemm", "FusedMatMul", "Attention"];
+
+/// Op types that do matrix-multiply work: [`MATMUL_OPS`], then ONNX Runtime's other fused attention ops and `Conv`,
+/// which qdq counts but does not quantize. When one of them reads a float input that is not dequantized, that work
+/// runs in float, and qdq says so ([`crate::coverage`]).
+pub const MATMUL_LIKE: [&str; 7] =
+    [MATMUL_OPS[0], MATMUL_OPS[1], MATMUL_OPS[2], MATMUL_OPS[3], "MultiHeadAttention", "GroupQueryAttention", "Conv"];
