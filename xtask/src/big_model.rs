@@ -121,7 +121,7 @@ pub fn big_model(args: BigModelArgs, out: &Path) -> Result<()> {
     let predictions = |model: &Path| model.with_extension("predictions.json");
     let eval = |model: &Path| {
         let p = predictions(model);
-        os(&[&"eval", &"--model", &model, &"--dataset", &dataset, &"--predictions", &p, &"--json"])
+        os(&[&"eval", &"--model", &model, &"--dataset", &dataset, &"--out", &p, &"--json"])
     };
     let small_cal = step("calibrate_small", calibrate(&small, &cal), true)?;
     if small_cal.exit_code != Some(0) {

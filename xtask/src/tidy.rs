@@ -156,16 +156,23 @@ mod tests {
     }
 
     /// Functions of `text` longer than `max` lines (a `fn` line to the `}` at its indentation), as (line, name, len).
+    /// A declaration without a body (a trait's) is not a function here.
     fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
         let lines: Vec<&str> = text.lines().collect();
         let mut out = Vec::new();
         for (i, line) in lines.iter().enumerate() {
             let trimmed = line.trim_start();
-            let rest = trimmed.strip_prefix("pub(crate) ").or_else(|| trimmed.strip_prefix("pub ")).unwrap_or(trimmed);
+            let rest =
+                ["pub(crate) ", "pub(super) ", "pub "].iter().find_map(|p| trimmed.strip_prefix(p)).unwrap_or(trimmed);
             let Some(name) = rest.strip_prefix("fn ").map(|r| r.split(['(', '<']).next().unwrap_or("").to_owned())
             else {
                 continue;
             };
+            // The signature ends at the first line ending in `{` (a body) or `;` (a declaration).
+            let Some(end) = lines[i..].iter().find(|l| l.trim_end().ends_with(['{', ';'])) else { continue };
+            if end.trim_end().ends_with(';') {
+                continue;
+            }
             let close = format!("{}}}", &line[..line.len() - trimmed.len()]);
             if let Some(end) = lines[i + 1..].iter().position(|l| *l == close) {
                 let len = end + 2;
@@ -178,14 +185,66 @@ mod tests {
     }
 
     #[test]
-    fn placement_functions_stay_short() {
-        assert_eq!(long_functions("fn a() {\n    x;\n}\nfn b() {\n    y;\n    z;\n}\n", 3), vec![(4, "b".into(), 4)]);
+    fn functions_stay_short() {
+        let sample = "fn a() {\n    x;\n}\nfn b() {\n    y;\n    z;\n}\ntrait T {\n    fn c();\n}\nfn d() {}\n";
+        assert_eq!(long_functions(sample, 3), vec![(4, "b".into(), 4)]);
         let mut wrong = Vec::new();
-        for f in rust_files(&root().join("crates/qdq/src")) {
-            for (line, name, len) in long_functions(&std::fs::read_to_string(&f).unwrap(), 60) {
-                wrong.push(format!("{}:{line}: fn {name} has {len} lines", f.display()));
+        for dir in ["crates/qdq/src", "crates/pipeline/src"] {
+            for f in rust_files(&root().join(dir)) {
+                for (line, name, len) in long_functions(&std::fs::read_to_string(&f).unwrap(), 60) {
+                    wrong.push(format!("{}:{line}: fn {name} has {len} lines", f.display()));
+                }
             }
         }
-        assert!(wrong.is_empty(), "qdq functions over 60 lines (split them by step):\n  {}", wrong.join("\n  "));
+        assert!(wrong.is_empty(), "functions over 60 lines (split them by step):\n  {}", wrong.join("\n  "));
+    }
+
+    /// pipeline's lib.rs is its table of contents: module declarations and re-exports, no item of its own.
+    #[test]
+    fn pipeline_lib_only_declares_and_re_exports() {
+        let text = std::fs::read_to_string(root().join("crates/pipeline/src/lib.rs")).unwrap();
+        let items = ["fn ", "struct ", "enum ", "impl ", "trait ", "const ", "static ", "type ", "macro_rules!"];
+        let wrong: Vec<&str> = text
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| !l.starts_with("//"))
+            .filter(|l| items.iter().any(|i| l.starts_with(i) || l.starts_with(&format!("pub {i}"))))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "pipeline/src/lib.rs defines items; move them into a module:\n  {}",
+            wrong.join("\n  ")
+        );
+    }
+
+    /// Inside pipeline every `crate::` path starts at a module, never at a name lib.rs re-exports: a module that
+    /// imports from lib.rs (which declares every module) would run an arrow back up the crate.
+    #[test]
+    fn pipeline_modules_import_where_names_are_defined() {
+        let src = root().join("crates/pipeline/src");
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        let modules: Vec<&str> = lib
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("mod ").or_else(|| l.trim().strip_prefix("pub mod ")))
+            .map(|m| m.trim_end_matches(';'))
+            .collect();
+        let mut wrong = Vec::new();
+        for f in rust_files(&src).into_iter().filter(|f| !f.ends_with("lib.rs")) {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                for (at, _) in line.match_indices("crate::") {
+                    let name: String =
+                        line[at + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if !name.is_empty() && !modules.contains(&name.as_str()) {
+                        wrong.push(format!("{}:{}: crate::{name}", f.display(), i + 1));
+                    }
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "pipeline code names lib.rs's re-exports; import from the module that defines the name:\n  {}",
+            wrong.join("\n  ")
+        );
     }
 }

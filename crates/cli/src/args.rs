@@ -1,21 +1,26 @@
-//! Command-line arguments. Long options are kebab-case; the seed scripts' snake_case spellings (`--seq_len`,
-//! `--cal_num`, ...) are accepted as aliases with the same meaning and defaults.
+//! The command line: one subcommand per pipeline job, each flattened the same way ([`JobArgs`]: the job's own flags,
+//! then `--json` and `--config`). Long options are kebab-case; every one also takes the seed scripts' snake_case
+//! spelling (`--seq_len`), added here ([`command`]) and explained once in each command's `--help`. Spellings renamed
+//! in this release keep working as hidden aliases and say so ([`DEPRECATED`]).
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use pipeline::{CalibSettings, DataSettings, PolicySettings, RuntimeSettings};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 const ABOUT: &str = "Post-training INT8 quantization of BERT ONNX models in QDQ form, proved on SQuAD.";
 
 const LONG_ABOUT: &str = "\
 Post-training INT8 quantization of BERT ONNX models in QDQ form, proved on SQuAD.
 
-qdq calibrates a model on SQuAD features (streaming histograms: memory stays flat in the number of samples),
-inserts QuantizeLinear/DequantizeLinear pairs placed by a policy, and evaluates the FP32 and INT8 models on an
-ONNX Runtime execution provider, reporting EM/F1 and latency side by side.
+qdq calibrates a model on SQuAD features (streaming histograms: memory stays flat in the number of samples), inserts
+QuantizeLinear/DequantizeLinear pairs placed by a policy, and evaluates the FP32 and INT8 models on an ONNX Runtime
+execution provider, reporting EM/F1 and latency side by side.
 
-ONNX Runtime is loaded from ORT_DYLIB_PATH, --ort-lib, or the copy `cargo xtask setup` installs.";
+ONNX Runtime is loaded from --ort-lib, ORT_DYLIB_PATH, or the copy `cargo xtask setup` installs.";
+
+/// The widest help: `-h` is one line per flag within it, `--help` wraps to the terminal up to it.
+const HELP_WIDTH: usize = 100;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,202 +34,168 @@ ONNX Runtime is loaded from ORT_DYLIB_PATH, --ort-lib, or the copy `cargo xtask 
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// More log output (debug level; QDQ_LOG=<filter> sets any tracing filter).
+    /// More log output (debug level; QDQ_LOG=<filter> sets any tracing filter)
     #[arg(long, short, global = true)]
     pub verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Calibrate, quantize, then evaluate FP32 and INT8 side by side; writes everything to --out.
+    /// Calibrate, quantize, then evaluate FP32 and INT8 side by side; writes everything to --out
     #[command(long_about = E2E_ABOUT)]
-    E2e(Box<E2eArgs>),
-    /// Run calibration data through a model and write its ranges (calibration.json, TensorRT/MIGraphX tables).
-    Calibrate(Box<CalibrateArgs>),
-    /// Insert Q/DQ pairs into a model, with ranges from a calibration file.
-    Quantize(Box<QuantizeArgs>),
-    /// Evaluate a model (FP32 or QDQ) on SQuAD: EM, F1 and latency.
+    E2e(Box<JobArgs<pipeline::E2eJob>>),
+    /// Run calibration data through a model and write its ranges (calibration.json, TensorRT/MIGraphX tables)
+    Calibrate(Box<JobArgs<pipeline::CalibrateJob>>),
+    /// Insert Q/DQ pairs into a model, with ranges from a calibration file (or a recipe of `qdq tune`)
+    Quantize(Box<JobArgs<pipeline::QuantizeJob>>),
+    /// Evaluate a model (FP32 or QDQ) on SQuAD: EM, F1 and latency
     Eval(Box<JobArgs<pipeline::EvalJob>>),
-    /// Where a QDQ model loses accuracy: each quantized tensor and the logits against the float model, on held-out
-    /// questions.
+    /// Where a QDQ model loses accuracy: each quantized tensor and the logits against the float model
     #[command(long_about = DEBUG_ABOUT)]
     Debug(Box<JobArgs<pipeline::DebugJob>>),
-    /// The most-integer QDQ model within an F1 budget: calibrate, quantize, keep the most sensitive nodes in float
-    /// until the budget is met; writes the model, a recipe `qdq quantize --config` replays, and the trade-off curve.
+    /// The most-integer QDQ model within an F1 budget, its recipe and the trade-off curve
+    #[command(long_about = TUNE_ABOUT)]
     Tune(Box<JobArgs<pipeline::TuneJob>>),
-    /// Summarise a model: operators, Q/DQ coverage, and the ranges Q/DQ pairs encode.
-    Inspect(InspectArgs),
-    /// List the execution providers of the loaded ONNX Runtime.
-    Providers(ProvidersArgs),
-    /// Print the help of qdq or of one of its commands (as `qdq <COMMAND> --help`).
+    /// Summarise a model: operators, Q/DQ coverage, and the ranges Q/DQ pairs encode
+    Inspect(Box<JobArgs<pipeline::InspectJob>>),
+    /// List the execution providers of the loaded ONNX Runtime
+    Providers(Box<JobArgs<pipeline::ProvidersJob>>),
+    /// Print the help of qdq or of one of its commands (as `qdq <COMMAND> --help`)
     Help(HelpArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct HelpArgs {
-    /// The command to explain (default: qdq itself).
-    pub command: Option<String>,
 }
 
 const E2E_ABOUT: &str = "\
 Calibrate, quantize, then evaluate FP32 and INT8 side by side.
 
-Steps: (1) calibration features from --calibration-data (default: --dataset) run through the model, every
-tensor the policy quantizes read as it is computed (on the CPU EP; exposed as an extra output on others);
-statistics for every --calibrate-method are collected in one pass; (2) Q/DQ pairs are inserted by --policy with ranges from the chosen method; (3) both models are evaluated
-on --dataset.
+Steps: (1) calibration features from --calibration-data (default: --dataset) run through the model, every tensor the
+policy quantizes read as it is computed; statistics for every --calibrate-method are collected in one pass; (2) Q/DQ
+pairs are inserted by --policy with ranges from the first method; (3) both models are evaluated on --dataset and
+timed against each other.
 
-Output directory (--out): model_qdq.onnx, calibration.json, calibration.flatbuffers (ORT TensorRT/MIGraphX
-table), calibration.cache (TensorRT native cache), calib_state.json (mergeable statistics),
-predictions_fp32.json, predictions_int8.json, results.json and report.md; with --compare-methods also
-model_qdq_<method>.onnx and predictions_int8_<method>.json for each method, each a row of the table.
-
-A model without start / end logits (a classifier): --dataset and --calibration-data take .npz (arrays named after
-the model inputs, optional `label`), .npy (token ids), text lines (a tab separates a pair), GLUE-style TSV or JSONL
-({\"text\", \"text_pair\", \"label\"}); INT8 is compared with FP32 (top-1 agreement, KL, largest logit difference)
-and both are scored against the labels if any.
-
-Without --policy the preset is the one made for --ep (cpu -> cpu, tensorrt -> tensorrt, migraphx -> migraphx);
---mode dynamic skips calibration (CPU: weights int8, inputs quantized at run time).
-
-Settings may also come from a TOML file (--config): keys are the long option names (`seq-len = 128`,
-`calibrate-method = \"entropy\"`); options on the command line win.";
-
-#[derive(Debug, Args)]
-pub struct E2eArgs {
-    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
-    #[arg(long)]
-    pub json: bool,
-    /// The FP32 ONNX model.
-    #[arg(long, default_value = "model.onnx", value_name = "FILE")]
-    pub model: PathBuf,
-    /// SQuAD file to evaluate on (default: squad/dev-v<version>.json); a classifier's inputs (see above).
-    #[arg(long, value_name = "FILE")]
-    pub dataset: Option<PathBuf>,
-    /// Questions to evaluate (the first N of the file; 0 = all).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub samples: usize,
-    /// Features per inference batch.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = pipeline::value_parsers::positive)]
-    pub batch: usize,
-    /// Stop after quantizing: no evaluation.
-    #[arg(long, visible_alias = "no_eval")]
-    pub no_eval: bool,
-    /// Also run FP32 and INT8 under ONNX Runtime's profiler on the first evaluation features (at most 16) and show
-    /// where each one's time goes: kernel time per operator type as ONNX Runtime ran them (integer MatMuls, fused
-    /// attention, what stayed in float). A few seconds more; printed, in report.md and in results.json (`op_profile`).
-    #[arg(long, conflicts_with = "no_eval")]
-    pub profile_ops: bool,
-    /// Output directory.
-    #[arg(long, default_value = "out", value_name = "DIR")]
-    pub out: PathBuf,
-    /// TOML file with settings (keys = long option names); command-line options win.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    #[command(flatten)]
-    pub runtime: RuntimeSettings,
-    #[command(flatten)]
-    pub data: DataSettings,
-    #[command(flatten)]
-    pub calib: CalibSettings,
-    #[command(flatten)]
-    pub policy: PolicySettings,
-}
-
-#[derive(Debug, Args)]
-pub struct CalibrateArgs {
-    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
-    #[arg(long)]
-    pub json: bool,
-    /// The FP32 ONNX model.
-    #[arg(long, value_name = "FILE")]
-    pub model: PathBuf,
-    /// Features per calibration batch.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = pipeline::value_parsers::positive)]
-    pub batch: usize,
-    /// Output directory for calibration.json, calibration.flatbuffers, calibration.cache, calib_state.json.
-    #[arg(long, default_value = "out", value_name = "DIR")]
-    pub out: PathBuf,
-    /// Also merge these statistics files (calib_state.json of earlier or parallel runs) into the result.
-    #[arg(long, value_name = "FILE")]
-    pub merge: Vec<PathBuf>,
-    /// Placement policy: decides which tensors need ranges and, with its `smooth` option (on in the tensorrt,
-    /// migraphx and cpu presets), whether the MatMul inputs are smoothed into the weights first; the smoothed model is
-    /// then written as model_smoothed.onnx next to the tables, and that is the model to pass to `qdq quantize`.
-    #[command(flatten)]
-    pub policy: PolicySettings,
-    /// The execution provider the quantized model is for: picks the default --policy (cpu -> cpu, tensorrt ->
-    /// tensorrt, migraphx -> migraphx, any other -> tensorrt). Calibration itself runs on --cal-ep.
-    #[arg(long, default_value = "cpu", value_name = "EP")]
-    pub ep: pipeline::Ep,
-    #[command(flatten)]
-    pub data: DataSettings,
-    #[command(flatten)]
-    pub calib: CalibSettings,
-    #[arg(long, value_name = "FILE", help = "Path of libonnxruntime.so")]
-    pub ort_lib: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct QuantizeArgs {
-    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
-    #[arg(long)]
-    pub json: bool,
-    /// The FP32 ONNX model.
-    #[arg(long, value_name = "FILE", required_unless_present = "list_policies")]
-    pub model: Option<PathBuf>,
-    /// Ranges: calibration.json from `qdq calibrate`, any of the three files ONNX Runtime's write_calibration_table
-    /// writes (calibration.json, .flatbuffers, .cache), or a TensorRT calibration cache; told apart by content.
-    /// Required unless --mode dynamic.
-    #[arg(long, value_name = "FILE")]
-    pub ranges: Option<PathBuf>,
-    /// Where to write the QDQ model.
-    #[arg(long, short, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Print what would be inserted where, write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Describe the presets and options, then exit.
-    #[arg(long)]
-    pub list_policies: bool,
-    #[command(flatten)]
-    pub policy: PolicySettings,
-    /// The execution provider the quantized model is for: picks the default --policy (cpu -> cpu, tensorrt ->
-    /// tensorrt, migraphx -> migraphx, any other -> tensorrt). Use the same as for `qdq calibrate`.
-    #[arg(long, default_value = "cpu", value_name = "EP")]
-    pub ep: pipeline::Ep,
-}
+A model without start / end logits (a classifier) is calibrated and evaluated on .npz / .npy / text / TSV / JSONL
+inputs (see --dataset); INT8 is compared with FP32 (top-1 agreement, KL, largest logit difference) and both are
+scored against the labels if any. Without --policy the preset is the one made for --ep; --mode dynamic skips
+calibration (CPU: weights int8, inputs quantized at run time).";
 
 const DEBUG_ABOUT: &str = "\
-Where a QDQ model loses accuracy, on held-out questions (the last --questions of --dataset): every activation pair's
+Where a QDQ model loses accuracy, on held-out questions (the last --held-out of --dataset): every activation pair's
 dequantized tensor against its float value in the QDQ model's float reference (the model without its activation
 pairs, so shifted or smoothed tensors meet what they stand for): SQNR dB, relative error, clipped share, the pair's
 own rounding; and the logits of the QDQ model and of that reference against FP32 (KL, argmax agreement).";
 
-/// A job that declares its own flags (pipeline, feature `cli`), and `--json`.
+const TUNE_ABOUT: &str = "\
+The most-integer QDQ model within an F1 budget. Calibrates once (or takes --ranges); quantizes with the policy; if
+the INT8 model loses more F1 than --budget, tries other calibrators' ranges for the worst pairs, then keeps the most
+sensitive 1, 2, 4, ... nodes in float (ranked by `qdq debug --sensitivity` on held-out questions) until a candidate
+is within budget. Each candidate is screened on the questions nearest to flipping first and timed against FP32.
+Writes the chosen model, a recipe `qdq quantize --recipe` replays byte for byte, and the trade-off curve.";
+
+/// Every command's flags: the job's own, then the two every command shares.
 #[derive(Debug, Args)]
 pub struct JobArgs<T: Args> {
-    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md); logs stay on stderr.
-    #[arg(long)]
-    pub json: bool,
     #[command(flatten)]
     pub job: T,
+    #[command(flatten)]
+    pub common: Common,
 }
 
+/// The flags every command shares.
 #[derive(Debug, Args)]
-pub struct InspectArgs {
-    /// The ONNX model.
-    pub model: PathBuf,
-    /// Also list every Q/DQ pair with its scale and the range it encodes.
-    #[arg(long)]
-    pub ranges: bool,
-    /// Print one JSON document on stdout instead of text (schemas in docs/JSON.md).
-    #[arg(long)]
+pub struct Common {
+    /// Print one JSON document on stdout instead of text
+    ///
+    /// Schemas in docs/JSON.md; logs stay on stderr.
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
+    /// Settings from a TOML file; command-line options win
+    ///
+    /// Keys are the long option names (`seq-len = 128`, `calibrate-method = "entropy"`, lists as arrays); read
+    /// before the command line, so an option given there wins.
+    #[arg(long, value_name = "FILE", help_heading = None::<&str>)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
-pub struct ProvidersArgs {
-    #[arg(long, value_name = "FILE", help = "Path of libonnxruntime.so")]
-    pub ort_lib: Option<PathBuf>,
+pub struct HelpArgs {
+    /// The command to explain (default: qdq itself)
+    pub command: Option<String>,
+}
+
+/// Spellings renamed in this release: (command, old, new). They still work for one release, each saying once that
+/// it is deprecated ([`deprecated`]).
+pub const DEPRECATED: &[(&str, &str, &str)] = &[
+    ("quantize", "--output", "--out"),
+    ("eval", "--predictions", "--out"),
+    ("debug", "--questions", "--held-out"),
+    ("debug", "--confirm-samples", "--samples"),
+    ("inspect", "--ranges", "--pairs"),
+];
+
+/// The command line: [`Cli`] with every long option also taking its seed-scripts spelling (`_` for `-`), said once
+/// in each command's `--help`, and help within [`HELP_WIDTH`] columns.
+pub fn command() -> clap::Command {
+    Cli::command().max_term_width(HELP_WIDTH).mut_subcommands(|sub| {
+        let spellings: Vec<(clap::Id, String)> = sub
+            .get_arguments()
+            .filter_map(|a| Some((a.get_id().clone(), a.get_long().filter(|l| l.contains('-'))?.replace('-', "_"))))
+            .collect();
+        if spellings.is_empty() {
+            return sub;
+        }
+        let listed: Vec<String> = spellings.iter().map(|(_, s)| format!("--{s}")).collect();
+        let note = format!(
+            "Seed scripts: every option also takes the seed scripts' spelling with underscores ({}), and `--version` \
+             after a command is --squad-version (qdq's own version is `qdq --version`).",
+            listed.join(", ")
+        );
+        spellings.into_iter().fold(sub, |sub, (id, s)| sub.mut_arg(id, |a| a.alias(s))).after_long_help(note)
+    })
+}
+
+/// The deprecation lines for the renamed spellings `argv` uses (the command is its first argument after the program);
+/// `--` ends the options.
+pub fn deprecated(argv: &[OsString]) -> Vec<String> {
+    let Some(command) = argv.get(1).and_then(|c| c.to_str()) else { return Vec::new() };
+    let options = argv.iter().skip(2).filter_map(|a| a.to_str()).take_while(|a| *a != "--");
+    let mut lines = Vec::new();
+    for a in options {
+        let name = a.split_once('=').map_or(a, |(n, _)| n);
+        for (_, old, new) in DEPRECATED.iter().filter(|(c, old, _)| *c == command && *old == name) {
+            let line = format!("{old} is deprecated and goes in the next release: use {new}");
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(args: &[&str]) -> Vec<OsString> {
+        std::iter::once("qdq").chain(args.iter().copied()).map(OsString::from).collect()
+    }
+
+    #[test]
+    fn renamed_spellings_are_named_once_for_their_command_only() {
+        let lines = deprecated(&argv(&["quantize", "--output", "a", "--output=b", "--", "--predictions"]));
+        assert_eq!(lines, ["--output is deprecated and goes in the next release: use --out"]);
+        assert!(deprecated(&argv(&["eval", "--output", "a"])).is_empty());
+        assert_eq!(deprecated(&argv(&["debug", "--questions", "3", "--confirm-samples=9"])).len(), 2);
+    }
+
+    /// Every deprecated spelling is still accepted where it was, as a hidden alias of its new name.
+    #[test]
+    fn every_deprecated_spelling_is_a_hidden_alias_of_its_new_name() {
+        let cmd = command();
+        for (sub, old, new) in DEPRECATED {
+            let sub = cmd.find_subcommand(sub).unwrap();
+            let arg = sub.get_arguments().find(|a| a.get_long() == new.strip_prefix("--")).unwrap();
+            let aliases = arg.get_all_aliases().unwrap_or_default();
+            assert!(aliases.contains(&old.strip_prefix("--").unwrap()), "{old} is not an alias of {new}");
+            assert!(!arg.get_visible_aliases().unwrap_or_default().contains(&old.strip_prefix("--").unwrap()));
+        }
+    }
 }

@@ -39,16 +39,23 @@ fn to_args(path: &Path, sub: &clap::Command) -> Result<Vec<OsString>> {
         String::from_utf8(pipeline::read_bounded(path)?).with_context(|| format!("{}: not UTF-8", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("config file {} is not valid TOML", path.display()))?;
-    // Long names and their visible aliases (the seeds' spellings, e.g. `version` for `squad-version`).
+    // Long names and their aliases (the seeds' spellings, e.g. `version` for `squad-version`).
     let longs: Vec<(String, bool)> = sub
         .get_arguments()
         .flat_map(|a| {
             let takes_value = a.get_action().takes_values();
-            let aliases = a.get_visible_aliases().unwrap_or_default();
+            let aliases = a.get_all_aliases().unwrap_or_default();
             a.get_long().into_iter().chain(aliases).map(move |l| (l.to_owned(), takes_value))
         })
         .filter(|(l, _)| l != "config")
         .collect();
+    if table.get("policy").is_some_and(toml::Value::is_table) {
+        bail!(
+            "{} is a recipe of qdq tune, not a settings file: replay it with `qdq quantize --recipe {}`",
+            path.display(),
+            path.display()
+        );
+    }
     let mut out = Vec::new();
     for (key, value) in &table {
         let flag = key.replace('_', "-");

@@ -7,7 +7,8 @@ mod progress;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
+use pipeline::Report as _;
 
 use args::{Cli, Command};
 
@@ -25,8 +26,11 @@ fn main() -> ExitCode {
     // leaves whole outputs and no temporary name.
     pipeline::signals::defer_during_commits();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cmd = Cli::command();
+    let cmd = args::command();
     let cli = match config::expand(argv, &cmd).and_then(|argv| {
+        for line in args::deprecated(&argv) {
+            eprintln!("qdq: warning: {line}");
+        }
         let matches = cmd.clone().try_get_matches_from(argv).map_err(|e| e.exit())?;
         Ok(Cli::from_arg_matches(&matches)?)
     }) {
@@ -40,7 +44,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("qdq: error: {}", one_line(&e));
-            ExitCode::FAILURE
+            // Settings that do not go together are usage errors, as a value a flag's parser rejects.
+            let usage = matches!(e.downcast_ref::<pipeline::Error>(), Some(pipeline::Error::Usage(_)));
+            if usage { ExitCode::from(2) } else { ExitCode::FAILURE }
         }
     }
 }
@@ -91,26 +97,37 @@ fn init_logging(verbose: bool) {
 fn run(cli: Cli) -> Result<()> {
     init_logging(cli.verbose);
     match cli.command {
-        Command::E2e(a) => e2e(*a),
-        Command::Calibrate(a) => calibrate(*a),
-        Command::Quantize(a) => quantize(*a),
-        Command::Eval(a) => emit(&pipeline::evaluate_file(&a.job, &progress::Bars::new())?, a.json),
-        Command::Debug(a) => emit(&pipeline::debug_models(&a.job, &progress::Bars::new())?, a.json),
-        Command::Tune(a) => {
-            let report = pipeline::tune(&a.job, &progress::Bars::new())?;
-            emit(&report, a.json)?;
-            Ok(report.gate()?)
+        Command::E2e(mut a) => {
+            a.job.invocation = pipeline::Invocation {
+                command_line: std::env::args().collect(),
+                build_commit: env!("QDQ_GIT_COMMIT").to_owned(),
+            };
+            go(*a)
         }
-        Command::Inspect(a) => inspect(a),
-        Command::Providers(a) => providers(a),
+        Command::Calibrate(a) => go(*a),
+        Command::Quantize(a) => go(*a),
+        Command::Eval(a) => go(*a),
+        Command::Debug(a) => go(*a),
+        Command::Tune(a) => go(*a),
+        Command::Inspect(a) => go(*a),
+        Command::Providers(a) => go(*a),
         Command::Help(a) => help(a),
     }
+}
+
+/// Runs a job and prints its report: its text, or with `--json` its one JSON document (docs/JSON.md); then the
+/// run's own verdict (`qdq tune --fail-above`).
+fn go<J: pipeline::Job + clap::Args>(a: args::JobArgs<J>) -> Result<()> {
+    let report = a.job.run(&progress::Bars::new())?;
+    let text = if a.common.json { serde_json::to_string_pretty(&report.json())? } else { report.to_string() };
+    println!("{text}");
+    Ok(report.verdict()?)
 }
 
 /// `qdq help [COMMAND]`: clap's own help subcommand rejected `qdq help --help`; this one is a command like the others
 /// and prints exactly what `qdq [COMMAND] --help` prints.
 fn help(a: args::HelpArgs) -> Result<()> {
-    let cmd = Cli::command();
+    let cmd = args::command();
     let names: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_owned()).collect();
     let argv: Vec<&str> = match &a.command {
         None => vec!["qdq", "--help"],
@@ -121,80 +138,4 @@ fn help(a: args::HelpArgs) -> Result<()> {
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Ok(e.print()?),
         _ => bail!("cannot render the help"),
     }
-}
-
-fn e2e(a: args::E2eArgs) -> Result<()> {
-    let job = pipeline::E2eJob {
-        model: a.model,
-        dataset: a.dataset,
-        out: a.out,
-        samples: a.samples,
-        batch: a.batch,
-        no_eval: a.no_eval,
-        profile_ops: a.profile_ops,
-        data: a.data,
-        calib: a.calib,
-        policy: a.policy,
-        runtime: a.runtime,
-        invocation: pipeline::Invocation { command_line: std::env::args().collect() },
-    };
-    emit(&pipeline::e2e_job(&job, &progress::Bars::new())?, a.json)
-}
-
-fn calibrate(a: args::CalibrateArgs) -> Result<()> {
-    let job = pipeline::CalibrateJob {
-        model: a.model,
-        batch: a.batch,
-        out: a.out,
-        merge: a.merge,
-        data: a.data,
-        calib: a.calib,
-        policy: a.policy,
-        ep: a.ep,
-        ort_lib: a.ort_lib,
-    };
-    emit(&pipeline::calibrate_to_dir(&job, &progress::Bars::new())?, a.json)
-}
-
-fn quantize(a: args::QuantizeArgs) -> Result<()> {
-    if a.list_policies {
-        println!("{}", pipeline::describe_policies()?);
-        return Ok(());
-    }
-    let Some(model) = a.model else {
-        bail!("qdq quantize needs --model FILE");
-    };
-    let job = pipeline::QuantizeJob {
-        model,
-        ranges: a.ranges,
-        output: a.output,
-        dry_run: a.dry_run,
-        policy: a.policy,
-        ep: a.ep,
-    };
-    emit(&pipeline::quantize_file(&job)?, a.json)
-}
-
-fn inspect(a: args::InspectArgs) -> Result<()> {
-    let inspection = pipeline::inspect(&a.model)?;
-    let text =
-        if a.json { serde_json::to_string_pretty(&inspection.json())? + "\n" } else { inspection.text(a.ranges) };
-    print!("{text}");
-    Ok(())
-}
-
-fn providers(a: args::ProvidersArgs) -> Result<()> {
-    let info = pipeline::providers(a.ort_lib.as_deref())?;
-    println!("ONNX Runtime {} ({})", info.version, info.path.display());
-    for p in &info.providers {
-        println!("  {p}");
-    }
-    Ok(())
-}
-
-/// A job's report on stdout: its text, or with `--json` its one JSON document (docs/JSON.md).
-fn emit(report: &impl pipeline::Report, json: bool) -> Result<()> {
-    let text = if json { serde_json::to_string_pretty(&report.json())? } else { report.to_string() };
-    println!("{text}");
-    Ok(())
 }

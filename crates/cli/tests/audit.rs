@@ -13,14 +13,12 @@ use onnx_ir::proto::{StringStringEntryProto, TensorProto};
 use onnx_ir::tiny_bert::{TinyBertConfig, build};
 use onnx_ir::{DataType, Model};
 
+use crate::common::testdata;
+
 /// A run that has not ended after this long is a hang.
 const DEADLINE: Duration = Duration::from_secs(120);
 /// `ulimit -d` for the runs that must not read without bound: 1 GiB, far above what any of them needs.
 const DATA_LIMIT_KIB: u64 = 1 << 20;
-
-fn testdata(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
-}
 
 /// Runs `qdq args` under `ulimit -d limit_kib` (if given); a run past [`DEADLINE`] is killed and fails the test.
 fn qdq_bounded(args: &[&str], limit_kib: Option<u64>) -> Output {

@@ -6,13 +6,20 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// qdq's git commit when it was built (`unknown` outside a git checkout; see build.rs).
-pub const GIT_COMMIT: &str = env!("QDQ_GIT_COMMIT");
-
-/// What the caller knows of the invocation (the CLI fills it; a library caller may leave it empty).
+/// What the caller knows of the invocation (the binary fills it; a library caller may leave it empty).
 #[derive(Debug, Clone, Default)]
 pub struct Invocation {
     pub command_line: Vec<String>,
+    /// The git commit the binary was built from (its build script stamps it: stamped here, every commit would
+    /// rebuild this crate); empty when unknown.
+    pub build_commit: String,
+}
+
+impl Invocation {
+    /// The build's commit, or `unknown`.
+    pub fn git_commit(&self) -> &str {
+        if self.build_commit.is_empty() { "unknown" } else { &self.build_commit }
+    }
 }
 
 /// results.json's `provenance`.

@@ -60,9 +60,9 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         cal_num: 5,
         calibrate: CalibrateOptions::new(2, methods(), 512, SessionConfig::default()),
         policy: qdq::Policy::preset(policy).unwrap(),
-        policy_choice: PolicyChoice { preset: policy.to_owned(), chosen_by: "--policy".to_owned() },
+        policy_choice: PolicyChoice { preset: policy.parse().unwrap(), chosen_by: "--policy".to_owned() },
         mode: Mode::Static,
-        invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()] },
+        invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()], build_commit: String::new() },
         eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1, workers: 1 },
         no_eval: false,
         profile_ops: false,
@@ -457,7 +457,7 @@ fn sessions_side_by_side_answer_as_one_session() {
 #[test]
 fn the_policy_follows_the_ep_unless_given() {
     let settings = |preset: Option<&str>, ort_quant: bool| PolicySettings {
-        preset: preset.map(str::to_owned),
+        preset: preset.map(|p| p.parse().unwrap()),
         mode: Mode::Static,
         ort_quant,
         options: vec![],
@@ -467,15 +467,16 @@ fn the_policy_follows_the_ep_unless_given() {
     let ep = |name: &str| name.parse::<runtime::Ep>().unwrap();
     for (name, preset) in [("cpu", "cpu"), ("tensorrt", "tensorrt"), ("migraphx", "migraphx"), ("cuda", "tensorrt")] {
         let (policy, choice) = settings(None, false).policy(&ep(name)).unwrap();
-        assert_eq!(choice, PolicyChoice { preset: preset.into(), chosen_by: format!("--ep {name}") });
+        assert_eq!(choice, PolicyChoice { preset: preset.parse().unwrap(), chosen_by: format!("--ep {name}") });
         assert_eq!(policy.preset.to_string(), preset);
         assert!(choice.to_string().contains("--policy chooses another"), "{choice}");
     }
     let (policy, choice) = settings(Some("tensorrt"), false).policy(&ep("cpu")).unwrap();
     assert_eq!((policy.preset.to_string().as_str(), choice.chosen_by.as_str()), ("tensorrt", "--policy"));
     let (_, choice) = settings(Some("cpu"), true).policy(&ep("tensorrt")).unwrap();
-    assert_eq!((choice.preset.as_str(), choice.chosen_by.as_str()), ("ort-compatible", "--ort-quant"));
-    assert!(settings(Some("nope"), false).policy(&ep("cpu")).is_err());
+    assert_eq!((choice.preset.to_string().as_str(), choice.chosen_by.as_str()), ("ort-compatible", "--ort-quant"));
+    // A preset that does not exist is not a value of the setting at all (the command line refuses it, exit 2).
+    assert!("nope".parse::<qdq::Preset>().is_err());
 }
 
 /// Issue 16: the Gemm form and ONNX Runtime's fused form go through the whole job (smoothing, calibration,
@@ -912,17 +913,17 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
     assert!(e.contains("different sequence dimensions") && e.contains("`input_mask:0` 32"), "{e}");
     // debug compares features, not filler rows: the same count as with batches of 1.
     let debug = |name: &str| {
-        qdq_pipeline::debug_models(
+        qdq_pipeline::Job::run(
             &qdq_pipeline::DebugJob {
                 model: dir.path().join(format!("{name}.onnx")),
                 qdq: dir.path().join(format!("out_{name}")).join("model_qdq.onnx"),
                 dataset: testdata("squad/tiny-v1.1.json"),
-                questions: 3,
+                held_out: 3,
                 top: 5,
                 out: None,
                 sensitivity: false,
                 confirm: 0,
-                confirm_samples: 0,
+                samples: 0,
                 runtime: qdq_pipeline::RuntimeSettings::default(),
                 data: DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() },
             },
@@ -1185,23 +1186,23 @@ fn debug_finds_the_tensor_that_does_the_damage() {
         model: model_path.clone(),
         qdq: qdq_model,
         dataset: testdata("squad/tiny-v1.1.json"),
-        questions: 3,
+        held_out: 3,
         top: 5,
         out: Some(dir.path().join("debug")),
         sensitivity: true,
         confirm: 0,
-        confirm_samples: 0,
+        samples: 0,
         runtime: qdq_pipeline::RuntimeSettings::default(),
         data: data_settings(),
     };
 
     // Itself: no pairs, identical logits.
-    let same = qdq_pipeline::debug_models(&job(model_path.clone()), &NoProgress).unwrap();
+    let same = qdq_pipeline::Job::run(&job(model_path.clone()), &NoProgress).unwrap();
     assert!(same.tensors.is_empty() && same.features >= 3, "{same}");
     assert_eq!((same.logits.kl_start, same.logits.argmax_start, same.logits.max_abs_diff), (0.0, 1.0, 0.0));
 
     let qdq_path = out.join("model_qdq.onnx");
-    let honest = qdq_pipeline::debug_models(&job(qdq_path.clone()), &NoProgress).unwrap();
+    let honest = qdq_pipeline::Job::run(&job(qdq_path.clone()), &NoProgress).unwrap();
     let int8 = onnx_ir::Model::load(&qdq_path).unwrap();
     let quantized: std::collections::BTreeSet<String> =
         qdq::activation_pairs(&int8).into_iter().map(|p| p.tensor).collect();
@@ -1224,7 +1225,7 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     onnx_ir::GraphExt::add_initializer(broken.graph_mut(), onnx_ir::tensor_from_vec::<f32>(&scale, &[], v).unwrap());
     let broken_path = dir.path().join("broken_qdq.onnx");
     broken.save(&broken_path).unwrap();
-    let found = qdq_pipeline::debug_models(&job(broken_path), &NoProgress).unwrap();
+    let found = qdq_pipeline::Job::run(&job(broken_path), &NoProgress).unwrap();
     assert_eq!(found.tensors[0].tensor, victim, "{found}");
     let before = honest.tensors.iter().find(|t| t.tensor == victim).unwrap();
     assert!(found.tensors[0].own.sqnr_db() < before.own.sqnr_db() - 20.0, "{found}");

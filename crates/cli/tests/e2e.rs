@@ -1,0 +1,196 @@
+//! `qdq e2e` and `qdq eval` on the tiny BERT: the table, every output, progress, profiles, model forms.
+
+use std::path::Path;
+use std::process::Command;
+
+use onnx_ir::tiny_bert::TinyBertConfig;
+
+use crate::common::*;
+
+#[test]
+fn e2e_prints_the_table_and_writes_every_output() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "out", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(
+        ["--calibrate-method", "entropy", "--num-bins", "1024", "--num_quantized_bins", "128"].map(String::from),
+    );
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    // An aligned table (every line as wide as the header), which is also valid Markdown.
+    let table: Vec<&str> = stdout.lines().take_while(|l| l.starts_with('|')).collect();
+    assert_eq!(table.len(), 4, "{stdout}");
+    assert!(table.iter().all(|l| l.chars().count() == table[0].chars().count()), "{stdout}");
+    assert!(table[2].starts_with("| FP32 ") && table[3].starts_with("| INT8 (QDQ) | cpu |"), "{stdout}");
+    let out = f.dir.path().join("out");
+    for file in [
+        "model_qdq.onnx",
+        "calibration.json",
+        "calibration.flatbuffers",
+        "calibration.cache",
+        "predictions_fp32.json",
+        "predictions_int8.json",
+        "results.json",
+        "report.md",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["calibration"]["method"], "entropy");
+    assert_eq!(results["calibration"]["questions"], 4);
+    assert_eq!(results["int8"]["questions"], 9);
+    // No --policy: the preset made for the EP (--ep defaults to cpu), and the run says so.
+    assert_eq!(results["quantization"]["policy"], "cpu");
+    assert_eq!(results["quantization"]["policy_chosen_by"], "--ep cpu");
+    // The command line as given, for reproduction.
+    let line = results["provenance"]["command_line"].as_array().unwrap();
+    assert!(line[1] == "e2e" && line.iter().any(|a| a == "entropy"), "{line:?}");
+
+    // inspect reads the QDQ model back.
+    let o = qdq(&["inspect", out.join("model_qdq.onnx").to_str().unwrap(), "--pairs"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("MatMul") && text.contains("DequantizeLinear") && text.contains("start_logits"), "{text}");
+}
+
+/// `--profile-ops` runs each model under ONNX Runtime's profiler and reports its kernel time per operator type: the
+/// INT8 model's MatMuls run as integer kernels, the FP32 model's as float ones, and every node ONNX Runtime ran is
+/// counted once; without the flag nothing is profiled.
+#[test]
+fn profile_ops_shows_which_kernels_each_model_ran() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    let mut args = e2e_args(&f, "prof", vocab, data);
+    args.extend(["--profile-ops", "--json"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops = |model: &str| -> Vec<(String, u64, f64)> {
+        let p = &r["op_profile"][model];
+        assert_eq!(p["passes"], 3, "{p}");
+        assert!(p["features"].as_u64().unwrap() >= 1, "{p}");
+        let kernels = p["kernel_ms_per_feature"].as_f64().unwrap();
+        assert!(kernels > 0.0 && kernels <= p["run_ms_per_feature"].as_f64().unwrap(), "{p}");
+        let ops: Vec<_> = p["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["op"].as_str().unwrap().to_owned(),
+                    o["nodes"].as_u64().unwrap(),
+                    o["ms_per_feature"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let sum: f64 = ops.iter().map(|o| o.2).sum();
+        assert!((sum - kernels).abs() <= 1e-9 * kernels.max(1.0), "{p}");
+        ops
+    };
+    let (fp32, int8) = (ops("fp32"), ops("int8"));
+    let has = |ops: &[(String, u64, f64)], op: &str| ops.iter().any(|o| o.0 == op && o.1 > 0);
+    assert!(has(&int8, "MatMulIntegerToFloat") && has(&int8, "QuantizeLinear"), "{int8:?}");
+    assert!(!has(&fp32, "MatMulIntegerToFloat") && (has(&fp32, "MatMul") || has(&fp32, "FusedMatMul")), "{fp32:?}");
+    let err = stderr(&o);
+    assert!(err.contains("Where the time goes") && err.contains("MatMulIntegerToFloat"), "{err}");
+    let report = std::fs::read_to_string(f.dir.path().join("prof/report.md")).unwrap();
+    assert!(report.contains("## Where the time goes") && report.contains("| all kernels"), "{report}");
+
+    // eval: one model, in its JSON and under its line.
+    let q = f.dir.path().join("prof/model_qdq.onnx");
+    let eval = ["eval", "--model", q.to_str().unwrap(), "--vocab", vocab, "--dataset", data];
+    let o = qdq(&[&eval[..], &TINY_SHAPE, &["--profile-ops"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Where the time goes") && text.contains("| MatMulIntegerToFloat"), "{text}");
+    let o = qdq(&[&eval[..], &TINY_SHAPE, &["--json"]].concat());
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(e["op_profile"].is_null(), "{e}");
+}
+
+/// Off a terminal (here: a pipe) long stages log plain progress lines (done / total, rate, time left) in the same
+/// log format as every other message, instead of hidden bars; notes are log lines too, not `qdq:` lines.
+#[test]
+fn progress_in_a_pipe_is_plain_log_lines() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let args = e2e_args(&f, "piped", vocab.to_str().unwrap(), data.to_str().unwrap());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = Command::new(env!("CARGO_BIN_EXE_qdq")).args(&refs).env("QDQ_PROGRESS_SECS", "0").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let progress: Vec<&str> = err.lines().filter(|l| l.contains(" questions (") && l.contains("%), ")).collect();
+    assert!(!progress.is_empty(), "no progress line:\n{err}");
+    // Before the first question is done there is no rate to tell the time left from: the line says so far.
+    let told = |l: &&str| l.contains("/s, about") || l.contains(" 0/") && l.contains(" s so far");
+    assert!(progress.iter().all(|l| l.contains(" INFO ") && told(l)), "{progress:?}");
+    assert!(err.lines().any(|l| l.contains(" INFO ") && l.contains("questions in")), "{err}");
+    assert!(err.lines().all(|l| !l.starts_with("qdq:")), "{err}");
+}
+
+/// A model whose large weights are external data (as every export over 2 GiB must be): `eval` hands ONNX Runtime the
+/// file itself (qdq never reads those tensors) and answers exactly as the same model inline; `quantize` reads them and
+/// writes the same model as from the inline file.
+#[test]
+fn a_model_with_external_data_evaluates_and_quantizes_as_the_same_model_inline() {
+    // A 10,000-row word embedding (1.3 MB) is over the 1 MiB up to which graph-only loading reads external tensors.
+    let f = fixture(TinyBertConfig { max_positions: 64, vocab_size: 10_000, ..Default::default() });
+    let ext = f.dir.path().join("ext.onnx");
+    let opts = onnx_ir::SaveOptions { external_data: Some(onnx_ir::ExternalDataOptions::new("ext.onnx.data")) };
+    onnx_ir::Model::load(&f.model).unwrap().save_with(&ext, &opts).unwrap();
+    assert!(onnx_ir::Model::load_graph_only(&ext).unwrap().unread_external_data() > 0);
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    let mut answers = vec![];
+    for m in [&f.model, &ext] {
+        let preds = m.with_extension("predictions.json");
+        let args = ["eval", "--model", m.to_str().unwrap(), "--vocab", vocab.to_str().unwrap(), "--dataset"];
+        let more = [data.to_str().unwrap(), "--out", preds.to_str().unwrap()];
+        let o = qdq(&[&args[..], &more, &small].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        answers.push(std::fs::read_to_string(&preds).unwrap());
+        let q = m.with_extension("dynamic.onnx");
+        let o = qdq(&["quantize", "--model", m.to_str().unwrap(), "--mode", "dynamic", "-o", q.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(answers[0], answers[1]);
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    assert_eq!(read(&f.model.with_extension("dynamic.onnx")), read(&ext.with_extension("dynamic.onnx")));
+}
+
+/// A model that embeds 64 positions, run without any window flag: the sequence length follows its position table and
+/// the query length and window step shrink with it (each logged), where 384 / 64 / 128 would not fit; a query length
+/// that does not fit is one error naming both flags.
+#[test]
+fn window_defaults_follow_a_short_position_table() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let base = ["eval", "--model", f.model.to_str().unwrap(), "--vocab", vocab.to_str().unwrap()];
+    let base = [&base[..], &["--dataset", data.to_str().unwrap()]].concat();
+    let o = qdq(&[&base[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("the model embeds 64 positions") && err.contains("features of 64 tokens"), "{err}");
+    assert!(err.contains("queries of at most 32 tokens") && err.contains("a step of 14 tokens"), "{err}");
+    let defaults: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The same features as the flags spelled out give.
+    let spelled = qdq(&[&base[..], &["--json", "--seq-len", "64", "--query-len", "32", "--doc-stride", "14"]].concat());
+    assert!(spelled.status.success(), "{}", stderr(&spelled));
+    let spelled: serde_json::Value = serde_json::from_slice(&spelled.stdout).unwrap();
+    let features = |v: &serde_json::Value| v["latency"]["features"].as_u64().unwrap();
+    assert_eq!(features(&defaults), features(&spelled));
+    assert!(features(&defaults) > defaults["questions"].as_u64().unwrap(), "overlapping windows: more features");
+    assert_eq!(defaults["f1"].as_f64().unwrap(), spelled["f1"].as_f64().unwrap());
+    let e = one_error(&qdq(&[&base[..], &["--query-len", "64"]].concat()));
+    assert!(
+        e.contains("--seq-len 64 leaves no room for --query-len 64") && e.contains("--query-len 60 or less"),
+        "{e}"
+    );
+    let e = one_error(&qdq(&[&base[..], &["--seq-len", "4"]].concat()));
+    assert!(e.contains("--seq-len 4 is too short"), "{e}");
+    // The shortest sequence that holds a query and a context token runs with the defaults.
+    let o = qdq(&[&base[..], &["--seq-len", "5"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+}

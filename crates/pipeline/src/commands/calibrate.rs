@@ -1,0 +1,138 @@
+//! `qdq calibrate`: smooth (when the policy does), one statistics pass, the tables into `--out`.
+
+use std::path::PathBuf;
+
+use runtime::SessionConfig;
+
+use crate::disk::prepare_out_dir;
+use crate::error::{Error, Result};
+use crate::inputs::files::{TextInputs, load_feeds};
+use crate::job::Job;
+use crate::model::{load_for_quantization, resolve_model, save_model};
+use crate::progress::Progress;
+use crate::report::calibrate::CalibrateReport;
+use crate::settings::calib::CalibSettings;
+use crate::settings::data::DataSettings;
+use crate::settings::policy::{Mode, PolicySettings, Target};
+use crate::settings::runtime::{BatchSize, OrtLibrary};
+use crate::steps::calibrate::{Calibration, calibrate, write_tables};
+use crate::steps::collect::CalibrateOptions;
+use crate::steps::smooth::smooth_model;
+
+/// `qdq calibrate`.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct CalibrateJob {
+    /// The FP32 ONNX model (file or model directory)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub model: PathBuf,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub data: DataSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub calib: CalibSettings,
+    /// Also merge these statistics (calib_state.json of other runs)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Calibration"))]
+    pub merge: Vec<PathBuf>,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub policy: PolicySettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub target: Target,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub batching: BatchSize,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub library: OrtLibrary,
+    /// Output directory
+    ///
+    /// calibration.json, calibration_<method>.json, calibration.flatbuffers, calibration.cache, calib_state.json;
+    /// with a smoothing policy also model_smoothed.onnx, the model to pass to `qdq quantize` with these tables.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, short = 'o', default_value = "out", value_name = "DIR", help_heading = "Output")
+    )]
+    pub out: PathBuf,
+}
+
+impl Job for CalibrateJob {
+    type Report = CalibrateReport;
+
+    /// model_smoothed.onnx (when smoothing), calibration.json, calibration_<method>.json, calibration.flatbuffers,
+    /// calibration.cache and calib_state.json into `out`.
+    fn run(&self, progress: &dyn Progress) -> Result<CalibrateReport> {
+        if self.policy.mode == Mode::Dynamic {
+            return Err(Error::Usage("--mode dynamic needs no calibration: run `qdq quantize --mode dynamic`".into()));
+        }
+        let (policy, choice) = self.policy.policy(&self.target.ep)?;
+        tracing::info!("{choice}");
+        let (cal, smoothed) = self.calibrate(&policy, progress)?;
+        Ok(CalibrateReport {
+            smoothed,
+            tensors: cal.tensors.len(),
+            features: cal.features,
+            questions: cal.questions,
+            unit: cal.unit,
+            seconds: cal.seconds,
+            times: cal.times,
+            out: self.out.clone(),
+        })
+    }
+}
+
+impl CalibrateJob {
+    /// Smooths (when `policy` does) and calibrates the tensors `policy` quantizes; writes the tables (and the
+    /// smoothed model) into `out`. Returns the calibration and, when it smoothed, what and where the model went.
+    pub(crate) fn calibrate(
+        &self,
+        policy: &qdq::Policy,
+        progress: &dyn Progress,
+    ) -> Result<(Calibration, Option<(String, PathBuf)>)> {
+        let model_path = resolve_model(&self.model)?;
+        let Some(calibration_data) = &self.calib.calibration_data else {
+            return Err(Error::Usage("qdq calibrate needs --calibration-data FILE".into()));
+        };
+        let model = load_for_quantization(&model_path)?;
+        let data_cfg = self.data.config(&model_path)?;
+        let text = TextInputs::for_model(&model, &model_path, &data_cfg);
+        let data = load_feeds(&model, &model_path, calibration_data, self.calib.cal_num, &data_cfg, &text)?;
+        let data = data.as_ref();
+        let base = SessionConfig { library: self.library.ort_lib.clone(), ..SessionConfig::default() };
+        let opts = self.calib.options(self.batching.batch, &base)?;
+        if !self.merge.is_empty() {
+            qdq::check_mergeable(&model, policy)?;
+        }
+        // An --out that cannot hold the tables fails now, not after the pass.
+        prepare_out_dir(&self.out, "--out")?;
+        let (model, smoothed) = match smooth_model(model, policy, data, &opts, progress)? {
+            (model, None) => (model, None),
+            (smoothed, Some(s)) => {
+                let path = self.out.join("model_smoothed.onnx");
+                save_model(&smoothed, &path)?;
+                (smoothed, Some((s.describe(), path)))
+            }
+        };
+        let tensors = qdq::tensors_to_calibrate(&model, policy)?;
+        let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
+        self.merge_into(&mut cal, &opts)?;
+        write_tables(&cal, &self.out)?;
+        Ok((cal, smoothed))
+    }
+
+    /// `--merge`: the other runs' statistics folded into `cal`, and the ranges computed again from the sum.
+    fn merge_into(&self, cal: &mut Calibration, opts: &CalibrateOptions) -> Result<()> {
+        if self.merge.is_empty() {
+            return Ok(());
+        }
+        for m in &self.merge {
+            let other = calib::CalibState::load_json(m)?;
+            cal.state.merge(&other).map_err(|e| Error::Input { path: m.clone(), reason: format!("merging: {e}") })?;
+        }
+        cal.tables = calib::compute_all(&cal.state, &opts.methods).map_err(|e| match e {
+            calib::Error::TailTooThin { .. } | calib::Error::TailsOnly { .. } => Error::Usage(format!(
+                "{e}. A state calibrated for percentiles or mse alone keeps only the tails they read (and merged, the \
+                 widest middle of them all); to merge states whole, calibrate every part with a method that reads \
+                 whole histograms too (e.g. --compare-methods distribution)"
+            )),
+            e => e.into(),
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! `qdq debug`: where a QDQ model loses accuracy. Runs the FP32 model, the QDQ model and the QDQ model's float
+//! reference ([`qdq::float_reference`]: its activation pairs taken out) on held-out questions and measures, for every
+//! activation pair, the dequantized tensor against the float value it stands for (any rewrite, a shifted Softmax or
+//! a smoothed input, is the same tensor in both), and the logits against FP32's.
+
+mod confirm;
+
+use std::path::{Path, PathBuf};
+
+use onnx_ir::Model;
+
+use crate::disk::{parent_dir, prepare_out_dir};
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::model::{quantized_ops_text, resolve_model};
+use crate::progress::Progress;
+use crate::report::debug::DebugReport;
+use crate::settings::data::DataSettings;
+use crate::settings::runtime::RuntimeSettings;
+use crate::steps::held_out::{HeldOut, agreement};
+use crate::steps::pairs::{measure, probes, sensitivity};
+
+/// `qdq debug`: the FP32 model, the QDQ model made from it, held-out questions.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct DebugJob {
+    /// The FP32 model the QDQ model was made from (file or model directory)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub model: PathBuf,
+    /// The QDQ model to explain (model_qdq.onnx of `qdq e2e` / `qdq quantize`)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub qdq: PathBuf,
+    /// SQuAD file; its last --held-out questions are run
+    ///
+    /// Held out from an evaluation of its first ones (--confirm scores the first --samples).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub dataset: PathBuf,
+    /// Held-out questions to run: the last N of --dataset
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, alias = "questions", default_value_t = 32, value_name = "N", help_heading = "Model and data")
+    )]
+    pub held_out: usize,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub data: DataSettings,
+    /// Also each node's sensitivity (one more run per node)
+    ///
+    /// The logits' KL against FP32 with only that node's quantized inputs kept in float (same ranges, no
+    /// re-calibration; one more run of the questions per node).
+    #[cfg_attr(feature = "cli", arg(long, help_heading = "Sensitivity"))]
+    pub sensitivity: bool,
+    /// F1 of the N most recovering nodes (with --sensitivity)
+    ///
+    /// Scores F1 on the first --samples questions of --dataset for FP32, the QDQ model and the QDQ model with each
+    /// of the N most recovering nodes in float, one at a time, so each node's KL stands beside the F1 it recovers
+    /// (N + 2 evaluations). 0 = no F1.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value_t = 0, value_name = "N", requires = "sensitivity", help_heading = "Sensitivity")
+    )]
+    pub confirm: usize,
+    /// Questions --confirm scores: the first N of --dataset
+    ///
+    /// Keep them apart from the last --held-out.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, alias = "confirm-samples", default_value_t = 1000, value_name = "N", help_heading = "Sensitivity")
+    )]
+    pub samples: usize,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub runtime: RuntimeSettings,
+    /// Also write debug.json, debug.md and sqnr.svg here
+    ///
+    /// sqnr.svg: each pair's SQNR in graph order.
+    #[cfg_attr(feature = "cli", arg(long, short = 'o', value_name = "DIR", help_heading = "Output"))]
+    pub out: Option<PathBuf>,
+    /// Tensors in the printed table, worst first (--json lists all)
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 20, value_name = "N", help_heading = "Output"))]
+    pub top: usize,
+}
+
+impl Job for DebugJob {
+    type Report = DebugReport;
+
+    fn run(&self, progress: &dyn Progress) -> Result<DebugReport> {
+        let (fp32_path, int8_path) = (resolve_model(&self.model)?, resolve_model(&self.qdq)?);
+        let fp32 = Model::load(&fp32_path)?;
+        if let Some(held) = quantized_ops_text(&fp32) {
+            return Err(Error::Input {
+                path: fp32_path,
+                reason: format!(
+                    "--model holds a quantized model ({held}): debug compares the quantized model (--qdq) with the \
+                     FP32 model it was made from (--model); were the two given the other way round?"
+                ),
+            });
+        }
+        self.check()?;
+        let session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
+        let data = self.data.config(&fp32_path)?;
+        let held = HeldOut::new(&fp32_path, &fp32, &self.dataset, self.held_out, session, &data)?;
+        drop(fp32);
+        self.run_on(&fp32_path, &int8_path, &held, progress)
+    }
+}
+
+impl DebugJob {
+    fn check(&self) -> Result<()> {
+        if self.held_out == 0 {
+            return Err(Error::Usage("--held-out must be at least 1".into()));
+        }
+        if let Some(dir) = &self.out {
+            prepare_out_dir(dir, "--out")?;
+        }
+        Ok(())
+    }
+
+    /// The debug of `int8_path` on held-out questions already run through FP32 (`held`: this job's dataset and
+    /// questions, as `qdq tune` shares them with its candidates' measurements).
+    pub(crate) fn run_on(
+        &self,
+        fp32_path: &Path,
+        int8_path: &Path,
+        held: &HeldOut,
+        progress: &dyn Progress,
+    ) -> Result<DebugReport> {
+        self.check()?;
+        // The CPU layout's integer MatMuls read the quantized tensors directly: in their Q/DQ form (the same values),
+        // each has its activation pair to measure and take out.
+        let int8 = qdq::expand_integer_matmuls(Model::load(int8_path)?);
+        let probes = probes(&int8);
+        if probes.is_empty() {
+            progress.note(&format!(
+                "{} has no activation Q/DQ pairs (a dynamic or weight-only model?): only its logits are compared",
+                int8_path.display()
+            ));
+        }
+        progress.start("debugging", Some(held.questions() as u64), "questions");
+        let measured = measure(held, &int8, &probes, progress)?;
+        progress.finish();
+        let mut sensitivity =
+            if self.sensitivity { sensitivity(held, &int8, measured.logits.kl(), progress)? } else { Vec::new() };
+        let confirmation = if self.confirm > 0 && !sensitivity.is_empty() {
+            let on = confirm::ConfirmOn {
+                dataset: &self.dataset,
+                samples: self.samples,
+                nodes: self.confirm,
+                runtime: &self.runtime,
+                data: &self.data,
+            };
+            Some(confirm::confirm(&on, fp32_path, &int8, &mut sensitivity, progress)?)
+        } else {
+            None
+        };
+        let (batches, _) = held.batches();
+        let report = DebugReport {
+            model: fp32_path.to_path_buf(),
+            qdq: int8_path.to_path_buf(),
+            dataset: self.dataset.clone(),
+            questions: held.questions(),
+            features: batches.iter().map(squad::Batch::len).sum(),
+            logits: measured.logits,
+            weights_only_logits: agreement(&held.fp32, &measured.reference_logits, batches),
+            tensors: measured.tensors,
+            sensitivity,
+            confirmation,
+            top: self.top,
+        };
+        if let Some(dir) = &self.out {
+            report.write(dir)?;
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,67 @@
+//! Everything an e2e run needs, settled: the files, the data configuration, the calibration and evaluation
+//! settings, the policy; and all of it as results.json records it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::inputs::squad::DataConfig;
+use crate::provenance::Invocation;
+use crate::settings::policy::{Mode, PolicyChoice};
+use crate::steps::collect::CalibrateOptions;
+use crate::steps::evaluate::EvalOptions;
+
+/// Wall seconds per phase of the run (results.json's `provenance.phase_seconds`).
+pub(crate) type Phases = BTreeMap<String, f64>;
+
+/// Everything an e2e run needs. The CLI fills it from flags and the config file.
+#[derive(Debug, Clone)]
+pub struct E2eConfig {
+    pub model: PathBuf,
+    pub dataset: PathBuf,
+    pub calibration_data: PathBuf,
+    pub out: PathBuf,
+    pub data: DataConfig,
+    /// Questions to evaluate (0 = all).
+    pub samples: usize,
+    /// Calibration questions.
+    pub cal_num: usize,
+    pub calibrate: CalibrateOptions,
+    pub policy: qdq::Policy,
+    /// Which preset `policy` started from, and why.
+    pub policy_choice: PolicyChoice,
+    /// Static (calibrated) or dynamic (no calibration; `calibration_data` and `calibrate` unused).
+    pub mode: Mode,
+    /// The command line, for results.json's provenance.
+    pub invocation: Invocation,
+    /// Session settings of the FP32 evaluation; the INT8 one is passed to [`e2e`] (see
+    /// [`crate::settings::runtime::RuntimeSettings::int8_session`]).
+    pub eval: EvalOptions,
+    pub no_eval: bool,
+    /// Also profile both models on the speed comparison's features ([`crate::report::results::OpProfiles`]).
+    pub profile_ops: bool,
+}
+
+/// Every setting of an e2e run, grouped as the CLI groups its flags.
+pub(crate) fn settings(cfg: &E2eConfig) -> Value {
+    let d = &cfg.data;
+    let policy: BTreeMap<&str, String> = cfg.policy.values().into_iter().collect();
+    let methods: Vec<Value> =
+        cfg.calibrate.methods.iter().map(|m| json!({"method": m.name(), "options": m.options_json()})).collect();
+    json!({
+        "data": {
+            "model": cfg.model, "dataset": cfg.dataset, "samples": cfg.samples,
+            "vocab": d.vocab, "tokenizer_json": d.tokenizer_json, "lowercase": d.lowercase, "squad_v2": d.version_2,
+            "seq_len": d.features.max_seq_len, "doc_stride": d.features.doc_stride,
+            "query_len": d.features.max_query_len, "io": format!("{:?}", d.io), "padding": format!("{:?}", d.padding),
+        },
+        "policy": {"mode": cfg.mode, "preset": cfg.policy_choice.preset, "chosen_by": cfg.policy_choice.chosen_by, "options": policy},
+        "calibration": {
+            "data": cfg.calibration_data, "questions": cfg.cal_num, "batch": cfg.calibrate.batch,
+            "num_bins": cfg.calibrate.num_bins, "methods": methods,
+            "session": format!("{:?}", cfg.calibrate.session),
+        },
+        "evaluation": {"batch": cfg.eval.batch, "warmup": cfg.eval.warmup},
+    })
+}

@@ -1,0 +1,130 @@
+//! `qdq e2e`: calibrate, quantize, then evaluate FP32 and INT8 side by side; everything into `--out`.
+
+mod config;
+mod evaluate;
+mod quantize;
+mod run;
+
+use std::path::PathBuf;
+
+use runtime::Ep;
+
+pub use self::config::E2eConfig;
+pub use self::run::e2e;
+use crate::error::Result;
+use crate::job::Job;
+use crate::model::resolve_model;
+use crate::progress::Progress;
+use crate::provenance::Invocation;
+use crate::report::e2e::E2eReport;
+use crate::settings::calib::CalibSettings;
+use crate::settings::data::DataSettings;
+use crate::settings::policy::{Mode, PolicySettings};
+use crate::settings::runtime::{BatchSize, RuntimeSettings};
+use crate::steps::evaluate::EvalOptions;
+
+/// `qdq e2e`.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct E2eJob {
+    /// The FP32 ONNX model (file or model directory)
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "model.onnx", value_name = "FILE", help_heading = "Model and data")
+    )]
+    pub model: PathBuf,
+    /// SQuAD file to evaluate on [default: squad/dev-v<version>.json]
+    ///
+    /// A model without start / end logits (a classifier) takes .npz (arrays named after the model inputs, optional
+    /// `label`), .npy (token ids), text lines (a tab separates a pair), GLUE-style TSV or JSONL (`{"text",
+    /// "text_pair", "label"}`).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub dataset: Option<PathBuf>,
+    /// Questions to evaluate: the first N of --dataset (0 = all)
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0, value_name = "N", help_heading = "Model and data"))]
+    pub samples: usize,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub data: DataSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub calib: CalibSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub policy: PolicySettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub runtime: RuntimeSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub batching: BatchSize,
+    /// Output directory
+    ///
+    /// model_qdq.onnx, calibration.json, calibration.flatbuffers (ORT TensorRT/MIGraphX table), calibration.cache
+    /// (TensorRT native cache), calib_state.json (mergeable statistics), predictions_fp32.json,
+    /// predictions_int8.json, results.json and report.md; with --compare-methods also model_qdq_<method>.onnx and
+    /// predictions_int8_<method>.json for each method, each a row of the table.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, short = 'o', default_value = "out", value_name = "DIR", help_heading = "Output")
+    )]
+    pub out: PathBuf,
+    /// Stop after quantizing: no evaluation
+    #[cfg_attr(feature = "cli", arg(long, help_heading = "Output"))]
+    pub no_eval: bool,
+    /// Also show where each model's time goes, per operator type
+    ///
+    /// FP32 and INT8 run under ONNX Runtime's profiler on the first evaluation features (at most 16): kernel time
+    /// per operator type as ONNX Runtime ran them (integer MatMuls, fused attention, what stayed in float). A few
+    /// seconds more; printed, in report.md and in results.json (`op_profile`).
+    #[cfg_attr(feature = "cli", arg(long, conflicts_with = "no_eval", help_heading = "Output"))]
+    pub profile_ops: bool,
+    /// The command line and build, recorded in results.json (the binary fills it; not a flag).
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub invocation: Invocation,
+}
+
+impl Job for E2eJob {
+    type Report = E2eReport;
+
+    /// Every EP is checked against the loaded ONNX Runtime before any work.
+    fn run(&self, progress: &dyn Progress) -> Result<E2eReport> {
+        let model = resolve_model(&self.model)?;
+        let dataset =
+            self.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", self.data.version)));
+        let fp32 = self.runtime.fp32_session(Some(&self.out), "fp32");
+        let mut int8 = self.runtime.int8_session(&fp32, &self.out.join("calibration.flatbuffers"));
+        if self.runtime.save_load {
+            int8.optimized_model_path = Some(self.out.join("model_int8_optimized.onnx"));
+        }
+        if self.runtime.int8 && matches!(int8.ep, Ep::Cpu) {
+            progress.note(
+                "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses \
+                 them",
+            );
+        }
+        for s in [&fp32, &int8] {
+            s.check_available()?;
+        }
+        let (policy, choice) = self.policy.policy(&self.runtime.ep)?;
+        tracing::info!("{choice}");
+        if self.policy.mode == Mode::Dynamic && !matches!(self.runtime.ep, Ep::Cpu) {
+            progress.note(
+                "--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all",
+            );
+        }
+        let cfg = E2eConfig {
+            calibration_data: self.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
+            dataset,
+            out: self.out.clone(),
+            data: self.data.config(&model)?,
+            samples: self.samples,
+            cal_num: self.calib.cal_num,
+            calibrate: self.calib.options(self.batching.batch, &fp32)?,
+            policy,
+            policy_choice: choice,
+            mode: self.policy.mode,
+            invocation: self.invocation.clone(),
+            eval: EvalOptions { batch: self.batching.batch, session: fp32, warmup: self.runtime.warmup, workers: 1 },
+            no_eval: self.no_eval,
+            profile_ops: self.profile_ops,
+            model,
+        };
+        Ok(E2eReport { results: e2e(&cfg, &int8, progress)?, out: self.out.clone() })
+    }
+}

@@ -1,0 +1,129 @@
+//! The e2e run's quantization: smoothing, calibration and Q/DQ placement (static), or run-time input quantization
+//! (dynamic); and what results.json says of it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use onnx_ir::Model;
+
+use crate::commands::e2e::config::{E2eConfig, Phases};
+use crate::error::Result;
+use crate::inputs::feeds::Feeds;
+use crate::model::save_model;
+use crate::progress::Progress;
+use crate::report::ops::float_summary;
+use crate::report::results::{CalibrationSummary, QuantizationSummary};
+use crate::steps::calibrate::{calibrate, write_tables};
+use crate::steps::smooth::smooth_model;
+
+/// Smoothing (when the policy asks for it: the ranges are those of the smoothed model), calibration, the tables,
+/// then Q/DQ placement, all on `model` itself. FP32 is evaluated on the original model's file, not the (equivalent in
+/// exact arithmetic) smoothed one.
+pub(crate) fn quantize_static(
+    cfg: &E2eConfig,
+    model: Model,
+    cal_data: &dyn Feeds,
+    progress: &dyn Progress,
+    phases: &mut Phases,
+) -> Result<Quantized> {
+    let t = Instant::now();
+    let (to_quantize, smoothing) = smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)?;
+    if let Some(s) = &smoothing {
+        progress.note(&s.describe());
+    }
+    let tensors = qdq::tensors_to_calibrate(&to_quantize, &cfg.policy)?;
+    let cal = calibrate(&to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
+    write_tables(&cal, &cfg.out)?;
+    let non_finite: Vec<String> =
+        cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
+    phases.insert("smoothing_and_calibration".to_owned(), t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    let main = &cal.tables[0];
+    // --compare-methods: the same placement with each other method's ranges, saved for evaluation (before the main
+    // placement changes the model).
+    let mut compared = vec![];
+    for table in &cal.tables[1..] {
+        let (m, _) = qdq::quantize(&to_quantize, &table.min_max(), &cfg.policy)?;
+        let path = cfg.out.join(format!("model_qdq_{}.onnx", table.method));
+        save_model(&m, &path)?;
+        compared.push((table.method.clone(), path));
+    }
+    let plan = qdq::plan(&to_quantize, &main.min_max(), &cfg.policy)?;
+    let mut qmodel = to_quantize;
+    plan.apply(&mut qmodel)?;
+    phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
+    let calibration = CalibrationSummary {
+        data: cfg.calibration_data.display().to_string(),
+        questions: cal.questions,
+        features: cal.features,
+        tensors: cal.tensors.len(),
+        method: main.method.clone(),
+        seconds: cal.seconds,
+        pass: Some(cal.times),
+        non_finite_tensors: non_finite,
+        also_evaluated: None,
+    };
+    let quantization = QuantizationSummary {
+        quantized_tensors: plan.tensors.len(),
+        embedding_tables: plan.embeddings.len(),
+        integer_forms: plan.integer_forms(),
+        smoothing: smoothing.as_ref().map(|s| s.describe()),
+        skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
+        ..summary_base(cfg, &qmodel)
+    };
+    Ok(Quantized { model: qmodel, calibration: Some(calibration), quantization, compared })
+}
+
+/// [`qdq::quantize_dynamic`]: no calibration, so no tables and no smoothing.
+pub(crate) fn quantize_dynamic(cfg: &E2eConfig, model: &Model, phases: &mut Phases) -> Result<Quantized> {
+    let t = Instant::now();
+    let (qmodel, plan) = qdq::quantize_dynamic(model, &cfg.policy)?;
+    phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
+    tracing::info!("{}", plan.to_string().lines().next().unwrap_or_default());
+    let quantization = QuantizationSummary {
+        quantized_tensors: plan.matmuls.len(),
+        embedding_tables: plan.embeddings.len(),
+        integer_forms: plan.contrib.lines(),
+        ..summary_base(cfg, &qmodel)
+    };
+    Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![] })
+}
+
+/// What the quantization step made: the INT8 model, its summaries, and the models of `--compare-methods` (method,
+/// file).
+pub(crate) struct Quantized {
+    pub model: Model,
+    pub calibration: Option<CalibrationSummary>,
+    pub quantization: QuantizationSummary,
+    pub compared: Vec<(String, PathBuf)>,
+}
+
+/// The MatMul-like work the quantized model still does in float, said once in the log (and kept for results.json).
+fn float_work(qmodel: &Model) -> Vec<String> {
+    let nodes = qdq::coverage(qmodel).float_matmul_like;
+    if !nodes.is_empty() {
+        tracing::warn!(
+            "MatMul-like work left in float: {} (report.md and results.json list the nodes)",
+            float_summary(&nodes)
+        );
+    }
+    nodes.iter().map(ToString::to_string).collect()
+}
+
+/// What every quantization summary says of `qmodel`: mode, preset, Q/DQ counts and the MatMul-like work left in float.
+fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
+    let counts = qdq::QdqCounts::of(qmodel);
+    QuantizationSummary {
+        mode: cfg.mode,
+        policy: cfg.policy_choice.preset.to_string(),
+        policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
+        quantized_tensors: 0,
+        quantize_nodes: counts.quantize,
+        dequantize_nodes: counts.dequantize,
+        embedding_tables: 0,
+        float_matmul_like: float_work(qmodel),
+        integer_forms: vec![],
+        smoothing: None,
+        skipped: vec![],
+    }
+}

@@ -1,0 +1,183 @@
+//! The whole e2e run: calibrate -> quantize -> evaluate FP32 and INT8 -> output directory.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use onnx_ir::Model;
+use runtime::SessionConfig;
+
+use crate::commands::e2e::config::{E2eConfig, Phases, settings};
+use crate::commands::e2e::evaluate::{evaluate_squad, profile_both, profile_inputs};
+use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_static};
+use crate::disk::create_out_dir;
+use crate::error::Result;
+use crate::inputs::feeds::Feeds;
+use crate::inputs::files::{InputSet, TextInputs, load_feeds};
+use crate::inputs::roles::{class_logits, is_squad_model};
+use crate::inputs::squad::Corpus;
+use crate::model::{load_for_quantization, save_model};
+use crate::progress::Progress;
+use crate::provenance::{Machine, Provenance, onnxruntime};
+use crate::report::results::{CalibrationSummary, ComparedMethod, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
+use crate::settings::policy::Mode;
+use crate::steps::classify::{Side, evaluate_classifier};
+
+/// What the model is evaluated on: SQuAD questions (start / end logits), or inputs of another task (class logits).
+enum EvalData {
+    Squad(Box<Corpus>),
+    Classify(InputSet, String),
+}
+
+/// Runs the whole job. `int8_session` is the INT8 leg's session settings. A model without start / end logits (a
+/// classifier) is calibrated and evaluated on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]) and compared with
+/// FP32 ([`evaluate_classifier`]).
+pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
+    create_out_dir(&cfg.out, "--out")?;
+    let started = Instant::now();
+    let mut phases = Phases::new();
+    let model = load_for_quantization(&cfg.model)?;
+    let squad = is_squad_model(&model, &cfg.data.io_names);
+    let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
+    // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
+    let Quantized { model: qmodel, mut calibration, quantization, compared } = match (cfg.mode, &cal_data) {
+        // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
+        // from its file.
+        (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
+        _ => quantize_dynamic(cfg, &model, &mut phases)?,
+    };
+    if let Some(c) = calibration.as_mut() {
+        say_overlap(cfg, c, eval_data.as_ref(), squad);
+    }
+    let qpath = cfg.out.join("model_qdq.onnx");
+    save_model(&qmodel, &qpath)?;
+    // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
+    drop(qmodel);
+    let mut results = unevaluated(cfg, squad, calibration, quantization, &compared);
+    // 3. evaluate
+    match &eval_data {
+        Some(EvalData::Squad(data)) => {
+            evaluate_squad(cfg, &qpath, data, int8_session, &compared, &mut results, progress, &mut phases)?;
+        }
+        Some(EvalData::Classify(set, output)) => {
+            let t = Instant::now();
+            let fp32 = Side { path: &cfg.model, session: &cfg.eval.session };
+            let int8 = Side { path: &qpath, session: int8_session };
+            results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
+            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
+            let profile = |m: &Path, s: &SessionConfig| profile_inputs(m, s, cfg.eval.batch, set, output);
+            profile_both(cfg, (&qpath, int8_session), &mut results, &mut phases, progress, profile)?;
+        }
+        None => {}
+    }
+    phases.insert("total".to_owned(), started.elapsed().as_secs_f64());
+    results.provenance = provenance(cfg, int8_session, phases);
+    results.write(&cfg.out)?;
+    Ok(results)
+}
+
+/// The results before evaluation: what was calibrated and quantized.
+fn unevaluated(
+    cfg: &E2eConfig,
+    squad: bool,
+    calibration: Option<CalibrationSummary>,
+    quantization: QuantizationSummary,
+    compared: &[(String, PathBuf)],
+) -> E2eResults {
+    E2eResults {
+        qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
+        dataset: cfg.dataset.display().to_string(),
+        task: if squad { "squad" } else { "classification" }.to_owned(),
+        calibration,
+        quantization,
+        fp32: None,
+        int8: None,
+        classification: None,
+        compared_methods: compared
+            .iter()
+            .map(|(method, path)| ComparedMethod {
+                method: method.clone(),
+                model: path.display().to_string(),
+                int8: None,
+            })
+            .collect(),
+        speedup: None,
+        op_profile: None,
+        provenance: Provenance::default(),
+    }
+}
+
+/// How the run was made: the build, the command line, ONNX Runtime, both sessions, every setting, the machine.
+fn provenance(cfg: &E2eConfig, int8_session: &SessionConfig, phases: Phases) -> Provenance {
+    Provenance {
+        qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
+        git_commit: cfg.invocation.git_commit().to_owned(),
+        command_line: cfg.invocation.command_line.clone(),
+        onnxruntime: onnxruntime(cfg.eval.session.library.as_deref()),
+        sessions: [("fp32", &cfg.eval.session), ("int8", int8_session)]
+            .into_iter()
+            .map(|(k, s)| (k.to_owned(), format!("{s:?}")))
+            .collect(),
+        settings: settings(cfg),
+        machine: Machine::this(),
+        phase_seconds: phases,
+    }
+}
+
+/// Counts the calibration questions (or inputs) that are also evaluated into `c`, and warns when there are any.
+fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&EvalData>, squad: bool) {
+    let same_file = files_are_one(&cfg.dataset, &cfg.calibration_data);
+    c.also_evaluated = match eval_data {
+        Some(EvalData::Squad(evaluated)) => calibration_overlap(evaluated, &cfg.calibration_data, cfg.cal_num),
+        // Inputs of a file have no ids: both take the first rows of one file, so the shorter run is all shared.
+        Some(EvalData::Classify(set, _)) if same_file => Some(c.questions.min(set.len())),
+        _ => None,
+    };
+    if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
+        let unit = if squad { "questions" } else { "inputs" };
+        let default = if same_file { " (--calibration-data is --dataset)" } else { "" };
+        tracing::warn!("{n} of the {} calibration {unit} are also evaluated{default}: {OVERLAP_EFFECT}", c.questions);
+    }
+}
+
+/// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
+type Prepared = (Option<EvalData>, Option<Box<dyn Feeds>>);
+
+/// The evaluation set (SQuAD questions checked against the model; for a model without start / end logits, inputs
+/// from `.npz` / `.npy` / text / JSONL, text through the model's tokenizer and input roles) and the calibration data
+/// ([`load_feeds`]). The tokenizer is loaded once for both.
+fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
+    let text = TextInputs::for_model(model, &cfg.model, &cfg.data);
+    let eval_data = match (cfg.no_eval, squad) {
+        (true, _) => None,
+        (false, true) => {
+            let mut d = Corpus::load(&cfg.dataset, &cfg.data, &text.loaded_tokenizer(&cfg.data)?, cfg.samples)?;
+            d.fit_model(model, &cfg.model)?;
+            Some(EvalData::Squad(Box::new(d)))
+        }
+        (false, false) => {
+            let output = class_logits(model, &cfg.data.io_names, &cfg.model)?;
+            tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
+            Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, cfg.samples)?, output))
+        }
+    };
+    let cal = match cfg.mode {
+        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data, &text)?),
+        Mode::Dynamic => None,
+    };
+    Ok((eval_data, cal))
+}
+
+/// How many of the first `cal_num` questions of `calibration` are among the `evaluated` ones, by question id; `None`
+/// unless `calibration` reads as a SQuAD dataset.
+fn calibration_overlap(evaluated: &Corpus, calibration: &Path, cal_num: usize) -> Option<usize> {
+    let all = squad_metrics::load_dataset(calibration).ok()?;
+    let calibrated = if cal_num == 0 { all } else { all.first_n(cal_num) };
+    let evaluated: HashSet<&str> = evaluated.question_ids().collect();
+    Some(calibrated.questions().filter(|q| evaluated.contains(q.id.as_str())).count())
+}
+
+/// Whether `a` and `b` name one file (the same path, or both resolve to one).
+fn files_are_one(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}

@@ -1,0 +1,112 @@
+//! `qdq eval`: one model (FP32 or quantized) on SQuAD: EM, F1 and speed.
+
+use std::path::{Path, PathBuf};
+
+use onnx_ir::Model;
+use runtime::ModelSource;
+
+use crate::disk::{check_writable, parent_dir, write_predictions};
+use crate::error::Result;
+use crate::inputs::squad::Corpus;
+use crate::job::Job;
+use crate::model::resolve_model;
+use crate::progress::Progress;
+use crate::report::eval::EvalReport;
+use crate::settings::data::DataSettings;
+use crate::settings::runtime::{BatchSize, RuntimeSettings};
+use crate::steps::evaluate::{EvalOptions, evaluate};
+use crate::steps::speed::{self, OpProfile, profile_batches};
+
+/// `qdq eval`.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct EvalJob {
+    /// The ONNX model (FP32 or QDQ; file or model directory)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub model: PathBuf,
+    /// SQuAD file to evaluate on
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub dataset: PathBuf,
+    /// Questions to evaluate: the first N of --dataset (0 = all)
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0, value_name = "N", help_heading = "Model and data"))]
+    pub samples: usize,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub data: DataSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub runtime: RuntimeSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub batching: BatchSize,
+    /// Sessions run side by side on the CPU EP (throughput)
+    ///
+    /// Each on its share of --threads, each taking the next batch: more questions per second where one session's
+    /// threads wait on each other, the same answers. The latency printed is then each session's own; the pass's
+    /// wall time is in --json (`wall_seconds`).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value_t = 1,
+            value_name = "N",
+            value_parser = crate::settings::parsers::positive,
+            help_heading = "Runtime"
+        )
+    )]
+    pub workers: usize,
+    /// Write the predictions here (SQuAD predictions JSON)
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, short = 'o', alias = "predictions", value_name = "FILE", help_heading = "Output")
+    )]
+    pub out: Option<PathBuf>,
+    /// Also show where the time goes, per operator type
+    ///
+    /// The model runs under ONNX Runtime's profiler on its first features (at most 16): kernel time per operator
+    /// type as ONNX Runtime ran them (integer MatMuls, fused attention, what stayed in float). A few seconds more; in
+    /// --json as `op_profile`.
+    #[cfg_attr(feature = "cli", arg(long, help_heading = "Output"))]
+    pub profile_ops: bool,
+}
+
+impl Job for EvalJob {
+    type Report = EvalReport;
+
+    /// With `save_load` the optimised model goes beside the evaluated one (model_eval_optimized.onnx); with `int8`
+    /// TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
+    fn run(&self, progress: &dyn Progress) -> Result<EvalReport> {
+        let model = resolve_model(&self.model)?;
+        if let Some(p) = &self.out {
+            check_writable(p, "--out")?;
+        }
+        let data_cfg = self.data.config(&model)?;
+        let tokenizer = data_cfg.tokenizer()?;
+        // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model
+        // over 2 GiB cannot be serialized inline, and none is held twice).
+        let graph = Model::load_graph_only(&model)?;
+        let mut data = Corpus::load(&self.dataset, &data_cfg, &tokenizer, self.samples)?;
+        data.fit_model(&graph, &model)?;
+        drop(graph);
+        let session = self.runtime.fp32_session(Some(parent_dir(&model)), "eval");
+        if let Some(p) = &session.optimized_model_path {
+            progress.note(&format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
+        }
+        let session = self.runtime.evaluation_session(&session);
+        let opts =
+            EvalOptions { batch: self.batching.batch, session, warmup: self.runtime.warmup, workers: self.workers };
+        let name = model.display().to_string();
+        let evaluation = evaluate(ModelSource::File(&model), &name, &data, &opts, "evaluating", progress)?;
+        if let Some(p) = &self.out {
+            write_predictions(p, &evaluation.predictions)?;
+        }
+        let op_profile = if self.profile_ops { Some(profile_first_features(&model, &data, &opts)?) } else { None };
+        Ok(EvalReport { model, evaluation, op_profile })
+    }
+}
+
+/// The [`OpProfile`] of `model` on the first batches of `data` (at most [`speed::FEATURES`] features, at least one
+/// batch).
+fn profile_first_features(model: &Path, data: &Corpus, opts: &EvalOptions) -> Result<OpProfile> {
+    // Enough batches for FEATURES features (each holds at least one).
+    let batches: Vec<squad::Batch> =
+        data.batches(opts.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
+    profile_batches(model, &opts.session, speed::leading(&batches, speed::FEATURES), data.io())
+}

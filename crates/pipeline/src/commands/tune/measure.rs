@@ -1,0 +1,263 @@
+//! `qdq tune`'s [`Scorer`] on ONNX Runtime: candidates quantized in memory from one loaded model and one range
+//! table (written to candidates/ for the sessions), measured on the held-out questions, timed against FP32 in
+//! alternation, and scored on the evaluation questions (one one-thread session per core: a throughput pass).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use onnx_ir::Model;
+use qdq::Policy;
+use runtime::{ModelSource, SessionConfig};
+
+use crate::commands::debug::DebugJob;
+use crate::commands::tune::calibrators::{self, Trials};
+use crate::commands::tune::screen::Screen;
+use crate::commands::tune::search::{Questions, Scorer, Spec};
+use crate::error::Result;
+use crate::inputs::squad::{Corpus, Score};
+use crate::model::save_model;
+use crate::progress::Progress;
+use crate::report::debug::DebugReport;
+use crate::report::tune::{CalibratorChoice, Scored, Timed};
+use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::steps::held_out::HeldOut;
+use crate::steps::quantize::float_matmul_like;
+use crate::steps::speed::{PairedTiming, Speedup};
+
+/// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
+/// `fp32_scoring`, `candidate_screening` (F1 on the questions nearest to flipping) and `candidate_scoring` (on the
+/// others, or on all without a screen: the confirmation), `held_out_fp32` (FP32's logits on the held-out questions
+/// and its timing warm-up), `quantization`, `held_out_kl` and `timing` (each candidate built, measured on the
+/// held-out questions, timed against FP32), `debug_and_sensitivity` (the per-pair errors and the node ranking),
+/// `calibrator_choice`, `outputs` (the histograms and files).
+#[derive(Default)]
+pub struct Clock(RefCell<BTreeMap<&'static str, f64>>);
+
+impl Clock {
+    pub fn time<T>(&self, phase: &'static str, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.add(phase, t);
+        out
+    }
+
+    pub fn add(&self, phase: &'static str, since: Instant) {
+        *self.0.borrow_mut().entry(phase).or_default() += since.elapsed().as_secs_f64();
+    }
+
+    /// The phases, and `total` since `started`.
+    pub fn finish(&self, started: Instant) -> BTreeMap<String, f64> {
+        let mut out: BTreeMap<String, f64> = self.0.borrow().iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        out.insert("total".to_owned(), started.elapsed().as_secs_f64());
+        out
+    }
+}
+
+/// What candidates are built from: the model quantized (the smoothed one when the policy smooths), the run's policy,
+/// the table's ranges, and where candidates go.
+pub struct Base<'a> {
+    pub model: &'a Model,
+    pub path: &'a Path,
+    pub policy: &'a Policy,
+    pub ranges: qdq::Ranges,
+    pub out: &'a Path,
+}
+
+/// The evaluation questions, FP32's answers to them, and how candidates are run on them.
+pub struct Questionnaire<'a> {
+    pub all: &'a Corpus,
+    /// The screen's split, and each part as a corpus (fragile, rest).
+    pub screen: Option<(Screen, Corpus, Corpus)>,
+    pub gold: squad_metrics::Dataset,
+    pub v2: bool,
+    pub fp32: Evaluation,
+    /// FP32's per-question F1 (paired with each candidate's for the standard error).
+    pub fp32_questions: Vec<f64>,
+    pub opts: EvalOptions,
+}
+
+/// Other calibrators' ranges: the table as qdq wrote it, the statistics it came from, how many pairs to try.
+pub struct Statistics {
+    pub table: calib::RangeTable,
+    pub state: calib::CalibState,
+    pub methods: Vec<calib::Method>,
+    pub trials: usize,
+}
+
+/// The ONNX Runtime scorer.
+pub struct Measure<'a> {
+    pub base: Base<'a>,
+    pub questions: Questionnaire<'a>,
+    pub held: &'a HeldOut,
+    pub timing: PairedTiming<'a>,
+    /// The session candidates run on (as `qdq eval` runs them).
+    pub session: SessionConfig,
+    /// `qdq debug` of candidates (into out/debug).
+    pub debug: DebugJob,
+    pub fp32_path: &'a Path,
+    pub statistics: Option<Statistics>,
+    pub clock: &'a Clock,
+    pub progress: &'a dyn Progress,
+    /// Ranges with other calibrators' choices, once made.
+    pub tuned: Option<qdq::Ranges>,
+    /// The last `qdq debug` of a candidate: its pairs, worst own rounding first.
+    pub debugged: Option<DebugReport>,
+    /// A screened candidate's answers (FP32's to the rest) and scores, by model file.
+    pub screened: HashMap<PathBuf, (HashMap<String, String>, Scored)>,
+}
+
+impl Measure<'_> {
+    /// `model`'s answers to the questions `on` asks, and its wall ms per feature there.
+    fn answers(&self, model: &Path, on: Questions, phase: &'static str) -> Result<Evaluation> {
+        let corpus = match (&self.questions.screen, on) {
+            (Some((_, fragile, _)), Questions::Screen) => fragile,
+            (Some((_, _, rest)), Questions::Rest) => rest,
+            _ => self.questions.all,
+        };
+        let name = model.display().to_string();
+        self.clock.time(phase, || {
+            evaluate(ModelSource::File(model), &name, corpus, &self.questions.opts, "evaluating", self.progress)
+        })
+    }
+
+    /// Scores `answers` (FP32's for the questions they leave out) against the gold answers.
+    fn rate(&self, answers: &HashMap<String, String>, questions_scored: usize, ms_per_feature: f64) -> Scored {
+        let q = &self.questions;
+        let Score { exact_match, f1, .. } = Score::of(&q.gold, answers, q.v2);
+        let per_question = squad_metrics::question_f1(&q.gold, answers, q.v2);
+        Scored {
+            exact_match,
+            f1,
+            delta_f1: f1 - q.fp32.score.f1,
+            delta_f1_se: squad_metrics::paired_standard_error(&per_question, &q.fp32_questions),
+            ms_per_feature,
+            questions_scored,
+            screen_delta_f1: None,
+        }
+    }
+
+    /// The sensitivity's nodes that can be kept in float: those of the model quantized (not the nodes quantization
+    /// adds, such as a shifted Softmax's correction).
+    fn excludable(&self, ranking: Vec<String>) -> Vec<String> {
+        let g = self.base.model.graph();
+        let named: HashSet<&str> = g.node.iter().map(|n| n.name()).collect();
+        ranking.into_iter().filter(|n| named.contains(n.as_str())).collect()
+    }
+}
+
+impl Scorer for Measure<'_> {
+    fn questions(&self) -> usize {
+        self.questions.fp32.score.questions
+    }
+
+    fn screens(&self) -> bool {
+        self.questions.screen.is_some()
+    }
+
+    fn has_statistics(&self) -> bool {
+        self.statistics.is_some()
+    }
+
+    fn build(&mut self, spec: &Spec) -> Result<Timed> {
+        let path = self.base.out.join("candidates").join(spec.file_name());
+        let ranges = if spec.calibrator_choices > 0 { self.tuned.as_ref() } else { None };
+        let ranges = ranges.unwrap_or(&self.base.ranges);
+        let model = self.clock.time("quantization", || -> Result<Model> {
+            let policy = spec.policy(self.base.policy);
+            let plan = crate::steps::quantize::plan(self.base.model, self.base.path, ranges, &policy)?;
+            let mut model = self.base.model.clone();
+            plan.apply(&mut model)?;
+            save_model(&model, &path)?;
+            Ok(model)
+        })?;
+        // Counted in the model quantized: the CPU layout's integer forms (MatMulIntegerToFloat, QAttention, ...) are
+        // no longer MatMul-like nodes in the output, while what stays float is listed by name.
+        let matmuls = self.base.model.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count();
+        let integer_matmuls = matmuls.saturating_sub(float_matmul_like(&model).len());
+        let held_out_kl = self.clock.time("held_out_kl", || self.held.agreement(&model, "candidate"))?.kl();
+        drop(model);
+        let speedup = self.clock.time("timing", || self.timing.against(&path, &self.session))?;
+        Ok(Timed {
+            float_nodes: spec.float_nodes.clone(),
+            model: path,
+            speedup,
+            integer_matmuls,
+            matmuls,
+            calibrator_choices: spec.calibrator_choices,
+            policy_options: spec.policy_options(),
+            held_out_kl,
+            vs_preset: None,
+        })
+    }
+
+    fn head_to_head(&mut self, preset: &Timed, other: &Timed) -> Result<Speedup> {
+        self.clock.time("timing", || self.timing.head_to_head(&preset.model, &other.model, &self.session))
+    }
+
+    fn score(&mut self, t: &Timed, on: Questions) -> Result<Scored> {
+        let total = self.questions();
+        match on {
+            Questions::All => {
+                let e = self.answers(&t.model, on, "candidate_scoring")?;
+                Ok(self.rate(&e.predictions, total, e.wall_ms_per_feature()))
+            }
+            Questions::Screen => {
+                let fragile = self.questions.screen.as_ref().map_or(total, |(s, _, _)| s.fragile.len());
+                let e = self.answers(&t.model, on, "candidate_screening")?;
+                let ms = e.wall_ms_per_feature();
+                let mut answers = self.questions.fp32.predictions.clone();
+                answers.extend(e.predictions);
+                let s = self.rate(&answers, fragile, ms);
+                let s = Scored { screen_delta_f1: Some(s.delta_f1), ..s };
+                self.screened.insert(t.model.clone(), (answers, s));
+                Ok(s)
+            }
+            Questions::Rest => {
+                let Some((mut answers, screened)) = self.screened.remove(&t.model) else {
+                    return self.score(t, Questions::All);
+                };
+                let rest = self.questions.screen.as_ref().map_or(0, |(s, _, _)| s.rest.len());
+                let e = self.answers(&t.model, on, "candidate_scoring")?;
+                let n = screened.questions_scored;
+                let ms =
+                    (screened.ms_per_feature * n as f64 + e.wall_ms_per_feature() * rest as f64) / (n + rest) as f64;
+                answers.extend(e.predictions);
+                Ok(Scored { screen_delta_f1: screened.screen_delta_f1, ..self.rate(&answers, total, ms) })
+            }
+        }
+    }
+
+    fn examine(&mut self, t: &Timed, sensitivity: bool) -> Result<Vec<String>> {
+        let debug = DebugJob { sensitivity, ..self.debug.clone() };
+        let report = self
+            .clock
+            .time("debug_and_sensitivity", || debug.run_on(self.fp32_path, &t.model, self.held, self.progress))?;
+        let ranking = self.excludable(report.sensitivity.iter().map(|n| n.node.clone()).collect());
+        self.debugged = Some(report);
+        Ok(ranking)
+    }
+
+    fn calibrators(&mut self) -> Result<Vec<CalibratorChoice>> {
+        let (Some(s), Some(debugged)) = (&self.statistics, &self.debugged) else { return Ok(Vec::new()) };
+        let worst: Vec<String> = debugged.tensors.iter().take(s.trials).map(|t| t.tensor.clone()).collect();
+        let trials =
+            Trials { base: self.base.model, policy: self.base.policy, held: self.held, methods: s.methods.clone() };
+        let chosen = self
+            .clock
+            .time("calibrator_choice", || calibrators::choose(&trials, &s.table, &s.state, &worst, self.progress))?;
+        self.progress.note(&format!(
+            "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",
+            chosen.choices.len(),
+            worst.len(),
+            chosen.kl_start,
+            chosen.kl_end
+        ));
+        if !chosen.choices.is_empty() {
+            calib::tables::write_json(self.base.out.join("ranges_tuned.json"), &chosen.table)?;
+            self.tuned = Some(chosen.table.min_max());
+        }
+        Ok(chosen.choices)
+    }
+}

@@ -1,0 +1,381 @@
+//! `qdq tune`: the most-integer QDQ model within an F1 budget. Calibrates once (or takes `--ranges`), then searches
+//! ([`search`]): the preset, its all-integer form, other calibrators' ranges for the worst pairs ([`calibrators`]),
+//! then the most sensitive nodes in float, each candidate built in memory, measured and timed on held-out questions
+//! and scored on the evaluation questions (screened first: [`screen`]) by [`measure`]. Writes the chosen model, a
+//! recipe `qdq quantize --recipe` replays exactly, and the trade-off curve ([`outputs`]).
+
+mod calibrators;
+mod measure;
+mod outputs;
+mod screen;
+pub mod search;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use onnx_ir::Model;
+
+use self::measure::{Base, Clock, Measure, Questionnaire, Statistics};
+use self::screen::Screen;
+use self::search::{ALL_INTEGER_SLACK, Outcome, Search, Spec};
+use crate::commands::calibrate::CalibrateJob;
+use crate::commands::debug::DebugJob;
+use crate::disk::prepare_out_dir;
+use crate::error::{Error, Result};
+use crate::inputs::squad::{Corpus, DataConfig};
+use crate::job::Job;
+use crate::model::{load_for_quantization, resolve_model};
+use crate::progress::Progress;
+use crate::report::tune::TuneReport;
+use crate::settings::calib::CalibSettings;
+use crate::settings::data::DataSettings;
+use crate::settings::policy::{PolicySettings, Target};
+use crate::settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings};
+use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate, scored_questions};
+use crate::steps::held_out::HeldOut;
+use crate::steps::quantize::read_table;
+use crate::steps::speed::{self, PairedTiming};
+
+/// `qdq tune`.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct TuneJob {
+    /// The FP32 ONNX model (file or model directory)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub model: PathBuf,
+    /// SQuAD file to score candidates on (and rank nodes on)
+    ///
+    /// Candidates are scored on its first --samples questions, the nodes ranked on its last --held-out.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub dataset: PathBuf,
+    /// Questions to score candidates on (first N; 0 = all)
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1000, value_name = "N", help_heading = "Model and data"))]
+    pub samples: usize,
+    /// Held-out questions the nodes are ranked on (last N)
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N", help_heading = "Model and data"))]
+    pub held_out: usize,
+    /// SQuAD file to take the held-out questions from instead
+    ///
+    /// Its last --held-out questions. With `--samples 0` (every question scored) a separate file keeps the ranking off the questions reported, e.g.
+    /// the training slice calibration reads its first --cal-num questions from.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub held_out_data: Option<PathBuf>,
+    /// Ranges to use instead of calibrating (any table `qdq quantize` reads)
+    ///
+    /// --model is then the model they were calibrated on (model_smoothed.onnx of `qdq calibrate` when the policy
+    /// smooths).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub ranges: Option<PathBuf>,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub data: DataSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub calib: CalibSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub policy: PolicySettings,
+    /// The largest F1 loss against FP32 accepted, in F1 points
+    ///
+    /// A negative one, met by no candidate, walks the whole float ladder up to --max-float: the full trade-off curve.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value_t = 1.0, value_name = "DF1", allow_negative_numbers = true, help_heading = "Search")
+    )]
+    pub budget: f64,
+    /// Share of questions each candidate is screened on first
+    ///
+    /// Those whose FP32 answer is nearest to flipping (the smallest gap between its score and the next different
+    /// answer's, from FP32's own pass). A candidate is scored on the other questions only when its screen, the others
+    /// taken as answered as FP32 answers them, puts it within budget; the chosen model's F1 is always measured on
+    /// every question. 1 = every candidate on every question.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 0.3, value_name = "SHARE", help_heading = "Search"))]
+    pub screen: f64,
+    /// The most nodes kept in float
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 16, value_name = "N", help_heading = "Search"))]
+    pub max_float: usize,
+    /// Pairs that may take another calibrator's range first
+    ///
+    /// Before keeping nodes in float: for the N pairs with the worst own rounding (lowest SQNR in `qdq debug`), try
+    /// every other calibrator's range from the same statistics and keep one when it lowers the held-out logit KL by
+    /// at least 2 % (the table written as ranges_tuned.json). Needs the statistics: tune's own calibration, or
+    /// calib_state.json beside --ranges. 0 = keep the table's ranges.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 4, value_name = "N", help_heading = "Search"))]
+    pub calibrator_trials: usize,
+    /// Fail (after writing everything) when the choice loses more than DF1
+    ///
+    /// A CI gate: exit 1 when the chosen model loses more than DF1 F1 points.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DF1", allow_negative_numbers = true, help_heading = "Search"))]
+    pub fail_above: Option<f64>,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub runtime: RuntimeSettings,
+    /// Output directory
+    ///
+    /// The calibration, candidates/, model_qdq.onnx (the choice), recipe.toml, tune.json, tune.md, curve.svg,
+    /// debug/.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, short = 'o', default_value = "out-tune", value_name = "DIR", help_heading = "Output")
+    )]
+    pub out: PathBuf,
+}
+
+impl Job for TuneJob {
+    type Report = TuneReport;
+
+    fn run(&self, progress: &dyn Progress) -> Result<TuneReport> {
+        let started = Instant::now();
+        self.check()?;
+        let clock = Clock::default();
+        // The candidates go to out/candidates.
+        prepare_out_dir(&self.out.join("candidates"), "--out")?;
+        let fp32_path = resolve_model(&self.model)?;
+        // The tokenizer found beside the FP32 model serves every model of the run.
+        let data = self.data.config(&fp32_path)?;
+        let (policy, _) = self.policy.policy(&self.runtime.ep)?;
+        let cx = Context { fp32: &fp32_path, data: &data, clock: &clock, progress, started };
+        let (base_path, ranges_path) = self.calibrated(&cx, &policy)?;
+        let base_model = load_for_quantization(&base_path)?;
+        let ranges = read_table(&ranges_path, &base_model, &base_path, &policy)?;
+        let mut corpus = Corpus::load(&self.dataset, &data, &data.tokenizer()?, self.samples)?;
+        corpus.fit_model(&Model::load_graph_only(&fp32_path)?, &fp32_path)?;
+        let questions = self.questionnaire(&cx, &corpus)?;
+        let base = Base { model: &base_model, path: &base_path, policy: &policy, ranges, out: &self.out };
+        self.search(&cx, base, questions, &ranges_path)
+    }
+}
+
+/// What every step of a tune shares: the FP32 model, the data configuration, the clock, progress.
+struct Context<'a> {
+    fp32: &'a Path,
+    data: &'a DataConfig,
+    clock: &'a Clock,
+    progress: &'a dyn Progress,
+    started: Instant,
+}
+
+impl TuneJob {
+    fn check(&self) -> Result<()> {
+        if !self.budget.is_finite() {
+            return Err(Error::Usage(format!("--budget must be a number of F1 points, not {}", self.budget)));
+        }
+        if !(self.screen > 0.0 && self.screen <= 1.0) {
+            return Err(Error::Usage(format!(
+                "--screen must be a share of the questions above 0 and at most 1, not {}",
+                self.screen
+            )));
+        }
+        if self.samples == 0 && self.held_out_data.is_none() {
+            tracing::warn!(
+                "--samples 0 scores every question of --dataset, its last {} (the sensitivity's) included; \
+                 --held-out-data FILE measures the sensitivity elsewhere",
+                self.held_out
+            );
+        }
+        Ok(())
+    }
+
+    /// The model candidates are made from and its range table: `--ranges` with `--model`, else tune's own
+    /// calibration into `out` (the smoothed model when the policy smooths). The calibration reads the ranges the
+    /// all-integer candidate needs too (the policy with `matmul_const_b_only` off: only the choice of tensors
+    /// differs), and with the calibrator choice every method's statistics.
+    fn calibrated(&self, cx: &Context<'_>, policy: &qdq::Policy) -> Result<(PathBuf, PathBuf)> {
+        let (fp32_path, data) = (cx.fp32, cx.data);
+        if let Some(r) = &self.ranges {
+            return Ok((fp32_path.to_path_buf(), r.clone()));
+        }
+        let mut calib = self.calib.clone();
+        if self.calibrator_trials > 0 {
+            for k in calib::MethodKind::ALL {
+                if !calib.methods.compare.contains(&k) {
+                    calib.methods.compare.push(k);
+                }
+            }
+        }
+        let job = CalibrateJob {
+            model: fp32_path.to_path_buf(),
+            batching: BatchSize::default(),
+            out: self.out.clone(),
+            merge: Vec::new(),
+            data: DataSettings {
+                vocab: Some(data.vocab.clone()),
+                tokenizer_json: data.tokenizer_json.clone(),
+                ..self.data.clone()
+            },
+            calib,
+            policy: self.policy.clone(),
+            target: Target { ep: self.runtime.ep.clone() },
+            library: OrtLibrary { ort_lib: self.runtime.library.ort_lib.clone() },
+        };
+        let wider = Spec { all_integer: policy.matmul_const_b_only, ..Spec::default() }.policy(policy);
+        let (_, smoothed) = cx.clock.time("statistics", || job.calibrate(&wider, cx.progress))?;
+        Ok((smoothed.map_or(fp32_path.to_path_buf(), |(_, p)| p), self.out.join("calibration.json")))
+    }
+
+    /// FP32 on the evaluation questions, and the screen its answers' margins give.
+    fn questionnaire<'a>(&self, cx: &Context<'_>, corpus: &'a Corpus) -> Result<Questionnaire<'a>> {
+        let (fp32_path, progress) = (cx.fp32, cx.progress);
+        // Scoring is a throughput pass (the speed comes from the timing): one one-thread session per core.
+        let session = self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval"));
+        let workers = runtime::threads_or_cores(self.runtime.threads);
+        let opts = EvalOptions { batch: 1, session, warmup: self.runtime.warmup, workers };
+        let name = fp32_path.display().to_string();
+        let fp32 = cx.clock.time("fp32_scoring", || {
+            evaluate(runtime::ModelSource::File(fp32_path), &name, corpus, &opts, "evaluating", progress)
+        })?;
+        // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
+        let (gold, v2) = scored_questions(&self.dataset, self.samples, self.data.version)?;
+        let fp32_questions = squad_metrics::question_f1(&gold, &fp32.predictions, v2);
+        let screen = match Screen::new(&gold, &fp32.margins, self.screen) {
+            Some(s) => {
+                progress.note(&format!(
+                    "candidates are screened on the {} of {} questions whose FP32 answers are nearest to flipping \
+                     (--screen {}); only one the screen puts within budget is scored on the rest",
+                    s.fragile.len(),
+                    s.fragile.len() + s.rest.len(),
+                    self.screen
+                ));
+                let (fragile, rest) = (corpus.restricted(&s.fragile)?, corpus.restricted(&s.rest)?);
+                Some((s, fragile, rest))
+            }
+            None => None,
+        };
+        Ok(Questionnaire { all: corpus, screen, gold, v2, fp32, fp32_questions, opts })
+    }
+
+    /// The search on ONNX Runtime ([`Measure`]), and its outputs.
+    fn search(
+        &self,
+        cx: &Context<'_>,
+        base: Base<'_>,
+        questions: Questionnaire<'_>,
+        ranges_path: &Path,
+    ) -> Result<TuneReport> {
+        // The held-out questions: FP32's logits on them once, for every candidate's logit KL and for debug; and the
+        // batches every candidate is timed on against FP32, in alternation.
+        let held_out_started = Instant::now();
+        let held_out_data = self.held_out_data.as_ref().unwrap_or(&self.dataset);
+        let fp32_model = Model::load(cx.fp32)?;
+        let held =
+            HeldOut::new(cx.fp32, &fp32_model, held_out_data, self.held_out, self.debug_session(cx.fp32), cx.data)?;
+        drop(fp32_model);
+        let fp32_session = self.runtime.fp32_session(None, "tune");
+        let (batches, io) = held.batches();
+        let timing = PairedTiming::new(cx.fp32, &fp32_session, batches, io, speed::FEATURES, speed::ROUNDS)?;
+        cx.clock.add("held_out_fp32", held_out_started);
+        let search = Search {
+            budget: self.budget,
+            max_float: self.max_float,
+            calibrators: self.calibrator_trials > 0,
+            all_integer: base.policy.matmul_const_b_only,
+        };
+        let mut measure = Measure {
+            base,
+            questions,
+            held: &held,
+            timing,
+            // As `qdq eval` runs the candidates.
+            session: self.runtime.evaluation_session(&fp32_session),
+            debug: self.debug_job(cx.fp32, held_out_data),
+            fp32_path: cx.fp32,
+            statistics: self.statistics(ranges_path)?,
+            clock: cx.clock,
+            progress: cx.progress,
+            tuned: None,
+            debugged: None,
+            screened: HashMap::new(),
+        };
+        let outcome = search.run(&mut measure, cx.progress)?;
+        let report = self.report(outcome, &measure.questions.fp32);
+        self.write(report, &measure, ranges_path, cx.started)
+    }
+
+    /// The report of the search's `outcome` (`fp32`: FP32 on the evaluation questions), before its outputs.
+    fn report(&self, outcome: Outcome, fp32: &Evaluation) -> TuneReport {
+        TuneReport {
+            out: self.out.clone(),
+            budget: self.budget,
+            fp32_f1: fp32.score.f1,
+            fp32_ms_per_feature: fp32.wall_ms_per_feature(),
+            questions: fp32.score.questions,
+            within_budget: outcome.within_budget,
+            curve: outcome.curve,
+            chosen: outcome.chosen,
+            ranking: outcome.ranking,
+            calibrators: outcome.calibrators,
+            recipe: self.out.join("recipe.toml"),
+            not_scored: outcome.not_scored,
+            phase_seconds: Default::default(),
+            all_integer_slack: ALL_INTEGER_SLACK,
+            fail_above: self.fail_above,
+        }
+    }
+
+    /// The session FP32 and the candidates run on for the held-out questions (`qdq debug`'s).
+    fn debug_session(&self, fp32_path: &Path) -> runtime::SessionConfig {
+        self.runtime.fp32_session(Some(crate::disk::parent_dir(fp32_path)), "debug")
+    }
+
+    /// `qdq debug` of a candidate into out/debug, on the held-out questions.
+    fn debug_job(&self, fp32_path: &Path, held_out_data: &Path) -> DebugJob {
+        DebugJob {
+            model: fp32_path.to_path_buf(),
+            qdq: PathBuf::new(),
+            dataset: held_out_data.to_path_buf(),
+            held_out: self.held_out,
+            top: 20,
+            out: Some(self.out.join("debug")),
+            sensitivity: false,
+            confirm: 0,
+            samples: 0,
+            runtime: self.runtime.clone(),
+            data: self.data.clone(),
+        }
+    }
+
+    /// The table as a qdq range table and the statistics it was computed from, when both are at hand: tune's own
+    /// calibration, or calib_state.json beside a `--ranges` table of qdq's.
+    fn statistics(&self, ranges: &Path) -> Result<Option<Statistics>> {
+        if self.calibrator_trials == 0 {
+            return Ok(None);
+        }
+        let state = match &self.ranges {
+            None => self.out.join("calib_state.json"),
+            Some(r) => r.with_file_name("calib_state.json"),
+        };
+        if !state.is_file() {
+            if self.ranges.is_some() {
+                tracing::info!("no calib_state.json beside --ranges: the calibrator choice is skipped");
+            }
+            return Ok(None);
+        }
+        let Ok(table) = calib::tables::read_json(ranges) else {
+            tracing::info!("{} is not qdq's range table: the calibrator choice is skipped", ranges.display());
+            return Ok(None);
+        };
+        let state = calib::CalibState::load_json(&state)?;
+        // Every method, with the run's options: what calibration collected the statistics for.
+        let mut methods = self.calib.methods.clone();
+        methods.compare.extend(calib::MethodKind::ALL);
+        Ok(Some(Statistics { table, state, methods: methods.methods()?, trials: self.calibrator_trials }))
+    }
+
+    /// The outputs, and the report with where the time went.
+    fn write(
+        &self,
+        mut report: TuneReport,
+        measure: &Measure<'_>,
+        ranges: &Path,
+        started: Instant,
+    ) -> Result<TuneReport> {
+        let histograms = measure.clock.time("outputs", || {
+            outputs::write_histograms(&self.out, self.ranges.is_none(), measure.debugged.as_ref())
+        })?;
+        let choice = report.choice();
+        let ranges =
+            if choice.timed.calibrator_choices > 0 { self.out.join("ranges_tuned.json") } else { ranges.to_path_buf() };
+        let policy = Spec::of(&choice.timed).policy(measure.base.policy);
+        let recipe = outputs::recipe(measure.base.path, &ranges, policy);
+        report.phase_seconds = measure.clock.finish(started);
+        outputs::write_outputs(&self.out, &report, &recipe, histograms)?;
+        Ok(report)
+    }
+}

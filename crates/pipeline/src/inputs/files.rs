@@ -1,0 +1,442 @@
+//! Model inputs that are not SQuAD questions, for any BERT (a classifier, or a model qdq cannot score): arrays from
+//! `.npz` / `.npy` files, text lines (one text, or a text pair separated by a tab, per line), GLUE-style TSV and
+//! labelled JSONL (`{"text": ..., "text_pair": ..., "label": 2}` per line); and [`load_feeds`], which reads
+//! calibration inputs of either kind.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ndarray::{Array2, ArrayView2};
+use onnx_ir::{GraphExt as _, Model};
+use squad::SquadTokenizer;
+
+use qdq::roles::InputRoles;
+
+use crate::disk::{open_regular, read_bounded};
+use crate::error::{Error, Result};
+use crate::inputs::feeds::{BatchFn, Feeds};
+use crate::inputs::roles::{detect_inputs, is_squad_model};
+use crate::inputs::shape::DeclaredShape;
+use crate::inputs::squad::{Corpus, DataConfig};
+
+/// Calibration inputs for `model` from `path` (its first `n` units, 0 = all): SQuAD JSON (`.json`) as questions,
+/// any other file as an [`InputSet`] (`.npz`, `.npy`, `.jsonl`, text lines), for SQuAD models and others alike.
+pub fn load_feeds(
+    model: &Model,
+    model_path: &Path,
+    path: &Path,
+    n: usize,
+    cfg: &DataConfig,
+    text: &TextInputs,
+) -> Result<Box<dyn Feeds>> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+    if ext != "json" {
+        return Ok(Box::new(InputSet::load(path, model, text, n)?));
+    }
+    if !is_squad_model(model, &cfg.io_names) {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            reason: format!(
+                "SQuAD JSON calibrates SQuAD models, and {} has no start / end logits: give .npz (arrays named after \
+                 the model inputs), .npy (token ids), text lines or JSONL",
+                model_path.display()
+            ),
+        });
+    }
+    let mut c = Corpus::load(path, cfg, &text.loaded_tokenizer(cfg)?, n)?;
+    c.fit_model(model, model_path)?;
+    Ok(Box::new(c))
+}
+
+impl TextInputs {
+    /// The roles found in `model` and the tokenizer of `cfg` (or why not).
+    pub fn for_model(model: &Model, model_path: &Path, cfg: &DataConfig) -> TextInputs {
+        TextInputs {
+            roles: detect_inputs(model, model_path, &cfg.io_names).map_err(|e| e.to_string()),
+            tokenizer: cfg.tokenizer().map_err(|e| e.to_string()),
+            max_len: cfg.features.max_seq_len,
+        }
+    }
+}
+
+/// Rows of model inputs with optional labels. Rows may differ in length (text); a batch is padded to its longest.
+#[derive(Debug, Clone)]
+pub struct InputSet {
+    path: PathBuf,
+    /// Model input names, in feed order.
+    names: Vec<String>,
+    /// Per row, per input, the values.
+    rows: Vec<Vec<Vec<i64>>>,
+    /// Padding value per input (`[PAD]` for token ids, 0 otherwise).
+    pad: Vec<i64>,
+    /// One class per row, if the file has labels.
+    pub labels: Option<Vec<i64>>,
+    /// The attention-mask input, when the model's roles name one that is fed: per-token logits are compared on the
+    /// positions it keeps.
+    mask: Option<String>,
+}
+
+/// How text (and bare token ids) become inputs: the model's input roles and its tokenizer, or why they are not
+/// available (then only `.npz` files, which name every input, can be read).
+pub struct TextInputs {
+    pub roles: std::result::Result<InputRoles, String>,
+    pub tokenizer: std::result::Result<Arc<SquadTokenizer>, String>,
+    /// Longest input in tokens ([CLS] and [SEP]s included).
+    pub max_len: usize,
+}
+
+impl TextInputs {
+    /// The tokenizer; where it did not load, the error loading it from `cfg` (the configuration these inputs were
+    /// made for) gives.
+    pub fn loaded_tokenizer(&self, cfg: &DataConfig) -> Result<Arc<SquadTokenizer>> {
+        match &self.tokenizer {
+            Ok(t) => Ok(Arc::clone(t)),
+            Err(_) => cfg.tokenizer(),
+        }
+    }
+
+    /// The roles and the tokenizer, or an error naming `path` and what is missing.
+    fn ready(&self, path: &Path) -> Result<(&InputRoles, &Arc<SquadTokenizer>)> {
+        let bad = |why: &String| Error::Input {
+            path: path.to_path_buf(),
+            reason: format!("reading token ids or text needs the model's input roles and a tokenizer: {why}"),
+        };
+        match (&self.roles, &self.tokenizer) {
+            (Ok(r), Ok(t)) => Ok((r, t)),
+            (Err(why), _) | (_, Err(why)) => Err(bad(why)),
+        }
+    }
+}
+
+impl InputSet {
+    /// Reads `path` by its extension: `.npz` (one 2-D integer array per model input, named after it, optional 1-D
+    /// `label` / `labels`), `.npy` (the token ids; mask all ones, segment 0), `.jsonl` (labelled text) or anything
+    /// else as text lines. Keeps the first `first` rows (0 = all); text past them is not tokenized.
+    pub fn load(path: &Path, model: &Model, text: &TextInputs, first: usize) -> Result<InputSet> {
+        let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
+        if let Some(b) = DeclaredShape::of(model, path)?.batch.filter(|b| *b > 1) {
+            // SQuAD questions fill a short last batch up (Corpus::batches); inputs from a file do not.
+            return Err(bad(format!(
+                "the model's token inputs are declared with a batch of exactly {b}; inputs from a file are run in \
+                 batches that may be shorter: give the model a dynamic batch dimension (or a batch of 1)"
+            )));
+        }
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        let limit = if first == 0 { usize::MAX } else { first };
+        let mut set = match ext.as_str() {
+            "npz" => from_npz(path, model)?,
+            "npy" => from_npy(path, text)?,
+            _ => {
+                let content = read_bounded(path)?;
+                let content = String::from_utf8(content).map_err(|_| {
+                    bad("is not inputs qdq reads: binary, where text lines (`text` or `text<TAB>pair`), JSONL, a \
+                         SQuAD .json, .npz or .npy were expected"
+                        .into())
+                })?;
+                from_text(path, &content, ext == "jsonl", text, limit)?
+            }
+        };
+        if set.rows.is_empty() {
+            return Err(bad("holds no inputs".into()));
+        }
+        set.rows.truncate(limit);
+        if let Some(labels) = &mut set.labels {
+            labels.truncate(limit);
+        }
+        set.mask = text.roles.as_ref().ok().map(|r| r.mask.clone()).filter(|m| set.names.contains(m));
+        Ok(set)
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True if there is no row.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The file the rows came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The attention-mask input, when known and fed.
+    pub fn mask(&self) -> Option<&str> {
+        self.mask.as_deref()
+    }
+
+    /// Rows `range` padded into one array per input.
+    pub fn batch(&self, range: std::ops::Range<usize>) -> Vec<(String, Array2<i64>)> {
+        let rows = &self.rows[range];
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let width = rows.iter().map(|r| r[k].len()).max().unwrap_or(0);
+                let mut a = Array2::from_elem((rows.len(), width), self.pad[k]);
+                for (i, r) in rows.iter().enumerate() {
+                    for (j, &v) in r[k].iter().enumerate() {
+                        a[[i, j]] = v;
+                    }
+                }
+                (name.clone(), a)
+            })
+            .collect()
+    }
+}
+
+impl Feeds for InputSet {
+    fn source(&self) -> &Path {
+        self.path()
+    }
+
+    fn units(&self) -> (u64, &'static str) {
+        (self.rows.len() as u64, "inputs")
+    }
+
+    fn each_batch(&self, batch: usize, f: &mut BatchFn<'_>) -> Result<usize> {
+        let batch = batch.max(1);
+        for start in (0..self.rows.len()).step_by(batch) {
+            let end = (start + batch).min(self.rows.len());
+            let arrays = self.batch(start..end);
+            let views: Vec<(&str, ArrayView2<'_, i64>)> = arrays.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+            f(&views, end - start, (end - start) as u64)?;
+        }
+        Ok(self.rows.len())
+    }
+}
+
+/// The graph inputs that are not initializers, with their element types.
+fn graph_inputs(model: &Model) -> Vec<(String, i32)> {
+    let g = model.graph();
+    g.input
+        .iter()
+        .filter(|v| !g.is_initializer(v.name()))
+        .map(|v| (v.name().to_owned(), onnx_ir::declared_elem_type(v).unwrap_or(0)))
+        .collect()
+}
+
+fn from_npz(path: &Path, model: &Model) -> Result<InputSet> {
+    let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
+    let file = open_regular(path)?;
+    let mut npz = ndarray_npy::NpzReader::new(file).map_err(|e| bad(format!("is not an .npz archive ({e})")))?;
+    let names = npz.names().map_err(|e| bad(e.to_string()))?;
+    let mut inputs = vec![];
+    let mut rows_n = None;
+    for (name, elem) in graph_inputs(model) {
+        if !names.iter().any(|n| n == &name) {
+            return Err(bad(format!("has no array `{name}` (a model input); it holds [{}]", names.join(", "))));
+        }
+        let a = read_int_array(&mut npz, &name, elem).map_err(|e| bad(format!("array `{name}`: {e}")))?;
+        if rows_n.is_some_and(|n| n != a.nrows()) {
+            return Err(bad(format!("array `{name}` has {} rows, the others {}", a.nrows(), rows_n.unwrap_or(0))));
+        }
+        rows_n = Some(a.nrows());
+        inputs.push((name, a));
+    }
+    let labels = ["label", "labels"].iter().find(|l| names.iter().any(|n| n == *l)).map(|l| {
+        npz.by_name::<ndarray::OwnedRepr<i64>, ndarray::Ix1>(l)
+            .map(|a| a.to_vec())
+            .map_err(|e| bad(format!("array `{l}`: {e} (expected a 1-D int64 array)")))
+    });
+    let labels = labels.transpose()?;
+    let n = rows_n.unwrap_or(0);
+    if labels.as_ref().is_some_and(|l| l.len() != n) {
+        return Err(bad(format!("the labels are not one per row ({} rows)", n)));
+    }
+    let rows = (0..n).map(|i| inputs.iter().map(|(_, a)| a.row(i).to_vec()).collect()).collect();
+    let pad = inputs.iter().map(|_| 0).collect();
+    Ok(InputSet {
+        path: path.to_path_buf(),
+        names: inputs.into_iter().map(|(n, _)| n).collect(),
+        rows,
+        pad,
+        labels,
+        mask: None,
+    })
+}
+
+/// A 2-D int64 or int32 array (as int64).
+fn read_int_array<R: std::io::Read + std::io::Seek>(
+    npz: &mut ndarray_npy::NpzReader<R>,
+    name: &str,
+    elem: i32,
+) -> std::result::Result<Array2<i64>, String> {
+    let as_i64 = npz.by_name::<ndarray::OwnedRepr<i64>, ndarray::Ix2>(name);
+    match as_i64 {
+        Ok(a) => Ok(a),
+        Err(_) => npz
+            .by_name::<ndarray::OwnedRepr<i32>, ndarray::Ix2>(name)
+            .map(|a| a.mapv(i64::from))
+            .map_err(|e| format!("{e} (expected a 2-D int64 or int32 array, the model takes {})", type_name(elem))),
+    }
+}
+
+fn type_name(elem: i32) -> String {
+    onnx_ir::data_type_name(elem)
+}
+
+fn from_npy(path: &Path, text: &TextInputs) -> Result<InputSet> {
+    let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
+    let (roles, tokenizer) = text.ready(path)?;
+    let file = open_regular(path)?;
+    let ids: Array2<i64> = match ndarray_npy::ReadNpyExt::read_npy(&file) {
+        Ok(a) => a,
+        Err(_) => {
+            let file = open_regular(path)?;
+            let a: Array2<i32> = ndarray_npy::ReadNpyExt::read_npy(file)
+                .map_err(|e| bad(format!("{e} (expected the token ids as a 2-D int64 or int32 array)")))?;
+            a.mapv(i64::from)
+        }
+    };
+    let rows = ids.rows().into_iter().map(|r| token_row(r.to_vec(), None, roles)).collect();
+    Ok(with_roles(path, rows, roles, tokenizer, None))
+}
+
+/// One row's inputs in role order (ids, mask, segment and position if any) from token ids and segment ids.
+fn token_row(ids: Vec<i64>, segment: Option<Vec<i64>>, roles: &InputRoles) -> Vec<Vec<i64>> {
+    let mut row = vec![vec![1; ids.len()]];
+    if roles.segment.is_some() {
+        row.push(segment.unwrap_or_else(|| vec![0; ids.len()]));
+    }
+    if roles.position.is_some() {
+        row.push((0..ids.len() as i64).collect());
+    }
+    row.insert(0, ids);
+    row
+}
+
+fn with_roles(
+    path: &Path,
+    rows: Vec<Vec<Vec<i64>>>,
+    r: &InputRoles,
+    tokenizer: &SquadTokenizer,
+    labels: Option<Vec<i64>>,
+) -> InputSet {
+    let mut names = vec![r.ids.clone(), r.mask.clone()];
+    let mut pad = vec![i64::from(tokenizer.pad_id), 0];
+    if let Some(s) = &r.segment {
+        names.push(s.clone());
+        pad.push(0);
+    }
+    if let Some(p) = &r.position {
+        names.push(p.clone());
+        pad.push(0);
+    }
+    InputSet { path: path.to_path_buf(), names, rows, pad, labels, mask: None }
+}
+
+#[derive(serde::Deserialize)]
+struct JsonLine {
+    text: String,
+    #[serde(default)]
+    text_pair: Option<String>,
+    #[serde(default)]
+    label: Option<i64>,
+}
+
+/// GLUE-style TSV columns (first line a header): the text, the optional pair and the optional label.
+const TEXT_COLUMNS: [&str; 5] = ["text", "sentence", "sentence1", "question", "question1"];
+const PAIR_COLUMNS: [&str; 4] = ["text_pair", "sentence2", "question2", "sentence_pair"];
+const LABEL_COLUMNS: [&str; 2] = ["label", "labels"];
+
+/// Text, pair and label column of a TSV header (`None` if the line is not such a header).
+type Columns = (usize, Option<usize>, Option<usize>);
+
+fn tsv_columns(header: &str) -> Option<Columns> {
+    let cols: Vec<String> = header.split('\t').map(|c| c.trim().to_ascii_lowercase()).collect();
+    let find = |names: &[&str]| cols.iter().position(|c| names.contains(&c.as_str()));
+    Some((find(&TEXT_COLUMNS)?, find(&PAIR_COLUMNS), find(&LABEL_COLUMNS)))
+}
+
+/// One line's text, pair and label: JSONL, a TSV row under a header (`columns`), or `text` / `text<TAB>pair`.
+fn parse_line(
+    line: &str,
+    jsonl: bool,
+    columns: Option<Columns>,
+) -> std::result::Result<(String, Option<String>, Option<i64>), String> {
+    if jsonl {
+        let j: JsonLine = serde_json::from_str(line)
+            .map_err(|e| format!("{e} (expected {{\"text\": ..., \"text_pair\": ..., \"label\": N}})"))?;
+        return Ok((j.text, j.text_pair, j.label));
+    }
+    let Some((t, p, l)) = columns else {
+        return Ok(match line.split_once('\t') {
+            Some((a, b)) => (a.to_owned(), Some(b.to_owned()), None),
+            None => (line.to_owned(), None, None),
+        });
+    };
+    let cells: Vec<&str> = line.split('\t').collect();
+    let cell =
+        |k: usize| cells.get(k).copied().ok_or_else(|| format!("has {} columns, fewer than the header", cells.len()));
+    let label = match l {
+        Some(k) => {
+            let v = cell(k)?.trim();
+            Some(v.parse::<i64>().map_err(|_| format!("label `{v}` is not an integer class"))?)
+        }
+        None => None,
+    };
+    Ok((cell(t)?.to_owned(), p.map(cell).transpose()?.map(str::to_owned), label))
+}
+
+/// Text lines, a GLUE-style TSV (a header naming `sentence` / `sentence1` / `question` ..., an optional pair column
+/// and `label`) or JSONL, its first `limit` rows: `[CLS] a [SEP] (b [SEP])`, truncated to `max_len` (the longer text
+/// first).
+fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: usize) -> Result<InputSet> {
+    let (roles, tokenizer) = text.ready(path)?;
+    let bad = |line: usize, reason: String| Error::Input {
+        path: path.to_path_buf(),
+        reason: format!("line {line}: {reason}"),
+    };
+    let columns = if jsonl { None } else { content.lines().next().and_then(tsv_columns) };
+    let (mut rows, mut labels) = (vec![], vec![]);
+    let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
+    for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()).take(limit) {
+        let (a, b, label) = parse_line(line, jsonl, columns).map_err(|e| bad(i + 1, e))?;
+        let (ids, segment) =
+            encode(tokenizer, text.max_len, &a, b.as_deref()).map_err(|e| bad(i + 1, e.to_string()))?;
+        rows.push(token_row(ids, Some(segment), roles));
+        labels.push(label);
+    }
+    if rows.is_empty() {
+        return Err(Error::Input { path: path.to_path_buf(), reason: "holds no text".into() });
+    }
+    let labelled = labels.iter().filter(|l| l.is_some()).count();
+    if labelled != 0 && labelled != labels.len() {
+        return Err(Error::Input {
+            path: path.to_path_buf(),
+            reason: format!("{labelled} of {} lines have a label; give every line one or none", labels.len()),
+        });
+    }
+    let labels = (labelled != 0).then(|| labels.into_iter().flatten().collect());
+    Ok(with_roles(path, rows, roles, tokenizer, labels))
+}
+
+/// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])`, the longer text cut first until it fits `max_len`.
+fn encode(t: &SquadTokenizer, max_len: usize, a: &str, b: Option<&str>) -> Result<(Vec<i64>, Vec<i64>)> {
+    let mut ta = t.tokenize(a, "text")?.ids;
+    let mut tb = match b {
+        Some(b) => t.tokenize(b, "text pair")?.ids,
+        None => vec![],
+    };
+    let specials = if b.is_some() { 3 } else { 2 };
+    while ta.len() + tb.len() + specials > max_len.max(specials + 1) {
+        if ta.len() >= tb.len() {
+            ta.pop()
+        } else {
+            tb.pop()
+        };
+    }
+    let mut ids = vec![t.cls_id];
+    ids.extend(&ta);
+    ids.push(t.sep_id);
+    let mut segment = vec![0; ids.len()];
+    if b.is_some() {
+        ids.extend(&tb);
+        ids.push(t.sep_id);
+        segment.resize(ids.len(), 1);
+    }
+    Ok((ids.into_iter().map(i64::from).collect(), segment))
+}

@@ -1,0 +1,240 @@
+//! SQuAD questions as model inputs: how text becomes features ([`DataConfig`]), the loaded questions with their gold
+//! answers ([`Corpus`]), batches of features, and the official scores of a set of answers ([`Score`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use onnx_ir::Model;
+use squad::{FeatureConfig, FeatureStream, ModelIo, Padding, PostProcessConfig, PredictionAccumulator, SquadTokenizer};
+
+use crate::error::{Error, Result};
+use crate::inputs::roles::{self, IoNames};
+
+/// SQuAD format version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SquadVersion {
+    #[default]
+    V1_1,
+    /// Unanswerable questions (empty answers) are allowed.
+    V2_0,
+}
+
+impl FromStr for SquadVersion {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<SquadVersion> {
+        match s.trim().trim_start_matches('v') {
+            "1.1" | "1" => Ok(SquadVersion::V1_1),
+            "2.0" | "2" => Ok(SquadVersion::V2_0),
+            other => Err(Error::Usage(format!("SQuAD version `{other}` is not supported; use 1.1 or 2.0"))),
+        }
+    }
+}
+
+impl std::fmt::Display for SquadVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SquadVersion::V1_1 => "1.1",
+            SquadVersion::V2_0 => "2.0",
+        })
+    }
+}
+
+/// How SQuAD text becomes model inputs.
+#[derive(Debug, Clone)]
+pub struct DataConfig {
+    /// WordPiece vocabulary (vocab.txt).
+    pub vocab: PathBuf,
+    /// A Hugging Face tokenizer.json used instead of building WordPiece from `vocab` (the seeds' --token).
+    pub tokenizer_json: Option<PathBuf>,
+    /// Lower-case text before WordPiece (uncased models).
+    pub lowercase: bool,
+    /// Treat the data as SQuAD v2.0 (unanswerable questions) even if the file does not say so.
+    pub version_2: bool,
+    /// Sequence length, document stride, query length.
+    pub features: FeatureConfig,
+    /// Model input and output names (for `Auto` / `Explicit` [`Self::io_names`], settled by [`Corpus::fit_model`]).
+    pub io: ModelIo,
+    /// How `io` was asked for.
+    pub io_names: IoNames,
+    /// Pad each batch to its longest feature or to a fixed length.
+    pub padding: Padding,
+    /// The only batch size the model takes, when its inputs declare one (1: larger ones are refused by
+    /// [`crate::settings::DataSettings::config`]).
+    pub fixed_batch: Option<usize>,
+}
+
+impl DataConfig {
+    /// Loads the tokenizer: [`DataConfig::tokenizer_json`] when given, else WordPiece from [`DataConfig::vocab`].
+    pub fn tokenizer(&self) -> Result<Arc<SquadTokenizer>> {
+        Ok(Arc::new(match &self.tokenizer_json {
+            Some(json) => SquadTokenizer::from_tokenizer_json(json)?,
+            None => SquadTokenizer::from_vocab(&self.vocab, self.lowercase)?,
+        }))
+    }
+
+    /// The file the tokenizer comes from.
+    pub fn tokenizer_source(&self) -> &Path {
+        self.tokenizer_json.as_deref().unwrap_or(&self.vocab)
+    }
+}
+
+/// EM/F1 of a set of predictions against the gold answers of a [`Corpus`]: the one score type, embedded in
+/// [`crate::steps::evaluate::Evaluation`] and (flattened, so results.json keeps its keys) in
+/// [`crate::report::e2e::ModelResult`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Score {
+    pub exact_match: f64,
+    pub f1: f64,
+    /// Questions scored.
+    pub questions: usize,
+    /// Questions without a prediction (scored 0).
+    pub missing_predictions: usize,
+}
+
+impl Score {
+    /// Official SQuAD scoring of `predictions` on `gold` (v1.1, or v2.0 with empty answers for unanswerable
+    /// questions).
+    pub fn of(gold: &squad_metrics::Dataset, predictions: &HashMap<String, String>, v2: bool) -> Score {
+        if v2 {
+            let m = squad_metrics::evaluate_v2(gold, predictions, None, 1.0);
+            let missing = gold.questions().filter(|q| !predictions.contains_key(&q.id)).count();
+            Score { exact_match: m.exact, f1: m.f1, questions: m.total, missing_predictions: missing }
+        } else {
+            let m = squad_metrics::evaluate_v1(gold, predictions);
+            Score { exact_match: m.exact_match, f1: m.f1, questions: m.total, missing_predictions: m.missing }
+        }
+    }
+}
+
+/// The first `limit` questions of a SQuAD file, ready to be featurized in batches and scored.
+#[derive(Debug)]
+pub struct Corpus {
+    path: PathBuf,
+    gold: squad_metrics::Dataset,
+    data: squad::SquadData,
+    cfg: DataConfig,
+    tokenizer: Arc<SquadTokenizer>,
+}
+
+impl Corpus {
+    /// Reads `path` and keeps its first `limit` questions (0 = all). An empty selection is an error.
+    pub fn load(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, limit: usize) -> Result<Corpus> {
+        let gold = squad::read_dataset(path)?;
+        Corpus::from_gold(path, if limit == 0 { gold } else { gold.first_n(limit) }, cfg, tokenizer)
+    }
+
+    /// Reads `path` and keeps its last `n` questions: questions held out from an evaluation of the first ones.
+    pub fn load_last(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, n: usize) -> Result<Corpus> {
+        let gold = squad::read_dataset(path)?;
+        Corpus::from_gold(path, gold.last_n(n), cfg, tokenizer)
+    }
+
+    /// The same questions restricted to those whose id is in `ids` (an error when none is).
+    pub fn restricted(&self, ids: &std::collections::HashSet<String>) -> Result<Corpus> {
+        Corpus::from_gold(&self.path, self.gold.questions_where(|q| ids.contains(&q.id)), &self.cfg, &self.tokenizer)
+    }
+
+    fn from_gold(
+        path: &Path,
+        gold: squad_metrics::Dataset,
+        cfg: &DataConfig,
+        tokenizer: &Arc<SquadTokenizer>,
+    ) -> Result<Corpus> {
+        let dup = gold.duplicate_ids();
+        if !dup.is_empty() {
+            tracing::warn!(
+                "{}: {} question ids occur more than once (first: {}); predictions hold one answer per id",
+                path.display(),
+                dup.len(),
+                dup[0]
+            );
+        }
+        let data = squad::SquadData::from_dataset(gold.clone(), path)?;
+        if data.examples.is_empty() {
+            return Err(Error::Input { path: path.to_path_buf(), reason: "the file holds no questions".into() });
+        }
+        Ok(Corpus { path: path.to_path_buf(), gold, data, cfg: cfg.clone(), tokenizer: Arc::clone(tokenizer) })
+    }
+
+    /// The ids of these questions.
+    pub fn question_ids(&self) -> impl Iterator<Item = &str> {
+        self.gold.questions().map(|q| q.id.as_str())
+    }
+
+    /// The file the questions came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of questions.
+    pub fn questions(&self) -> usize {
+        self.data.examples.len()
+    }
+
+    /// Whether answers may be empty (SQuAD v2.0).
+    pub fn is_v2(&self) -> bool {
+        self.cfg.version_2 || self.data.is_v2()
+    }
+
+    /// The model input and output names in use (see [`Corpus::fit_model`]).
+    pub fn io(&self) -> &ModelIo {
+        &self.cfg.io
+    }
+
+    /// Feature batches in feature order, of `batch` features; a model declaring a fixed batch gets batches of that
+    /// size whatever `batch` asks, the last filled up to it ([`squad::Batch::fill_to`]; `DataSettings::config` says
+    /// so once).
+    pub fn batches(&self, batch: usize) -> Result<Batches<'_>> {
+        let size = self.cfg.fixed_batch.unwrap_or(batch);
+        let stream =
+            FeatureStream::new(&self.data.examples, &self.tokenizer, self.cfg.features, size, self.cfg.padding)?;
+        Ok(Batches { stream, fill: self.cfg.fixed_batch })
+    }
+
+    /// Turns logits into answers, in feature order.
+    pub fn accumulator(&self) -> Result<PredictionAccumulator<'_>> {
+        let pp = PostProcessConfig { version_2: self.is_v2(), ..PostProcessConfig::default() };
+        Ok(PredictionAccumulator::new(&self.data.examples, Some(&self.tokenizer), pp)?)
+    }
+
+    /// Official SQuAD scoring (v1.1, or v2.0 with empty answers for unanswerable questions).
+    pub fn score(&self, predictions: &HashMap<String, String>) -> Score {
+        Score::of(&self.gold, predictions, self.is_v2())
+    }
+
+    /// Checks that `model` (loaded from `model_path`) takes the inputs and gives the outputs this data expects, and
+    /// that the vocabulary fits its word embedding. A model without a segment-ids input (e.g. DistilBERT) is fed
+    /// without one.
+    pub fn fit_model(&mut self, model: &Model, model_path: &Path) -> Result<()> {
+        roles::settle(&mut self.cfg.io, &mut self.cfg.io_names, model, model_path)?;
+        roles::fit_io(&mut self.cfg.io, model, model_path)?;
+        roles::check_positions(model, model_path, self.cfg.features.max_seq_len)?;
+        roles::check_vocab(model, model_path, &self.cfg.io.input_ids, &self.tokenizer, self.cfg.tokenizer_source())
+    }
+}
+
+/// [`Corpus::batches`]: the feature stream's batches, each filled up to a model's fixed batch.
+pub struct Batches<'a> {
+    stream: FeatureStream<'a>,
+    fill: Option<usize>,
+}
+
+impl Iterator for Batches<'_> {
+    type Item = std::result::Result<squad::Batch, squad::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut b = self.stream.next()?;
+        if let (Ok(b), Some(rows)) = (&mut b, self.fill) {
+            b.fill_to(rows);
+        }
+        Some(b)
+    }
+}
+
+/// Questions whose last window is in `batch`.
+pub(crate) fn questions_done(batch: &squad::Batch) -> u64 {
+    batch.features.iter().filter(|f| f.window_index + 1 == f.num_windows).count() as u64
+}

@@ -1,0 +1,258 @@
+//! What `qdq debug` found: the logits against FP32, every activation pair's error, each node's sensitivity and (with
+//! `--confirm`) the F1 it stands for; as text, JSON and debug.json / debug.md / sqnr.svg.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+use serde::Serialize;
+
+use crate::disk::{write_atomic, write_json};
+use crate::error::Result;
+use crate::job::Report;
+use crate::report::plots::sqnr_svg;
+use crate::steps::held_out::LogitAgreement;
+use crate::steps::pairs::{NodeSensitivity, TensorError};
+
+/// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmation {
+    /// Questions scored (the first ones of the dataset).
+    pub questions: usize,
+    pub fp32_f1: f64,
+    pub qdq_f1: f64,
+    /// Spearman's rank correlation between the KL recovered and the F1 recovered over the confirmed nodes (1: the
+    /// same order; `None` under 3 nodes).
+    pub rank_correlation: Option<f64>,
+    /// How many confirmed nodes' F1 recovered lies outside its ± 2 SE ([`NodeSensitivity::f1_two_se`]): with none,
+    /// which answers happen to flip moves each effect as much as the node does, and F1 cannot check the order.
+    pub outside_noise: usize,
+}
+
+/// What `qdq debug` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DebugReport {
+    pub model: PathBuf,
+    pub qdq: PathBuf,
+    pub dataset: PathBuf,
+    pub questions: usize,
+    pub features: usize,
+    /// The QDQ model against FP32.
+    pub logits: LogitAgreement,
+    /// The float reference (the QDQ model without its activation pairs: only its weights quantized) against FP32.
+    pub weights_only_logits: LogitAgreement,
+    /// Every activation pair, the worst own rounding (lowest `own` SQNR) first: the pairs that add the most error
+    /// themselves, not those that only carry error from upstream.
+    pub tensors: Vec<TensorError>,
+    /// With `--sensitivity`: every node reading quantized activations, most recovering first.
+    pub sensitivity: Vec<NodeSensitivity>,
+    /// With `--confirm`.
+    pub confirmation: Option<Confirmation>,
+    /// Rows of the printed table.
+    #[serde(skip)]
+    pub top: usize,
+}
+
+impl DebugReport {
+    /// debug.json, debug.md (the text, the chart linked) and sqnr.svg into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join("debug.json"), &self.json())?;
+        let rows: Vec<(usize, f64, f64)> =
+            self.tensors.iter().map(|t| (t.graph_order, t.total.sqnr_db(), t.own.sqnr_db())).collect();
+        write_atomic(&dir.join("sqnr.svg"), sqnr_svg(&rows)?.as_bytes())?;
+        let md = format!("# qdq debug\n\n{self}\n\n![SQNR of each quantized activation](sqnr.svg)\n");
+        write_atomic(&dir.join("debug.md"), md.as_bytes())
+    }
+}
+
+impl Report for DebugReport {
+    /// The document `qdq debug --json` prints (docs/JSON.md, schema `qdq.debug/1`).
+    fn json(&self) -> serde_json::Value {
+        let tensors: Vec<serde_json::Value> = self
+            .tensors
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "tensor": t.tensor,
+                    "readers": t.readers,
+                    "range": [t.range.0, t.range.1],
+                    "sqnr_db": finite(t.total.sqnr_db()),
+                    "relative_error": finite(t.total.relative_error()),
+                    "max_abs_error": t.total.max_abs_error,
+                    "own_sqnr_db": finite(t.own.sqnr_db()),
+                    "clipped_fraction": t.own.clipped_fraction(),
+                    "values": t.total.values,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "schema": "qdq.debug/1",
+            "model": self.model,
+            "qdq": self.qdq,
+            "dataset": self.dataset,
+            "questions": self.questions,
+            "features": self.features,
+            "logits": self.logits,
+            "weights_only_logits": self.weights_only_logits,
+            "tensors": tensors,
+            "sensitivity": self.sensitivity.iter().map(|n| serde_json::json!({
+                "node": n.node,
+                "op_type": n.op_type,
+                "inputs": n.inputs,
+                "logits": n.logits,
+                "recovered": finite(n.recovered),
+                "f1_recovered": n.f1_recovered,
+                "f1_two_se": n.f1_two_se,
+            })).collect::<Vec<_>>(),
+            "confirmation": self.confirmation,
+        })
+    }
+}
+
+/// A float for JSON: infinite (an exact tensor's SQNR) and NaN become null.
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// How two models' logits agree, in one line.
+fn agreement_line(a: &LogitAgreement) -> String {
+    format!(
+        "KL start {:.4} / end {:.4} nats, same argmax {:.1} % / {:.1} %, max |diff| {:.3}",
+        a.kl_start,
+        a.kl_end,
+        100.0 * a.argmax_start,
+        100.0 * a.argmax_end,
+        a.max_abs_diff
+    )
+}
+
+/// A markdown table with `header`, its columns `right` aligned right.
+fn table(header: &[&str], right: std::ops::RangeInclusive<usize>) -> Table {
+    let mut t = Table::new();
+    t.load_preset(ASCII_MARKDOWN);
+    t.set_header(header);
+    for c in right {
+        if let Some(col) = t.column_mut(c) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+impl fmt::Display for DebugReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} against {}: the last {} questions of {} ({} features)",
+            self.qdq.display(),
+            self.model.display(),
+            self.questions,
+            self.dataset.display(),
+            self.features
+        )?;
+        writeln!(f, "logits vs FP32:        {}", agreement_line(&self.logits))?;
+        writeln!(f, "weights only vs FP32:  {}", agreement_line(&self.weights_only_logits))?;
+        if self.tensors.is_empty() {
+            return Ok(());
+        }
+        self.pairs_table(f)?;
+        if self.sensitivity.is_empty() {
+            return Ok(());
+        }
+        self.sensitivity_table(f)?;
+        match &self.confirmation {
+            Some(c) => self.confirmation_text(f, c),
+            None => Ok(()),
+        }
+    }
+}
+
+impl DebugReport {
+    /// The `top` pairs that add the most error themselves.
+    fn pairs_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = self.top.min(self.tensors.len());
+        writeln!(
+            f,
+            "\n{} activation pairs; the {shown} that add the most error themselves (own: SQNR of this pair's rounding \
+             and clipping alone; SQNR: the dequantized tensor against its float value, upstream error included; \
+             higher is better):",
+            self.tensors.len()
+        )?;
+        let mut t = table(&["tensor", "own dB", "SQNR dB", "rel. error", "clipped", "range", "read by"], 1..=4);
+        let db = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "exact".into() };
+        for e in &self.tensors[..shown] {
+            let mut readers = e.readers.first().cloned().unwrap_or_default();
+            if e.readers.len() > 1 {
+                readers.push_str(&format!(" (+{})", e.readers.len() - 1));
+            }
+            t.add_row([
+                e.tensor.clone(),
+                db(e.own.sqnr_db()),
+                db(e.total.sqnr_db()),
+                format!("{:.4}", e.total.relative_error()),
+                format!("{:.3} %", 100.0 * e.own.clipped_fraction()),
+                format!("[{:.3}, {:.3}]", e.range.0, e.range.1),
+                readers,
+            ]);
+        }
+        write!(f, "{t}")
+    }
+
+    /// The `top` nodes whose inputs, kept in float alone, bring the logits closest to FP32.
+    fn sensitivity_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = self.top.min(self.sensitivity.len());
+        writeln!(
+            f,
+            "\n\nSensitivity: the {shown} nodes (of {}) whose quantized inputs, kept in float alone, bring the logits \
+             closest to FP32 (KL: mean of start and end; recovered: share of the QDQ model's KL {:.4}):",
+            self.sensitivity.len(),
+            self.logits.kl()
+        )?;
+        let mut t = table(&["node", "op", "KL", "recovered", "F1 recovered", "same argmax", "inputs"], 2..=5);
+        for n in &self.sensitivity[..shown] {
+            t.add_row([
+                n.node.clone(),
+                n.op_type.clone(),
+                format!("{:.4}", n.logits.kl()),
+                // `+ 0.0` turns a -0 that rounds from a tiny loss into 0 (no "-0 %" in the table).
+                format!("{:.0} %", (100.0 * n.recovered).round() + 0.0),
+                match (n.f1_recovered, n.f1_two_se) {
+                    (Some(d), Some(se)) if se.is_finite() => format!("{d:+.2} ± {se:.2}"),
+                    (Some(d), _) => format!("{d:+.2}"),
+                    _ => String::new(),
+                },
+                format!("{:.1} %", 50.0 * (n.logits.argmax_start + n.logits.argmax_end)),
+                n.inputs.join(", "),
+            ]);
+        }
+        write!(f, "{t}")
+    }
+
+    /// What `--confirm` scored, and whether F1 can check the order on these questions.
+    fn confirmation_text(&self, f: &mut fmt::Formatter<'_>, c: &Confirmation) -> fmt::Result {
+        write!(
+            f,
+            "\n\nF1 recovered: each node alone in float, scored on the first {} questions (FP32 {:.2}, QDQ model {:.2}); \
+             rank correlation of KL recovered with F1 recovered: {}",
+            c.questions,
+            c.fp32_f1,
+            c.qdq_f1,
+            c.rank_correlation
+                .map_or_else(|| "n/a (under 3 nodes, or one column constant)".to_owned(), |r| format!("{r:+.2}"))
+        )?;
+        let confirmed = self.sensitivity.iter().filter(|n| n.f1_recovered.is_some()).count();
+        write!(
+            f,
+            ". Effects outside their ± 2 SE (the spread of which answers happen to flip): {} of {confirmed}",
+            c.outside_noise
+        )?;
+        if c.outside_noise == 0 && confirmed > 0 {
+            write!(
+                f,
+                " (on these questions no single node's F1 effect can be told from that spread, so F1 cannot check the \
+                 order: more questions, or a model where single nodes matter, can)"
+            )?;
+        }
+        Ok(())
+    }
+}

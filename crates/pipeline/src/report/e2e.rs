@@ -1,0 +1,201 @@
+//! The text of an e2e run: the FP32 vs INT8 table (printed and in report.md), report.md, and the command's report.
+
+use std::fmt::{self, Write as _};
+use std::path::PathBuf;
+
+use crate::job::Report;
+use crate::report::ops::op_table;
+use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
+use crate::settings::policy::Mode;
+use crate::steps::classify::ClassifierEval;
+
+/// What `qdq e2e` did: the results (as results.json) and where everything went.
+#[derive(Debug, Clone)]
+pub struct E2eReport {
+    pub results: E2eResults,
+    pub out: PathBuf,
+}
+
+impl fmt::Display for E2eReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.results;
+        if r.fp32.is_none() && r.int8.is_none() && r.classification.is_none() {
+            writeln!(f, "Quantized (no evaluation: --no-eval)")?;
+        } else {
+            writeln!(f, "{}", self.results.table())?;
+        }
+        write!(f, "Outputs written to {}", self.out.display())
+    }
+}
+
+impl Report for E2eReport {
+    /// results.json's fields, with the schema (`qdq.e2e/1`) and the output directory.
+    fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(&self.results).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("schema".into(), "qdq.e2e/1".into());
+            m.insert("out".into(), serde_json::json!(self.out));
+        }
+        v
+    }
+}
+
+impl E2eResults {
+    /// The FP32 vs INT8 table, as printed and as in report.md: columns aligned, and valid Markdown.
+    pub fn table(&self) -> String {
+        use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+        let int8 = match self.quantization.mode {
+            Mode::Dynamic => "INT8 (dynamic)",
+            Mode::Static => "INT8 (QDQ)",
+        };
+        if let Some(c) = &self.classification {
+            return classification_table(c, int8);
+        }
+        let mut t = Table::new();
+        t.load_preset(ASCII_MARKDOWN);
+        t.set_header(["model", "EP", "EM", "F1", "dF1", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
+        let mut rows = vec![("FP32".to_owned(), &self.fp32), (int8.to_owned(), &self.int8)];
+        let method = self.calibration.as_ref().map(|c| c.method.as_str());
+        if let (Some(m), false) = (method, self.compared_methods.is_empty()) {
+            rows[1].0 = format!("INT8 (QDQ, {m})");
+        }
+        rows.extend(self.compared_methods.iter().map(|c| (format!("INT8 (QDQ, {})", c.method), &c.int8)));
+        for (name, r) in rows {
+            let Some(r) = r else { continue };
+            let d = match &self.fp32 {
+                Some(f) if name != "FP32" => format!("{:+.2}", r.score.f1 - f.score.f1),
+                _ => "".to_owned(),
+            };
+            t.add_row([
+                name,
+                r.ep.clone(),
+                format!("{:.2}", r.score.exact_match),
+                format!("{:.2}", r.score.f1),
+                d,
+                format!("{:.2}", r.latency.ms_per_feature),
+                format!("{:.2}", r.latency.p50_ms_per_feature),
+                format!("{:.2}", r.latency.p90_ms_per_feature),
+                format!("{:.1}", r.latency.features_per_second),
+                format!("{:.1}", r.model_bytes as f64 / 1e6),
+            ]);
+        }
+        for c in t.column_iter_mut().skip(2) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+        match &self.speedup {
+            Some(s) => format!(
+                "{t}\nINT8 runs at {} FP32's speed: both models run the same {} features in turn, {} rounds (median, \
+                 slowest-fastest round); the ms/feature columns are single passes minutes apart.\n",
+                s.describe(),
+                s.features,
+                s.rounds
+            ),
+            None => format!("{t}\n"),
+        }
+    }
+
+    /// report.md: the table plus how the numbers were made.
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# qdq e2e report\n");
+        let _ = writeln!(md, "Dataset: `{}` (task: {})\n", self.dataset, self.task);
+        md.push_str(&self.table());
+        if let Some(p) = &self.op_profile {
+            let _ = writeln!(md, "\n## Where the time goes\n");
+            md.push_str(&op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)]));
+        }
+        let _ = writeln!(md, "\n## Calibration\n");
+        let unit = if self.task == "squad" { "questions" } else { "inputs" };
+        match &self.calibration {
+            Some(c) => calibration_section(&mut md, c, unit),
+            None => {
+                let _ = writeln!(md, "- none: dynamic mode quantizes each MatMul input at run time");
+            }
+        }
+        let _ = writeln!(md, "\n## Quantization\n");
+        quantization_section(&mut md, &self.quantization);
+        md
+    }
+}
+
+/// report.md's calibration list.
+fn calibration_section(md: &mut String, c: &CalibrationSummary, unit: &str) {
+    let _ = writeln!(
+        md,
+        "- data: `{}` ({} {unit}, {} features)\n- method: {}\n- tensors calibrated: {}\n- time: {:.1} s{}",
+        c.data,
+        c.questions,
+        c.features,
+        c.method,
+        c.tensors,
+        c.seconds,
+        c.pass.map(|p| format!(" ({})", p.describe())).unwrap_or_default()
+    );
+    if !c.non_finite_tensors.is_empty() {
+        let _ = writeln!(md, "- tensors with NaN/Inf values (excluded): {}", c.non_finite_tensors.join(", "));
+    }
+    if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
+        let _ = writeln!(md, "- {n} of the calibration {unit} are also evaluated: {OVERLAP_EFFECT}");
+    }
+}
+
+/// report.md's quantization list.
+fn quantization_section(md: &mut String, q: &QuantizationSummary) {
+    let _ = writeln!(
+        md,
+        "- mode: {}\n- policy: {} (chosen by {})\n- quantized tensors: {}\n- int8 embedding tables: {}\n- \
+         QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
+        q.mode,
+        q.policy,
+        q.policy_chosen_by,
+        q.quantized_tensors,
+        q.embedding_tables,
+        q.quantize_nodes,
+        q.dequantize_nodes
+    );
+    if let Some(s) = &q.smoothing {
+        let _ = writeln!(md, "- smoothing: {s}");
+    }
+    for line in &q.integer_forms {
+        let _ = writeln!(md, "- {line}");
+    }
+    if !q.float_matmul_like.is_empty() {
+        let _ = writeln!(md, "- MatMul-like nodes left in float ({}):", q.float_matmul_like.len());
+        for n in &q.float_matmul_like {
+            let _ = writeln!(md, "  - {n}");
+        }
+    }
+    if !q.skipped.is_empty() {
+        let _ = writeln!(md, "- skipped ({}):", q.skipped.len());
+        for s in &q.skipped {
+            let _ = writeln!(md, "  - {s}");
+        }
+    }
+}
+
+/// A classifier's FP32 vs INT8 table: accuracy (with labels), agreement with FP32, latency and size.
+fn classification_table(c: &ClassifierEval, int8: &str) -> String {
+    use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+    let mut t = Table::new();
+    t.load_preset(ASCII_MARKDOWN);
+    t.set_header(["model", "EP", "accuracy", "top-1 = FP32", "mean KL", "max logit diff", "ms/input", "size (MB)"]);
+    let a = &c.agreement;
+    for (name, m, same) in [("FP32", &c.fp32, None), (int8, &c.int8, Some(a))] {
+        let pct = |v: f64| format!("{:.2} %", 100.0 * v);
+        t.add_row([
+            name.to_owned(),
+            m.ep.clone(),
+            m.accuracy.map_or("-".to_owned(), pct),
+            same.map_or(String::new(), |a| pct(a.top1)),
+            same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),
+            same.map_or(String::new(), |a| format!("{:.4}", a.max_abs_diff)),
+            format!("{:.2}", m.latency.ms_per_feature),
+            format!("{:.1}", m.model_bytes as f64 / 1e6),
+        ]);
+    }
+    for col in t.column_iter_mut().skip(2) {
+        col.set_cell_alignment(CellAlignment::Right);
+    }
+    let rows = if a.per_token { "tokens (padding left out)" } else { "inputs" };
+    format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
+}

@@ -1,0 +1,145 @@
+//! results.json of an e2e run: what was calibrated, quantized and measured, and how (provenance).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::disk::{write_atomic, write_json};
+use crate::error::Result;
+use crate::inputs::squad::Score;
+use crate::provenance::Provenance;
+use crate::settings::policy::Mode;
+use crate::steps::classify::ClassifierEval;
+use crate::steps::collect::PassTimes;
+use crate::steps::evaluate::Latency;
+use crate::steps::speed::{OpProfile, Speedup};
+
+/// One evaluated model in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelResult {
+    pub model: String,
+    pub model_bytes: u64,
+    pub ep: String,
+    #[serde(flatten)]
+    pub score: Score,
+    pub latency: Latency,
+}
+
+/// One `--compare-methods` method: its model and, unless `--no-eval`, its INT8 result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ComparedMethod {
+    pub method: String,
+    pub model: String,
+    pub int8: Option<ModelResult>,
+}
+
+/// Calibration summary in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CalibrationSummary {
+    pub data: String,
+    pub questions: usize,
+    pub features: usize,
+    pub tensors: usize,
+    pub method: String,
+    pub seconds: f64,
+    /// Where the statistics pass went (absent in results.json files written before it was recorded).
+    #[serde(default)]
+    pub pass: Option<PassTimes>,
+    /// Tensors in which NaN or infinite values were seen (excluded from the statistics).
+    pub non_finite_tensors: Vec<String>,
+    /// Calibration questions that are also among the evaluated ones (both SQuAD files, compared by question id; or,
+    /// for other inputs, the first rows of one file both read); absent when that cannot be told (different files of
+    /// other inputs, or no evaluation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_evaluated: Option<usize>,
+}
+
+/// What calibrating on evaluated questions does to the INT8 row, for the warning and report.md.
+pub(crate) const OVERLAP_EFFECT: &str = "INT8's score is partly measured on data its ranges were fitted to; calibrate on \
+     other questions (e.g. the training set) to keep the measurement clean";
+
+/// Quantization summary in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QuantizationSummary {
+    /// `static` (calibrated Q/DQ pairs) or `dynamic` (inputs quantized at run time).
+    #[serde(default)]
+    pub mode: Mode,
+    pub policy: String,
+    /// What chose the preset: `--policy`, `--ort-quant`, or `--ep <name>` (the EP's own preset).
+    #[serde(default)]
+    pub policy_chosen_by: String,
+    pub quantized_tensors: usize,
+    pub quantize_nodes: usize,
+    pub dequantize_nodes: usize,
+    /// Embedding tables stored as int8.
+    #[serde(default)]
+    pub embedding_tables: usize,
+    /// MatMul-like nodes (MatMul, Gemm, FusedMatMul, Attention, ...) that still read a float input that is not
+    /// dequantized: `node (op; float: inputs)`.
+    #[serde(default)]
+    pub float_matmul_like: Vec<String>,
+    /// ONNX Runtime fused ops written as its integer contrib ops (`QAttention: Attention_0, ...`) and Gemm biases
+    /// stored as int32 (so its CPU EP fuses `QGemm`), one line each.
+    #[serde(default)]
+    pub integer_forms: Vec<String>,
+    /// SmoothQuant-style migration applied before calibration (one line), if any.
+    #[serde(default)]
+    pub smoothing: Option<String>,
+    /// Tensors the policy wanted but that had no usable range, with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// Everything an e2e run measured: results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct E2eResults {
+    pub qdq_version: String,
+    pub dataset: String,
+    /// `squad` (start / end logits, EM / F1 in `fp32` / `int8`) or `classification` (class logits, compared in
+    /// `classification`).
+    #[serde(default = "squad_task")]
+    pub task: String,
+    /// `None` in dynamic mode (no calibration).
+    pub calibration: Option<CalibrationSummary>,
+    pub quantization: QuantizationSummary,
+    pub fp32: Option<ModelResult>,
+    pub int8: Option<ModelResult>,
+    /// A model that is not a SQuAD model: INT8 against FP32 on its inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification: Option<ClassifierEval>,
+    /// `--compare-methods`: the same placement with each other method's ranges.
+    #[serde(default)]
+    pub compared_methods: Vec<ComparedMethod>,
+    /// INT8 against FP32 timed in alternation on the first evaluation features (SQuAD models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<Speedup>,
+    /// `--profile-ops`: where each model's time goes, on the same features.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_profile: Option<OpProfiles>,
+    /// How the run was made (build, command line, ONNX Runtime, settings, machine, phase times).
+    #[serde(default)]
+    pub provenance: Provenance,
+}
+
+/// [`E2eResults::op_profile`]: both models' [`OpProfile`]s.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OpProfiles {
+    pub fp32: OpProfile,
+    pub int8: OpProfile,
+}
+
+fn squad_task() -> String {
+    "squad".to_owned()
+}
+
+impl E2eResults {
+    /// INT8's F1 minus FP32's, when both were evaluated.
+    pub fn delta_f1(&self) -> Option<f64> {
+        Some(self.int8.as_ref()?.score.f1 - self.fp32.as_ref()?.score.f1)
+    }
+
+    /// results.json and report.md ([`E2eResults::markdown`]) into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_json(&dir.join("results.json"), self)?;
+        write_atomic(&dir.join("report.md"), self.markdown().as_bytes())
+    }
+}

@@ -1,0 +1,397 @@
+//! What `qdq tune` reports: every candidate on the trade-off curve (built, timed, scored), the one chosen and why,
+//! and where the time went; as text (also tune.md) and JSON (tune.json).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::job::Report;
+use crate::steps::speed::Speedup;
+
+/// A candidate built, measured on the held-out questions and timed against FP32. Scored, it is a [`Candidate`];
+/// unscored, it is listed in [`TuneReport::not_scored`] (the all-integer candidate when it is slower than the
+/// preset, since it could not be chosen).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timed {
+    /// The nodes kept in float (besides what the policy leaves in float).
+    pub float_nodes: Vec<String>,
+    pub model: PathBuf,
+    /// FP32's time over this model's on the same held-out batches, in alternating rounds.
+    pub speedup: Speedup,
+    /// MatMul-like nodes of the model reading only dequantized inputs, of all of them.
+    pub integer_matmuls: usize,
+    pub matmuls: usize,
+    /// Tensors whose range another calibrator gave (`TuneReport::calibrators`; 0 = the table's ranges).
+    pub calibrator_choices: usize,
+    /// Policy options this candidate sets besides the run's (`key=value`; the recipe carries them): the all-integer
+    /// candidate's `matmul_const_b_only=false`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_options: Vec<String>,
+    /// Mean KL of the start/end logits against FP32's on the held-out questions.
+    pub held_out_kl: f64,
+    /// The all-integer candidate only: the preset's time over this model's, the two run in turn on the same batches
+    /// (above 1: faster than the preset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_preset: Option<Speedup>,
+}
+
+/// A candidate's scores on the evaluation questions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Scored {
+    pub exact_match: f64,
+    pub f1: f64,
+    /// F1 minus FP32's F1.
+    pub delta_f1: f64,
+    /// Standard error of `delta_f1` over the questions scored (paired: the spread of the per-question F1 differences
+    /// over the square root of their number), in F1 points: a difference within about twice this is the noise of
+    /// which questions were drawn.
+    pub delta_f1_se: f64,
+    /// Milliseconds of wall time per feature in the evaluation: a throughput pass with one one-thread session per
+    /// core side by side, minutes apart from FP32's (`speedup` is the comparison).
+    pub ms_per_feature: f64,
+    /// Questions the candidate answered: all of them, or only the screen's (`qdq tune --screen`), its scores then an
+    /// estimate with FP32's answers to the other questions: over budget by the screen alone, or no better on the
+    /// screen than a candidate found over budget on every question.
+    pub questions_scored: usize,
+    /// A screened candidate's dF1 on its screen (FP32's answers taken for the other questions): what running it on
+    /// the rest was decided on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub screen_delta_f1: Option<f64>,
+}
+
+/// One point of the trade-off curve: a candidate as built and timed, and its scores on the evaluation questions.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    #[serde(flatten)]
+    pub timed: Timed,
+    #[serde(flatten)]
+    pub scored: Scored,
+}
+
+/// One tensor whose range now comes from another calibrator.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibratorChoice {
+    pub tensor: String,
+    /// The table's method, and its range for the tensor.
+    pub from: String,
+    pub from_range: (f32, f32),
+    /// The calibrator kept, and its range.
+    pub to: String,
+    pub to_range: (f32, f32),
+    /// Held-out logit KL (mean of start and end) before and after.
+    pub kl_before: f64,
+    pub kl_after: f64,
+}
+
+/// What `qdq tune` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct TuneReport {
+    pub out: PathBuf,
+    pub budget: f64,
+    pub fp32_f1: f64,
+    pub fp32_ms_per_feature: f64,
+    pub questions: usize,
+    /// Every candidate scored, in order (float nodes 0, 1, 2, 4, ...).
+    pub curve: Vec<Candidate>,
+    /// Index into `curve` of the choice: the first within budget, else the best F1.
+    pub chosen: usize,
+    pub within_budget: bool,
+    /// The sensitivity order the float nodes were taken in (most recovering first).
+    pub ranking: Vec<String>,
+    /// Ranges taken from another calibrator than the table's, in the order they were kept; the candidates from the
+    /// first with `calibrator_choices > 0` on use them all.
+    pub calibrators: Vec<CalibratorChoice>,
+    pub recipe: PathBuf,
+    /// Candidates timed but not scored, since their speed ruled them out (see [`Timed`]).
+    pub not_scored: Vec<Timed>,
+    /// Where the time went: seconds per phase, `total` the whole run up to writing the outputs.
+    pub phase_seconds: BTreeMap<String, f64>,
+    /// How much slower than the preset the all-integer candidate may be and still be chosen.
+    #[serde(skip)]
+    pub all_integer_slack: f64,
+    #[serde(skip)]
+    pub fail_above: Option<f64>,
+}
+
+impl TuneReport {
+    pub fn choice(&self) -> &Candidate {
+        &self.curve[self.chosen]
+    }
+}
+
+/// "4.2 s", "2 min 08 s".
+fn duration(seconds: f64) -> String {
+    if seconds < 60.0 {
+        format!("{seconds:.1} s")
+    } else {
+        let s = seconds.round() as u64;
+        format!("{} min {:02} s", s / 60, s % 60)
+    }
+}
+
+/// "1 node", "3 nodes".
+pub fn count_nodes(n: usize) -> String {
+    format!("{n} node{}", if n == 1 { "" } else { "s" })
+}
+
+impl Report for TuneReport {
+    /// The document `qdq tune --json` prints and tune.json holds (docs/JSON.md, schema `qdq.tune/1`).
+    fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        v["schema"] = "qdq.tune/1".into();
+        v
+    }
+
+    /// `--fail-above`: an error when the chosen model loses more than allowed.
+    fn verdict(&self) -> Result<()> {
+        match self.fail_above {
+            Some(limit) if -self.choice().scored.delta_f1 > limit => Err(Error::Gate(format!(
+                "the chosen model loses {:.2} F1, more than --fail-above {limit}",
+                -self.choice().scored.delta_f1
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for TuneReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = self.choice();
+        writeln!(
+            f,
+            "{} within the budget of {:.2} F1: {} kept in float, F1 {:.2} ({:+.2} vs FP32 {:.2}) on {} \
+             questions, {}/{} MatMul-like nodes integer.",
+            if self.within_budget { "Chosen" } else { "NOT" },
+            self.budget,
+            count_nodes(c.timed.float_nodes.len()),
+            c.scored.f1,
+            c.scored.delta_f1,
+            self.fp32_f1,
+            self.questions,
+            c.timed.integer_matmuls,
+            c.timed.matmuls
+        )?;
+        if !self.within_budget {
+            writeln!(f, "No candidate met the budget; the best one is kept (raise --max-float or the budget).")?;
+        }
+        writeln!(f, "Model: {}; recipe: {}\n", self.out.join("model_qdq.onnx").display(), self.recipe.display())?;
+        write!(f, "{}", self.curve_table())?;
+        self.notes(f)?;
+        self.time_split(f)?;
+        self.unscored(f)?;
+        self.calibrator_list(f)
+    }
+}
+
+impl TuneReport {
+    /// Every candidate of the curve, one row each.
+    fn curve_table(&self) -> Table {
+        let mut t = Table::new();
+        t.load_preset(ASCII_MARKDOWN);
+        t.set_header([
+            "float nodes",
+            "other calibrators",
+            "EM",
+            "F1",
+            "dF1",
+            "± 2 SE",
+            "questions",
+            "ms/feature",
+            "vs FP32 (median, range)",
+            "integer MatMuls",
+            "held-out KL",
+            "last added",
+        ]);
+        for (i, c) in self.curve.iter().enumerate() {
+            let s = &c.scored;
+            t.add_row([
+                format!("{}{}", c.timed.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
+                c.timed.calibrator_choices.to_string(),
+                format!("{:.2}", s.exact_match),
+                format!("{:.2}", s.f1),
+                format!("{:+.2}", s.delta_f1),
+                format!("{:.2}", 2.0 * s.delta_f1_se),
+                if s.questions_scored < self.questions {
+                    format!("{} (screen)", s.questions_scored)
+                } else {
+                    s.questions_scored.to_string()
+                },
+                format!("{:.2}", s.ms_per_feature),
+                c.timed.speedup.describe(),
+                format!("{}/{}", c.timed.integer_matmuls, c.timed.matmuls),
+                format!("{:.5}", c.timed.held_out_kl),
+                c.timed.float_nodes.last().cloned().unwrap_or_else(|| c.timed.policy_options.join(", ")),
+            ]);
+        }
+        for col in 1..=10 {
+            if let Some(column) = t.column_mut(col) {
+                column.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        t
+    }
+
+    /// What the ± 2 SE, the speed and a screen mean.
+    fn notes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = self.choice();
+        write!(
+            f,
+            "\n\n± 2 SE: twice the standard error of dF1 over these {} questions (each question's F1 against FP32's): \
+             differences within it are the noise of which questions were drawn; vs FP32: the same {} held-out features \
+             run by both models in turn, {} rounds.",
+            self.questions, c.timed.speedup.features, c.timed.speedup.rounds
+        )?;
+        if self.curve.iter().any(|c| c.scored.questions_scored < self.questions) {
+            write!(
+                f,
+                " (screen): run on the questions whose FP32 answers are nearest to flipping only, FP32's answers taken \
+                 for the others; over budget on those alone, or no better there than a candidate over budget on every \
+                 question, so not run on the rest (`--screen`)."
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Where the time went, phase by phase.
+    fn time_split(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(total) = self.phase_seconds.get("total") else { return Ok(()) };
+        let labels = [
+            ("statistics", "statistics"),
+            ("debug_and_sensitivity", "debug and sensitivity"),
+            ("calibrator_choice", "calibrator choice"),
+            ("fp32_scoring", "FP32 scored"),
+            ("candidate_screening", "candidates screened"),
+            ("candidate_scoring", "candidates scored"),
+            ("held_out_fp32", "FP32 on the held-out questions"),
+            ("quantization", "candidates quantized"),
+            ("held_out_kl", "candidates' held-out KL"),
+            ("timing", "candidates timed"),
+            ("outputs", "outputs"),
+        ];
+        let parts: Vec<String> = labels
+            .iter()
+            .filter_map(|(k, label)| self.phase_seconds.get(*k).map(|s| format!("{label} {}", duration(*s))))
+            .collect();
+        write!(f, "\n\nTook {}: {}.", duration(*total), parts.join(", "))
+    }
+
+    /// The candidates ruled out by their speed.
+    fn unscored(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for t in &self.not_scored {
+            write!(
+                f,
+                "\n\nNot scored: {} in float{} ({}/{} MatMul-like nodes integer, held-out KL {:.5}) runs at {} FP32's \
+                 speed and {} the preset's (head to head), more than {:.0} % slower than the preset, so it could not \
+                 be chosen.",
+                count_nodes(t.float_nodes.len()),
+                if t.policy_options.is_empty() { String::new() } else { format!(", {}", t.policy_options.join(", ")) },
+                t.integer_matmuls,
+                t.matmuls,
+                t.held_out_kl,
+                t.speedup.describe(),
+                t.vs_preset.map_or("?".to_owned(), |h| h.describe()),
+                self.all_integer_slack * 100.0
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The ranges taken from other calibrators.
+    fn calibrator_list(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.calibrators.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "\n\nRanges from another calibrator (held-out logit KL before -> after):\n")?;
+        for c in &self.calibrators {
+            writeln!(
+                f,
+                "- `{}`: {} [{:.4}, {:.4}] -> {} [{:.4}, {:.4}], KL {:.5} -> {:.5}",
+                c.tensor,
+                c.from,
+                c.from_range.0,
+                c.from_range.1,
+                c.to,
+                c.to_range.0,
+                c.to_range.1,
+                c.kl_before,
+                c.kl_after
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(delta_f1: f64, fail_above: Option<f64>) -> TuneReport {
+        let c = Candidate {
+            timed: Timed {
+                float_nodes: vec![],
+                model: "m.onnx".into(),
+                speedup: Speedup { median: 2.0, min: 1.8, max: 2.1, rounds: 5, features: 16 },
+                integer_matmuls: 40,
+                matmuls: 49,
+                calibrator_choices: 0,
+                policy_options: vec![],
+                held_out_kl: 0.01,
+                vs_preset: None,
+            },
+            scored: Scored {
+                exact_match: 60.0,
+                f1: 70.0 + delta_f1,
+                delta_f1,
+                delta_f1_se: 0.1,
+                ms_per_feature: 10.0,
+                questions_scored: 100,
+                screen_delta_f1: None,
+            },
+        };
+        TuneReport {
+            out: "out".into(),
+            budget: 1.0,
+            fp32_f1: 70.0,
+            fp32_ms_per_feature: 20.0,
+            questions: 100,
+            curve: vec![c],
+            chosen: 0,
+            within_budget: delta_f1 >= -1.0,
+            ranking: vec![],
+            calibrators: vec![],
+            recipe: "out/recipe.toml".into(),
+            not_scored: vec![],
+            phase_seconds: BTreeMap::new(),
+            all_integer_slack: 0.02,
+            fail_above,
+        }
+    }
+
+    #[test]
+    fn the_gate_fails_only_above_its_limit() {
+        assert!(report(-0.4, Some(0.5)).verdict().is_ok());
+        let e = report(-0.6, Some(0.5)).verdict().unwrap_err();
+        assert!(matches!(e, Error::Gate(_)), "{e:?}");
+        assert!(e.to_string().contains("loses 0.60 F1, more than --fail-above 0.5"), "{e}");
+        assert!(report(-9.0, None).verdict().is_ok());
+        let text = report(-0.6, None).to_string();
+        assert!(
+            text.contains("| 0 (chosen) ") && text.contains("2.00x (1.80-2.10)") && text.contains("40/49"),
+            "{text}"
+        );
+    }
+
+    /// A candidate's scores sit beside its build in tune.json, under the keys they always had.
+    #[test]
+    fn a_candidate_serializes_flat() {
+        let v = serde_json::to_value(&report(-0.5, None).curve[0]).unwrap();
+        for key in ["float_nodes", "model", "speedup", "integer_matmuls", "held_out_kl", "f1", "delta_f1_se"] {
+            assert!(v.get(key).is_some(), "{key}: {v}");
+        }
+        assert!(v.get("screen_delta_f1").is_none() && v.get("policy_options").is_none(), "{v}");
+    }
+}

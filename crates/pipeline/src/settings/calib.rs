@@ -1,0 +1,167 @@
+//! Calibration settings: the data, the range methods computed from the one statistics pass, and the pass's
+//! sessions.
+
+use std::path::PathBuf;
+
+use calib::{Method, MethodKind, MethodOptions};
+use runtime::{Ep, SessionConfig};
+
+use crate::error::{Error, Result};
+use crate::settings::runtime::calibration_session;
+use crate::steps::collect::CalibrateOptions;
+
+/// Which range methods to compute, from the one statistics pass.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Calibration"))]
+pub struct MethodSettings {
+    /// Range method, e.g. entropy or percentile
+    ///
+    /// mse, minmax, percentile, entropy or distribution. mse (the default) takes the range minimising the expected quantization error; entropy is TensorRT's KL
+    /// method. Statistics for --compare-methods are collected in the same pass. Where every method is percentile,
+    /// mse or minmax, the histograms count bin by bin only the tails the ranges read (the same ranges; where a range
+    /// turns out to need more, the pass runs again with whole histograms and says so). docs/QUANTIZATION.md compares
+    /// them.
+    #[cfg_attr(feature = "cli", arg(long = "calibrate-method", default_value = "mse", value_name = "METHOD"))]
+    pub method: MethodKind,
+    /// Also compute these methods' ranges from the same pass
+    ///
+    /// Written to calibration_<method>.json; `qdq e2e` also quantizes with each (model_qdq_<method>.onnx) and
+    /// evaluates it: a table row, results.json `compared_methods`, predictions_int8_<method>.json.
+    #[cfg_attr(feature = "cli", arg(long = "compare-methods", value_delimiter = ',', value_name = "METHOD,..."))]
+    pub compare: Vec<MethodKind>,
+    /// Percentile of the percentile method [default: 99.999]
+    ///
+    /// An error when no method of the run is percentile.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "P", hide_short_help = true))]
+    pub percentile: Option<f64>,
+    /// Quantized bins of the entropy method [default: 128]
+    ///
+    /// TensorRT uses 128 for int8; the seeds' 255 (with --num-bins 8001) is accepted. An error when no method of the
+    /// run is entropy.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", hide_short_help = true))]
+    pub num_quantized_bins: Option<usize>,
+    /// Symmetric ranges (+-max|x|) for minmax and percentile
+    ///
+    /// An error when the run computes neither.
+    #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
+    pub symmetric: bool,
+}
+
+impl MethodSettings {
+    /// `method` first, then each of `compare` once. A method option that none of them reads is an error naming it
+    /// (a mistyped or forgotten `--calibrate-method` would otherwise pass unnoticed).
+    pub fn methods(&self) -> Result<Vec<Method>> {
+        let kinds = self.kinds();
+        let unused = |flag: &str, value: String, wants: &[MethodKind]| -> Error {
+            let names = |ks: &[MethodKind]| ks.iter().map(|k| k.name()).collect::<Vec<_>>().join(" or ");
+            Error::Usage(format!(
+                "{flag}{value} is an option of the {} method, and this run computes {} only: add --calibrate-method {} \
+                 or --compare-methods {}, or leave {flag} out",
+                names(wants),
+                names(&kinds),
+                wants[0],
+                wants[0]
+            ))
+        };
+        if let Some(p) = self.percentile
+            && !kinds.contains(&MethodKind::Percentile)
+        {
+            return Err(unused("--percentile", format!(" {p}"), &[MethodKind::Percentile]));
+        }
+        if let Some(n) = self.num_quantized_bins
+            && !kinds.contains(&MethodKind::Entropy)
+        {
+            return Err(unused("--num-quantized-bins", format!(" {n}"), &[MethodKind::Entropy]));
+        }
+        if self.symmetric && !kinds.iter().any(|k| matches!(k, MethodKind::MinMax | MethodKind::Percentile)) {
+            return Err(unused("--symmetric", String::new(), &[MethodKind::MinMax, MethodKind::Percentile]));
+        }
+        let d = MethodOptions::default();
+        let options = MethodOptions {
+            percentile: self.percentile.unwrap_or(d.percentile),
+            symmetric: self.symmetric,
+            num_quantized_bins: self.num_quantized_bins.unwrap_or(d.num_quantized_bins),
+        };
+        kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
+    }
+
+    /// `method` first, then each of `compare` once.
+    fn kinds(&self) -> Vec<MethodKind> {
+        let mut kinds = vec![self.method];
+        for k in &self.compare {
+            if !kinds.contains(k) {
+                kinds.push(*k);
+            }
+        }
+        kinds
+    }
+}
+
+/// Calibration settings shared by `qdq calibrate`, `qdq e2e` and `qdq tune`.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Calibration"))]
+pub struct CalibSettings {
+    /// Calibration data [e2e: default --dataset]
+    ///
+    /// SQuAD JSON, or for any model .npz (arrays named after the model inputs), .npy (token ids), text lines (a tab
+    /// separates a pair) or JSONL (`{"text": ..., "text_pair": ...}`). Calibrating on train data and evaluating on
+    /// dev is the sound protocol.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub calibration_data: Option<PathBuf>,
+    /// Calibration questions or inputs (the first N)
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 100, value_name = "N"))]
+    pub cal_num: usize,
+    /// Execution provider calibration runs on
+    ///
+    /// It runs the FP32 model with its tensors to calibrate exposed.
+    #[cfg_attr(
+        feature = "cli",
+        arg(id = "cal_ep", long = "cal-ep", default_value = "cpu", value_name = "EP", hide_short_help = true)
+    )]
+    pub ep: Ep,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub methods: MethodSettings,
+    /// Histogram bins per tensor [default: 2048]
+    ///
+    /// An error when every method of the run is minmax (no histogram).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", hide_short_help = true))]
+    pub num_bins: Option<usize>,
+    /// Calibration sessions side by side on the CPU EP
+    ///
+    /// Each runs on its share of --threads, the batches dealt to them in turn, each folding its outputs into
+    /// statistics of its own, merged exactly at the end: the ranges are the same whatever the number, and with the
+    /// same number calib_state.json is the same from run to run. While one session folds, another runs. Default: 2
+    /// (1 on one core) for a model of at most 512 MiB, else 1: each session holds its own copy of the weights.
+    /// Always 1 on other EPs and with a moving-average calibrator (its result depends on batch order).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "N", value_parser = crate::settings::parsers::positive, hide_short_help = true)
+    )]
+    pub cal_workers: Option<usize>,
+}
+
+impl CalibSettings {
+    /// The calibration options: the methods, and a session on [`CalibSettings::ep`] otherwise as `base`
+    /// ([`calibration_session`]).
+    pub fn options(&self, batch: usize, base: &SessionConfig) -> Result<CalibrateOptions> {
+        let methods = self.methods.methods()?;
+        if let Some(n) = self.num_bins
+            && !methods.iter().any(|m| m.needs_signed_histogram() || m.needs_abs_histogram())
+        {
+            return Err(Error::Usage(format!(
+                "--num-bins {n} sizes the histograms, and minmax reads none: give a histogram method (--calibrate-method \
+                 or --compare-methods percentile, entropy, mse or distribution), or leave --num-bins out"
+            )));
+        }
+        Ok(CalibrateOptions {
+            batch,
+            methods,
+            num_bins: self.num_bins.unwrap_or(calib::CollectOptions::default().num_bins),
+            session: calibration_session(&self.ep, base),
+            workers: self.cal_workers,
+            reading: None,
+        })
+    }
+}

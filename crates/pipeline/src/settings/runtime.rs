@@ -1,0 +1,161 @@
+//! Which ONNX Runtime and execution provider run the models, and the sessions the steps get from that.
+
+use std::path::{Path, PathBuf};
+
+use runtime::{Ep, OptLevel, SessionConfig};
+
+/// The ONNX Runtime library to load: the one flag every command that runs a model shares.
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Runtime"))]
+pub struct OrtLibrary {
+    /// Path of libonnxruntime.so
+    ///
+    /// Default: ORT_DYLIB_PATH, then the copy `cargo xtask setup` installed.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub ort_lib: Option<PathBuf>,
+}
+
+/// Features per batch: the flag every command that runs batches of features shares.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Runtime"))]
+pub struct BatchSize {
+    /// Features per batch (inference and calibration)
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value_t = 1, value_name = "N", value_parser = crate::settings::parsers::positive)
+    )]
+    pub batch: usize,
+}
+
+impl Default for BatchSize {
+    fn default() -> Self {
+        BatchSize { batch: 1 }
+    }
+}
+
+/// Which ONNX Runtime and execution provider run the models.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Runtime"))]
+pub struct RuntimeSettings {
+    /// Execution provider that runs the models
+    ///
+    /// cpu, cuda, tensorrt, migraphx, rocm or openvino. An EP the loaded ONNX Runtime lacks is an error naming what
+    /// it has (see --allow-fallback).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "cpu", value_name = "EP"))]
+    pub ep: Ep,
+    /// The EP's FP16 mode (TensorRT, MIGraphX)
+    ///
+    /// TensorRT's trt_fp16_enable, MIGraphX's fp16: the seeds' ORT_*_FP16_ENABLE=1.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub fp16: bool,
+    /// The EP's INT8 mode for the quantized model (TensorRT, MIGraphX)
+    ///
+    /// TensorRT's trt_int8_enable, MIGraphX's int8 (the seeds' ORT_*_INT8_ENABLE=1); they also get qdq's calibration
+    /// table. No effect on cpu.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub int8: bool,
+    /// Run on CPU when the EP is missing or fails (said, never silent)
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub allow_fallback: bool,
+    /// ONNX Runtime's verbose log
+    #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
+    pub ort_verbose: bool,
+    /// Save the models as ONNX Runtime optimised them
+    ///
+    /// e2e: into --out as model_fp32_optimized.onnx and model_int8_optimized.onnx; eval: beside the model as
+    /// model_eval_optimized.onnx. Shows which Q/DQ patterns the EP fused.
+    #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
+    pub save_load: bool,
+    /// Graph optimisation level: disable, basic, extended, all
+    ///
+    /// Default: all, except `disable` for QDQ models on TensorRT and MIGraphX (as the seeds do: those EPs read the
+    /// Q/DQ pairs themselves).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "LEVEL", hide_short_help = true))]
+    pub opt_level: Option<OptLevel>,
+    /// Intra-op threads [default: one per core]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
+    pub threads: Option<usize>,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub library: OrtLibrary,
+    /// TensorRT engine cache directory
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", hide_short_help = true))]
+    pub trt_engine_cache: Option<PathBuf>,
+    /// Untimed runs of the first batch before timing
+    ///
+    /// TensorRT builds its engine on the first run, and every EP allocates on it; answers are unaffected.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N", hide_short_help = true))]
+    pub warmup: usize,
+}
+
+impl Default for RuntimeSettings {
+    /// The command line's defaults: the CPU EP, one warm-up run, everything else off.
+    fn default() -> Self {
+        RuntimeSettings {
+            ep: Ep::Cpu,
+            fp16: false,
+            int8: false,
+            allow_fallback: false,
+            ort_verbose: false,
+            save_load: false,
+            opt_level: None,
+            threads: None,
+            library: OrtLibrary::default(),
+            trt_engine_cache: None,
+            warmup: 1,
+        }
+    }
+}
+
+impl RuntimeSettings {
+    /// The session of an FP32 model: the EP with the seeds' environment switches and `fp16` applied, INT8 mode off;
+    /// with `save_load`, the optimised model goes to `dir/model_<tag>_optimized.onnx`.
+    pub fn fp32_session(&self, dir: Option<&Path>, tag: &str) -> SessionConfig {
+        let mut ep = self.ep.clone().with_seed_env().without_int8();
+        ep.set_precision(self.fp16, false);
+        if let Ep::TensorRt(o) = &mut ep {
+            o.engine_cache_dir.clone_from(&self.trt_engine_cache);
+        }
+        SessionConfig {
+            ep,
+            allow_fallback: self.allow_fallback,
+            opt_level: self.opt_level.unwrap_or_default(),
+            intra_threads: self.threads,
+            intra_spinning: true,
+            verbose: self.ort_verbose,
+            optimized_model_path: dir.filter(|_| self.save_load).map(|d| d.join(format!("model_{tag}_optimized.onnx"))),
+            library: self.library.ort_lib.clone(),
+            profile: None,
+        }
+    }
+
+    /// The session of the quantized model, derived from `fp32` ([`SessionConfig::for_int8_model`]); `table` is the
+    /// calibration table TensorRT / MIGraphX read in INT8 mode.
+    pub fn int8_session(&self, fp32: &SessionConfig, table: &Path) -> SessionConfig {
+        let int8 = self.int8 || self.ep.clone().with_seed_env().int8();
+        fp32.for_int8_model(int8, self.opt_level.is_some(), table)
+    }
+
+    /// The session a quantized model is evaluated on outside e2e (eval, debug, tune): the FP32 session, or with
+    /// INT8 mode on the INT8 session reading calibration.flatbuffers in the working directory.
+    pub fn evaluation_session(&self, fp32: &SessionConfig) -> SessionConfig {
+        if self.int8 { self.int8_session(fp32, Path::new("calibration.flatbuffers")) } else { fp32.clone() }
+    }
+}
+
+/// The session calibration runs on `ep`, otherwise as `base` (library, threads, fallback): the FP32 model with
+/// extra outputs, no EP INT8 mode, no saved optimised model. Full graph optimisation, as inference gets: ONNX
+/// Runtime's fusions leave a node alone when its output is a graph output, so every exposed tensor survives with the
+/// same values (docs/QUANTIZATION.md), and the pass runs the fused kernels. ONNX Runtime's threads do not spin
+/// between runs: the statistics run on the same cores right after each run.
+pub fn calibration_session(ep: &Ep, base: &SessionConfig) -> SessionConfig {
+    SessionConfig {
+        ep: ep.clone().with_seed_env().without_int8(),
+        opt_level: OptLevel::All,
+        intra_spinning: false,
+        optimized_model_path: None,
+        ..base.clone()
+    }
+}

@@ -1,0 +1,180 @@
+//! Evaluation of a model that is not a SQuAD model (a BERT classifier, or any model with class logits): the INT8
+//! model against FP32 on the same inputs (top-1 agreement, KL of the softmax, largest logit difference per input),
+//! and each model's accuracy when the inputs are labelled.
+
+use std::time::Instant;
+
+use runtime::{Session, SessionConfig};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::inputs::feeds::Feeds as _;
+use crate::inputs::files::InputSet;
+use crate::model::model_size;
+use crate::progress::Progress;
+use crate::steps::evaluate::{EvalOptions, Latency};
+
+/// One model's side of a classifier evaluation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifierModel {
+    pub model: String,
+    pub model_bytes: u64,
+    pub ep: String,
+    /// Share of labelled inputs whose argmax is the label (`None` without labels).
+    pub accuracy: Option<f64>,
+    pub latency: Latency,
+}
+
+/// How the INT8 logits agree with FP32's, over every input (every row of the logits' last axis).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Agreement {
+    /// Rows compared: inputs, or with `per_token` the tokens the attention mask keeps.
+    pub inputs: usize,
+    /// Per-token logits (`[batch, seq, classes]`, a token-classification head): one row per unmasked token.
+    #[serde(default)]
+    pub per_token: bool,
+    /// The output compared and its class count (last axis).
+    pub output: String,
+    pub classes: usize,
+    /// Share of rows with the same argmax.
+    pub top1: f64,
+    /// Mean and largest KL(softmax(FP32) ‖ softmax(INT8)) per row, in nats.
+    pub mean_kl: f64,
+    pub max_kl: f64,
+    /// Largest |logit difference|.
+    pub max_abs_diff: f64,
+}
+
+/// Both models and their agreement (results.json `classification`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifierEval {
+    /// The inputs evaluated on.
+    pub data: String,
+    pub fp32: ClassifierModel,
+    pub int8: ClassifierModel,
+    pub agreement: Agreement,
+}
+
+/// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings. Per-token logits
+/// (`[batch, seq, classes]` over a `[batch, seq]` mask, a token-classification head) give one row per position the
+/// mask keeps, and `true`: padding is not compared.
+fn run_logits(
+    model: runtime::ModelSource<'_>,
+    name: &str,
+    set: &InputSet,
+    output: &str,
+    opts: &EvalOptions,
+    stage: &str,
+    progress: &dyn Progress,
+) -> Result<(Vec<Vec<f32>>, Latency, String, bool)> {
+    let mut session = Session::open(model, name, &opts.session)?;
+    if let Some(why) = session.fallback() {
+        progress.note(why);
+    }
+    let batch = opts.batch.max(1);
+    if opts.warmup > 0 {
+        let first = set.batch(0..batch.min(set.len()));
+        let feeds: Vec<(&str, ndarray::ArrayView2<i64>)> = first.iter().map(|(n, a)| (n.as_str(), a.view())).collect();
+        for _ in 0..opts.warmup {
+            session.run_with(&feeds, &[output], |_| Ok::<_, Error>(()))?;
+        }
+    }
+    progress.start(stage, Some(set.len() as u64), "inputs");
+    let (mut rows, mut timings, mut per_token) = (Vec::with_capacity(set.len()), vec![], false);
+    set.each_batch(batch, &mut |feeds, _, n| {
+        let n = n as usize;
+        let t0 = Instant::now();
+        session.run_with(feeds, &[output], |outs| -> Result<()> {
+            timings.push((t0.elapsed().as_secs_f64(), n));
+            let o = &outs[0];
+            let classes = o.shape.last().copied().unwrap_or(0);
+            if o.shape.first() != Some(&n) || classes == 0 || o.data.len() % classes != 0 {
+                return Err(runtime::Error::BadOutput {
+                    model: name.to_owned(),
+                    output: output.to_owned(),
+                    reason: format!("expected [batch {n}, ..., classes] logits, got {:?}", o.shape),
+                }
+                .into());
+            }
+            let mask = feeds.iter().find(|(name, _)| Some(*name) == set.mask()).map(|(_, m)| m);
+            match mask.filter(|m| o.shape.len() == 3 && m.dim() == (n, o.shape[1])) {
+                Some(mask) => {
+                    per_token = true;
+                    let kept = o.data.chunks(classes).zip(mask.iter()).filter(|(_, m)| **m != 0);
+                    rows.extend(kept.map(|(row, _)| row.to_vec()));
+                }
+                None => rows.extend(o.data.chunks(classes).map(<[f32]>::to_vec)),
+            }
+            Ok(())
+        })?;
+        progress.advance(n as u64);
+        Ok(())
+    })?;
+    progress.finish();
+    Ok((rows, Latency::from_batches(&timings), session.ep().short_name().to_owned(), per_token))
+}
+
+/// Share of rows whose argmax is the label (labels are per input; rows per input may be several).
+fn accuracy(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<f64> {
+    let labels = labels?;
+    if labels.is_empty() || rows.len() != labels.len() {
+        return None;
+    }
+    let right = rows.iter().zip(labels).filter(|(r, l)| calib::argmax(r, &[]).map(|a| a as i64) == Some(**l)).count();
+    Some(right as f64 / labels.len() as f64)
+}
+
+/// Top-1 agreement, KL and largest difference of two models' logits rows (`per_token`: rows are unmasked tokens).
+pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str, per_token: bool) -> Agreement {
+    let (mut same, mut kl_sum, mut kl_max, mut diff) = (0usize, 0f64, 0f64, 0f64);
+    for (a, b) in fp32.iter().zip(int8) {
+        same += usize::from(calib::argmax(a, &[]) == calib::argmax(b, &[]));
+        let kl = calib::softmax_kl(a, b, &[]);
+        kl_sum += kl;
+        kl_max = kl_max.max(kl);
+        diff = a.iter().zip(b).map(|(x, y)| f64::from((x - y).abs())).fold(diff, f64::max);
+    }
+    let n = fp32.len().min(int8.len()).max(1) as f64;
+    Agreement {
+        inputs: fp32.len(),
+        per_token,
+        output: output.to_owned(),
+        classes: fp32.first().map_or(0, Vec::len),
+        top1: same as f64 / n,
+        mean_kl: kl_sum / n,
+        max_kl: kl_max,
+        max_abs_diff: diff,
+    }
+}
+
+/// What one side of the evaluation runs: the model file (ONNX Runtime reads it, with any external data) and its
+/// session.
+pub struct Side<'a> {
+    pub path: &'a std::path::Path,
+    pub session: &'a SessionConfig,
+}
+
+/// Runs both models on `set` and compares them.
+pub fn evaluate_classifier(
+    fp32: Side,
+    int8: Side,
+    set: &InputSet,
+    output: &str,
+    opts: &EvalOptions,
+    progress: &dyn Progress,
+) -> Result<ClassifierEval> {
+    let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>, bool)> {
+        let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
+        let name = side.path.display().to_string();
+        let (rows, latency, ep, per_token) =
+            run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
+        let accuracy = accuracy(&rows, set.labels.as_deref());
+        let model = ClassifierModel { model: name, model_bytes: model_size(side.path), ep, accuracy, latency };
+        Ok((model, rows, per_token))
+    };
+    let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;
+    let (int8_model, int8_rows, _) = run(&int8, "INT8")?;
+    let agreement = agreement(&fp32_rows, &int8_rows, output, per_token);
+    Ok(ClassifierEval { data: set.path().display().to_string(), fp32: fp32_model, int8: int8_model, agreement })
+}

@@ -1,0 +1,310 @@
+//! Evaluation: run a model over SQuAD features, turn logits into answers, score them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use runtime::{ModelSource, Session, SessionConfig};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::inputs::squad::{Corpus, Score, SquadVersion, questions_done};
+use crate::progress::Progress;
+use crate::steps::logits::{RunLogits, run_logits};
+use crate::steps::spread::{Order, spread};
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// Features per batch.
+    pub batch: usize,
+    pub session: SessionConfig,
+    /// Untimed runs of the first batch before timing starts (TensorRT builds its engine on the first run, and every
+    /// EP allocates on it); predictions are unaffected.
+    pub warmup: usize,
+    /// Sessions run side by side on the CPU EP, each on its share of `session`'s intra-op threads and taking the
+    /// next batch when done: more questions per second where one session's threads wait on each other (MiniLM with
+    /// the `tensorrt` layout's Q/DQ pairs on 2 cores: 1.37x with two one-thread sessions, FP32 1.08x), the same
+    /// answers (ONNX Runtime's CPU kernels do not split a sum across threads). 1 = one session; other EPs always
+    /// one. Latency is then each session's own per batch: a throughput run, not a latency measurement.
+    pub workers: usize,
+}
+
+impl EvalOptions {
+    /// One session per intra-op thread (`session`'s, else one per core) on the CPU EP: the throughput setting of
+    /// scoring passes whose latency nobody reads ([`EvalOptions::workers`]).
+    pub fn throughput(batch: usize, session: SessionConfig) -> EvalOptions {
+        EvalOptions { batch, warmup: 0, workers: runtime::threads_or_cores(session.intra_threads), session }
+    }
+}
+
+/// Latency of an evaluation. Per-feature numbers divide each batch's wall time by its features.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub features: usize,
+    pub batches: usize,
+    pub total_seconds: f64,
+    pub ms_per_feature: f64,
+    pub features_per_second: f64,
+    /// Median over batches of (batch wall time / features in the batch), in ms.
+    pub p50_ms_per_feature: f64,
+    /// 90th percentile over batches of (batch wall time / features in the batch), in ms.
+    pub p90_ms_per_feature: f64,
+}
+
+impl Latency {
+    /// Builds the summary from per-batch (seconds, features) pairs.
+    pub fn from_batches(batches: &[(f64, usize)]) -> Latency {
+        let features: usize = batches.iter().map(|b| b.1).sum();
+        let total: f64 = batches.iter().map(|b| b.0).sum();
+        let mut per: Vec<f64> = batches.iter().filter(|b| b.1 > 0).map(|(s, n)| s * 1000.0 / *n as f64).collect();
+        per.sort_by(f64::total_cmp);
+        let pct = |p: f64| -> f64 {
+            if per.is_empty() {
+                return 0.0;
+            }
+            // nearest-rank percentile
+            let rank = ((p / 100.0) * per.len() as f64).ceil().max(1.0) as usize;
+            per[rank.min(per.len()) - 1]
+        };
+        Latency {
+            features,
+            batches: batches.len(),
+            total_seconds: total,
+            ms_per_feature: if features > 0 { total * 1000.0 / features as f64 } else { 0.0 },
+            features_per_second: if total > 0.0 { features as f64 / total } else { 0.0 },
+            p50_ms_per_feature: pct(50.0),
+            p90_ms_per_feature: pct(90.0),
+        }
+    }
+}
+
+/// Predictions, scores and timing of one model.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    /// Question id -> answer text.
+    pub predictions: HashMap<String, String>,
+    /// Question id -> how far its answer is from flipping ([`squad::Prediction::margin`]).
+    pub margins: HashMap<String, f32>,
+    pub score: Score,
+    pub latency: Latency,
+    /// Wall time of the pass, first batch to last answer (warm-up left out).
+    pub wall_seconds: f64,
+    /// Sessions run side by side ([`EvalOptions::workers`]).
+    pub workers: usize,
+    /// The EP the model ran on (cpu after an allowed fallback).
+    pub ep: String,
+    /// Why the EP fell back to CPU, when --allow-fallback allowed it.
+    pub fallback: Option<String>,
+}
+
+impl Evaluation {
+    /// Milliseconds of the pass's wall time per feature: its throughput, whatever the sessions.
+    pub fn wall_ms_per_feature(&self) -> f64 {
+        if self.latency.features == 0 { 0.0 } else { self.wall_seconds * 1000.0 / self.latency.features as f64 }
+    }
+}
+
+/// Answers as the logits of consecutive batches arrive, in feature order.
+struct Answers<'a> {
+    acc: squad::PredictionAccumulator<'a>,
+    predictions: HashMap<String, String>,
+    margins: HashMap<String, f32>,
+    timings: Vec<(f64, usize)>,
+}
+
+impl Answers<'_> {
+    fn take(&mut self, batch: &squad::Batch, logits: &RunLogits<'_>, seconds: f64) -> Result<()> {
+        self.timings.push((seconds, batch.len()));
+        let RunLogits { start, end, width } = logits;
+        for (row, f) in batch.features.iter().enumerate() {
+            let s = &start[row * width..(row + 1) * width];
+            let e = &end[row * width..(row + 1) * width];
+            if let Some(p) = self.acc.push(f, s, e)? {
+                self.margins.insert(p.id.clone(), p.margin);
+                self.predictions.insert(p.id, p.text);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first `samples` questions of `dataset` (0: all) for per-question scores (`squad_metrics::question_f1`), and
+/// whether they are scored as SQuAD v2.0 (`version` says so, or the file does).
+pub fn scored_questions(
+    dataset: &std::path::Path,
+    samples: usize,
+    version: SquadVersion,
+) -> Result<(squad_metrics::Dataset, bool)> {
+    let all = squad_metrics::load_dataset(dataset)
+        .map_err(|e| Error::Input { path: dataset.to_path_buf(), reason: e.to_string() })?;
+    let gold = if samples == 0 { all } else { all.first_n(samples) };
+    let v2 = matches!(version, SquadVersion::V2_0) || gold.is_v2();
+    Ok((gold, v2))
+}
+
+/// Evaluates `model` (`name` is used in messages) on `data`.
+pub fn evaluate(
+    model: ModelSource<'_>,
+    name: &str,
+    data: &Corpus,
+    opts: &EvalOptions,
+    stage: &str,
+    progress: &dyn Progress,
+) -> Result<Evaluation> {
+    let mut sessions = open_warm(model, name, data, opts, progress)?;
+    let io = data.io();
+    let outputs = io.logit_outputs();
+    let mut answers = Answers {
+        acc: data.accumulator()?,
+        predictions: HashMap::with_capacity(data.questions()),
+        margins: HashMap::with_capacity(data.questions()),
+        timings: Vec::new(),
+    };
+    progress.start(stage, Some(data.questions() as u64), "questions");
+    let started = Instant::now();
+    if let [session] = sessions.as_mut_slice() {
+        for batch in data.batches(opts.batch)? {
+            let batch = batch?;
+            let t0 = Instant::now();
+            session.run_with(&batch.inputs(io), &outputs, |outs| -> Result<()> {
+                let seconds = t0.elapsed().as_secs_f64();
+                answers.take(&batch, &run_logits(outs, io, batch.len(), name)?, seconds)
+            })?;
+            progress.advance(questions_done(&batch));
+        }
+    } else {
+        run_side_by_side(&mut sessions, data, opts.batch, name, &mut answers, progress)?;
+    }
+    let wall_seconds = started.elapsed().as_secs_f64();
+    progress.finish();
+    let score = data.score(&answers.predictions);
+    Ok(Evaluation {
+        predictions: answers.predictions,
+        margins: answers.margins,
+        score,
+        latency: Latency::from_batches(&answers.timings),
+        wall_seconds,
+        workers: sessions.len(),
+        ep: sessions[0].ep().short_name().to_owned(),
+        fallback: sessions[0].fallback().map(str::to_owned),
+    })
+}
+
+/// The evaluation's sessions (one, or `opts.workers` side by side), fed as `data` feeds the model and warmed up on
+/// its first batch (untimed runs: TensorRT builds its engine on the first one).
+fn open_warm(
+    model: ModelSource<'_>,
+    name: &str,
+    data: &Corpus,
+    opts: &EvalOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<Session>> {
+    let mut sessions = opts
+        .session
+        .side_by_side(opts.workers)
+        .iter()
+        .map(|cfg| Session::open(model, name, cfg))
+        .collect::<runtime::Result<Vec<_>>>()?;
+    if let Some(why) = sessions[0].fallback() {
+        progress.note(why);
+    }
+    let io = data.io();
+    for session in &mut sessions {
+        session.feed_zeros(&io.zero_inputs)?;
+    }
+    if opts.warmup > 0
+        && let Some(first) = data.batches(opts.batch)?.next()
+    {
+        let first = first?;
+        let inputs = first.inputs(io);
+        for session in &mut sessions {
+            for _ in 0..opts.warmup {
+                session.run_with(&inputs, &io.logit_outputs(), |_| Ok::<_, Error>(()))?;
+            }
+        }
+    }
+    Ok(sessions)
+}
+
+/// A batch run by one of the side-by-side sessions: its index in the pass, its logits and the run's seconds.
+type Done = (usize, squad::Batch, RunLogits<'static>, f64);
+
+/// The pass with every session in its own thread taking the next batch ([`spread`]); the answers
+/// are made on this thread in feature order (the logits of a batch that finishes early wait for the ones before it).
+fn run_side_by_side(
+    sessions: &mut [Session],
+    data: &Corpus,
+    batch: usize,
+    name: &str,
+    answers: &mut Answers<'_>,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let io = data.io();
+    let outputs = io.logit_outputs();
+    let (finished, done) = mpsc::channel::<Done>();
+    let mut waiting: BTreeMap<usize, (squad::Batch, RunLogits<'static>, f64)> = BTreeMap::new();
+    let mut next = 0;
+    let mut take = |(index, b, l, s): Done| -> Result<()> {
+        waiting.insert(index, (b, l, s));
+        while let Some((b, l, s)) = waiting.remove(&next) {
+            answers.take(&b, &l, s)?;
+            progress.advance(questions_done(&b));
+            next += 1;
+        }
+        Ok(())
+    };
+    // Feeds the queue and makes the answers of what has come back, in order, as it goes.
+    let sent = spread(
+        sessions,
+        name,
+        Order::Free,
+        |send| {
+            let mut sent = 0;
+            for b in data.batches(batch)? {
+                send((sent, b?))?;
+                sent += 1;
+                while let Ok(d) = done.try_recv() {
+                    take(d)?;
+                }
+            }
+            Ok(sent)
+        },
+        |session, (index, b): (usize, squad::Batch)| {
+            let t0 = Instant::now();
+            let (l, s) = session.run_with(&b.inputs(io), &outputs, |outs| -> Result<(RunLogits<'static>, f64)> {
+                let seconds = t0.elapsed().as_secs_f64();
+                Ok((run_logits(outs, io, b.len(), name)?.into_owned(), seconds))
+            })?;
+            finished.send((index, b, l, s)).map_err(|_| Error::Internal(format!("{name}: the answers stopped")))
+        },
+    )?;
+    drop(finished);
+    for d in done.iter() {
+        take(d)?;
+    }
+    if next < sent {
+        return Err(Error::Internal(format!("{name}: {next} of {sent} batches came back from the sessions")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_use_nearest_rank_per_feature() {
+        // per-feature ms: 10, 20, 30, 40 (batch of 2 taking 0.08 s = 40 ms/feature)
+        let l = Latency::from_batches(&[(0.010, 1), (0.020, 1), (0.030, 1), (0.080, 2)]);
+        assert_eq!(l.features, 5);
+        assert_eq!(l.batches, 4);
+        assert!((l.total_seconds - 0.14).abs() < 1e-12);
+        assert!((l.ms_per_feature - 28.0).abs() < 1e-9);
+        assert!((l.p50_ms_per_feature - 20.0).abs() < 1e-9);
+        assert!((l.p90_ms_per_feature - 40.0).abs() < 1e-9);
+        assert!((l.features_per_second - 5.0 / 0.14).abs() < 1e-9);
+        assert_eq!(Latency::from_batches(&[]), Latency::default());
+    }
+}

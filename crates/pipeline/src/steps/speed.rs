@@ -1,0 +1,259 @@
+//! Speed against FP32, measured in alternation: warm sessions of FP32 and of the other model run the same batches in
+//! turn, round after round (A B, B A, A B, ...), so the machine's drift over minutes (other load, clocks) falls on
+//! both; each round gives one ratio, and the median and range of the rounds are reported. Two models timed in
+//! separate evaluations minutes apart differ by up to 40 % on a shared machine for no reason of their own.
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::time::Instant;
+
+use runtime::{ModelSource, Session, SessionConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// How much faster a model ran than FP32 on the same batches: FP32's time over the model's, per round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Speedup {
+    /// Median over the rounds (above 1: faster than FP32).
+    pub median: f64,
+    /// The slowest and fastest round.
+    pub min: f64,
+    pub max: f64,
+    pub rounds: usize,
+    /// Features each model ran per round.
+    pub features: usize,
+}
+
+impl Speedup {
+    /// `1.52x (1.41-1.60)`: median (slowest-fastest round).
+    pub fn describe(&self) -> String {
+        format!("{:.2}x ({:.2}-{:.2})", self.median, self.min, self.max)
+    }
+
+    /// The summary of per-round ratios; `None` without any.
+    fn from_rounds(mut ratios: Vec<f64>, features: usize) -> Option<Speedup> {
+        ratios.retain(|r| r.is_finite());
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = match n {
+            0 => return None,
+            _ if n % 2 == 1 => ratios[n / 2],
+            _ => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+        };
+        Some(Speedup { median, min: ratios[0], max: ratios[n - 1], rounds: n, features })
+    }
+}
+
+/// FP32's warm session and the batches it is timed on, to time other models against.
+pub(crate) struct PairedTiming<'a> {
+    fp32: RefCell<Session>,
+    batches: &'a [squad::Batch],
+    io: &'a squad::ModelIo,
+    rounds: usize,
+}
+
+/// Features (at most; at least one batch) each model runs per round, and the rounds: about 5 s on MiniLM.
+pub(crate) const FEATURES: usize = 16;
+pub(crate) const ROUNDS: usize = 5;
+/// Rounds of [`PairedTiming::head_to_head`]: two INT8 models a few per cent apart need more than a model against FP32
+/// (MiniLM, 16 features: 5 rounds ranged 0.92-1.07 around a median of 0.95; about 0.3 s a round).
+pub(crate) const HEAD_TO_HEAD_ROUNDS: usize = 21;
+
+impl<'a> PairedTiming<'a> {
+    /// FP32 (`fp32`, on `cfg`) timed on the first batches of `batches` holding at most `max_features` features (at
+    /// least one batch), `rounds` rounds per model.
+    pub(crate) fn new(
+        fp32: &Path,
+        cfg: &SessionConfig,
+        batches: &'a [squad::Batch],
+        io: &'a squad::ModelIo,
+        max_features: usize,
+        rounds: usize,
+    ) -> Result<Self> {
+        let batches = leading(batches, max_features);
+        if batches.is_empty() || rounds == 0 {
+            return Err(Error::Internal("timing against FP32 needs at least one batch and one round".into()));
+        }
+        let mut session = Session::open(ModelSource::File(fp32), "FP32 model", cfg)?;
+        session.feed_zeros(&io.zero_inputs)?;
+        warm_up(&mut session, batches, io)?;
+        Ok(PairedTiming { fp32: RefCell::new(session), batches, io, rounds })
+    }
+
+    /// `model` (on `cfg`) against FP32, in alternating rounds.
+    pub(crate) fn against(&self, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
+        let mut other = self.open(model, cfg)?;
+        let ratios = self.alternate(self.rounds, &mut self.fp32.borrow_mut(), &mut other)?;
+        self.summary(ratios, model, "FP32")
+    }
+
+    /// `model` against `reference` (both on `cfg`), in [`HEAD_TO_HEAD_ROUNDS`] alternating rounds on the same
+    /// batches: the reference's time over the model's, so a ratio above 1 says the model is faster. Two INT8 models a
+    /// few per cent apart are told apart this way, not by their ratios to FP32 from separate rounds.
+    pub(crate) fn head_to_head(&self, reference: &Path, model: &Path, cfg: &SessionConfig) -> Result<Speedup> {
+        let (mut a, mut b) = (self.open(reference, cfg)?, self.open(model, cfg)?);
+        let ratios = self.alternate(HEAD_TO_HEAD_ROUNDS, &mut a, &mut b)?;
+        self.summary(ratios, model, &reference.display().to_string())
+    }
+
+    /// A warm session of `model` fed as FP32's.
+    fn open(&self, model: &Path, cfg: &SessionConfig) -> Result<Session> {
+        let mut s = Session::open(ModelSource::File(model), &model.display().to_string(), cfg)?;
+        s.feed_zeros(&self.io.zero_inputs)?;
+        warm_up(&mut s, self.batches, self.io)?;
+        Ok(s)
+    }
+
+    /// Per round (`rounds` of them), `reference`'s time over `other`'s, the two run in turn (A B, B A, ...).
+    fn alternate(&self, rounds: usize, reference: &mut Session, other: &mut Session) -> Result<Vec<f64>> {
+        let mut ratios = Vec::with_capacity(rounds);
+        for round in 0..rounds {
+            let (a, b) = if round % 2 == 0 {
+                let a = time_all(reference, self.batches, self.io)?;
+                (a, time_all(other, self.batches, self.io)?)
+            } else {
+                let b = time_all(other, self.batches, self.io)?;
+                (time_all(reference, self.batches, self.io)?, b)
+            };
+            ratios.push(a / b);
+        }
+        Ok(ratios)
+    }
+
+    /// The [`OpProfile`] of `model` (on `cfg`) on these batches.
+    pub(crate) fn profile(&self, model: &Path, cfg: &SessionConfig) -> Result<OpProfile> {
+        profile_batches(model, cfg, self.batches, self.io)
+    }
+
+    fn summary(&self, ratios: Vec<f64>, model: &Path, reference: &str) -> Result<Speedup> {
+        let features = self.batches.iter().map(squad::Batch::len).sum();
+        Speedup::from_rounds(ratios, features)
+            .ok_or_else(|| Error::Internal(format!("{}: no timed round to compare with {reference}", model.display())))
+    }
+}
+
+/// Where a model's time goes: ONNX Runtime's kernel time per operator type (after its graph optimisations: the
+/// kernels that really ran), per feature, over [`PROFILE_PASSES`] passes of the same features after an untimed one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpProfile {
+    /// Features per pass.
+    pub features: usize,
+    /// Passes counted.
+    pub passes: usize,
+    /// Wall time of the runs, ms per feature.
+    pub run_ms_per_feature: f64,
+    /// Kernel time of every operator together, ms per feature (the rest of the run is ONNX Runtime's own work).
+    pub kernel_ms_per_feature: f64,
+    /// Largest first.
+    pub ops: Vec<OpShare>,
+}
+
+/// One operator type's kernel time in an [`OpProfile`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpShare {
+    /// As ONNX Runtime ran it (`MatMulIntegerToFloat`, `FusedMatMul`, `QAttention`, ...).
+    pub op: String,
+    /// The execution provider its kernels ran on.
+    pub provider: String,
+    /// Nodes of this type.
+    pub nodes: usize,
+    pub ms_per_feature: f64,
+}
+
+/// Passes an [`OpProfile`] counts (about 1.5 s on MiniLM FP32 at 16 features).
+pub(crate) const PROFILE_PASSES: usize = 3;
+
+/// The [`OpProfile`] of `model` on `cfg`: a session recording ONNX Runtime's profile (into a temporary file, removed
+/// after) runs `pass` (`runs` runs over `features` features) once untimed, then [`PROFILE_PASSES`] times counted.
+pub(crate) fn profile_ops(
+    model: &Path,
+    cfg: &SessionConfig,
+    zero_inputs: &[String],
+    (runs, features): (usize, usize),
+    mut pass: impl FnMut(&mut Session) -> Result<()>,
+) -> Result<OpProfile> {
+    let dir = tempfile::Builder::new().prefix("qdq-profile-").tempdir().map_err(|e| Error::Output {
+        path: std::env::temp_dir(),
+        reason: format!("cannot make a temporary directory for the profile: {e}"),
+    })?;
+    let cfg = SessionConfig { profile: Some(dir.path().join("profile")), optimized_model_path: None, ..cfg.clone() };
+    let mut s = Session::open(ModelSource::File(model), &model.display().to_string(), &cfg)?;
+    s.feed_zeros(zero_inputs)?;
+    for _ in 0..=PROFILE_PASSES {
+        pass(&mut s)?;
+    }
+    let t = runtime::OpTimes::read(&s.end_profiling()?, runs)?;
+    let per_feature = |micros: f64| micros / 1e3 / (PROFILE_PASSES * features).max(1) as f64;
+    Ok(OpProfile {
+        features,
+        passes: PROFILE_PASSES,
+        run_ms_per_feature: per_feature(t.run_micros),
+        kernel_ms_per_feature: per_feature(t.kernel_micros()),
+        ops: t
+            .ops
+            .into_iter()
+            .map(|o| OpShare { op: o.op, provider: o.provider, nodes: o.nodes, ms_per_feature: per_feature(o.micros) })
+            .collect(),
+    })
+}
+
+/// The first of `batches` holding at most `max_features` features, and at least one batch (none of none).
+pub(crate) fn leading(batches: &[squad::Batch], max_features: usize) -> &[squad::Batch] {
+    let mut features = 0;
+    let used = batches
+        .iter()
+        .enumerate()
+        .take_while(|(i, b)| {
+            features += b.len();
+            *i == 0 || features <= max_features
+        })
+        .count();
+    &batches[..used]
+}
+
+/// The [`OpProfile`] of `model` (on `cfg`) on SQuAD `batches`, read as evaluation reads them.
+pub(crate) fn profile_batches(
+    model: &Path,
+    cfg: &SessionConfig,
+    batches: &[squad::Batch],
+    io: &squad::ModelIo,
+) -> Result<OpProfile> {
+    let features = batches.iter().map(squad::Batch::len).sum();
+    profile_ops(model, cfg, &io.zero_inputs, (batches.len(), features), |s| time_all(s, batches, io).map(|_| ()))
+}
+
+/// One untimed run of every batch before a model's rounds: ONNX Runtime plans and allocates for each new input shape
+/// on its first run (and TensorRT builds its engine), which would otherwise fall on the first round of the model
+/// timed second (MiniLM, tensorrt layout: 0.72x in that round against 1.05x median).
+fn warm_up(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<()> {
+    time_all(session, batches, io).map(|_| ())
+}
+
+/// Seconds to run every batch once.
+fn time_all(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<f64> {
+    let outputs = io.logit_outputs();
+    let started = Instant::now();
+    for b in batches {
+        session.run_with(&b.inputs(io), &outputs, |_| Ok::<_, Error>(()))?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_summarise_as_median_and_range() {
+        let s = Speedup::from_rounds(vec![1.4, 1.9, 1.5, f64::NAN, 1.6], 16).unwrap();
+        // NaN dropped; an even count takes the mean of the middle two.
+        assert!((s.median - 1.55).abs() < 1e-12, "{s:?}");
+        assert_eq!((s.min, s.max, s.rounds, s.features), (1.4, 1.9, 4, 16));
+        let odd = Speedup::from_rounds(vec![2.0, 1.0, 3.0], 8).unwrap();
+        assert_eq!((odd.median, odd.min, odd.max, odd.rounds), (2.0, 1.0, 3.0, 3));
+        assert_eq!(odd.describe(), "2.00x (1.00-3.00)");
+        assert!(Speedup::from_rounds(vec![f64::INFINITY], 1).is_none());
+        assert!(Speedup::from_rounds(vec![], 1).is_none());
+    }
+}
