@@ -142,6 +142,19 @@ fn providers_lists_what_the_library_has() {
     assert!(o.status.success(), "{}", stderr(&o));
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(s.contains("1.31.1") && s.contains("CPUExecutionProvider"), "{s}");
+    // The same as a JSON document.
+    let o = qdq(&["providers", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["schema"].as_str(), v["onnxruntime"].as_str()), (Some("qdq.providers/1"), Some("1.31.1")));
+    assert!(v["providers"].as_array().unwrap().iter().any(|p| p == "CPUExecutionProvider"), "{v}");
+    // The presets as JSON: each the policy a recipe writes, every option with what it takes.
+    let o = qdq(&["quantize", "--list-policies", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "qdq.policies/1");
+    assert_eq!(v["presets"]["cpu"]["activations"], "uint8-asymmetric", "{v}");
+    assert_eq!(v["presets"]["tensorrt"]["softmax_range"], "shifted", "{v}");
+    let options = v["options"].as_array().unwrap();
+    assert!(options.len() > 10 && options.iter().all(|o| o["key"].is_string() && o["values"].is_string()), "{v}");
 }
 
 /// Two calibration states hold the same statistics: every tensor's count, min/max and histograms (kind, grid,
