@@ -39,6 +39,17 @@ pub enum Cmd {
     /// Seeded mutation of ONNX models, range tables and SQuAD files through the library loaders: no panic, no
     /// case over 5 s, every error with a message (runs briefly inside `cargo xtask test`; this runs it long).
     Fuzz(FuzzArgs),
+    /// Build what users install into out/dist/: the Python wheel (maturin; `pip install` puts qdq on the PATH and
+    /// brings ONNX Runtime) and the release archive (bin/qdq and lib/ with ONNX Runtime).
+    Dist(DistArgs),
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct DistArgs {
+    /// Then install each into a fresh place (the wheel by pip into a new venv, the archive unpacked) and run `qdq
+    /// providers` and `qdq e2e` on the tiny BERT from there, with no ORT_DYLIB_PATH (`cargo xtask test` does).
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,12 +1,13 @@
 //! `cargo xtask`: the project's automation, in Rust: anyhow and clap (its command line, declared in `flags`).
 //!
-//! Commands: `setup`, `test`, `download`, `e2e`, `bench`. Run `cargo xtask help` or `cargo xtask <command> --help`.
+//! Commands: `setup`, `test`, `download`, `e2e`, `bench`, `fuzz`, `dist`. Run `cargo xtask help` or `cargo xtask <command> --help`.
 //! (`bench --vs-python` also uses the `squad` crate, to featurize exactly as `qdq` does, and `libc` for `wait4`;
 //! `e2e --check` uses `squad-metrics` to score the reference predictions.)
 
 mod bench;
 mod big_model;
 mod cpu_int8;
+mod dist;
 mod download;
 mod e2e;
 mod flags;
@@ -46,6 +47,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::E2e(a) => e2e::e2e(a),
         Cmd::Bench(a) => bench::bench(*a),
         Cmd::Fuzz(a) => fuzz::fuzz(a.cases, a.first),
+        Cmd::Dist(a) => dist::dist(&a).map(|_| ()),
     }
 }
 
@@ -74,7 +76,9 @@ pub fn cargo() -> Command {
 }
 
 /// `cargo xtask test`: provision ONNX Runtime, check formatting and lints, then every test of the workspace in
-/// debug (the tidy tests in xtask/src/tidy.rs among them).
+/// debug (the tidy tests in xtask/src/tidy.rs among them), then what users install, installed as they would
+/// (`dist --check`: the wheel into a fresh venv, the archive unpacked; the release build it makes is the one `cargo
+/// xtask e2e` runs).
 fn test(rest: &[String]) -> Result<()> {
     let lib = setup::setup(&setup::SetupArgs::default())?;
     eprintln!("xtask: cargo fmt --check");
@@ -84,5 +88,10 @@ fn test(rest: &[String]) -> Result<()> {
     run_cmd(cargo().args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]))?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(rest).env(setup::LIBRARY_ENV, &lib);
-    run_cmd(&mut cmd)
+    run_cmd(&mut cmd)?;
+    if rest.is_empty() {
+        eprintln!("xtask: dist --check (the wheel and the archive, installed and run)");
+        dist::dist(&flags::DistArgs { check: true })?;
+    }
+    Ok(())
 }

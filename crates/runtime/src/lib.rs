@@ -25,23 +25,28 @@ mod tensor;
 
 pub use cpu::int8_dot_product;
 pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
-pub use library::{LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
+pub use library::{Install, LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;
 pub use profile::{OpTime, OpTimes};
 pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind, threads_or_cores};
 
 use std::path::PathBuf;
 
+/// The ONNX Runtime release qdq is built and tested against (`ort` 2.0.0-rc.15 speaks its API 31): what the messages
+/// on a missing library tell to install.
+pub const ORT_VERSION: &str = "1.31.1";
+
 /// Errors of the runtime crate. Each one names the library, EP, model or tensor concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "ONNX Runtime library not found: {searched}. Run `cargo xtask setup` (or `cargo xtask setup --gpu`) in the qdq \
-         workspace, or set {LIBRARY_ENV} to the path of libonnxruntime.so"
-    )]
-    LibraryNotFound { searched: String },
+    /// No library where one was looked for: `searched` says where, `advice` how to get one for this installation.
+    #[error("ONNX Runtime library not found: {searched}. {advice}")]
+    LibraryNotFound { searched: String, advice: String },
     #[error("cannot load ONNX Runtime from {path}: {reason}")]
     LibraryLoad { path: PathBuf, reason: String },
+    /// Loading failed earlier in this process (the library is loaded once): that failure, as it was said.
+    #[error("{0}")]
+    Unavailable(String),
     #[error(
         "execution provider {requested} is not in the loaded ONNX Runtime ({library}); it provides: {available}. {hint}"
     )]
