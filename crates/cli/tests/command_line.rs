@@ -266,6 +266,23 @@ fn every_command_speaks_json() {
         .concat(),
     );
     assert_eq!((w["workers"].as_u64(), &w["f1"], &w["exact_match"]), (Some(2), &e["f1"], &e["exact_match"]), "{w}");
+    // Against the FP32 model on the same questions: both evaluated, the difference with its paired interval.
+    let fp32 = f.model.to_str().unwrap();
+    let b = json(
+        &[
+            &["eval", "--model", out.to_str().unwrap(), "--baseline", fp32][..],
+            &["--vocab", vocab, "--dataset", data][..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert_eq!((&b["f1"], &b["baseline"]["model"].as_str()), (&e["f1"], &Some(fp32)), "{b}");
+    let d = &b["vs_baseline"]["f1"];
+    let delta = b["f1"].as_f64().unwrap() - b["baseline"]["f1"].as_f64().unwrap();
+    assert!((d["delta"].as_f64().unwrap() - delta).abs() < 1e-9, "{b}");
+    assert!(d["low"].as_f64().unwrap() <= delta && delta <= d["high"].as_f64().unwrap(), "{b}");
+    assert_eq!(d["questions"], b["questions"], "{b}");
+    assert!(b["vs_baseline"]["exact_match"]["se"].as_f64().is_some(), "{b}");
     let i = json(&["inspect", out.to_str().unwrap()]);
     assert_eq!(i["schema"], "qdq.inspect/1");
     let mut args = e2e_args(&f, "e2e", vocab, data);

@@ -57,3 +57,16 @@ pub fn run(args: &[String]) -> Output {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     qdq(&refs)
 }
+
+/// Asserts that a Markdown reader (GitHub's tables) sees in `text` exactly the table rows written as `|` lines: no
+/// sentence after a table read as one more row, no table broken apart.
+pub fn assert_markdown_tables(text: &str) {
+    use pulldown_cmark::{Event, Options, Parser, Tag};
+    let read = Parser::new_ext(text, Options::ENABLE_TABLES)
+        .filter(|e| matches!(e, Event::Start(Tag::TableHead | Tag::TableRow)))
+        .count();
+    let delimiter = |l: &str| l.starts_with("|-") || l.starts_with("|:") || l.starts_with("| -");
+    let written = text.lines().filter(|l| l.starts_with('|') && !delimiter(l)).count();
+    assert!(written > 0, "no table in:\n{text}");
+    assert_eq!(read, written, "a Markdown reader sees {read} table rows where {written} were written:\n{text}");
+}

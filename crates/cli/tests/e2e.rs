@@ -23,6 +23,14 @@ fn e2e_prints_the_table_and_writes_every_output() {
     assert_eq!(table.len(), 4, "{stdout}");
     assert!(table.iter().all(|l| l.chars().count() == table[0].chars().count()), "{stdout}");
     assert!(table[2].starts_with("| FP32 ") && table[3].starts_with("| INT8 (QDQ) | cpu |"), "{stdout}");
+    // dF1 with its 95 % interval, which holds the difference; the notes under the table say what it means.
+    assert!(table[0].contains("dF1 [95 %]"), "{stdout}");
+    let cell: Vec<&str> = table[3].split('|').map(str::trim).filter(|c| c.contains('[')).collect();
+    assert_eq!(cell.len(), 1, "{stdout}");
+    let numbers: Vec<f64> =
+        cell[0].split(['[', ',', ']']).filter_map(|n| n.trim().trim_start_matches('+').parse().ok()).collect();
+    assert!(numbers.len() == 3 && numbers[1] <= numbers[0] && numbers[0] <= numbers[2], "{stdout}");
+    assert!(stdout.contains("over these 9 questions"), "{stdout}");
     let out = f.dir.path().join("out");
     for file in [
         "model_qdq.onnx",
@@ -40,6 +48,14 @@ fn e2e_prints_the_table_and_writes_every_output() {
     assert_eq!(results["calibration"]["method"], "entropy");
     assert_eq!(results["calibration"]["questions"], 4);
     assert_eq!(results["int8"]["questions"], 9);
+    let f1 = &results["int8_vs_fp32"]["f1"];
+    assert_eq!(f1["questions"], 9);
+    let (low, delta, high) = (f1["low"].as_f64().unwrap(), f1["delta"].as_f64().unwrap(), f1["high"].as_f64().unwrap());
+    assert!(low <= delta && delta <= high && (delta - numbers[0]).abs() < 0.006, "{f1}");
+    let dropped = results["fp32"]["f1"].as_f64().unwrap() - results["int8"]["f1"].as_f64().unwrap();
+    assert!((dropped + delta).abs() < 1e-6, "{f1} vs {dropped}");
+    // report.md is Markdown a reader renders: its tables hold the table rows and nothing else.
+    assert_markdown_tables(&std::fs::read_to_string(out.join("report.md")).unwrap());
     // No --policy: the preset made for the EP (--ep defaults to cpu), and the run says so.
     assert_eq!(results["quantization"]["policy"], "cpu");
     assert_eq!(results["quantization"]["policy_chosen_by"], "--ep cpu");

@@ -37,8 +37,12 @@ fn tune_writes_the_curve_and_a_recipe_that_replays_its_model() {
     // Each candidate's held-out logit KL is reported beside its F1 (the preset is over budget); quantization moves
     // the logits, so none is 0.
     assert!(curve.iter().all(|c| c["held_out_kl"].as_f64().is_some_and(|kl| kl > 0.0)), "{report:#}");
-    // Each candidate's dF1 comes with its standard error over the questions scored.
+    // Each candidate's dF1 comes with its standard error and its 95 % interval over the questions scored.
     assert!(curve.iter().all(|c| c["delta_f1_se"].as_f64().is_some_and(|se| se >= 0.0)), "{report:#}");
+    for c in curve {
+        let (d, i) = (c["delta_f1"].as_f64().unwrap(), &c["delta_f1_interval"]);
+        assert!(i[0].as_f64().unwrap() <= d && d <= i[1].as_f64().unwrap(), "{c}");
+    }
     // Each candidate is timed against FP32 in alternating rounds on the held-out features: a median within its range.
     for c in curve {
         let s = &c["speedup"];
@@ -107,6 +111,12 @@ fn tune_screens_candidates_and_scores_the_chosen_one_on_every_question() {
     assert!((measured - reported).abs() < 1e-9, "eval {measured}, tune {reported}");
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert!(md.contains(" (screen) |") && md.contains("nearest to flipping"), "{md}");
+    // A screened candidate's dF1 is an estimate without an interval; the chosen one's has its interval.
+    assert!(md.contains("(screen estimate)") && md.contains("dF1 [95 %]"), "{md}");
+    for (i, c) in curve.iter().enumerate() {
+        assert_eq!(c["screen_only"], i != chosen, "{i}: {report:#}");
+    }
+    assert_markdown_tables(&md);
     // Every candidate on every question when asked, and a share outside (0, 1] is refused.
     let all = tune_tiny(&f, &f.dir.path().join("tune_all"), &["--budget=-100", "--max-float", "1", "--screen", "1"]);
     assert!(all["curve"].as_array().unwrap().iter().all(|c| c["questions_scored"] == questions), "{all:#}");
@@ -279,11 +289,16 @@ fn debug_confirm_scores_the_top_nodes_and_agrees_with_eval() {
         assert_eq!(n["f1_recovered"].is_f64(), i < 3, "{report:#}");
         assert_eq!(n["f1_two_se"].as_f64().is_some_and(|se| se >= 0.0), i < 3, "{report:#}");
     }
-    // The count of effects outside their noise is the one the two columns give.
-    let outside = nodes[..3]
-        .iter()
-        .filter(|n| n["f1_recovered"].as_f64().unwrap().abs() > n["f1_two_se"].as_f64().unwrap())
-        .count();
+    // Each effect comes with its 95 % interval, which holds it; the effects outside their noise are those whose
+    // interval leaves out 0.
+    let interval =
+        |n: &serde_json::Value| (n["f1_interval"][0].as_f64().unwrap(), n["f1_interval"][1].as_f64().unwrap());
+    for n in &nodes[..3] {
+        let ((low, high), d) = (interval(n), n["f1_recovered"].as_f64().unwrap());
+        assert!(low <= d && d <= high, "{n}");
+    }
+    assert!(nodes[3..].iter().all(|n| n["f1_interval"].is_null()), "{report:#}");
+    let outside = nodes[..3].iter().map(interval).filter(|&(low, high)| low > 0.0 || high < 0.0).count();
     assert_eq!(c["outside_noise"].as_u64(), Some(outside as u64), "{report:#}");
     // Three nodes: a correlation, unless one column is constant (the tiny model's F1 on 5 questions may not move).
     let r = &c["rank_correlation"];

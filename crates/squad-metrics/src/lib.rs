@@ -36,6 +36,9 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
+mod paired;
+
+pub use paired::{PairedDifference, paired_difference};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -386,16 +389,43 @@ fn max_over<'a>(golds: impl Iterator<Item = &'a str>, score: impl Fn(&str) -> f6
 /// assert_eq!(qdq_squad_metrics::evaluate_v1(&data, &preds).f1, 50.0);
 /// ```
 pub fn question_f1(dataset: &Dataset, predictions: &HashMap<String, String>, v2: bool) -> Vec<f64> {
+    per_question(dataset, predictions, v2, if v2 { f1_v2 } else { f1_v1 })
+}
+
+/// Each question's exact match (0 or 1, dataset order; a missing prediction scores 0), as [`question_f1`] gives F1:
+/// their mean is the exact-match score over 100.
+///
+/// ```
+/// use std::collections::HashMap;
+/// let data: qdq_squad_metrics::Dataset = serde_json::from_str(r#"{"version": "1.1", "data": [{"title": "t",
+///     "paragraphs": [{"context": "the cat sat", "qas": [
+///         {"id": "a", "question": "who?", "answers": [{"text": "the cat", "answer_start": 0}]},
+///         {"id": "b", "question": "did?", "answers": [{"text": "sat", "answer_start": 8}]}]}]}]}"#).unwrap();
+/// let preds = HashMap::from([("a".to_string(), "The cat".to_string()), ("b".to_string(), "cat".to_string())]);
+/// assert_eq!(qdq_squad_metrics::question_em(&data, &preds, false), vec![1.0, 0.0]);
+/// ```
+pub fn question_em(dataset: &Dataset, predictions: &HashMap<String, String>, v2: bool) -> Vec<f64> {
+    per_question(dataset, predictions, v2, exact_match)
+}
+
+/// `score` of each question's prediction against its best gold answer (v2.0: an unanswerable question's gold answer
+/// is the empty string).
+fn per_question(
+    dataset: &Dataset,
+    predictions: &HashMap<String, String>,
+    v2: bool,
+    score: fn(&str, &str) -> f64,
+) -> Vec<f64> {
     dataset
         .questions()
         .map(|qa| {
             let Some(pred) = predictions.get(&qa.id) else { return 0.0 };
             if !v2 {
-                return max_over(qa.answers.iter().map(|a| a.text.as_str()), |g| f1_v1(pred, g));
+                return max_over(qa.answers.iter().map(|a| a.text.as_str()), |g| score(pred, g));
             }
             let golds: Vec<&str> =
                 qa.answers.iter().map(|a| a.text.as_str()).filter(|t| !normalize_answer(t).is_empty()).collect();
-            if golds.is_empty() { f1_v2(pred, "") } else { max_over(golds.into_iter(), |g| f1_v2(pred, g)) }
+            if golds.is_empty() { score(pred, "") } else { max_over(golds.into_iter(), |g| score(pred, g)) }
         })
         .collect()
 }

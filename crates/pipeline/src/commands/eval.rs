@@ -11,7 +11,7 @@ use crate::inputs::squad::Corpus;
 use crate::job::Job;
 use crate::model::resolve_model;
 use crate::progress::Progress;
-use crate::report::eval::EvalReport;
+use crate::report::eval::{Baseline, EvalReport};
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::evaluate::{EvalOptions, evaluate};
@@ -27,6 +27,13 @@ pub struct EvalJob {
     /// SQuAD file to evaluate on
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub dataset: PathBuf,
+    /// Also a second model on the same questions, and the difference
+    ///
+    /// E.g. the FP32 model a quantized --model came from: both are evaluated, and dF1 and dEM are printed with their
+    /// paired 95 % intervals (each question's score of one against the other's), saying so when these questions
+    /// cannot tell the two apart.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
+    pub baseline: Option<PathBuf>,
     /// Questions to evaluate: the first N of --dataset (0 = all)
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 0, value_name = "N", help_heading = "Model and data"))]
     pub samples: usize,
@@ -97,8 +104,18 @@ impl Job for EvalJob {
         if let Some(p) = &self.out {
             write_predictions(p, &evaluation.predictions)?;
         }
+        let baseline = match &self.baseline {
+            Some(b) => {
+                let b = resolve_model(b)?;
+                let name = b.display().to_string();
+                let e = evaluate(ModelSource::File(&b), &name, &data, &opts, "evaluating the baseline", progress)?;
+                let difference = data.compare(&evaluation.predictions, &e.predictions);
+                Some(Baseline { model: b, evaluation: e, difference })
+            }
+            None => None,
+        };
         let op_profile = if self.profile_ops { Some(profile_first_features(&model, &data, &opts)?) } else { None };
-        Ok(EvalReport { model, evaluation, op_profile })
+        Ok(EvalReport { model, evaluation, op_profile, baseline })
     }
 }
 

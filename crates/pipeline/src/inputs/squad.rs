@@ -109,6 +109,48 @@ impl Score {
     }
 }
 
+/// One set of answers against another on the same questions: dF1 and dEM, each with its paired 95 % interval
+/// ([`squad_metrics::PairedDifference`]), so a difference the question sample cannot resolve says so.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Comparison {
+    pub f1: squad_metrics::PairedDifference,
+    pub exact_match: squad_metrics::PairedDifference,
+}
+
+impl Comparison {
+    /// `ours` against `theirs` on the questions of `gold`.
+    pub fn of(
+        gold: &squad_metrics::Dataset,
+        ours: &HashMap<String, String>,
+        theirs: &HashMap<String, String>,
+        v2: bool,
+    ) -> Comparison {
+        let (f1, em) = (squad_metrics::question_f1, squad_metrics::question_em);
+        Comparison {
+            f1: squad_metrics::paired_difference(&f1(gold, ours, v2), &f1(gold, theirs, v2)),
+            exact_match: squad_metrics::paired_difference(&em(gold, ours, v2), &em(gold, theirs, v2)),
+        }
+    }
+
+    /// One sentence when these questions cannot tell the F1 of `ours` from that of `theirs` (the interval holds 0),
+    /// with about how many would.
+    pub fn undecided(&self, ours: &str, theirs: &str) -> Option<String> {
+        let d = &self.f1;
+        if d.excludes(0.0) || d.questions < 2 {
+            return None;
+        }
+        let more = match d.questions_to_decide(0.0) {
+            Some(n) => format!("about {n} questions would resolve a difference this size"),
+            None => "they answer alike".to_owned(),
+        };
+        Some(format!(
+            "These {} questions cannot tell {ours}'s F1 from {theirs}'s: dF1 {} holds 0; {more}.",
+            d.questions,
+            d.describe()
+        ))
+    }
+}
+
 /// The first `limit` questions of a SQuAD file, ready to be featurized in batches and scored.
 #[derive(Debug)]
 pub struct Corpus {
@@ -203,6 +245,11 @@ impl Corpus {
     /// Official SQuAD scoring (v1.1, or v2.0 with empty answers for unanswerable questions).
     pub fn score(&self, predictions: &HashMap<String, String>) -> Score {
         Score::of(&self.gold, predictions, self.is_v2())
+    }
+
+    /// `ours` against `theirs` on these questions ([`Comparison`]).
+    pub fn compare(&self, ours: &HashMap<String, String>, theirs: &HashMap<String, String>) -> Comparison {
+        Comparison::of(&self.gold, ours, theirs, self.is_v2())
     }
 
     /// Checks that `model` (loaded from `model_path`) takes the inputs and gives the outputs this data expects, and

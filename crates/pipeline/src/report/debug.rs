@@ -24,8 +24,9 @@ pub struct Confirmation {
     /// Spearman's rank correlation between the KL recovered and the F1 recovered over the confirmed nodes (1: the
     /// same order; `None` under 3 nodes).
     pub rank_correlation: Option<f64>,
-    /// How many confirmed nodes' F1 recovered lies outside its ± 2 SE ([`NodeSensitivity::f1_two_se`]): with none,
-    /// which answers happen to flip moves each effect as much as the node does, and F1 cannot check the order.
+    /// How many confirmed nodes' F1 recovered has a 95 % interval that excludes 0 ([`NodeSensitivity::f1_difference`]):
+    /// with none, which answers happen to flip moves each effect as much as the node does, and F1 cannot check the
+    /// order.
     pub outside_noise: usize,
 }
 
@@ -103,6 +104,7 @@ impl Report for DebugReport {
                 "recovered": finite(n.recovered),
                 "f1_recovered": n.f1_recovered,
                 "f1_two_se": n.f1_two_se,
+                "f1_interval": n.f1_difference.map(|d| [d.low, d.high]),
             })).collect::<Vec<_>>(),
             "confirmation": self.confirmation,
         })
@@ -216,9 +218,9 @@ impl DebugReport {
                 format!("{:.4}", n.logits.kl()),
                 // `+ 0.0` turns a -0 that rounds from a tiny loss into 0 (no "-0 %" in the table).
                 format!("{:.0} %", (100.0 * n.recovered).round() + 0.0),
-                match (n.f1_recovered, n.f1_two_se) {
-                    (Some(d), Some(se)) if se.is_finite() => format!("{d:+.2} ± {se:.2}"),
-                    (Some(d), _) => format!("{d:+.2}"),
+                match (n.f1_difference, n.f1_recovered) {
+                    (Some(d), _) if d.se.is_finite() => d.describe(),
+                    (_, Some(d)) => format!("{d:+.2}"),
                     _ => String::new(),
                 },
                 format!("{:.1} %", 50.0 * (n.logits.argmax_start + n.logits.argmax_end)),
@@ -240,17 +242,21 @@ impl DebugReport {
             c.rank_correlation
                 .map_or_else(|| "n/a (under 3 nodes, or one column constant)".to_owned(), |r| format!("{r:+.2}"))
         )?;
-        let confirmed = self.sensitivity.iter().filter(|n| n.f1_recovered.is_some()).count();
+        let confirmed: Vec<_> = self.sensitivity.iter().filter_map(|n| n.f1_difference).collect();
         write!(
             f,
-            ". Effects outside their ± 2 SE (the spread of which answers happen to flip): {} of {confirmed}",
-            c.outside_noise
+            ". Effects whose 95 % interval excludes 0 (wider than the spread of which answers happen to flip): {} of {}",
+            c.outside_noise,
+            confirmed.len()
         )?;
-        if c.outside_noise == 0 && confirmed > 0 {
+        let largest = confirmed.iter().max_by(|a, b| a.delta.abs().total_cmp(&b.delta.abs()));
+        if let (0, Some(d)) = (c.outside_noise, largest) {
+            let more =
+                d.questions_to_decide(0.0).map_or(String::new(), |n| format!("; about {n} would tell the largest one"));
             write!(
                 f,
-                " (on these questions no single node's F1 effect can be told from that spread, so F1 cannot check the \
-                 order: more questions, or a model where single nodes matter, can)"
+                " (these {} questions cannot tell any single node's F1 effect from none, so F1 cannot check the order{more})",
+                d.questions
             )?;
         }
         Ok(())

@@ -53,19 +53,22 @@ impl E2eResults {
         }
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        t.set_header(["model", "EP", "EM", "F1", "dF1", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
-        let mut rows = vec![("FP32".to_owned(), &self.fp32), (int8.to_owned(), &self.int8)];
+        t.set_header(["model", "EP", "EM", "F1", "dF1 [95 %]", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
+        let mut rows = vec![("FP32".to_owned(), &self.fp32, None), (int8.to_owned(), &self.int8, self.int8_vs_fp32)];
         let method = self.calibration.as_ref().map(|c| c.method.as_str());
         if let (Some(m), false) = (method, self.compared_methods.is_empty()) {
             rows[1].0 = format!("INT8 (QDQ, {m})");
         }
-        rows.extend(self.compared_methods.iter().map(|c| (format!("INT8 (QDQ, {})", c.method), &c.int8)));
-        for (name, r) in rows {
+        rows.extend(self.compared_methods.iter().map(|c| (format!("INT8 (QDQ, {})", c.method), &c.int8, c.vs_fp32)));
+        let mut undecided = Vec::new();
+        for (name, r, vs) in rows {
             let Some(r) = r else { continue };
-            let d = match &self.fp32 {
-                Some(f) if name != "FP32" => format!("{:+.2}", r.score.f1 - f.score.f1),
-                _ => "".to_owned(),
+            let d = match (&self.fp32, vs) {
+                (_, Some(c)) => c.f1.describe(),
+                (Some(f), None) if name != "FP32" => format!("{:+.2}", r.score.f1 - f.score.f1),
+                _ => String::new(),
             };
+            undecided.extend(vs.and_then(|c| c.undecided(&name, "FP32")));
             t.add_row([
                 name,
                 r.ep.clone(),
@@ -82,16 +85,32 @@ impl E2eResults {
         for c in t.column_iter_mut().skip(2) {
             c.set_cell_alignment(CellAlignment::Right);
         }
-        match &self.speedup {
-            Some(s) => format!(
-                "{t}\nINT8 runs at {} FP32's speed: both models run the same {} features in turn, {} rounds (median, \
+        self.notes(format!("{t}\n"), undecided)
+    }
+
+    /// The table's `text` and what is said under it: what the interval is, which differences these questions cannot
+    /// tell from none (`undecided`), the speed against FP32.
+    fn notes(&self, mut text: String, undecided: Vec<String>) -> String {
+        if let Some(c) = &self.int8_vs_fp32 {
+            text.push_str(&format!(
+                "\ndF1 [95 %]: F1 minus FP32's, with the 95 % interval of that difference over these {} questions \
+                 (paired: each question's F1 against FP32's; it is as wide as which answers happen to flip).\n",
+                c.f1.questions
+            ));
+        }
+        for line in undecided {
+            text.push_str(&format!("{line}\n"));
+        }
+        if let Some(s) = &self.speedup {
+            text.push_str(&format!(
+                "\nINT8 runs at {} FP32's speed: both models run the same {} features in turn, {} rounds (median, \
                  slowest-fastest round); the ms/feature columns are single passes minutes apart.\n",
                 s.describe(),
                 s.features,
                 s.rounds
-            ),
-            None => format!("{t}\n"),
+            ));
         }
+        text
     }
 
     /// report.md: the table plus how the numbers were made.

@@ -1,8 +1,10 @@
-//! What `qdq eval` reports.
+//! What `qdq eval` reports: one model's scores and speed, and with `--baseline` a second model's on the same
+//! questions and the difference, with its interval.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use crate::inputs::squad::Comparison;
 use crate::job::Report;
 use crate::report::ops::op_table;
 use crate::steps::evaluate::Evaluation;
@@ -15,59 +17,99 @@ pub struct EvalReport {
     pub evaluation: Evaluation,
     /// `--profile-ops`.
     pub op_profile: Option<OpProfile>,
+    /// `--baseline`: the other model on the same questions, and the model's answers against its.
+    pub baseline: Option<Baseline>,
+}
+
+/// `qdq eval --baseline`.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    pub model: PathBuf,
+    pub evaluation: Evaluation,
+    /// The evaluated model's answers against the baseline's: dF1 and dEM with their paired 95 % intervals.
+    pub difference: Comparison,
+}
+
+/// An evaluation's fields in `--json`.
+fn evaluation_json(model: &Path, e: &Evaluation) -> serde_json::Value {
+    serde_json::json!({
+        "model": model,
+        "ep": e.ep,
+        "fallback": e.fallback,
+        "exact_match": e.score.exact_match,
+        "f1": e.score.f1,
+        "questions": e.score.questions,
+        "missing_predictions": e.score.missing_predictions,
+        "latency": e.latency,
+        "wall_seconds": e.wall_seconds,
+        "workers": e.workers,
+    })
 }
 
 impl Report for EvalReport {
     /// The document `qdq eval --json` prints (docs/JSON.md, schema `qdq.eval/1`).
     fn json(&self) -> serde_json::Value {
-        let e = &self.evaluation;
-        serde_json::json!({
-            "schema": "qdq.eval/1",
-            "model": self.model,
-            "ep": e.ep,
-            "fallback": e.fallback,
-            "exact_match": e.score.exact_match,
-            "f1": e.score.f1,
-            "questions": e.score.questions,
-            "missing_predictions": e.score.missing_predictions,
-            "latency": e.latency,
-            "wall_seconds": e.wall_seconds,
-            "workers": e.workers,
-            "op_profile": self.op_profile,
-        })
+        let mut v = evaluation_json(&self.model, &self.evaluation);
+        v["schema"] = "qdq.eval/1".into();
+        v["op_profile"] = serde_json::json!(self.op_profile);
+        if let Some(b) = &self.baseline {
+            v["baseline"] = evaluation_json(&b.model, &b.evaluation);
+            v["vs_baseline"] = serde_json::json!(b.difference);
+        }
+        v
+    }
+}
+
+/// One model's line: scores and speed.
+fn line(f: &mut fmt::Formatter<'_>, model: &Path, e: &Evaluation) -> fmt::Result {
+    let l = &e.latency;
+    write!(
+        f,
+        "{}: EM {:.2} F1 {:.2} on {} questions ({} missing) | ",
+        model.display(),
+        e.score.exact_match,
+        e.score.f1,
+        e.score.questions,
+        e.score.missing_predictions,
+    )?;
+    if e.workers > 1 {
+        write!(
+            f,
+            "{:.1} features/s over the pass with {} sessions side by side (each: {:.2} ms/feature, p50 {:.2}, p90 \
+             {:.2}) on {}",
+            l.features as f64 / e.wall_seconds.max(1e-9),
+            e.workers,
+            l.ms_per_feature,
+            l.p50_ms_per_feature,
+            l.p90_ms_per_feature,
+            e.ep
+        )
+    } else {
+        write!(
+            f,
+            "{:.2} ms/feature, p50 {:.2}, p90 {:.2}, {:.1} features/s on {}",
+            l.ms_per_feature, l.p50_ms_per_feature, l.p90_ms_per_feature, l.features_per_second, e.ep
+        )
     }
 }
 
 impl fmt::Display for EvalReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (e, l) = (&self.evaluation, &self.evaluation.latency);
-        write!(
-            f,
-            "{}: EM {:.2} F1 {:.2} on {} questions ({} missing) | ",
-            self.model.display(),
-            e.score.exact_match,
-            e.score.f1,
-            e.score.questions,
-            e.score.missing_predictions,
-        )?;
-        if e.workers > 1 {
+        line(f, &self.model, &self.evaluation)?;
+        if let Some(b) = &self.baseline {
+            writeln!(f)?;
+            line(f, &b.model, &b.evaluation)?;
+            let d = &b.difference;
             write!(
                 f,
-                "{:.1} features/s over the pass with {} sessions side by side (each: {:.2} ms/feature, p50 {:.2}, p90 \
-                 {:.2}) on {}",
-                l.features as f64 / e.wall_seconds.max(1e-9),
-                e.workers,
-                l.ms_per_feature,
-                l.p50_ms_per_feature,
-                l.p90_ms_per_feature,
-                e.ep
+                "\nAgainst the baseline on the same {} questions: dF1 {}, dEM {} (95 % intervals, paired by question)",
+                d.f1.questions,
+                d.f1.describe(),
+                d.exact_match.describe()
             )?;
-        } else {
-            write!(
-                f,
-                "{:.2} ms/feature, p50 {:.2}, p90 {:.2}, {:.1} features/s on {}",
-                l.ms_per_feature, l.p50_ms_per_feature, l.p90_ms_per_feature, l.features_per_second, e.ep
-            )?;
+            if let Some(undecided) = d.undecided("the model", "the baseline") {
+                write!(f, "\n{undecided}")?;
+            }
         }
         match &self.op_profile {
             Some(p) => write!(f, "\nWhere the time goes:\n{}", op_table(&[("model", p)]).trim_end()),

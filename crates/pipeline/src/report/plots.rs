@@ -2,6 +2,7 @@
 //! trade-off curve (dF1 and speed against the number of nodes kept in float), the worst pairs' calibration
 //! histograms. Charts take plain numbers; the reports that own them call in (this module knows no report).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::{Error, Result};
@@ -61,20 +62,22 @@ pub fn sqnr_svg(rows: &[(usize, f64, f64)]) -> Result<String> {
 pub struct CurvePoint {
     pub float_nodes: usize,
     pub delta_f1: f64,
+    /// The 95 % interval of `delta_f1` (its bar).
+    pub interval: (f64, f64),
+    /// Scored on the screen alone (an estimate: drawn hollow).
+    pub screen_only: bool,
     /// Speed-up over FP32.
     pub speed: f64,
 }
 
-/// dF1 (left axis) and speed against FP32 (right axis) for each candidate, with the budget (F1 points) as a line
-/// and the point at index `chosen` circled.
+/// dF1 with its 95 % interval (left axis) and speed against FP32 (right axis) for each candidate, screen estimates
+/// hollow, with the budget (F1 points) as a line and the point at index `chosen` circled.
 pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<String> {
-    let xs: Vec<f64> = points.iter().map(|c| c.float_nodes as f64).collect();
-    let df1: Vec<f64> = points.iter().map(|c| c.delta_f1).collect();
-    let speed: Vec<f64> = points.iter().map(|c| c.speed).collect();
-    let x_max = xs.iter().copied().fold(1.0, f64::max);
-    let lo = df1.iter().copied().chain([-budget]).fold(0.0, f64::min) - 0.5;
-    let hi = df1.iter().copied().fold(0.0, f64::max) + 0.5;
-    let s_hi = speed.iter().copied().filter(|s| s.is_finite()).fold(1.0, f64::max) * 1.2;
+    let x_max = points.iter().map(|c| c.float_nodes as f64).fold(1.0, f64::max);
+    let ends = points.iter().flat_map(|c| [c.delta_f1, c.interval.0, c.interval.1]).filter(|v| v.is_finite());
+    let lo = ends.clone().chain([-budget]).fold(0.0, f64::min) - 0.5;
+    let hi = ends.fold(0.0, f64::max) + 0.5;
+    let s_hi = points.iter().map(|c| c.speed).filter(|s| s.is_finite()).fold(1.0, f64::max) * 1.2;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (800, 420)).into_drawing_area();
@@ -96,14 +99,8 @@ pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<St
             .map_err(plot_error)?
             .label("budget")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK));
-        let line: Vec<(f64, f64)> = xs.iter().copied().zip(df1.iter().copied()).collect();
-        chart
-            .draw_series(LineSeries::new(line.clone(), BLUE.stroke_width(2)))
-            .map_err(plot_error)?
-            .label("dF1")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLUE));
-        chart.draw_series(line.iter().map(|p| Circle::new(*p, 4, BLUE.filled()))).map_err(plot_error)?;
-        let fast: Vec<(f64, f64)> = xs.iter().copied().zip(speed.iter().copied()).collect();
+        draw_delta_f1(&mut chart, points)?;
+        let fast: Vec<(f64, f64)> = points.iter().map(|c| (c.float_nodes as f64, c.speed)).collect();
         chart
             .draw_secondary_series(LineSeries::new(fast, RED.stroke_width(2)))
             .map_err(plot_error)?
@@ -117,6 +114,36 @@ pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<St
         root.present().map_err(plot_error)?;
     }
     Ok(svg)
+}
+
+/// The curve's dF1: a line through the candidates, each with its interval's bar, filled when scored on every
+/// question and hollow when the screen alone estimates it.
+fn draw_delta_f1<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    points: &[CurvePoint],
+) -> Result<()> {
+    let at = |c: &CurvePoint| (c.float_nodes as f64, c.delta_f1);
+    chart
+        .draw_series(LineSeries::new(points.iter().map(at), BLUE.stroke_width(2)))
+        .map_err(plot_error)?
+        .label("dF1, 95 % interval")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLUE));
+    let bars = points.iter().filter(|c| c.interval.0.is_finite() && c.interval.1.is_finite()).map(|c| {
+        let x = c.float_nodes as f64;
+        PathElement::new([(x, c.interval.0), (x, c.interval.1)], BLUE.stroke_width(1))
+    });
+    chart.draw_series(bars).map_err(plot_error)?;
+    let whole = points.iter().filter(|c| !c.screen_only).map(|c| Circle::new(at(c), 4, BLUE.filled()));
+    chart.draw_series(whole).map_err(plot_error)?;
+    if points.iter().any(|c| c.screen_only) {
+        let screened = points.iter().filter(|c| c.screen_only).map(|c| Circle::new(at(c), 4, BLUE.stroke_width(2)));
+        chart
+            .draw_series(screened)
+            .map_err(plot_error)?
+            .label("screen estimate")
+            .legend(|(x, y)| Circle::new((x + 7, y), 4, BLUE.stroke_width(2)));
+    }
+    Ok(())
 }
 
 /// One tensor's calibration histogram and the ranges the calibrators chose for it.

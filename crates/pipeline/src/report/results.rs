@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::disk::{write_atomic, write_json};
 use crate::error::Result;
-use crate::inputs::squad::Score;
+use crate::inputs::squad::{Comparison, Score};
 use crate::provenance::Provenance;
 use crate::settings::policy::Mode;
 use crate::steps::classify::ClassifierEval;
@@ -31,6 +31,9 @@ pub struct ComparedMethod {
     pub method: String,
     pub model: String,
     pub int8: Option<ModelResult>,
+    /// Its answers against FP32's: dF1 and dEM with their paired 95 % intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_fp32: Option<Comparison>,
 }
 
 /// Calibration summary in results.json.
@@ -109,6 +112,9 @@ pub struct E2eResults {
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,
+    /// INT8's answers against FP32's on the same questions: dF1 and dEM with their paired 95 % intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int8_vs_fp32: Option<Comparison>,
     /// INT8 against FP32 timed in alternation on the first evaluation features (SQuAD models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup: Option<Speedup>,

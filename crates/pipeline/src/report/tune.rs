@@ -50,6 +50,8 @@ pub struct Scored {
     /// over the square root of their number), in F1 points: a difference within about twice this is the noise of
     /// which questions were drawn.
     pub delta_f1_se: f64,
+    /// The 95 % interval of `delta_f1` over the questions scored (paired, Student's t).
+    pub delta_f1_interval: (f64, f64),
     /// Milliseconds of wall time per feature in the evaluation: a throughput pass with one one-thread session per
     /// core side by side, minutes apart from FP32's (`speedup` is the comparison).
     pub ms_per_feature: f64,
@@ -57,6 +59,9 @@ pub struct Scored {
     /// estimate with FP32's answers to the other questions: over budget by the screen alone, or no better on the
     /// screen than a candidate found over budget on every question.
     pub questions_scored: usize,
+    /// Scored on the screen alone: its scores are an estimate (FP32's answers taken for the other questions), and it
+    /// is never chosen on them (a chosen screen is scored on every question first).
+    pub screen_only: bool,
     /// A screened candidate's dF1 on its screen (FP32's answers taken for the other questions): what running it on
     /// the rest was decided on.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,6 +126,33 @@ impl TuneReport {
     pub fn choice(&self) -> &Candidate {
         &self.curve[self.chosen]
     }
+
+    /// What to change when no candidate met the budget: the questions, when the choice's interval reaches into the
+    /// budget (these questions cannot tell whether it is within), else the float nodes or the budget.
+    pub fn advice(&self) -> String {
+        let s = &self.choice().scored;
+        let (low, high) = s.delta_f1_interval;
+        let limit = -self.budget;
+        if low <= limit && limit <= high && s.delta_f1_se.is_finite() && s.delta_f1_se > 0.0 {
+            let d = squad_metrics::PairedDifference {
+                delta: s.delta_f1,
+                se: s.delta_f1_se,
+                low,
+                high,
+                questions: s.questions_scored,
+            };
+            let more = d.questions_to_decide(limit).map_or(String::new(), |n| format!(" (--samples {n})"));
+            return format!(
+                "No candidate met the budget on these {} questions, and they cannot decide: the best one's dF1 {} \
+                 holds -{:.2}. About {} questions would{more}; the best one is kept.",
+                s.questions_scored,
+                d.describe(),
+                self.budget,
+                d.questions_to_decide(limit).unwrap_or(s.questions_scored)
+            );
+        }
+        "No candidate met the budget; the best one is kept (raise --max-float or the budget).".to_owned()
+    }
 }
 
 /// "4.2 s", "2 min 08 s".
@@ -176,7 +208,7 @@ impl fmt::Display for TuneReport {
             c.timed.matmuls
         )?;
         if !self.within_budget {
-            writeln!(f, "No candidate met the budget; the best one is kept (raise --max-float or the budget).")?;
+            writeln!(f, "{}", self.advice())?;
         }
         writeln!(f, "Model: {}; recipe: {}\n", self.out.join("model_qdq.onnx").display(), self.recipe.display())?;
         write!(f, "{}", self.curve_table())?;
@@ -197,8 +229,7 @@ impl TuneReport {
             "other calibrators",
             "EM",
             "F1",
-            "dF1",
-            "± 2 SE",
+            "dF1 [95 %]",
             "questions",
             "ms/feature",
             "vs FP32 (median, range)",
@@ -213,13 +244,13 @@ impl TuneReport {
                 c.timed.calibrator_choices.to_string(),
                 format!("{:.2}", s.exact_match),
                 format!("{:.2}", s.f1),
-                format!("{:+.2}", s.delta_f1),
-                format!("{:.2}", 2.0 * s.delta_f1_se),
-                if s.questions_scored < self.questions {
-                    format!("{} (screen)", s.questions_scored)
-                } else {
-                    s.questions_scored.to_string()
+                match s.screen_only {
+                    true => format!("{:+.2} (screen estimate)", s.delta_f1),
+                    false => {
+                        format!("{:+.2} [{:+.2}, {:+.2}]", s.delta_f1, s.delta_f1_interval.0, s.delta_f1_interval.1)
+                    }
                 },
+                if s.screen_only { format!("{} (screen)", s.questions_scored) } else { s.questions_scored.to_string() },
                 format!("{:.2}", s.ms_per_feature),
                 c.timed.speedup.describe(),
                 format!("{}/{}", c.timed.integer_matmuls, c.timed.matmuls),
@@ -227,7 +258,7 @@ impl TuneReport {
                 c.timed.float_nodes.last().cloned().unwrap_or_else(|| c.timed.policy_options.join(", ")),
             ]);
         }
-        for col in 1..=10 {
+        for col in 1..=9 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
@@ -240,12 +271,12 @@ impl TuneReport {
         let c = self.choice();
         write!(
             f,
-            "\n\n± 2 SE: twice the standard error of dF1 over these {} questions (each question's F1 against FP32's): \
-             differences within it are the noise of which questions were drawn; vs FP32: the same {} held-out features \
-             run by both models in turn, {} rounds.",
+            "\n\ndF1 [95 %]: F1 minus FP32's, with the 95 % interval of that difference over these {} questions \
+             (paired: each question's F1 against FP32's): differences within it are the noise of which questions were \
+             drawn; vs FP32: the same {} held-out features run by both models in turn, {} rounds.",
             self.questions, c.timed.speedup.features, c.timed.speedup.rounds
         )?;
-        if self.curve.iter().any(|c| c.scored.questions_scored < self.questions) {
+        if self.curve.iter().any(|c| c.scored.screen_only) {
             write!(
                 f,
                 " (screen): run on the questions whose FP32 answers are nearest to flipping only, FP32's answers taken \
@@ -347,8 +378,10 @@ mod tests {
                 f1: 70.0 + delta_f1,
                 delta_f1,
                 delta_f1_se: 0.1,
+                delta_f1_interval: (delta_f1 - 0.2, delta_f1 + 0.2),
                 ms_per_feature: 10.0,
                 questions_scored: 100,
+                screen_only: false,
                 screen_delta_f1: None,
             },
         };

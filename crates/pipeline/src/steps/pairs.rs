@@ -50,6 +50,8 @@ pub struct NodeSensitivity {
     /// With --confirm: twice the standard error of `f1_recovered` over the scored questions (paired by question): an
     /// effect inside ± this is as large as which answers happen to flip.
     pub f1_two_se: Option<f64>,
+    /// With --confirm: `f1_recovered` with its paired 95 % interval over the scored questions.
+    pub f1_difference: Option<squad_metrics::PairedDifference>,
 }
 
 /// Per activation pair: the tensor, the dequantized output it is read as, readers and range.
@@ -191,7 +193,16 @@ pub fn sensitivity(
         let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
         inputs.dedup();
         let op_type = op_of.get(node.as_str()).copied().unwrap_or("?").to_owned();
-        out.push(NodeSensitivity { node, op_type, inputs, logits: a, recovered, f1_recovered: None, f1_two_se: None });
+        out.push(NodeSensitivity {
+            node,
+            op_type,
+            inputs,
+            logits: a,
+            recovered,
+            f1_recovered: None,
+            f1_two_se: None,
+            f1_difference: None,
+        });
     }
     progress.finish();
     out.sort_by(|a, b| a.logits.kl().total_cmp(&b.logits.kl()));

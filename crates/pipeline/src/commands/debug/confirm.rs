@@ -51,22 +51,20 @@ pub(super) fn confirm(
         let model = qdq::with_float_inputs(int8, &HashSet::from([s.node.as_str()]));
         let name = format!("{} in float", s.node);
         let e = scorer.f1(ModelSource::Bytes(&model.to_bytes()?), &name, &scorer.int8_session)?;
-        let two_se = 2.0 * squad_metrics::paired_standard_error(&per_question(&e), &qdq_questions);
+        let difference = squad_metrics::paired_difference(&per_question(&e), &qdq_questions);
         let f1 = e.score.f1;
         progress.note(&format!(
-            "{name}: F1 {f1:.2} ({:+.2} ± {two_se:.2} against the QDQ model's {qdq_f1:.2})",
-            f1 - qdq_f1
+            "{name}: F1 {f1:.2} ({} against the QDQ model's {qdq_f1:.2}, 95 % interval)",
+            difference.describe()
         ));
         s.f1_recovered = Some(f1 - qdq_f1);
-        s.f1_two_se = Some(two_se);
+        s.f1_two_se = Some(2.0 * difference.se);
+        s.f1_difference = Some(difference);
     }
     let confirmed = &sensitivity[..n];
     let kl: Vec<f64> = confirmed.iter().map(|s| s.recovered).collect();
     let f1: Vec<f64> = confirmed.iter().filter_map(|s| s.f1_recovered).collect();
-    let outside_noise = confirmed
-        .iter()
-        .filter(|s| matches!((s.f1_recovered, s.f1_two_se), (Some(d), Some(se)) if d.abs() > se))
-        .count();
+    let outside_noise = confirmed.iter().filter(|s| s.f1_difference.is_some_and(|d| d.excludes(0.0))).count();
     Ok(Confirmation {
         questions: data.questions(),
         fp32_f1,

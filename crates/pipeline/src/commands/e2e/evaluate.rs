@@ -52,6 +52,7 @@ pub(crate) fn evaluate_squad(
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
     results.int8 = Some(model_result(&int8, qpath, model_size(qpath)));
+    results.int8_vs_fp32 = Some(data.compare(&int8.predictions, &fp32.predictions));
     // The two evaluations are minutes apart: the speed comparison runs both on the same features in turn.
     let t = Instant::now();
     // Enough batches for speed::FEATURES features (each holds at least one); PairedTiming takes the first of them.
@@ -73,6 +74,7 @@ pub(crate) fn evaluate_squad(
         let r = evaluate(ModelSource::File(path), &path.display().to_string(), data, &int8_opts, &label, progress)?;
         write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
         c.int8 = Some(model_result(&r, path, model_size(path)));
+        c.vs_fp32 = Some(data.compare(&r.predictions, &fp32.predictions));
     }
     if !compared.is_empty() {
         phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());

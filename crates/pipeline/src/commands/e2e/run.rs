@@ -99,8 +99,10 @@ fn unevaluated(
                 method: method.clone(),
                 model: path.display().to_string(),
                 int8: None,
+                vs_fp32: None,
             })
             .collect(),
+        int8_vs_fp32: None,
         speedup: None,
         op_profile: None,
         provenance: Provenance::default(),

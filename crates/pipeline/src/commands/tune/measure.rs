@@ -127,13 +127,16 @@ impl Measure<'_> {
         let q = &self.questions;
         let Score { exact_match, f1, .. } = Score::of(&q.gold, answers, q.v2);
         let per_question = squad_metrics::question_f1(&q.gold, answers, q.v2);
+        let paired = squad_metrics::paired_difference(&per_question, &q.fp32_questions);
         Scored {
             exact_match,
             f1,
             delta_f1: f1 - q.fp32.score.f1,
-            delta_f1_se: squad_metrics::paired_standard_error(&per_question, &q.fp32_questions),
+            delta_f1_se: paired.se,
+            delta_f1_interval: (paired.low, paired.high),
             ms_per_feature,
             questions_scored,
+            screen_only: false,
             screen_delta_f1: None,
         }
     }
@@ -210,7 +213,7 @@ impl Scorer for Measure<'_> {
                 let mut answers = self.questions.fp32.predictions.clone();
                 answers.extend(e.predictions);
                 let s = self.rate(&answers, fragile, ms);
-                let s = Scored { screen_delta_f1: Some(s.delta_f1), ..s };
+                let s = Scored { screen_delta_f1: Some(s.delta_f1), screen_only: true, ..s };
                 self.screened.insert(t.model.clone(), (answers, s));
                 Ok(s)
             }

@@ -54,6 +54,8 @@ pub fn write_outputs(out: &Path, report: &TuneReport, recipe: &Recipe, histogram
         .map(|c| CurvePoint {
             float_nodes: c.timed.float_nodes.len(),
             delta_f1: c.scored.delta_f1,
+            interval: c.scored.delta_f1_interval,
+            screen_only: c.scored.screen_only,
             speed: c.timed.speedup.median,
         })
         .collect();

@@ -433,8 +433,10 @@ mod tests {
                 f1: 70.0 + delta,
                 delta_f1: delta,
                 delta_f1_se: 0.1,
+                delta_f1_interval: (delta - 0.2, delta + 0.2),
                 ms_per_feature: 5.0,
                 questions_scored: n,
+                screen_only: on == Questions::Screen && self.screen.is_some(),
                 screen_delta_f1: (on != Questions::All && self.screen.is_some())
                     .then(|| self.screened.get(&key(t)).copied().unwrap_or(whole)),
             })
