@@ -19,6 +19,9 @@ fn watch(path: &Path) {
 fn main() {
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=QDQ_GIT_COMMIT={commit}");
+    // `qdq --version`: the package version and the commit's first 12 digits.
+    let short = if commit == "unknown" { "an unknown commit".to_owned() } else { format!("commit {}", &commit[..12]) };
+    println!("cargo:rustc-env=QDQ_VERSION={} ({short})", std::env::var("CARGO_PKG_VERSION").unwrap_or_default());
     println!("cargo:rerun-if-changed=build.rs");
     // HEAD moves when HEAD itself changes (a checkout, a detached commit), or the branch it names: its loose ref, or
     // its line in packed-refs, or a loose ref made when the branch is first committed to (its folder changes then).

@@ -25,7 +25,7 @@ const HELP_WIDTH: usize = 100;
 #[derive(Debug, Parser)]
 #[command(
     name = "qdq",
-    version,
+    version = env!("QDQ_VERSION"),
     about = ABOUT,
     long_about = LONG_ABOUT,
     args_override_self = true,
@@ -144,12 +144,23 @@ pub fn command() -> clap::Command {
         }
         let listed: Vec<String> = spellings.iter().map(|(_, s)| format!("--{s}")).collect();
         let note = format!(
-            "Seed scripts: every option also takes the seed scripts' spelling with underscores ({}), and `--version` \
-             after a command is --squad-version (qdq's own version is `qdq --version`).",
+            "Seed scripts: every option also takes the seed scripts' spelling with underscores ({}), and `--version \
+             1.1|2.0` is --squad-version (`--version` without a value is qdq's own version).",
             listed.join(", ")
         );
         spellings.into_iter().fold(sub, |sub, (id, s)| sub.mut_arg(id, |a| a.alias(s))).after_long_help(note)
     })
+}
+
+/// True when `argv` asks for qdq's version after a command (`qdq e2e --version`): a `--version` with no value after
+/// it. `--version 2.0` (a value) is the seed scripts' spelling of `--squad-version`; `--` ends the options.
+pub fn asks_version(argv: &[OsString]) -> bool {
+    let options: Vec<&str> = argv.iter().skip(2).map_while(|a| a.to_str()).take_while(|a| *a != "--").collect();
+    argv.len() > 2
+        && options
+            .iter()
+            .enumerate()
+            .any(|(i, a)| *a == "--version" && options.get(i + 1).is_none_or(|v| v.starts_with('-')))
 }
 
 /// The deprecation lines for the renamed spellings `argv` uses (the command is its first argument after the program);
@@ -176,6 +187,16 @@ mod tests {
 
     fn argv(args: &[&str]) -> Vec<OsString> {
         std::iter::once("qdq").chain(args.iter().copied()).map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_version_without_a_value_is_qdqs_own() {
+        assert!(asks_version(&argv(&["e2e", "--version"])));
+        assert!(asks_version(&argv(&["eval", "--version", "--model", "m.onnx"])));
+        assert!(!asks_version(&argv(&["e2e", "--version", "2.0"])));
+        assert!(!asks_version(&argv(&["e2e", "--version=1.1", "--model", "m.onnx"])));
+        assert!(!asks_version(&argv(&["e2e", "--", "--version"])));
+        assert!(!asks_version(&argv(&["--version"])));
     }
 
     #[test]

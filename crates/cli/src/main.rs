@@ -25,7 +25,14 @@ fn main() -> ExitCode {
     // Ctrl-C or SIGTERM while an output is being put in place waits for it (a few milliseconds), so a stopped run
     // leaves whole outputs and no temporary name.
     pipeline::signals::defer_during_commits();
+    // Ctrl-C says one line: that it stopped, and what became of the output directory (left marked INCOMPLETE, or
+    // removed when nothing was written yet).
+    pipeline::signals::say_on_signal("qdq: interrupted");
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args::asks_version(&argv) {
+        println!("qdq {}", env!("QDQ_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     let cmd = args::command();
     let cli = match config::expand(argv, &cmd).and_then(|argv| {
         for line in args::deprecated(&argv) {

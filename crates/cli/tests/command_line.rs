@@ -408,3 +408,24 @@ fn a_recipe_given_as_a_config_file_says_how_to_replay_it() {
         stderr(&o)
     );
 }
+
+/// `--version` without a value after a command is qdq's version, as before the command (it was read as
+/// `--squad-version` and failed for want of a value); with a value it stays the seed scripts' `--squad-version`.
+#[test]
+fn version_after_a_command_is_qdqs_version() {
+    let top = qdq(&["--version"]);
+    assert!(top.status.success(), "{}", stderr(&top));
+    let version = String::from_utf8_lossy(&top.stdout).into_owned();
+    assert!(version.starts_with("qdq 0.") && version.contains("commit"), "{version}");
+    for cmd in ["e2e", "eval", "quantize"] {
+        let o = qdq(&[cmd, "--version"]);
+        assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), version, "{cmd}");
+    }
+    // With a value: the SQuAD version, checked as such (no model given: the error is about the missing flag).
+    let o = qdq(&["eval", "--version", "2.0", "--dataset", "d.json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("required arguments were not provided:\n  --model"), "{}", stderr(&o));
+    let o = qdq(&["eval", "--version", "3.0", "--model", "m.onnx", "--dataset", "d.json"]);
+    assert!(!o.status.success() && stderr(&o).contains("3.0"), "{}", stderr(&o));
+}

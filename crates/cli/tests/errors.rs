@@ -207,6 +207,7 @@ fn a_killed_run_leaves_only_whole_outputs() {
         "predictions_int8.json",
         "results.json",
         "report.md",
+        "INCOMPLETE",
     ];
     // The signals go at points spread over one whole run's duration, measured here (a fixed delay is past the end
     // on a fast machine: the whole run takes about 150 ms on the CI host).
@@ -222,19 +223,26 @@ fn a_killed_run_leaves_only_whole_outputs() {
         let delay_ms = (at * run_ms) as u64;
         let out = format!("out_{k}");
         let args = e2e_args(&f, &out, vocab.to_str().unwrap(), data.to_str().unwrap());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_qdq"))
-            .args(&args)
+        let child = signals_at_default(Command::new(env!("CARGO_BIN_EXE_qdq")).args(&args))
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
         let sent = Command::new("kill").args(["-s", signal, &child.id().to_string()]).status().unwrap();
-        let status = child.wait().unwrap();
-        if sent.success() && !status.success() {
-            stopped_early += 1;
-        }
+        let o = child.wait_with_output().unwrap();
         let dir = f.dir.path().join(&out);
+        if sent.success() && !o.status.success() {
+            stopped_early += 1;
+            // A stopped run's directory is marked unfinished (or gone, when it held nothing yet); INT and TERM say
+            // one line about it.
+            assert!(!dir.exists() || dir.join("INCOMPLETE").is_file(), "SIG{signal} after {delay_ms} ms: no marker");
+            let said = String::from_utf8_lossy(&o.stderr);
+            let line = said.lines().find(|l| l.starts_with("qdq: interrupted"));
+            assert_eq!(line.is_some(), signal != "KILL", "SIG{signal}: {said}");
+        } else {
+            assert!(!dir.join("INCOMPLETE").exists(), "a finished run leaves no marker");
+        }
         for entry in std::fs::read_dir(&dir).into_iter().flatten() {
             let entry = entry.unwrap();
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -249,6 +257,97 @@ fn a_killed_run_leaves_only_whole_outputs() {
         }
     }
     assert!(stopped_early >= 2, "the runs should mostly be stopped before they end ({stopped_early} were)");
+}
+
+/// Issue 50: Ctrl-C in the middle of a run says one line, and the output directory says it is not a whole run; the
+/// files written so far stay whole.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_run_says_so_and_marks_its_outputs() {
+    let f = tiny();
+    let vocab = testdata("squad/vocab.txt");
+    // Enough questions that evaluation takes a while after the model is written: the signal lands there.
+    let data = f.dir.path().join("many.json");
+    std::fs::write(&data, serde_json::to_vec(&many_questions(200)).unwrap()).unwrap();
+    let mut args = e2e_args(&f, "out", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--samples", "0"].map(String::from));
+    let out = f.dir.path().join("out");
+    let mut child = signals_at_default(Command::new(env!("CARGO_BIN_EXE_qdq")).args(&args))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !out.join("model_qdq.onnx").exists() {
+        assert!(t.elapsed().as_secs() < 120 && child.try_wait().unwrap().is_none(), "no model written");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success(), "the run should still be evaluating");
+    let said = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = said.lines().filter(|l| l.contains("interrupted")).collect();
+    assert_eq!(lines.len(), 1, "{said}");
+    assert!(lines[0].starts_with("qdq: interrupted: ") && lines[0].contains("unfinished run"), "{said}");
+    let marker = std::fs::read_to_string(out.join("INCOMPLETE")).unwrap();
+    assert!(marker.contains("qdq e2e") && marker.contains("not a whole run"), "{marker}");
+    assert!(onnx_ir::Model::load(out.join("model_qdq.onnx")).is_ok());
+    assert!(!out.join("results.json").exists());
+}
+
+/// Issue 50: an error before any output is written leaves no --out behind (it was left empty); an --out that cannot
+/// be written fails before any work (it failed after calibrating); a directory as an input file is called one.
+#[test]
+fn early_errors_leave_no_output_directory() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    let model = f.model.to_str().unwrap();
+    let missing = f.dir.path().join("missing.json");
+    let out = f.dir.path().join("new/out");
+    for (cmd, dataset_flag) in [("e2e", "--dataset"), ("calibrate", "--calibration-data"), ("tune", "--dataset")] {
+        let mut args = vec![cmd, "--model", model, "--vocab", vocab, dataset_flag, missing.to_str().unwrap()];
+        args.extend(["--calibration-data", missing.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        let e = one_error(&qdq(&args));
+        assert!(e.contains("missing.json"), "{cmd}: {e}");
+        assert!(!f.dir.path().join("new").exists(), "{cmd} left {}", out.display());
+    }
+    // An existing directory keeps what it held, and gets no marker.
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("results.json"), "{}").unwrap();
+    let args = ["e2e", "--model", model, "--vocab", vocab, "--dataset", missing.to_str().unwrap(), "--out"];
+    one_error(&qdq(&[&args[..], &[out.to_str().unwrap()]].concat()));
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+    // Nothing can be written under /proc/self, even by root: refused before calibrating.
+    let mut args = e2e_args(&f, "unused", vocab, data);
+    let at = args.iter().position(|a| a == "--out").unwrap();
+    args[at + 1] = "/proc/self".into();
+    let o = run(&args);
+    let e = one_error(&o);
+    assert!(e.contains("/proc/self") && e.contains("--out"), "{e}");
+    assert!(!stderr(&o).contains("calibrating"), "{}", stderr(&o));
+    // A directory where a file is read.
+    let args = ["eval", "--model", model, "--vocab", vocab, "--dataset", f.dir.path().to_str().unwrap()];
+    let e = one_error(&qdq(&args));
+    assert!(e.contains("a directory, not a regular file"), "{e}");
+}
+
+/// Issue 50: a vocabulary much smaller than the model's word embedding (another model's) is an error naming both
+/// sizes (it warned twice and scored F1 near 0); --force runs with it, warning once.
+#[test]
+fn a_vocabulary_far_smaller_than_the_embedding_is_refused_unless_forced() {
+    let f = fixture(TinyBertConfig { vocab_size: 5000, max_positions: 64, ..Default::default() });
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let args = e2e_args(&f, "out", vocab.to_str().unwrap(), data.to_str().unwrap());
+    let o = run(&args);
+    let e = one_error(&o);
+    assert!(e.contains("vocab.txt") && e.contains("800 token ids") && e.contains("embeds 5000"), "{e}");
+    assert!(e.contains("--force"), "{e}");
+    assert!(!f.dir.path().join("out").exists());
+    let o = run(&[&args[..], &["--force".to_owned()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let warnings = stderr(&o).lines().filter(|l| l.contains("embeds 5000")).count();
+    assert_eq!(warnings, 1, "{}", stderr(&o));
 }
 
 /// Issue 18 item 12: a model that fails inside ONNX Runtime at run time gives one error line, not ORT's own ERROR log
@@ -269,4 +368,38 @@ fn an_onnx_runtime_failure_is_one_error_line() {
     let line = one_error(&o);
     assert!(line.contains("Reshape") && line.contains("tiny.onnx"), "{line}");
     assert!(!stderr(&o).lines().any(|l| l.contains(" ERROR ")), "{}", stderr(&o));
+}
+
+/// `command` with SIGINT and SIGTERM at their defaults in the child: a test run as a background job of a script
+/// inherits them ignored, and qdq rightly keeps a signal ignored that it started with ignored.
+#[cfg(unix)]
+fn signals_at_default(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, runs.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
+
+/// The tiny SQuAD file's questions `times` over, each copy with its own ids.
+fn many_questions(times: usize) -> serde_json::Value {
+    let tiny: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata("squad/tiny-v1.1.json")).unwrap()).unwrap();
+    let mut data = Vec::new();
+    for k in 0..times {
+        let mut copy = tiny["data"].clone();
+        for article in copy.as_array_mut().unwrap() {
+            for p in article["paragraphs"].as_array_mut().unwrap() {
+                for q in p["qas"].as_array_mut().unwrap() {
+                    q["id"] = format!("{}-{k}", q["id"].as_str().unwrap()).into();
+                }
+            }
+        }
+        data.extend(copy.as_array().unwrap().iter().cloned());
+    }
+    serde_json::json!({ "version": "1.1", "data": data })
 }

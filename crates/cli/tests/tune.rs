@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use onnx_ir::tiny_bert::TinyBertConfig;
+
 use crate::common::*;
 
 /// `qdq tune --json` on the tiny model into `out`, calibrating and scoring on the tiny SQuAD file (every question, the
@@ -181,9 +183,9 @@ fn tune_tries_every_matmul_integer_when_the_preset_is_within_budget() {
 const PLANT_POLICY: [&str; 4] = ["--policy", "tensorrt", "--policy-option", "smooth=off"];
 
 /// Calibrates the tiny model into `cal/` with [`PLANT_POLICY`]: the table's path and its JSON.
-fn calibrate_to_plant(f: &Fixture, vocab: &str, dataset: &str) -> (PathBuf, serde_json::Value) {
+fn calibrate_to_plant(f: &Fixture, vocab: &str, dataset: &str, extra: &[&str]) -> (PathBuf, serde_json::Value) {
     let mut args = e2e_args(f, "cal", vocab, dataset);
-    args.extend(PLANT_POLICY.iter().chain(&["--no-eval"]).map(|s| s.to_string()));
+    args.extend(PLANT_POLICY.iter().chain(&["--no-eval"]).chain(extra).map(|s| s.to_string()));
     let o = run(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let table = f.dir.path().join("cal/calibration.json");
@@ -205,16 +207,18 @@ fn plant(ranges: &mut serde_json::Value) -> &'static str {
 /// node reading it is the first `qdq tune` keeps in float, from the same table (`--ranges`, no re-calibration).
 #[test]
 fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
-    let f = tiny();
+    let f = fixture(TinyBertConfig { vocab_size: 1000, max_positions: 64, ..Default::default() });
     let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
     let policy = PLANT_POLICY;
-    let (_, mut ranges) = calibrate_to_plant(&f, vocab, dataset);
+    let (_, mut ranges) = calibrate_to_plant(&f, vocab, dataset, &["--force"]);
     let planted_tensor = plant(&mut ranges);
     let planted = f.dir.path().join("planted.json");
     std::fs::write(&planted, serde_json::to_vec(&ranges).unwrap()).unwrap();
     let (model, planted) = (f.model.to_str().unwrap(), planted.to_str().unwrap());
     let data = ["--vocab", vocab, "--dataset", dataset, "--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    // The model the planting was designed on: a 1,000-row embedding, which the 800-token vocabulary indexes.
+    let data = [&data[..], &["--force"]].concat();
 
     let bad = f.dir.path().join("planted_qdq.onnx");
     let mut q = vec!["quantize", "--model", model, "--ranges", planted, "-o", bad.to_str().unwrap()];
@@ -222,7 +226,7 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     let o = qdq(&q);
     assert!(o.status.success(), "{}", stderr(&o));
     let mut d = vec!["debug", "--model", model, "--qdq", bad.to_str().unwrap(), "--held-out", "4", "--json"];
-    d.extend(data);
+    d.extend(data.iter().copied());
     let o = qdq(&d);
     assert!(o.status.success(), "{}", stderr(&o));
     let found: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -237,7 +241,7 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     std::fs::copy(testdata("squad/tiny-v1.1.json"), &held).unwrap();
     t.extend(["--held-out-data", held.to_str().unwrap()]);
     t.extend(policy);
-    t.extend(data);
+    t.extend(data.iter().copied());
     let o = qdq(&t);
     assert!(o.status.success(), "{}", stderr(&o));
     let tuned: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -258,7 +262,7 @@ fn debug_confirm_scores_the_top_nodes_and_agrees_with_eval() {
     let f = tiny();
     let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
-    let (table, _) = calibrate_to_plant(&f, vocab, dataset);
+    let (table, _) = calibrate_to_plant(&f, vocab, dataset, &[]);
     let (model, int8) = (f.model.to_str().unwrap(), f.dir.path().join("int8.onnx"));
     let mut q = vec!["quantize", "--model", model, "--ranges", table.to_str().unwrap(), "-o", int8.to_str().unwrap()];
     q.extend(PLANT_POLICY);
@@ -324,7 +328,7 @@ fn tune_replaces_a_planted_bad_range_with_another_calibrators() {
     let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
     let policy = PLANT_POLICY;
-    let (table, mut ranges) = calibrate_to_plant(&f, vocab, dataset);
+    let (table, mut ranges) = calibrate_to_plant(&f, vocab, dataset, &[]);
     let method = ranges["method"].as_str().unwrap().to_owned();
     let planted_tensor = plant(&mut ranges);
     std::fs::write(&table, serde_json::to_vec(&ranges).unwrap()).unwrap();

@@ -31,7 +31,10 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read as _, Write};
 use std::path::{Path, PathBuf};
 
+mod run_dir;
 pub mod signals;
+
+pub use run_dir::{INCOMPLETE, RunDir};
 
 /// Largest input file read whole unless a reader states its own limit (a dataset, a vocabulary, a config, arrays):
 /// 4 GiB.
@@ -44,12 +47,35 @@ pub fn open_regular(path: &Path, limit: u64) -> io::Result<File> {
     let file = File::open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(invalid("not a regular file (a pipe or a device cannot be read as a whole file)".into()));
+        return Err(invalid(format!("{}, not a regular file", what_it_is(&meta))));
     }
     if meta.len() > limit {
         return Err(invalid(format!("{} bytes, more than the {limit} read as one input", meta.len())));
     }
     Ok(file)
+}
+
+/// What a path that is not a regular file is, in words (`a directory`, `a pipe (FIFO)`), for an error that says why
+/// it cannot be read as a file.
+pub fn what_it_is(meta: &std::fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if t.is_fifo() {
+            return "a pipe (FIFO)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+    }
+    "not a file"
 }
 
 /// The bytes of `path`, read through [`open_regular`]; a file that grows while it is read stops at `limit`.

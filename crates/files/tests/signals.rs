@@ -54,11 +54,26 @@ fn child(case: &str, dir: &Path) {
             raise(libc::SIGINT);
             unreachable!("SIGINT ends the process");
         }
+        // A run directory the run made: removed when nothing was written yet, marked when something was.
+        "run_empty" | "run_written" => {
+            qdq_files::signals::say_on_signal("test: interrupted");
+            let _run = qdq_files::RunDir::open(&dir.join("out/run"), "the test").unwrap();
+            if case == "run_written" {
+                qdq_files::write_atomic(&dir.join("out/run/model.onnx"), b"m").unwrap();
+            }
+            raise(libc::SIGINT);
+            unreachable!("SIGINT ends the process");
+        }
         other => panic!("unknown case {other}"),
     }
 }
 
 fn run_child(case: &str, test: &str) -> (std::process::ExitStatus, tempfile::TempDir) {
+    let (output, dir) = run_child_saying(case, test);
+    (output.status, dir)
+}
+
+fn run_child_saying(case: &str, test: &str) -> (std::process::Output, tempfile::TempDir) {
     use std::os::unix::process::CommandExt as _;
     let dir = tempfile::tempdir().unwrap();
     let mut command = Command::new(std::env::current_exe().unwrap());
@@ -72,15 +87,14 @@ fn run_child(case: &str, test: &str) -> (std::process::ExitStatus, tempfile::Tem
             Ok(())
         });
     }
-    let status = command
+    let output = command
         .args(["--exact", test, "--nocapture", "--test-threads", "1"])
         .env("FILES_CHILD", case)
         .env("FILES_CHILD_DIR", dir.path())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
+        .output()
         .unwrap();
-    (status, dir)
+    (output, dir)
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -131,6 +145,62 @@ fn scratch_files_go_with_the_signal() {
 }
 
 #[test]
+fn an_interrupted_run_that_wrote_nothing_leaves_nothing() {
+    if as_child() {
+        return;
+    }
+    let (o, dir) = run_child_saying("run_empty", "an_interrupted_run_that_wrote_nothing_leaves_nothing");
+    assert_eq!(o.status.signal(), Some(libc::SIGINT), "{}", o.status);
+    assert!(names(dir.path()).is_empty(), "left {:?}", names(dir.path()));
+    let said = String::from_utf8_lossy(&o.stderr);
+    let line = said.lines().find(|l| l.starts_with("test: interrupted")).unwrap_or_else(|| panic!("{said}"));
+    assert!(line.contains("nothing was written") && line.contains("out/run removed"), "{said}");
+}
+
+#[test]
+fn an_interrupted_run_that_wrote_files_is_marked_unfinished() {
+    if as_child() {
+        return;
+    }
+    let (o, dir) = run_child_saying("run_written", "an_interrupted_run_that_wrote_files_is_marked_unfinished");
+    assert_eq!(o.status.signal(), Some(libc::SIGINT), "{}", o.status);
+    let run = dir.path().join("out/run");
+    assert_eq!(names(&run), [qdq_files::INCOMPLETE, "model.onnx"]);
+    let marker = std::fs::read_to_string(run.join(qdq_files::INCOMPLETE)).unwrap();
+    assert!(marker.starts_with("the test writes its outputs here and has not finished"), "{marker}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.lines().any(|l| l.starts_with("test: interrupted") && l.ends_with("INCOMPLETE marks it)")), "{said}");
+}
+
+/// Without a signal: finished, the marker goes; dropped unfinished, a directory that existed keeps its files and
+/// loses the marker when nothing was written, keeps it when something was.
+#[test]
+fn a_run_directory_is_marked_until_it_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("a/b");
+    let run = qdq_files::RunDir::open(&out, "t").unwrap();
+    assert_eq!(names(&out), [qdq_files::INCOMPLETE]);
+    drop(run);
+    assert!(names(tmp.path()).is_empty(), "both made directories go: {:?}", names(tmp.path()));
+    std::fs::create_dir(tmp.path().join("old")).unwrap();
+    std::fs::write(tmp.path().join("old/results.json"), b"{}").unwrap();
+    // A file older than the run: filesystems keep times coarsely, so the run starts visibly later.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    drop(qdq_files::RunDir::open(&tmp.path().join("old"), "t").unwrap());
+    assert_eq!(names(&tmp.path().join("old")), ["results.json"]);
+    let run = qdq_files::RunDir::open(&tmp.path().join("old"), "t").unwrap();
+    qdq_files::write_atomic(&tmp.path().join("old/results.json"), b"{\"new\": 1}").unwrap();
+    drop(run);
+    assert_eq!(names(&tmp.path().join("old")), [qdq_files::INCOMPLETE, "results.json"]);
+    let run = qdq_files::RunDir::open(&tmp.path().join("old"), "t").unwrap();
+    run.finish().unwrap();
+    assert_eq!(names(&tmp.path().join("old")), ["results.json"]);
+    // A file on the way, and a directory that cannot be written: errors, nothing made.
+    let e = qdq_files::RunDir::open(&tmp.path().join("old/results.json/x"), "t").err().unwrap();
+    assert!(e.to_string().contains("results.json is a file"), "{e}");
+}
+
+#[test]
 fn an_existing_file_is_replaced_whole_and_a_discarded_one_never_appears() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.txt");
@@ -147,7 +217,9 @@ fn an_existing_file_is_replaced_whole_and_a_discarded_one_never_appears() {
 fn inputs_must_be_regular_files_within_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let err = qdq_files::read_regular(dir.path(), 10).unwrap_err();
-    assert!(err.to_string().contains("not a regular file"), "{err}");
+    assert!(err.to_string().starts_with("a directory, not a regular file"), "{err}");
+    let err = qdq_files::read_regular(Path::new("/dev/null"), 10).unwrap_err();
+    assert!(err.to_string().starts_with("a device"), "{err}");
     let path = dir.path().join("big");
     std::fs::write(&path, [0u8; 11]).unwrap();
     let err = qdq_files::read_regular(&path, 10).unwrap_err();

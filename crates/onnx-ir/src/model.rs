@@ -237,7 +237,7 @@ fn locate_external(dir: &Path, t: &TensorProto) -> Result<ExternalRef> {
     // Regular files only: a FIFO would block forever, a device (/dev/zero) never ends.
     let meta = std::fs::metadata(&canon).map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
     if !meta.is_file() {
-        return Err(bad(format!("{} is not a regular file", full.display())));
+        return Err(bad(format!("{} is {}, not a regular file", full.display(), files::what_it_is(&meta))));
     }
     let size = meta.len();
     let end = match length {
@@ -462,7 +462,7 @@ impl Model {
         // memory runs out.
         let meta = std::fs::metadata(path).map_err(io_err(path))?;
         if !meta.is_file() {
-            return Err(invalid_file(path, "not a regular file (a pipe or a device cannot be read as a model)".into()));
+            return Err(invalid_file(path, format!("{}, not a regular file", files::what_it_is(&meta))));
         }
         if meta.len() > PROTOBUF_LIMIT {
             return Err(invalid_file(

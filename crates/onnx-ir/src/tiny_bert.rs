@@ -99,7 +99,7 @@ impl Default for TinyBertConfig {
             hidden: 32,
             heads: 2,
             intermediate: 64,
-            vocab_size: 1000,
+            vocab_size: 800,
             max_positions: 128,
             type_vocab: 2,
             layer_norm: LayerNormKind::Decomposed,

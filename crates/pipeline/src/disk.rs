@@ -28,11 +28,18 @@ pub fn write_predictions(path: &Path, predictions: &HashMap<String, String>) -> 
     write_json(path, &sorted)
 }
 
-/// Creates the output directory `dir` (of option `flag`) and checks that a file can be written in it, before any
-/// work: an unwritable `--out` fails at once, not after the run.
-pub fn prepare_out_dir(dir: &Path, flag: &str) -> Result<()> {
-    create_out_dir(dir, flag)?;
-    check_writable(&dir.join(".qdq-write-check"), flag)
+/// Opens the output directory `dir` (of option `flag`) of a run of `what` (`qdq e2e`) before any work
+/// ([`files::RunDir`]): created, checked writable by its INCOMPLETE marker, which [`files::RunDir::finish`] removes;
+/// an early error leaves it as it was (a directory the run made is gone again).
+pub fn open_run_dir(dir: &Path, flag: &str, what: &str) -> Result<files::RunDir> {
+    files::RunDir::open(dir, what)
+        .map_err(|e| Error::Output { path: dir.to_path_buf(), reason: format!("{flag}: cannot write there: {e}") })
+}
+
+/// [`files::RunDir::finish`], the error naming the directory.
+pub fn finish_run_dir(run: files::RunDir) -> Result<()> {
+    let dir = run.path().to_path_buf();
+    run.finish().map_err(|e| Error::Output { path: dir, reason: format!("removing its INCOMPLETE marker: {e}") })
 }
 
 /// Creates the output directory `dir` of option `flag`; a file already there is named as such.

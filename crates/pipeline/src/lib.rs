@@ -82,7 +82,7 @@ pub use steps::smooth::{Smoothing, smooth_model};
 pub use steps::speed::{OpProfile, OpShare, Speedup};
 
 // Files, models, progress and provenance.
-pub use disk::{check_writable, prepare_out_dir, read_bounded, write_atomic, write_predictions};
+pub use disk::{check_writable, open_run_dir, read_bounded, write_atomic, write_predictions};
 pub use error::{Error, Result};
 /// SIGINT / SIGTERM held while outputs are put in place (the binary calls `signals::defer_during_commits`).
 pub use files::signals;

@@ -23,6 +23,7 @@ fn data_settings() -> DataSettings {
         query_len: Some(16),
         doc_stride: Some(24),
         io_names: IoNames::Hf,
+        force: false,
         pad_to_max: false,
     }
 }

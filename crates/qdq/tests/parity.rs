@@ -15,8 +15,10 @@ fn check(model: &onnx_ir::Model, ranges: &qdq::Ranges, listing: &str) {
     assert_eq!(q.opset(""), Some(r.opset));
 }
 
+/// The model the reference listings were made from (a 1,000-row word embedding).
 fn onnx_ir_tiny(kind: onnx_ir::tiny_bert::LayerNormKind) -> onnx_ir::Model {
-    onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig { layer_norm: kind, ..Default::default() })
+    let cfg = onnx_ir::tiny_bert::TinyBertConfig { layer_norm: kind, vocab_size: 1000, ..Default::default() };
+    onnx_ir::tiny_bert::build(&cfg)
 }
 
 #[test]

@@ -256,7 +256,9 @@ pub fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(invalid("not a regular file (a pipe or a device cannot be read as a whole file)".into()));
+        // This crate reads with std alone (users can take the scorer by itself): `files::what_it_is`, in short.
+        let what = if meta.is_dir() { "a directory" } else { "a pipe or a device" };
+        return Err(invalid(format!("{what}, not a regular file")));
     }
     if meta.len() > MAX_TEXT_INPUT_BYTES {
         return Err(invalid(format!("{} bytes, more than the {MAX_TEXT_INPUT_BYTES} read as one input", meta.len())));

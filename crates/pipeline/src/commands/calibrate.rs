@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use runtime::SessionConfig;
 
-use crate::disk::prepare_out_dir;
+use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::files::{TextInputs, load_feeds};
 use crate::job::Job;
@@ -100,7 +100,7 @@ impl CalibrateJob {
             qdq::check_mergeable(&model, policy)?;
         }
         // An --out that cannot hold the tables fails now, not after the pass.
-        prepare_out_dir(&self.out, "--out")?;
+        let run = open_run_dir(&self.out, "--out", "qdq calibrate")?;
         let (model, smoothed) = match smooth_model(model, policy, data, &opts, progress)? {
             (model, None) => (model, None),
             (smoothed, Some(s)) => {
@@ -113,6 +113,7 @@ impl CalibrateJob {
         let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
         self.merge_into(&mut cal, &opts)?;
         write_tables(&cal, &self.out)?;
+        finish_run_dir(run)?;
         Ok((cal, smoothed))
     }
 

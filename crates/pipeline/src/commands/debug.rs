@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use onnx_ir::Model;
 
-use crate::disk::{parent_dir, prepare_out_dir};
+use crate::disk::{create_out_dir, finish_run_dir, open_run_dir, parent_dir};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::model::{quantized_ops_text, resolve_model};
@@ -95,11 +95,14 @@ impl Job for DebugJob {
             });
         }
         self.check()?;
+        let run = self.out.as_ref().map(|dir| open_run_dir(dir, "--out", "qdq debug")).transpose()?;
         let session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
         let data = self.data.config(&fp32_path)?;
         let held = HeldOut::new(&fp32_path, &fp32, &self.dataset, self.held_out, session, &data)?;
         drop(fp32);
-        self.run_on(&fp32_path, &int8_path, &held, progress)
+        let report = self.run_on(&fp32_path, &int8_path, &held, progress)?;
+        run.map(finish_run_dir).transpose()?;
+        Ok(report)
     }
 }
 
@@ -107,9 +110,6 @@ impl DebugJob {
     fn check(&self) -> Result<()> {
         if self.held_out == 0 {
             return Err(Error::Usage("--held-out must be at least 1".into()));
-        }
-        if let Some(dir) = &self.out {
-            prepare_out_dir(dir, "--out")?;
         }
         Ok(())
     }
@@ -124,6 +124,9 @@ impl DebugJob {
         progress: &dyn Progress,
     ) -> Result<DebugReport> {
         self.check()?;
+        if let Some(dir) = &self.out {
+            create_out_dir(dir, "--out")?;
+        }
         // The CPU layout's integer MatMuls read the quantized tensors directly: in their Q/DQ form (the same values),
         // each has its activation pair to measure and take out.
         let int8 = qdq::expand_integer_matmuls(Model::load(int8_path)?);

@@ -267,46 +267,59 @@ fn check_anchors(tok: &SquadTokenizer, vocab: &Path) {
     if off.is_empty() {
         tracing::debug!("{}: [PAD] [UNK] [CLS] [SEP] [MASK] at BERT's ids 0, 100-103", vocab.display());
     } else {
-        tracing::warn!(
-            "{}: special tokens not where BERT vocabularies have them ({}); if this is not the model's own \
-             vocabulary, every answer will be wrong",
-            vocab.display(),
-            off.join("; ")
-        );
+        // Once per run: every corpus of the run is checked with the same vocabulary.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "{}: special tokens not where BERT vocabularies have them ({}); if this is not the model's own \
+                 vocabulary, every answer will be wrong",
+                vocab.display(),
+                off.join("; ")
+            )
+        });
     }
 }
 
-/// The vocabulary `vocab` against the word embedding `input_ids` indexes: an error when it holds ids past the table,
-/// a warning when it is much smaller or its special tokens are not where BERT's are.
-pub(crate) fn check_vocab(
-    model: &Model,
-    model_path: &Path,
-    input_ids: &str,
-    tok: &SquadTokenizer,
-    vocab: &Path,
-) -> Result<()> {
-    check_anchors(tok, vocab);
+/// A tokenizer's vocabulary as [`check_vocab`] checks it.
+pub(crate) struct Vocabulary<'a> {
+    pub tok: &'a SquadTokenizer,
+    /// The file it came from (vocab.txt or tokenizer.json).
+    pub path: &'a Path,
+    /// `--force`: a much smaller vocabulary is used, with a warning.
+    pub force: bool,
+}
+
+/// The vocabulary against the word embedding `input_ids` indexes: an error when it holds ids past the table, or
+/// (unless forced) when it has under 90 % of the table's rows; a warning when its special tokens are not where
+/// BERT's are.
+pub(crate) fn check_vocab(model: &Model, model_path: &Path, input_ids: &str, vocab: &Vocabulary) -> Result<()> {
+    check_anchors(vocab.tok, vocab.path);
     let Some((table, rows)) = qdq::roles::word_embedding(model.graph(), input_ids) else {
         tracing::debug!("no Gather of {input_ids} on an initializer found; vocabulary size not checked");
         return Ok(());
     };
-    let size = tok.vocab_size() as i64;
-    if i64::from(tok.max_token_id()) >= rows {
+    // The ids it can give, 0 to its largest (a vocabulary padded with repeated lines to the table's size spans it).
+    let size = i64::from(vocab.tok.max_token_id()) + 1;
+    let sizes = format!(
+        "the vocabulary has {size} token ids but the model {} embeds {rows} (initializer `{table}`)",
+        model_path.display()
+    );
+    if size > rows {
         return Err(Error::Input {
-            path: vocab.to_path_buf(),
-            reason: format!(
-                "the vocabulary has {size} tokens but the model {} embeds only {rows} (initializer `{table}`): \
-                 this vocab.txt does not belong to this model",
-                model_path.display()
-            ),
+            path: vocab.path.to_path_buf(),
+            reason: format!("{sizes}: ids past its table; this vocabulary does not belong to this model"),
         });
     }
     if size * 10 < rows * 9 {
-        tracing::warn!(
-            "the vocabulary {} has {size} tokens but the model's word embedding `{table}` has {rows} rows; \
-             is it the model's vocab.txt?",
-            vocab.display()
-        );
+        let why = format!("{sizes}: most likely another model's vocabulary, which gives every answer wrong");
+        if !vocab.force {
+            return Err(Error::Input {
+                path: vocab.path.to_path_buf(),
+                reason: format!("{why}; --force uses it anyway"),
+            });
+        }
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| tracing::warn!("{}: {why} (used, as --force asks)", vocab.path.display()));
     }
     Ok(())
 }

@@ -51,6 +51,8 @@ pub struct DataConfig {
     pub tokenizer_json: Option<PathBuf>,
     /// Lower-case text before WordPiece (uncased models).
     pub lowercase: bool,
+    /// A vocabulary much smaller than the word embedding is used, with a warning, not refused (`--force`).
+    pub force_vocab: bool,
     /// Treat the data as SQuAD v2.0 (unanswerable questions) even if the file does not say so.
     pub version_2: bool,
     /// Sequence length, document stride, query length.
@@ -259,7 +261,9 @@ impl Corpus {
         roles::settle(&mut self.cfg.io, &mut self.cfg.io_names, model, model_path)?;
         roles::fit_io(&mut self.cfg.io, model, model_path)?;
         roles::check_positions(model, model_path, self.cfg.features.max_seq_len)?;
-        roles::check_vocab(model, model_path, &self.cfg.io.input_ids, &self.tokenizer, self.cfg.tokenizer_source())
+        let vocab =
+            roles::Vocabulary { tok: &self.tokenizer, path: self.cfg.tokenizer_source(), force: self.cfg.force_vocab };
+        roles::check_vocab(model, model_path, &self.cfg.io.input_ids, &vocab)
     }
 }
 

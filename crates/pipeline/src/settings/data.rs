@@ -31,7 +31,7 @@ pub struct DataSettings {
     pub lowercase: bool,
     /// SQuAD version of the dataset: 1.1 or 2.0
     ///
-    /// `--version` is the seed scripts' spelling of it after a command; qdq's own version is `qdq --version`.
+    /// `--version 1.1|2.0` is the seed scripts' spelling of it; `--version` without a value prints qdq's version.
     #[cfg_attr(
         feature = "cli",
         arg(
@@ -77,6 +77,12 @@ pub struct DataSettings {
     /// means none, likewise `position=`; start and end naming one output: stacked), `logits=` for a classifier.
     #[cfg_attr(feature = "cli", arg(long, default_value = "auto", value_name = "NAMES", hide_short_help = true))]
     pub io_names: IoNames,
+    /// Use the tokenizer even when its vocabulary is much smaller than the model's word embedding
+    ///
+    /// A vocabulary under 90 % of the embedding's rows is usually another model's (every answer wrong, F1 near 0),
+    /// so it is refused, naming both sizes; a vocabulary with ids past the table is refused even so.
+    #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
+    pub force: bool,
     /// Pad every batch to --seq-len, not to its longest feature
     ///
     /// Static shapes, e.g. for TensorRT engines; implied when the model's inputs declare a fixed sequence length.
@@ -110,6 +116,7 @@ impl DataSettings {
             vocab,
             tokenizer_json,
             lowercase: self.lowercase,
+            force_vocab: self.force,
             version_2: self.version == SquadVersion::V2_0,
             features,
             io: self.io_names.io(),

@@ -10,7 +10,7 @@ use runtime::SessionConfig;
 use crate::commands::e2e::config::{E2eConfig, Phases, settings};
 use crate::commands::e2e::evaluate::{evaluate_squad, profile_both, profile_inputs};
 use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_static};
-use crate::disk::create_out_dir;
+use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::Result;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs, load_feeds};
@@ -33,7 +33,7 @@ enum EvalData {
 /// classifier) is calibrated and evaluated on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]) and compared with
 /// FP32 ([`evaluate_classifier`]).
 pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
-    create_out_dir(&cfg.out, "--out")?;
+    let run = open_run_dir(&cfg.out, "--out", "qdq e2e")?;
     let started = Instant::now();
     let mut phases = Phases::new();
     let model = load_for_quantization(&cfg.model)?;
@@ -73,6 +73,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     phases.insert("total".to_owned(), started.elapsed().as_secs_f64());
     results.provenance = provenance(cfg, int8_session, phases);
     results.write(&cfg.out)?;
+    finish_run_dir(run)?;
     Ok(results)
 }
 

@@ -21,7 +21,7 @@ use self::screen::Screen;
 use self::search::{ALL_INTEGER_SLACK, Outcome, Search, Spec};
 use crate::commands::calibrate::CalibrateJob;
 use crate::commands::debug::DebugJob;
-use crate::disk::prepare_out_dir;
+use crate::disk::{create_out_dir, finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::squad::{Corpus, DataConfig};
 use crate::job::Job;
@@ -125,8 +125,9 @@ impl Job for TuneJob {
         let started = Instant::now();
         self.check()?;
         let clock = Clock::default();
+        let run = open_run_dir(&self.out, "--out", "qdq tune")?;
         // The candidates go to out/candidates.
-        prepare_out_dir(&self.out.join("candidates"), "--out")?;
+        create_out_dir(&self.out.join("candidates"), "--out")?;
         let fp32_path = resolve_model(&self.model)?;
         // The tokenizer found beside the FP32 model serves every model of the run.
         let data = self.data.config(&fp32_path)?;
@@ -139,7 +140,9 @@ impl Job for TuneJob {
         corpus.fit_model(&Model::load_graph_only(&fp32_path)?, &fp32_path)?;
         let questions = self.questionnaire(&cx, &corpus)?;
         let base = Base { model: &base_model, path: &base_path, policy: &policy, ranges, out: &self.out };
-        self.search(&cx, base, questions, &ranges_path)
+        let report = self.search(&cx, base, questions, &ranges_path)?;
+        finish_run_dir(run)?;
+        Ok(report)
     }
 }
 
