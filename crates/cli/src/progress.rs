@@ -84,4 +84,10 @@ impl Progress for Bars {
             tracing::info!("{message}");
         }
     }
+
+    fn warn(&self, message: &str) {
+        if !self.with_bar(|b| b.suspend(|| tracing::warn!("{message}"))) {
+            tracing::warn!("{message}");
+        }
+    }
 }

@@ -429,3 +429,18 @@ fn version_after_a_command_is_qdqs_version() {
     let o = qdq(&["eval", "--version", "3.0", "--model", "m.onnx", "--dataset", "d.json"]);
     assert!(!o.status.success() && stderr(&o).contains("3.0"), "{}", stderr(&o));
 }
+
+/// Issue 50: `--cal-num 0` is documented as every question, and a run says it takes them all (it did so silently).
+#[test]
+fn cal_num_zero_is_every_question_and_says_so() {
+    let help = String::from_utf8_lossy(&qdq(&["calibrate", "--help"]).stdout).into_owned();
+    assert!(help.contains("0 = all"), "{help}");
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let out = f.dir.path().join("cal");
+    let (model, out) = (f.model.to_str().unwrap(), out.to_str().unwrap());
+    let args = ["calibrate", "--model", model, "--vocab", vocab.to_str().unwrap(), "--out", out, "--cal-num", "0"];
+    let o = qdq(&[&args[..], &["--calibration-data", data.to_str().unwrap()], &TINY_SHAPE[..]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--cal-num 0: calibrating on all 9 questions of"), "{}", stderr(&o));
+}

@@ -68,6 +68,22 @@ fn e2e_prints_the_table_and_writes_every_output() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("MatMul") && text.contains("DequantizeLinear") && text.contains("start_logits"), "{text}");
+    // The default (cpu) model's MatMuls are integer kernels reading QuantizeLinear outputs: counted as such, and the
+    // ranges those QuantizeLinear carry listed (it showed no quantized input and no range).
+    let o = qdq(&["inspect", out.join("model_qdq.onnx").to_str().unwrap(), "--json"]);
+    let i: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kernels = &i["coverage"]["by_op"]["MatMulIntegerToFloat"];
+    assert!(kernels["integer"].as_u64().unwrap() > 0 && kernels["integer"] == kernels["nodes"], "{i:#}");
+    let quantizers = i["coverage"]["quantizers"].as_array().unwrap();
+    assert_eq!(quantizers.len(), results["quantization"]["quantize_nodes"].as_u64().unwrap() as usize, "{i:#}");
+    for q in quantizers {
+        let r = &i["ranges"][q["tensor"].as_str().unwrap()];
+        assert!(r[0].as_f64().unwrap() < r[1].as_f64().unwrap(), "{q}: {r}");
+    }
+    assert!(
+        String::from_utf8_lossy(&qdq(&["inspect", out.join("model_qdq.onnx").to_str().unwrap()]).stdout)
+            .contains("Integer kernels: ")
+    );
 }
 
 /// `--profile-ops` runs each model under ONNX Runtime's profiler and reports its kernel time per operator type: the
@@ -210,4 +226,70 @@ fn window_defaults_follow_a_short_position_table() {
     // The shortest sequence that holds a query and a context token runs with the defaults.
     let o = qdq(&[&base[..], &["--seq-len", "5"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Issue 50: the models qdq writes carry their tokenizer, so the second command every user types, `qdq eval` of the
+/// output, needs no --vocab (it failed on squad/vocab.txt) and scores as the run did, a cased run's included;
+/// `quantize` carries the files beside its input model.
+#[test]
+fn output_models_carry_their_tokenizer() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    for (out, cased) in [("out", false), ("cased", true)] {
+        let mut args = e2e_args(&f, out, vocab, data);
+        if cased {
+            args.push("--cased".into());
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let dir = f.dir.path().join(out);
+        assert_eq!(std::fs::read(dir.join("vocab.txt")).unwrap(), std::fs::read(vocab).unwrap());
+        assert_eq!(dir.join("tokenizer_config.json").is_file(), cased);
+        let results: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+        let model = dir.join("model_qdq.onnx");
+        let args = ["eval", "--model", model.to_str().unwrap(), "--dataset", data, "--json"];
+        let o = qdq(&[&args[..], &TINY_SHAPE].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(e["f1"], results["int8"]["f1"], "{out}");
+        assert!(stderr(&o).contains(&format!("{out}/vocab.txt (no --vocab / --token given)")), "{}", stderr(&o));
+    }
+    // quantize: the files beside the model read go beside the model written.
+    std::fs::copy(vocab, f.dir.path().join("vocab.txt")).unwrap();
+    let q = f.dir.path().join("elsewhere/q.onnx");
+    std::fs::create_dir(f.dir.path().join("elsewhere")).unwrap();
+    let o = qdq(&["quantize", "--model", f.model.to_str().unwrap(), "--mode", "dynamic", "-o", q.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(f.dir.path().join("elsewhere/vocab.txt").is_file());
+}
+
+/// Issue 50: `--ep tensorrt --allow-fallback` here (no TensorRT) runs on the CPU at the CPU's graph optimisation
+/// level, not TensorRT's "disable" (which left INT8 at a tenth of FP32's speed: no integer kernels); the fallback is
+/// a warning and the table says where the models ran.
+#[test]
+fn a_fallback_to_cpu_runs_at_cpus_optimisation_level_and_says_so() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "out", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--ep", "tensorrt", "--allow-fallback", "--save-load"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let int8 = stdout.lines().find(|l| l.starts_with("| INT8")).unwrap();
+    assert!(int8.contains("| cpu (fallback from tensorrt) |"), "{stdout}");
+    let err = stderr(&o);
+    assert!(err.lines().any(|l| l.contains("WARN") && l.contains("CPU's graph optimisation level (all")), "{err}");
+    let out = f.dir.path().join("out");
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(
+        (results["int8"]["ep"].as_str(), results["int8"]["fallback_from"].as_str()),
+        (Some("cpu"), Some("tensorrt"))
+    );
+    // The model ONNX Runtime ran: its Q/DQ MatMuls fused into integer kernels, which only graph optimisation does.
+    let ran = onnx_ir::Model::load(out.join("model_int8_optimized.onnx")).unwrap();
+    let integer =
+        ran.graph().node.iter().filter(|n| n.op_type() == "MatMulIntegerToFloat" || n.op_type() == "QLinearMatMul");
+    assert!(integer.count() > 0, "no integer kernels in the model ONNX Runtime ran");
 }

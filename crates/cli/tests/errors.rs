@@ -162,13 +162,16 @@ fn unwritable_outputs_fail_before_any_work() {
     let (model, data) = (f.model.to_str().unwrap(), data.to_str().unwrap());
     for cmd in [
         vec!["debug", "--model", model, "--qdq", model, "--dataset", data, "--out", out.to_str().unwrap()],
-        vec!["tune", "--model", model, "--dataset", data, "--out", out.to_str().unwrap()],
+        vec!["tune", "--model", model, "--dataset", data, "--calibration-data", data, "--out", out.to_str().unwrap()],
     ] {
         let o = qdq(&cmd);
         let e = one_error(&o);
         assert!(e.contains("--out") && e.contains("a_file"), "{e}");
         assert!(!stderr(&o).contains("INFO"), "{}", stderr(&o));
     }
+    // tune without data to calibrate on is told what it needs, by its own name (it said `qdq calibrate needs`).
+    let e = one_error(&qdq(&["tune", "--model", model, "--dataset", data, "--out", out.to_str().unwrap()]));
+    assert!(e.contains("qdq tune needs --calibration-data FILE") && e.contains("--ranges"), "{e}");
 }
 
 /// Issue 18, item 6: under `ulimit -f` (a file size limit) a write that passes it is one error line naming the
@@ -207,6 +210,7 @@ fn a_killed_run_leaves_only_whole_outputs() {
         "predictions_int8.json",
         "results.json",
         "report.md",
+        "vocab.txt",
         "INCOMPLETE",
     ];
     // The signals go at points spread over one whole run's duration, measured here (a fixed delay is past the end

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::disk::{read_bounded, write_atomic};
 use crate::error::{Error, Result};
 
 /// The model file `path` names: the file itself, or in a directory (a Hugging Face export folder) its model.onnx,
@@ -115,4 +116,84 @@ pub fn quantized_ops_text(model: &onnx_ir::Model) -> Option<String> {
     let quantized = qdq::quantized_ops(model);
     let held: Vec<String> = quantized.iter().map(|(op, n)| format!("{n} {op}")).collect();
     (!held.is_empty()).then(|| held.join(", "))
+}
+
+/// The tokenizer a run read its text with, to be written beside the models it saves.
+pub struct TokenizerFiles<'a> {
+    /// A Hugging Face tokenizer.json (taken first), else the WordPiece vocabulary.
+    pub tokenizer_json: Option<&'a Path>,
+    pub vocab: &'a Path,
+    /// Lower-cased: a vocab.txt of a cased run is written with a tokenizer_config.json saying `do_lower_case: false`.
+    pub lowercase: bool,
+}
+
+/// Writes the tokenizer beside the models saved in `dir` under the names qdq finds beside a model (tokenizer.json,
+/// else vocab.txt with tokenizer_config.json for a cased vocabulary), so `qdq eval --model dir/model_qdq.onnx` needs
+/// no --vocab. A file already there with the same bytes is left; a missing source (inputs that are not text) writes
+/// nothing.
+pub fn carry_tokenizer(t: &TokenizerFiles, dir: &Path) -> Result<()> {
+    let (source, name) = match t.tokenizer_json {
+        Some(json) => (json, "tokenizer.json"),
+        None => (t.vocab, "vocab.txt"),
+    };
+    if !source.is_file() {
+        return Ok(());
+    }
+    copy_unless_same(source, &dir.join(name))?;
+    if t.tokenizer_json.is_none() {
+        let stale = dir.join("tokenizer.json");
+        if stale.is_file() {
+            tracing::warn!(
+                "{} is not the tokenizer this run used ({}), and qdq takes it before vocab.txt: give --vocab when \
+                 evaluating the models here",
+                stale.display(),
+                source.display()
+            );
+        }
+        if !t.lowercase {
+            write_atomic(&dir.join("tokenizer_config.json"), b"{\n  \"do_lower_case\": false\n}\n")?;
+        }
+    }
+    Ok(())
+}
+
+/// `qdq quantize`: the tokenizer files found beside the model read (`from`) written beside the model written (`to`),
+/// where that directory has none of its own (one there that differs is named in a warning, and kept).
+pub fn carry_tokenizer_files(from: &Path, to: &Path) -> Result<()> {
+    let (from, to) = (crate::disk::parent_dir(from), crate::disk::parent_dir(to));
+    for name in ["tokenizer.json", "vocab.txt", "tokenizer_config.json"] {
+        let (source, dest) = (from.join(name), to.join(name));
+        if !source.is_file() {
+            continue;
+        }
+        if !dest.exists() {
+            copy_unless_same(&source, &dest)?;
+        } else if !same_bytes(&source, &dest) {
+            tracing::warn!(
+                "{} differs from the model's {}: kept; give --vocab / --token when evaluating the quantized model",
+                dest.display(),
+                source.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Copies `source` to `dest` (atomically) unless `dest` is the same file or has the same bytes.
+fn copy_unless_same(source: &Path, dest: &Path) -> Result<()> {
+    if same_bytes(source, dest) {
+        return Ok(());
+    }
+    write_atomic(dest, &read_bounded(source)?)
+}
+
+/// True when both files exist and hold the same bytes (or are one file).
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    if let (Ok(x), Ok(y)) = (a.canonicalize(), b.canonicalize())
+        && x == y
+    {
+        return true;
+    }
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
+    size(a).is_some() && size(a) == size(b) && read_bounded(a).ok() == read_bounded(b).ok()
 }

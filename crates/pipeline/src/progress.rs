@@ -12,8 +12,12 @@ pub trait Progress: Sync {
     fn advance(&self, n: u64);
     /// The stage is over.
     fn finish(&self);
-    /// A message for the user (e.g. "falling back to CPU: ...").
+    /// A message for the user about the run.
     fn note(&self, message: &str) {
+        tracing::warn!("{message}");
+    }
+    /// A warning: something the user asked for is not what runs (e.g. "falling back to CPU: ...").
+    fn warn(&self, message: &str) {
         tracing::warn!("{message}");
     }
 }

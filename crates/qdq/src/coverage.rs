@@ -13,6 +13,36 @@ pub struct OpCoverage {
     pub nodes: usize,
     /// Nodes whose every float input is the output of a DequantizeLinear.
     pub covered: usize,
+    /// Nodes that are integer kernels ([`is_integer_kernel`]): they read quantized tensors themselves.
+    pub integer: usize,
+}
+
+/// True for an op that computes on quantized (integer) inputs itself: ONNX Runtime's `MatMulIntegerToFloat`,
+/// `QAttention`, ..., and `QLinear*` ([`QUANTIZED_OPS`] but the quantizers).
+pub fn is_integer_kernel(op: &str) -> bool {
+    (QUANTIZED_OPS.contains(&op) && op != "QuantizeLinear" && op != "DynamicQuantizeLinear")
+        || op.starts_with("QLinear")
+}
+
+/// A QuantizeLinear whose output is read by something other than a DequantizeLinear (an integer kernel such as
+/// `MatMulIntegerToFloat` takes it as it is): the range it encodes is the kernel's input range.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QuantizerInfo {
+    /// The quantized float tensor.
+    pub tensor: String,
+    pub quantize_node: String,
+    pub scales: Vec<f32>,
+    pub zero_points: Vec<i32>,
+    pub unsigned: bool,
+    /// `(node name, input slot)` of every reader that is not a DequantizeLinear, sorted.
+    pub consumers: Vec<(String, usize)>,
+}
+
+impl QuantizerInfo {
+    /// The float range it represents (per-tensor, known scale), as [`PairInfo::range`].
+    pub fn range(&self) -> Option<(f32, f32)> {
+        range_of(&self.scales, &self.zero_points, self.unsigned)
+    }
 }
 
 /// One DequantizeLinear node and the tensor behind it.
@@ -66,6 +96,8 @@ pub struct Coverage {
     pub pairs: Vec<PairInfo>,
     /// MatMul-like work left in float, in graph order.
     pub float_matmul_like: Vec<FloatNode>,
+    /// Every QuantizeLinear read by an integer kernel (or anything but a DequantizeLinear), sorted by tensor.
+    pub quantizers: Vec<QuantizerInfo>,
 }
 
 fn int_values(t: &TensorProto) -> Vec<i32> {
@@ -123,64 +155,127 @@ pub fn quantized_ops(model: &Model) -> BTreeMap<String, usize> {
     held
 }
 
+/// Who produces and reads each tensor of a graph, for [`coverage`].
+struct Index<'g> {
+    producer_op: HashMap<&'g str, &'g str>,
+    q_by_output: HashMap<&'g str, &'g onnx_ir::proto::NodeProto>,
+    readers: HashMap<&'g str, Vec<(String, usize)>>,
+    op_by_name: HashMap<&'g str, &'g str>,
+}
+
+impl<'g> Index<'g> {
+    fn of(g: &'g GraphProto) -> Index<'g> {
+        let mut ix = Index {
+            producer_op: HashMap::new(),
+            q_by_output: HashMap::new(),
+            readers: HashMap::new(),
+            op_by_name: g.node.iter().map(|n| (n.name(), n.op_type())).collect(),
+        };
+        for n in &g.node {
+            for o in &n.output {
+                ix.producer_op.insert(o.as_str(), n.op_type());
+                if n.op_type() == "QuantizeLinear" {
+                    ix.q_by_output.insert(o.as_str(), n);
+                }
+            }
+            for (slot, i) in n.input.iter().enumerate() {
+                ix.readers.entry(i.as_str()).or_default().push((n.name().to_string(), slot));
+            }
+        }
+        ix
+    }
+}
+
 /// Counts Q/DQ coverage per op type and lists every DQ with its parameters.
 pub fn coverage(model: &Model) -> Coverage {
     let g = model.graph();
-    let mut producer_op: HashMap<&str, &str> = HashMap::new();
-    let mut q_by_output = HashMap::new();
-    let mut readers: HashMap<&str, Vec<(String, usize)>> = HashMap::new();
-    for n in &g.node {
-        for o in &n.output {
-            producer_op.insert(o.as_str(), n.op_type());
-            if n.op_type() == "QuantizeLinear" {
-                q_by_output.insert(o.as_str(), n);
-            }
-        }
-        for (slot, i) in n.input.iter().enumerate() {
-            readers.entry(i.as_str()).or_default().push((n.name().to_string(), slot));
-        }
-    }
+    let ix = Index::of(g);
     let mut cov = Coverage::default();
     for n in &g.node {
-        let op = n.op_type();
-        if op == "QuantizeLinear" || op == "DequantizeLinear" {
-            if op == "DequantizeLinear"
-                && let Some(p) = pair_info(g, n, &q_by_output, &readers)
-            {
-                cov.pairs.push(p);
-            }
-            continue;
-        }
-        let e = cov.by_op.entry(op.to_string()).or_default();
-        e.nodes += 1;
-        // Covered: it has float inputs, and every one is a DequantizeLinear output (a node reading only integer
-        // tensors, such as Shape(input_ids), is not "behind DQ").
-        let float_inputs: Vec<&String> =
-            n.input.iter().filter(|i| !i.is_empty() && !is_non_float_constant(g, i)).collect();
-        let plain: Vec<String> = float_inputs
-            .iter()
-            .filter(|i| producer_op.get(i.as_str()) != Some(&"DequantizeLinear"))
-            .map(|i| i.to_string())
-            .collect();
-        if !float_inputs.is_empty() && plain.is_empty() {
-            e.covered += 1;
-        }
-        // For the ops qdq quantizes, the matrix work is A·B: a Gemm's C or an Attention's bias left in float is not
-        // float matrix work.
-        let operands: Vec<String> = match crate::patterns::matmul_rule(n) {
-            Some(_) => plain.into_iter().filter(|i| n.input.iter().take(2).any(|a| a == i)).collect(),
-            None => plain,
-        };
-        if crate::types::MATMUL_LIKE.contains(&op) && !operands.is_empty() {
-            cov.float_matmul_like.push(FloatNode {
-                node: n.name().to_owned(),
-                op_type: op.to_owned(),
-                float_inputs: operands,
-            });
+        match n.op_type() {
+            "DequantizeLinear" => cov.pairs.extend(pair_info(g, n, &ix.q_by_output, &ix.readers)),
+            "QuantizeLinear" => cov.quantizers.extend(quantizer_info(g, n, &ix.op_by_name, &ix.readers)),
+            _ => count_node(&mut cov, g, n, &ix.producer_op),
         }
     }
     cov.pairs.sort_by(|a, b| (&a.tensor, &a.consumers).cmp(&(&b.tensor, &b.consumers)));
+    cov.quantizers.sort_by(|a, b| (&a.tensor, &a.consumers).cmp(&(&b.tensor, &b.consumers)));
     cov
+}
+
+/// Counts node `n` (not a Q or DQ) into `cov`: its op type's nodes, covered and integer counts, and its float
+/// MatMul-like work.
+fn count_node(cov: &mut Coverage, g: &GraphProto, n: &onnx_ir::proto::NodeProto, producer_op: &HashMap<&str, &str>) {
+    let op = n.op_type();
+    let e = cov.by_op.entry(op.to_string()).or_default();
+    e.nodes += 1;
+    e.integer += usize::from(is_integer_kernel(op));
+    // Covered: it has float inputs, and every one is a DequantizeLinear output (a node reading only integer
+    // tensors, such as Shape(input_ids), is not "behind DQ").
+    let float_inputs: Vec<&String> = n.input.iter().filter(|i| !i.is_empty() && !is_non_float_constant(g, i)).collect();
+    let plain: Vec<String> = float_inputs
+        .iter()
+        .filter(|i| producer_op.get(i.as_str()) != Some(&"DequantizeLinear"))
+        .map(|i| i.to_string())
+        .collect();
+    if !float_inputs.is_empty() && plain.is_empty() {
+        e.covered += 1;
+    }
+    // For the ops qdq quantizes, the matrix work is A·B: a Gemm's C or an Attention's bias left in float is not
+    // float matrix work.
+    let operands: Vec<String> = match crate::patterns::matmul_rule(n) {
+        Some(_) => plain.into_iter().filter(|i| n.input.iter().take(2).any(|a| a == i)).collect(),
+        None => plain,
+    };
+    if crate::types::MATMUL_LIKE.contains(&op) && !operands.is_empty() {
+        cov.float_matmul_like.push(FloatNode {
+            node: n.name().to_owned(),
+            op_type: op.to_owned(),
+            float_inputs: operands,
+        });
+    }
+}
+
+/// The QuantizeLinear `n` when something other than a DequantizeLinear reads its output.
+fn quantizer_info(
+    g: &GraphProto,
+    n: &onnx_ir::proto::NodeProto,
+    op_by_name: &HashMap<&str, &str>,
+    readers: &HashMap<&str, Vec<(String, usize)>>,
+) -> Option<QuantizerInfo> {
+    let out = n.output.first()?;
+    let op_of = |name: &str| op_by_name.get(name).copied();
+    let mut consumers: Vec<(String, usize)> = readers
+        .get(out.as_str())
+        .into_iter()
+        .flatten()
+        .filter(|(r, _)| op_of(r) != Some("DequantizeLinear"))
+        .cloned()
+        .collect();
+    if consumers.is_empty() {
+        return None;
+    }
+    consumers.sort();
+    let (scales, zero_points, unsigned) = params(g, n);
+    Some(QuantizerInfo {
+        tensor: n.input.first()?.clone(),
+        quantize_node: n.name().to_owned(),
+        scales,
+        zero_points,
+        unsigned,
+        consumers,
+    })
+}
+
+/// A Q or DQ node's scales, zero points (when initializers) and whether the zero point is uint8.
+fn params(g: &GraphProto, n: &onnx_ir::proto::NodeProto) -> (Vec<f32>, Vec<i32>, bool) {
+    let init = |slot: usize| n.input.get(slot).and_then(|s| g.initializer(s));
+    let scales = init(1)
+        .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
+        .map(|a| a.iter().copied().collect())
+        .unwrap_or_default();
+    let unsigned = init(2).is_some_and(|t| t.data_type() == DataType::Uint8 as i32);
+    (scales, init(2).map(int_values).unwrap_or_default(), unsigned)
 }
 
 /// The pair a DequantizeLinear node `n` ends: the tensor behind it, its parameters and readers.
@@ -193,7 +288,7 @@ fn pair_info(
     let dq_in = n.input.first()?;
     let q = q_by_output.get(dq_in.as_str());
     let tensor = q.and_then(|q| q.input.first()).unwrap_or(dq_in).clone();
-    let init = |slot: usize| n.input.get(slot).and_then(|s| g.initializer(s));
+    let (scales, zero_points, unsigned) = params(g, n);
     let mut consumers: Vec<(String, usize)> =
         n.output.first().and_then(|o| readers.get(o.as_str())).cloned().unwrap_or_default();
     consumers.sort();
@@ -203,12 +298,9 @@ fn pair_info(
         quantize_node: q.map(|q| q.name().to_string()),
         dequantize_node: n.name().to_string(),
         output: n.output.first().cloned().unwrap_or_default(),
-        scales: init(1)
-            .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
-            .map(|a| a.iter().copied().collect())
-            .unwrap_or_default(),
-        zero_points: init(2).map(int_values).unwrap_or_default(),
-        unsigned: init(2).is_some_and(|t| t.data_type() == DataType::Uint8 as i32),
+        scales,
+        zero_points,
+        unsigned,
         axis: onnx_ir::get_attr_int(n, "axis").ok().flatten(),
         consumers,
     })
@@ -217,9 +309,9 @@ fn pair_info(
 impl fmt::Display for Coverage {
     /// Per-op coverage table, then one line per DQ (tensor, scale or channel count, zero point, axis, readers).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<24} {:>6} {:>8}", "op type", "nodes", "behind DQ")?;
+        writeln!(f, "{:<24} {:>6} {:>10} {:>8}", "op type", "nodes", "behind DQ", "integer")?;
         for (op, c) in &self.by_op {
-            writeln!(f, "{op:<24} {:>6} {:>8}", c.nodes, c.covered)?;
+            writeln!(f, "{op:<24} {:>6} {:>10} {:>8}", c.nodes, c.covered, c.integer)?;
         }
         if !self.float_matmul_like.is_empty() {
             writeln!(
@@ -237,6 +329,14 @@ impl fmt::Display for Coverage {
             let readers: Vec<String> = p.consumers.iter().map(|(n, s)| format!("{n}[{s}]")).collect();
             writeln!(f, "  {:<48} {scale:>12} zp {zp:>4} axis {axis:>2} -> {}", p.tensor, readers.join(" "))?;
         }
+        if !self.quantizers.is_empty() {
+            writeln!(f, "{} QuantizeLinear nodes read by integer kernels:", self.quantizers.len())?;
+            for q in &self.quantizers {
+                let (scale, zp, _) = param_columns(&q.scales, &q.zero_points, None::<i64>);
+                let readers: Vec<String> = q.consumers.iter().map(|(n, s)| format!("{n}[{s}]")).collect();
+                writeln!(f, "  {:<48} {scale:>12} zp {zp:>4}         -> {}", q.tensor, readers.join(" "))?;
+            }
+        }
         Ok(())
     }
 }
@@ -245,11 +345,16 @@ impl PairInfo {
     /// The float range the pair can represent, `[(qmin - zp) * scale, (qmax - zp) * scale]`, for a per-tensor pair
     /// with a known scale.
     pub fn range(&self) -> Option<(f32, f32)> {
-        let [scale] = self.scales[..] else { return None };
-        let zp = self.zero_points.first().copied().unwrap_or(0);
-        let (qmin, qmax) = if self.unsigned { (0, 255) } else { (-128, 127) };
-        Some(((qmin - zp) as f32 * scale, (qmax - zp) as f32 * scale))
+        range_of(&self.scales, &self.zero_points, self.unsigned)
     }
+}
+
+/// `[(qmin - zp) * scale, (qmax - zp) * scale]` of 8-bit per-tensor parameters.
+fn range_of(scales: &[f32], zero_points: &[i32], unsigned: bool) -> Option<(f32, f32)> {
+    let [scale] = scales[..] else { return None };
+    let zp = zero_points.first().copied().unwrap_or(0);
+    let (qmin, qmax) = if unsigned { (0, 255) } else { (-128, 127) };
+    Some(((qmin - zp) as f32 * scale, (qmax - zp) as f32 * scale))
 }
 
 /// Display columns shared by the plan and coverage tables: scale (or channel count), zero point, axis.

@@ -55,7 +55,10 @@ mod types;
 
 pub use bias::PlannedBias;
 pub use contrib::{ContribRewrites, expand_integer_matmuls};
-pub use coverage::{Coverage, FloatNode, OpCoverage, PairInfo, QUANTIZED_OPS, QdqCounts, coverage, quantized_ops};
+pub use coverage::{
+    Coverage, FloatNode, OpCoverage, PairInfo, QUANTIZED_OPS, QdqCounts, QuantizerInfo, coverage, is_integer_kernel,
+    quantized_ops,
+};
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::{EmbeddingTable, RowDequantize};
 pub use error::{Error, Result};

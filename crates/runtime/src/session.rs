@@ -35,6 +35,11 @@ impl std::str::FromStr for OptLevel {
 impl OptLevel {
     pub const NAMES: &'static [&'static str] = &["disable", "basic", "extended", "all"];
 
+    /// Its name as `--opt-level` takes it.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
     /// `disable`/`none`/`0`, `basic`/`1`, `extended`/`2`, `all`/`3`/`99`, case-insensitive.
     pub fn parse(s: &str) -> Result<OptLevel> {
         Ok(match s.to_ascii_lowercase().as_str() {
@@ -60,6 +65,10 @@ pub struct SessionConfig {
     /// this is on, [`Session::fallback`] carries the reason for the caller to print.
     pub allow_fallback: bool,
     pub opt_level: OptLevel,
+    /// `opt_level` was chosen by the user: kept on a fallback to CPU. Otherwise it is the EP's (none for TensorRT and
+    /// MIGraphX reading Q/DQ pairs themselves), and a fallback to CPU takes CPU's own, all (its integer kernels come
+    /// from graph fusion: without it an INT8 model runs ten times slower than FP32).
+    pub opt_level_given: bool,
     /// Intra-op threads; `None` lets ONNX Runtime decide (one per core).
     pub intra_threads: Option<usize>,
     /// ONNX Runtime's intra-op threads spin-wait for work between parallel sections (its default). Off when the
@@ -82,6 +91,7 @@ impl Default for SessionConfig {
             ep: Ep::Cpu,
             allow_fallback: false,
             opt_level: OptLevel::All,
+            opt_level_given: false,
             intra_threads: None,
             intra_spinning: true,
             verbose: false,
@@ -98,6 +108,7 @@ impl SessionConfig {
     /// user chose a level (`opt_level_given`): they read the Q/DQ pairs themselves.
     pub fn for_int8_model(&self, int8: bool, opt_level_given: bool, table: &Path) -> SessionConfig {
         let mut s = self.clone();
+        s.opt_level_given = opt_level_given;
         s.ep = s.ep.for_int8_model(int8, table);
         if !opt_level_given && s.ep.reads_qdq_itself() {
             s.opt_level = OptLevel::Disable;
@@ -121,6 +132,16 @@ impl SessionConfig {
                 ..self.clone()
             })
             .collect()
+    }
+
+    /// The config a fallback to CPU runs with: the same, but at CPU's default graph optimisation level unless the
+    /// user chose one ([`SessionConfig::opt_level_given`]).
+    fn on_cpu_instead(&self) -> (SessionConfig, FallbackLevel) {
+        if self.opt_level_given || self.opt_level == OptLevel::All {
+            return (SessionConfig { ep: Ep::Cpu, ..self.clone() }, FallbackLevel::Same);
+        }
+        let cpu = SessionConfig { ep: Ep::Cpu, opt_level: OptLevel::All, ..self.clone() };
+        (cpu, FallbackLevel::Cpu { ep: self.opt_level })
     }
 
     /// Fails fast, before any work, when the loaded ONNX Runtime lacks this config's EP (unless fallback is allowed):
@@ -268,12 +289,38 @@ pub struct OutputRef<'a> {
     pub data: Cow<'a, [f32]>,
 }
 
+/// A permitted fallback to CPU: the EP asked for and why, with the optimisation level CPU runs at.
+struct Fallback {
+    from: &'static str,
+    why: String,
+}
+
+/// The graph optimisation level a fallback session runs at, and how its message says so.
+enum FallbackLevel {
+    /// The user's (or the EP's equal to CPU's default): nothing to say.
+    Same,
+    /// The EP's own level replaced by CPU's default.
+    Cpu { ep: OptLevel },
+}
+
+impl FallbackLevel {
+    fn describe(&self, why: &dyn std::fmt::Display) -> String {
+        match self {
+            FallbackLevel::Same => format!("falling back to CPU: {why}"),
+            FallbackLevel::Cpu { ep } => format!(
+                "falling back to CPU, at CPU's graph optimisation level (all, not the EP's {}): {why}",
+                ep.name()
+            ),
+        }
+    }
+}
+
 /// An ONNX Runtime session on a known execution provider.
 pub struct Session {
     inner: ort::session::Session,
     model: String,
     ep: Ep,
-    fallback: Option<String>,
+    fallback: Option<Fallback>,
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
     /// Slots of the inputs fed zeros when a run does not give them ([`Session::feed_zeros`]).
@@ -341,28 +388,30 @@ impl Session {
             ModelSource::File(p) => b.commit_from_file(p),
         };
         let info = init(cfg.library.as_deref())?;
-        let mut fallback = None;
-        let mut ep = cfg.ep.clone();
-        if !info.providers.iter().any(|p| p == ep.ort_name()) {
-            let unavailable = unavailable(&info, &ep);
+        let cpu = cfg.on_cpu_instead();
+        let fell = |why: &dyn std::fmt::Display| Fallback { from: cfg.ep.short_name(), why: cpu.1.describe(why) };
+        if !info.providers.iter().any(|p| p == cfg.ep.ort_name()) {
+            let unavailable = unavailable(&info, &cfg.ep);
             if !cfg.allow_fallback {
                 return Err(unavailable);
             }
-            fallback = Some(format!("falling back to CPU: {unavailable}"));
-            ep = Ep::Cpu;
+            let inner = Self::build(model, &cpu.0, &Ep::Cpu, observer.as_ref(), &commit)?;
+            return Ok(Self::wrap(inner, model, Ep::Cpu, Some(fell(&unavailable))));
         }
-        let inner = match Self::build(model, cfg, &ep, observer.as_ref(), &commit) {
-            Ok(s) => s,
-            Err(e @ Error::EpRegistration { .. }) if cfg.allow_fallback && ep != Ep::Cpu => {
-                fallback = Some(format!("falling back to CPU: {e}"));
-                ep = Ep::Cpu;
-                Self::build(model, cfg, &ep, observer.as_ref(), &commit)?
+        match Self::build(model, cfg, &cfg.ep, observer.as_ref(), &commit) {
+            Ok(inner) => Ok(Self::wrap(inner, model, cfg.ep.clone(), None)),
+            Err(e @ Error::EpRegistration { .. }) if cfg.allow_fallback && cfg.ep != Ep::Cpu => {
+                let inner = Self::build(model, &cpu.0, &Ep::Cpu, observer.as_ref(), &commit)?;
+                Ok(Self::wrap(inner, model, Ep::Cpu, Some(fell(&e))))
             }
-            Err(e) => return Err(e),
-        };
+            Err(e) => Err(e),
+        }
+    }
+
+    fn wrap(inner: ort::session::Session, model: &str, ep: Ep, fallback: Option<Fallback>) -> Session {
         let inputs = inner.inputs().iter().map(|o| io_info(o.name(), o.dtype())).collect();
         let outputs = inner.outputs().iter().map(|o| io_info(o.name(), o.dtype())).collect();
-        Ok(Session { inner, model: model.to_owned(), ep, fallback, inputs, outputs, zero_fed: Vec::new() })
+        Session { inner, model: model.to_owned(), ep, fallback, inputs, outputs, zero_fed: Vec::new() }
     }
 
     fn build(
@@ -433,7 +482,12 @@ impl Session {
 
     /// Why the session fell back to CPU, when [`SessionConfig::allow_fallback`] allowed it.
     pub fn fallback(&self) -> Option<&str> {
-        self.fallback.as_deref()
+        self.fallback.as_ref().map(|f| f.why.as_str())
+    }
+
+    /// The EP asked for (its short name), when the session fell back to CPU from it.
+    pub fn fallback_from(&self) -> Option<&'static str> {
+        self.fallback.as_ref().map(|f| f.from)
     }
 
     pub fn inputs(&self) -> &[IoInfo] {

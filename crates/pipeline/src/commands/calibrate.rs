@@ -8,7 +8,7 @@ use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::files::{TextInputs, load_feeds};
 use crate::job::Job;
-use crate::model::{load_for_quantization, resolve_model, save_model};
+use crate::model::{carry_tokenizer, load_for_quantization, resolve_model, save_model};
 use crate::progress::Progress;
 use crate::report::calibrate::CalibrateReport;
 use crate::settings::calib::CalibSettings;
@@ -63,7 +63,10 @@ impl Job for CalibrateJob {
         }
         let (policy, choice) = self.policy.policy(&self.target.ep)?;
         tracing::info!("{choice}");
+        // An --out that cannot hold the tables fails now, not after the pass.
+        let run = open_run_dir(&self.out, "--out", "qdq calibrate")?;
         let (cal, smoothed) = self.calibrate(&policy, progress)?;
+        finish_run_dir(run)?;
         Ok(CalibrateReport {
             smoothed,
             tensors: cal.tensors.len(),
@@ -99,13 +102,12 @@ impl CalibrateJob {
         if !self.merge.is_empty() {
             qdq::check_mergeable(&model, policy)?;
         }
-        // An --out that cannot hold the tables fails now, not after the pass.
-        let run = open_run_dir(&self.out, "--out", "qdq calibrate")?;
         let (model, smoothed) = match smooth_model(model, policy, data, &opts, progress)? {
             (model, None) => (model, None),
             (smoothed, Some(s)) => {
                 let path = self.out.join("model_smoothed.onnx");
                 save_model(&smoothed, &path)?;
+                carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;
                 (smoothed, Some((s.describe(), path)))
             }
         };
@@ -113,7 +115,6 @@ impl CalibrateJob {
         let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
         self.merge_into(&mut cal, &opts)?;
         write_tables(&cal, &self.out)?;
-        finish_run_dir(run)?;
         Ok((cal, smoothed))
     }
 

@@ -8,7 +8,7 @@ use qdq::Policy;
 use crate::disk::check_writable;
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::model::{load_for_quantization, resolve_model, save_model};
+use crate::model::{carry_tokenizer_files, load_for_quantization, resolve_model, save_model};
 use crate::progress::Progress;
 use crate::report::quantize::QuantizeReport;
 use crate::settings::policy::{Mode, PolicySettings, Target, describe_policies};
@@ -119,6 +119,7 @@ impl QuantizeJob {
         let mut model = model;
         plan.apply(&mut model)?;
         save_model(&model, output)?;
+        carry_tokenizer_files(model_path, output)?;
         Ok(QuantizeReport::Written {
             output: output.clone(),
             tensors: plan.tensors.len(),
@@ -139,6 +140,7 @@ impl QuantizeJob {
             return Ok(QuantizeReport::PlannedDynamic(plan));
         };
         save_model(&qmodel, output)?;
+        carry_tokenizer_files(model_path, output)?;
         Ok(QuantizeReport::Written {
             output: output.clone(),
             tensors: plan.matmuls.len(),

@@ -29,6 +29,23 @@ pub fn load_feeds(
     cfg: &DataConfig,
     text: &TextInputs,
 ) -> Result<Box<dyn Feeds>> {
+    let feeds = squad_or_inputs(model, model_path, path, n, cfg, text)?;
+    if n == 0 {
+        let (units, unit) = feeds.units();
+        tracing::info!("--cal-num 0: calibrating on all {units} {unit} of {} (the default is 100)", path.display());
+    }
+    Ok(feeds)
+}
+
+/// [`load_feeds`] by the file's kind.
+fn squad_or_inputs(
+    model: &Model,
+    model_path: &Path,
+    path: &Path,
+    n: usize,
+    cfg: &DataConfig,
+    text: &TextInputs,
+) -> Result<Box<dyn Feeds>> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
     if ext != "json" {
         return Ok(Box::new(InputSet::load(path, model, text, n)?));

@@ -11,6 +11,7 @@ use squad::{FeatureConfig, FeatureStream, ModelIo, Padding, PostProcessConfig, P
 
 use crate::error::{Error, Result};
 use crate::inputs::roles::{self, IoNames};
+use crate::model::TokenizerFiles;
 
 /// SQuAD format version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,6 +76,11 @@ impl DataConfig {
             Some(json) => SquadTokenizer::from_tokenizer_json(json)?,
             None => SquadTokenizer::from_vocab(&self.vocab, self.lowercase)?,
         }))
+    }
+
+    /// The tokenizer's files, to carry beside the models a run writes ([`crate::model::carry_tokenizer`]).
+    pub fn tokenizer_files(&self) -> TokenizerFiles<'_> {
+        TokenizerFiles { tokenizer_json: self.tokenizer_json.as_deref(), vocab: &self.vocab, lowercase: self.lowercase }
     }
 
     /// The file the tokenizer comes from.

@@ -8,6 +8,7 @@ use crate::report::ops::op_table;
 use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
 use crate::settings::policy::Mode;
 use crate::steps::classify::ClassifierEval;
+use crate::steps::evaluate::ep_label;
 
 /// What `qdq e2e` did: the results (as results.json) and where everything went.
 #[derive(Debug, Clone)]
@@ -71,7 +72,7 @@ impl E2eResults {
             undecided.extend(vs.and_then(|c| c.undecided(&name, "FP32")));
             t.add_row([
                 name,
-                r.ep.clone(),
+                ep_label(&r.ep, r.fallback_from.as_deref()),
                 format!("{:.2}", r.score.exact_match),
                 format!("{:.2}", r.score.f1),
                 d,
@@ -203,7 +204,7 @@ fn classification_table(c: &ClassifierEval, int8: &str) -> String {
         let pct = |v: f64| format!("{:.2} %", 100.0 * v);
         t.add_row([
             name.to_owned(),
-            m.ep.clone(),
+            ep_label(&m.ep, m.fallback_from.as_deref()),
             m.accuracy.map_or("-".to_owned(), pct),
             same.map_or(String::new(), |a| pct(a.top1)),
             same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),

@@ -36,6 +36,7 @@ fn evaluation_json(model: &Path, e: &Evaluation) -> serde_json::Value {
         "model": model,
         "ep": e.ep,
         "fallback": e.fallback,
+        "fallback_from": e.fallback_from,
         "exact_match": e.score.exact_match,
         "f1": e.score.f1,
         "questions": e.score.questions,
@@ -82,13 +83,17 @@ fn line(f: &mut fmt::Formatter<'_>, model: &Path, e: &Evaluation) -> fmt::Result
             l.ms_per_feature,
             l.p50_ms_per_feature,
             l.p90_ms_per_feature,
-            e.ep
+            e.ep_label()
         )
     } else {
         write!(
             f,
             "{:.2} ms/feature, p50 {:.2}, p90 {:.2}, {:.1} features/s on {}",
-            l.ms_per_feature, l.p50_ms_per_feature, l.p90_ms_per_feature, l.features_per_second, e.ep
+            l.ms_per_feature,
+            l.p50_ms_per_feature,
+            l.p90_ms_per_feature,
+            l.features_per_second,
+            e.ep_label()
         )
     }
 }

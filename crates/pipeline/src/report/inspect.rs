@@ -29,7 +29,7 @@ impl Report for Inspection {
     /// The document `qdq inspect --json` prints (docs/JSON.md, schema `qdq.inspect/1`).
     fn json(&self) -> serde_json::Value {
         let ranges: std::collections::BTreeMap<_, _> =
-            self.coverage.pairs.iter().filter_map(|p| p.range().map(|r| (p.tensor.clone(), [r.0, r.1]))).collect();
+            self.ranges().map(|(t, lo, hi)| (t.to_owned(), [lo, hi])).collect();
         serde_json::json!({
             "schema": "qdq.inspect/1",
             "model": self.path,
@@ -45,6 +45,27 @@ impl Report for Inspection {
             "coverage": self.coverage,
             "ranges": ranges,
         })
+    }
+}
+
+impl Inspection {
+    /// The ranges the model's per-tensor Q/DQ pairs, and the QuantizeLinears its integer kernels read, encode.
+    fn ranges(&self) -> impl Iterator<Item = (&str, f32, f32)> {
+        let c = &self.coverage;
+        let pairs = c.pairs.iter().filter_map(|p| p.range().map(|r| (p.tensor.as_str(), r.0, r.1)));
+        pairs.chain(c.quantizers.iter().filter_map(|q| q.range().map(|r| (q.tensor.as_str(), r.0, r.1))))
+    }
+
+    /// `37 MatMulIntegerToFloat`: the integer kernels by op type, or `None`.
+    fn integer_kernels(&self) -> Option<String> {
+        let k: Vec<String> = self
+            .coverage
+            .by_op
+            .iter()
+            .filter(|(_, c)| c.integer > 0)
+            .map(|(op, c)| format!("{} {op}", c.integer))
+            .collect();
+        (!k.is_empty()).then(|| k.join(", "))
     }
 }
 
@@ -66,20 +87,25 @@ impl fmt::Display for Inspection {
         let _ = writeln!(s);
         let (q, dq) = (self.counts.quantize, self.counts.dequantize);
         let _ = writeln!(s, "Q/DQ: {q} QuantizeLinear, {dq} DequantizeLinear");
+        if let Some(k) = self.integer_kernels() {
+            let read = self.coverage.quantizers.len();
+            let _ = writeln!(s, "Integer kernels: {k} (reading {read} QuantizeLinear outputs and integer weights)");
+        }
         if self.pairs {
             let _ = writeln!(s, "{}", self.coverage);
-            let _ = writeln!(s, "Ranges encoded by per-tensor pairs (tensor: [min, max]):");
-            for p in &self.coverage.pairs {
-                if let Some((lo, hi)) = p.range() {
-                    let _ = writeln!(s, "  {}: [{lo:.6}, {hi:.6}]", p.tensor);
-                }
+            let _ = writeln!(
+                s,
+                "Ranges encoded by per-tensor pairs and integer kernels' QuantizeLinear (tensor: [min, max]):"
+            );
+            for (tensor, lo, hi) in self.ranges() {
+                let _ = writeln!(s, "  {tensor}: [{lo:.6}, {hi:.6}]");
             }
         } else {
-            let _ = writeln!(s, "{:<24} {:>6} {:>10}", "op type", "nodes", "behind DQ");
+            let _ = writeln!(s, "{:<24} {:>6} {:>10} {:>8}", "op type", "nodes", "behind DQ", "integer");
             for (op, c) in &self.coverage.by_op {
-                let _ = writeln!(s, "{op:<24} {:>6} {:>10}", c.nodes, c.covered);
+                let _ = writeln!(s, "{op:<24} {:>6} {:>10} {:>8}", c.nodes, c.covered, c.integer);
             }
-            if dq > 0 {
+            if dq > 0 || !self.coverage.quantizers.is_empty() {
                 let float = float_summary(&self.coverage.float_matmul_like);
                 if !float.is_empty() {
                     let _ = writeln!(s, "MatMul-like work left in float: {float} (--pairs lists the nodes)");

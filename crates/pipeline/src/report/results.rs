@@ -19,7 +19,11 @@ use crate::steps::speed::{OpProfile, Speedup};
 pub struct ModelResult {
     pub model: String,
     pub model_bytes: u64,
+    /// The EP it ran on (`cpu` after a permitted fallback).
     pub ep: String,
+    /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_from: Option<String>,
     #[serde(flatten)]
     pub score: Score,
     pub latency: Latency,

@@ -113,9 +113,9 @@ impl DataSettings {
         features.validate()?;
         let (vocab, tokenizer_json) = self.tokenizer_files(model);
         Ok(DataConfig {
+            lowercase: self.lowercase && !cased_beside(&vocab, self.vocab.is_none()),
             vocab,
             tokenizer_json,
-            lowercase: self.lowercase,
             force_vocab: self.force,
             version_2: self.version == SquadVersion::V2_0,
             features,
@@ -224,6 +224,23 @@ impl DataSettings {
         };
         Ok(FeatureConfig { max_seq_len: seq_len, doc_stride, max_query_len: query_len })
     }
+}
+
+/// True when `vocab` was found beside the model (not given) and a tokenizer_config.json beside it says
+/// `"do_lower_case": false` (a cased model's folder, or qdq's output of a `--cased` run).
+fn cased_beside(vocab: &Path, found: bool) -> bool {
+    let config = parent_dir(vocab).join("tokenizer_config.json");
+    if !found || !config.is_file() {
+        return false;
+    }
+    let said = crate::disk::read_bounded(&config)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("do_lower_case").and_then(serde_json::Value::as_bool));
+    if said == Some(false) {
+        tracing::info!("{}: do_lower_case false: text is not lower-cased (as --cased)", config.display());
+    }
+    said == Some(false)
 }
 
 /// Says once that the model runs a fixed batch, and what happens to a short last batch.

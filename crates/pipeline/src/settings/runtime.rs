@@ -122,6 +122,7 @@ impl RuntimeSettings {
             ep,
             allow_fallback: self.allow_fallback,
             opt_level: self.opt_level.unwrap_or_default(),
+            opt_level_given: self.opt_level.is_some(),
             intra_threads: self.threads,
             intra_spinning: true,
             verbose: self.ort_verbose,

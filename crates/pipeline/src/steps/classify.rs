@@ -20,7 +20,11 @@ use crate::steps::evaluate::{EvalOptions, Latency};
 pub struct ClassifierModel {
     pub model: String,
     pub model_bytes: u64,
+    /// The EP it ran on (`cpu` after a permitted fallback).
     pub ep: String,
+    /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_from: Option<String>,
     /// Share of labelled inputs whose argmax is the label (`None` without labels).
     pub accuracy: Option<f64>,
     pub latency: Latency,
@@ -56,6 +60,12 @@ pub struct ClassifierEval {
     pub agreement: Agreement,
 }
 
+/// Where a model ran: the EP, and the one asked for when it fell back to CPU from it.
+struct RanOn {
+    ep: String,
+    fallback_from: Option<String>,
+}
+
 /// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings. Per-token logits
 /// (`[batch, seq, classes]` over a `[batch, seq]` mask, a token-classification head) give one row per position the
 /// mask keeps, and `true`: padding is not compared.
@@ -67,10 +77,10 @@ fn run_logits(
     opts: &EvalOptions,
     stage: &str,
     progress: &dyn Progress,
-) -> Result<(Vec<Vec<f32>>, Latency, String, bool)> {
+) -> Result<(Vec<Vec<f32>>, Latency, RanOn, bool)> {
     let mut session = Session::open(model, name, &opts.session)?;
     if let Some(why) = session.fallback() {
-        progress.note(why);
+        progress.warn(why);
     }
     let batch = opts.batch.max(1);
     if opts.warmup > 0 {
@@ -112,7 +122,9 @@ fn run_logits(
         Ok(())
     })?;
     progress.finish();
-    Ok((rows, Latency::from_batches(&timings), session.ep().short_name().to_owned(), per_token))
+    let on =
+        RanOn { ep: session.ep().short_name().to_owned(), fallback_from: session.fallback_from().map(str::to_owned) };
+    Ok((rows, Latency::from_batches(&timings), on, per_token))
 }
 
 /// Share of rows whose argmax is the label (labels are per input; rows per input may be several).
@@ -167,10 +179,12 @@ pub fn evaluate_classifier(
     let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>, bool)> {
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
-        let (rows, latency, ep, per_token) =
+        let (rows, latency, on, per_token) =
             run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
-        let model = ClassifierModel { model: name, model_bytes: model_size(side.path), ep, accuracy, latency };
+        let (ep, fallback_from) = (on.ep, on.fallback_from);
+        let model_bytes = model_size(side.path);
+        let model = ClassifierModel { model: name, model_bytes, ep, fallback_from, accuracy, latency };
         Ok((model, rows, per_token))
     };
     let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;

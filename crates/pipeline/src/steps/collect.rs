@@ -160,7 +160,7 @@ pub fn collect_stats(
         s.feed_zeros(data.zero_inputs())?;
     }
     if let Some(why) = sessions.first().and_then(Session::fallback) {
-        progress.note(why);
+        progress.warn(why);
     }
     let (units, unit) = data.units();
     progress.start(label, Some(units), unit);

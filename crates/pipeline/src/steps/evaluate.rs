@@ -97,12 +97,27 @@ pub struct Evaluation {
     pub ep: String,
     /// Why the EP fell back to CPU, when --allow-fallback allowed it.
     pub fallback: Option<String>,
+    /// The EP asked for, when the run fell back to CPU from it.
+    pub fallback_from: Option<String>,
 }
 
 impl Evaluation {
     /// Milliseconds of the pass's wall time per feature: its throughput, whatever the sessions.
     pub fn wall_ms_per_feature(&self) -> f64 {
         if self.latency.features == 0 { 0.0 } else { self.wall_seconds * 1000.0 / self.latency.features as f64 }
+    }
+
+    /// The EP as printed: `cpu (fallback from tensorrt)` after a fallback.
+    pub fn ep_label(&self) -> String {
+        ep_label(&self.ep, self.fallback_from.as_deref())
+    }
+}
+
+/// `ep`, or `ep (fallback from FROM)` when the run fell back to it.
+pub fn ep_label(ep: &str, fallback_from: Option<&str>) -> String {
+    match fallback_from {
+        Some(from) => format!("{ep} (fallback from {from})"),
+        None => ep.to_owned(),
     }
 }
 
@@ -189,6 +204,7 @@ pub fn evaluate(
         workers: sessions.len(),
         ep: sessions[0].ep().short_name().to_owned(),
         fallback: sessions[0].fallback().map(str::to_owned),
+        fallback_from: sessions[0].fallback_from().map(str::to_owned),
     })
 }
 
@@ -208,7 +224,7 @@ fn open_warm(
         .map(|cfg| Session::open(model, name, cfg))
         .collect::<runtime::Result<Vec<_>>>()?;
     if let Some(why) = sessions[0].fallback() {
-        progress.note(why);
+        progress.warn(why);
     }
     let io = data.io();
     for session in &mut sessions {

@@ -16,7 +16,7 @@ use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs, load_feeds};
 use crate::inputs::roles::{class_logits, is_squad_model};
 use crate::inputs::squad::Corpus;
-use crate::model::{load_for_quantization, save_model};
+use crate::model::{carry_tokenizer, load_for_quantization, save_model};
 use crate::progress::Progress;
 use crate::provenance::{Machine, Provenance, onnxruntime};
 use crate::report::results::{CalibrationSummary, ComparedMethod, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
@@ -51,6 +51,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     }
     let qpath = cfg.out.join("model_qdq.onnx");
     save_model(&qmodel, &qpath)?;
+    carry_tokenizer(&cfg.data.tokenizer_files(), &cfg.out)?;
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
     let mut results = unevaluated(cfg, squad, calibration, quantization, &compared);

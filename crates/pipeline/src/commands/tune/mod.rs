@@ -25,7 +25,7 @@ use crate::disk::{create_out_dir, finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::squad::{Corpus, DataConfig};
 use crate::job::Job;
-use crate::model::{load_for_quantization, resolve_model};
+use crate::model::{carry_tokenizer, load_for_quantization, resolve_model};
 use crate::progress::Progress;
 use crate::report::tune::TuneReport;
 use crate::settings::calib::CalibSettings;
@@ -141,6 +141,7 @@ impl Job for TuneJob {
         let questions = self.questionnaire(&cx, &corpus)?;
         let base = Base { model: &base_model, path: &base_path, policy: &policy, ranges, out: &self.out };
         let report = self.search(&cx, base, questions, &ranges_path)?;
+        carry_tokenizer(&data.tokenizer_files(), &self.out)?;
         finish_run_dir(run)?;
         Ok(report)
     }
@@ -165,6 +166,12 @@ impl TuneJob {
                 "--screen must be a share of the questions above 0 and at most 1, not {}",
                 self.screen
             )));
+        }
+        if self.ranges.is_none() && self.calib.calibration_data.is_none() {
+            return Err(Error::Usage(
+                "qdq tune needs --calibration-data FILE to calibrate, or --ranges TABLE (a table qdq calibrate wrote)"
+                    .into(),
+            ));
         }
         if self.samples == 0 && self.held_out_data.is_none() {
             tracing::warn!(
