@@ -13,11 +13,13 @@ const ABOUT: &str = "Post-training INT8 quantization of BERT ONNX models in QDQ 
 const LONG_ABOUT: &str = "\
 Post-training INT8 quantization of BERT ONNX models in QDQ form, proved on SQuAD.
 
-qdq calibrates a model on SQuAD features (streaming histograms: memory stays flat in the number of samples), inserts
-QuantizeLinear/DequantizeLinear pairs placed by a policy, and evaluates the FP32 and INT8 models on an ONNX Runtime
-execution provider, reporting EM/F1 and latency side by side.
+qdq calibrates a model on SQuAD features (streaming histograms: memory stays flat in the number of samples), \
+inserts QuantizeLinear/DequantizeLinear pairs placed by a policy, and evaluates the FP32 and INT8 models on an ONNX \
+Runtime execution provider, reporting EM/F1 and latency side by side.
 
-ONNX Runtime is loaded from --ort-lib, ORT_DYLIB_PATH, or the copy `cargo xtask setup` installs.";
+ONNX Runtime is loaded from --ort-lib or ORT_DYLIB_PATH when given, else from where qdq was installed: the Python \
+environment its wheel was pip-installed into, the release archive's lib/, or a source checkout's `cargo xtask setup` copy \
+(`qdq providers` says which).";
 
 /// The widest help: `-h` is one line per flag within it, `--help` wraps to the terminal up to it.
 const HELP_WIDTH: usize = 100;
