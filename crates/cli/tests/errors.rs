@@ -241,9 +241,15 @@ fn a_killed_run_leaves_only_whole_outputs() {
             // A stopped run's directory is marked unfinished (or gone, when it held nothing yet); INT and TERM say
             // one line about it.
             assert!(!dir.exists() || dir.join("INCOMPLETE").is_file(), "SIG{signal} after {delay_ms} ms: no marker");
+            // (A signal in the first milliseconds, before qdq installs its handler, ends it silently; the handler
+            // is installed before --out is opened, so a directory there means it ran.)
             let said = String::from_utf8_lossy(&o.stderr);
             let line = said.lines().find(|l| l.starts_with("qdq: interrupted"));
-            assert_eq!(line.is_some(), signal != "KILL", "SIG{signal}: {said}");
+            if signal == "KILL" {
+                assert!(line.is_none(), "{said}");
+            } else if dir.exists() {
+                assert!(line.is_some(), "SIG{signal} after {delay_ms} ms: {said}");
+            }
         } else {
             assert!(!dir.join("INCOMPLETE").exists(), "a finished run leaves no marker");
         }

@@ -127,9 +127,9 @@ impl TuneReport {
         &self.curve[self.chosen]
     }
 
-    /// What to change when no candidate met the budget: the questions, when the choice's interval reaches into the
-    /// budget (these questions cannot tell whether it is within), else the float nodes or the budget.
-    pub fn advice(&self) -> String {
+    /// The line under the verdict: when the chosen candidate's interval holds the budget's limit, that these questions
+    /// cannot decide, and about how many would (`--samples`); else, when no candidate met the budget, what to raise.
+    pub fn advice(&self) -> Option<String> {
         let s = &self.choice().scored;
         let (low, high) = s.delta_f1_interval;
         let limit = -self.budget;
@@ -141,17 +141,18 @@ impl TuneReport {
                 high,
                 questions: s.questions_scored,
             };
-            let more = d.questions_to_decide(limit).map_or(String::new(), |n| format!(" (--samples {n})"));
-            return format!(
-                "No candidate met the budget on these {} questions, and they cannot decide: the best one's dF1 {} \
-                 holds -{:.2}. About {} questions would{more}; the best one is kept.",
+            let side = if self.within_budget { "Within" } else { "Over" };
+            let more =
+                d.questions_to_decide(limit).map_or(String::new(), |n| format!("; about {n} would (--samples {n})"));
+            return Some(format!(
+                "{side} the budget on these {} questions, but they cannot decide: the chosen dF1 {} holds -{:.2}{more}.",
                 s.questions_scored,
                 d.describe(),
                 self.budget,
-                d.questions_to_decide(limit).unwrap_or(s.questions_scored)
-            );
+            ));
         }
-        "No candidate met the budget; the best one is kept (raise --max-float or the budget).".to_owned()
+        (!self.within_budget)
+            .then(|| "No candidate met the budget; the best one is kept (raise --max-float or the budget).".to_owned())
     }
 }
 
@@ -207,8 +208,8 @@ impl fmt::Display for TuneReport {
             c.timed.integer_matmuls,
             c.timed.matmuls
         )?;
-        if !self.within_budget {
-            writeln!(f, "{}", self.advice())?;
+        if let Some(advice) = self.advice() {
+            writeln!(f, "{advice}")?;
         }
         writeln!(f, "Model: {}; recipe: {}\n", self.out.join("model_qdq.onnx").display(), self.recipe.display())?;
         write!(f, "{}", self.curve_table())?;
@@ -416,6 +417,20 @@ mod tests {
             text.contains("| 0 (chosen) ") && text.contains("2.00x (1.80-2.10)") && text.contains("40/49"),
             "{text}"
         );
+    }
+
+    /// Issue 50: when the chosen candidate's interval holds the budget's limit, the advice is more questions, with
+    /// how many, within budget or not; a clear miss asks for more float nodes.
+    #[test]
+    fn advice_names_samples_when_the_interval_holds_the_budget() {
+        for delta in [-0.9, -1.1] {
+            let a = report(delta, None).advice().unwrap();
+            assert!(a.contains("cannot decide") && a.contains("holds -1.00") && a.contains("(--samples "), "{a}");
+            assert!(a.starts_with(if delta > -1.0 { "Within" } else { "Over" }), "{a}");
+        }
+        assert!(report(-0.5, None).advice().is_none());
+        let a = report(-3.0, None).advice().unwrap();
+        assert!(a.contains("raise --max-float") && !a.contains("--samples"), "{a}");
     }
 
     /// A candidate's scores sit beside its build in tune.json, under the keys they always had.
