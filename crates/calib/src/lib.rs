@@ -50,6 +50,7 @@
 
 mod compare;
 mod error;
+mod float8;
 pub mod hist;
 mod method;
 mod ranges;
@@ -58,10 +59,11 @@ pub mod tables;
 
 pub use compare::{ErrorStats, argmax, softmax_kl};
 pub use error::{Error, Result};
+pub use float8::Float8;
 pub use method::{Method, MethodKind, MethodOptions};
 pub use ranges::{
     DistributionStats, Range, RangeTable, abs_percentile, compute_all, compute_ranges, entropy_threshold,
-    histogram_mean_std, mse_threshold, signed_percentile,
+    fp8_mse_threshold, histogram_mean_std, mse_threshold, signed_percentile,
 };
 pub use state::{
     CalibState, CollectOptions, MSE_PROOF_MARGIN, MSE_TAILS, NonFiniteCounts, TAIL_MARGIN, TAIL_MIN, TensorState,

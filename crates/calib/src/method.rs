@@ -14,6 +14,7 @@ use crate::{Error, Result};
 /// | `Entropy` | signed histogram (as ONNX Runtime) |
 /// | `Distribution` | signed histogram (as ONNX Runtime) |
 /// | `Mse` | absolute histogram |
+/// | `Fp8Mse` | absolute histogram (whole) |
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub enum Method {
     /// Observed min/max; `symmetric` gives `±max|x|`.
@@ -27,6 +28,10 @@ pub enum Method {
     Distribution,
     /// Symmetric threshold minimising the expected INT8 error (rounding noise inside, clipping error outside).
     Mse,
+    /// Symmetric threshold minimising the expected error of `format` scaled so the threshold is its largest value:
+    /// each value's rounding noise follows the format's spacing where it lands (relative, unlike INT8's), values
+    /// beyond it are clipped.
+    Fp8Mse { format: crate::Float8 },
 }
 
 /// Default percentile of [`Method::Percentile`].
@@ -42,14 +47,21 @@ pub enum MethodKind {
     Entropy,
     Distribution,
     Mse,
+    Fp8Mse,
 }
 
 impl MethodKind {
     /// Every kind, in the order help texts list them.
-    pub const ALL: [MethodKind; 5] =
-        [MethodKind::MinMax, MethodKind::Percentile, MethodKind::Entropy, MethodKind::Distribution, MethodKind::Mse];
+    pub const ALL: [MethodKind; 6] = [
+        MethodKind::MinMax,
+        MethodKind::Percentile,
+        MethodKind::Entropy,
+        MethodKind::Distribution,
+        MethodKind::Mse,
+        MethodKind::Fp8Mse,
+    ];
 
-    /// The lower-case name (`minmax`, `percentile`, `entropy`, `distribution`, `mse`).
+    /// The lower-case name (`minmax`, `percentile`, `entropy`, `distribution`, `mse`, `fp8-mse`).
     pub fn name(self) -> &'static str {
         match self {
             MethodKind::MinMax => "minmax",
@@ -57,6 +69,7 @@ impl MethodKind {
             MethodKind::Entropy => "entropy",
             MethodKind::Distribution => "distribution",
             MethodKind::Mse => "mse",
+            MethodKind::Fp8Mse => "fp8-mse",
         }
     }
 }
@@ -89,11 +102,18 @@ pub struct MethodOptions {
     pub symmetric: bool,
     /// [`Method::Entropy`]'s quantized bins, >= 2.
     pub num_quantized_bins: usize,
+    /// [`Method::Fp8Mse`]'s format.
+    pub float8: crate::Float8,
 }
 
 impl Default for MethodOptions {
     fn default() -> Self {
-        MethodOptions { percentile: DEFAULT_PERCENTILE, symmetric: false, num_quantized_bins: DEFAULT_QUANTIZED_BINS }
+        MethodOptions {
+            percentile: DEFAULT_PERCENTILE,
+            symmetric: false,
+            num_quantized_bins: DEFAULT_QUANTIZED_BINS,
+            float8: crate::Float8::E4M3Fn,
+        }
     }
 }
 
@@ -115,6 +135,7 @@ impl Method {
             MethodKind::Entropy => Method::Entropy { num_quantized_bins: opts.num_quantized_bins },
             MethodKind::Distribution => Method::Distribution,
             MethodKind::Mse => Method::Mse,
+            MethodKind::Fp8Mse => Method::Fp8Mse { format: opts.float8 },
         };
         m.validate()?;
         Ok(m)
@@ -128,6 +149,7 @@ impl Method {
             Method::Entropy { .. } => MethodKind::Entropy,
             Method::Distribution => MethodKind::Distribution,
             Method::Mse => MethodKind::Mse,
+            Method::Fp8Mse { .. } => MethodKind::Fp8Mse,
         }
     }
 
@@ -169,6 +191,9 @@ impl Method {
             Method::Entropy { num_quantized_bins } => {
                 m.insert("num_quantized_bins".into(), num_quantized_bins.into());
             }
+            Method::Fp8Mse { format } => {
+                m.insert("format".into(), format.to_string().into());
+            }
             Method::Distribution | Method::Mse => {}
         }
         m
@@ -181,6 +206,6 @@ impl Method {
 
     /// Whether this method reads the absolute-value histogram.
     pub fn needs_abs_histogram(&self) -> bool {
-        matches!(self, Method::Mse | Method::Percentile { symmetric: true, .. })
+        matches!(self, Method::Mse | Method::Fp8Mse { .. } | Method::Percentile { symmetric: true, .. })
     }
 }

@@ -189,7 +189,52 @@ fn tensor_range(name: &str, t: &TensorState, state: &CalibState, method: &Method
             let thr = mse_threshold(h).ok_or_else(|| too_thin(name, method))?;
             plain(Range { min: -thr, max: thr }.clamp_to(observed))
         }
+        Method::Fp8Mse { format } => {
+            let h = need(&t.abs, name, method, "absolute histogram")?;
+            let thr = fp8_mse_threshold(h, format);
+            plain(Range { min: -thr, max: thr }.clamp_to(observed))
+        }
     }
+}
+
+/// Candidate thresholds [`fp8_mse_threshold`] prices at most (evenly spaced bin edges; every edge below this many).
+const FP8_MSE_CANDIDATES: usize = 512;
+
+/// Symmetric threshold `T` (a bin edge) minimising the expected squared error of `format` with scale `T / max`:
+/// a value `x` inside `[-T, T]` contributes the rounding noise `(spacing(x / scale) scale)^2 / 12` of the format's
+/// values around it (relative: a float8 pair rounds small values finely, so clipping costs more and rounding less
+/// than in INT8), a value beyond it the clipping error `(|x| - T)^2` (values at bin centres). At most
+/// [`FP8_MSE_CANDIDATES`] evenly spaced edges are priced, each over every bin.
+pub fn fp8_mse_threshold(h: &Histogram, format: crate::Float8) -> f32 {
+    let Some(s) = Suffix::of(h) else { return 0.0 };
+    let n = s.n;
+    let counts = h.counts();
+    let fmax = f64::from(format.max());
+    let stride = n.div_ceil(FP8_MSE_CANDIDATES).max(1);
+    let mut best = (f64::INFINITY, n);
+    let mut k = n;
+    loop {
+        let t = k as f64 * s.w;
+        let scale = t / fmax;
+        let rounding: f64 = counts[..k]
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(j, &c)| {
+                let step = format.spacing((j as f64 + 0.5) * s.w / scale) * scale;
+                c as f64 * step * step / 12.0
+            })
+            .sum();
+        let err = s.clip_at(k, t).max(0.0) + rounding;
+        if err < best.0 {
+            best = (err, k);
+        }
+        if k <= stride {
+            break;
+        }
+        k -= stride;
+    }
+    ((best.1 as f64 * s.w).min(f64::from(h.max_abs()))) as f32
 }
 
 /// Upper edge of the first bin where the CDF of `|x|` reaches `p` (fraction), capped at max|x|. `None` where that

@@ -293,3 +293,68 @@ fn a_fallback_to_cpu_runs_at_cpus_optimisation_level_and_says_so() {
         ran.graph().node.iter().filter(|n| n.op_type() == "MatMulIntegerToFloat" || n.op_type() == "QLinearMatMul");
     assert!(integer.count() > 0, "no integer kernels in the model ONNX Runtime ran");
 }
+
+/// Issue 51: `--precision int8,fp8` quantizes both from one calibration and evaluates them side by side: an FP8 row
+/// with its interval, results.json `compared_precisions`, a float8 model at opset 19 (ranges from fp8-mse) that
+/// `qdq eval` runs too; `--precision fp8` alone writes no INT8 tables; the cpu preset and one-model commands refuse
+/// what they cannot do, each in one line.
+#[test]
+fn int8_and_fp8_side_by_side_from_one_calibration() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
+    let mut args = e2e_args(&f, "both", vocab, data);
+    args.extend(["--policy", "migraphx", "--precision", "int8,fp8", "--json"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fp8 = &r["compared_precisions"][0];
+    assert_eq!((fp8["precision"].as_str(), fp8["method"].as_str()), (Some("fp8-e4m3fnuz"), Some("fp8-mse")));
+    assert!(fp8["vs_fp32"]["f1"]["low"].is_number() && fp8["vs_fp32"]["f1"]["high"].is_number(), "{fp8}");
+    assert_eq!(r["quantization"]["precision"], "int8");
+    let dir = f.dir.path().join("both");
+    let q = onnx_ir::Model::load(dir.join("model_qdq_fp8.onnx")).unwrap();
+    assert_eq!(q.opset(""), Some(19));
+    let cov = qdq::coverage(&q);
+    assert_eq!(cov.precisions(), format!("{} e4m3fnuz", fp8["pairs"]));
+    assert!(dir.join("calibration_fp8-mse.json").is_file() && dir.join("predictions_fp8.json").is_file());
+    let table = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(table.lines().any(|l| l.starts_with("| FP8 E4M3FNUZ (QDQ, fp8-mse)")), "{table}");
+    let m = dir.join("model_qdq_fp8.onnx");
+    let o = qdq(&[&["eval", "--model", m.to_str().unwrap(), "--dataset", data, "--json"][..], &TINY_SHAPE].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(e["f1"], fp8["result"]["f1"]);
+
+    // FP8 alone: the main model is float8 (E4M3FN for tensorrt); no INT8 tables.
+    let mut args = e2e_args(&f, "fp8", vocab, data);
+    args.extend(["--policy", "tensorrt", "--precision", "fp8", "--json"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["quantization"]["precision"], "fp8-e4m3fn");
+    let dir = f.dir.path().join("fp8");
+    assert!(!dir.join("calibration.flatbuffers").exists() && !dir.join("calibration.cache").exists());
+    assert!(stderr(&o).contains("FP8 scales live in the model"), "{}", stderr(&o));
+
+    // What cannot be done is said before any work.
+    let mut args = e2e_args(&f, "cpu", vocab, data);
+    args.extend(["--policy", "cpu", "--precision", "fp8"].map(String::from));
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--precision fp8 is for --policy tensorrt"), "{}", stderr(&o));
+    assert!(!f.dir.path().join("cpu").exists());
+    let q = f.dir.path().join("q.onnx");
+    let o = qdq(&[
+        "quantize",
+        "--model",
+        f.model.to_str().unwrap(),
+        "--ranges",
+        "x.json",
+        "--precision",
+        "int8,fp8",
+        "-o",
+        q.to_str().unwrap(),
+    ]);
+    assert!(stderr(&o).contains("this command makes one model"), "{}", stderr(&o));
+}

@@ -18,11 +18,13 @@
 //! | `Dropout` | 12 | `ratio` attribute dropped (inference: the identity either way) |
 //! | `BatchNormalization` | 9 | `spatial = 1` dropped |
 //! | `Scatter` | (11) | renamed `ScatterElements` (same meaning) |
+//! | `ReduceMean`, `ReduceMax`, `ReduceMin`, `ReduceProd`, `ReduceL1`, `ReduceL2`, `ReduceLogSum`, `ReduceLogSumExp`, `ReduceSumSquare` | 18 | `axes` attribute -> int64 input (when the target is 18 or later) |
 //!
 //! Ops whose meaning changed in a way not rewritten here (`Upsample`, `Resize` before 11, `Scan` before 9,
 //! `BatchNormalization` with `spatial = 0`, float attributes of another element type) are an error naming the node,
-//! before anything is changed. Nothing between opset 13 and 17 changed the form of an op this handles, so the target
-//! may be 13 to 17. Subgraphs (`If` / `Loop` / `Scan` bodies) are rewritten too; values the rewrite needs are
+//! before anything is changed. Between opset 13 and 19 only the reductions' `axes` moved (at 18); the rest added types,
+//! optional inputs or attributes whose defaults keep the old meaning (`Cast`'s `saturate` touches float8 alone), so
+//! the target may be 13 to 19 (19: float8 `QuantizeLinear` / `DequantizeLinear`). Subgraphs (`If` / `Loop` / `Scan` bodies) are rewritten too; values the rewrite needs are
 //! initializers of the graph holding the node.
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,7 +38,20 @@ use crate::tensor::tensor_from_vec;
 use crate::{DataType, GraphExt};
 
 /// The opsets [`upgrade_default_opset`] can raise a model to.
-pub const OPSET_TARGETS: std::ops::RangeInclusive<i64> = 13..=17;
+pub const OPSET_TARGETS: std::ops::RangeInclusive<i64> = 13..=19;
+
+/// The reductions whose `axes` became an input in opset 18 (`ReduceSum`'s did in 13).
+const REDUCE_18: [&str; 9] = [
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+];
 /// The oldest opset [`upgrade_default_opset`] starts from (6 and earlier broadcast by attribute).
 pub const OLDEST_UPGRADABLE_OPSET: i64 = 7;
 
@@ -115,7 +130,7 @@ pub fn upgrade_default_opset(model: &mut Model, to: i64) -> Result<Option<OpsetU
     check_graph(model.graph(), from)?;
     let mut names = NameSet::from_graph(model.graph());
     let mut rewritten = BTreeMap::new();
-    rewrite_graph(model.graph_mut(), from, &mut names, &mut rewritten)?;
+    rewrite_graph(model.graph_mut(), (from, to), &mut names, &mut rewritten)?;
     for o in model.proto.opset_import.iter_mut().filter(|o| o.domain().is_empty() || o.domain() == "ai.onnx") {
         o.version = Some(to);
     }
@@ -190,6 +205,7 @@ fn declared_types(g: &GraphProto) -> HashMap<&str, &TypeProto> {
 struct Rewriter<'a> {
     names: &'a mut NameSet,
     from: i64,
+    to: i64,
     /// Initializers to add to the graph being rewritten.
     made: Vec<TensorProto>,
     /// Nodes to insert before node i (by index in the original order).
@@ -251,7 +267,7 @@ fn set_input(n: &mut NodeProto, slot: usize, name: String) {
 
 fn rewrite_graph(
     g: &mut GraphProto,
-    from: i64,
+    (from, to): (i64, i64),
     names: &mut NameSet,
     rewritten: &mut BTreeMap<String, usize>,
 ) -> Result<()> {
@@ -272,12 +288,12 @@ fn rewrite_graph(
             .map(|(i, _)| i)
             .collect()
     };
-    let mut r = Rewriter { names, from, made: Vec::new(), before: HashMap::new(), after: HashMap::new() };
+    let mut r = Rewriter { names, from, to, made: Vec::new(), before: HashMap::new(), after: HashMap::new() };
     let mut nodes = std::mem::take(&mut g.node);
     for (i, n) in nodes.iter_mut().enumerate() {
         for a in n.attribute.iter_mut() {
             for sg in a.g.iter_mut().chain(a.graphs.iter_mut()) {
-                rewrite_graph(sg, from, r.names, rewritten)?;
+                rewrite_graph(sg, (from, to), r.names, rewritten)?;
             }
         }
         if !is_default_domain(n) {
@@ -303,9 +319,10 @@ fn rewrite_graph(
 
 /// Rewrites one default-domain node in place (module docs' table); true if it changed.
 fn rewrite_node(r: &mut Rewriter<'_>, i: usize, n: &mut NodeProto, over_last: bool) -> Result<bool> {
-    let from = r.from;
+    let (from, to) = (r.from, r.to);
     Ok(match n.op_type() {
         "Unsqueeze" | "Squeeze" | "ReduceSum" if from < 13 => r.ints_to_input(n, "axes", 1)?,
+        op if from < 18 && to >= 18 && REDUCE_18.contains(&op) => r.ints_to_input(n, "axes", 1)?,
         "Split" if from < 13 => r.ints_to_input(n, "split", 1)?,
         "Softmax" | "LogSoftmax" | "Hardmax" if from < 13 => softmax(r, i, n, over_last)?,
         "Clip" if from < 11 => {
@@ -458,6 +475,35 @@ mod tests {
         m.graph().validate().unwrap();
     }
 
+    /// Opset 18 moved the reductions' `axes` to an input: carried over only when the target reaches 18, from 13 as
+    /// from older opsets (where `ReduceSum`'s moves at 13 with the others staying attributes until 18).
+    #[test]
+    fn reductions_take_their_axes_as_an_input_from_opset_18() {
+        let nodes = || {
+            vec![
+                node("ReduceMean", "mean", &["x"], &["m"]).with_attr(attr_ints("axes", &[-1])),
+                node("ReduceMax", "max", &["x"], &["mx"]).with_attr(attr_ints("axes", &[0, 1])),
+                node("ReduceSum", "sum", &["x"], &["s"]).with_attr(attr_ints("axes", &[-1])),
+                node("ReduceMean", "all", &["x"], &["a"]),
+            ]
+        };
+        let mut m = model(nodes(), &["x"], 13);
+        assert!(upgrade_default_opset(&mut m, 17).unwrap().unwrap().rewritten.is_empty(), "17 keeps the attributes");
+        let mut m = model(nodes(), &["x"], 13);
+        let done = upgrade_default_opset(&mut m, 19).unwrap().unwrap();
+        assert_eq!((done.describe().as_str(), m.opset("")), ("1 ReduceMax, 1 ReduceMean", Some(19)));
+        let n = &m.graph().node;
+        assert_eq!((ints(&m, &n[0], 1), ints(&m, &n[1], 1)), (vec![-1], vec![0, 1]));
+        assert_eq!(get_attr_ints(&n[2], "axes").unwrap(), Some(&[-1][..]), "ReduceSum at 13 has its input form");
+        assert_eq!(n[3].input.len(), 1, "a reduction over every axis stays so");
+        let mut old = model(nodes(), &["x"], 11);
+        assert_eq!(
+            upgrade_default_opset(&mut old, 18).unwrap().unwrap().describe(),
+            "1 ReduceMax, 1 ReduceMean, 1 ReduceSum"
+        );
+        m.graph().validate().unwrap();
+    }
+
     #[test]
     fn softmax_over_the_last_axis_keeps_its_node_and_any_other_axis_keeps_its_old_meaning() {
         let scores = |axis: Option<i64>| {
@@ -543,6 +589,6 @@ mod tests {
         let before = current.clone();
         assert_eq!(upgrade_default_opset(&mut current, 13).unwrap(), None);
         assert_eq!(current.proto, before.proto);
-        assert!(upgrade_default_opset(&mut current, 18).unwrap_err().to_string().contains("13 to 17"));
+        assert!(upgrade_default_opset(&mut current, 20).unwrap_err().to_string().contains("13 to 19"));
     }
 }

@@ -59,7 +59,7 @@ pub use settings::data::DataSettings;
 #[cfg(feature = "cli")]
 pub use settings::parsers as value_parsers;
 pub use settings::policy::{
-    Mode, PolicyChoice, PolicyOverride, PolicySettings, Target, describe_policies, preset_for_ep,
+    Mode, PolicyChoice, PolicyOverride, PolicySettings, PrecisionChoice, Target, describe_policies, preset_for_ep,
 };
 pub use settings::recipe::Recipe;
 pub use settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings, calibration_session};

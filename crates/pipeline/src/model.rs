@@ -197,3 +197,36 @@ fn same_bytes(a: &Path, b: &Path) -> bool {
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
     size(a).is_some() && size(a) == size(b) && read_bounded(a).ok() == read_bounded(b).ok()
 }
+
+/// Whether graph `g` has float8 Q/DQ pairs (a float8 zero point or quantized initializer).
+pub fn has_float8_pairs(g: &onnx_ir::proto::GraphProto) -> bool {
+    g.initializer.iter().any(|t| qdq::QuantType::from_onnx_code(t.data_type()).is_some_and(|q| q.is_float8()))
+}
+
+/// `cfg` for a model with float8 pairs (`float8`): ONNX Runtime's basic level at most, unless the level was chosen.
+/// ONNX Runtime 1.31.1's CPU EP fuses float8 pairs into integer kernels that refuse them at its extended level and
+/// above, and with those fusions off its other extended rewrites change an FP8 model's answers (MiniLM, 300 dev
+/// questions: F1 74.36 basic, 74.34 with no optimisation, 72.35 extended); docs/QUANTIZATION.md.
+pub fn session_for(cfg: &runtime::SessionConfig, float8: bool) -> runtime::SessionConfig {
+    use runtime::OptLevel;
+    let mut cfg = cfg.clone();
+    if float8 && !cfg.opt_level_given && matches!(cfg.opt_level, OptLevel::Extended | OptLevel::All) {
+        cfg.opt_level = OptLevel::Basic;
+    }
+    cfg
+}
+
+/// A session on `model` ([`runtime::Session::open`]) as [`session_for`] says (a model that cannot be read here is
+/// left to the session to name).
+pub fn open_session(
+    model: runtime::ModelSource<'_>,
+    name: &str,
+    cfg: &runtime::SessionConfig,
+) -> runtime::Result<runtime::Session> {
+    let graph = match model {
+        runtime::ModelSource::File(p) => onnx_ir::Model::load_graph_only(p),
+        runtime::ModelSource::Bytes(b) => onnx_ir::Model::from_bytes(b, name),
+    };
+    let float8 = graph.is_ok_and(|m| has_float8_pairs(m.graph()));
+    runtime::Session::open(model, name, &session_for(cfg, float8))
+}

@@ -46,8 +46,8 @@ fn methods() -> Vec<calib::Method> {
     let d = MethodOptions::default();
     let (percentile, symmetric, num_quantized_bins) = (Some(d.percentile), d.symmetric, Some(d.num_quantized_bins));
     let settings =
-        MethodSettings { method: MethodKind::Percentile, compare, percentile, symmetric, num_quantized_bins };
-    settings.methods().unwrap()
+        MethodSettings { method: Some(MethodKind::Percentile), compare, percentile, symmetric, num_quantized_bins };
+    settings.methods(&[qdq::Precision::Int8]).unwrap()
 }
 
 fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
@@ -61,6 +61,9 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         cal_num: 5,
         calibrate: CalibrateOptions::new(2, methods(), 512, SessionConfig::default()),
         policy: qdq::Policy::preset(policy).unwrap(),
+        method: "percentile".to_owned(),
+        compare: vec!["minmax".to_owned(), "entropy".to_owned()],
+        also: vec![],
         policy_choice: PolicyChoice { preset: policy.parse().unwrap(), chosen_by: "--policy".to_owned() },
         mode: Mode::Static,
         invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()], build_commit: String::new() },
@@ -461,6 +464,7 @@ fn the_policy_follows_the_ep_unless_given() {
         preset: preset.map(|p| p.parse().unwrap()),
         mode: Mode::Static,
         ort_quant,
+        precision: vec![],
         options: vec![],
         exclude_nodes: vec![],
         strict: false,

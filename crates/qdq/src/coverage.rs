@@ -6,6 +6,8 @@ use std::fmt;
 use onnx_ir::proto::{GraphProto, TensorProto};
 use onnx_ir::{DataType, GraphExt, Model};
 
+use crate::scale::QuantType;
+
 /// Per op type: how many nodes there are and how many read only dequantized float inputs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct OpCoverage {
@@ -34,6 +36,9 @@ pub struct QuantizerInfo {
     pub scales: Vec<f32>,
     pub zero_points: Vec<i32>,
     pub unsigned: bool,
+    /// The 8-bit type (the zero point's; int8 when it is absent): `int8`, `uint8`, `e4m3fn` or `e4m3fnuz`.
+    #[serde(rename = "precision", serialize_with = "type_name")]
+    pub qtype: QuantType,
     /// `(node name, input slot)` of every reader that is not a DequantizeLinear, sorted.
     pub consumers: Vec<(String, usize)>,
 }
@@ -41,7 +46,7 @@ pub struct QuantizerInfo {
 impl QuantizerInfo {
     /// The float range it represents (per-tensor, known scale), as [`PairInfo::range`].
     pub fn range(&self) -> Option<(f32, f32)> {
-        range_of(&self.scales, &self.zero_points, self.unsigned)
+        range_of(&self.scales, &self.zero_points, self.qtype)
     }
 }
 
@@ -63,8 +68,11 @@ pub struct PairInfo {
     pub scales: Vec<f32>,
     /// Zero points (empty if absent or not an int8/uint8 initializer).
     pub zero_points: Vec<i32>,
-    /// True if the zero point is uint8 (else int8, the default when it is absent).
+    /// True if the zero point is uint8 (else int8, the default when it is absent, or float8).
     pub unsigned: bool,
+    /// The 8-bit type (the zero point's; int8 when it is absent): `int8`, `uint8`, `e4m3fn` or `e4m3fnuz`.
+    #[serde(rename = "precision", serialize_with = "type_name")]
+    pub qtype: QuantType,
     /// `axis` attribute of the DQ, if set.
     pub axis: Option<i64>,
     /// `(node name, input slot)` of every reader of the DQ output, sorted.
@@ -256,26 +264,33 @@ fn quantizer_info(
         return None;
     }
     consumers.sort();
-    let (scales, zero_points, unsigned) = params(g, n);
+    let (scales, zero_points, qtype) = params(g, n);
     Some(QuantizerInfo {
         tensor: n.input.first()?.clone(),
         quantize_node: n.name().to_owned(),
         scales,
         zero_points,
-        unsigned,
+        unsigned: qtype == QuantType::UInt8,
+        qtype,
         consumers,
     })
 }
 
-/// A Q or DQ node's scales, zero points (when initializers) and whether the zero point is uint8.
-fn params(g: &GraphProto, n: &onnx_ir::proto::NodeProto) -> (Vec<f32>, Vec<i32>, bool) {
+/// A Q or DQ node's scales, zero points (when initializers; a float8 one's are 0) and their type.
+fn params(g: &GraphProto, n: &onnx_ir::proto::NodeProto) -> (Vec<f32>, Vec<i32>, QuantType) {
     let init = |slot: usize| n.input.get(slot).and_then(|s| g.initializer(s));
     let scales = init(1)
         .and_then(|t| onnx_ir::tensor_to_array::<f32>(t).ok())
         .map(|a| a.iter().copied().collect())
         .unwrap_or_default();
-    let unsigned = init(2).is_some_and(|t| t.data_type() == DataType::Uint8 as i32);
-    (scales, init(2).map(int_values).unwrap_or_default(), unsigned)
+    let qtype = init(2).and_then(|t| QuantType::from_onnx_code(t.data_type())).unwrap_or(QuantType::Int8);
+    let zero_points = match init(2) {
+        // The ranges read a float8 zero point as 0.0: what qdq and every exporter seen write.
+        Some(t) if qtype.is_float8() => vec![0; onnx_ir::tensor_shape(t).map_or(0, |(_, n)| n as usize)],
+        Some(t) => int_values(t),
+        None => vec![],
+    };
+    (scales, zero_points, qtype)
 }
 
 /// The pair a DequantizeLinear node `n` ends: the tensor behind it, its parameters and readers.
@@ -288,7 +303,7 @@ fn pair_info(
     let dq_in = n.input.first()?;
     let q = q_by_output.get(dq_in.as_str());
     let tensor = q.and_then(|q| q.input.first()).unwrap_or(dq_in).clone();
-    let (scales, zero_points, unsigned) = params(g, n);
+    let (scales, zero_points, qtype) = params(g, n);
     let mut consumers: Vec<(String, usize)> =
         n.output.first().and_then(|o| readers.get(o.as_str())).cloned().unwrap_or_default();
     consumers.sort();
@@ -300,7 +315,8 @@ fn pair_info(
         output: n.output.first().cloned().unwrap_or_default(),
         scales,
         zero_points,
-        unsigned,
+        unsigned: qtype == QuantType::UInt8,
+        qtype,
         axis: onnx_ir::get_attr_int(n, "axis").ok().flatten(),
         consumers,
     })
@@ -323,21 +339,37 @@ impl fmt::Display for Coverage {
                 writeln!(f, "  {n}")?;
             }
         }
-        writeln!(f, "{} DequantizeLinear nodes:", self.pairs.len())?;
+        writeln!(f, "{} DequantizeLinear nodes ({}):", self.pairs.len(), self.precisions())?;
         for p in &self.pairs {
             let (scale, zp, axis) = param_columns(&p.scales, &p.zero_points, p.axis);
             let readers: Vec<String> = p.consumers.iter().map(|(n, s)| format!("{n}[{s}]")).collect();
-            writeln!(f, "  {:<48} {scale:>12} zp {zp:>4} axis {axis:>2} -> {}", p.tensor, readers.join(" "))?;
+            let t = p.qtype.name();
+            writeln!(f, "  {:<48} {t:<8} {scale:>12} zp {zp:>4} axis {axis:>2} -> {}", p.tensor, readers.join(" "))?;
         }
         if !self.quantizers.is_empty() {
             writeln!(f, "{} QuantizeLinear nodes read by integer kernels:", self.quantizers.len())?;
             for q in &self.quantizers {
                 let (scale, zp, _) = param_columns(&q.scales, &q.zero_points, None::<i64>);
                 let readers: Vec<String> = q.consumers.iter().map(|(n, s)| format!("{n}[{s}]")).collect();
-                writeln!(f, "  {:<48} {scale:>12} zp {zp:>4}         -> {}", q.tensor, readers.join(" "))?;
+                let t = q.qtype.name();
+                writeln!(f, "  {:<48} {t:<8} {scale:>12} zp {zp:>4}         -> {}", q.tensor, readers.join(" "))?;
             }
         }
         Ok(())
+    }
+}
+
+impl Coverage {
+    /// How many pairs of each 8-bit type: `49 int8, 12 e4m3fn`; `none` without pairs.
+    pub fn precisions(&self) -> String {
+        let mut n: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in &self.pairs {
+            *n.entry(p.qtype.name()).or_default() += 1;
+        }
+        if n.is_empty() {
+            return "none".to_owned();
+        }
+        n.iter().map(|(t, c)| format!("{c} {t}")).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -345,16 +377,25 @@ impl PairInfo {
     /// The float range the pair can represent, `[(qmin - zp) * scale, (qmax - zp) * scale]`, for a per-tensor pair
     /// with a known scale.
     pub fn range(&self) -> Option<(f32, f32)> {
-        range_of(&self.scales, &self.zero_points, self.unsigned)
+        range_of(&self.scales, &self.zero_points, self.qtype)
     }
 }
 
 /// `[(qmin - zp) * scale, (qmax - zp) * scale]` of 8-bit per-tensor parameters.
-fn range_of(scales: &[f32], zero_points: &[i32], unsigned: bool) -> Option<(f32, f32)> {
+fn range_of(scales: &[f32], zero_points: &[i32], qtype: QuantType) -> Option<(f32, f32)> {
     let [scale] = scales[..] else { return None };
     let zp = zero_points.first().copied().unwrap_or(0);
-    let (qmin, qmax) = if unsigned { (0, 255) } else { (-128, 127) };
+    let (qmin, qmax) = match qtype {
+        QuantType::UInt8 => (0, 255),
+        QuantType::Int8 => (-128, 127),
+        // The largest finite value either side (zero point 0.0).
+        float8 => float8.range(true, false),
+    };
     Some(((qmin - zp) as f32 * scale, (qmax - zp) as f32 * scale))
+}
+
+fn type_name<S: serde::Serializer>(t: &QuantType, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(t.name())
 }
 
 /// Display columns shared by the plan and coverage tables: scale (or channel count), zero point, axis.

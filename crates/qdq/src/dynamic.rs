@@ -95,7 +95,20 @@ type Quantized = [String; 3];
 
 /// A copy of `model` with the constant-weight MatMuls `policy` selects in the dynamic form (module docs), and what
 /// was done. Errors when no MatMul qualifies.
+/// Dynamic quantization is integer: a float8 `precision` is refused.
+fn integer_only(policy: &Policy) -> Result<()> {
+    match policy.precision.float8() {
+        Some(_) => Err(crate::error::Error::BadOptionValue {
+            key: "precision".into(),
+            value: policy.precision.to_string(),
+            expected: "int8 in dynamic mode (DynamicQuantizeLinear has no float8 form)".into(),
+        }),
+        None => Ok(()),
+    }
+}
+
 pub fn quantize_dynamic(model: &Model, policy: &Policy) -> Result<(Model, DynamicPlan)> {
+    integer_only(policy)?;
     let m = policy.matchers()?;
     let ix = GraphIndex::new(model.graph());
     crate::select::check_node_patterns(&ix, policy, &m)?;

@@ -63,11 +63,12 @@ pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::{EmbeddingTable, RowDequantize};
 pub use error::{Error, Result};
 pub use plan::{
-    Consumer, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize, tensors_to_calibrate,
+    Consumer, MIN_FLOAT8_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize,
+    tensors_to_calibrate,
 };
 pub use policy::{
-    Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, Preset, ResidualAdd,
-    SmoothContext, SmoothTargets, SoftmaxRange, WeightStorage,
+    Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, Precision, Preset,
+    ResidualAdd, SmoothContext, SmoothTargets, SoftmaxRange, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};

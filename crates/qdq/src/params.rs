@@ -96,7 +96,7 @@ fn constant_params(ix: &GraphIndex, sel: &Selection, init: &TensorProto, policy:
     let a = onnx_ir::tensor_to_array::<f32>(init)?;
     let (lo, hi) = min_max(a.iter().copied());
     check_range(t, (lo, hi))?;
-    let spec = policy.activations.spec();
+    let spec = policy.activation_spec();
     let params = vec![scale_zp(t, lo, hi, spec)];
     Ok(TensorParams { kind: TensorKind::Constant, qtype: spec.qtype, params, axis: None, shift: None })
 }
@@ -114,8 +114,10 @@ fn activation_range(
     policy: &Policy,
 ) -> Result<RangeAndShift> {
     let softmax_out = patterns::is_softmax_output(ix, t);
+    // A float8 pair is finest near 0, where most probabilities are: it takes [0, 1] as it is, unshifted.
+    let float8 = policy.precision.float8().is_some();
     Ok(match policy.softmax_range {
-        SoftmaxRange::Shifted if softmax_out => {
+        SoftmaxRange::Shifted if softmax_out && !float8 => {
             let (range, shift) = shift::softmax_range(ix, t, sel.receivers(t), policy)?;
             (Some(range), shift)
         }
@@ -138,7 +140,7 @@ pub(crate) fn tensor_params(
     let (range, shift) = activation_range(ix, sel, t, ranges, policy)?;
     let Some(range) = range else { return Ok(None) };
     check_range(t, range)?;
-    let spec = policy.activations.spec();
+    let spec = policy.activation_spec();
     let params = vec![scale_zp(t, range.0, range.1, spec)];
     Ok(Some(TensorParams { kind: TensorKind::Activation, qtype: spec.qtype, params, axis: None, shift }))
 }

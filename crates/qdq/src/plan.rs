@@ -8,12 +8,13 @@ use crate::embedding::EmbeddingTable;
 use crate::error::{Error, Result};
 use crate::params::{TensorParams, tensor_params};
 use crate::policy::{Policy, WeightStorage};
-use crate::scale::QuantType;
 use crate::select::{Selection, node_label, select};
 pub use crate::types::{Consumer, PlannedTensor, Ranges, Skipped, TensorKind};
 
 /// Lowest default-domain opset with per-channel (`axis`) QuantizeLinear / DequantizeLinear.
 pub const MIN_QDQ_OPSET: i64 = 13;
+/// Lowest default-domain opset with float8 QuantizeLinear / DequantizeLinear.
+pub const MIN_FLOAT8_OPSET: i64 = 19;
 
 /// What [`Plan::apply`] will insert where.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -57,6 +58,7 @@ pub fn tensors_to_calibrate(model: &Model, policy: &Policy) -> Result<Vec<String
 /// Tensors without a range are listed in [`Plan::skipped`] (an error under `strict`). A policy that smooths
 /// (`smooth` set) is refused on a model it would smooth that carries no smoothing record ([`Error::NotSmoothed`]).
 pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
+    policy.check_precision()?;
     crate::smooth::check_smoothed(model, policy)?;
     let ix = GraphIndex::new(model.graph());
     let mut sel = select(&ix, policy)?;
@@ -85,9 +87,10 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     plan.biases = crate::bias::plan_biases(&ix, &plan.tensors, policy);
     plan.contrib = crate::contrib::planned(&ix, &plan.tensors, policy);
     let opset = model.opset("").unwrap_or(1);
-    // Per-channel DequantizeLinear (and the embeddings' axis -1) needs opset 13.
-    if !(plan.tensors.is_empty() && plan.embeddings.is_empty()) && opset < MIN_QDQ_OPSET {
-        plan.opset_bump = Some((opset, MIN_QDQ_OPSET));
+    // Per-channel DequantizeLinear (and the embeddings' axis -1) needs opset 13, a float8 pair 19.
+    let needed = if plan.tensors.iter().any(|t| t.qtype.is_float8()) { MIN_FLOAT8_OPSET } else { MIN_QDQ_OPSET };
+    if !(plan.tensors.is_empty() && plan.embeddings.is_empty()) && opset < needed {
+        plan.opset_bump = Some((opset, needed));
     }
     Ok(plan)
 }
@@ -159,7 +162,7 @@ impl fmt::Display for Plan {
         }
         writeln!(
             f,
-            "{:<48} {:<10} {:<5} {:>12} {:>4} {:>5} consumers",
+            "{:<48} {:<10} {:<8} {:>12} {:>4} {:>5} consumers",
             "tensor", "kind", "type", "scale", "zp", "axis"
         )?;
         for t in &self.tensors {
@@ -170,21 +173,21 @@ impl fmt::Display for Plan {
                 (TensorKind::Activation, _) => "activation",
                 (TensorKind::Constant, _) => "constant",
             };
-            let qt = if t.qtype == QuantType::Int8 { "int8" } else { "uint8" };
+            let qt = t.qtype.name();
             let (scale, zp, axis) = crate::coverage::param_columns(&t.scales, &t.zero_points, t.axis);
             let pairs: Vec<String> = t
                 .pairs
                 .iter()
                 .map(|p| p.iter().map(|c| format!("{}[{}]", c.node_name, c.slot)).collect::<Vec<_>>().join(" "))
                 .collect();
-            writeln!(f, "{:<48} {kind:<10} {qt:<5} {scale:>12} {zp:>4} {axis:>5} {}", t.tensor, pairs.join(" | "))?;
+            writeln!(f, "{:<48} {kind:<10} {qt:<8} {scale:>12} {zp:>4} {axis:>5} {}", t.tensor, pairs.join(" | "))?;
         }
         for e in &self.embeddings {
             let (scale, zp, axis) = crate::coverage::param_columns(&e.scales, &vec![0; e.scales.len()], Some(1));
             let gathers: Vec<String> = e.gathers.iter().map(|c| c.node_name.clone()).collect();
             writeln!(
                 f,
-                "{:<48} {:<10} int8  {scale:>12} {zp:>4} {axis:>5} {}",
+                "{:<48} {:<10} int8     {scale:>12} {zp:>4} {axis:>5} {}",
                 e.table,
                 "embedding",
                 gathers.join(" ")
@@ -192,7 +195,11 @@ impl fmt::Display for Plan {
         }
         for b in &self.biases {
             let (scale, _, axis) = crate::coverage::param_columns(&b.scales, &[0], (b.scales.len() > 1).then_some(0));
-            writeln!(f, "{:<48} {:<10} int32 {scale:>12} {:>4} {axis:>5} {}[2]", b.bias, "bias", 0, b.gemm.node_name)?;
+            writeln!(
+                f,
+                "{:<48} {:<10} int32    {scale:>12} {:>4} {axis:>5} {}[2]",
+                b.bias, "bias", 0, b.gemm.node_name
+            )?;
         }
         for line in self.contrib.lines() {
             writeln!(f, "{line}")?;

@@ -170,6 +170,31 @@ keywords! {
     }
 }
 
+keywords! {
+    /// The 8-bit type of the Q/DQ pairs (activations and weights; embedding tables follow `embeddings`).
+    #[derive(Default)]
+    Precision {
+        /// Integers: `activations` says which; weights int8.
+        #[default]
+        Int8 = "int8",
+        /// `FLOAT8E4M3FN` (TensorRT on Hopper / Ada): zero point 0.0, scale = range / 448; opset 19.
+        Fp8E4M3Fn = "fp8-e4m3fn",
+        /// `FLOAT8E4M3FNUZ` (MIGraphX on MI300): zero point 0.0, scale = range / 240; opset 19.
+        Fp8E4M3Fnuz = "fp8-e4m3fnuz",
+    }
+}
+
+impl Precision {
+    /// The float8 type, if this is one.
+    pub fn float8(self) -> Option<QuantType> {
+        match self {
+            Precision::Int8 => None,
+            Precision::Fp8E4M3Fn => Some(QuantType::Float8E4M3Fn),
+            Precision::Fp8E4M3Fnuz => Some(QuantType::Float8E4M3Fnuz),
+        }
+    }
+}
+
 impl Activations {
     /// The integer type and symmetry.
     pub fn spec(self) -> QuantSpec {
@@ -321,6 +346,18 @@ pub const OPTIONS: &[PolicyOption] = &[
         get: |p| p.activations.to_string(),
         set: |p, v| {
             p.activations = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "precision",
+        doc: "the pairs' 8-bit type: integers (as `activations` says), or E4M3 floats for TensorRT (fp8-e4m3fn, largest \
+              value 448) or MIGraphX (fp8-e4m3fnuz, 240): zero point 0, scale = range / that value, weights in float \
+              with a pair each, Softmax outputs over [0, 1]; the model raised to opset 19",
+        values: "int8, fp8-e4m3fn or fp8-e4m3fnuz",
+        get: |p| p.precision.to_string(),
+        set: |p, v| {
+            p.precision = v.parse()?;
             Ok(())
         },
     },
@@ -495,6 +532,10 @@ pub struct Policy {
     pub quantize_outputs: bool,
     /// Activation quantization.
     pub activations: Activations,
+    /// The pairs' 8-bit type: int8 (`activations` says which integer) or an E4M3 float (recipes written before it
+    /// existed read as int8).
+    #[serde(default)]
+    pub precision: Precision,
     /// One scale per output column of MatMul weights (axis 1 of `[in, out]`).
     pub per_channel: bool,
     /// Weight representation.
@@ -603,6 +644,7 @@ impl Policy {
             shared_pair_feeds_all: true,
             quantize_outputs: false,
             activations: Activations::Int8Symmetric,
+            precision: Precision::Int8,
             per_channel: true,
             weights: WeightStorage::QdqPair,
             embeddings: Embeddings::Float,
@@ -648,9 +690,46 @@ impl Policy {
         out
     }
 
-    /// Weight quantization: symmetric int8 (per-channel or per-tensor per [`Policy::per_channel`]).
+    /// Weight quantization: symmetric int8, or the float8 type of [`Policy::precision`] (per-channel or per-tensor
+    /// per [`Policy::per_channel`]).
     pub fn weight_spec(&self) -> QuantSpec {
-        QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: self.reduce_range }
+        let qtype = self.precision.float8().unwrap_or(QuantType::Int8);
+        QuantSpec { qtype, symmetric: true, reduce_range: self.reduce_range && !qtype.is_float8() }
+    }
+
+    /// Activation quantization: [`Policy::activations`], or the float8 type of [`Policy::precision`].
+    pub fn activation_spec(&self) -> QuantSpec {
+        match self.precision.float8() {
+            Some(qtype) => QuantSpec { qtype, symmetric: true, reduce_range: false },
+            None => self.activations.spec(),
+        }
+    }
+
+    /// Options that cannot go with [`Policy::precision`]'s float8: weights stored as integers, ONNX Runtime's
+    /// integer contrib ops. `Err` names the option and what to set.
+    pub fn check_precision(&self) -> Result<()> {
+        if self.precision.float8().is_none() {
+            return Ok(());
+        }
+        let clash = if self.weights == WeightStorage::Int8Initializer {
+            Some(("weights", "qdq-pair (a float8 pair's weight stays a float initializer)"))
+        } else if self.contrib_ops {
+            Some(("contrib_ops", "false (ONNX Runtime's integer contrib ops take int8 / uint8 only)"))
+        } else {
+            None
+        };
+        match clash {
+            Some((key, expected)) => Err(Error::BadOptionValue {
+                key: key.to_owned(),
+                value: format!(
+                    "{} with precision = {}",
+                    (OPTIONS.iter().find(|o| o.key == key).map_or(String::new(), |o| (o.get)(self))),
+                    self.precision
+                ),
+                expected: expected.to_owned(),
+            }),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn matchers(&self) -> Result<Matchers> {

@@ -9,20 +9,29 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Integer type a tensor is quantized to.
+/// The 8-bit type a tensor is quantized to: an integer, or (opset 19) an E4M3 float whose zero point is 0.0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QuantType {
     /// Signed 8-bit (`INT8`).
     Int8,
     /// Unsigned 8-bit (`UINT8`).
     UInt8,
+    /// `FLOAT8E4M3FN` (NVIDIA Hopper / Ada, TensorRT): 4 exponent bits (bias 7), 3 mantissa bits, largest finite
+    /// value 448, no infinities.
+    Float8E4M3Fn,
+    /// `FLOAT8E4M3FNUZ` (AMD MI300, MIGraphX): bias 8, largest finite value 240, one zero, no infinities.
+    Float8E4M3Fnuz,
 }
 
 impl QuantType {
     /// `(qmin, qmax)` for this type; `symmetric` selects the symmetric int8 range [-127, 127]
-    /// and `reduce_range` the 7-bit range (which takes precedence, as in ORT).
+    /// and `reduce_range` the 7-bit range (which takes precedence, as in ORT). A float8 type's is its largest finite
+    /// value either side (symmetric always; `reduce_range` is an integer kernels' matter): a symmetric range
+    /// `[-T, T]` then gets scale `T / max`, so `T` lands on the format's largest value.
     pub fn range(self, symmetric: bool, reduce_range: bool) -> (i32, i32) {
         match (self, reduce_range, symmetric) {
+            (QuantType::Float8E4M3Fn, _, _) => (-448, 448),
+            (QuantType::Float8E4M3Fnuz, _, _) => (-240, 240),
             (QuantType::Int8, true, _) => (-64, 64),
             (QuantType::UInt8, true, _) => (0, 127),
             (QuantType::Int8, false, true) => (-127, 127),
@@ -31,12 +40,42 @@ impl QuantType {
         }
     }
 
-    /// ONNX `TensorProto.DataType` code (INT8 = 3, UINT8 = 2).
+    /// ONNX `TensorProto.DataType` code (INT8 = 3, UINT8 = 2, FLOAT8E4M3FN = 17, FLOAT8E4M3FNUZ = 18).
     pub fn onnx_code(self) -> i32 {
         match self {
             QuantType::Int8 => 3,
             QuantType::UInt8 => 2,
+            QuantType::Float8E4M3Fn => 17,
+            QuantType::Float8E4M3Fnuz => 18,
         }
+    }
+
+    /// The type of an ONNX `TensorProto.DataType` code, if it is one of these.
+    pub fn from_onnx_code(code: i32) -> Option<QuantType> {
+        [QuantType::Int8, QuantType::UInt8, QuantType::Float8E4M3Fn, QuantType::Float8E4M3Fnuz]
+            .into_iter()
+            .find(|t| t.onnx_code() == code)
+    }
+
+    /// A float8 type (quantized by the `QuantizeLinear` of opset 19, saturating; zero point 0.0).
+    pub fn is_float8(self) -> bool {
+        matches!(self, QuantType::Float8E4M3Fn | QuantType::Float8E4M3Fnuz)
+    }
+
+    /// Its name as tables print it: `int8`, `uint8`, `e4m3fn`, `e4m3fnuz`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantType::Int8 => "int8",
+            QuantType::UInt8 => "uint8",
+            QuantType::Float8E4M3Fn => "e4m3fn",
+            QuantType::Float8E4M3Fnuz => "e4m3fnuz",
+        }
+    }
+}
+
+impl std::fmt::Display for QuantType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -70,7 +109,9 @@ pub fn compute_scale_zp(min: f32, max: f32, spec: QuantSpec) -> ScaleZp {
     let (qmin, qmax) = spec.qtype.range(spec.symmetric, spec.reduce_range);
     let mut rmin = min.min(0.0);
     let mut rmax = max.max(0.0);
-    if spec.symmetric {
+    // A float8 zero point is 0.0: always symmetric.
+    let symmetric = spec.symmetric || spec.qtype.is_float8();
+    if symmetric {
         let absmax = rmin.abs().max(rmax.abs());
         rmin = -absmax;
         rmax = absmax;
@@ -80,7 +121,7 @@ pub fn compute_scale_zp(min: f32, max: f32, spec: QuantSpec) -> ScaleZp {
     if scale.is_nan() || scale < f64::from(f32::MIN_POSITIVE) {
         return ScaleZp { scale: 1.0, zero_point: 0, degenerate: true };
     }
-    let zero_point = if spec.symmetric {
+    let zero_point = if symmetric {
         // (qmin + qmax) / 2 is an integer or .5 exactly; ORT rounds it half-to-even.
         (f64::from(qmin + qmax) / 2.0).round_ties_even() as i32
     } else {

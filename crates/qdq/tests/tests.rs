@@ -6,6 +6,7 @@ mod cpu_fusion;
 mod dynamic;
 mod embedding;
 mod errors;
+mod float8;
 mod forms;
 mod onnx_ir_tiny_bert;
 mod parity;

@@ -1,5 +1,5 @@
 #![allow(dead_code)]
-use qdq_calib::{CalibState, CollectOptions, Method, Range, RangeTable, compute_ranges};
+use qdq_calib::{CalibState, CollectOptions, Float8, Method, Range, RangeTable, compute_ranges};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal, Uniform};
@@ -42,5 +42,6 @@ pub fn all_methods() -> Vec<Method> {
         Method::Entropy { num_quantized_bins: 8 },
         Method::Distribution,
         Method::Mse,
+        Method::Fp8Mse { format: Float8::E4M3Fn },
     ]
 }

@@ -98,7 +98,7 @@ impl CalibrateJob {
         let data = load_feeds(&model, &model_path, calibration_data, self.calib.cal_num, &data_cfg, &text)?;
         let data = data.as_ref();
         let base = SessionConfig { library: self.library.ort_lib.clone(), ..SessionConfig::default() };
-        let opts = self.calib.options(self.batching.batch, &base)?;
+        let opts = self.calib.options(self.batching.batch, &base, &[policy.precision])?;
         if !self.merge.is_empty() {
             qdq::check_mergeable(&model, policy)?;
         }
@@ -114,7 +114,7 @@ impl CalibrateJob {
         let tensors = qdq::tensors_to_calibrate(&model, policy)?;
         let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
         self.merge_into(&mut cal, &opts)?;
-        write_tables(&cal, &self.out)?;
+        write_tables(&cal, &self.out, policy.precision.float8().is_none())?;
         Ok((cal, smoothed))
     }
 

@@ -41,14 +41,24 @@ impl Report for E2eReport {
     }
 }
 
+/// A policy's precision as the table's rows name it: `INT8`, `FP8 E4M3FN`, `FP8 E4M3FNUZ`.
+pub(crate) fn precision_label(precision: &str) -> String {
+    match precision.split_once('-') {
+        Some((fp8, format)) => format!("{} {}", fp8.to_uppercase(), format.to_uppercase()),
+        None => precision.to_uppercase(),
+    }
+}
+
 impl E2eResults {
     /// The FP32 vs INT8 table, as printed and as in report.md: columns aligned, and valid Markdown.
     pub fn table(&self) -> String {
         use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
+        let main = precision_label(&self.quantization.precision);
         let int8 = match self.quantization.mode {
-            Mode::Dynamic => "INT8 (dynamic)",
-            Mode::Static => "INT8 (QDQ)",
+            Mode::Dynamic => "INT8 (dynamic)".to_owned(),
+            Mode::Static => format!("{main} (QDQ)"),
         };
+        let int8 = int8.as_str();
         if let Some(c) = &self.classification {
             return classification_table(c, int8);
         }
@@ -57,10 +67,16 @@ impl E2eResults {
         t.set_header(["model", "EP", "EM", "F1", "dF1 [95 %]", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
         let mut rows = vec![("FP32".to_owned(), &self.fp32, None), (int8.to_owned(), &self.int8, self.int8_vs_fp32)];
         let method = self.calibration.as_ref().map(|c| c.method.as_str());
-        if let (Some(m), false) = (method, self.compared_methods.is_empty()) {
-            rows[1].0 = format!("INT8 (QDQ, {m})");
+        let others = !(self.compared_methods.is_empty() && self.compared_precisions.is_empty());
+        if let (Some(m), true) = (method, others) {
+            rows[1].0 = format!("{main} (QDQ, {m})");
         }
-        rows.extend(self.compared_methods.iter().map(|c| (format!("INT8 (QDQ, {})", c.method), &c.int8, c.vs_fp32)));
+        rows.extend(self.compared_methods.iter().map(|c| (format!("{main} (QDQ, {})", c.method), &c.int8, c.vs_fp32)));
+        rows.extend(
+            self.compared_precisions
+                .iter()
+                .map(|c| (format!("{} (QDQ, {})", precision_label(&c.precision), c.method), &c.result, c.vs_fp32)),
+        );
         let mut undecided = Vec::new();
         for (name, r, vs) in rows {
             let Some(r) = r else { continue };

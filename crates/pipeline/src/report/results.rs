@@ -40,6 +40,22 @@ pub struct ComparedMethod {
     pub vs_fp32: Option<Comparison>,
 }
 
+/// One more `--precision` of an e2e run: its model and, unless `--no-eval`, its result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ComparedPrecision {
+    /// The policy's `precision` (`fp8-e4m3fn`, `fp8-e4m3fnuz`, `int8`).
+    pub precision: String,
+    /// The range method its ranges came from.
+    pub method: String,
+    pub model: String,
+    /// Q/DQ pairs it has.
+    pub pairs: usize,
+    pub result: Option<ModelResult>,
+    /// Its answers against FP32's: dF1 and dEM with their paired 95 % intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_fp32: Option<Comparison>,
+}
+
 /// Calibration summary in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CalibrationSummary {
@@ -71,6 +87,10 @@ pub struct QuantizationSummary {
     /// `static` (calibrated Q/DQ pairs) or `dynamic` (inputs quantized at run time).
     #[serde(default)]
     pub mode: Mode,
+    /// The pairs' type (the policy's `precision`): `int8` (which integers, the policy's `activations`),
+    /// `fp8-e4m3fn` or `fp8-e4m3fnuz`. The `int8` result is this model's whatever its precision.
+    #[serde(default = "int8")]
+    pub precision: String,
     pub policy: String,
     /// What chose the preset: `--policy`, `--ort-quant`, or `--ep <name>` (the EP's own preset).
     #[serde(default)]
@@ -116,6 +136,9 @@ pub struct E2eResults {
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,
+    /// `--precision`'s others (e.g. fp8 after int8): quantized from the same calibration, evaluated the same way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compared_precisions: Vec<ComparedPrecision>,
     /// INT8's answers against FP32's on the same questions: dF1 and dEM with their paired 95 % intervals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub int8_vs_fp32: Option<Comparison>,
@@ -135,6 +158,10 @@ pub struct E2eResults {
 pub struct OpProfiles {
     pub fp32: OpProfile,
     pub int8: OpProfile,
+}
+
+fn int8() -> String {
+    "int8".to_owned()
 }
 
 fn squad_task() -> String {

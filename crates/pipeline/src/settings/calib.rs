@@ -15,15 +15,15 @@ use crate::steps::collect::CalibrateOptions;
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[cfg_attr(feature = "cli", command(next_help_heading = "Calibration"))]
 pub struct MethodSettings {
-    /// Range method, e.g. entropy or percentile
+    /// Range method, e.g. entropy [default: mse; fp8: fp8-mse]
     ///
-    /// mse, minmax, percentile, entropy or distribution. mse (the default) takes the range minimising the expected quantization error; entropy is TensorRT's KL
-    /// method. Statistics for --compare-methods are collected in the same pass. Where every method is percentile,
+    /// mse, fp8-mse, minmax, percentile, entropy or distribution. mse takes the range minimising the expected INT8
+    /// error, fp8-mse the float8 one (relative rounding: it clips far less); entropy is TensorRT's KL method. Statistics for --compare-methods are collected in the same pass. Where every method is percentile,
     /// mse or minmax, the histograms count bin by bin only the tails the ranges read (the same ranges; where a range
     /// turns out to need more, the pass runs again with whole histograms and says so). docs/QUANTIZATION.md compares
     /// them.
-    #[cfg_attr(feature = "cli", arg(long = "calibrate-method", default_value = "mse", value_name = "METHOD"))]
-    pub method: MethodKind,
+    #[cfg_attr(feature = "cli", arg(long = "calibrate-method", value_name = "METHOD"))]
+    pub method: Option<MethodKind>,
     /// Also compute these methods' ranges from the same pass
     ///
     /// Written to calibration_<method>.json; `qdq e2e` also quantizes with each (model_qdq_<method>.onnx) and
@@ -49,10 +49,18 @@ pub struct MethodSettings {
 }
 
 impl MethodSettings {
-    /// `method` first, then each of `compare` once. A method option that none of them reads is an error naming it
-    /// (a mistyped or forgotten `--calibrate-method` would otherwise pass unnoticed).
-    pub fn methods(&self) -> Result<Vec<Method>> {
-        let kinds = self.kinds();
+    /// The method whose ranges a model of `precision` is quantized with: `--calibrate-method`, else mse for integer
+    /// pairs and fp8-mse for float8 ones.
+    pub fn method_for(&self, precision: qdq::Precision) -> MethodKind {
+        self.method.unwrap_or(if precision.float8().is_some() { MethodKind::Fp8Mse } else { MethodKind::Mse })
+    }
+
+    /// The methods of a run quantizing with each of `precisions` (the first makes the main model): the first's
+    /// method, each of `compare` once, then the others' ([`MethodSettings::method_for`]). A method option that none
+    /// of them reads is an error naming it (a mistyped or forgotten `--calibrate-method` would otherwise pass
+    /// unnoticed). fp8-mse prices the first float8 format among `precisions` (E4M3FN without one).
+    pub fn methods(&self, precisions: &[qdq::Precision]) -> Result<Vec<Method>> {
+        let kinds = self.kinds(precisions);
         let unused = |flag: &str, value: String, wants: &[MethodKind]| -> Error {
             let names = |ks: &[MethodKind]| ks.iter().map(|k| k.name()).collect::<Vec<_>>().join(" or ");
             Error::Usage(format!(
@@ -82,16 +90,22 @@ impl MethodSettings {
             percentile: self.percentile.unwrap_or(d.percentile),
             symmetric: self.symmetric,
             num_quantized_bins: self.num_quantized_bins.unwrap_or(d.num_quantized_bins),
+            float8: match precisions.iter().find_map(|p| p.float8()) {
+                Some(qdq::QuantType::Float8E4M3Fnuz) => calib::Float8::E4M3Fnuz,
+                _ => calib::Float8::E4M3Fn,
+            },
         };
         kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
     }
 
-    /// `method` first, then each of `compare` once.
-    fn kinds(&self) -> Vec<MethodKind> {
-        let mut kinds = vec![self.method];
-        for k in &self.compare {
-            if !kinds.contains(k) {
-                kinds.push(*k);
+    /// The first precision's method, each of `compare`, then the other precisions' methods, each once.
+    fn kinds(&self, precisions: &[qdq::Precision]) -> Vec<MethodKind> {
+        let first = precisions.first().copied().unwrap_or(qdq::Precision::Int8);
+        let others = precisions.iter().skip(1).map(|&p| self.method_for(p));
+        let mut kinds: Vec<MethodKind> = vec![];
+        for k in std::iter::once(self.method_for(first)).chain(self.compare.iter().copied()).chain(others) {
+            if !kinds.contains(&k) {
+                kinds.push(k);
             }
         }
         kinds
@@ -148,8 +162,15 @@ pub struct CalibSettings {
 impl CalibSettings {
     /// The calibration options: the methods, and a session on [`CalibSettings::ep`] otherwise as `base`
     /// ([`calibration_session`]).
-    pub fn options(&self, batch: usize, base: &SessionConfig) -> Result<CalibrateOptions> {
-        let methods = self.methods.methods()?;
+    ///
+    /// `precisions`: those of the models made from the ranges ([`MethodSettings::methods`]).
+    pub fn options(
+        &self,
+        batch: usize,
+        base: &SessionConfig,
+        precisions: &[qdq::Precision],
+    ) -> Result<CalibrateOptions> {
+        let methods = self.methods.methods(precisions)?;
         if let Some(n) = self.num_bins
             && !methods.iter().any(|m| m.needs_signed_histogram() || m.needs_abs_histogram())
         {

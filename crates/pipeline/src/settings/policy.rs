@@ -50,6 +50,24 @@ pub struct PolicySettings {
     /// As the seeds' --ort_quant does.
     #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
     pub ort_quant: bool,
+    /// Pair precision: int8 or fp8; `qdq e2e` takes int8,fp8
+    ///
+    /// fp8: E4M3 pairs from the same calibration (FLOAT8E4M3FN for tensorrt and ort-compatible, FLOAT8E4M3FNUZ for
+    /// migraphx; the cpu preset is integer-only), zero point 0, scale = range / the format's largest value, ranges
+    /// from fp8-mse unless --calibrate-method names one; the model raised to opset 19. ONNX Runtime's CPU EP runs
+    /// FP8 models (by dequantizing), so their accuracy is measured on any machine; their speed needs the GPU. With
+    /// int8,fp8, `qdq e2e` quantizes and evaluates both, side by side (the first is model_qdq.onnx).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_delimiter = ',',
+            value_name = "PRECISION",
+            value_parser = crate::settings::parsers::choice::<PrecisionChoice>(&PrecisionChoice::NAMES),
+            hide_possible_values = true
+        )
+    )]
+    pub precision: Vec<PrecisionChoice>,
     /// Change one policy option: KEY=VALUE (repeatable)
     ///
     /// E.g. `smooth=off` (no SmoothQuant-style smoothing before calibration), `smooth=0.5` (its strength),
@@ -105,6 +123,66 @@ impl FromStr for PolicyOverride {
 impl fmt::Display for PolicyOverride {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}={}", self.key, self.value)
+    }
+}
+
+/// `--precision`: integer or float8 pairs; which float8 follows the preset ([`PrecisionChoice::for_preset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrecisionChoice {
+    #[default]
+    Int8,
+    Fp8,
+}
+
+impl PrecisionChoice {
+    pub const NAMES: [&'static str; 2] = ["int8", "fp8"];
+
+    /// The policy's precision under `preset`: fp8 is E4M3FN for TensorRT (and ONNX Runtime's own layout, whose
+    /// quantizer writes that type), E4M3FNUZ for MIGraphX; the cpu preset is refused (its integer kernels and int8
+    /// weight initializers have no float8 form).
+    pub fn for_preset(self, preset: Preset) -> Result<qdq::Precision> {
+        Ok(match (self, preset) {
+            (PrecisionChoice::Int8, _) => qdq::Precision::Int8,
+            (PrecisionChoice::Fp8, Preset::TensorRt | Preset::OrtCompatible) => qdq::Precision::Fp8E4M3Fn,
+            (PrecisionChoice::Fp8, Preset::MiGraphX) => qdq::Precision::Fp8E4M3Fnuz,
+            (PrecisionChoice::Fp8, Preset::Cpu) => {
+                return Err(Error::Usage(
+                    "--precision fp8 is for --policy tensorrt (E4M3FN) or migraphx (E4M3FNUZ): the cpu preset writes \
+                     ONNX Runtime's integer kernels, which have no float8 form (ONNX Runtime's CPU EP runs an FP8 \
+                     model of those presets, dequantizing it)"
+                        .into(),
+                ));
+            }
+        })
+    }
+
+    /// How tables and file names call it: `INT8` / `FP8`, `int8` / `fp8`.
+    pub fn label(self) -> &'static str {
+        match self {
+            PrecisionChoice::Int8 => "INT8",
+            PrecisionChoice::Fp8 => "FP8",
+        }
+    }
+}
+
+impl FromStr for PrecisionChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "int8" => Ok(PrecisionChoice::Int8),
+            "fp8" => Ok(PrecisionChoice::Fp8),
+            _ => Err(Error::Usage(format!("unknown --precision `{s}`; valid: {}", PrecisionChoice::NAMES.join(", ")))),
+        }
+    }
+}
+
+impl fmt::Display for PrecisionChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PrecisionChoice::Int8 => "int8",
+            PrecisionChoice::Fp8 => "fp8",
+        })
     }
 }
 
@@ -184,17 +262,58 @@ impl PolicySettings {
 
     /// The policy for a model meant for `ep` (overrides applied in order, then the exclusions and `strict`), and
     /// which preset it started from.
+    ///
+    /// The policy is that of the one `--precision` (int8 without it); more than one is an error here (`qdq e2e` takes
+    /// them through [`PolicySettings::policies`]).
     pub fn policy(&self, ep: &Ep) -> Result<(Policy, PolicyChoice)> {
+        let mut distinct: Vec<PrecisionChoice> = vec![];
+        for p in &self.precision {
+            if !distinct.contains(p) {
+                distinct.push(*p);
+            }
+        }
+        if distinct.len() > 1 {
+            return Err(Error::Usage(format!(
+                "--precision {} names {} precisions, and this command makes one model: give one (`qdq e2e` quantizes \
+                 several side by side)",
+                self.precision.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                distinct.len()
+            )));
+        }
+        let (mut policies, choice) = self.policies(ep)?;
+        Ok((policies.remove(0).1, choice))
+    }
+
+    /// The policy of each `--precision` (in order, each once; int8 without it): the preset with its precision, then
+    /// the overrides (a `precision` override wins), the exclusions and `strict`.
+    pub fn policies(&self, ep: &Ep) -> Result<(Vec<(PrecisionChoice, Policy)>, PolicyChoice)> {
         let choice = self.choice(ep);
-        let mut policy = Policy::of(choice.preset);
-        for o in &self.options {
-            policy.set(o.key, &o.value)?;
+        let mut precisions: Vec<PrecisionChoice> = vec![];
+        for p in self.precision.iter().copied().chain((self.precision.is_empty()).then_some(PrecisionChoice::Int8)) {
+            if !precisions.contains(&p) {
+                precisions.push(p);
+            }
         }
-        for n in &self.exclude_nodes {
-            policy.set("exclude_nodes", n)?;
+        let mut out = vec![];
+        for p in precisions {
+            let mut policy = Policy::of(choice.preset);
+            policy.precision = p.for_preset(choice.preset)?;
+            for o in &self.options {
+                policy.set(o.key, &o.value)?;
+            }
+            for n in &self.exclude_nodes {
+                policy.set("exclude_nodes", n)?;
+            }
+            policy.strict |= self.strict;
+            policy.check_precision()?;
+            if self.mode == Mode::Dynamic && policy.precision.float8().is_some() {
+                return Err(Error::Usage(
+                    "--mode dynamic quantizes inputs at run time with integer ops only: give --precision int8".into(),
+                ));
+            }
+            out.push((p, policy));
         }
-        policy.strict |= self.strict;
-        Ok((policy, choice))
+        Ok((out, choice))
     }
 }
 

@@ -72,10 +72,12 @@ pub fn augmented_sessions(
             }
         }
     };
+    let float8 = crate::model::has_float8_pairs(model.graph());
     let open = |i: usize, source: runtime::ModelSource<'_>| -> Result<Session> {
+        let cfg = crate::model::session_for(&cfgs[i], float8);
         Ok(match observers.and_then(|o| o.get(i)) {
-            Some(o) => Session::open_observed(source, label, &cfgs[i], Arc::clone(o))?,
-            None => Session::open(source, label, &cfgs[i])?,
+            Some(o) => Session::open_observed(source, label, &cfg, Arc::clone(o))?,
+            None => Session::open(source, label, &cfg)?,
         })
     };
     if model.encoded_len() > onnx_ir::PROTOBUF_LIMIT {

@@ -107,7 +107,10 @@ fn report_non_finite(state: &CalibState, main: &RangeTable, tensors: &[String]) 
 
 /// Writes calibration.json (first method), calibration_<method>.json for the others, the ORT flatbuffers table,
 /// the TensorRT cache and the mergeable statistics into `dir`.
-pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
+///
+/// `integer`: the main table is an integer model's, and TensorRT's and ONNX Runtime's INT8 tables
+/// (calibration.flatbuffers, calibration.cache) are written from it; a float8 model's scales live in the model alone.
+pub fn write_tables(cal: &Calibration, dir: &Path, integer: bool) -> Result<()> {
     let Some(main) = cal.tables.first() else {
         return Err(Error::Internal("no range table to write".into()));
     };
@@ -118,8 +121,15 @@ pub fn write_tables(cal: &Calibration, dir: &Path) -> Result<()> {
     for t in &cal.tables[1..] {
         calib::tables::write_json(dir.join(format!("calibration_{}.json", t.method)), t)?;
     }
-    calib::tables::write_ort_flatbuffers(dir.join("calibration.flatbuffers"), main)?;
-    calib::tables::write_trt_cache(dir.join("calibration.cache"), main, calib::tables::DEFAULT_TRT_VERSION)?;
+    if integer {
+        calib::tables::write_ort_flatbuffers(dir.join("calibration.flatbuffers"), main)?;
+        calib::tables::write_trt_cache(dir.join("calibration.cache"), main, calib::tables::DEFAULT_TRT_VERSION)?;
+    } else {
+        tracing::info!(
+            "FP8 scales live in the model: no calibration.flatbuffers or calibration.cache (TensorRT's and ONNX \
+             Runtime's INT8 tables) is written"
+        );
+    }
     cal.state.save_json(dir.join("calib_state.json"))?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use runtime::{Session, SessionConfig};
+use runtime::SessionConfig;
 
 use serde::{Deserialize, Serialize};
 
@@ -78,7 +78,7 @@ fn run_logits(
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<(Vec<Vec<f32>>, Latency, RanOn, bool)> {
-    let mut session = Session::open(model, name, &opts.session)?;
+    let mut session = crate::model::open_session(model, name, &opts.session)?;
     if let Some(why) = session.fallback() {
         progress.warn(why);
     }

@@ -221,7 +221,7 @@ fn open_warm(
         .session
         .side_by_side(opts.workers)
         .iter()
-        .map(|cfg| Session::open(model, name, cfg))
+        .map(|cfg| crate::model::open_session(model, name, cfg))
         .collect::<runtime::Result<Vec<_>>>()?;
     if let Some(why) = sessions[0].fallback() {
         progress.warn(why);

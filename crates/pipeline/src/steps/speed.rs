@@ -75,7 +75,7 @@ impl<'a> PairedTiming<'a> {
         if batches.is_empty() || rounds == 0 {
             return Err(Error::Internal("timing against FP32 needs at least one batch and one round".into()));
         }
-        let mut session = Session::open(ModelSource::File(fp32), "FP32 model", cfg)?;
+        let mut session = crate::model::open_session(ModelSource::File(fp32), "FP32 model", cfg)?;
         session.feed_zeros(&io.zero_inputs)?;
         warm_up(&mut session, batches, io)?;
         Ok(PairedTiming { fp32: RefCell::new(session), batches, io, rounds })
@@ -99,7 +99,7 @@ impl<'a> PairedTiming<'a> {
 
     /// A warm session of `model` fed as FP32's.
     fn open(&self, model: &Path, cfg: &SessionConfig) -> Result<Session> {
-        let mut s = Session::open(ModelSource::File(model), &model.display().to_string(), cfg)?;
+        let mut s = crate::model::open_session(ModelSource::File(model), &model.display().to_string(), cfg)?;
         s.feed_zeros(&self.io.zero_inputs)?;
         warm_up(&mut s, self.batches, self.io)?;
         Ok(s)
@@ -178,7 +178,7 @@ pub(crate) fn profile_ops(
         reason: format!("cannot make a temporary directory for the profile: {e}"),
     })?;
     let cfg = SessionConfig { profile: Some(dir.path().join("profile")), optimized_model_path: None, ..cfg.clone() };
-    let mut s = Session::open(ModelSource::File(model), &model.display().to_string(), &cfg)?;
+    let mut s = crate::model::open_session(ModelSource::File(model), &model.display().to_string(), &cfg)?;
     s.feed_zeros(zero_inputs)?;
     for _ in 0..=PROFILE_PASSES {
         pass(&mut s)?;

@@ -29,6 +29,13 @@ pub struct E2eConfig {
     pub cal_num: usize,
     pub calibrate: CalibrateOptions,
     pub policy: qdq::Policy,
+    /// The range method `policy`'s model takes its ranges from (the first table's).
+    pub method: String,
+    /// `--compare-methods`: the other methods quantized with `policy` (tables of these names), each evaluated.
+    pub compare: Vec<String>,
+    /// `--precision`'s others (e.g. fp8 after int8): each policy and the method its ranges come from, quantized from
+    /// the same calibration and evaluated beside the main model.
+    pub also: Vec<AlsoPrecision>,
     /// Which preset `policy` started from, and why.
     pub policy_choice: PolicyChoice,
     /// Static (calibrated) or dynamic (no calibration; `calibration_data` and `calibrate` unused).
@@ -41,6 +48,14 @@ pub struct E2eConfig {
     pub no_eval: bool,
     /// Also profile both models on the speed comparison's features ([`crate::report::results::OpProfiles`]).
     pub profile_ops: bool,
+}
+
+/// One more precision of an e2e run ([`E2eConfig::also`]).
+#[derive(Debug, Clone)]
+pub struct AlsoPrecision {
+    pub precision: crate::settings::policy::PrecisionChoice,
+    pub policy: qdq::Policy,
+    pub method: String,
 }
 
 /// Every setting of an e2e run, grouped as the CLI groups its flags.
@@ -56,7 +71,8 @@ pub(crate) fn settings(cfg: &E2eConfig) -> Value {
             "seq_len": d.features.max_seq_len, "doc_stride": d.features.doc_stride,
             "query_len": d.features.max_query_len, "io": format!("{:?}", d.io), "padding": format!("{:?}", d.padding),
         },
-        "policy": {"mode": cfg.mode, "preset": cfg.policy_choice.preset, "chosen_by": cfg.policy_choice.chosen_by, "options": policy},
+        "policy": {"mode": cfg.mode, "preset": cfg.policy_choice.preset, "chosen_by": cfg.policy_choice.chosen_by, "options": policy,
+                   "also": cfg.also.iter().map(|a| json!({"precision": a.policy.precision, "method": a.method})).collect::<Vec<_>>()},
         "calibration": {
             "data": cfg.calibration_data, "questions": cfg.cal_num, "batch": cfg.calibrate.batch,
             "num_bins": cfg.calibrate.num_bins, "methods": methods,

@@ -13,6 +13,7 @@ use crate::inputs::files::InputSet;
 use crate::inputs::squad::Corpus;
 use crate::model::model_size;
 use crate::progress::Progress;
+use crate::report::e2e::precision_label;
 use crate::report::ops::op_table;
 use crate::report::results::{E2eResults, ModelResult, OpProfiles};
 use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
@@ -68,18 +69,7 @@ pub(crate) fn evaluate_squad(
         phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
         profile_both(cfg, (qpath, int8_session), results, phases, progress, |m, s| timing.profile(m, s))?;
     }
-    // --compare-methods: each other method's model, evaluated the same way.
-    let t = Instant::now();
-    for (c, (method, path)) in results.compared_methods.iter_mut().zip(compared) {
-        let label = format!("INT8 {method}");
-        let r = evaluate(ModelSource::File(path), &path.display().to_string(), data, &int8_opts, &label, progress)?;
-        write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
-        c.int8 = Some(model_result(&r, path, model_size(path)));
-        c.vs_fp32 = Some(data.compare(&r.predictions, &fp32.predictions));
-    }
-    if !compared.is_empty() {
-        phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
-    }
+    evaluate_others(cfg, data, &int8_opts, &fp32, compared, results, progress, phases)?;
     Ok(())
 }
 
@@ -122,4 +112,46 @@ pub(crate) fn profile_inputs(
             s.run_with(&feeds, &[output], |_| Ok::<_, crate::error::Error>(()))
         })
     })
+}
+
+/// The models beside the main one, each evaluated as it was and compared with FP32: `--compare-methods`' and
+/// `--precision`'s others (on the quantized model's session).
+#[allow(clippy::too_many_arguments)]
+fn evaluate_others(
+    cfg: &E2eConfig,
+    data: &Corpus,
+    int8_opts: &EvalOptions,
+    fp32: &Evaluation,
+    compared: &[(String, PathBuf)],
+    results: &mut E2eResults,
+    progress: &dyn Progress,
+    phases: &mut Phases,
+) -> Result<()> {
+    // --compare-methods: each other method's model, evaluated the same way.
+    let t = Instant::now();
+    for (c, (method, path)) in results.compared_methods.iter_mut().zip(compared) {
+        let label = format!("INT8 {method}");
+        let r = evaluate(ModelSource::File(path), &path.display().to_string(), data, int8_opts, &label, progress)?;
+        write_predictions(&cfg.out.join(format!("predictions_int8_{method}.json")), &r.predictions)?;
+        c.int8 = Some(model_result(&r, path, model_size(path)));
+        c.vs_fp32 = Some(data.compare(&r.predictions, &fp32.predictions));
+    }
+    if !compared.is_empty() {
+        phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
+    }
+    // --precision's others, evaluated the same way (on the quantized model's session).
+    let t = Instant::now();
+    for c in &mut results.compared_precisions {
+        let path = PathBuf::from(&c.model);
+        let label = precision_label(&c.precision);
+        let r = evaluate(ModelSource::File(&path), &c.model, data, int8_opts, &label, progress)?;
+        let short = c.precision.split('-').next().unwrap_or(&c.precision);
+        write_predictions(&cfg.out.join(format!("predictions_{short}.json")), &r.predictions)?;
+        c.result = Some(model_result(&r, &path, model_size(&path)));
+        c.vs_fp32 = Some(data.compare(&r.predictions, &fp32.predictions));
+    }
+    if !results.compared_precisions.is_empty() {
+        phases.insert("compared_precisions_eval".to_owned(), t.elapsed().as_secs_f64());
+    }
+    Ok(())
 }

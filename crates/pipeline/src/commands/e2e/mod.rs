@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use runtime::Ep;
 
-pub use self::config::E2eConfig;
+pub use self::config::{AlsoPrecision, E2eConfig};
 pub use self::run::e2e;
 use crate::error::Result;
 use crate::job::Job;
@@ -101,8 +101,20 @@ impl Job for E2eJob {
         for s in [&fp32, &int8] {
             s.check_available()?;
         }
-        let (policy, choice) = self.policy.policy(&self.runtime.ep)?;
+        let (mut policies, choice) = self.policy.policies(&self.runtime.ep)?;
         tracing::info!("{choice}");
+        let precisions: Vec<qdq::Precision> = policies.iter().map(|(_, p)| p.precision).collect();
+        let methods = &self.calib.methods;
+        let (_, policy) = policies.remove(0);
+        let also = policies
+            .into_iter()
+            .map(|(precision, policy)| {
+                let method = methods.method_for(policy.precision).name().to_owned();
+                AlsoPrecision { precision, policy, method }
+            })
+            .collect();
+        let method = methods.method_for(policy.precision).name().to_owned();
+        let compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| *k != method).collect();
         if self.policy.mode == Mode::Dynamic && !matches!(self.runtime.ep, Ep::Cpu) {
             progress.note(
                 "--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all",
@@ -115,8 +127,11 @@ impl Job for E2eJob {
             data: self.data.config(&model)?,
             samples: self.samples,
             cal_num: self.calib.cal_num,
-            calibrate: self.calib.options(self.batching.batch, &fp32)?,
+            calibrate: self.calib.options(self.batching.batch, &fp32, &precisions)?,
             policy,
+            method,
+            compare,
+            also,
             policy_choice: choice,
             mode: self.policy.mode,
             invocation: self.invocation.clone(),

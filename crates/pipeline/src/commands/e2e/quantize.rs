@@ -7,7 +7,7 @@ use std::time::Instant;
 use onnx_ir::Model;
 
 use crate::commands::e2e::config::{E2eConfig, Phases};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds;
 use crate::model::save_model;
 use crate::progress::Progress;
@@ -33,21 +33,14 @@ pub(crate) fn quantize_static(
     }
     let tensors = qdq::tensors_to_calibrate(&to_quantize, &cfg.policy)?;
     let cal = calibrate(&to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
-    write_tables(&cal, &cfg.out)?;
+    write_tables(&cal, &cfg.out, cfg.policy.precision.float8().is_none())?;
     let non_finite: Vec<String> =
         cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
     phases.insert("smoothing_and_calibration".to_owned(), t.elapsed().as_secs_f64());
     let t = Instant::now();
     let main = &cal.tables[0];
-    // --compare-methods: the same placement with each other method's ranges, saved for evaluation (before the main
-    // placement changes the model).
-    let mut compared = vec![];
-    for table in &cal.tables[1..] {
-        let (m, _) = qdq::quantize(&to_quantize, &table.min_max(), &cfg.policy)?;
-        let path = cfg.out.join(format!("model_qdq_{}.onnx", table.method));
-        save_model(&m, &path)?;
-        compared.push((table.method.clone(), path));
-    }
+    // Before the main placement changes the model.
+    let (compared, precisions) = quantize_others(cfg, &to_quantize, &cal.tables)?;
     let plan = qdq::plan(&to_quantize, &main.min_max(), &cfg.policy)?;
     let mut qmodel = to_quantize;
     plan.apply(&mut qmodel)?;
@@ -71,7 +64,38 @@ pub(crate) fn quantize_static(
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         ..summary_base(cfg, &qmodel)
     };
-    Ok(Quantized { model: qmodel, calibration: Some(calibration), quantization, compared })
+    Ok(Quantized { model: qmodel, calibration: Some(calibration), quantization, compared, precisions })
+}
+
+/// `--compare-methods`' models: (method, file).
+type Compared = Vec<(String, PathBuf)>;
+
+/// The models beside the main one, saved for evaluation: `--compare-methods` (the same placement with each other
+/// method's ranges) and `--precision`'s others (the same model and statistics, their own policy and method).
+fn quantize_others(
+    cfg: &E2eConfig,
+    model: &Model,
+    tables: &[calib::RangeTable],
+) -> Result<(Compared, Vec<OtherPrecision>)> {
+    let table = |name: &str| {
+        tables.iter().find(|t| t.method == name).ok_or_else(|| Error::Internal(format!("no {name} table")))
+    };
+    let mut compared = vec![];
+    for name in &cfg.compare {
+        let (m, _) = qdq::quantize(model, &table(name)?.min_max(), &cfg.policy)?;
+        let path = cfg.out.join(format!("model_qdq_{name}.onnx"));
+        save_model(&m, &path)?;
+        compared.push((name.clone(), path));
+    }
+    let mut precisions = vec![];
+    for also in &cfg.also {
+        let (m, plan) = qdq::quantize(model, &table(&also.method)?.min_max(), &also.policy)?;
+        let path = cfg.out.join(format!("model_qdq_{}.onnx", also.precision));
+        save_model(&m, &path)?;
+        let precision = also.policy.precision.to_string();
+        precisions.push(OtherPrecision { precision, method: also.method.clone(), path, pairs: plan.pair_count() });
+    }
+    Ok((compared, precisions))
 }
 
 /// [`qdq::quantize_dynamic`]: no calibration, so no tables and no smoothing.
@@ -86,7 +110,7 @@ pub(crate) fn quantize_dynamic(cfg: &E2eConfig, model: &Model, phases: &mut Phas
         integer_forms: plan.contrib.lines(),
         ..summary_base(cfg, &qmodel)
     };
-    Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![] })
+    Ok(Quantized { model: qmodel, calibration: None, quantization, compared: vec![], precisions: vec![] })
 }
 
 /// What the quantization step made: the INT8 model, its summaries, and the models of `--compare-methods` (method,
@@ -96,6 +120,16 @@ pub(crate) struct Quantized {
     pub calibration: Option<CalibrationSummary>,
     pub quantization: QuantizationSummary,
     pub compared: Vec<(String, PathBuf)>,
+    pub precisions: Vec<OtherPrecision>,
+}
+
+/// A model of another `--precision`, saved for evaluation.
+pub(crate) struct OtherPrecision {
+    /// The policy's precision (`fp8-e4m3fn`, ...).
+    pub precision: String,
+    pub method: String,
+    pub path: PathBuf,
+    pub pairs: usize,
 }
 
 /// The MatMul-like work the quantized model still does in float, said once in the log (and kept for results.json).
@@ -115,6 +149,7 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
     let counts = qdq::QdqCounts::of(qmodel);
     QuantizationSummary {
         mode: cfg.mode,
+        precision: cfg.policy.precision.to_string(),
         policy: cfg.policy_choice.preset.to_string(),
         policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
         quantized_tensors: 0,

@@ -19,7 +19,9 @@ use crate::inputs::squad::Corpus;
 use crate::model::{carry_tokenizer, load_for_quantization, save_model};
 use crate::progress::Progress;
 use crate::provenance::{Machine, Provenance, onnxruntime};
-use crate::report::results::{CalibrationSummary, ComparedMethod, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
+use crate::report::results::{
+    CalibrationSummary, ComparedMethod, ComparedPrecision, E2eResults, OVERLAP_EFFECT, QuantizationSummary,
+};
 use crate::settings::policy::Mode;
 use crate::steps::classify::{Side, evaluate_classifier};
 
@@ -40,7 +42,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let squad = is_squad_model(&model, &cfg.data.io_names);
     let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
-    let Quantized { model: qmodel, mut calibration, quantization, compared } = match (cfg.mode, &cal_data) {
+    let Quantized { model: qmodel, mut calibration, quantization, compared, precisions } = match (cfg.mode, &cal_data) {
         // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
         // from its file.
         (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
@@ -55,6 +57,17 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
     let mut results = unevaluated(cfg, squad, calibration, quantization, &compared);
+    results.compared_precisions = precisions
+        .into_iter()
+        .map(|p| ComparedPrecision {
+            precision: p.precision,
+            method: p.method,
+            model: p.path.display().to_string(),
+            pairs: p.pairs,
+            result: None,
+            vs_fp32: None,
+        })
+        .collect();
     // 3. evaluate
     match &eval_data {
         Some(EvalData::Squad(data)) => {
@@ -104,6 +117,7 @@ fn unevaluated(
                 vs_fp32: None,
             })
             .collect(),
+        compared_precisions: vec![],
         int8_vs_fp32: None,
         speedup: None,
         op_profile: None,

@@ -277,6 +277,7 @@ impl TuneJob {
             calibrators: self.calibrator_trials > 0,
             all_integer: base.policy.matmul_const_b_only,
         };
+        let precision = base.policy.precision;
         let mut measure = Measure {
             base,
             questions,
@@ -286,7 +287,7 @@ impl TuneJob {
             session: self.runtime.evaluation_session(&fp32_session),
             debug: self.debug_job(cx.fp32, held_out_data),
             fp32_path: cx.fp32,
-            statistics: self.statistics(ranges_path)?,
+            statistics: self.statistics(ranges_path, precision)?,
             clock: cx.clock,
             progress: cx.progress,
             tuned: None,
@@ -343,7 +344,7 @@ impl TuneJob {
 
     /// The table as a qdq range table and the statistics it was computed from, when both are at hand: tune's own
     /// calibration, or calib_state.json beside a `--ranges` table of qdq's.
-    fn statistics(&self, ranges: &Path) -> Result<Option<Statistics>> {
+    fn statistics(&self, ranges: &Path, precision: qdq::Precision) -> Result<Option<Statistics>> {
         if self.calibrator_trials == 0 {
             return Ok(None);
         }
@@ -365,7 +366,7 @@ impl TuneJob {
         // Every method, with the run's options: what calibration collected the statistics for.
         let mut methods = self.calib.methods.clone();
         methods.compare.extend(calib::MethodKind::ALL);
-        Ok(Some(Statistics { table, state, methods: methods.methods()?, trials: self.calibrator_trials }))
+        Ok(Some(Statistics { table, state, methods: methods.methods(&[precision])?, trials: self.calibrator_trials }))
     }
 
     /// The outputs, and the report with where the time went.
