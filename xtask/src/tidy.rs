@@ -19,7 +19,7 @@ mod tests {
         ("qdq-onnx-ir", &["qdq-files"]),
         ("qdq-runtime", &[]),
         ("qdq-squad", &["qdq-files", "qdq-squad-metrics"]),
-        ("qdq", &["qdq-onnx-ir"]),
+        ("qdq", &["qdq-calib", "qdq-onnx-ir"]),
         (
             "qdq-pipeline",
             &["qdq-files", "qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"],

@@ -295,7 +295,8 @@ fn a_fallback_to_cpu_runs_at_cpus_optimisation_level_and_says_so() {
 }
 
 /// Issue 51: `--precision int8,fp8` quantizes both from one calibration and evaluates them side by side: an FP8 row
-/// with its interval, results.json `compared_precisions`, a float8 model at opset 19 (ranges from fp8-mse) that
+/// with its interval, results.json `compared_precisions`, a float8 model at opset 19 (ranges from fp8-mse, weights as
+/// float8 initializers) that
 /// `qdq eval` runs too; `--precision fp8` alone writes no INT8 tables; the cpu preset and one-model commands refuse
 /// what they cannot do, each in one line.
 #[test]
@@ -304,7 +305,8 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
     let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let (vocab, data) = (vocab.to_str().unwrap(), data.to_str().unwrap());
     let mut args = e2e_args(&f, "both", vocab, data);
-    args.extend(["--policy", "migraphx", "--precision", "int8,fp8", "--json"].map(String::from));
+    // On MIGraphX, absent here: the fallback to CPU runs the float8 model at the basic level too.
+    args.extend(["--ep", "migraphx", "--allow-fallback", "--precision", "int8,fp8", "--json"].map(String::from));
     let o = run(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -317,6 +319,8 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
     assert_eq!(q.opset(""), Some(19));
     let cov = qdq::coverage(&q);
     assert_eq!(cov.precisions(), format!("{} e4m3fnuz", fp8["pairs"]));
+    let weights = q.graph().initializer.iter().filter(|t| t.data_type() == onnx_ir::DataType::Float8e4m3fnuz as i32);
+    assert!(weights.filter(|t| t.dims.len() == 2).count() >= 12, "the weights as float8 initializers");
     assert!(dir.join("calibration_fp8-mse.json").is_file() && dir.join("predictions_fp8.json").is_file());
     let table = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(table.lines().any(|l| l.starts_with("| FP8 E4M3FNUZ (QDQ, fp8-mse)")), "{table}");

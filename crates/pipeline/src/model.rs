@@ -203,15 +203,22 @@ pub fn has_float8_pairs(g: &onnx_ir::proto::GraphProto) -> bool {
     g.initializer.iter().any(|t| qdq::QuantType::from_onnx_code(t.data_type()).is_some_and(|q| q.is_float8()))
 }
 
-/// `cfg` for a model with float8 pairs (`float8`): ONNX Runtime's basic level at most, unless the level was chosen.
+/// `cfg` for a model with float8 pairs (`float8`): on the CPU EP (or falling back to it), ONNX Runtime's basic level
+/// at most, unless the level was chosen.
 /// ONNX Runtime 1.31.1's CPU EP fuses float8 pairs into integer kernels that refuse them at its extended level and
 /// above, and with those fusions off its other extended rewrites change an FP8 model's answers (MiniLM, 300 dev
 /// questions: F1 74.36 basic, 74.34 with no optimisation, 72.35 extended); docs/QUANTIZATION.md.
 pub fn session_for(cfg: &runtime::SessionConfig, float8: bool) -> runtime::SessionConfig {
     use runtime::OptLevel;
     let mut cfg = cfg.clone();
-    if float8 && !cfg.opt_level_given && matches!(cfg.opt_level, OptLevel::Extended | OptLevel::All) {
-        cfg.opt_level = OptLevel::Basic;
+    if float8 {
+        cfg.cpu_opt_level = OptLevel::Basic;
+        if !cfg.opt_level_given
+            && cfg.ep == runtime::Ep::Cpu
+            && matches!(cfg.opt_level, OptLevel::Extended | OptLevel::All)
+        {
+            cfg.opt_level = OptLevel::Basic;
+        }
     }
     cfg
 }

@@ -29,6 +29,9 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
 
 fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
     let scales = if p.axis.is_some() { &p.scales[..] } else { &p.scales[..1] };
+    if p.qtype.is_float8() {
+        return crate::scale::float8_along(name, w, scales, p.axis.unwrap_or(0), p.qtype);
+    }
     crate::scale::int8_along(name, w, scales, p.axis.unwrap_or(0), p.qtype.range(true, reduce_range))
 }
 

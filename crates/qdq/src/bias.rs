@@ -26,7 +26,8 @@ pub struct PlannedBias {
 /// The Gemms of `policy` (int8-initializer weights) whose A and B are planned (`tensors`) and whose C is a float
 /// `[N]` initializer with `beta = 1`.
 pub(crate) fn plan_biases(ix: &GraphIndex, tensors: &[PlannedTensor], policy: &Policy) -> Vec<PlannedBias> {
-    if policy.weights != WeightStorage::Int8Initializer {
+    // int32 biases go with integer weights only.
+    if policy.weights != WeightStorage::Int8Initializer || policy.precision.float8().is_some() {
         return vec![];
     }
     let planned = |t: &str| tensors.iter().find(|p| p.tensor == t);

@@ -144,7 +144,7 @@ keywords! {
         /// Keep the FP32 initializer followed by QuantizeLinear -> DequantizeLinear (TensorRT style,
         /// ORT's `AddQDQPairToWeight`).
         QdqPair = "qdq-pair",
-        /// Store an int8 initializer read by a DequantizeLinear.
+        /// Store an 8-bit initializer read by a DequantizeLinear: int8, or float8 under a float8 `precision`.
         Int8Initializer = "int8-initializer",
     }
 }
@@ -352,8 +352,8 @@ pub const OPTIONS: &[PolicyOption] = &[
     PolicyOption {
         key: "precision",
         doc: "the pairs' 8-bit type: integers (as `activations` says), or E4M3 floats for TensorRT (fp8-e4m3fn, largest \
-              value 448) or MIGraphX (fp8-e4m3fnuz, 240): zero point 0, scale = range / that value, weights in float \
-              with a pair each, Softmax outputs over [0, 1]; the model raised to opset 19",
+              value 448) or MIGraphX (fp8-e4m3fnuz, 240): zero point 0, scale = range / that value, per-channel \
+              weights stored as `weights` says, Softmax outputs over [0, 1]; the model raised to opset 19",
         values: "int8, fp8-e4m3fn or fp8-e4m3fnuz",
         get: |p| p.precision.to_string(),
         set: |p, v| {
@@ -373,7 +373,8 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "weights",
-        doc: "weight storage: float initializer + Q + DQ, or int8 initializer + DQ (a smaller file)",
+        doc: "weight storage: float initializer + Q + DQ, or 8-bit initializer + DQ (int8, float8 with an fp8 precision; a \
+              smaller file)",
         values: "qdq-pair or int8-initializer",
         get: |p| p.weights.to_string(),
         set: |p, v| {
@@ -705,15 +706,13 @@ impl Policy {
         }
     }
 
-    /// Options that cannot go with [`Policy::precision`]'s float8: weights stored as integers, ONNX Runtime's
-    /// integer contrib ops. `Err` names the option and what to set.
+    /// Options that cannot go with [`Policy::precision`]'s float8: ONNX Runtime's integer contrib ops. (Weights
+    /// stored as 8-bit initializers are float8 ones then.) `Err` names the option and what to set.
     pub fn check_precision(&self) -> Result<()> {
         if self.precision.float8().is_none() {
             return Ok(());
         }
-        let clash = if self.weights == WeightStorage::Int8Initializer {
-            Some(("weights", "qdq-pair (a float8 pair's weight stays a float initializer)"))
-        } else if self.contrib_ops {
+        let clash = if self.contrib_ops {
             Some(("contrib_ops", "false (ONNX Runtime's integer contrib ops take int8 / uint8 only)"))
         } else {
             None

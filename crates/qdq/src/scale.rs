@@ -162,6 +162,29 @@ pub(crate) fn int8_along(
     Ok(onnx_ir::tensor_from_raw(name, &shape, onnx_ir::DataType::Int8, raw)?)
 }
 
+/// `w` (float) as a float8 initializer `name` of `qtype`, zero point 0.0: one scale per slice along `axis` or one for
+/// all, as [`int8_along`]; each value `w / scale` rounded to the format and saturated, as `QuantizeLinear` does.
+pub(crate) fn float8_along(
+    name: &str,
+    w: &onnx_ir::proto::TensorProto,
+    scales: &[f32],
+    axis: usize,
+    qtype: QuantType,
+) -> crate::error::Result<onnx_ir::proto::TensorProto> {
+    let (format, dt) = match qtype {
+        QuantType::Float8E4M3Fnuz => (calib::Float8::E4M3Fnuz, onnx_ir::DataType::Float8e4m3fnuz),
+        _ => (calib::Float8::E4M3Fn, onnx_ir::DataType::Float8e4m3fn),
+    };
+    let (shape, a) = onnx_ir::f32_values(w)?;
+    let stride: usize = shape.iter().skip(axis + 1).product();
+    let n = scales.len();
+    let raw: Vec<u8> = a
+        .enumerate()
+        .map(|(k, v)| format.to_bits(v / scales[if n == 1 { 0 } else { (k / stride.max(1)) % n }]))
+        .collect();
+    Ok(onnx_ir::tensor_from_raw(name, &shape, dt, raw)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,9 @@ pub struct SessionConfig {
     /// MIGraphX reading Q/DQ pairs themselves), and a fallback to CPU takes CPU's own, all (its integer kernels come
     /// from graph fusion: without it an INT8 model runs ten times slower than FP32).
     pub opt_level_given: bool,
+    /// The level a fallback to CPU runs at when the user chose none: all (the CPU's integer kernels come from graph
+    /// fusion), or lower for a model the CPU EP cannot run fused (float8 pairs: basic).
+    pub cpu_opt_level: OptLevel,
     /// Intra-op threads; `None` lets ONNX Runtime decide (one per core).
     pub intra_threads: Option<usize>,
     /// ONNX Runtime's intra-op threads spin-wait for work between parallel sections (its default). Off when the
@@ -92,6 +95,7 @@ impl Default for SessionConfig {
             allow_fallback: false,
             opt_level: OptLevel::All,
             opt_level_given: false,
+            cpu_opt_level: OptLevel::All,
             intra_threads: None,
             intra_spinning: true,
             verbose: false,
@@ -134,13 +138,13 @@ impl SessionConfig {
             .collect()
     }
 
-    /// The config a fallback to CPU runs with: the same, but at CPU's default graph optimisation level unless the
-    /// user chose one ([`SessionConfig::opt_level_given`]).
+    /// The config a fallback to CPU runs with: the same, but at [`SessionConfig::cpu_opt_level`] unless the user
+    /// chose one ([`SessionConfig::opt_level_given`]).
     fn on_cpu_instead(&self) -> (SessionConfig, FallbackLevel) {
-        if self.opt_level_given || self.opt_level == OptLevel::All {
+        if self.opt_level_given || self.opt_level == self.cpu_opt_level {
             return (SessionConfig { ep: Ep::Cpu, ..self.clone() }, FallbackLevel::Same);
         }
-        let cpu = SessionConfig { ep: Ep::Cpu, opt_level: OptLevel::All, ..self.clone() };
+        let cpu = SessionConfig { ep: Ep::Cpu, opt_level: self.cpu_opt_level, ..self.clone() };
         (cpu, FallbackLevel::Cpu { ep: self.opt_level })
     }
 

@@ -118,9 +118,24 @@ impl E2eResults {
         for line in undecided {
             text.push_str(&format!("{line}\n"));
         }
+        let float8 = std::iter::once(self.quantization.precision.as_str())
+            .chain(self.compared_precisions.iter().map(|c| c.precision.as_str()))
+            .any(|p| p.starts_with("fp8"));
+        if float8 {
+            text.push_str(
+                "\nFP8 ran on ONNX Runtime's CPU EP, which executes its pairs as ONNX defines them (at its basic \
+                 optimisation level): its accuracy is the model's (a GPU's FP8 kernels accumulate in their own order), \
+                 its speed here says nothing of a GPU's. FP8 speed needs a Hopper / Ada GPU (TensorRT) or an MI300 \
+                 (MIGraphX) and was not measured.\n",
+            );
+        }
         if let Some(s) = &self.speedup {
+            let main = match self.quantization.mode {
+                Mode::Dynamic => "INT8".to_owned(),
+                Mode::Static => precision_label(&self.quantization.precision),
+            };
             text.push_str(&format!(
-                "\nINT8 runs at {} FP32's speed: both models run the same {} features in turn, {} rounds (median, \
+                "\n{main} runs at {} FP32's speed: both models run the same {} features in turn, {} rounds (median, \
                  slowest-fastest round); the ms/feature columns are single passes minutes apart.\n",
                 s.describe(),
                 s.features,

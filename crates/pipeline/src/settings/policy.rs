@@ -298,6 +298,12 @@ impl PolicySettings {
         for p in precisions {
             let mut policy = Policy::of(choice.preset);
             policy.precision = p.for_preset(choice.preset)?;
+            if p == PrecisionChoice::Fp8 {
+                // The weights as float8 initializers: the values a float weight behind its pair stands for, in a
+                // quarter of the file, and not quantized again on every run (ONNX Runtime's CPU EP does not fold a
+                // float8 QuantizeLinear of a constant).
+                policy.weights = qdq::WeightStorage::Int8Initializer;
+            }
             for o in &self.options {
                 policy.set(o.key, &o.value)?;
             }

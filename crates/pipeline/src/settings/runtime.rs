@@ -123,6 +123,7 @@ impl RuntimeSettings {
             allow_fallback: self.allow_fallback,
             opt_level: self.opt_level.unwrap_or_default(),
             opt_level_given: self.opt_level.is_some(),
+            cpu_opt_level: runtime::OptLevel::All,
             intra_threads: self.threads,
             intra_spinning: true,
             verbose: self.ort_verbose,
