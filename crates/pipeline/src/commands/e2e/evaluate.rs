@@ -50,7 +50,9 @@ pub(crate) fn evaluate_squad(
     results.fp32 = Some(model_result(&fp32, &cfg.model, model_size(&cfg.model)));
     let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
     let t = Instant::now();
-    let int8 = evaluate(ModelSource::File(qpath), &qpath.display().to_string(), data, &int8_opts, "INT8", progress)?;
+    // The quantized model's label: INT8, or FP8 E4M3FN under --precision fp8.
+    let label = precision_label(&cfg.policy.precision.to_string());
+    let int8 = evaluate(ModelSource::File(qpath), &qpath.display().to_string(), data, &int8_opts, &label, progress)?;
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;
     results.int8 = Some(model_result(&int8, qpath, model_size(qpath)));
@@ -64,7 +66,7 @@ pub(crate) fn evaluate_squad(
         let timing =
             PairedTiming::new(&cfg.model, &cfg.eval.session, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
         let s = timing.against(qpath, int8_session)?;
-        progress.note(&format!("INT8 against FP32, in alternation on {} features: {}", s.features, s.describe()));
+        progress.note(&format!("{label} against FP32, in alternation on {} features: {}", s.features, s.describe()));
         results.speedup = Some(s);
         phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
         profile_both(cfg, (qpath, int8_session), results, phases, progress, |m, s| timing.profile(m, s))?;
