@@ -61,7 +61,6 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         cal_num: 5,
         calibrate: CalibrateOptions::new(2, methods(), 512, SessionConfig::default()),
         policy: qdq::Policy::preset(policy).unwrap(),
-        method: "percentile".to_owned(),
         compare: vec!["minmax".to_owned(), "entropy".to_owned()],
         also: vec![],
         policy_choice: PolicyChoice { preset: policy.parse().unwrap(), chosen_by: "--policy".to_owned() },

@@ -1,7 +1,7 @@
 //! Application: [`Plan::apply`] inserts the planned initializers and Q/DQ nodes and rewires the readers.
 
 use onnx_ir::proto::{GraphProto, NodeProto, TensorProto};
-use onnx_ir::{DataType, GraphExt, Model, NameSet, NodeExt, attr_int, node};
+use onnx_ir::{GraphExt, Model, NameSet, NodeExt, attr_int, node};
 
 use crate::error::{Error, Result};
 use crate::plan::{Plan, PlannedTensor};
@@ -21,18 +21,14 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
         QuantType::UInt8 => onnx_ir::tensor_from_vec::<u8>(name, shape, zps.iter().map(|&z| z as u8).collect())?,
         // 0.0 is the byte 0 in both E4M3 formats (and every float8 zero point qdq writes is 0.0).
         QuantType::Float8E4M3Fn | QuantType::Float8E4M3Fnuz => {
-            let dt = if qtype == QuantType::Float8E4M3Fn { DataType::Float8e4m3fn } else { DataType::Float8e4m3fnuz };
-            onnx_ir::tensor_from_raw(name, shape, dt, vec![0; zps.len()])?
+            onnx_ir::tensor_from_raw(name, shape, qtype.data_type(), vec![0; zps.len()])?
         }
     })
 }
 
 fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
     let scales = if p.axis.is_some() { &p.scales[..] } else { &p.scales[..1] };
-    if p.qtype.is_float8() {
-        return crate::scale::float8_along(name, w, scales, p.axis.unwrap_or(0), p.qtype);
-    }
-    crate::scale::int8_along(name, w, scales, p.axis.unwrap_or(0), p.qtype.range(true, reduce_range))
+    crate::scale::quantized_along(name, w, scales, p.axis.unwrap_or(0), p.qtype, p.qtype.range(true, reduce_range))
 }
 
 fn with_axis(n: NodeProto, axis: Option<usize>) -> NodeProto {

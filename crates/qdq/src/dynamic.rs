@@ -187,7 +187,8 @@ fn int8_weight(
     let scales: Vec<f32> = params.iter().map(|p| p.scale).collect();
     let shape: Vec<usize> = if axis.is_some() { vec![scales.len()] } else { vec![] };
     let [wq, ws, wzp] = ["quantized", "scale", "zero_point"].map(|s| names.fresh(&format!("{}_{s}", w.name())));
-    let wq_tensor = crate::scale::int8_along(&wq, w, &scales, 1, spec.qtype.range(true, spec.reduce_range))?;
+    let wq_tensor =
+        crate::scale::quantized_along(&wq, w, &scales, 1, spec.qtype, spec.qtype.range(true, spec.reduce_range))?;
     g.add_initializer(wq_tensor);
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&ws, &shape, scales.clone())?);
     g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&wzp, &shape, vec![0; scales.len()])?);

@@ -30,8 +30,10 @@ impl QuantType {
     /// `[-T, T]` then gets scale `T / max`, so `T` lands on the format's largest value.
     pub fn range(self, symmetric: bool, reduce_range: bool) -> (i32, i32) {
         match (self, reduce_range, symmetric) {
-            (QuantType::Float8E4M3Fn, _, _) => (-448, 448),
-            (QuantType::Float8E4M3Fnuz, _, _) => (-240, 240),
+            (QuantType::Float8E4M3Fn | QuantType::Float8E4M3Fnuz, _, _) => {
+                let max = self.float8().map_or(0, |f| f.max() as i32);
+                (-max, max)
+            }
             (QuantType::Int8, true, _) => (-64, 64),
             (QuantType::UInt8, true, _) => (0, 127),
             (QuantType::Int8, false, true) => (-127, 127),
@@ -40,14 +42,19 @@ impl QuantType {
         }
     }
 
+    /// ONNX element type (INT8, UINT8, FLOAT8E4M3FN, FLOAT8E4M3FNUZ).
+    pub fn data_type(self) -> onnx_ir::DataType {
+        match self {
+            QuantType::Int8 => onnx_ir::DataType::Int8,
+            QuantType::UInt8 => onnx_ir::DataType::Uint8,
+            QuantType::Float8E4M3Fn => onnx_ir::DataType::Float8e4m3fn,
+            QuantType::Float8E4M3Fnuz => onnx_ir::DataType::Float8e4m3fnuz,
+        }
+    }
+
     /// ONNX `TensorProto.DataType` code (INT8 = 3, UINT8 = 2, FLOAT8E4M3FN = 17, FLOAT8E4M3FNUZ = 18).
     pub fn onnx_code(self) -> i32 {
-        match self {
-            QuantType::Int8 => 3,
-            QuantType::UInt8 => 2,
-            QuantType::Float8E4M3Fn => 17,
-            QuantType::Float8E4M3Fnuz => 18,
-        }
+        self.data_type() as i32
     }
 
     /// The type of an ONNX `TensorProto.DataType` code, if it is one of these.
@@ -59,7 +66,16 @@ impl QuantType {
 
     /// A float8 type (quantized by the `QuantizeLinear` of opset 19, saturating; zero point 0.0).
     pub fn is_float8(self) -> bool {
-        matches!(self, QuantType::Float8E4M3Fn | QuantType::Float8E4M3Fnuz)
+        self.float8().is_some()
+    }
+
+    /// The float8 format of a float8 type (its grid, largest value and encoding).
+    pub fn float8(self) -> Option<calib::Float8> {
+        match self {
+            QuantType::Float8E4M3Fn => Some(calib::Float8::E4M3Fn),
+            QuantType::Float8E4M3Fnuz => Some(calib::Float8::E4M3Fnuz),
+            QuantType::Int8 | QuantType::UInt8 => None,
+        }
     }
 
     /// Its name as tables print it: `int8`, `uint8`, `e4m3fn`, `e4m3fnuz`.
@@ -136,13 +152,16 @@ pub fn quantize_value(x: f32, p: ScaleZp, qmin: i32, qmax: i32) -> i32 {
     q.clamp(f64::from(qmin), f64::from(qmax)) as i32
 }
 
-/// `w` (float) as an int8 initializer `name`, zero point 0: one scale per slice along `axis` (`scales.len()` = that
-/// dimension) or one for all (`scales.len()` = 1). Weights, embedding tables and dynamic-mode weights.
-pub(crate) fn int8_along(
+/// `w` (float) as an 8-bit initializer `name` of `qtype`, zero point 0: one scale per slice along `axis`
+/// (`scales.len()` = that dimension) or one for all (`scales.len()` = 1). An int8 value is `round(w / scale)` clamped
+/// to `(qmin, qmax)`; a float8 one `w / scale` rounded to the format and saturated, as `QuantizeLinear` does. Weights,
+/// embedding tables and dynamic-mode weights.
+pub(crate) fn quantized_along(
     name: &str,
     w: &onnx_ir::proto::TensorProto,
     scales: &[f32],
     axis: usize,
+    qtype: QuantType,
     (qmin, qmax): (i32, i32),
 ) -> crate::error::Result<onnx_ir::proto::TensorProto> {
     // Read in place: a weight of gigabytes is not copied to float first.
@@ -150,38 +169,16 @@ pub(crate) fn int8_along(
     // Elements of one slice along `axis` are `stride` apart in row-major order.
     let stride: usize = shape.iter().skip(axis + 1).product();
     let n = scales.len();
-    // The int8 values as the bytes of the initializer, built once.
-    let raw: Vec<u8> = a
-        .enumerate()
-        .map(|(k, v)| {
-            let channel = if n == 1 { 0 } else { (k / stride.max(1)) % n };
-            let sz = ScaleZp { scale: scales[channel], zero_point: 0, degenerate: false };
-            quantize_value(v, sz, qmin, qmax) as i8 as u8
-        })
-        .collect();
-    Ok(onnx_ir::tensor_from_raw(name, &shape, onnx_ir::DataType::Int8, raw)?)
-}
-
-/// `w` (float) as a float8 initializer `name` of `qtype`, zero point 0.0: one scale per slice along `axis` or one for
-/// all, as [`int8_along`]; each value `w / scale` rounded to the format and saturated, as `QuantizeLinear` does.
-pub(crate) fn float8_along(
-    name: &str,
-    w: &onnx_ir::proto::TensorProto,
-    scales: &[f32],
-    axis: usize,
-    qtype: QuantType,
-) -> crate::error::Result<onnx_ir::proto::TensorProto> {
-    let (format, dt) = match qtype {
-        QuantType::Float8E4M3Fnuz => (calib::Float8::E4M3Fnuz, onnx_ir::DataType::Float8e4m3fnuz),
-        _ => (calib::Float8::E4M3Fn, onnx_ir::DataType::Float8e4m3fn),
+    let format = qtype.float8();
+    let byte = |v: f32, scale: f32| match format {
+        Some(f) => f.to_bits(v / scale),
+        None => quantize_value(v, ScaleZp { scale, zero_point: 0, degenerate: false }, qmin, qmax) as i8 as u8,
     };
-    let (shape, a) = onnx_ir::f32_values(w)?;
-    let stride: usize = shape.iter().skip(axis + 1).product();
-    let n = scales.len();
-    let raw: Vec<u8> = a
-        .enumerate()
-        .map(|(k, v)| format.to_bits(v / scales[if n == 1 { 0 } else { (k / stride.max(1)) % n }]))
-        .collect();
+    // The values as the bytes of the initializer, built once.
+    let raw: Vec<u8> =
+        a.enumerate().map(|(k, v)| byte(v, scales[if n == 1 { 0 } else { (k / stride.max(1)) % n }])).collect();
+    // Weights and tables are symmetric int8 whatever the activations' integer type.
+    let dt = if qtype.is_float8() { qtype.data_type() } else { onnx_ir::DataType::Int8 };
     Ok(onnx_ir::tensor_from_raw(name, &shape, dt, raw)?)
 }
 

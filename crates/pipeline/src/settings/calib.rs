@@ -90,10 +90,7 @@ impl MethodSettings {
             percentile: self.percentile.unwrap_or(d.percentile),
             symmetric: self.symmetric,
             num_quantized_bins: self.num_quantized_bins.unwrap_or(d.num_quantized_bins),
-            float8: match precisions.iter().find_map(|p| p.float8()) {
-                Some(qdq::QuantType::Float8E4M3Fnuz) => calib::Float8::E4M3Fnuz,
-                _ => calib::Float8::E4M3Fn,
-            },
+            float8: precisions.iter().find_map(|p| p.float8()?.float8()).unwrap_or_default(),
         };
         kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
     }

@@ -266,12 +266,7 @@ impl PolicySettings {
     /// The policy is that of the one `--precision` (int8 without it); more than one is an error here (`qdq e2e` takes
     /// them through [`PolicySettings::policies`]).
     pub fn policy(&self, ep: &Ep) -> Result<(Policy, PolicyChoice)> {
-        let mut distinct: Vec<PrecisionChoice> = vec![];
-        for p in &self.precision {
-            if !distinct.contains(p) {
-                distinct.push(*p);
-            }
-        }
+        let distinct = self.precisions();
         if distinct.len() > 1 {
             return Err(Error::Usage(format!(
                 "--precision {} names {} precisions, and this command makes one model: give one (`qdq e2e` quantizes \
@@ -284,18 +279,23 @@ impl PolicySettings {
         Ok((policies.remove(0).1, choice))
     }
 
+    /// `--precision`'s values in order, each once; int8 without any.
+    fn precisions(&self) -> Vec<PrecisionChoice> {
+        let mut out: Vec<PrecisionChoice> = vec![];
+        for p in self.precision.iter().copied().chain(self.precision.is_empty().then_some(PrecisionChoice::Int8)) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
     /// The policy of each `--precision` (in order, each once; int8 without it): the preset with its precision, then
     /// the overrides (a `precision` override wins), the exclusions and `strict`.
     pub fn policies(&self, ep: &Ep) -> Result<(Vec<(PrecisionChoice, Policy)>, PolicyChoice)> {
         let choice = self.choice(ep);
-        let mut precisions: Vec<PrecisionChoice> = vec![];
-        for p in self.precision.iter().copied().chain((self.precision.is_empty()).then_some(PrecisionChoice::Int8)) {
-            if !precisions.contains(&p) {
-                precisions.push(p);
-            }
-        }
         let mut out = vec![];
-        for p in precisions {
+        for p in self.precisions() {
             let mut policy = Policy::of(choice.preset);
             policy.precision = p.for_preset(choice.preset)?;
             if p == PrecisionChoice::Fp8 {

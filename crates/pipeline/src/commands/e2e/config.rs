@@ -29,8 +29,6 @@ pub struct E2eConfig {
     pub cal_num: usize,
     pub calibrate: CalibrateOptions,
     pub policy: qdq::Policy,
-    /// The range method `policy`'s model takes its ranges from (the first table's).
-    pub method: String,
     /// `--compare-methods`: the other methods quantized with `policy` (tables of these names), each evaluated.
     pub compare: Vec<String>,
     /// `--precision`'s others (e.g. fp8 after int8): each policy and the method its ranges come from, quantized from

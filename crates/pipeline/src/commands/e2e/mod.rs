@@ -113,8 +113,8 @@ impl Job for E2eJob {
                 AlsoPrecision { precision, policy, method }
             })
             .collect();
-        let method = methods.method_for(policy.precision).name().to_owned();
-        let compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| *k != method).collect();
+        let main = methods.method_for(policy.precision).name();
+        let compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| k != main).collect();
         if self.policy.mode == Mode::Dynamic && !matches!(self.runtime.ep, Ep::Cpu) {
             progress.note(
                 "--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all",
@@ -129,7 +129,6 @@ impl Job for E2eJob {
             cal_num: self.calib.cal_num,
             calibrate: self.calib.options(self.batching.batch, &fp32, &precisions)?,
             policy,
-            method,
             compare,
             also,
             policy_choice: choice,
