@@ -23,8 +23,8 @@ pub struct Xtask {
 
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
-    /// Install ONNX Runtime (PyPI wheel onnxruntime==1.31.1, or onnxruntime-gpu with --gpu) into .ort/ in the
-    /// workspace, with pip. Idempotent.
+    /// Install ONNX Runtime (PyPI wheel onnxruntime==1.31.1, or onnxruntime-gpu with --gpu; OpenVINO's plugin with
+    /// --openvino) into .ort/ in the workspace, with pip. Idempotent.
     Setup(SetupArgs),
     /// setup, then cargo fmt --check, cargo clippy -D warnings, and every test of the workspace (tidy tests among
     /// them).
@@ -74,6 +74,10 @@ pub struct SetupArgs {
     /// Install onnxruntime-gpu (CUDA and TensorRT EPs) instead of the CPU build.
     #[arg(long)]
     pub gpu: bool,
+    /// Also install OpenVINO's plugin EP (PyPI onnxruntime-ep-openvino 1.8.1, OpenVINO bundled) into .ort/openvino,
+    /// where `qdq --ep openvino` finds it.
+    #[arg(long)]
+    pub openvino: bool,
     /// Reinstall even when the right version is there.
     #[arg(long)]
     pub force: bool,

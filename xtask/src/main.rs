@@ -75,12 +75,13 @@ pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-/// `cargo xtask test`: provision ONNX Runtime, check formatting and lints, then every test of the workspace in
+/// `cargo xtask test`: provision ONNX Runtime and OpenVINO's plugin EP, check formatting and lints, then every test of the workspace in
 /// debug (the tidy tests in xtask/src/tidy.rs among them), then what users install, installed as they would
 /// (`dist --check`: the wheel into a fresh venv, the archive unpacked; the release build it makes is the one `cargo
 /// xtask e2e` runs).
 fn test(rest: &[String]) -> Result<()> {
-    let lib = setup::setup(&setup::SetupArgs::default())?;
+    // The OpenVINO plugin too: its tests run tiny BERT through it.
+    let lib = setup::setup(&setup::SetupArgs { openvino: true, ..Default::default() })?;
     eprintln!("xtask: cargo fmt --check");
     run_cmd(cargo().args(["fmt", "--all", "--check"]))
         .context("formatting differs from rustfmt.toml: run `cargo fmt --all`")?;

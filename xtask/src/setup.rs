@@ -48,46 +48,78 @@ pub fn python() -> Result<String> {
     )
 }
 
-/// Installs (once) and returns the path of the library to load.
+/// Installs (once) and returns the path of the library to load; with `--openvino`, the OpenVINO plugin too.
 pub fn setup(args: &SetupArgs) -> Result<PathBuf> {
     let package = if args.gpu { "onnxruntime-gpu" } else { "onnxruntime" };
     let dir = install_dir(args.gpu);
-    let lib = library_path(&dir);
-    let have = installed_version(&dir, package);
-    if !args.force && lib.is_file() && have.as_deref() == Some(ORT_VERSION) {
-        eprintln!("xtask: ONNX Runtime {ORT_VERSION} ({package}) already installed: {}", lib.display());
-        return Ok(lib);
+    let lib =
+        install_wheel(&Wheel { package, version: ORT_VERSION, dir: &dir, file: &library_path(&dir) }, args.force)?;
+    if args.openvino {
+        openvino(args.force)?;
+    }
+    Ok(lib)
+}
+
+/// The OpenVINO plugin of ONNX Runtime (PyPI onnxruntime-ep-openvino, OpenVINO bundled) in `.ort/openvino/`, where
+/// a qdq built from this checkout finds it by itself for `--ep openvino`.
+pub const OPENVINO_PLUGIN: &str = "onnxruntime-ep-openvino";
+pub const OPENVINO_PLUGIN_VERSION: &str = "1.8.1";
+
+/// Installs the OpenVINO plugin (once) and returns its library's path.
+pub fn openvino(force: bool) -> Result<PathBuf> {
+    let dir = root().join(".ort/openvino");
+    let file = openvino_library(&dir);
+    install_wheel(&Wheel { package: OPENVINO_PLUGIN, version: OPENVINO_PLUGIN_VERSION, dir: &dir, file: &file }, force)
+}
+
+/// The plugin library inside its install dir.
+pub fn openvino_library(dir: &Path) -> PathBuf {
+    dir.join("onnxruntime_ep_openvino/libonnxruntime_providers_openvino_plugin.so")
+}
+
+/// A wheel to install with pip into a folder of its own, and the file that must be there afterwards.
+struct Wheel<'a> {
+    package: &'a str,
+    version: &'a str,
+    dir: &'a Path,
+    file: &'a Path,
+}
+
+/// Installs `w` (unless that version is there already, or `force`) and returns its file. pip installs into a fresh
+/// staging dir, swapped in afterwards: an interrupted install never leaves a half-populated folder.
+fn install_wheel(w: &Wheel<'_>, force: bool) -> Result<PathBuf> {
+    let (package, version, dir) = (w.package, w.version, w.dir);
+    let have = installed_version(dir, package);
+    if !force && w.file.is_file() && have.as_deref() == Some(version) {
+        eprintln!("xtask: {package} {version} already installed: {}", w.file.display());
+        return Ok(w.file.to_path_buf());
     }
     if let Some(v) = &have {
-        eprintln!("xtask: replacing {package} {v} in {} with {ORT_VERSION}", dir.display());
+        eprintln!("xtask: replacing {package} {v} in {} with {version}", dir.display());
     }
-    // Install into a fresh staging dir, then swap it in: an interrupted install never leaves a half-populated .ort/.
     let staging = dir.with_extension("staging");
     if staging.exists() {
         std::fs::remove_dir_all(&staging).with_context(|| format!("cannot remove {}", staging.display()))?;
     }
-    eprintln!("xtask: installing {package}=={ORT_VERSION} from PyPI into {}", dir.display());
+    eprintln!("xtask: installing {package}=={version} from PyPI into {}", dir.display());
     run_cmd(
         Command::new(python()?)
             .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"])
-            .args(["--target".as_ref(), staging.as_os_str(), format!("{package}=={ORT_VERSION}").as_ref()]),
+            .args(["--target".as_ref(), staging.as_os_str(), format!("{package}=={version}").as_ref()]),
     )?;
-    let staged_lib = library_path(&staging);
-    if !staged_lib.is_file() {
-        bail!(
-            "{package}=={ORT_VERSION} installed, but {} is missing: the wheel's layout changed",
-            staged_lib.display()
-        );
+    let staged = staging.join(w.file.strip_prefix(dir).unwrap_or(w.file));
+    if !staged.is_file() {
+        bail!("{package}=={version} installed, but {} is missing: the wheel's layout changed", staged.display());
     }
     match installed_version(&staging, package) {
-        Some(v) if v == ORT_VERSION => {}
-        other => bail!("pip installed {package} {other:?} into {}, expected {ORT_VERSION}", staging.display()),
+        Some(v) if v == version => {}
+        other => bail!("pip installed {package} {other:?} into {}, expected {version}", staging.display()),
     }
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove old {}", dir.display()))?;
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove old {}", dir.display()))?;
     }
-    std::fs::rename(&staging, &dir)
+    std::fs::rename(&staging, dir)
         .with_context(|| format!("cannot move {} to {}", staging.display(), dir.display()))?;
-    eprintln!("xtask: ONNX Runtime {ORT_VERSION} ready: {}", lib.display());
-    Ok(lib)
+    eprintln!("xtask: {package} {version} ready: {}", w.file.display());
+    Ok(w.file.to_path_buf())
 }

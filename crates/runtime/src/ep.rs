@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use ort::ep::{self, ExecutionProviderDispatch};
+use ort::ep::{self, ArbitrarilyConfigurableExecutionProvider as _, ExecutionProviderDispatch};
 
 use crate::{Error, Result};
 
@@ -34,6 +34,43 @@ pub struct MiGraphXOptions {
     pub load_model: Option<PathBuf>,
 }
 
+/// OpenVINO EP options (the plugin `onnxruntime-ep-openvino`, or an ONNX Runtime with OpenVINO compiled in).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenVinoOptions {
+    /// OpenVINO's device: `CPU` (the default), `GPU` or `NPU`.
+    pub device: String,
+    /// The precision OpenVINO runs the float parts in (its `INFERENCE_PRECISION_HINT`): `f32` by default, so that
+    /// FP32 is an honest baseline (on a CPU with AMX or AVX512-BF16 OpenVINO's own default is bf16), or `bf16`, `f16`.
+    pub precision: String,
+    /// OpenVINO's model cache (`CACHE_DIR`): compiled models are kept there between runs.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for OpenVinoOptions {
+    fn default() -> Self {
+        OpenVinoOptions { device: "CPU".into(), precision: "f32".into(), cache_dir: None }
+    }
+}
+
+impl OpenVinoOptions {
+    /// The precisions `precision` takes.
+    pub const PRECISIONS: &'static [&'static str] = &["f32", "bf16", "f16"];
+
+    /// OpenVINO's `load_config`: the device's properties as JSON (`{"CPU":{"INFERENCE_PRECISION_HINT":"f32",...}}`),
+    /// with `threads` as `INFERENCE_NUM_THREADS` when given.
+    pub fn load_config(&self, threads: Option<usize>) -> String {
+        let mut props = serde_json::Map::new();
+        props.insert("INFERENCE_PRECISION_HINT".into(), self.precision.clone().into());
+        if let Some(n) = threads {
+            props.insert("INFERENCE_NUM_THREADS".into(), n.to_string().into());
+        }
+        if let Some(dir) = &self.cache_dir {
+            props.insert("CACHE_DIR".into(), dir.display().to_string().into());
+        }
+        serde_json::json!({ self.device.to_ascii_uppercase(): props }).to_string()
+    }
+}
+
 /// The execution providers qdq knows how to configure.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ep {
@@ -42,7 +79,7 @@ pub enum Ep {
     TensorRt(TensorRtOptions),
     MiGraphX(MiGraphXOptions),
     Rocm { device_id: i32 },
-    OpenVino { device_type: String },
+    OpenVino(OpenVinoOptions),
 }
 
 /// Reads a boolean switch the seeds' scripts use (`ORT_TENSORRT_INT8_ENABLE=1`).
@@ -65,7 +102,7 @@ impl Ep {
             "tensorrt" | "trt" => Ep::TensorRt(TensorRtOptions::default()),
             "migraphx" => Ep::MiGraphX(MiGraphXOptions::default()),
             "rocm" => Ep::Rocm { device_id: 0 },
-            "openvino" => Ep::OpenVino { device_type: "CPU".to_owned() },
+            "openvino" | "ov" => Ep::OpenVino(OpenVinoOptions::default()),
             _ => {
                 return Err(Error::EpOption {
                     ep: name.to_owned(),
@@ -83,7 +120,7 @@ impl Ep {
             Ep::TensorRt(_) => "TensorrtExecutionProvider",
             Ep::MiGraphX(_) => "MIGraphXExecutionProvider",
             Ep::Rocm { .. } => "ROCMExecutionProvider",
-            Ep::OpenVino { .. } => "OpenVINOExecutionProvider",
+            Ep::OpenVino(_) => "OpenVINOExecutionProvider",
         }
     }
 
@@ -95,7 +132,7 @@ impl Ep {
             Ep::TensorRt(_) => "tensorrt",
             Ep::MiGraphX(_) => "migraphx",
             Ep::Rocm { .. } => "rocm",
-            Ep::OpenVino { .. } => "openvino",
+            Ep::OpenVino(_) => "openvino",
         }
     }
 
@@ -112,10 +149,46 @@ impl Ep {
                 "Build ONNX Runtime with --use_migraphx / --use_rocm (ROCm and MIGraphX installed) and point \
                  ORT_DYLIB_PATH at it; no PyPI wheel carries these EPs."
             }
-            Ep::OpenVino { .. } => {
-                "Install an OpenVINO build of ONNX Runtime (PyPI onnxruntime-openvino) and point ORT_DYLIB_PATH at its \
-                 libonnxruntime.so."
+            Ep::OpenVino(_) => {
+                "OpenVINO comes as a plugin: `cargo xtask setup --openvino` in the qdq checkout, or `pip install \
+                 onnxruntime-ep-openvino==1.8.1` into the Python environment of the onnxruntime package, or give its \
+                 libonnxruntime_providers_openvino_plugin.so with --ep-plugin (or QDQ_EP_PLUGIN)."
             }
+        }
+    }
+
+    /// The Python package that carries this EP as a plugin library, and the library's file name in it.
+    pub fn plugin_package(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Ep::OpenVino(_) => Some(("onnxruntime_ep_openvino", "libonnxruntime_providers_openvino_plugin.so")),
+            _ => None,
+        }
+    }
+
+    /// The kind of device this EP runs on (`CPU`, `GPU`, `NPU`), as plugin devices are told apart.
+    pub fn device_kind(&self) -> &str {
+        match self {
+            Ep::Cpu => "CPU",
+            Ep::OpenVino(o) => o.device.split(['.', ':']).next().unwrap_or("CPU"),
+            Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } => "GPU",
+        }
+    }
+
+    /// The options a plugin's devices take, each keyed `<EP name>.<option>` as `SessionOptionsAppendExecutionProvider_V2`
+    /// takes them; `threads` are the session's intra-op threads.
+    pub(crate) fn plugin_options(&self, threads: Option<usize>) -> Vec<(String, String)> {
+        match self {
+            Ep::OpenVino(o) => vec![(format!("{}.load_config", self.ort_name()), o.load_config(threads))],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The precision the float parts run in, for EPs where it is a setting of its own (OpenVINO's): what a result
+    /// on this EP has to say next to its F1.
+    pub fn float_precision(&self) -> Option<&str> {
+        match self {
+            Ep::OpenVino(o) => Some(&o.precision),
+            _ => None,
         }
     }
 
@@ -185,7 +258,7 @@ impl Ep {
     }
 
     /// Builds the `ort` dispatch, always with `error_on_failure` so a failed registration is an error, never a fallback.
-    pub(crate) fn dispatch(&self) -> Result<Option<ExecutionProviderDispatch>> {
+    pub(crate) fn dispatch(&self, threads: Option<usize>) -> Result<Option<ExecutionProviderDispatch>> {
         let path_str = |p: &PathBuf, what: &str| -> Result<String> {
             p.to_str().map(str::to_owned).ok_or_else(|| Error::EpOption {
                 ep: self.short_name().to_owned(),
@@ -221,7 +294,10 @@ impl Ep {
                 m.build()
             }
             Ep::Rocm { device_id } => ep::ROCm::default().with_device_id(*device_id).build(),
-            Ep::OpenVino { device_type } => ep::OpenVINO::default().with_device_type(device_type).build(),
+            Ep::OpenVino(o) => ep::OpenVINO::default()
+                .with_device_type(&o.device)
+                .with_arbitrary_config("load_config", o.load_config(threads))
+                .build(),
         };
         Ok(Some(d.error_on_failure()))
     }

@@ -19,14 +19,16 @@ mod cpu;
 mod ep;
 mod library;
 pub mod observe;
+pub mod plugin;
 mod profile;
 mod session;
 mod tensor;
 
 pub use cpu::int8_dot_product;
-pub use ep::{Ep, MiGraphXOptions, TensorRtOptions};
+pub use ep::{Ep, MiGraphXOptions, OpenVinoOptions, TensorRtOptions};
 pub use library::{Install, LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;
+pub use plugin::PLUGIN_ENV;
 pub use profile::{OpTime, OpTimes};
 pub use session::{IoInfo, ModelSource, OptLevel, OutputRef, Session, SessionConfig, TensorKind, threads_or_cores};
 
@@ -51,6 +53,14 @@ pub enum Error {
         "execution provider {requested} is not in the loaded ONNX Runtime ({library}); it provides: {available}. {hint}"
     )]
     EpUnavailable { requested: String, library: String, available: String, hint: String },
+    #[error("execution provider plugin {path}: {reason}")]
+    Plugin { path: PathBuf, reason: String },
+    /// A plugin EP that cannot run every node (ONNX Runtime's fallback to CPU for them is off): the nodes.
+    #[error(
+        "{ep} cannot run every node of {model}: {count} would run on the CPU EP instead ({nodes}). --allow-fallback runs \
+         the model on the CPU EP"
+    )]
+    EpPartial { ep: String, model: String, count: usize, nodes: String },
     #[error("execution provider {ep} failed to register: {reason}")]
     EpRegistration { ep: String, reason: String },
     #[error("invalid option for {ep}: {reason}")]

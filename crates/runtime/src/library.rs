@@ -25,13 +25,13 @@ struct Loaded {
 static LOADED: OnceLock<std::result::Result<Loaded, String>> = OnceLock::new();
 
 /// The workspace this crate was built in; `cargo xtask setup` installs ONNX Runtime below it, in `.ort/`.
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     normalised(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// `p` with `.` and `..` taken out lexically (the folder need not exist), so a message shows each place once, as a
 /// user would type it.
-fn normalised(p: &Path) -> PathBuf {
+pub(crate) fn normalised(p: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in p.components() {
@@ -244,8 +244,18 @@ fn load(explicit: Option<&Path>) -> Result<Loaded> {
     // SAFETY: loading the library runs its initialisers, as ort::init_from does right after; nothing else is called.
     unsafe { libloading::Library::new(&path) }
         .map_err(|e| Error::LibraryLoad { path: path.clone(), reason: with_causes(&e) })?;
-    let builder =
-        ort::init_from(&path).map_err(|e| Error::LibraryLoad { path: path.clone(), reason: e.to_string() })?;
+    let builder = ort::init_from(&path).map_err(|e| {
+        let mut reason = e.to_string();
+        if reason.contains("not compatible") {
+            // An older release (an OpenVINO build of ONNX Runtime serves API 24): say what to use instead.
+            reason.push_str(&format!(
+                ". qdq needs ONNX Runtime {} or newer (the PyPI onnxruntime wheel); OpenVINO runs in it as a plugin \
+                 EP (onnxruntime-ep-openvino: `cargo xtask setup --openvino`)",
+                crate::ORT_VERSION
+            ));
+        }
+        Error::LibraryLoad { path: path.clone(), reason }
+    })?;
     let env = builder
         .with_name("qdq")
         .build()

@@ -11,6 +11,7 @@ use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::library::{environment, init};
 use crate::observe::Observer;
+use crate::plugin;
 use crate::tensor::float_data;
 use crate::{Ep, Error, Result};
 
@@ -83,6 +84,9 @@ pub struct SessionConfig {
     pub optimized_model_path: Option<PathBuf>,
     /// Load ONNX Runtime from this path instead of the default search ([`crate::locate_library`]).
     pub library: Option<PathBuf>,
+    /// Plugin libraries of execution providers to register when the EP is not compiled into the library (with
+    /// those [`crate::PLUGIN_ENV`] lists, and the EP's own package found by itself: [`crate::plugin`]).
+    pub plugins: Vec<PathBuf>,
     /// Record ONNX Runtime's profile (an event per node per run) into a file whose name starts with this prefix;
     /// [`Session::end_profiling`] finishes it and says where it is.
     pub profile: Option<PathBuf>,
@@ -101,6 +105,7 @@ impl Default for SessionConfig {
             verbose: false,
             optimized_model_path: None,
             library: None,
+            plugins: Vec::new(),
             profile: None,
         }
     }
@@ -152,10 +157,10 @@ impl SessionConfig {
     /// the error names the EP, the library, what it provides and how to get the missing one.
     pub fn check_available(&self) -> Result<()> {
         let info = init(self.library.as_deref())?;
-        if self.allow_fallback || info.providers.iter().any(|p| p == self.ep.ort_name()) {
-            return Ok(());
+        match route(&info, self)? {
+            Route::Missing(e) if !self.allow_fallback => Err(e),
+            _ => Ok(()),
         }
-        Err(unavailable(&info, &self.ep))
     }
 }
 
@@ -165,13 +170,62 @@ pub fn threads_or_cores(threads: Option<usize>) -> usize {
     threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
-fn unavailable(info: &crate::OrtInfo, ep: &Ep) -> Error {
+/// How the loaded ONNX Runtime provides a config's EP.
+enum Route {
+    /// Compiled into the library (the CPU EP always is).
+    Compiled,
+    /// Through a registered plugin library's devices.
+    Plugin,
+    /// Not at all: the error to give (or the reason of a permitted fallback).
+    Missing(Error),
+}
+
+/// Whether and how `cfg`'s EP is provided: compiled in, else from a plugin library (registered now if it was not:
+/// those given, then the EP's package where it is installed). A plugin that fails to register is an error, or with
+/// [`SessionConfig::allow_fallback`] the reason to fall back.
+fn route(info: &crate::OrtInfo, cfg: &SessionConfig) -> Result<Route> {
+    if info.providers.iter().any(|p| p == cfg.ep.ort_name()) {
+        return Ok(Route::Compiled);
+    }
+    let looked = match plugin::provide(&cfg.ep, &cfg.plugins, &info.path) {
+        Ok(Ok(_)) => return Ok(Route::Plugin),
+        Ok(Err(looked)) => looked,
+        Err(e) if cfg.allow_fallback => return Ok(Route::Missing(e)),
+        Err(e) => return Err(e),
+    };
+    Ok(Route::Missing(unavailable(info, &cfg.ep, &looked)))
+}
+
+fn unavailable(info: &crate::OrtInfo, ep: &Ep, looked: &[PathBuf]) -> Error {
+    let mut hint = String::new();
+    if !looked.is_empty() {
+        let files: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+        hint = format!("No plugin library for it at {}. ", files.join(", "));
+    }
+    hint.push_str(ep.install_hint());
     Error::EpUnavailable {
         requested: ep.ort_name().to_owned(),
         library: format!("{} {}", info.path.display(), info.version),
         available: info.providers.join(", "),
-        hint: ep.install_hint().to_owned(),
+        hint,
     }
+}
+
+/// The nodes ONNX Runtime's verbose log of node placements puts on the CPU EP: the indented lines (`  Inverse
+/// (inv1)`) after "Node(s) placed on [CPUExecutionProvider]", up to the next placement heading.
+fn cpu_placed(lines: &[String]) -> Vec<String> {
+    let mut nodes = Vec::new();
+    let mut on_cpu = false;
+    for line in lines.iter().flat_map(|l| l.lines()) {
+        if line.contains("placed on [") {
+            on_cpu = line.contains("placed on [CPUExecutionProvider]");
+        } else if on_cpu && line.starts_with("  ") && !line.trim().is_empty() {
+            nodes.push(line.trim().to_owned());
+        } else {
+            on_cpu = false;
+        }
+    }
+    nodes
 }
 
 /// Element type of a model input or output, as far as qdq cares.
@@ -394,8 +448,7 @@ impl Session {
         let info = init(cfg.library.as_deref())?;
         let cpu = cfg.on_cpu_instead();
         let fell = |why: &dyn std::fmt::Display| Fallback { from: cfg.ep.short_name(), why: cpu.1.describe(why) };
-        if !info.providers.iter().any(|p| p == cfg.ep.ort_name()) {
-            let unavailable = unavailable(&info, &cfg.ep);
+        if let Route::Missing(unavailable) = route(&info, cfg)? {
             if !cfg.allow_fallback {
                 return Err(unavailable);
             }
@@ -404,7 +457,9 @@ impl Session {
         }
         match Self::build(model, cfg, &cfg.ep, observer.as_ref(), &commit) {
             Ok(inner) => Ok(Self::wrap(inner, model, cfg.ep.clone(), None)),
-            Err(e @ Error::EpRegistration { .. }) if cfg.allow_fallback && cfg.ep != Ep::Cpu => {
+            Err(e @ (Error::EpRegistration { .. } | Error::EpPartial { .. }))
+                if cfg.allow_fallback && cfg.ep != Ep::Cpu =>
+            {
                 let inner = Self::build(model, &cpu.0, &Ep::Cpu, observer.as_ref(), &commit)?;
                 Ok(Self::wrap(inner, model, Ep::Cpu, Some(fell(&e))))
             }
@@ -425,6 +480,65 @@ impl Session {
         observer: Option<&Arc<dyn Observer>>,
         commit: &impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
     ) -> Result<ort::session::Session> {
+        let mut b = Self::builder(model, cfg, ep, observer, None)?;
+        b = Self::strict(b, cfg, ep, model)?;
+        // ONNX Runtime registers a custom domain in a process-wide table as a session is made, and two sessions made
+        // at once can both find it missing and both add it (the second fails): sessions with the domain are made one
+        // at a time.
+        let _one_at_a_time = observer.map(|_| crate::observe::BUILDING.lock().unwrap_or_else(|p| p.into_inner()));
+        commit(&mut b).map_err(|e| {
+            let reason = e.to_string();
+            if reason.contains("fallback to CPU EP has been explicitly disabled") {
+                return Self::left_to_cpu(model, cfg, ep, commit);
+            }
+            let reason = if *ep == Ep::Cpu { reason } else { format!("{reason} (on {})", ep.ort_name()) };
+            Error::Session { model: model.to_owned(), reason }
+        })
+    }
+
+    /// Why a plugin EP's session failed: the nodes ONNX Runtime leaves to the CPU EP, read from its verbose log of
+    /// the node placements of the session made again without [`Session::strict`] ("Node(s) placed on
+    /// [CPUExecutionProvider]", one node per line after).
+    fn left_to_cpu(
+        model: &str,
+        cfg: &SessionConfig,
+        ep: &Ep,
+        commit: &impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
+    ) -> Error {
+        let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink = Arc::clone(&lines);
+        let logger: ort::logging::LoggerFunction = Arc::new(move |_, _, _, _, message: &str| {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(message.to_owned());
+        });
+        let verbose = SessionConfig { verbose: true, profile: None, optimized_model_path: None, ..cfg.clone() };
+        if let Ok(mut b) = Self::builder(model, &verbose, ep, None, Some(logger)) {
+            let _ = commit(&mut b);
+        }
+        let lines = lines.lock().unwrap_or_else(|p| p.into_inner());
+        let nodes = cpu_placed(&lines);
+        let shown: Vec<&str> = nodes.iter().take(10).map(String::as_str).collect();
+        let more =
+            if nodes.len() > shown.len() { format!(", and {} more", nodes.len() - shown.len()) } else { String::new() };
+        Error::EpPartial {
+            ep: ep.ort_name().to_owned(),
+            model: model.to_owned(),
+            count: nodes.len(),
+            nodes: if nodes.is_empty() {
+                "ONNX Runtime did not say which".into()
+            } else {
+                format!("{}{more}", shown.join(", "))
+            },
+        }
+    }
+
+    /// A session builder for `model` on `ep` with `cfg`'s settings, logging to `logger` when given.
+    fn builder(
+        model: &str,
+        cfg: &SessionConfig,
+        ep: &Ep,
+        observer: Option<&Arc<dyn Observer>>,
+        logger: Option<ort::logging::LoggerFunction>,
+    ) -> Result<SessionBuilder> {
         let env = environment()?;
         let mut b = ort::session::Session::builder(env)
             .map_err(|e| Error::Session { model: model.to_owned(), reason: e.to_string() })?;
@@ -443,6 +557,9 @@ impl Session {
         }
         let level = if cfg.verbose { ort::logging::LogLevel::Verbose } else { ort::logging::LogLevel::Error };
         b = b.with_log_level(level).map_err(builder_err(model))?;
+        if let Some(l) = logger {
+            b = b.with_logger(l).map_err(builder_err(model))?;
+        }
         if let Some(p) = &cfg.optimized_model_path {
             b = b.with_optimized_model_path(p).map_err(builder_err(model))?;
         }
@@ -453,16 +570,38 @@ impl Session {
             let domain = crate::observe::domain(Arc::clone(o)).map_err(builder_err(model))?;
             b = b.with_operators(domain).map_err(builder_err(model))?;
         }
-        if let Some(d) = ep.dispatch()? {
-            b = b
-                .with_execution_providers([d])
-                .map_err(|e| Error::EpRegistration { ep: ep.ort_name().to_owned(), reason: e.to_string() })?;
+        Self::place(b, cfg, ep)
+    }
+
+    /// A plugin EP's session takes the whole graph or fails ([`Session::left_to_cpu`] then says which nodes it could
+    /// not take): ONNX Runtime's fallback to the CPU EP for them is off.
+    fn strict(b: SessionBuilder, cfg: &SessionConfig, ep: &Ep, model: &str) -> Result<SessionBuilder> {
+        let info = init(cfg.library.as_deref())?;
+        if info.providers.iter().any(|p| p == ep.ort_name()) {
+            return Ok(b);
         }
-        // ONNX Runtime registers a custom domain in a process-wide table as a session is made, and two sessions made
-        // at once can both find it missing and both add it (the second fails): sessions with the domain are made one
-        // at a time.
-        let _one_at_a_time = observer.map(|_| crate::observe::BUILDING.lock().unwrap_or_else(|p| p.into_inner()));
-        commit(&mut b).map_err(|e| Error::Session { model: model.to_owned(), reason: e.to_string() })
+        b.with_disable_cpu_fallback().map_err(builder_err(model))
+    }
+
+    /// Puts the session on `ep`: a compiled-in EP through its options, a plugin EP through its devices, and the CPU
+    /// EP on its own device once a plugin is registered (else ONNX Runtime's automatic selection would pick the
+    /// plugin's).
+    fn place(b: SessionBuilder, cfg: &SessionConfig, ep: &Ep) -> Result<SessionBuilder> {
+        let err = |e: ort::Error<SessionBuilder>| Error::EpRegistration {
+            ep: ep.ort_name().to_owned(),
+            reason: e.to_string(),
+        };
+        let info = init(cfg.library.as_deref())?;
+        if !info.providers.iter().any(|p| p == ep.ort_name()) {
+            let devices = plugin::devices_of(ep.ort_name(), ep.device_kind())?;
+            let options = ep.plugin_options(cfg.intra_threads);
+            return b.with_devices(devices, Some(&options)).map_err(err);
+        }
+        match ep.dispatch(cfg.intra_threads)? {
+            Some(d) => b.with_execution_providers([d]).map_err(err),
+            None if plugin::any_registered() => b.with_devices(plugin::cpu_devices()?, None).map_err(err),
+            None => Ok(b),
+        }
     }
 
     /// Ends the profile [`SessionConfig::profile`] started and returns its file (ONNX Runtime adds a date to the

@@ -97,7 +97,11 @@ impl CalibrateJob {
         let text = TextInputs::for_model(&model, &model_path, &data_cfg);
         let data = load_feeds(&model, &model_path, calibration_data, self.calib.cal_num, &data_cfg, &text)?;
         let data = data.as_ref();
-        let base = SessionConfig { library: self.library.ort_lib.clone(), ..SessionConfig::default() };
+        let base = SessionConfig {
+            library: self.library.ort_lib.clone(),
+            plugins: self.library.ep_plugin.clone(),
+            ..SessionConfig::default()
+        };
         let opts = self.calib.options(self.batching.batch, &base, &[policy.precision])?;
         if !self.merge.is_empty() {
             qdq::check_mergeable(&model, policy)?;

@@ -88,7 +88,7 @@ impl E2eResults {
             undecided.extend(vs.and_then(|c| c.undecided(&name, "FP32")));
             t.add_row([
                 name,
-                ep_label(&r.ep, r.fallback_from.as_deref()),
+                ep_label(&r.ep, r.ep_precision.as_deref(), r.fallback_from.as_deref()),
                 format!("{:.2}", r.score.exact_match),
                 format!("{:.2}", r.score.f1),
                 d,
@@ -105,6 +105,27 @@ impl E2eResults {
         self.notes(format!("{t}\n"), undecided)
     }
 
+    /// Where the run's FP8 models were evaluated, said for the note under the table (`None` without one): ONNX
+    /// Runtime's CPU EP executes the pairs as ONNX defines them, another EP as it computes them.
+    fn float8_ran_on(&self) -> Option<String> {
+        let main = self.quantization.precision.starts_with("fp8").then_some(self.int8.as_ref()).flatten();
+        let compared = self.compared_precisions.iter().filter(|c| c.precision.starts_with("fp8"));
+        let mut eps: Vec<String> = main
+            .into_iter()
+            .chain(compared.filter_map(|c| c.result.as_ref()))
+            .map(|r| ep_label(&r.ep, r.ep_precision.as_deref(), r.fallback_from.as_deref()))
+            .collect();
+        eps.dedup();
+        match eps.as_slice() {
+            [] => None,
+            [cpu] if cpu == "cpu" || cpu.starts_with("cpu (") => Some(
+                "ONNX Runtime's CPU EP, which executes its pairs as ONNX defines them (at its basic optimisation level)"
+                    .into(),
+            ),
+            many => Some(many.join(", ")),
+        }
+    }
+
     /// The table's `text` and what is said under it: what the interval is, which differences these questions cannot
     /// tell from none (`undecided`), the speed against FP32.
     fn notes(&self, mut text: String, undecided: Vec<String>) -> String {
@@ -118,16 +139,12 @@ impl E2eResults {
         for line in undecided {
             text.push_str(&format!("{line}\n"));
         }
-        let float8 = std::iter::once(self.quantization.precision.as_str())
-            .chain(self.compared_precisions.iter().map(|c| c.precision.as_str()))
-            .any(|p| p.starts_with("fp8"));
-        if float8 {
-            text.push_str(
-                "\nFP8 ran on ONNX Runtime's CPU EP, which executes its pairs as ONNX defines them (at its basic \
-                 optimisation level): its accuracy is the model's (a GPU's FP8 kernels accumulate in their own order), \
+        if let Some(ran_on) = self.float8_ran_on() {
+            text.push_str(&format!(
+                "\nFP8 ran on {ran_on}: its accuracy is the model's (a GPU's FP8 kernels accumulate in their own order), \
                  its speed here says nothing of a GPU's. FP8 speed needs a Hopper / Ada GPU (TensorRT) or an MI300 \
                  (MIGraphX) and was not measured.\n",
-            );
+            ));
         }
         if let Some(s) = &self.speedup {
             let main = match self.quantization.mode {
@@ -235,7 +252,7 @@ fn classification_table(c: &ClassifierEval, int8: &str) -> String {
         let pct = |v: f64| format!("{:.2} %", 100.0 * v);
         t.add_row([
             name.to_owned(),
-            ep_label(&m.ep, m.fallback_from.as_deref()),
+            ep_label(&m.ep, m.ep_precision.as_deref(), m.fallback_from.as_deref()),
             m.accuracy.map_or("-".to_owned(), pct),
             same.map_or(String::new(), |a| pct(a.top1)),
             same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),

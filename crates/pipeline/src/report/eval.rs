@@ -35,6 +35,7 @@ fn evaluation_json(model: &Path, e: &Evaluation) -> serde_json::Value {
     serde_json::json!({
         "model": model,
         "ep": e.ep,
+        "ep_precision": e.ep_precision,
         "fallback": e.fallback,
         "fallback_from": e.fallback_from,
         "exact_match": e.score.exact_match,

@@ -21,6 +21,9 @@ pub struct ModelResult {
     pub model_bytes: u64,
     /// The EP it ran on (`cpu` after a permitted fallback).
     pub ep: String,
+    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's `f32`, `bf16`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ep_precision: Option<String>,
     /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_from: Option<String>,

@@ -14,6 +14,53 @@ pub struct OrtLibrary {
     /// Default: ORT_DYLIB_PATH, then the copy `cargo xtask setup` installed.
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub ort_lib: Option<PathBuf>,
+    /// Plugin library of an execution provider (repeatable)
+    ///
+    /// For EPs ONNX Runtime loads as plugins, such as OpenVINO (libonnxruntime_providers_openvino_plugin.so of PyPI
+    /// onnxruntime-ep-openvino). Default: QDQ_EP_PLUGIN, then the EP's package beside onnxruntime's, then the copy
+    /// `cargo xtask setup --openvino` installed.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", hide_short_help = true))]
+    pub ep_plugin: Vec<PathBuf>,
+}
+
+/// OpenVINO's settings (`--ep openvino`).
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Runtime"))]
+pub struct OpenVinoSettings {
+    /// OpenVINO: precision of the float parts: f32, bf16, f16
+    ///
+    /// OpenVINO's INFERENCE_PRECISION_HINT. f32 keeps FP32 an honest baseline; OpenVINO's own default on CPUs with
+    /// AMX or AVX512-BF16 is bf16, which moves F1 (results.json and the table say which ran).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "f32", value_name = "P", value_parser = ["f32", "bf16", "f16"], hide_short_help = true)
+    )]
+    pub ov_precision: String,
+    /// OpenVINO: device: CPU, GPU or NPU
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "CPU", value_name = "D", value_parser = ["CPU", "GPU", "NPU"], ignore_case = true, hide_short_help = true)
+    )]
+    pub ov_device: String,
+    /// OpenVINO: model cache directory (compiled models kept between runs)
+    #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", hide_short_help = true))]
+    pub ov_cache: Option<PathBuf>,
+}
+
+impl Default for OpenVinoSettings {
+    fn default() -> Self {
+        OpenVinoSettings { ov_precision: "f32".into(), ov_device: "CPU".into(), ov_cache: None }
+    }
+}
+
+impl OpenVinoSettings {
+    /// Sets `o` from these settings.
+    pub fn apply(&self, o: &mut runtime::OpenVinoOptions) {
+        o.precision.clone_from(&self.ov_precision);
+        o.device = self.ov_device.to_ascii_uppercase();
+        o.cache_dir.clone_from(&self.ov_cache);
+    }
 }
 
 /// Features per batch: the flag every command that runs batches of features shares.
@@ -83,6 +130,8 @@ pub struct RuntimeSettings {
     /// TensorRT engine cache directory
     #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", hide_short_help = true))]
     pub trt_engine_cache: Option<PathBuf>,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub openvino: OpenVinoSettings,
     /// Untimed runs of the first batch before timing
     ///
     /// TensorRT builds its engine on the first run, and every EP allocates on it; answers are unaffected.
@@ -104,6 +153,7 @@ impl Default for RuntimeSettings {
             threads: None,
             library: OrtLibrary::default(),
             trt_engine_cache: None,
+            openvino: OpenVinoSettings::default(),
             warmup: 1,
         }
     }
@@ -115,8 +165,10 @@ impl RuntimeSettings {
     pub fn fp32_session(&self, dir: Option<&Path>, tag: &str) -> SessionConfig {
         let mut ep = self.ep.clone().with_seed_env().without_int8();
         ep.set_precision(self.fp16, false);
-        if let Ep::TensorRt(o) = &mut ep {
-            o.engine_cache_dir.clone_from(&self.trt_engine_cache);
+        match &mut ep {
+            Ep::TensorRt(o) => o.engine_cache_dir.clone_from(&self.trt_engine_cache),
+            Ep::OpenVino(o) => self.openvino.apply(o),
+            _ => {}
         }
         SessionConfig {
             ep,
@@ -129,6 +181,7 @@ impl RuntimeSettings {
             verbose: self.ort_verbose,
             optimized_model_path: dir.filter(|_| self.save_load).map(|d| d.join(format!("model_{tag}_optimized.onnx"))),
             library: self.library.ort_lib.clone(),
+            plugins: self.library.ep_plugin.clone(),
             profile: None,
         }
     }

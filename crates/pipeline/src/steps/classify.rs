@@ -22,6 +22,9 @@ pub struct ClassifierModel {
     pub model_bytes: u64,
     /// The EP it ran on (`cpu` after a permitted fallback).
     pub ep: String,
+    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ep_precision: Option<String>,
     /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_from: Option<String>,
@@ -63,6 +66,7 @@ pub struct ClassifierEval {
 /// Where a model ran: the EP, and the one asked for when it fell back to CPU from it.
 struct RanOn {
     ep: String,
+    ep_precision: Option<String>,
     fallback_from: Option<String>,
 }
 
@@ -122,8 +126,11 @@ fn run_logits(
         Ok(())
     })?;
     progress.finish();
-    let on =
-        RanOn { ep: session.ep().short_name().to_owned(), fallback_from: session.fallback_from().map(str::to_owned) };
+    let on = RanOn {
+        ep: session.ep().short_name().to_owned(),
+        ep_precision: session.ep().float_precision().map(str::to_owned),
+        fallback_from: session.fallback_from().map(str::to_owned),
+    };
     Ok((rows, Latency::from_batches(&timings), on, per_token))
 }
 
@@ -182,9 +189,9 @@ pub fn evaluate_classifier(
         let (rows, latency, on, per_token) =
             run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
-        let (ep, fallback_from) = (on.ep, on.fallback_from);
+        let RanOn { ep, ep_precision, fallback_from } = on;
         let model_bytes = model_size(side.path);
-        let model = ClassifierModel { model: name, model_bytes, ep, fallback_from, accuracy, latency };
+        let model = ClassifierModel { model: name, model_bytes, ep, ep_precision, fallback_from, accuracy, latency };
         Ok((model, rows, per_token))
     };
     let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;

@@ -95,6 +95,8 @@ pub struct Evaluation {
     pub workers: usize,
     /// The EP the model ran on (cpu after an allowed fallback).
     pub ep: String,
+    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's `f32`, `bf16`).
+    pub ep_precision: Option<String>,
     /// Why the EP fell back to CPU, when --allow-fallback allowed it.
     pub fallback: Option<String>,
     /// The EP asked for, when the run fell back to CPU from it.
@@ -109,15 +111,17 @@ impl Evaluation {
 
     /// The EP as printed: `cpu (fallback from tensorrt)` after a fallback.
     pub fn ep_label(&self) -> String {
-        ep_label(&self.ep, self.fallback_from.as_deref())
+        ep_label(&self.ep, self.ep_precision.as_deref(), self.fallback_from.as_deref())
     }
 }
 
-/// `ep`, or `ep (fallback from FROM)` when the run fell back to it.
-pub fn ep_label(ep: &str, fallback_from: Option<&str>) -> String {
-    match fallback_from {
-        Some(from) => format!("{ep} (fallback from {from})"),
-        None => ep.to_owned(),
+/// `ep`, with the precision of its float parts when it has one of its own (`openvino f32`), or `ep (fallback from
+/// FROM)` when the run fell back to it.
+pub fn ep_label(ep: &str, precision: Option<&str>, fallback_from: Option<&str>) -> String {
+    match (fallback_from, precision) {
+        (Some(from), _) => format!("{ep} (fallback from {from})"),
+        (None, Some(p)) => format!("{ep} {p}"),
+        (None, None) => ep.to_owned(),
     }
 }
 
@@ -203,6 +207,7 @@ pub fn evaluate(
         wall_seconds,
         workers: sessions.len(),
         ep: sessions[0].ep().short_name().to_owned(),
+        ep_precision: sessions[0].ep().float_precision().map(str::to_owned),
         fallback: sessions[0].fallback().map(str::to_owned),
         fallback_from: sessions[0].fallback_from().map(str::to_owned),
     })

@@ -24,6 +24,7 @@ fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
         model: model.display().to_string(),
         model_bytes: bytes,
         ep: e.ep.clone(),
+        ep_precision: e.ep_precision.clone(),
         fallback_from: e.fallback_from.clone(),
         score: e.score.clone(),
         latency: e.latency.clone(),

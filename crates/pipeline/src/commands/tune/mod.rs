@@ -31,7 +31,7 @@ use crate::report::tune::TuneReport;
 use crate::settings::calib::CalibSettings;
 use crate::settings::data::DataSettings;
 use crate::settings::policy::{PolicySettings, Target};
-use crate::settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings};
+use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate, scored_questions};
 use crate::steps::held_out::HeldOut;
 use crate::steps::quantize::read_table;
@@ -213,7 +213,7 @@ impl TuneJob {
             calib,
             policy: self.policy.clone(),
             target: Target { ep: self.runtime.ep.clone() },
-            library: OrtLibrary { ort_lib: self.runtime.library.ort_lib.clone() },
+            library: self.runtime.library.clone(),
         };
         let wider = Spec { all_integer: policy.matmul_const_b_only, ..Spec::default() }.policy(policy);
         let (_, smoothed) = cx.clock.time("statistics", || job.calibrate(&wider, cx.progress))?;
