@@ -362,3 +362,43 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
     ]);
     assert!(stderr(&o).contains("this command makes one model"), "{}", stderr(&o));
 }
+
+/// Issue 49: `--ep cpu,openvino` evaluates the same FP32 and quantized models on both EPs (OpenVINO from its plugin,
+/// which `cargo xtask test` provisions) in one table, each EP's rows naming it (OpenVINO with the precision its float
+/// parts ran in), and sets each model on OpenVINO against the same model on the CPU EP: paired dF1, answers, logits.
+/// Commands that run on one EP say so for a list.
+#[test]
+fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "both", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--ep", "cpu,openvino"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for (model, ep) in
+        [("FP32", "cpu"), ("INT8 (QDQ)", "cpu"), ("FP32", "openvino f32"), ("INT8 (QDQ)", "openvino f32")]
+    {
+        let row = format!("| {model:<10} | {ep:<12} |");
+        assert!(stdout.lines().any(|l| l.starts_with(&row)), "no row {row}:\n{stdout}");
+    }
+    assert!(stdout.contains("On openvino f32 against cpu, the same models (paired)"), "{stdout}");
+    let dir = f.dir.path().join("both");
+    assert!(
+        dir.join("predictions_fp32_openvino.json").is_file() && dir.join("predictions_int8_openvino.json").is_file()
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let ov = &r["other_eps"][0];
+    assert_eq!((ov["ep"].as_str(), ov["first_ep"].as_str()), (Some("openvino"), Some("cpu")), "{ov}");
+    assert_eq!((ov["int8"]["ep"].as_str(), ov["int8"]["ep_precision"].as_str()), (Some("openvino"), Some("f32")));
+    assert!(ov["int8_vs_first"]["f1"]["low"].is_number() && ov["int8_vs_fp32"]["f1"]["high"].is_number(), "{ov}");
+    assert!(ov["int8_logits"]["features"].as_u64().unwrap() > 0, "{ov}");
+    // The same FP32 model in f32 on both EPs: the same logits up to float rounding.
+    assert!(ov["fp32_logits"]["max_abs"].as_f64().unwrap() < 1e-3, "{ov}");
+    assert!((0.0..=1.0).contains(&ov["int8_same_answers"].as_f64().unwrap()), "{ov}");
+
+    let model = f.model.to_str().unwrap();
+    let o = qdq(&["tune", "--model", model, "--dataset", data.to_str().unwrap(), "--ep", "cpu,openvino"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(one_error(&o).contains("tune runs on one execution provider"), "{}", stderr(&o));
+}

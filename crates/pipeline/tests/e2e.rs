@@ -68,6 +68,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()], build_commit: String::new() },
         eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1, workers: 1 },
         no_eval: false,
+        other_eps: vec![],
         profile_ops: false,
     }
 }

@@ -83,6 +83,7 @@ impl Job for DebugJob {
     type Report = DebugReport;
 
     fn run(&self, progress: &dyn Progress) -> Result<DebugReport> {
+        self.runtime.one_ep("debug")?;
         let (fp32_path, int8_path) = (resolve_model(&self.model)?, resolve_model(&self.qdq)?);
         let fp32 = Model::load(&fp32_path)?;
         if let Some(held) = quantized_ops_text(&fp32) {

@@ -80,6 +80,7 @@ impl Job for EvalJob {
     /// With `save_load` the optimised model goes beside the evaluated one (model_eval_optimized.onnx); with `int8`
     /// TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
     fn run(&self, progress: &dyn Progress) -> Result<EvalReport> {
+        self.runtime.one_ep("eval")?;
         let model = resolve_model(&self.model)?;
         if let Some(p) = &self.out {
             check_writable(p, "--out")?;

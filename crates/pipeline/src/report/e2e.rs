@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::job::Report;
 use crate::report::ops::op_table;
-use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
+use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, OtherEp, QuantizationSummary};
 use crate::settings::policy::Mode;
 use crate::steps::classify::ClassifierEval;
 use crate::steps::evaluate::ep_label;
@@ -39,6 +39,36 @@ impl Report for E2eReport {
         }
         v
     }
+}
+
+/// What the table's rows of another EP (`--ep cpu,openvino`) do not show: each model there against the same model on
+/// the first EP (paired dF1, answers the same, logits), and INT8's speed against FP32 there.
+fn other_ep_note(o: &OtherEp) -> String {
+    let label = o.int8.as_ref().map_or(o.ep.clone(), |r| ep_label(&r.ep, r.ep_precision.as_deref(), None));
+    let logits = |l: &Option<crate::steps::speed::LogitsAgreement>| {
+        l.map_or(String::new(), |l| format!("; logits differ by {}", l.describe()))
+    };
+    let mut text = format!(
+        "\nOn {label} against {first}, the same models (paired): FP32 dF1 {} with {:.1} % of the answers the same{}; \
+         the quantized model dF1 {} with {:.1} % the same{}.\n",
+        o.fp32_vs_first.f1.describe(),
+        100.0 * o.fp32_same_answers,
+        logits(&o.fp32_logits),
+        o.int8_vs_first.f1.describe(),
+        100.0 * o.int8_same_answers,
+        logits(&o.int8_logits),
+        first = o.first_ep,
+    );
+    if let Some(line) = o.int8_vs_fp32.undecided(&format!("the quantized model on {label}"), "FP32") {
+        text.push_str(&format!("{line}\n"));
+    }
+    if let Some(s) = &o.speedup {
+        text.push_str(&format!(
+            "On {label}, the quantized model runs at {} FP32's speed (in alternation).\n",
+            s.describe()
+        ));
+    }
+    text
 }
 
 /// A policy's precision as the table's rows name it: `INT8`, `FP8 E4M3FN`, `FP8 E4M3FNUZ`.
@@ -77,15 +107,22 @@ impl E2eResults {
                 .iter()
                 .map(|c| (format!("{} (QDQ, {})", precision_label(&c.precision), c.method), &c.result, c.vs_fp32)),
         );
+        // --ep's others: the same two models on each, INT8 against FP32 on that EP (what these questions cannot
+        // tell apart there is said in the EP's own note).
+        let first_ep_rows = rows.len();
+        for o in &self.other_eps {
+            rows.push(("FP32".to_owned(), &o.fp32, None));
+            rows.push((rows[1].0.clone(), &o.int8, Some(o.int8_vs_fp32)));
+        }
         let mut undecided = Vec::new();
-        for (name, r, vs) in rows {
+        for (i, (name, r, vs)) in rows.into_iter().enumerate() {
             let Some(r) = r else { continue };
             let d = match (&self.fp32, vs) {
                 (_, Some(c)) => c.f1.describe(),
                 (Some(f), None) if name != "FP32" => format!("{:+.2}", r.score.f1 - f.score.f1),
                 _ => String::new(),
             };
-            undecided.extend(vs.and_then(|c| c.undecided(&name, "FP32")));
+            undecided.extend(vs.filter(|_| i < first_ep_rows).and_then(|c| c.undecided(&name, "FP32")));
             t.add_row([
                 name,
                 ep_label(&r.ep, r.ep_precision.as_deref(), r.fallback_from.as_deref()),
@@ -138,6 +175,9 @@ impl E2eResults {
         }
         for line in undecided {
             text.push_str(&format!("{line}\n"));
+        }
+        for o in &self.other_eps {
+            text.push_str(&other_ep_note(o));
         }
         if let Some(ran_on) = self.float8_ran_on() {
             text.push_str(&format!(

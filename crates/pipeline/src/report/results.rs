@@ -12,7 +12,7 @@ use crate::settings::policy::Mode;
 use crate::steps::classify::ClassifierEval;
 use crate::steps::collect::PassTimes;
 use crate::steps::evaluate::Latency;
-use crate::steps::speed::{OpProfile, Speedup};
+use crate::steps::speed::{LogitsAgreement, OpProfile, Speedup};
 
 /// One evaluated model in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -30,6 +30,33 @@ pub struct ModelResult {
     #[serde(flatten)]
     pub score: Score,
     pub latency: Latency,
+}
+
+/// The run's FP32 and quantized models on another EP of `--ep`'s list, against the same models on the first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OtherEp {
+    /// The EP as `--ep` named it.
+    pub ep: String,
+    /// The first EP's name, which the comparisons below are against.
+    pub first_ep: String,
+    pub fp32: Option<ModelResult>,
+    pub int8: Option<ModelResult>,
+    /// The quantized model against FP32, both on this EP.
+    pub int8_vs_fp32: Comparison,
+    /// Each model's answers here against the same model's on the first EP (paired by question).
+    pub fp32_vs_first: Comparison,
+    pub int8_vs_first: Comparison,
+    /// Share of questions answered with the same text as on the first EP (0-1).
+    pub fp32_same_answers: f64,
+    pub int8_same_answers: f64,
+    /// Each model's logits here against the first EP's on the same features (the speed comparison's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp32_logits: Option<LogitsAgreement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int8_logits: Option<LogitsAgreement>,
+    /// The quantized model against FP32 timed in alternation on this EP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<Speedup>,
 }
 
 /// One `--compare-methods` method: its model and, unless `--no-eval`, its INT8 result.
@@ -145,6 +172,9 @@ pub struct E2eResults {
     /// INT8's answers against FP32's on the same questions: dF1 and dEM with their paired 95 % intervals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub int8_vs_fp32: Option<Comparison>,
+    /// `--ep`'s others (`--ep cpu,openvino`): the same FP32 and quantized models evaluated on each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_eps: Vec<OtherEp>,
     /// INT8 against FP32 timed in alternation on the first evaluation features (SQuAD models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup: Option<Speedup>,

@@ -221,10 +221,12 @@ impl fmt::Display for Mode {
     }
 }
 
-/// The preset made for an execution provider: what `--policy` defaults to.
+/// The preset made for an execution provider: what `--policy` defaults to. OpenVINO takes the `cpu` preset's model
+/// whole (its `MatMulIntegerToFloat` nodes among them) and runs it faster and closer to FP32 than the `tensorrt`
+/// layout (docs/BENCHMARKS.md: MiniLM on OpenVINO's CPU device).
 pub fn preset_for_ep(ep: &Ep) -> Preset {
     match ep {
-        Ep::Cpu => Preset::Cpu,
+        Ep::Cpu | Ep::OpenVino(_) => Preset::Cpu,
         Ep::MiGraphX(_) => Preset::MiGraphX,
         _ => Preset::TensorRt,
     }

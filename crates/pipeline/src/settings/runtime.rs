@@ -87,12 +87,16 @@ impl Default for BatchSize {
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[cfg_attr(feature = "cli", command(next_help_heading = "Runtime"))]
 pub struct RuntimeSettings {
-    /// Execution provider that runs the models
+    /// Execution provider that runs the models (e2e: several, comma-separated)
     ///
     /// cpu, cuda, tensorrt, migraphx, rocm or openvino. An EP the loaded ONNX Runtime lacks is an error naming what
-    /// it has (see --allow-fallback).
-    #[cfg_attr(feature = "cli", arg(long, default_value = "cpu", value_name = "EP"))]
-    pub ep: Ep,
+    /// it has (see --allow-fallback). e2e takes a list (`cpu,openvino`): the first calibrates and chooses the
+    /// preset, and the same FP32 and quantized models are evaluated on each, side by side.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long = "ep", default_value = "cpu", value_name = "EP", value_delimiter = ',', num_args = 1)
+    )]
+    pub eps: Vec<Ep>,
     /// The EP's FP16 mode (TensorRT, MIGraphX)
     ///
     /// TensorRT's trt_fp16_enable, MIGraphX's fp16: the seeds' ORT_*_FP16_ENABLE=1.
@@ -143,7 +147,7 @@ impl Default for RuntimeSettings {
     /// The command line's defaults: the CPU EP, one warm-up run, everything else off.
     fn default() -> Self {
         RuntimeSettings {
-            ep: Ep::Cpu,
+            eps: vec![Ep::Cpu],
             fp16: false,
             int8: false,
             allow_fallback: false,
@@ -160,10 +164,42 @@ impl Default for RuntimeSettings {
 }
 
 impl RuntimeSettings {
+    /// The EP that runs the models: the first of `--ep`.
+    pub fn ep(&self) -> &Ep {
+        self.eps.first().unwrap_or(&Ep::Cpu)
+    }
+
+    /// The EPs after the first, on which e2e evaluates the same models again.
+    pub fn other_eps(&self) -> &[Ep] {
+        self.eps.get(1..).unwrap_or_default()
+    }
+
+    /// `command` runs on one EP: an error naming the list otherwise.
+    pub fn one_ep(&self, command: &str) -> crate::error::Result<&Ep> {
+        if self.eps.len() > 1 {
+            let names: Vec<String> = self.eps.iter().map(Ep::to_string).collect();
+            return Err(crate::error::Error::Usage(format!(
+                "--ep {}: {command} runs on one execution provider (e2e evaluates on several)",
+                names.join(",")
+            )));
+        }
+        Ok(self.ep())
+    }
+
+    /// The FP32 session on `ep` instead of the first of `--ep` (the others of e2e's list).
+    pub fn fp32_session_on(&self, ep: &Ep, dir: Option<&Path>, tag: &str) -> SessionConfig {
+        RuntimeSettings { eps: vec![ep.clone()], ..self.clone() }.fp32_session(dir, tag)
+    }
+
+    /// The quantized model's session on `ep` instead of the first of `--ep`.
+    pub fn int8_session_on(&self, ep: &Ep, table: &Path) -> SessionConfig {
+        let on = RuntimeSettings { eps: vec![ep.clone()], ..self.clone() };
+        on.int8_session(&on.fp32_session(None, ""), table)
+    }
     /// The session of an FP32 model: the EP with the seeds' environment switches and `fp16` applied, INT8 mode off;
     /// with `save_load`, the optimised model goes to `dir/model_<tag>_optimized.onnx`.
     pub fn fp32_session(&self, dir: Option<&Path>, tag: &str) -> SessionConfig {
-        let mut ep = self.ep.clone().with_seed_env().without_int8();
+        let mut ep = self.ep().clone().with_seed_env().without_int8();
         ep.set_precision(self.fp16, false);
         match &mut ep {
             Ep::TensorRt(o) => o.engine_cache_dir.clone_from(&self.trt_engine_cache),
@@ -189,7 +225,7 @@ impl RuntimeSettings {
     /// The session of the quantized model, derived from `fp32` ([`SessionConfig::for_int8_model`]); `table` is the
     /// calibration table TensorRT / MIGraphX read in INT8 mode.
     pub fn int8_session(&self, fp32: &SessionConfig, table: &Path) -> SessionConfig {
-        let int8 = self.int8 || self.ep.clone().with_seed_env().int8();
+        let int8 = self.int8 || self.ep().clone().with_seed_env().int8();
         fp32.for_int8_model(int8, self.opt_level.is_some(), table)
     }
 

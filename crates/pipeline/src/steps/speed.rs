@@ -45,6 +45,59 @@ impl Speedup {
     }
 }
 
+/// How closely two sessions (one model on two EPs) compute the same logits on the same features.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LogitsAgreement {
+    /// Largest absolute difference of any logit.
+    pub max_abs: f32,
+    /// Mean absolute difference over every logit.
+    pub mean_abs: f32,
+    /// Features compared.
+    pub features: usize,
+}
+
+impl LogitsAgreement {
+    /// `max 1.23e-2, mean 1.10e-3 over 16 features`.
+    pub fn describe(&self) -> String {
+        format!("max {:.2e}, mean {:.2e} over {} features", self.max_abs, self.mean_abs, self.features)
+    }
+}
+
+/// `model`'s logits on `a` against those on `b`, on the first batches of `batches` holding at most [`FEATURES`]
+/// features (at least one batch).
+pub(crate) fn logits_agreement(
+    model: &Path,
+    (a, b): (&SessionConfig, &SessionConfig),
+    batches: &[squad::Batch],
+    io: &squad::ModelIo,
+) -> Result<LogitsAgreement> {
+    let batches = leading(batches, FEATURES);
+    let name = model.display().to_string();
+    let mut sessions = Vec::with_capacity(2);
+    for cfg in [a, b] {
+        let mut s = crate::model::open_session(ModelSource::File(model), &name, cfg)?;
+        s.feed_zeros(&io.zero_inputs)?;
+        sessions.push(s);
+    }
+    let outputs = io.logit_outputs();
+    let (mut max_abs, mut sum, mut count, mut features) = (0f32, 0f64, 0usize, 0usize);
+    for batch in batches {
+        let inputs = batch.inputs(io);
+        let first = sessions[0].run(&inputs, &outputs)?;
+        let second = sessions[1].run(&inputs, &outputs)?;
+        for (x, y) in first.iter().zip(&second) {
+            for (p, q) in x.iter().zip(y) {
+                let d = (p - q).abs();
+                max_abs = max_abs.max(d);
+                sum += f64::from(d);
+                count += 1;
+            }
+        }
+        features += first.first().map_or(0, |l| l.shape().first().copied().unwrap_or(0));
+    }
+    Ok(LogitsAgreement { max_abs, mean_abs: if count == 0 { 0.0 } else { (sum / count as f64) as f32 }, features })
+}
+
 /// FP32's warm session and the batches it is timed on, to time other models against.
 pub(crate) struct PairedTiming<'a> {
     fp32: RefCell<Session>,

@@ -44,8 +44,17 @@ pub struct E2eConfig {
     /// [`crate::settings::runtime::RuntimeSettings::int8_session`]).
     pub eval: EvalOptions,
     pub no_eval: bool,
+    /// `--ep`'s others: the sessions the same FP32 and quantized models are evaluated on again.
+    pub other_eps: Vec<OtherEpSessions>,
     /// Also profile both models on the speed comparison's features ([`crate::report::results::OpProfiles`]).
     pub profile_ops: bool,
+}
+
+/// Another EP of `--ep`'s list: the FP32 and quantized models' sessions on it.
+#[derive(Debug, Clone)]
+pub struct OtherEpSessions {
+    pub fp32: runtime::SessionConfig,
+    pub int8: runtime::SessionConfig,
 }
 
 /// One more precision of an e2e run ([`E2eConfig::also`]).

@@ -19,7 +19,7 @@ use crate::report::results::{E2eResults, ModelResult, OpProfiles};
 use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::steps::speed::{self, OpProfile, PairedTiming};
 
-fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
+pub(crate) fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
     ModelResult {
         model: model.display().to_string(),
         model_bytes: bytes,
@@ -31,7 +31,8 @@ fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
     }
 }
 
-/// FP32 and INT8 (and `--compare-methods`' models) on SQuAD: predictions files and `results.fp32` / `int8`.
+/// FP32 and INT8 (and `--compare-methods`' models) on SQuAD: predictions files and `results.fp32` / `int8`; FP32's
+/// and INT8's evaluations, for the other EPs to be compared with.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn evaluate_squad(
     cfg: &E2eConfig,
@@ -42,7 +43,7 @@ pub(crate) fn evaluate_squad(
     results: &mut E2eResults,
     progress: &dyn Progress,
     phases: &mut Phases,
-) -> Result<()> {
+) -> Result<(Evaluation, Evaluation)> {
     let t = Instant::now();
     let fp32 =
         evaluate(ModelSource::File(&cfg.model), &cfg.model.display().to_string(), data, &cfg.eval, "FP32", progress)?;
@@ -73,7 +74,7 @@ pub(crate) fn evaluate_squad(
         profile_both(cfg, (qpath, int8_session), results, phases, progress, |m, s| timing.profile(m, s))?;
     }
     evaluate_others(cfg, data, &int8_opts, &fp32, compared, results, progress, phases)?;
-    Ok(())
+    Ok((fp32, int8))
 }
 
 /// `--profile-ops` (else nothing): FP32 (`cfg.model` on its session) and INT8 (`int8`: the model and its session)

@@ -2,14 +2,15 @@
 
 mod config;
 mod evaluate;
+mod other_eps;
 mod quantize;
 mod run;
 
 use std::path::PathBuf;
 
-use runtime::Ep;
+use runtime::{Ep, SessionConfig};
 
-pub use self::config::{AlsoPrecision, E2eConfig};
+pub use self::config::{AlsoPrecision, E2eConfig, OtherEpSessions};
 pub use self::run::e2e;
 use crate::error::Result;
 use crate::job::Job;
@@ -87,21 +88,8 @@ impl Job for E2eJob {
         let model = resolve_model(&self.model)?;
         let dataset =
             self.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", self.data.version)));
-        let fp32 = self.runtime.fp32_session(Some(&self.out), "fp32");
-        let mut int8 = self.runtime.int8_session(&fp32, &self.out.join("calibration.flatbuffers"));
-        if self.runtime.save_load {
-            int8.optimized_model_path = Some(self.out.join("model_int8_optimized.onnx"));
-        }
-        if self.runtime.int8 && matches!(int8.ep, Ep::Cpu) {
-            progress.note(
-                "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses \
-                 them",
-            );
-        }
-        for s in [&fp32, &int8] {
-            s.check_available()?;
-        }
-        let (mut policies, choice) = self.policy.policies(&self.runtime.ep)?;
+        let (fp32, int8, other_eps) = self.sessions(progress)?;
+        let (mut policies, choice) = self.policy.policies(self.runtime.ep())?;
         tracing::info!("{choice}");
         let precisions: Vec<qdq::Precision> = policies.iter().map(|(_, p)| p.precision).collect();
         let methods = &self.calib.methods;
@@ -115,7 +103,7 @@ impl Job for E2eJob {
             .collect();
         let main = methods.method_for(policy.precision).name();
         let compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| k != main).collect();
-        if self.policy.mode == Mode::Dynamic && !matches!(self.runtime.ep, Ep::Cpu) {
+        if self.policy.mode == Mode::Dynamic && !matches!(self.runtime.ep(), Ep::Cpu) {
             progress.note(
                 "--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all",
             );
@@ -136,9 +124,41 @@ impl Job for E2eJob {
             invocation: self.invocation.clone(),
             eval: EvalOptions { batch: self.batching.batch, session: fp32, warmup: self.runtime.warmup, workers: 1 },
             no_eval: self.no_eval,
+            other_eps,
             profile_ops: self.profile_ops,
             model,
         };
         Ok(E2eReport { results: e2e(&cfg, &int8, progress)?, out: self.out.clone() })
+    }
+}
+
+impl E2eJob {
+    /// The FP32 and quantized models' sessions on the first EP of `--ep`, and on each other; every one checked
+    /// against the loaded ONNX Runtime before any work.
+    fn sessions(&self, progress: &dyn Progress) -> Result<(SessionConfig, SessionConfig, Vec<OtherEpSessions>)> {
+        let fp32 = self.runtime.fp32_session(Some(&self.out), "fp32");
+        let mut int8 = self.runtime.int8_session(&fp32, &self.out.join("calibration.flatbuffers"));
+        if self.runtime.save_load {
+            int8.optimized_model_path = Some(self.out.join("model_int8_optimized.onnx"));
+        }
+        if self.runtime.int8 && matches!(int8.ep, Ep::Cpu) {
+            progress.note(
+                    "--int8 has no extra effect on cpu: ONNX Runtime runs the QDQ model with integer kernels where it fuses \
+                     them",
+                );
+        }
+        let other_eps: Vec<OtherEpSessions> = self
+            .runtime
+            .other_eps()
+            .iter()
+            .map(|ep| OtherEpSessions {
+                fp32: self.runtime.fp32_session_on(ep, None, ""),
+                int8: self.runtime.int8_session_on(ep, &self.out.join("calibration.flatbuffers")),
+            })
+            .collect();
+        for s in [&fp32, &int8].into_iter().chain(other_eps.iter().flat_map(|o| [&o.fp32, &o.int8])) {
+            s.check_available()?;
+        }
+        Ok((fp32, int8, other_eps))
     }
 }

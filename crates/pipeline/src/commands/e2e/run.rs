@@ -9,6 +9,7 @@ use runtime::SessionConfig;
 
 use crate::commands::e2e::config::{E2eConfig, Phases, settings};
 use crate::commands::e2e::evaluate::{evaluate_squad, profile_both, profile_inputs};
+use crate::commands::e2e::other_eps::{First, evaluate_on_other_eps};
 use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_static};
 use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::Result;
@@ -71,7 +72,10 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     // 3. evaluate
     match &eval_data {
         Some(EvalData::Squad(data)) => {
-            evaluate_squad(cfg, &qpath, data, int8_session, &compared, &mut results, progress, &mut phases)?;
+            let (fp32, int8) =
+                evaluate_squad(cfg, &qpath, data, int8_session, &compared, &mut results, progress, &mut phases)?;
+            let first = First { fp32: &fp32, int8: &int8, int8_session };
+            evaluate_on_other_eps(cfg, &qpath, data, &first, &mut results, progress, &mut phases)?;
         }
         Some(EvalData::Classify(set, output)) => {
             let t = Instant::now();
@@ -119,6 +123,7 @@ fn unevaluated(
             .collect(),
         compared_precisions: vec![],
         int8_vs_fp32: None,
+        other_eps: vec![],
         speedup: None,
         op_profile: None,
         provenance: Provenance::default(),

@@ -123,6 +123,7 @@ impl Job for TuneJob {
 
     fn run(&self, progress: &dyn Progress) -> Result<TuneReport> {
         let started = Instant::now();
+        self.runtime.one_ep("tune")?;
         self.check()?;
         let clock = Clock::default();
         let run = open_run_dir(&self.out, "--out", "qdq tune")?;
@@ -131,7 +132,7 @@ impl Job for TuneJob {
         let fp32_path = resolve_model(&self.model)?;
         // The tokenizer found beside the FP32 model serves every model of the run.
         let data = self.data.config(&fp32_path)?;
-        let (policy, _) = self.policy.policy(&self.runtime.ep)?;
+        let (policy, _) = self.policy.policy(self.runtime.one_ep("tune")?)?;
         let cx = Context { fp32: &fp32_path, data: &data, clock: &clock, progress, started };
         let (base_path, ranges_path) = self.calibrated(&cx, &policy)?;
         let base_model = load_for_quantization(&base_path)?;
@@ -212,7 +213,7 @@ impl TuneJob {
             },
             calib,
             policy: self.policy.clone(),
-            target: Target { ep: self.runtime.ep.clone() },
+            target: Target { ep: self.runtime.ep().clone() },
             library: self.runtime.library.clone(),
         };
         let wider = Spec { all_integer: policy.matmul_const_b_only, ..Spec::default() }.policy(policy);
