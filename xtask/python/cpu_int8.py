@@ -117,7 +117,13 @@ def time_models(args):
         so.intra_op_num_threads = args.threads
         so.inter_op_num_threads = 1
         sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    result = {"versions": {"onnxruntime": ort.__version__}, "threads": args.threads, "shapes": {}}
+    time_sessions(sessions, shapes, args, ort.__version__)
+
+
+def time_sessions(sessions, shapes, args, version):
+    """Times `sessions` at each shape: warm-up, then `args.rounds` rounds of blocks in turn ([`in_turn`]); writes
+    per shape and model the per-round median latency in ms to `args.out` (also `ov_bench.py time`'s harness)."""
+    result = {"versions": {"onnxruntime": version}, "threads": args.threads, "shapes": {}}
     for batch, seq in shapes:
         feeds = {name: batch_for(s, batch, seq, np.random.default_rng(1234)) for name, s in sessions.items()}
         for name, s in sessions.items():
@@ -172,6 +178,17 @@ def profile_models(args):
     print(f"{'wall median':<26}" + "".join(f"{float(np.median(wall[m])):>17.1f} " for m in kernel))
 
 
+def add_time_args(t):
+    """The options of a `time` command (also `ov_bench.py time`'s)."""
+    t.add_argument("--models", required=True)
+    t.add_argument("--shapes", default="1x256,8x128,1x384")
+    t.add_argument("--rounds", type=int, default=9)
+    t.add_argument("--runs", type=int, default=8)
+    t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--out", required=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -181,14 +198,7 @@ def main():
     o = sub.add_parser("optimize")
     o.add_argument("--model", required=True)
     o.add_argument("--out", required=True)
-    t = sub.add_parser("time")
-    t.add_argument("--models", required=True)
-    t.add_argument("--shapes", default="1x256,8x128,1x384")
-    t.add_argument("--rounds", type=int, default=9)
-    t.add_argument("--runs", type=int, default=8)
-    t.add_argument("--warmup", type=int, default=3)
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--out", required=True)
+    add_time_args(sub.add_parser("time"))
     r = sub.add_parser("profile")
     r.add_argument("--models", required=True)
     r.add_argument("--shape", default="8x128")

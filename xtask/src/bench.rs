@@ -18,6 +18,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.big.big_model {
         return crate::big_model::big_model(args.big, &args.vs.out);
     }
+    if args.openvino.openvino {
+        return crate::openvino_bench::openvino(args.cpu, args.vs, args.download);
+    }
     if args.cpu.cpu_int8 {
         return crate::cpu_int8::cpu_int8(args.cpu, args.vs, args.download);
     }

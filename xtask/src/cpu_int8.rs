@@ -47,12 +47,12 @@ impl ModelRow {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct ShapeRow {
-    shape: String,
+pub(crate) struct ShapeRow {
+    pub(crate) shape: String,
     /// Per model, the median latency of each round, ms.
-    rounds_ms: std::collections::BTreeMap<String, Vec<f64>>,
+    pub(crate) rounds_ms: std::collections::BTreeMap<String, Vec<f64>>,
     /// Per INT8 model, FP32 / model per round.
-    speedup: std::collections::BTreeMap<String, Ratio>,
+    pub(crate) speedup: std::collections::BTreeMap<String, Ratio>,
 }
 
 /// A bench target and its verdict (also `bench --big-model`'s).
@@ -88,8 +88,8 @@ struct CpuInt8Report {
 
 /// The Python harness's output.
 #[derive(Debug, Deserialize)]
-struct Times {
-    versions: std::collections::BTreeMap<String, String>,
+pub(crate) struct Times {
+    pub(crate) versions: std::collections::BTreeMap<String, String>,
     shapes: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<f64>>>,
 }
 
@@ -216,7 +216,7 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
 }
 
 /// `qdq eval --json` of `model` on the first `samples` dev questions.
-fn run_eval(
+pub(crate) fn run_eval(
     mut eval: Command,
     paths: &crate::vs_python::Paths,
     model: &Path,
@@ -230,7 +230,7 @@ fn run_eval(
     crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")
 }
 
-fn shape_rows(times: &Times) -> Vec<ShapeRow> {
+pub(crate) fn shape_rows(times: &Times) -> Vec<ShapeRow> {
     times
         .shapes
         .iter()

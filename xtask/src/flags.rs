@@ -161,6 +161,20 @@ pub struct BenchArgs {
     pub cpu: CpuInt8Args,
     #[command(flatten)]
     pub big: BigModelArgs,
+    #[command(flatten)]
+    pub openvino: OpenVinoBenchArgs,
+}
+
+/// Options of `bench --openvino`: FP32 (OpenVINO at f32 and at bf16), qdq's INT8 for `--ep openvino` and NNCF's INT8
+/// of the same calibration questions, all on OpenVINO's plugin EP: timed on the same fixed batches and scored with
+/// `qdq eval`. Takes --shapes, --rounds, --runs, --threads and --f1-samples of --cpu-int8, and --model, --vocab,
+/// --dataset, --calibration-data, --cal-num, --seq-len, --doc-stride, --out above. Writes
+/// out/bench/openvino.{json,md}.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct OpenVinoBenchArgs {
+    /// Run the OpenVINO comparison instead of the criterion benchmarks.
+    #[arg(long = "openvino", conflicts_with_all = ["vs_python", "cpu_int8", "big_model"])]
+    pub openvino: bool,
 }
 
 /// Options of `bench --big-model`: a model over protobuf's 2 GiB (onnx-ir's tiny BERT with a word-embedding table

@@ -13,6 +13,7 @@ mod e2e;
 mod flags;
 mod fuzz;
 mod npy;
+mod openvino_bench;
 mod qdq_json;
 mod rounds;
 mod setup;

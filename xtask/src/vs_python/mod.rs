@@ -71,7 +71,7 @@ fn method_flags(method: &str) -> (Vec<&'static str>, Vec<&'static str>) {
 /// Writes the features of the first `questions` questions as `qdq calibrate` builds them (WordPiece, lower case,
 /// query 64 tokens, padded to `seq_len`): input_ids, attention_mask, token_type_ids `[features, seq_len]` and
 /// example_index `[features]`, all int64. Returns each feature's question index.
-fn export_features(
+pub(crate) fn export_features(
     calibration: &Path,
     vocab: &Path,
     questions: usize,
