@@ -366,7 +366,7 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
 /// Issue 49: `--ep cpu,openvino` evaluates the same FP32 and quantized models on both EPs (OpenVINO from its plugin,
 /// which `cargo xtask test` provisions) in one table, each EP's rows naming it (OpenVINO with the precision its float
 /// parts ran in), and sets each model on OpenVINO against the same model on the CPU EP: paired dF1, answers, logits.
-/// Commands that run on one EP say so for a list.
+/// `qdq eval` takes the list too; commands that run on one EP say so for a list.
 #[test]
 fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     let f = tiny();
@@ -396,6 +396,21 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     // The same FP32 model in f32 on both EPs: the same logits up to float rounding.
     assert!(ov["fp32_logits"]["max_abs"].as_f64().unwrap() < 1e-3, "{ov}");
     assert!((0.0..=1.0).contains(&ov["int8_same_answers"].as_f64().unwrap()), "{ov}");
+
+    // qdq eval of the quantized model on both: the same answers and F1 as e2e's evaluations on each EP.
+    let q = dir.join("model_qdq.onnx");
+    let (q, data_s) = (q.to_str().unwrap(), data.to_str().unwrap());
+    let o = qdq(
+        &[&["eval", "--model", q, "--dataset", data_s, "--ep", "cpu,openvino", "--json"][..], &TINY_SHAPE].concat()
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (e["f1"].as_f64(), e["other_eps"][0]["f1"].as_f64()),
+        (r["int8"]["f1"].as_f64(), ov["int8"]["f1"].as_f64())
+    );
+    assert_eq!(e["other_eps"][0]["ep_precision"], "f32");
+    assert_eq!(e["other_eps"][0]["vs_first"]["f1"]["delta"], ov["int8_vs_first"]["f1"]["delta"]);
 
     let model = f.model.to_str().unwrap();
     let o = qdq(&["tune", "--model", model, "--dataset", data.to_str().unwrap(), "--ep", "cpu,openvino"]);

@@ -11,7 +11,7 @@ use crate::inputs::squad::Corpus;
 use crate::job::Job;
 use crate::model::resolve_model;
 use crate::progress::Progress;
-use crate::report::eval::{Baseline, EvalReport};
+use crate::report::eval::{Baseline, EvalReport, OtherEpEval};
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::evaluate::{EvalOptions, evaluate};
@@ -80,7 +80,6 @@ impl Job for EvalJob {
     /// With `save_load` the optimised model goes beside the evaluated one (model_eval_optimized.onnx); with `int8`
     /// TensorRT / MIGraphX run in INT8 mode reading calibration.flatbuffers.
     fn run(&self, progress: &dyn Progress) -> Result<EvalReport> {
-        self.runtime.one_ep("eval")?;
         let model = resolve_model(&self.model)?;
         if let Some(p) = &self.out {
             check_writable(p, "--out")?;
@@ -116,7 +115,17 @@ impl Job for EvalJob {
             None => None,
         };
         let op_profile = if self.profile_ops { Some(profile_first_features(&model, &data, &opts)?) } else { None };
-        Ok(EvalReport { model, evaluation, op_profile, baseline })
+        // --ep's others: the same model on each, against its answers on the first.
+        let mut other_eps = Vec::new();
+        for ep in self.runtime.other_eps() {
+            let session = self.runtime.evaluation_session(&self.runtime.fp32_session_on(ep, None, "eval"));
+            let opts = EvalOptions { session, ..opts.clone() };
+            let what = format!("evaluating on {ep}");
+            let e = evaluate(ModelSource::File(&model), &name, &data, &opts, &what, progress)?;
+            let vs_first = data.compare(&e.predictions, &evaluation.predictions);
+            other_eps.push(OtherEpEval { evaluation: e, vs_first });
+        }
+        Ok(EvalReport { model, evaluation, op_profile, baseline, other_eps })
     }
 }
 

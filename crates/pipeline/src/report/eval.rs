@@ -19,6 +19,16 @@ pub struct EvalReport {
     pub op_profile: Option<OpProfile>,
     /// `--baseline`: the other model on the same questions, and the model's answers against its.
     pub baseline: Option<Baseline>,
+    /// `--ep`'s others: the same model on each, and its answers there against those on the first EP.
+    pub other_eps: Vec<OtherEpEval>,
+}
+
+/// The model on another EP of `--ep`'s list.
+#[derive(Debug, Clone)]
+pub struct OtherEpEval {
+    pub evaluation: Evaluation,
+    /// Its answers here against those on the first EP, paired by question.
+    pub vs_first: Comparison,
 }
 
 /// `qdq eval --baseline`.
@@ -57,6 +67,18 @@ impl Report for EvalReport {
         if let Some(b) = &self.baseline {
             v["baseline"] = evaluation_json(&b.model, &b.evaluation);
             v["vs_baseline"] = serde_json::json!(b.difference);
+        }
+        if !self.other_eps.is_empty() {
+            let others: Vec<_> = self
+                .other_eps
+                .iter()
+                .map(|o| {
+                    let mut e = evaluation_json(&self.model, &o.evaluation);
+                    e["vs_first"] = serde_json::json!(o.vs_first);
+                    e
+                })
+                .collect();
+            v["other_eps"] = others.into();
         }
         v
     }
@@ -115,6 +137,20 @@ impl fmt::Display for EvalReport {
             )?;
             if let Some(undecided) = d.undecided("the model", "the baseline") {
                 write!(f, "\n{undecided}")?;
+            }
+        }
+        for o in &self.other_eps {
+            writeln!(f)?;
+            line(f, &self.model, &o.evaluation)?;
+            let (here, first) = (o.evaluation.ep_label(), self.evaluation.ep_label());
+            write!(
+                f,
+                "\nOn {here} against {first}, the same {} questions: dF1 {}",
+                o.vs_first.f1.questions,
+                o.vs_first.f1.describe()
+            )?;
+            if o.vs_first.f1.excludes(0.0) {
+                write!(f, ": the model scores differently on the two EPs, by more than these questions' noise")?;
             }
         }
         match &self.op_profile {
