@@ -40,7 +40,15 @@ struct ModelRow {
     bytes: u64,
     em: f64,
     f1: f64,
+    /// Why it was not scored (F1 and EM are NaN then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    not_scored: Option<String>,
 }
+
+/// A model more than this many times slower than FP32 at f32 at every shape is not scored on the bench's questions:
+/// bf16 on a CPU without AMX / AVX512-BF16 is emulated (measured 50x slower; 1,000 questions would take most of an
+/// hour).
+const MAX_SLOWDOWN_TO_SCORE: f64 = 5.0;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct OpenVinoReport {
@@ -151,9 +159,30 @@ pub fn openvino(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
     let times: Times =
         serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")?;
 
+    let shapes = shape_rows(&times);
     let mut rows = vec![];
     let mut docs = vec![];
     for (name, what, path, precision) in &models {
+        let slowest = shapes.iter().filter_map(|s| s.speedup.get(*name)).map(|r| r.median).fold(0.0, f64::max);
+        if *name != "fp32" && slowest > 0.0 && slowest < 1.0 / MAX_SLOWDOWN_TO_SCORE {
+            let why = format!("at most {slowest:.2}x FP32's speed at any shape: not scored on the bench's questions");
+            eprintln!("xtask: {name}: {why}");
+            let (name, what, path, precision) =
+                ((*name).to_owned(), what.clone(), path.clone(), (*precision).to_owned());
+            let bytes = std::fs::metadata(&path)?.len();
+            rows.push(ModelRow {
+                name,
+                what,
+                path,
+                precision,
+                bytes,
+                em: f64::NAN,
+                f1: f64::NAN,
+                not_scored: Some(why),
+            });
+            docs.push(serde_json::Value::Null);
+            continue;
+        }
         eprintln!(
             "xtask: qdq eval --ep openvino --ov-precision {precision} {name} on {} dev questions",
             args.f1_samples
@@ -167,7 +196,7 @@ pub fn openvino(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
         let bytes = std::fs::metadata(path)?.len();
         let (em, f1) = (doc["exact_match"].as_f64().unwrap_or(f64::NAN), doc["f1"].as_f64().unwrap_or(f64::NAN));
         let (name, what, path, precision) = ((*name).to_owned(), what.clone(), path.clone(), (*precision).to_owned());
-        rows.push(ModelRow { name, what, path, precision, bytes, em, f1 });
+        rows.push(ModelRow { name, what, path, precision, bytes, em, f1, not_scored: None });
         docs.push(doc);
     }
     // qdq's against FP32 at f32, paired: the same eval with FP32 as the baseline.
@@ -185,7 +214,7 @@ pub fn openvino(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
         runs: args.runs,
         threads: args.threads,
         models: rows,
-        shapes: shape_rows(&times),
+        shapes,
         qdq_vs_nncf: docs[2]["vs_baseline"].clone(),
         qdq_vs_fp32: vs_fp32["vs_baseline"].clone(),
         targets: vec![],
@@ -295,7 +324,11 @@ fn render(r: &OpenVinoReport) -> String {
                 .map_or("1.00x".to_owned(), |x| format!("{:.2}x [{:.2}, {:.2}]", x.median, x.min, x.max));
             let _ = write!(md, " {cell} |");
         }
-        let _ = writeln!(md, " {:.1} | {:.2} | {:.2} |", m.bytes as f64 / 1e6, m.em, m.f1);
+        match &m.not_scored {
+            Some(why) => writeln!(md, " {:.1} | - | - ({why}) |", m.bytes as f64 / 1e6),
+            None => writeln!(md, " {:.1} | {:.2} | {:.2} |", m.bytes as f64 / 1e6, m.em, m.f1),
+        }
+        .ok();
     }
     let _ =
         writeln!(md, "\n## Targets (qdq's INT8 on OpenVINO)\n\n| target | goal | value | verdict |\n|---|---|---|---|");
