@@ -180,11 +180,16 @@ enum Route {
     Missing(Error),
 }
 
+/// Whether `ep` is compiled into the ONNX Runtime `cfg` loads (else it comes from a plugin, [`route`]).
+fn compiled_in(cfg: &SessionConfig, ep: &Ep) -> Result<bool> {
+    Ok(init(cfg.library.as_deref())?.providers.iter().any(|p| p == ep.ort_name()))
+}
+
 /// Whether and how `cfg`'s EP is provided: compiled in, else from a plugin library (registered now if it was not:
 /// those given, then the EP's package where it is installed). A plugin that fails to register is an error, or with
 /// [`SessionConfig::allow_fallback`] the reason to fall back.
 fn route(info: &crate::OrtInfo, cfg: &SessionConfig) -> Result<Route> {
-    if info.providers.iter().any(|p| p == cfg.ep.ort_name()) {
+    if compiled_in(cfg, &cfg.ep)? {
         return Ok(Route::Compiled);
     }
     let looked = match plugin::provide(&cfg.ep, &cfg.plugins, &info.path) {
@@ -481,7 +486,11 @@ impl Session {
         commit: &impl Fn(&mut SessionBuilder) -> ort::Result<ort::session::Session>,
     ) -> Result<ort::session::Session> {
         let mut b = Self::builder(model, cfg, ep, observer, None)?;
-        b = Self::strict(b, cfg, ep, model)?;
+        if !compiled_in(cfg, ep)? {
+            // A plugin EP takes the whole graph or fails ([`Session::left_to_cpu`] then says which nodes it could
+            // not take): ONNX Runtime's fallback to the CPU EP for them is off.
+            b = b.with_disable_cpu_fallback().map_err(builder_err(model))?;
+        }
         // ONNX Runtime registers a custom domain in a process-wide table as a session is made, and two sessions made
         // at once can both find it missing and both add it (the second fails): sessions with the domain are made one
         // at a time.
@@ -497,7 +506,7 @@ impl Session {
     }
 
     /// Why a plugin EP's session failed: the nodes ONNX Runtime leaves to the CPU EP, read from its verbose log of
-    /// the node placements of the session made again without [`Session::strict`] ("Node(s) placed on
+    /// the node placements of the session made again without the strict setting ("Node(s) placed on
     /// [CPUExecutionProvider]", one node per line after).
     fn left_to_cpu(
         model: &str,
@@ -573,16 +582,6 @@ impl Session {
         Self::place(b, cfg, ep)
     }
 
-    /// A plugin EP's session takes the whole graph or fails ([`Session::left_to_cpu`] then says which nodes it could
-    /// not take): ONNX Runtime's fallback to the CPU EP for them is off.
-    fn strict(b: SessionBuilder, cfg: &SessionConfig, ep: &Ep, model: &str) -> Result<SessionBuilder> {
-        let info = init(cfg.library.as_deref())?;
-        if info.providers.iter().any(|p| p == ep.ort_name()) {
-            return Ok(b);
-        }
-        b.with_disable_cpu_fallback().map_err(builder_err(model))
-    }
-
     /// Puts the session on `ep`: a compiled-in EP through its options, a plugin EP through its devices, and the CPU
     /// EP on its own device once a plugin is registered (else ONNX Runtime's automatic selection would pick the
     /// plugin's).
@@ -591,8 +590,7 @@ impl Session {
             ep: ep.ort_name().to_owned(),
             reason: e.to_string(),
         };
-        let info = init(cfg.library.as_deref())?;
-        if !info.providers.iter().any(|p| p == ep.ort_name()) {
+        if !compiled_in(cfg, ep)? {
             let devices = plugin::devices_of(ep.ort_name(), ep.device_kind())?;
             let options = ep.plugin_options(cfg.intra_threads);
             return b.with_devices(devices, Some(&options)).map_err(err);
