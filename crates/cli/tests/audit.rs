@@ -291,6 +291,8 @@ fn a_file_size_limit_is_an_error_line_not_a_signal() {
             s(&ranges),
             "--policy-option",
             "smooth=off",
+            "--policy-option",
+            "weight_rounding=nearest",
             "-o",
             s(&out),
         ])

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use onnx_ir::GraphExt;
 use onnx_ir::tiny_bert::{TinyBertConfig, build};
 
 use crate::common::*;
@@ -286,11 +287,13 @@ fn non_finite_tensors_are_named_not_dropped_silently() {
     let err = stderr(&o);
     assert!(err.lines().any(|l| l.contains(tensor) && l.contains("NaN")), "{err}");
     assert!(err.lines().any(|l| l.contains(tensor) && l.contains("no finite value")), "{err}");
+    // The preset rounds weights by GPTQ: the one reading the NaN tensor (the QA head) is rounded to nearest, said.
+    assert!(err.lines().any(|l| l.contains("not by GPTQ") && l.contains("qa_outputs")), "{err}");
     let out = dir.path().join("q.onnx");
     let q = qdq(&[
         "quantize",
         "--model",
-        model.to_str().unwrap(),
+        cal.join("model_rounded.onnx").to_str().unwrap(),
         "--ranges",
         cal.join("calibration.json").to_str().unwrap(),
         "--policy-option",
@@ -301,4 +304,38 @@ fn non_finite_tensors_are_named_not_dropped_silently() {
     assert!(q.status.success(), "{}", stderr(&q));
     let text = String::from_utf8_lossy(&q.stdout);
     assert!(text.contains(&format!("skipped {tensor}: no calibration range")), "{text}");
+}
+
+/// Issue 52: `weight_rounding = gptq` rounds the weights in calibration's own pass (here without smoothing: the model
+/// goes to model_rounded.onnx, recording it), `quantize` takes that model with the tables and refuses the original
+/// one under the same policy, saying which model to pass.
+#[test]
+fn gptq_rounded_weights_travel_with_their_tables_and_the_original_model_is_refused() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (model, vocab, data) = (f.model.to_str().unwrap(), vocab.to_str().unwrap(), data.to_str().unwrap());
+    let cal = f.dir.path().join("cal");
+    let gptq = ["--policy-option", "smooth=off", "--policy-option", "weight_rounding=gptq"];
+    let args = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--batch", "2"];
+    let o = qdq(&[&args[..], &TINY_SHAPE, &gptq, &["--out", cal.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("rounded by GPTQ") && stdout.contains("model_rounded.onnx"), "{stdout}");
+    assert!(!cal.join("model_smoothed.onnx").exists());
+    let rounded = onnx_ir::Model::load(cal.join("model_rounded.onnx")).unwrap();
+    assert!(qdq::rounding_record(&rounded).is_some_and(|r| r.starts_with("gptq; weights=")), "no record");
+    let original = onnx_ir::Model::load(&f.model).unwrap();
+    let weight = "bert.encoder.layer.0.intermediate.dense.weight";
+    let values = |m: &onnx_ir::Model| onnx_ir::tensor_to_array::<f32>(m.graph().initializer(weight).unwrap()).unwrap();
+    assert_ne!(values(&rounded), values(&original), "{weight} was not rounded");
+    let quantize = |m: &str| {
+        let out = f.dir.path().join("q.onnx");
+        let ranges = cal.join("calibration.json");
+        let args = ["quantize", "--model", m, "--ranges", ranges.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        qdq(&[&args[..], &gptq].concat())
+    };
+    let e = one_error(&quantize(model));
+    assert!(e.contains("GPTQ") && e.contains("model_rounded.onnx") && e.contains("weight_rounding=nearest"), "{e}");
+    let o = quantize(cal.join("model_rounded.onnx").to_str().unwrap());
+    assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -71,6 +71,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An activation's statistics cannot be used as asked.
+    #[error("activation '{tensor}': {reason}")]
+    BadActivation {
+        /// Tensor name.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// `Plan::apply` was given a model the plan was not made for.
     #[error("plan does not match the model: {reason}")]
     PlanMismatch {

@@ -47,6 +47,7 @@ mod plan;
 mod policy;
 mod reference;
 pub mod roles;
+mod rounding;
 mod scale;
 mod select;
 mod shift;
@@ -68,9 +69,12 @@ pub use plan::{
 };
 pub use policy::{
     Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, Precision, Preset,
-    ResidualAdd, SmoothContext, SmoothTargets, SoftmaxRange, WeightStorage,
+    ResidualAdd, SmoothContext, SmoothTargets, SoftmaxRange, WeightRounding, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
+pub use rounding::{
+    DAMPENING, Gram, ROUNDING_METADATA_KEY, RoundedWeight, RoundingSite, round_weights, rounding_record, rounding_sites,
+};
 pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
 pub use smooth::{
     SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smooth_in_place,

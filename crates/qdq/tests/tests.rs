@@ -12,5 +12,6 @@ mod onnx_ir_tiny_bert;
 mod parity;
 mod placement;
 mod reference;
+mod rounding;
 mod smooth;
 mod write_tiny;

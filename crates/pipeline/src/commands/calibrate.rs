@@ -17,6 +17,7 @@ use crate::settings::policy::{Mode, PolicySettings, Target};
 use crate::settings::runtime::{BatchSize, OrtLibrary};
 use crate::steps::calibrate::{Calibration, calibrate, write_tables};
 use crate::steps::collect::CalibrateOptions;
+use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
 
 /// `qdq calibrate`.
@@ -44,7 +45,8 @@ pub struct CalibrateJob {
     /// Output directory
     ///
     /// calibration.json, calibration_<method>.json, calibration.flatbuffers, calibration.cache, calib_state.json;
-    /// with a smoothing policy also model_smoothed.onnx, the model to pass to `qdq quantize` with these tables.
+    /// with a smoothing policy also model_smoothed.onnx (model_rounded.onnx when it only rounds weights by GPTQ), the
+    /// model to pass to `qdq quantize` with these tables.
     #[cfg_attr(
         feature = "cli",
         arg(long, short = 'o', default_value = "out", value_name = "DIR", help_heading = "Output")
@@ -106,14 +108,19 @@ impl CalibrateJob {
         if !self.merge.is_empty() {
             qdq::check_mergeable(&model, policy)?;
         }
-        let (model, smoothed) = match smooth_model(model, policy, data, &opts, progress)? {
-            (model, None) => (model, None),
-            (smoothed, Some(s)) => {
-                let path = self.out.join("model_smoothed.onnx");
-                save_model(&smoothed, &path)?;
-                carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;
-                (smoothed, Some((s.describe(), path)))
-            }
+        let (model, smoothing) = smooth_model(model, policy, data, &opts, progress)?;
+        let (model, rounding) = round_model_weights(model, policy, data, &opts, progress)?;
+        // The model the tables describe, when it is not the one given: smoothed and/or its weights rounded.
+        let summary: Vec<String> =
+            smoothing.iter().map(|s| s.describe()).chain(rounding.iter().map(|r| r.describe())).collect();
+        let smoothed = if summary.is_empty() {
+            None
+        } else {
+            let file = if smoothing.is_some() { "model_smoothed.onnx" } else { "model_rounded.onnx" };
+            let path = self.out.join(file);
+            save_model(&model, &path)?;
+            carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;
+            Some((summary.join("; "), path))
         };
         let tensors = qdq::tensors_to_calibrate(&model, policy)?;
         let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;

@@ -23,6 +23,10 @@ pub trait Feeds {
     fn zero_inputs(&self) -> &[String] {
         &[]
     }
+    /// The input marking real tokens (1) against padding (0), where the data knows it.
+    fn attention_mask(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl Feeds for Corpus {
@@ -46,5 +50,9 @@ impl Feeds for Corpus {
 
     fn zero_inputs(&self) -> &[String] {
         &self.io().zero_inputs
+    }
+
+    fn attention_mask(&self) -> Option<&str> {
+        Some(&self.io().attention_mask)
     }
 }

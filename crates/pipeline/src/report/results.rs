@@ -142,6 +142,9 @@ pub struct QuantizationSummary {
     /// SmoothQuant-style migration applied before calibration (one line), if any.
     #[serde(default)]
     pub smoothing: Option<String>,
+    /// GPTQ rounding of the integer weights before calibration (one line), if any.
+    #[serde(default)]
+    pub weight_rounding: Option<String>,
     /// Tensors the policy wanted but that had no usable range, with the reason.
     pub skipped: Vec<String>,
 }

@@ -11,6 +11,7 @@ pub mod held_out;
 pub mod logits;
 pub mod pairs;
 pub mod quantize;
+pub mod rounding;
 pub mod smooth;
 pub mod speed;
 pub mod spread;

@@ -46,8 +46,17 @@ pub fn read_table(ranges: &Path, model: &Model, model_path: &Path, policy: &Poli
     Ok(table.ranges)
 }
 
-/// [`qdq::plan`], a smoothing policy on an unsmoothed model being an error naming `model_path`.
+/// [`qdq::plan`], a smoothing policy on an unsmoothed model (or a GPTQ policy on weights not rounded) being an error
+/// naming `model_path`.
 pub fn plan(model: &Model, model_path: &Path, ranges: &qdq::Ranges, policy: &Policy) -> Result<qdq::Plan> {
+    // Planned on the original weights, a GPTQ policy would give round-to-nearest's model without a word.
+    if qdq::rounding_record(model).is_none() && !qdq::rounding_sites(model, policy)?.is_empty() {
+        let reason = "the policy rounds weights by GPTQ (weight_rounding = gptq) but this model's weights were not \
+                      rounded: quantize the model `qdq calibrate` wrote beside the ranges (model_smoothed.onnx, or \
+                      model_rounded.onnx without smoothing), or pass --policy-option weight_rounding=nearest"
+            .to_owned();
+        return Err(Error::Input { path: model_path.to_path_buf(), reason });
+    }
     qdq::plan(model, ranges, policy).map_err(|e| match e {
         e @ qdq::Error::NotSmoothed { .. } => Error::Input { path: model_path.to_path_buf(), reason: e.to_string() },
         e => e.into(),

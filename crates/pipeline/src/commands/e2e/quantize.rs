@@ -14,6 +14,7 @@ use crate::progress::Progress;
 use crate::report::ops::float_summary;
 use crate::report::results::{CalibrationSummary, QuantizationSummary};
 use crate::steps::calibrate::{calibrate, write_tables};
+use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
 
 /// Smoothing (when the policy asks for it: the ranges are those of the smoothed model), calibration, the tables,
@@ -30,6 +31,10 @@ pub(crate) fn quantize_static(
     let (to_quantize, smoothing) = smooth_model(model, &cfg.policy, cal_data, &cfg.calibrate, progress)?;
     if let Some(s) = &smoothing {
         progress.note(&s.describe());
+    }
+    let (to_quantize, rounding) = round_model_weights(to_quantize, &cfg.policy, cal_data, &cfg.calibrate, progress)?;
+    if let Some(r) = &rounding {
+        progress.note(&r.describe());
     }
     let tensors = qdq::tensors_to_calibrate(&to_quantize, &cfg.policy)?;
     let cal = calibrate(&to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
@@ -61,6 +66,7 @@ pub(crate) fn quantize_static(
         embedding_tables: plan.embeddings.len(),
         integer_forms: plan.integer_forms(),
         smoothing: smoothing.as_ref().map(|s| s.describe()),
+        weight_rounding: rounding.as_ref().map(|r| r.describe()),
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         ..summary_base(cfg, &qmodel)
     };
@@ -159,6 +165,7 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
         float_matmul_like: float_work(qmodel),
         integer_forms: vec![],
         smoothing: None,
+        weight_rounding: None,
         skipped: vec![],
     }
 }
