@@ -245,8 +245,9 @@ fn merging_a_tails_only_state_says_how_to_keep_histograms_whole() {
     let calibrate = |name: &str, extra: &[&str]| {
         let dir = out(name);
         let base = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--batch", "1"];
+        let nearest = ["--policy-option", "weight_rounding=nearest"];
         let unsmoothed = ["--policy-option", "smooth=off", "--out", dir.to_str().unwrap()];
-        qdq(&[&base[..], &TINY_SHAPE, &unsmoothed, extra].concat())
+        qdq(&[&base[..], &TINY_SHAPE, &nearest, &unsmoothed, extra].concat())
     };
     let o = calibrate("tails", &["--calibrate-method", "percentile", "--symmetric"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -258,6 +259,10 @@ fn merging_a_tails_only_state_says_how_to_keep_histograms_whole() {
     let merge = out("tails/calib_state.json");
     // The 10th percentile of |x| lies in the bins the merged state folded.
     let wider = ["--calibrate-method", "percentile", "--symmetric", "--percentile", "10"];
+    // Each run would round the weights against its own inputs (the `cpu` preset's GPTQ): refused with the way out.
+    let gptq = ["--policy-option", "weight_rounding=gptq", "--merge", merge.to_str().unwrap()];
+    let e = one_error(&calibrate("gptq", &gptq));
+    assert!(e.contains("--merge") && e.contains("GPTQ") && e.contains("weight_rounding=nearest"), "{e}");
     let o = calibrate("whole", &[&wider[..], &["--merge", merge.to_str().unwrap()]].concat());
     let e = one_error(&o);
     assert!(e.contains("counted only together") && e.contains("--compare-methods distribution"), "{e}");

@@ -117,6 +117,13 @@ pub enum Error {
          describe different models; pass --policy-option smooth=off to every run"
     )]
     MergeWithSmoothing,
+    /// Calibration statistics were to be merged under a policy that rounds weights by GPTQ.
+    #[error(
+        "--merge cannot be combined with GPTQ weight rounding (weight_rounding = gptq): each run rounds the weights \
+         against its own calibration inputs, so their ranges describe different models; pass --policy-option \
+         weight_rounding=nearest to every run"
+    )]
+    MergeWithRounding,
     /// A node or initializer the pass needs is not in the model (the model changed under it).
     #[error("'{name}' ({what}) is missing from the model")]
     Missing {

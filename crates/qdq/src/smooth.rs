@@ -709,11 +709,14 @@ pub(crate) fn check_smoothed(model: &Model, policy: &Policy) -> Result<()> {
     }
 }
 
-/// Statistics of several calibration runs can be merged only when no run smooths `model`: each run smooths with its
-/// own statistics, so their ranges would describe different models.
+/// Statistics of several calibration runs can be merged only when no run smooths `model` or rounds its weights by
+/// GPTQ: each run does either with its own statistics, so their ranges would describe different models.
 pub fn check_mergeable(model: &Model, policy: &Policy) -> Result<()> {
     if policy.smooth.is_some() && !smoothing_sites(model, policy)?.is_empty() {
         return Err(Error::MergeWithSmoothing);
+    }
+    if !crate::rounding::rounding_sites(model, policy)?.is_empty() {
+        return Err(Error::MergeWithRounding);
     }
     Ok(())
 }

@@ -95,6 +95,9 @@ fn every_constant_weight_matmul_is_a_site_and_nearest_rounds_none() {
     let mut nearest = gptq_policy();
     nearest.set("weight_rounding", "nearest").unwrap();
     assert!(qdq::rounding_sites(&m, &nearest).unwrap().is_empty());
+    // Runs rounding against their own inputs describe different models: their statistics are not merged.
+    assert!(matches!(qdq::check_mergeable(&m, &gptq_policy()), Err(qdq::Error::MergeWithRounding)));
+    qdq::check_mergeable(&m, &nearest).unwrap();
     let mut fp8 = Policy::preset("tensorrt").unwrap();
     fp8.set("weight_rounding", "gptq").unwrap();
     fp8.set("precision", "fp8-e4m3fn").unwrap();
