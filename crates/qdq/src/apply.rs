@@ -26,9 +26,24 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
     })
 }
 
-fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor, reduce_range: bool) -> Result<TensorProto> {
+fn quantized_weight(name: &str, w: &TensorProto, p: &PlannedTensor) -> Result<TensorProto> {
     let scales = if p.axis.is_some() { &p.scales[..] } else { &p.scales[..1] };
-    crate::scale::quantized_along(name, w, scales, p.axis.unwrap_or(0), p.qtype, p.qtype.range(true, reduce_range))
+    let range = p.qtype.range(true, p.reduce_range);
+    crate::scale::quantized_along(name, w, scales, p.axis.unwrap_or(0), p.qtype, range, &p.pair_axes)
+}
+
+/// A weight kept in float behind its pair (`weights = qdq_pair`) whose pairs are bounded: its values become the
+/// bounded integers times their scales, which the pair's QuantizeLinear maps back to exactly those integers.
+fn snap_weight(g: &mut GraphProto, t: &PlannedTensor) -> Result<()> {
+    let name = &t.tensor;
+    let w = g.initializer(name).ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
+    let q = onnx_ir::tensor_to_array::<i8>(&quantized_weight(name, w, t)?)?;
+    let dims = q.shape().to_vec();
+    let stride: usize = t.axis.map_or(1, |a| dims[a + 1..].iter().product());
+    let scale = |k: usize| t.axis.map_or(t.scales[0], |a| t.scales[(k / stride.max(1)) % dims[a]]);
+    let values = q.iter().enumerate().map(|(k, &v)| f32::from(v) * scale(k)).collect();
+    g.add_initializer(onnx_ir::tensor_from_vec::<f32>(name, &dims, values)?);
+    Ok(())
 }
 
 fn with_axis(n: NodeProto, axis: Option<usize>) -> NodeProto {
@@ -151,10 +166,13 @@ fn insert_pairs(
     let int8_weight = if t.int8_initializer {
         let w = g.initializer(name).ok_or_else(|| Error::Missing { name: name.to_string(), what: "initializer" })?;
         let qname = names.fresh(&format!("{name}_quantized"));
-        let qw = quantized_weight(&qname, w, t, t.reduce_range)?;
+        let qw = quantized_weight(&qname, w, t)?;
         g.add_initializer(qw);
         Some(qname)
     } else {
+        if !t.pair_axes.is_empty() {
+            snap_weight(g, t)?;
+        }
         None
     };
     let many = t.pairs.len() > 1;

@@ -183,12 +183,20 @@ fn int8_weight(
     let spec = QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: policy.reduce_range };
     let w =
         g.initializer(&n.input[1]).ok_or_else(|| Error::Missing { name: n.input[1].clone(), what: "initializer" })?;
-    let (params, axis) = weight_params(w, policy.per_channel.then_some(1), spec)?;
+    let pair_axes = crate::params::pair_axes(std::iter::once(n), w.dims.len(), policy);
+    let (params, axis) = weight_params(w, policy.per_channel.then_some(1), spec, &pair_axes)?;
     let scales: Vec<f32> = params.iter().map(|p| p.scale).collect();
     let shape: Vec<usize> = if axis.is_some() { vec![scales.len()] } else { vec![] };
     let [wq, ws, wzp] = ["quantized", "scale", "zero_point"].map(|s| names.fresh(&format!("{}_{s}", w.name())));
-    let wq_tensor =
-        crate::scale::quantized_along(&wq, w, &scales, 1, spec.qtype, spec.qtype.range(true, spec.reduce_range))?;
+    let wq_tensor = crate::scale::quantized_along(
+        &wq,
+        w,
+        &scales,
+        1,
+        spec.qtype,
+        spec.qtype.range(true, spec.reduce_range),
+        &pair_axes,
+    )?;
     g.add_initializer(wq_tensor);
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&ws, &shape, scales.clone())?);
     g.add_initializer(onnx_ir::tensor_from_vec::<i8>(&wzp, &shape, vec![0; scales.len()])?);

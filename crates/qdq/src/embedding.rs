@@ -125,7 +125,7 @@ pub(crate) fn apply_tables(
         let init =
             g.initializer(&t.table).ok_or_else(|| Error::Missing { name: t.table.clone(), what: "initializer" })?;
         let q = names.fresh(&format!("{}_quantized", t.table));
-        let qt = crate::scale::quantized_along(&q, init, &t.scales, 1, SPEC.qtype, SPEC.qtype.range(true, false))?;
+        let qt = crate::scale::quantized_along(&q, init, &t.scales, 1, SPEC.qtype, SPEC.qtype.range(true, false), &[])?;
         let scale = names.fresh(&format!("{}_scale", t.table));
         let cols = [t.scales.len()];
         g.add_initializer(qt);

@@ -75,7 +75,7 @@ pub use reference::{activation_pairs, float_reference, with_float_inputs, withou
 pub use rounding::{
     DAMPENING, Gram, ROUNDING_METADATA_KEY, RoundedWeight, RoundingSite, round_weights, rounding_record, rounding_sites,
 };
-pub use scale::{QuantSpec, QuantType, ScaleZp, compute_scale_zp, quantize_value};
+pub use scale::{PAIR_LIMIT, QuantSpec, QuantType, ScaleZp, bound_pairs, compute_scale_zp, quantize_value};
 pub use smooth::{
     SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smooth_in_place,
     smoothing_fingerprint, smoothing_record, smoothing_sites,

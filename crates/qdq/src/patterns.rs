@@ -108,6 +108,20 @@ pub(crate) fn matmul_rule(n: &NodeProto) -> Option<MatMulRule> {
     }
 }
 
+/// The axis of node `n`'s B (of rank `rank`) that its product contracts, for a MatMul-like op ([`matmul_rule`]);
+/// `None` when B is batched in a way this does not follow (`FusedMatMul`'s `transBatchB`).
+pub(crate) fn b_contracted_axis(n: &NodeProto, rank: usize) -> Option<usize> {
+    let flag = |name: &str| get_attr_int(n, name).ok().flatten().unwrap_or(0) != 0;
+    let (rows, cols) = (rank.saturating_sub(2), rank.saturating_sub(1));
+    match n.op_type() {
+        "MatMul" | "Attention" => Some(rows),
+        "Gemm" => Some(if flag("transB") { 1 } else { 0 }),
+        "FusedMatMul" if flag("transBatchB") => None,
+        "FusedMatMul" => Some(if flag("transB") { cols } else { rows }),
+        _ => None,
+    }
+}
+
 /// A MatMul-like op ([`matmul_rule`]) multiplying an activation's last axis by a constant 2-D float weight.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConstWeightMatMul<'g> {

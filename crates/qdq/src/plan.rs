@@ -124,6 +124,7 @@ fn planned_tensor(ix: &GraphIndex, sel: &Selection, t: &str, p: TensorParams, po
         axis: p.axis,
         int8_initializer: p.kind == TensorKind::Weight && policy.weights == WeightStorage::Int8Initializer,
         reduce_range: p.kind == TensorKind::Weight && policy.reduce_range,
+        pair_axes: p.pair_axes,
         pairs: pairs(ix, sel, t, p.kind, policy),
         shift: p.shift,
     }

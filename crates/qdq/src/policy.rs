@@ -437,6 +437,16 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "bounded_pairs",
+        doc: "8-bit weights with reduce_range's guarantee: adjacent weights along the contracted axis hold |a| + |b| <= 128, so ONNX Runtime's u8s8 kernels cannot saturate on x86 without VNNI either",
+        values: "true or false",
+        get: |p| p.bounded_pairs.to_string(),
+        set: |p, v| {
+            p.bounded_pairs = boolean(v)?;
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "softmax_range",
         doc: "range of Softmax outputs: calibrated, [0, 1], or P - 0.5 over [-0.5, 0.5] with an exact float correction",
         values: "calibrated, full or shifted",
@@ -577,6 +587,11 @@ pub struct Policy {
     /// 7-bit weights (int8 [-64, 64]), as ORT's `reduce_range`: avoids u8s8 saturation in
     /// ORT's CPU integer kernels on x86 without VNNI. Activations keep the full range.
     pub reduce_range: bool,
+    /// 8-bit weights with the same guarantee as `reduce_range`: adjacent int8 weights along the contracted axis hold
+    /// `|a| + |b| <= 128` ([`crate::scale::PAIR_LIMIT`]), so a uint8 activation times the pair cannot saturate
+    /// `VPMADDUBSW`'s 16-bit sum (recipes written before it existed read as `false`).
+    #[serde(default)]
+    pub bounded_pairs: bool,
     /// Range of Softmax outputs (attention probabilities).
     pub softmax_range: SoftmaxRange,
     /// SmoothQuant-style migration strength α in [0, 1] for the MatMul inputs of [`Policy::smooth_targets`] (see
@@ -613,8 +628,8 @@ impl Policy {
     /// Adds quantized. `tensorrt` and `migraphx` (identical) leave residual Adds in float, smooth every
     /// constant-weight MatMul input and quantize Softmax outputs shifted (see docs/QUANTIZATION.md).
     /// `cpu` quantizes MatMuls only (smoothed as in `tensorrt`), with asymmetric uint8 activations, shared pairs (read
-    /// by the quantized MatMuls only: the residual path keeps the float tensor) and 7-bit
-    /// (`reduce_range`) int8 weight initializers, int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
+    /// by the quantized MatMuls only: the residual path keeps the float tensor) and int8 weight initializers
+    /// (`bounded_pairs`, GPTQ-rounded), int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
     /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
@@ -651,9 +666,10 @@ impl Policy {
                 weights: WeightStorage::Int8Initializer,
                 embeddings: Embeddings::Int8,
                 contrib_ops: true,
-                reduce_range: true,
-                // 7-bit weights cost most of the error left (docs/QUANTIZATION.md, "GPTQ"): rounded against the
-                // calibration inputs, whole dev set -0.37 -> -0.20 F1.
+                // 8-bit weights whose adjacent pairs cannot saturate ORT's u8s8 kernels on CPUs without VNNI, where
+                // 7-bit ones (`reduce_range`) cost most of the error left (docs/QUANTIZATION.md, "Bounded pairs").
+                bounded_pairs: true,
+                // Rounded against the calibration inputs (docs/QUANTIZATION.md, "GPTQ").
                 weight_rounding: WeightRounding::Gptq,
                 softmax_range: SoftmaxRange::Full,
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),
@@ -682,6 +698,7 @@ impl Policy {
             embeddings: Embeddings::Float,
             contrib_ops: false,
             reduce_range: false,
+            bounded_pairs: false,
             softmax_range: SoftmaxRange::Calibrated,
             smooth: None,
             smooth_targets: SmoothTargets::LayerNorm,

@@ -12,6 +12,10 @@
 //! again and quantizes each rounded weight to exactly the integer chosen here. A model so rounded is still an FP32
 //! model: every later step (calibration, placement, evaluation) takes it as it takes any other.
 //!
+//! With `bounded_pairs`, each integer is chosen within what the limit leaves beside its pair's other integer (rows
+//! `2j` and `2j + 1`, [`crate::scale::bound_pairs`]) when that one is chosen already, and the bound's cost is pushed
+//! into the rows left like any rounding error.
+//!
 //! Statistics: one [`Gram`] per activation a rounded weight's MatMuls read ([`rounding_sites`]), collected by the
 //! pipeline over the calibration data of the model as it will be quantized (after smoothing).
 
@@ -26,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::params::weight_params;
 use crate::patterns;
 use crate::policy::{Policy, WeightRounding};
-use crate::scale::{ScaleZp, quantize_value};
+use crate::scale::{PAIR_LIMIT, ScaleZp, bound_pairs, quantize_value};
 
 /// Model metadata key recording that a model's weights were rounded by GPTQ (and for which grid), so `quantize` can
 /// tell a rounded model from the original.
@@ -223,7 +227,9 @@ pub fn round_weights(
         let init = g
             .initializer(&site.weight)
             .ok_or_else(|| Error::Missing { name: site.weight.clone(), what: "weight initializer (GPTQ)" })?;
-        let (params, axis) = weight_params(init, Some(site.axis).filter(|_| policy.per_channel), spec)?;
+        // 2-D weights: the contracted axis is the other one.
+        let pair_axes = if policy.bounded_pairs { vec![1 - site.axis] } else { vec![] };
+        let (params, axis) = weight_params(init, Some(site.axis).filter(|_| policy.per_channel), spec, &pair_axes)?;
         let w = onnx_ir::tensor_to_array::<f32>(init)?;
         let dims = w.shape().to_vec();
         // As [in, out]: rows are the contracted channels.
@@ -232,7 +238,8 @@ pub fn round_weights(
             reason: format!("shape {dims:?}: GPTQ rounds 2-D weights"),
         })?;
         let w = if site.axis == 0 { w.t().to_owned() } else { w };
-        let grid = Grid { params, per_channel: axis.is_some(), symmetric: spec.symmetric, qmin, qmax };
+        let bounded = policy.bounded_pairs;
+        let grid = Grid { params, per_channel: axis.is_some(), symmetric: spec.symmetric, qmin, qmax, bounded };
         let (rounded, nearest_error, gptq_error) = gptq(&w, &h, &grid, &site.weight)?;
         let rounded = if site.axis == 0 { rounded.t().as_standard_layout().to_owned() } else { rounded };
         let values: Vec<f32> = rounded.into_iter().collect();
@@ -243,7 +250,8 @@ pub fn round_weights(
     // Recorded even when every input was non-finite: the model went through rounding, and `quantize` takes it.
     if !sites.is_empty() {
         let bits = if spec.reduce_range { 7 } else { 8 };
-        let record = format!("gptq; weights={}; bits={bits}; per_channel={}", out.len(), policy.per_channel);
+        let (n, per_channel, bounded) = (out.len(), policy.per_channel, policy.bounded_pairs);
+        let record = format!("gptq; weights={n}; bits={bits}; per_channel={per_channel}; bounded_pairs={bounded}");
         model.proto.metadata_props.retain(|e| e.key() != ROUNDING_METADATA_KEY);
         model.proto.metadata_props.push(onnx_ir::proto::StringStringEntryProto {
             key: Some(ROUNDING_METADATA_KEY.into()),
@@ -260,6 +268,8 @@ struct Grid {
     symmetric: bool,
     qmin: i32,
     qmax: i32,
+    /// Adjacent rows' integers bounded ([`crate::scale::bound_pairs`]).
+    bounded: bool,
 }
 
 impl Grid {
@@ -267,11 +277,33 @@ impl Grid {
         self.params[if self.per_channel { column } else { 0 }]
     }
 
-    /// `x` rounded to the nearest grid point of `column`, as a float.
-    fn nearest(&self, x: f64, column: usize) -> f64 {
+    /// The integer nearest `x` on the grid of `column`; with a bound, at most what the limit leaves beside the
+    /// pair's other integer (`partner`, when it is chosen already).
+    fn nearest_int(&self, x: f64, column: usize, partner: Option<i32>) -> i32 {
+        let q = quantize_value(x as f32, self.of(column), self.qmin, self.qmax);
+        match partner.filter(|_| self.bounded) {
+            Some(other) => {
+                let room = (PAIR_LIMIT - other.abs()).max(0);
+                q.clamp(-room, room)
+            }
+            None => q,
+        }
+    }
+
+    fn value(&self, q: i32, column: usize) -> f64 {
         let p = self.of(column);
-        let q = quantize_value(x as f32, p, self.qmin, self.qmax);
         f64::from((q - p.zero_point) as f32 * p.scale)
+    }
+
+    /// Round-to-nearest of all of `w` (`[in, out]`), pairs bounded as [`crate::plan`] bounds them.
+    fn nearest_all(&self, w: &Array2<f32>) -> Array2<f32> {
+        let (rows, cols) = w.dim();
+        let mut q: Vec<i8> =
+            w.indexed_iter().map(|((_, c), &v)| self.nearest_int(f64::from(v), c, None) as i8).collect();
+        if self.bounded {
+            bound_pairs(&mut q, &[rows, cols], 0);
+        }
+        Array2::from_shape_fn((rows, cols), |(r, c)| self.value(i32::from(q[r * cols + c]), c) as f32)
     }
 }
 
@@ -281,7 +313,7 @@ fn gptq(w: &Array2<f32>, h: &Gram, grid: &Grid, name: &str) -> Result<(Array2<f3
     let (rows, cols) = w.dim();
     let hn = hessian(h);
     // The range ends the parameters come from stay exact, so the same parameters come out of the rounded weight.
-    let keep = range_ends(w, grid.per_channel, grid.symmetric);
+    let keep = range_ends(w, grid);
     // Rows with the largest curvature first (GPTQ's "act order"): their errors are spread over the most rows.
     let mut order: Vec<usize> = (0..rows).collect();
     order.sort_by(|&a, &b| hn[(b, b)].total_cmp(&hn[(a, a)]));
@@ -292,13 +324,25 @@ fn gptq(w: &Array2<f32>, h: &Gram, grid: &Grid, name: &str) -> Result<(Array2<f3
     })?;
     // Working copy in processing order, f64.
     let mut work: Vec<Vec<f64>> = order.iter().map(|&r| w.row(r).iter().map(|&v| f64::from(v)).collect()).collect();
+    // The integers chosen so far, by original row (the kept ends from the start: their partners must leave room).
+    let mut ints: Array2<Option<i32>> = Array2::from_shape_fn((rows, cols), |(r, c)| {
+        keep[(r, c)].then(|| grid.nearest_int(f64::from(w[(r, c)]), c, None))
+    });
     let mut err = vec![0.0f64; cols];
     for k in 0..rows {
         let d = u[(k, k)];
         let r = order[k];
+        let partner = r ^ 1;
         for (c, e) in err.iter_mut().enumerate() {
             let x = work[k][c];
-            let q = if keep[(r, c)] { f64::from(w[(r, c)]) } else { grid.nearest(x, c) };
+            let q = if keep[(r, c)] {
+                f64::from(w[(r, c)])
+            } else {
+                let other = if partner < rows { ints[(partner, c)] } else { None };
+                let q = grid.nearest_int(x, c, other);
+                ints[(r, c)] = Some(q);
+                grid.value(q, c)
+            };
             *e = (x - q) / d;
             work[k][c] = q;
         }
@@ -316,7 +360,7 @@ fn gptq(w: &Array2<f32>, h: &Gram, grid: &Grid, name: &str) -> Result<(Array2<f3
             rounded[(r, c)] = work[k][c] as f32;
         }
     }
-    let nearest = Array2::from_shape_fn((rows, cols), |(r, c)| grid.nearest(f64::from(w[(r, c)]), c) as f32);
+    let nearest = grid.nearest_all(w);
     let errors = (output_error(w, &nearest, &hn), output_error(w, &rounded, &hn));
     Ok((rounded, errors.0, errors.1))
 }
@@ -352,12 +396,15 @@ fn inverse_factor(h: &Mat<f64>) -> Option<Mat<f64>> {
 }
 
 /// Which weights the parameters come from, in each column (or, per tensor, in the weight): the largest magnitude of a
-/// symmetric grid (on the grid: `±qmax · scale`), else one minimum and one maximum.
-fn range_ends(w: &Array2<f32>, per_channel: bool, symmetric: bool) -> Array2<bool> {
+/// symmetric grid (on the grid: `±qmax · scale`), or with bounded pairs the pair whose sum widened the range
+/// ([`crate::params::weight_params`]), else one minimum and one maximum.
+fn range_ends(w: &Array2<f32>, grid: &Grid) -> Array2<bool> {
     let (rows, cols) = w.dim();
+    let widen = grid.bounded.then_some(grid.qmax as f32 / PAIR_LIMIT as f32);
     let mut keep = Array2::from_elem((rows, cols), false);
     let ends = |cells: &mut dyn Iterator<Item = (usize, usize)>| {
         let (mut lo, mut hi, mut abs) = (None::<(usize, usize)>, None::<(usize, usize)>, None::<(usize, usize)>);
+        let mut pair = (0.0f32, None::<(usize, usize)>);
         for (r, c) in cells {
             let v = w[(r, c)];
             if lo.is_none_or(|(a, b)| v < w[(a, b)]) {
@@ -369,10 +416,18 @@ fn range_ends(w: &Array2<f32>, per_channel: bool, symmetric: bool) -> Array2<boo
             if abs.is_none_or(|(a, b)| v.abs() > w[(a, b)].abs()) {
                 abs = Some((r, c));
             }
+            if r % 2 == 0 && r + 1 < rows && v.abs() + w[(r + 1, c)].abs() > pair.0 {
+                pair = (v.abs() + w[(r + 1, c)].abs(), Some((r, c)));
+            }
         }
-        if symmetric { [abs, None] } else { [lo, hi] }
+        let top = abs.map_or(0.0, |(a, b)| w[(a, b)].abs());
+        match (widen, pair.1) {
+            (Some(f), Some((r, c))) if pair.0 * f > top => [Some((r, c)), Some((r + 1, c))],
+            _ if grid.symmetric => [abs, None],
+            _ => [lo, hi],
+        }
     };
-    let groups: Vec<[Option<(usize, usize)>; 2]> = if per_channel {
+    let groups: Vec<[Option<(usize, usize)>; 2]> = if grid.per_channel {
         (0..cols).map(|c| ends(&mut (0..rows).map(move |r| (r, c)))).collect()
     } else {
         vec![ends(&mut (0..rows).flat_map(|r| (0..cols).map(move |c| (r, c))))]

@@ -152,10 +152,43 @@ pub fn quantize_value(x: f32, p: ScaleZp, qmin: i32, qmax: i32) -> i32 {
     q.clamp(f64::from(qmin), f64::from(qmax)) as i32
 }
 
+/// The largest `|a| + |b|` two adjacent int8 weights along the contracted axis may have when the activations are
+/// uint8: x86's `VPMADDUBSW` (ONNX Runtime's u8 x s8 kernels on CPUs without VNNI) adds each such pair of products in
+/// a saturating 16-bit sum, and `255 · 128 = 32,640` fits where `255 · 129` does not.
+pub const PAIR_LIMIT: i32 = 128;
+
+/// Lowers int8 values of `q` (row-major `shape`) so that each pair `(2j, 2j + 1)` along `axis` holds
+/// `|a| + |b| <= PAIR_LIMIT`: of a pair over the limit the smaller magnitude is lowered (the larger may be the range
+/// end the scale comes from). Returns how many values changed.
+pub fn bound_pairs(q: &mut [i8], shape: &[usize], axis: usize) -> usize {
+    let Some(&n) = shape.get(axis) else { return 0 };
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut changed = 0;
+    for o in 0..outer {
+        for j in (0..n.saturating_sub(1)).step_by(2) {
+            for i in 0..inner {
+                let a = (o * n + j) * inner + i;
+                let b = a + inner;
+                let (ma, mb) = (i32::from(q[a]).abs(), i32::from(q[b]).abs());
+                if ma + mb <= PAIR_LIMIT {
+                    continue;
+                }
+                // The larger stays: lower the other to what the limit leaves, keeping its sign.
+                let (small, room) = if mb <= ma { (b, PAIR_LIMIT - ma) } else { (a, PAIR_LIMIT - mb) };
+                q[small] = (room * i32::from(q[small]).signum()) as i8;
+                changed += 1;
+            }
+        }
+    }
+    changed
+}
+
 /// `w` (float) as an 8-bit initializer `name` of `qtype`, zero point 0: one scale per slice along `axis`
 /// (`scales.len()` = that dimension) or one for all (`scales.len()` = 1). An int8 value is `round(w / scale)` clamped
-/// to `(qmin, qmax)`; a float8 one `w / scale` rounded to the format and saturated, as `QuantizeLinear` does. Weights,
-/// embedding tables and dynamic-mode weights.
+/// to `(qmin, qmax)`, then (int8) its pairs along each of `pair_axes` bounded ([`bound_pairs`]); a float8 one
+/// `w / scale` rounded to the format and saturated, as `QuantizeLinear` does. Weights, embedding tables and
+/// dynamic-mode weights.
 pub(crate) fn quantized_along(
     name: &str,
     w: &onnx_ir::proto::TensorProto,
@@ -163,6 +196,7 @@ pub(crate) fn quantized_along(
     axis: usize,
     qtype: QuantType,
     (qmin, qmax): (i32, i32),
+    pair_axes: &[usize],
 ) -> crate::error::Result<onnx_ir::proto::TensorProto> {
     // Read in place: a weight of gigabytes is not copied to float first.
     let (shape, a) = onnx_ir::f32_values(w)?;
@@ -175,8 +209,15 @@ pub(crate) fn quantized_along(
         None => quantize_value(v, ScaleZp { scale, zero_point: 0, degenerate: false }, qmin, qmax) as i8 as u8,
     };
     // The values as the bytes of the initializer, built once.
-    let raw: Vec<u8> =
+    let mut raw: Vec<u8> =
         a.enumerate().map(|(k, v)| byte(v, scales[if n == 1 { 0 } else { (k / stride.max(1)) % n }])).collect();
+    if format.is_none() && !pair_axes.is_empty() {
+        let mut q: Vec<i8> = raw.iter().map(|&b| b as i8).collect();
+        for &a in pair_axes {
+            bound_pairs(&mut q, &shape, a);
+        }
+        raw = q.into_iter().map(|v| v as u8).collect();
+    }
     // Weights and tables are symmetric int8 whatever the activations' integer type.
     let dt = if qtype.is_float8() { qtype.data_type() } else { onnx_ir::DataType::Int8 };
     Ok(onnx_ir::tensor_from_raw(name, &shape, dt, raw)?)
@@ -228,6 +269,24 @@ mod tests {
         assert_eq!(p.zero_point, 0);
         let p = compute_scale_zp(0.0, 12.7, QuantSpec { reduce_range: true, ..ASYM_U8 });
         assert!((p.scale - 0.1).abs() < 1e-7);
+    }
+
+    #[test]
+    fn bound_pairs_lowers_the_smaller_of_each_pair_over_the_limit_along_its_axis() {
+        // [3, 2] row-major: pairs along axis 0 are rows (0, 1) per column; row 2 has no partner.
+        let mut q: Vec<i8> = vec![127, -100, 64, 90, 60, -64, 127, 127, 127];
+        assert_eq!(bound_pairs(&mut q, &[3, 3], 0), 2);
+        // Column 0: 127 + 90 -> 90 lowered to 1; column 1: -100 and 60 -> 60 lowered to 28; column 2: 64 + 64 stays.
+        assert_eq!(q, vec![127, -100, 64, 1, 28, -64, 127, 127, 127]);
+        // Along axis 1: pairs (0, 1) in each row, the third column alone; the larger magnitude keeps its value.
+        let mut q: Vec<i8> = vec![-70, -70, 127, 5, -127, 127];
+        assert_eq!(bound_pairs(&mut q, &[2, 3], 1), 2);
+        assert_eq!(q, vec![-70, -58, 127, 1, -127, 127]);
+        // A 3-D tensor along its middle axis, and an axis it does not have.
+        let mut q: Vec<i8> = vec![100, 100, 100, 100, 1, 1, 1, 1];
+        assert_eq!(bound_pairs(&mut q, &[2, 2, 2], 1), 2);
+        assert_eq!(q, vec![100, 100, 28, 28, 1, 1, 1, 1]);
+        assert_eq!(bound_pairs(&mut q, &[2, 2, 2], 3), 0);
     }
 
     #[test]

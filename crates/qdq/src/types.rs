@@ -57,6 +57,10 @@ pub struct PlannedTensor {
     pub int8_initializer: bool,
     /// Weight quantized to the 7-bit range.
     pub reduce_range: bool,
+    /// A weight's axes along which adjacent int8 values are bounded to `|a| + |b| <= 128`
+    /// ([`crate::scale::bound_pairs`]; policy `bounded_pairs`); empty for everything else.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pair_axes: Vec<usize>,
     /// One entry per Q/DQ pair: the inputs that read that pair's DQ output.
     pub pairs: Vec<Vec<Consumer>>,
     /// `Some(c)`: the pair quantizes `tensor - c` (shifted Softmax output); each reading MatMul's output gets

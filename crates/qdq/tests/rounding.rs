@@ -8,11 +8,19 @@ use ndarray::{Array2, ArrayView2};
 use onnx_ir::{DataType, GraphExt, Model};
 use qdq::{Gram, Policy, RoundingSite};
 
-/// The `cpu` preset without smoothing, weights rounded by GPTQ.
+/// The `cpu` preset without smoothing, weights rounded by GPTQ (8 bits, pairs bounded).
 fn gptq_policy() -> Policy {
     let mut p = Policy::preset("cpu").unwrap();
     p.set("smooth", "off").unwrap();
     p.set("weight_rounding", "gptq").unwrap();
+    p
+}
+
+/// [`gptq_policy`] on the 7-bit grid (`reduce_range`) instead of bounded pairs.
+fn seven_bit_policy() -> Policy {
+    let mut p = gptq_policy();
+    p.set("bounded_pairs", "false").unwrap();
+    p.set("reduce_range", "true").unwrap();
     p
 }
 
@@ -56,7 +64,8 @@ fn weight(m: &Model, name: &str) -> Array2<f32> {
     onnx_ir::tensor_to_array::<f32>(t).unwrap().into_dimensionality().unwrap()
 }
 
-/// Round-to-nearest of `w` (`[in, out]`) on the policy's grid: symmetric, one scale per column.
+/// Round-to-nearest of `w` (`[in, out]`) on the policy's grid: symmetric, one scale per column; with bounded pairs
+/// the column's range widened until its largest sum of rows `2j` and `2j + 1` lands on 128 levels.
 fn nearest(w: &Array2<f32>, policy: &Policy) -> Array2<f32> {
     let spec = policy.weight_spec();
     let (qmin, qmax) = spec.qtype.range(spec.symmetric, spec.reduce_range);
@@ -64,7 +73,9 @@ fn nearest(w: &Array2<f32>, policy: &Policy) -> Array2<f32> {
     for (c, mut col) in out.columns_mut().into_iter().enumerate() {
         let lo = w.column(c).iter().fold(0.0f32, |a, &v| a.min(v));
         let hi = w.column(c).iter().fold(0.0f32, |a, &v| a.max(v));
-        let p = qdq::compute_scale_zp(lo, hi, spec);
+        let pairs = w.column(c).exact_chunks(2).into_iter().map(|p| p[0].abs() + p[1].abs()).fold(0.0f32, f32::max);
+        let t = if policy.bounded_pairs { (pairs * qmax as f32 / 128.0).max(hi).max(-lo) } else { hi.max(-lo) };
+        let p = qdq::compute_scale_zp(-t, t, spec);
         col.mapv_inplace(|v| (qdq::quantize_value(v, p, qmin, qmax) - p.zero_point) as f32 * p.scale);
     }
     out
@@ -106,15 +117,18 @@ fn every_constant_weight_matmul_is_a_site_and_nearest_rounds_none() {
 
 #[test]
 fn gptq_lowers_every_matmul_output_error_below_round_to_nearest() {
-    for ln in [Ln::Decomposed, Ln::Fused] {
+    for (ln, policy, record) in [
+        (Ln::Decomposed, gptq_policy(), "gptq; weights=7; bits=8; per_channel=true; bounded_pairs=true"),
+        (Ln::Fused, gptq_policy(), "gptq; weights=7; bits=8; per_channel=true; bounded_pairs=true"),
+        (Ln::Decomposed, seven_bit_policy(), "gptq; weights=7; bits=7; per_channel=true; bounded_pairs=false"),
+    ] {
         let original = tiny_bert(ln);
-        let policy = gptq_policy();
         let (sites, inputs) = sites_and_inputs(&original, &policy);
         let acts = activations(&original, &inputs);
         let mut rounded = original.clone();
         let report = qdq::round_weights(&mut rounded, &policy, &sites, &grams(&acts)).unwrap();
         assert_eq!(report.len(), sites.len());
-        assert!(qdq::rounding_record(&rounded).is_some_and(|r| r.starts_with("gptq; weights=7; bits=7")));
+        assert_eq!(qdq::rounding_record(&rounded), Some(record));
         for (site, r) in sites.iter().zip(&report) {
             let x = acts[&site.inputs[0]].view();
             let w = weight(&original, &site.weight);
@@ -140,19 +154,34 @@ fn the_plan_quantizes_rounded_weights_with_the_original_parameters_to_the_chosen
     let ranges = observed_ranges(&original, &tensors);
     let before = qdq::plan(&original, &ranges, &policy).unwrap();
     let after = qdq::plan(&rounded, &ranges, &policy).unwrap();
-    let mut changed = 0;
+    let (mut changed, mut wide) = (0, false);
     for site in &sites {
         let find = |p: &qdq::Plan| p.tensors.iter().find(|t| t.tensor == site.weight).unwrap().scales.clone();
         let scales = find(&before);
         assert_eq!(scales, find(&after), "{}: the rounded weight's scales", site.weight);
         let w = weight(&rounded, &site.weight);
-        for ((_, c), &v) in w.indexed_iter() {
+        let mut ints = Array2::<i32>::zeros(w.dim());
+        for ((r, c), &v) in w.indexed_iter() {
             let q = f64::from(v) / f64::from(scales[c]);
-            assert!((q - q.round()).abs() < 1e-4 && q.abs() <= 64.0 + 1e-4, "{}: {v} is not on the grid", site.weight);
+            // The kept ends of a column widened by a pair lie off the grid (the plan rounds them); the rest on it.
+            ints[(r, c)] = q.round() as i32;
+            assert!(q.abs() <= 127.0 + 1e-4, "{}: {v} is outside the grid", site.weight);
         }
+        let on_grid = w.indexed_iter().filter(|&((_, c), &v)| {
+            let q = f64::from(v) / f64::from(scales[c]);
+            (q - q.round()).abs() < 1e-4
+        });
+        assert!(on_grid.count() + 2 * w.ncols() >= w.len(), "{}: off the grid", site.weight);
+        // Bounded pairs: the integers of rows 2j and 2j + 1 stay within 128 together.
+        for col in ints.columns() {
+            let worst = col.exact_chunks(2).into_iter().map(|p| p[0].abs() + p[1].abs()).max().unwrap();
+            assert!(worst <= 128, "{}: pair sum {worst}", site.weight);
+        }
+        wide |= ints.iter().any(|q| q.abs() > 64);
         changed += (&w - &nearest(&weight(&original, &site.weight), &policy)).iter().filter(|d| **d != 0.0).count();
     }
     assert!(changed > 0, "GPTQ chose round-to-nearest's integers everywhere");
+    assert!(wide, "no rounded weight uses more than 7 bits");
 }
 
 #[test]
