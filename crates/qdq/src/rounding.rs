@@ -111,10 +111,15 @@ impl Gram {
 
     /// `Σ xᵀx / rows`: the inputs' second moment, the curvature of a MatMul's output error in its weight's rows.
     pub fn second_moment(&self) -> Array2<f64> {
-        let mut g = self.clone();
-        g.flush();
-        let rows = g.rows.max(1) as f64;
-        Array2::from_shape_fn((g.channels(), g.channels()), |(i, j)| g.sum[(i, j)] / rows)
+        let m = self.moment();
+        Array2::from_shape_fn((m.nrows(), m.ncols()), |(i, j)| m[(i, j)])
+    }
+
+    /// [`Gram::second_moment`] as a faer matrix.
+    fn moment(&self) -> Mat<f64> {
+        let rows = self.rows.max(1) as f64;
+        let (sum, part) = (&self.sum, &self.part);
+        Mat::from_fn(sum.nrows(), sum.ncols(), |i, j| (sum[(i, j)] + f64::from(part[(i, j)])) / rows)
     }
 
     /// Moves the single-precision partial sum into the total.
@@ -131,9 +136,8 @@ impl Gram {
             let reason = format!("has {} channels where {} were expected", other.channels(), self.channels());
             return Err(Error::BadActivation { tensor: tensor.to_owned(), reason });
         }
-        let mut other = other.clone();
-        other.flush();
-        self.sum += &other.sum;
+        let (sum, part) = (&other.sum, &other.part);
+        self.sum += Mat::<f64>::from_fn(sum.nrows(), sum.ncols(), |i, j| sum[(i, j)] + f64::from(part[(i, j)]));
         self.rows += other.rows;
         Ok(())
     }
@@ -368,8 +372,7 @@ fn gptq(w: &Array2<f32>, h: &Gram, grid: &Grid, name: &str) -> Result<(Array2<f3
 /// `H / rows`, dead channels given a unit diagonal.
 fn hessian(g: &Gram) -> Mat<f64> {
     let n = g.channels();
-    let m = g.second_moment();
-    let mut h = Mat::<f64>::from_fn(n, n, |i, j| m[(i, j)]);
+    let mut h = g.moment();
     for i in 0..n {
         if h[(i, i)] <= 0.0 {
             h[(i, i)] = 1.0;
