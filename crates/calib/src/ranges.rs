@@ -69,6 +69,38 @@ impl RangeTable {
     }
 }
 
+/// How far the ranges of two tables (of two parts of the same data) lie apart, per tensor relative to the size of
+/// its range in a reference table (of all the data): `max(|min_a - min_b|, |max_a - max_b|) / max(|min|, |max|)`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RangeSpread {
+    /// Tensors with a range in all three tables (and a reference range wider than 0).
+    pub tensors: usize,
+    /// The median of the tensors' spreads (a fraction: 0.05 is 5 %).
+    pub median: f64,
+    /// The largest, and the tensor it is in.
+    pub max: f64,
+    pub tensor: String,
+}
+
+/// [`RangeSpread`] of `a` and `b` against `reference`; `None` when no tensor has a range in all three.
+pub fn range_spread(a: &RangeTable, b: &RangeTable, reference: &RangeTable) -> Option<RangeSpread> {
+    let mut spreads: Vec<(f64, &str)> = reference
+        .ranges
+        .iter()
+        .filter_map(|(t, r)| {
+            let size = f64::from(r.min.abs().max(r.max.abs()));
+            let (ra, rb) = (a.ranges.get(t)?, b.ranges.get(t)?);
+            let apart = f64::from((ra.min - rb.min).abs().max((ra.max - rb.max).abs()));
+            (size > 0.0).then_some((apart / size, t.as_str()))
+        })
+        .collect();
+    spreads.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let &(max, tensor) = spreads.last()?;
+    let n = spreads.len();
+    let median = if n % 2 == 1 { spreads[n / 2].0 } else { (spreads[n / 2 - 1].0 + spreads[n / 2].0) / 2.0 };
+    Some(RangeSpread { tensors: n, median, max, tensor: tensor.to_owned() })
+}
+
 /// Number of standard deviations each side of the mean in [`Method::Distribution`]'s INT8 range.
 pub const DISTRIBUTION_NUM_STD: f64 = 4.0;
 /// Smoothing constant of the KL search (as TensorRT / ONNX Runtime).

@@ -368,3 +368,24 @@ fn per_channel_last_axis_matches_explicit_axis_and_skips_non_finite() {
     let err = s.observe("t", &data, &[2, 3, 4]).unwrap_err().to_string();
     assert!(err.contains("-4") && err.contains("out of range"), "{err}");
 }
+
+#[test]
+fn range_spread_measures_halves_against_the_whole_tables_ranges() {
+    let table = |ranges: &[(&str, f32, f32)]| RangeTable {
+        method: "minmax".into(),
+        options: Default::default(),
+        ranges: ranges.iter().map(|&(t, min, max)| (t.to_owned(), Range { min, max })).collect(),
+        channels: Default::default(),
+        distribution: Default::default(),
+        model: None,
+        chosen: Default::default(),
+    };
+    let a = table(&[("x", -1.0, 2.0), ("y", 0.0, 10.0), ("z", -4.0, 4.0), ("only_a", 0.0, 1.0)]);
+    let b = table(&[("x", -1.5, 2.0), ("y", 0.0, 9.0), ("z", -4.0, 4.0)]);
+    let whole = table(&[("x", -1.5, 2.0), ("y", 0.0, 10.0), ("z", -4.0, 4.0), ("only_a", 0.0, 1.0)]);
+    let s = range_spread(&a, &b, &whole).unwrap();
+    // x: 0.5 / 2 = 0.25; y: 1 / 10 = 0.1; z: 0. "only_a" has no range in b.
+    assert_eq!((s.tensors, s.tensor.as_str()), (3, "x"));
+    assert!((s.max - 0.25).abs() < 1e-9 && (s.median - 0.1).abs() < 1e-9, "{s:?}");
+    assert_eq!(range_spread(&a, &table(&[]), &whole), None);
+}

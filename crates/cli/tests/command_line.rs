@@ -214,6 +214,12 @@ fn every_command_speaks_json() {
     assert_eq!(c["schema"], "qdq.calibrate/1");
     assert!(c["tensors"].as_u64().unwrap() > 0 && c["features"].as_u64().unwrap() > 0, "{c}");
     assert!(c["pass"]["sessions"].as_u64().unwrap() >= 1 && c["pass"]["pass_seconds"].as_f64().unwrap() > 0.0, "{c}");
+    // Issue 52: how far the two halves' ranges lie apart, over every calibrated tensor, the largest named.
+    let h = &c["halves"];
+    assert_eq!(h["tensors"], c["tensors"], "{c}");
+    let (median, max) = (h["median"].as_f64().unwrap(), h["max"].as_f64().unwrap());
+    assert!(0.0 < median && median <= max && max < 10.0, "{h}");
+    assert!(h["tensor"].as_str().is_some_and(|t| !t.is_empty()), "{h}");
     // Three augmented-model sessions side by side: said, and the very same tables and statistics.
     let cal3 = f.dir.path().join("cal3");
     let c3 = json(
@@ -225,6 +231,7 @@ fn every_command_speaks_json() {
         .concat(),
     );
     assert_eq!(c3["pass"]["sessions"], 3, "{c3}");
+    assert_eq!(c3["halves"]["tensors"], c["halves"]["tensors"], "{c3}");
     for file in ["calibration.json", "calibration.cache"] {
         let read = |d: &std::path::Path| std::fs::read(d.join(file)).unwrap();
         assert!(read(&cal) == read(&cal3), "{file} differs with three calibration sessions");

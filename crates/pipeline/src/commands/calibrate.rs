@@ -77,6 +77,7 @@ impl Job for CalibrateJob {
             unit: cal.unit,
             seconds: cal.seconds,
             times: cal.times,
+            halves: cal.halves,
             out: self.out.clone(),
         })
     }

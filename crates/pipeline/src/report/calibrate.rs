@@ -18,6 +18,8 @@ pub struct CalibrateReport {
     pub unit: &'static str,
     pub seconds: f64,
     pub times: PassTimes,
+    /// How far the ranges of the two halves of the data lie apart.
+    pub halves: Option<calib::RangeSpread>,
     pub out: PathBuf,
 }
 
@@ -32,6 +34,7 @@ impl Report for CalibrateReport {
             "questions": self.questions,
             "seconds": self.seconds,
             "pass": self.times,
+            "halves": self.halves,
             "smoothing": self.smoothed.as_ref().map(|(summary, model)| serde_json::json!({
                 "summary": summary,
                 "model": model,
@@ -55,6 +58,10 @@ impl fmt::Display for CalibrateReport {
             self.seconds,
             self.times.describe(),
             self.out.display()
-        )
+        )?;
+        if let Some(h) = &self.halves {
+            write!(f, "\n{}", crate::steps::calibrate::describe_spread(h))?;
+        }
+        Ok(())
     }
 }

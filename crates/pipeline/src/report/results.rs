@@ -105,6 +105,10 @@ pub struct CalibrationSummary {
     /// other inputs, or no evaluation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub also_evaluated: Option<usize>,
+    /// How far the ranges of the two halves of the calibration data lie apart (absent when a half was empty, and in
+    /// results.json files written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halves: Option<calib::RangeSpread>,
 }
 
 /// What calibrating on evaluated questions does to the INT8 row, for the warning and report.md.

@@ -127,6 +127,9 @@ impl PassTimes {
 #[derive(Debug)]
 pub struct Pass {
     pub state: CalibState,
+    /// The same statistics in two halves, batches dealt to them in turn (`state` is the two merged): how much the
+    /// ranges depend on which data calibrated ([`calib::range_spread`]).
+    pub halves: [CalibState; 2],
     /// Features seen.
     pub features: usize,
     pub times: PassTimes,
@@ -134,8 +137,9 @@ pub struct Pass {
 
 /// Streams `data` through `model` with `tensors` exposed as extra outputs and folds every batch into a
 /// [`CalibState`] collecting what `collect` asks for: `opts.batch` features per batch, on [`pass_workers`] sessions
-/// side by side, each folding what it ran into a state of its own; the states are merged at the end, which is exact
-/// ([`CalibState::merge`]), so the statistics do not depend on the number of sessions. `opts.methods` is not read.
+/// side by side, each folding what it ran into a state of its own (two: its batches in turn into each half); the
+/// states are merged at the end, which is exact ([`CalibState::merge`]), so the statistics do not depend on the
+/// number of sessions. `opts.methods` is not read.
 pub fn collect_stats(
     model: &Model,
     tensors: &[String],
@@ -151,7 +155,10 @@ pub fn collect_stats(
     let observed = (reading == Reading::Observe).then_some(tensors);
     let mut folds: Vec<Fold> = configs
         .iter()
-        .map(|_| CalibState::try_new(collect.clone()).map(|s| Fold::new(s, observed)))
+        .map(|_| {
+            let state = || CalibState::try_new(collect.clone());
+            Ok::<_, calib::Error>(Fold::new([state()?, state()?], observed))
+        })
         .collect::<calib::Result<_>>()?;
     let observers: Option<Vec<_>> = folds.iter().map(Fold::observer).collect();
     let mut sessions =
@@ -175,18 +182,18 @@ pub fn collect_stats(
         side_by_side(&mut sessions, &mut folds, data, opts.batch, &names, progress)?
     };
     drop(sessions);
-    let (state, mut times) = merged(folds)?;
+    let (state, halves, mut times) = merged(folds)?;
     times.pass_s = started.elapsed().as_secs_f64();
     progress.finish();
     if features == 0 {
         let reason = "the calibration data produced no features".into();
         return Err(Error::Input { path: data.source().to_path_buf(), reason });
     }
-    Ok(Pass { state, features, times })
+    Ok(Pass { state, halves, features, times })
 }
 
-/// The sessions' statistics merged (exactly), and the mean of their times.
-fn merged(folds: Vec<Fold>) -> Result<(CalibState, PassTimes)> {
+/// The sessions' statistics merged (exactly): all of them, and each half; and the mean of their times.
+fn merged(folds: Vec<Fold>) -> Result<(CalibState, [CalibState; 2], PassTimes)> {
     let workers = folds.len();
     let mut times = PassTimes { sessions: workers, ..PassTimes::default() };
     let add = |t: &mut PassTimes, f: &PassTimes| {
@@ -195,14 +202,17 @@ fn merged(folds: Vec<Fold>) -> Result<(CalibState, PassTimes)> {
     };
     let mut folds = folds.into_iter().map(Fold::finish);
     let Some(first) = folds.next() else { return Err(Error::Internal("calibration ran no session".into())) };
-    let (mut state, first_times) = first?;
+    let (mut halves, first_times) = first?;
     add(&mut times, &first_times);
     for f in folds {
-        let (s, t) = f?;
-        state.merge(&s)?;
+        let ([a, b], t) = f?;
+        halves[0].merge(&a)?;
+        halves[1].merge(&b)?;
         add(&mut times, &t);
     }
-    Ok((state, times))
+    let mut state = halves[0].clone();
+    state.merge(&halves[1])?;
+    Ok((state, halves, times))
 }
 
 /// Where an observing session's `Observe` nodes fold the tensors of the batch under way: the state, the rows of the
@@ -213,8 +223,11 @@ struct Sink {
 }
 
 struct SinkState {
-    /// Taken out when the pass ends (ONNX Runtime may hold the observer a while after its session is gone).
-    state: Option<CalibState>,
+    /// The two halves, taken out when the pass ends (ONNX Runtime may hold the observer a while after its session is
+    /// gone).
+    states: Option<[CalibState; 2]>,
+    /// The half the batch under way goes to.
+    half: usize,
     used: usize,
     fed: usize,
     statistics_s: f64,
@@ -235,9 +248,10 @@ impl runtime::Observer for Sink {
         // A fixed-batch model's filler rows are left out wherever the batch leads the tensor's first axis.
         let shape = used_rows(shape, g.used, g.fed);
         let n = shape.iter().product::<usize>().min(data.len());
-        let Some(state) = g.state.as_mut() else { return Err("the calibration pass has ended".into()) };
+        let half = g.half;
+        let Some(states) = g.states.as_mut() else { return Err("the calibration pass has ended".into()) };
         // On this thread alone: the other sessions run on the other cores.
-        if let Err(e) = state.observe_here(name, &data[..n], &shape) {
+        if let Err(e) = states[half].observe_here(name, &data[..n], &shape) {
             let message = e.to_string();
             g.error.get_or_insert(e);
             return Err(message);
@@ -250,28 +264,30 @@ impl runtime::Observer for Sink {
 /// What one session of a pass folds into: a state it fills from exposed outputs after each run, or the sink its
 /// `Observe` nodes fill during the run.
 enum Target {
-    Outputs(CalibState),
+    Outputs([CalibState; 2]),
     Observers(Arc<Sink>),
 }
 
-/// One session's share of a statistics pass: where its statistics go and its own times.
+/// One session's share of a statistics pass: where its statistics go (its batches into the two halves in turn) and
+/// its own times.
 struct Fold {
     target: Target,
     times: PassTimes,
+    runs: usize,
 }
 
 impl Fold {
     /// A fold of exposed outputs, or with `observed` (the tensors in slot order) one of `Observe` nodes.
-    fn new(state: CalibState, observed: Option<&[String]>) -> Self {
+    fn new(states: [CalibState; 2], observed: Option<&[String]>) -> Self {
         let target = match observed {
-            None => Target::Outputs(state),
+            None => Target::Outputs(states),
             Some(tensors) => {
-                let inner =
-                    Mutex::new(SinkState { state: Some(state), used: 0, fed: 0, statistics_s: 0.0, error: None });
+                let (used, fed, statistics_s, error) = (0, 0, 0.0, None);
+                let inner = Mutex::new(SinkState { states: Some(states), half: 0, used, fed, statistics_s, error });
                 Target::Observers(Arc::new(Sink { tensors: tensors.to_vec(), inner }))
             }
         };
-        Fold { target, times: PassTimes::default() }
+        Fold { target, times: PassTimes::default(), runs: 0 }
     }
 
     /// The observer its session hands tensors to, if it observes.
@@ -282,17 +298,17 @@ impl Fold {
         }
     }
 
-    /// The state and times, once its session's runs are over.
-    fn finish(self) -> Result<(CalibState, PassTimes)> {
+    /// The halves and times, once its session's runs are over.
+    fn finish(self) -> Result<([CalibState; 2], PassTimes)> {
         let mut times = self.times;
         let state = match self.target {
-            Target::Outputs(state) => Some(state),
+            Target::Outputs(states) => Some(states),
             Target::Observers(sink) => {
                 let mut g = sink.lock();
                 // The statistics ran inside the runs.
                 times.statistics_s = g.statistics_s;
                 times.inference_s -= g.statistics_s;
-                g.state.take()
+                g.states.take()
             }
         };
         let state =
@@ -310,12 +326,14 @@ impl Fold {
     ) -> Result<()> {
         let run = Instant::now();
         let fed = inputs.first().map_or(used, |(_, a)| a.nrows());
+        let half = self.runs % 2;
+        self.runs += 1;
         let state = match &mut self.target {
-            Target::Outputs(state) => state,
+            Target::Outputs(states) => &mut states[half],
             Target::Observers(sink) => {
                 {
                     let mut g = sink.lock();
-                    (g.used, g.fed) = (used, fed);
+                    (g.used, g.fed, g.half) = (used, fed, half);
                 }
                 let result = session.run_with(inputs, &[], |_| Ok::<_, Error>(()));
                 self.times.inference_s += run.elapsed().as_secs_f64();

@@ -13,7 +13,7 @@ use crate::model::save_model;
 use crate::progress::Progress;
 use crate::report::ops::float_summary;
 use crate::report::results::{CalibrationSummary, QuantizationSummary};
-use crate::steps::calibrate::{calibrate, write_tables};
+use crate::steps::calibrate::{calibrate, describe_spread, write_tables};
 use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
 
@@ -38,6 +38,9 @@ pub(crate) fn quantize_static(
     }
     let tensors = qdq::tensors_to_calibrate(&to_quantize, &cfg.policy)?;
     let cal = calibrate(&to_quantize, &tensors, cal_data, &cfg.calibrate, progress)?;
+    if let Some(h) = &cal.halves {
+        progress.note(&describe_spread(h));
+    }
     write_tables(&cal, &cfg.out, cfg.policy.precision.float8().is_none())?;
     let non_finite: Vec<String> =
         cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
@@ -60,6 +63,7 @@ pub(crate) fn quantize_static(
         pass: Some(cal.times),
         non_finite_tensors: non_finite,
         also_evaluated: None,
+        halves: cal.halves.clone(),
     };
     let quantization = QuantizationSummary {
         quantized_tensors: plan.tensors.len(),
