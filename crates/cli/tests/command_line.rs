@@ -220,6 +220,9 @@ fn every_command_speaks_json() {
     let (median, max) = (h["median"].as_f64().unwrap(), h["max"].as_f64().unwrap());
     assert!(0.0 < median && median <= max && max < 10.0, "{h}");
     assert!(h["tensor"].as_str().is_some_and(|t| !t.is_empty()), "{h}");
+    // And how far the channel maxima the smoothing factors come from move between them.
+    let smoothing = c["smoothing"]["summary"].as_str().unwrap();
+    assert!(smoothing.contains("channel maxima move") && smoothing.contains("% between the halves"), "{smoothing}");
     // Three augmented-model sessions side by side: said, and the very same tables and statistics.
     let cal3 = f.dir.path().join("cal3");
     let c3 = json(

@@ -1,6 +1,7 @@
 //! SmoothQuant-style smoothing before calibration: one pass collects the per-channel range of every tensor the
 //! policy smooths, then the model is rescaled in place ([`qdq::smooth_in_place`]).
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use calib::CollectOptions;
@@ -20,6 +21,9 @@ pub struct Smoothing {
     pub sites: Vec<qdq::SmoothedSite>,
     /// Wall time of the per-channel pass and the rewrite.
     pub seconds: f64,
+    /// How far the channel maxima (what the smoothing factors are made of) of the two halves of the data lie apart:
+    /// `median` over every channel of `|max_a - max_b| / max`, `max` the largest tensor's median (`tensor`).
+    pub halves: Option<calib::RangeSpread>,
 }
 
 impl Smoothing {
@@ -35,14 +39,66 @@ impl Smoothing {
         } else {
             format!("{ln} LayerNorm output{} and {other} other MatMul input{}", plural(ln), plural(other))
         };
+        let halves = self.halves.as_ref().map_or(String::new(), |h| {
+            format!(
+                "; channel maxima move {:.1} % between the halves of the data (median; {:.1} % in {})",
+                100.0 * h.median,
+                100.0 * h.max,
+                h.tensor
+            )
+        });
         format!(
-            "{what} smoothed into {matmuls} MatMul{} (alpha {}): largest channel max / median {:.1}x -> {:.1}x",
+            "{what} smoothed into {matmuls} MatMul{} (alpha {}): largest channel max / median {:.1}x -> {:.1}x{halves}",
             plural(matmuls),
             self.alpha,
             worst(|s| s.spread_before),
             worst(|s| s.spread_after),
         )
     }
+}
+
+/// Each tensor's per-channel max |x| in `state` (0 for a channel without values).
+fn channel_absmax(state: &calib::CalibState, tensors: &[String]) -> Result<BTreeMap<String, Vec<f32>>> {
+    let mut absmax = BTreeMap::new();
+    for t in tensors {
+        let channels = state.tensor(t).and_then(|s| s.channels.as_ref()).ok_or_else(|| {
+            Error::Internal(format!("smoothing: no per-channel statistics were collected for tensor '{t}'"))
+        })?;
+        let m: Vec<f32> = channels.iter().map(|r| r.map_or(0.0, |r| r.min.abs().max(r.max.abs()))).collect();
+        absmax.insert(t.clone(), m);
+    }
+    Ok(absmax)
+}
+
+/// How far the halves' channel maxima lie apart against `whole`'s ([`Smoothing::halves`]); `None` when a half saw
+/// nothing.
+fn halves_spread(
+    halves: [&BTreeMap<String, Vec<f32>>; 2],
+    whole: &BTreeMap<String, Vec<f32>>,
+) -> Option<calib::RangeSpread> {
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        (n > 0).then(|| if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    };
+    let (mut all, mut worst) = (vec![], None::<(f64, &str)>);
+    for (t, w) in whole {
+        let (a, b) = (halves[0].get(t)?, halves[1].get(t)?);
+        let mut moved: Vec<f64> = w
+            .iter()
+            .zip(a.iter().zip(b))
+            .filter(|(w, (a, b))| **w > 0.0 && **a > 0.0 && **b > 0.0)
+            .map(|(w, (a, b))| f64::from((a - b).abs() / w))
+            .collect();
+        all.extend_from_slice(&moved);
+        if let Some(m) = median(&mut moved)
+            && worst.is_none_or(|(x, _)| m > x)
+        {
+            worst = Some((m, t.as_str()));
+        }
+    }
+    let (max, tensor) = worst?;
+    Some(calib::RangeSpread { tensors: whole.len(), median: median(&mut all)?, max, tensor: tensor.to_owned() })
 }
 
 /// Applies the policy's SmoothQuant-style migration ([`qdq::smooth`]): one pass over `data` collects the
@@ -71,16 +127,14 @@ pub fn smooth_model(
     }
     let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
     let collect = CollectOptions { per_channel_axis: Some(-1), ..Default::default() };
-    let state = collect_stats(&model, &tensors, data, opts, collect, "smoothing", progress)?.state;
-    let mut absmax = std::collections::BTreeMap::new();
-    for t in &tensors {
-        let channels = state.tensor(t).and_then(|s| s.channels.as_ref()).ok_or_else(|| {
-            Error::Internal(format!("smoothing: no per-channel statistics were collected for tensor '{t}'"))
-        })?;
-        let m: Vec<f32> = channels.iter().map(|r| r.map_or(0.0, |r| r.min.abs().max(r.max.abs()))).collect();
-        absmax.insert(t.clone(), m);
-    }
+    let pass = collect_stats(&model, &tensors, data, opts, collect, "smoothing", progress)?;
+    let absmax = channel_absmax(&pass.state, &tensors)?;
+    // A half that saw no batch has no per-channel statistics: no spread then.
+    let halves = match (channel_absmax(&pass.halves[0], &tensors), channel_absmax(&pass.halves[1], &tensors)) {
+        (Ok(a), Ok(b)) => halves_spread([&a, &b], &absmax),
+        _ => None,
+    };
     let mut model = model;
     let sites = qdq::smooth_in_place(&mut model, policy, &absmax, alpha)?;
-    Ok((model, Some(Smoothing { alpha, sites, seconds: started.elapsed().as_secs_f64() })))
+    Ok((model, Some(Smoothing { alpha, sites, seconds: started.elapsed().as_secs_f64(), halves })))
 }
