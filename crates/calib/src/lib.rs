@@ -63,7 +63,7 @@ pub use float8::Float8;
 pub use method::{Method, MethodKind, MethodOptions};
 pub use ranges::{
     DistributionStats, Range, RangeSpread, RangeTable, abs_percentile, compute_all, compute_ranges, entropy_threshold,
-    fp8_mse_threshold, histogram_mean_std, mse_threshold, range_spread, signed_percentile,
+    fp8_mse_threshold, histogram_mean_std, median, mse_threshold, range_spread, signed_percentile,
 };
 pub use state::{
     CalibState, CollectOptions, MSE_PROOF_MARGIN, MSE_TAILS, NonFiniteCounts, TAIL_MARGIN, TAIL_MIN, TensorState,

@@ -84,7 +84,7 @@ pub struct RangeSpread {
 
 /// [`RangeSpread`] of `a` and `b` against `reference`; `None` when no tensor has a range in all three.
 pub fn range_spread(a: &RangeTable, b: &RangeTable, reference: &RangeTable) -> Option<RangeSpread> {
-    let mut spreads: Vec<(f64, &str)> = reference
+    let spreads: Vec<(f64, &str)> = reference
         .ranges
         .iter()
         .filter_map(|(t, r)| {
@@ -94,11 +94,16 @@ pub fn range_spread(a: &RangeTable, b: &RangeTable, reference: &RangeTable) -> O
             (size > 0.0).then_some((apart / size, t.as_str()))
         })
         .collect();
-    spreads.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let &(max, tensor) = spreads.last()?;
-    let n = spreads.len();
-    let median = if n % 2 == 1 { spreads[n / 2].0 } else { (spreads[n / 2 - 1].0 + spreads[n / 2].0) / 2.0 };
-    Some(RangeSpread { tensors: n, median, max, tensor: tensor.to_owned() })
+    let &(max, tensor) = spreads.iter().max_by(|x, y| x.0.total_cmp(&y.0))?;
+    let median = median(&mut spreads.iter().map(|s| s.0).collect::<Vec<_>>())?;
+    Some(RangeSpread { tensors: spreads.len(), median, max, tensor: tensor.to_owned() })
+}
+
+/// The median of `v` (sorted in place; the mean of the middle two for an even count), `None` when it is empty.
+pub fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (n > 0).then(|| if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
 /// Number of standard deviations each side of the mean in [`Method::Distribution`]'s INT8 range.

@@ -76,11 +76,6 @@ fn halves_spread(
     halves: [&BTreeMap<String, Vec<f32>>; 2],
     whole: &BTreeMap<String, Vec<f32>>,
 ) -> Option<calib::RangeSpread> {
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        (n > 0).then(|| if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
-    };
     let (mut all, mut worst) = (vec![], None::<(f64, &str)>);
     for (t, w) in whole {
         let (a, b) = (halves[0].get(t)?, halves[1].get(t)?);
@@ -91,14 +86,14 @@ fn halves_spread(
             .map(|(w, (a, b))| f64::from((a - b).abs() / w))
             .collect();
         all.extend_from_slice(&moved);
-        if let Some(m) = median(&mut moved)
+        if let Some(m) = calib::median(&mut moved)
             && worst.is_none_or(|(x, _)| m > x)
         {
             worst = Some((m, t.as_str()));
         }
     }
     let (max, tensor) = worst?;
-    Some(calib::RangeSpread { tensors: whole.len(), median: median(&mut all)?, max, tensor: tensor.to_owned() })
+    Some(calib::RangeSpread { tensors: whole.len(), median: calib::median(&mut all)?, max, tensor: tensor.to_owned() })
 }
 
 /// Applies the policy's SmoothQuant-style migration ([`qdq::smooth`]): one pass over `data` collects the
