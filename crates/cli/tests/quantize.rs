@@ -345,3 +345,39 @@ fn gptq_rounded_weights_travel_with_their_tables_and_the_original_model_is_refus
     let o = quantize(cal.join("model_rounded.onnx").to_str().unwrap());
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// A model whose nodes have no names (optional in ONNX) is quantized with a name for each, made from its op and
+/// position the same way on every run, so that exclusions (and tune's recipes, which name nodes) hold one node each.
+#[test]
+fn unnamed_nodes_get_names_that_exclusions_hold_to() {
+    let f = tiny();
+    let mut m = onnx_ir::Model::load(&f.model).unwrap();
+    for n in &mut m.graph_mut().node {
+        n.name = Some(String::new());
+    }
+    let unnamed = f.dir.path().join("unnamed.onnx");
+    m.save(&unnamed).unwrap();
+    // The name a weight MatMul gets: the same function names them in the run.
+    let mut named = m.clone();
+    named.graph_mut().name_nodes();
+    let g = named.graph();
+    let matmul = g.node.iter().find(|n| n.op_type() == "MatMul" && g.is_initializer(&n.input[1]));
+    let matmul = matmul.unwrap().name().to_owned();
+    let out = f.dir.path().join("dynamic.onnx");
+    let run = |extra: &[&str]| {
+        let args = ["quantize", "--model", unnamed.to_str().unwrap(), "--mode", "dynamic", "-o", out.to_str().unwrap()];
+        let o = qdq(&[&args[..], extra].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let q = onnx_ir::Model::load(&out).unwrap();
+        let names: Vec<String> = q.graph().node.iter().map(|n| n.name().to_owned()).collect();
+        let unique: std::collections::HashSet<&String> = names.iter().collect();
+        assert!(names.iter().all(|n| !n.is_empty()) && unique.len() == names.len(), "{names:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let layers = TinyBertConfig::default().layers;
+    let text = run(&[]);
+    assert!(text.contains(&format!("{} MatMul-like nodes left in float", 2 * layers)), "{text}");
+    let text = run(&["--exclude-node", &matmul]);
+    assert!(text.contains(&format!("{} MatMul-like nodes left in float", 2 * layers + 1)), "{text}");
+    assert!(text.contains(&matmul), "{text}");
+}

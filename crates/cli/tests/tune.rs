@@ -254,6 +254,18 @@ fn a_planted_bad_range_is_found_first_by_debug_and_floated_first_by_tune() {
     assert!(!out.join("histograms.svg").exists());
 }
 
+/// The tiny model calibrated and quantized with [`PLANT_POLICY`]: int8.onnx's path.
+fn quantize_to_plant(f: &Fixture, vocab: &str, dataset: &str) -> PathBuf {
+    let (table, _) = calibrate_to_plant(f, vocab, dataset, &[]);
+    let int8 = f.dir.path().join("int8.onnx");
+    let model = f.model.to_str().unwrap();
+    let mut q = vec!["quantize", "--model", model, "--ranges", table.to_str().unwrap(), "-o", int8.to_str().unwrap()];
+    q.extend(PLANT_POLICY);
+    let o = qdq(&q);
+    assert!(o.status.success(), "{}", stderr(&o));
+    int8
+}
+
 /// Issue 14: `qdq debug --sensitivity --confirm N` scores FP32, the QDQ model and the QDQ model with each of the N most
 /// recovering nodes in float on the first evaluation questions: FP32's and the QDQ model's F1 are what `qdq eval` says
 /// of the same files and questions, and exactly the first N nodes carry the F1 they recover.
@@ -262,12 +274,7 @@ fn debug_confirm_scores_the_top_nodes_and_agrees_with_eval() {
     let f = tiny();
     let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
     let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
-    let (table, _) = calibrate_to_plant(&f, vocab, dataset, &[]);
-    let (model, int8) = (f.model.to_str().unwrap(), f.dir.path().join("int8.onnx"));
-    let mut q = vec!["quantize", "--model", model, "--ranges", table.to_str().unwrap(), "-o", int8.to_str().unwrap()];
-    q.extend(PLANT_POLICY);
-    let o = qdq(&q);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (model, int8) = (f.model.to_str().unwrap(), quantize_to_plant(&f, vocab, dataset));
     let data = ["--vocab", vocab, "--dataset", dataset, "--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
     let int8 = int8.to_str().unwrap();
     let mut d = vec!["debug", "--model", model, "--qdq", int8, "--held-out", "3", "--sensitivity", "--json"];
@@ -378,4 +385,44 @@ fn tune_replaces_a_planted_bad_range_with_another_calibrators() {
     assert!(std::fs::read(&replay).unwrap() == std::fs::read(candidate).unwrap());
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert!(md.contains("Ranges from another calibrator") && md.contains(planted_tensor), "{md}");
+}
+
+/// Node names are optional in ONNX and other tools' QDQ models may lack or repeat them: `qdq debug` gives every node
+/// a name of its own before it takes pairs out and ranks nodes, so a model without node names is explained as its
+/// named form is (the same pairs, one sensitivity entry per node, each under a name of its own).
+#[test]
+fn debug_explains_a_model_whose_nodes_have_no_names() {
+    let f = tiny();
+    let (vocab, dataset) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let (vocab, dataset) = (vocab.to_str().unwrap(), dataset.to_str().unwrap());
+    let (model, int8) = (f.model.to_str().unwrap(), quantize_to_plant(&f, vocab, dataset));
+    let unnamed = f.dir.path().join("unnamed.onnx");
+    let mut m = onnx_ir::Model::load(&int8).unwrap();
+    for n in &mut m.graph_mut().node {
+        n.name = Some(String::new());
+    }
+    m.save(&unnamed).unwrap();
+    let report = |qdq_model: &std::path::Path| {
+        let mut d = vec!["debug", "--model", model, "--qdq", qdq_model.to_str().unwrap(), "--held-out", "3"];
+        d.extend(["--sensitivity", "--json", "--vocab", vocab, "--dataset", dataset]);
+        d.extend(["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"]);
+        let o = qdq(&d);
+        assert!(o.status.success(), "{}: {}", qdq_model.display(), stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let (named, bare) = (report(&int8), report(&unnamed));
+    let tensors = |r: &serde_json::Value| -> Vec<String> {
+        r["tensors"].as_array().unwrap().iter().map(|t| t["tensor"].as_str().unwrap().to_owned()).collect()
+    };
+    let (mut a, mut b) = (tensors(&named), tensors(&bare));
+    a.sort();
+    b.sort();
+    assert!(!a.is_empty());
+    assert_eq!(a, b, "the same pairs measured");
+    assert_eq!(named["logits"], bare["logits"]);
+    let nodes: Vec<&str> =
+        bare["sensitivity"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(nodes.len(), named["sensitivity"].as_array().unwrap().len(), "{nodes:?}");
+    let unique: std::collections::HashSet<&&str> = nodes.iter().collect();
+    assert!(nodes.iter().all(|n| !n.is_empty()) && unique.len() == nodes.len(), "{nodes:?}");
 }

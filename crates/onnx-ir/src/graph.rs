@@ -126,6 +126,11 @@ pub trait GraphExt {
     /// Every tensor `tensors` are computed from, themselves included: node outputs, graph inputs and initializers,
     /// following each producing node's inputs and the outer-scope names its subgraphs read.
     fn ancestors_of(&self, tensors: &[&str]) -> HashSet<String>;
+    /// Gives every unnamed node of this graph, and every node after the first with a name already taken, a name of
+    /// its own (`<op_type>_<index>`, made unique): node names are optional in ONNX and need not be unique, but what
+    /// refers to a node by name (sensitivity, exclusions, pairs taken out) needs one per node. Returns how many were
+    /// named. Subgraphs keep their nodes' names.
+    fn name_nodes(&mut self) -> usize;
 }
 
 fn node_label(g: &GraphProto, i: usize) -> String {
@@ -375,6 +380,21 @@ impl GraphExt for GraphProto {
             }
         }
         seen
+    }
+
+    fn name_nodes(&mut self) -> usize {
+        let mut names = NameSet::from_graph(self);
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut named = 0;
+        for (i, n) in self.node.iter_mut().enumerate() {
+            if n.name().is_empty() || !seen.insert(n.name().to_owned()) {
+                let name = names.fresh(&format!("{}_{i}", n.op_type()));
+                seen.insert(name.clone());
+                n.name = Some(name);
+                named += 1;
+            }
+        }
+        named
     }
 }
 

@@ -301,3 +301,27 @@ fn float_values_are_read_in_place_and_raw_tensors_are_checked() {
     let e = qdq_onnx_ir::tensor_from_raw("q", &[2, 3], DataType::Float, vec![0; 6]).unwrap_err().to_string();
     assert!(e.contains("6 bytes do not hold shape [2, 3] of FLOAT"), "{e}");
 }
+
+#[test]
+fn name_nodes_gives_unnamed_and_repeated_nodes_names_of_their_own() {
+    let mut m = small_model();
+    let g = m.graph_mut();
+    g.push_node(node("Neg", "", &["y"], &["n1"]));
+    g.push_node(node("Neg", "", &["n1"], &["n2"]));
+    // A name a fresh one would be built as, and a name used twice.
+    g.push_node(node("Abs", "Neg_3", &["n2"], &["n3"]));
+    g.push_node(node("Abs", "Neg_3", &["n3"], &["n4"]));
+    let first = g.node[0].name().to_owned();
+    let named = g.name_nodes();
+    let names: Vec<&str> = g.node.iter().map(|n| n.name()).collect();
+    assert_eq!(named, 3, "{names:?}");
+    assert_eq!(names[0], first, "a unique name stays");
+    assert!(names.iter().all(|n| !n.is_empty()), "{names:?}");
+    let unique: std::collections::HashSet<&&str> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    // The first holder of a repeated name keeps it; no new name is a tensor's.
+    assert_eq!(names.iter().filter(|n| **n == "Neg_3").count(), 1, "{names:?}");
+    let tensors: Vec<&String> = g.node.iter().flat_map(|n| n.input.iter().chain(&n.output)).collect();
+    assert!(names.iter().all(|n| !tensors.iter().any(|t| t == n)), "{names:?}");
+    assert_eq!(g.name_nodes(), 0, "named twice: nothing left to name");
+}

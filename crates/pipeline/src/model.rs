@@ -52,6 +52,11 @@ pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
             ),
         });
     }
+    // Exclusions, tune's sensitivity and the plan's reports refer to nodes by name: each gets one of its own.
+    let named = onnx_ir::GraphExt::name_nodes(model.graph_mut());
+    if named > 0 {
+        tracing::info!("{}: {named} nodes without a name of their own named after their op", path.display());
+    }
     let folded = onnx_ir::fold_constants(model.graph_mut())?;
     if folded.nodes() > 0 {
         tracing::info!(

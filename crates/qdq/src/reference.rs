@@ -46,12 +46,13 @@ pub fn float_reference(model: &Model) -> Model {
 /// readers then see the float tensor), and the QuantizeLinear nodes left without readers removed: the model as if
 /// those inputs had been kept in float, with every other pair and range unchanged (no re-calibration).
 pub fn without_pairs(model: &Model, take_out: impl Fn(&PairInfo) -> bool) -> Model {
-    let pairs: Vec<PairInfo> = activation_pairs(model).into_iter().filter(|p| take_out(p)).collect();
-    let dq_nodes: HashSet<&str> = pairs.iter().map(|p| p.dequantize_node.as_str()).collect();
+    // By the dequantized tensor, which only its DequantizeLinear writes: node names may be missing or repeated.
+    let pairs: HashMap<String, PairInfo> =
+        activation_pairs(model).into_iter().filter(|p| take_out(p)).map(|p| (p.output.clone(), p)).collect();
     let mut out = model.clone();
     let g = out.graph_mut();
-    for n in g.node.iter_mut().filter(|n| n.op_type() == "DequantizeLinear" && dq_nodes.contains(n.name())) {
-        let Some(p) = pairs.iter().find(|p| p.dequantize_node == n.name()) else { continue };
+    for n in g.node.iter_mut().filter(|n| n.op_type() == "DequantizeLinear") {
+        let Some(p) = n.output.first().and_then(|o| pairs.get(o.as_str())) else { continue };
         *n = node("Identity", n.name(), &[&p.tensor], &[&p.output]);
     }
     g.remove_unread_nodes(&|n| n.op_type() == "QuantizeLinear");

@@ -83,3 +83,23 @@ fn one_node_keeps_its_inputs_in_float_and_the_others_keep_their_pairs() {
     // And it still runs.
     let _ = run(&edited, &["start_logits"]);
 }
+
+/// Node names are optional in ONNX (and other tools' QDQ models may repeat them): the reference of a model whose nodes
+/// have no names takes every pair out all the same, and computes what the named model's reference computes.
+#[test]
+fn the_reference_of_a_model_without_node_names_is_the_same() {
+    let fp32 = tiny_bert(Ln::Decomposed);
+    let policy = unsmoothed("tensorrt");
+    let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+    let (int8, _) = qdq::quantize(&fp32, &observed_ranges(&fp32, &tensors), &policy).unwrap();
+    let mut unnamed = int8.clone();
+    for n in &mut unnamed.graph_mut().node {
+        n.name = Some(String::new());
+    }
+    assert!(qdq::activation_pairs(&unnamed).len() > 1);
+    let reference = qdq::float_reference(&unnamed);
+    reference.graph().validate().unwrap();
+    assert!(qdq::activation_pairs(&reference).is_empty());
+    let l = |m: &onnx_ir::Model| run(m, &["start_logits"]).remove(0).into_iter().collect::<Vec<f32>>();
+    assert_eq!(l(&reference), l(&qdq::float_reference(&int8)));
+}

@@ -7,7 +7,7 @@ mod confirm;
 
 use std::path::{Path, PathBuf};
 
-use onnx_ir::Model;
+use onnx_ir::{GraphExt as _, Model};
 
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir, parent_dir};
 use crate::error::{Error, Result};
@@ -128,9 +128,7 @@ impl DebugJob {
         if let Some(dir) = &self.out {
             create_out_dir(dir, "--out")?;
         }
-        // The CPU layout's integer MatMuls read the quantized tensors directly: in their Q/DQ form (the same values),
-        // each has its activation pair to measure and take out.
-        let int8 = qdq::expand_integer_matmuls(Model::load(int8_path)?);
+        let int8 = load_qdq(int8_path)?;
         let probes = probes(&int8);
         if probes.is_empty() {
             progress.note(&format!(
@@ -174,4 +172,16 @@ impl DebugJob {
         }
         Ok(report)
     }
+}
+
+/// The QDQ model as `debug` measures it. Sensitivity and the pairs taken out refer to nodes by name, so each node gets
+/// one of its own; the CPU layout's integer MatMuls read the quantized tensors directly, so they take their Q/DQ form
+/// (the same values), in which each has its activation pair to measure and take out.
+fn load_qdq(path: &Path) -> Result<Model> {
+    let mut int8 = Model::load(path)?;
+    let named = int8.graph_mut().name_nodes();
+    if named > 0 {
+        tracing::info!("{}: {named} nodes without a name of their own named after their op", path.display());
+    }
+    Ok(qdq::expand_integer_matmuls(int8))
 }
