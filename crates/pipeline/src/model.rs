@@ -52,11 +52,7 @@ pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
             ),
         });
     }
-    // Exclusions, tune's sensitivity and the plan's reports refer to nodes by name: each gets one of its own.
-    let named = onnx_ir::GraphExt::name_nodes(model.graph_mut());
-    if named > 0 {
-        tracing::info!("{}: {named} nodes without a name of their own named after their op", path.display());
-    }
+    name_nodes(&mut model, path);
     let folded = onnx_ir::fold_constants(model.graph_mut())?;
     if folded.nodes() > 0 {
         tracing::info!(
@@ -92,6 +88,15 @@ pub fn load_for_quantization(path: &Path) -> Result<onnx_ir::Model> {
         );
     }
     Ok(model)
+}
+
+/// Gives each node of `model` (read from `path`) without a name of its own one ([`onnx_ir::GraphExt::name_nodes`]),
+/// and says so: exclusions, tune's sensitivity, `debug`'s pairs and the plan's reports refer to nodes by name.
+pub fn name_nodes(model: &mut onnx_ir::Model, path: &Path) {
+    let named = onnx_ir::GraphExt::name_nodes(model.graph_mut());
+    if named > 0 {
+        tracing::info!("{}: {named} nodes without a name of their own named after their op", path.display());
+    }
 }
 
 /// Saves a model the user gets ([`onnx_ir::Model::save`]): inline, or with its large tensors in a side file when it

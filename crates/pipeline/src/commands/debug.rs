@@ -7,12 +7,12 @@ mod confirm;
 
 use std::path::{Path, PathBuf};
 
-use onnx_ir::{GraphExt as _, Model};
+use onnx_ir::Model;
 
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir, parent_dir};
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::model::{quantized_ops_text, resolve_model};
+use crate::model::{name_nodes, quantized_ops_text, resolve_model};
 use crate::progress::Progress;
 use crate::report::debug::DebugReport;
 use crate::settings::data::DataSettings;
@@ -179,9 +179,6 @@ impl DebugJob {
 /// (the same values), in which each has its activation pair to measure and take out.
 fn load_qdq(path: &Path) -> Result<Model> {
     let mut int8 = Model::load(path)?;
-    let named = int8.graph_mut().name_nodes();
-    if named > 0 {
-        tracing::info!("{}: {named} nodes without a name of their own named after their op", path.display());
-    }
+    name_nodes(&mut int8, path);
     Ok(qdq::expand_integer_matmuls(int8))
 }
