@@ -405,7 +405,7 @@ fn debug_explains_a_model_whose_nodes_have_no_names() {
     let report = |qdq_model: &std::path::Path| {
         let mut d = vec!["debug", "--model", model, "--qdq", qdq_model.to_str().unwrap(), "--held-out", "3"];
         d.extend(["--sensitivity", "--json", "--vocab", vocab, "--dataset", dataset]);
-        d.extend(["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"]);
+        d.extend(TINY_SHAPE);
         let o = qdq(&d);
         assert!(o.status.success(), "{}: {}", qdq_model.display(), stderr(&o));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
