@@ -293,6 +293,8 @@ fn a_file_size_limit_is_an_error_line_not_a_signal() {
             "smooth=off",
             "--policy-option",
             "weight_rounding=nearest",
+            "--policy-option",
+            "outlier_channels=off",
             "-o",
             s(&out),
         ])

@@ -246,7 +246,14 @@ fn merging_a_tails_only_state_says_how_to_keep_histograms_whole() {
         let dir = out(name);
         let base = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data, "--batch", "1"];
         // One session: its two halves each see enough values for the tails to be kept alone.
-        let nearest = ["--cal-workers", "1", "--policy-option", "weight_rounding=nearest"];
+        let nearest = [
+            "--cal-workers",
+            "1",
+            "--policy-option",
+            "weight_rounding=nearest",
+            "--policy-option",
+            "outlier_channels=off",
+        ];
         let unsmoothed = ["--policy-option", "smooth=off", "--out", dir.to_str().unwrap()];
         qdq(&[&base[..], &TINY_SHAPE, &nearest, &unsmoothed, extra].concat())
     };
@@ -380,4 +387,45 @@ fn unnamed_nodes_get_names_that_exclusions_hold_to() {
     let text = run(&["--exclude-node", &matmul]);
     assert!(text.contains(&format!("{} MatMul-like nodes left in float", 2 * layers + 1)), "{text}");
     assert!(text.contains(&matmul), "{text}");
+}
+
+/// `outlier_channels`: calibrate splits the inputs' outlier channels off in the model it writes (and says so), the
+/// rest each MatMul reads takes its observed min/max whatever the method, `quantize` takes that model with the
+/// tables, and refuses the original model with the way out.
+#[test]
+fn calibrate_splits_outlier_channels_and_quantize_needs_the_split_model() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let cal = f.dir.path().join("cal");
+    // No smoothing and round-to-nearest, so that the outlier split alone makes the written model differ.
+    let policy = ["--policy", "cpu", "--policy-option", "smooth=off", "--policy-option", "weight_rounding=nearest"];
+    let split = ["--policy-option", "outlier_channels=1.5"];
+    let (model, vocab, data) = (f.model.to_str().unwrap(), vocab.to_str().unwrap(), data.to_str().unwrap());
+    let small = ["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"];
+    let args = ["calibrate", "--model", model, "--vocab", vocab, "--calibration-data", data];
+    let tail = ["--compare-methods", "minmax", "--out", cal.to_str().unwrap()];
+    let o = qdq(&[&args[..], &small, &policy, &split, &tail].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(said.contains("outlier channel") && said.contains("carried in float"), "{said}");
+    let written = onnx_ir::Model::load(cal.join("model_smoothed.onnx")).unwrap();
+    assert!(qdq::outlier_record(&written).is_some());
+    let rests = qdq::outlier_rests(&written);
+    assert!(!rests.is_empty(), "a ratio of 1.5 finds outlier channels in the tiny BERT");
+    let table =
+        |file: &str| -> serde_json::Value { serde_json::from_slice(&std::fs::read(cal.join(file)).unwrap()).unwrap() };
+    let (mse, minmax) = (table("calibration.json"), table("calibration_minmax.json"));
+    for r in &rests {
+        assert_eq!(mse["chosen"][r], "minmax", "{r}: {mse:#}");
+        assert_eq!(mse["ranges"][r], minmax["ranges"][r], "{r}");
+    }
+    let ranges = cal.join("calibration.json");
+    let quantize = |m: &str| {
+        let q = ["quantize", "--model", m, "--ranges", ranges.to_str().unwrap(), "--dry-run"];
+        qdq(&[&q[..], &policy, &split].concat())
+    };
+    let o = quantize(cal.join("model_smoothed.onnx").to_str().unwrap());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = one_error(&quantize(model));
+    assert!(e.contains("outlier_channels") && e.contains("model_smoothed.onnx"), "{e}");
 }

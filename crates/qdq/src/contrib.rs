@@ -430,7 +430,7 @@ fn uint8_copy(g: &mut GraphProto, names: &mut NameSet, name: &str) -> Result<[St
 /// use onnx_ir::tiny_bert::{TinyBertConfig, build};
 ///
 /// let fp32 = build(&TinyBertConfig::default());
-/// let policy = qdq::Policy { smooth: None, ..qdq::Policy::preset("cpu").unwrap() };
+/// let policy = qdq::Policy { smooth: None, outlier_channels: None, ..qdq::Policy::preset("cpu").unwrap() };
 /// let ranges: qdq::Ranges =
 ///     qdq::tensors_to_calibrate(&fp32, &policy).unwrap().into_iter().map(|t| (t, (-4.0, 4.0))).collect();
 /// let (int8, _) = qdq::quantize(&fp32, &ranges, &policy).unwrap();

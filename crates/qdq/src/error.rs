@@ -111,12 +111,29 @@ pub enum Error {
         /// The policy's migration strength.
         alpha: f32,
     },
+    /// An `outlier_channels` policy was planned on a model whose outlier channels were not split off.
+    #[error(
+        "the policy carries MatMul inputs' outlier channels in float (outlier_channels={ratio}) but this model's were \
+         not split off; pass the model `qdq calibrate` wrote next to the ranges (model_smoothed.onnx, or \
+         model_rounded.onnx without smoothing), or \
+         --policy-option outlier_channels=off with ranges calibrated without it"
+    )]
+    NotSplit {
+        /// The policy's ratio.
+        ratio: f32,
+    },
     /// Calibration statistics were to be merged under a policy that smooths the model.
     #[error(
         "--merge cannot be combined with smoothing: each run smooths with its own statistics, so their ranges \
          describe different models; pass --policy-option smooth=off to every run"
     )]
     MergeWithSmoothing,
+    /// Calibration statistics were to be merged under a policy that splits off outlier channels.
+    #[error(
+        "--merge cannot be combined with outlier_channels: each run picks the outlier channels from its own \
+         statistics, so their ranges describe different models; pass --policy-option outlier_channels=off to every run"
+    )]
+    MergeWithOutliers,
     /// Calibration statistics were to be merged under a policy that rounds weights by GPTQ.
     #[error(
         "--merge cannot be combined with GPTQ weight rounding (weight_rounding = gptq): each run rounds the weights \

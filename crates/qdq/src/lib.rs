@@ -32,6 +32,9 @@
 //!   input and output shape declared ([`onnx_ir::annotate_shape_preserving`]), the one `value_info` qdq writes.
 //! - A policy that smooths is planned only on a model that records its smoothing ([`Error::NotSmoothed`]), and a
 //!   node or tensor name or glob it lists must match a node or tensor ([`Error::UnmatchedPattern`]).
+//! - The float branch of a split MatMul input ([`split_outliers`], policy `outlier_channels`) is never selected,
+//!   smoothed or rounded: its nodes carry a mark ([`is_outlier_branch`]). A policy that splits is planned only on a
+//!   model that records its split ([`Error::NotSplit`]).
 //! - Bad input gives an [`Error`] naming the option, node or tensor; never a panic.
 
 mod apply;
@@ -41,6 +44,7 @@ mod coverage;
 mod dynamic;
 mod embedding;
 mod error;
+mod outliers;
 mod params;
 mod patterns;
 mod plan;
@@ -63,13 +67,18 @@ pub use coverage::{
 pub use dynamic::{DynamicPlan, quantize_dynamic};
 pub use embedding::{EmbeddingTable, RowDequantize};
 pub use error::{Error, Result};
+pub use outliers::{
+    MAX_SHARE, OUTLIER_METADATA_KEY, OutlierSplit, outlier_candidates, outlier_channels, outlier_record, outlier_rests,
+    split_outliers,
+};
+pub use patterns::is_outlier_branch;
 pub use plan::{
-    Consumer, MIN_FLOAT8_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, plan, quantize,
-    tensors_to_calibrate,
+    Consumer, MIN_FLOAT8_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, check_mergeable, plan,
+    quantize, tensors_to_calibrate,
 };
 pub use policy::{
-    Activations, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption, Precision, Preset,
-    ResidualAdd, SmoothContext, SmoothTargets, SoftmaxRange, WeightRounding, WeightStorage,
+    Activations, DEFAULT_OUTLIER_RATIO, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption,
+    Precision, Preset, ResidualAdd, SmoothContext, SmoothTargets, SoftmaxRange, WeightRounding, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use rounding::{
@@ -77,7 +86,7 @@ pub use rounding::{
 };
 pub use scale::{PAIR_LIMIT, QuantSpec, QuantType, ScaleZp, bound_pairs, compute_scale_zp, quantize_value};
 pub use smooth::{
-    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, check_mergeable, smooth, smooth_in_place,
-    smoothing_fingerprint, smoothing_record, smoothing_sites,
+    SMOOTH_METADATA_KEY, SmoothForm, SmoothSite, SmoothedSite, smooth, smooth_in_place, smoothing_fingerprint,
+    smoothing_record, smoothing_sites,
 };
 pub use types::{MATMUL_LIKE, MATMUL_OPS};

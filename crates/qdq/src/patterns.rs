@@ -131,12 +131,20 @@ pub(crate) struct ConstWeightMatMul<'g> {
     pub rows: usize,
 }
 
+/// `doc_string` of the nodes of an outlier branch ([`crate::split_outliers`]): the float part of a split MatMul input.
+pub(crate) const OUTLIER_BRANCH_MARK: &str = "qdq: outlier channels in float";
+
+/// Whether `n` belongs to an outlier branch [`crate::split_outliers`] wrote (it stays in float whatever the policy).
+pub fn is_outlier_branch(n: &NodeProto) -> bool {
+    n.doc_string.as_deref() == Some(OUTLIER_BRANCH_MARK)
+}
+
 /// Node `i` as a constant-weight MatMul-like op that `m` selects: named, A not a constant and contracted along its
 /// last axis, B a 2-D float initializer with more than one channel along its contracted axis.
 pub(crate) fn const_weight_matmul<'g>(ix: &GraphIndex<'g>, i: usize, m: &Matchers) -> Option<ConstWeightMatMul<'g>> {
     let n = ix.node(i);
     let contract_axis = matmul_rule(n)?.contract_axis?;
-    if n.input.len() < 2 || n.name().is_empty() || !m.node_selected(n.name()) {
+    if n.input.len() < 2 || n.name().is_empty() || !m.node_selected(n.name()) || is_outlier_branch(n) {
         return None;
     }
     if n.op_type() == "MatMul" && n.input.len() != 2 {

@@ -45,6 +45,22 @@ pub fn tensors_to_calibrate(model: &Model, policy: &Policy) -> Result<Vec<String
     Ok(sel.tensors.into_iter().map(|(t, _)| t).filter(|t| !ix.is_initializer(t)).collect())
 }
 
+/// Statistics of several calibration runs can be merged only when no run smooths `model`, splits off its outlier
+/// channels or rounds its weights by GPTQ: each run does so with its own statistics, so their ranges would describe
+/// different models.
+pub fn check_mergeable(model: &Model, policy: &Policy) -> Result<()> {
+    if policy.smooth.is_some() && !crate::smooth::smoothing_sites(model, policy)?.is_empty() {
+        return Err(Error::MergeWithSmoothing);
+    }
+    if !crate::outliers::outlier_candidates(model, policy)?.is_empty() {
+        return Err(Error::MergeWithOutliers);
+    }
+    if !crate::rounding::rounding_sites(model, policy)?.is_empty() {
+        return Err(Error::MergeWithRounding);
+    }
+    Ok(())
+}
+
 /// Plans Q/DQ insertion for `model` under `policy` with activation ranges `ranges`.
 ///
 /// Mirrors ORT's QDQQuantizer: selected nodes mark their inputs (and outputs if
@@ -60,6 +76,7 @@ pub fn tensors_to_calibrate(model: &Model, policy: &Policy) -> Result<Vec<String
 pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     policy.check_precision()?;
     crate::smooth::check_smoothed(model, policy)?;
+    crate::outliers::check_split(model, policy)?;
     let ix = GraphIndex::new(model.graph());
     let mut sel = select(&ix, policy)?;
     let skipped = std::mem::take(&mut sel.skipped);

@@ -259,6 +259,9 @@ fn globs(target: &mut Vec<String>, v: &str) -> std::result::Result<(), String> {
 /// What `op_types` takes: [`crate::MATMUL_OPS`] and `Add` (a test holds the two together).
 const OP_TYPES: &str = "a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add";
 
+/// The `cpu` preset's `outlier_channels`: channels over 8 times the median channel's max |x|.
+pub const DEFAULT_OUTLIER_RATIO: f32 = 8.0;
+
 /// `smooth` in a serialized [`Policy`]: `"off"`, or the migration strength.
 mod smooth_strength {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -281,6 +284,32 @@ mod smooth_strength {
             Strength::Alpha(a) if (0.0..=1.0).contains(&a) => Ok(Some(a as f32)),
             Strength::Word(w) if w == "off" => Ok(None),
             _ => Err(serde::de::Error::custom("expected \"off\" or a migration strength in [0, 1]")),
+        }
+    }
+}
+
+/// `outlier_channels` in a serialized [`Policy`]: `"off"`, or the ratio.
+mod outlier_ratio {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(r) => s.serialize_f32(*r),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Ratio {
+            Ratio(f64),
+            Word(String),
+        }
+        match Ratio::deserialize(d)? {
+            Ratio::Ratio(r) if r.is_finite() && r > 1.0 => Ok(Some(r as f32)),
+            Ratio::Word(w) if w == "off" => Ok(None),
+            _ => Err(serde::de::Error::custom("expected \"off\" or a ratio > 1")),
         }
     }
 }
@@ -473,6 +502,24 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "outlier_channels",
+        doc: "carry a MatMul input's outlier channels (max |x| over this many times the median channel's) in float \
+              beside its integer MatMul, the pair's range made from the other channels; for inputs smoothing leaves \
+              alone (the GELU outputs)",
+        values: "off or a ratio > 1, e.g. 8",
+        get: |p| p.outlier_channels.map_or_else(|| "off".to_string(), |r| r.to_string()),
+        set: |p, v| {
+            p.outlier_channels = match v {
+                "off" | "none" | "false" => None,
+                v => match v.parse::<f32>() {
+                    Ok(r) if r.is_finite() && r > 1.0 => Some(r),
+                    _ => return Err("off or a ratio > 1, e.g. 8".into()),
+                },
+            };
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "smooth_targets",
         doc: "what smoothing rescales: LayerNorm outputs (into gamma/beta), every constant-weight MatMul input, only \
               the inputs that are not LayerNorm outputs (GELU outputs, attention context; one Mul each), or LayerNorm \
@@ -603,6 +650,12 @@ pub struct Policy {
     pub smooth_targets: SmoothTargets,
     /// How smoothing divides an attention context.
     pub smooth_context: SmoothContext,
+    /// Outlier channels carried in float (see [`crate::outliers`]): a constant-weight MatMul input that smoothing
+    /// leaves alone, whose channels reach more than this many times the median channel's max |x|, has those channels
+    /// taken out of its pair (and its range) and multiplied by their weight rows in a small float MatMul beside it;
+    /// `None` = off. Decided on the same per-channel pass as smoothing.
+    #[serde(with = "outlier_ratio", default)]
+    pub outlier_channels: Option<f32>,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -629,7 +682,8 @@ impl Policy {
     /// constant-weight MatMul input and quantize Softmax outputs shifted (see docs/QUANTIZATION.md).
     /// `cpu` quantizes MatMuls only (smoothed as in `tensorrt`), with asymmetric uint8 activations, shared pairs (read
     /// by the quantized MatMuls only: the residual path keeps the float tensor) and int8 weight initializers
-    /// (`bounded_pairs`, GPTQ-rounded), int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
+    /// (`bounded_pairs`, GPTQ-rounded), the GELU outputs' outlier channels in float beside the integer MatMul
+    /// (`outlier_channels`), int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
     /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
@@ -675,6 +729,9 @@ impl Policy {
                 smooth: Some(DEFAULT_SMOOTH_ALPHA),
                 smooth_targets: SmoothTargets::LayerNormContext,
                 smooth_context: SmoothContext::Projection,
+                // The GELU outputs' one or two huge channels per layer in float beside the integer MatMul
+                // (docs/QUANTIZATION.md, "Outlier channels in float").
+                outlier_channels: Some(DEFAULT_OUTLIER_RATIO),
                 ..base
             },
         }
@@ -703,6 +760,7 @@ impl Policy {
             smooth: None,
             smooth_targets: SmoothTargets::LayerNorm,
             smooth_context: SmoothContext::Mul,
+            outlier_channels: None,
             include_nodes: vec![],
             exclude_nodes: vec![],
             exclude_tensors: vec![],

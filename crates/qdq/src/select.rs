@@ -154,7 +154,8 @@ pub(crate) fn select(ix: &GraphIndex, policy: &Policy) -> Result<Selection> {
     }
     let mut sel = Selection::default();
     for (i, n) in ix.graph().node.iter().enumerate() {
-        if !quantized(n) || !m.node_selected(n.name()) {
+        // An outlier branch (`outlier_channels`) is the float part of a split MatMul input: never quantized.
+        if !quantized(n) || !m.node_selected(n.name()) || patterns::is_outlier_branch(n) {
             continue;
         }
         check_selected(ix, n, i)?;

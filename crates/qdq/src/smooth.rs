@@ -709,18 +709,6 @@ pub(crate) fn check_smoothed(model: &Model, policy: &Policy) -> Result<()> {
     }
 }
 
-/// Statistics of several calibration runs can be merged only when no run smooths `model` or rounds its weights by
-/// GPTQ: each run does either with its own statistics, so their ranges would describe different models.
-pub fn check_mergeable(model: &Model, policy: &Policy) -> Result<()> {
-    if policy.smooth.is_some() && !smoothing_sites(model, policy)?.is_empty() {
-        return Err(Error::MergeWithSmoothing);
-    }
-    if !crate::rounding::rounding_sites(model, policy)?.is_empty() {
-        return Err(Error::MergeWithRounding);
-    }
-    Ok(())
-}
-
 /// FNV-1a (64 bits) over every site's tensor name and factor bits: the identity of one smoothing run, which
 /// [`smoothing_fingerprint`] reads back and calibration tables record, so tables and smoothed models of different runs
 /// cannot be mixed silently.

@@ -35,7 +35,7 @@ fn channel_absmax(model: &Model, tensors: &[String]) -> BTreeMap<String, Vec<f32
     channel_absmax_on(model, tensors, &feed3())
 }
 
-/// The preset's model: smoothed when the preset smooths, then quantized with ranges observed on [`feed3`].
+/// The preset's model: smoothed when the preset smooths, split where it splits, then quantized with ranges observed on [`feed3`].
 fn quantized(fp32: &Model, preset: &str) -> (Model, Model, qdq::Plan) {
     let policy = qdq::Policy::preset(preset).unwrap();
     let model = match policy.smooth {
@@ -47,6 +47,10 @@ fn quantized(fp32: &Model, preset: &str) -> (Model, Model, qdq::Plan) {
         }
         None => fp32.clone(),
     };
+    // Then the outlier split, as the pipeline does on the same per-channel pass (the names it reads are unchanged).
+    let mut model = model;
+    let candidates = qdq::outlier_candidates(fp32, &policy).unwrap();
+    qdq::split_outliers(&mut model, &policy, &channel_absmax(fp32, &candidates)).unwrap();
     let tensors = qdq::tensors_to_calibrate(&model, &policy).unwrap();
     let ranges = observed_on(&model, &tensors, &feed3(), runtime::OptLevel::default());
     let (q, plan) = qdq::quantize(&model, &ranges, &policy).unwrap();

@@ -12,6 +12,7 @@ use qdq::{Gram, Policy, RoundingSite};
 fn gptq_policy() -> Policy {
     let mut p = Policy::preset("cpu").unwrap();
     p.set("smooth", "off").unwrap();
+    p.set("outlier_channels", "off").unwrap();
     p.set("weight_rounding", "gptq").unwrap();
     p
 }

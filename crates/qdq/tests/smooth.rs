@@ -372,15 +372,12 @@ fn smoothed_alike(
 fn an_attention_context_is_divided_in_its_value_projection() {
     let ctx_of = |layer: usize| format!("/bert/encoder/layer.{layer}/attention/output/dense/MatMul");
     let with = |preset: &str, key: &str, value: &str| {
-        let mut p = Policy::preset(preset).unwrap();
+        let mut p = unsplit(preset);
         p.set(key, value).unwrap();
         p
     };
-    let policies = [
-        Policy::preset("cpu").unwrap(),
-        with("cpu", "matmul_const_b_only", "false"),
-        with("tensorrt", "smooth_context", "projection"),
-    ];
+    let policies =
+        [unsplit("cpu"), with("cpu", "matmul_const_b_only", "false"), with("tensorrt", "smooth_context", "projection")];
     let models = [two_heads(onnx_ir::tiny_bert::GraphForm::Hf, 0, 5), tiny_bert(Ln::Fused)];
     for (m, policy) in models.iter().flat_map(|m| policies.iter().map(move |p| (m, p))) {
         let (m, policy) = (m.clone(), policy.clone());
@@ -436,7 +433,7 @@ fn an_attention_context_is_divided_in_its_value_projection() {
         assert_eq!(qdq::smoothing_sites(m, &policies[0]).unwrap(), qdq::smoothing_sites(m, &policies[1]).unwrap());
     }
     for (m, policy) in [
-        (albert_like(Ln::Fused), Policy::preset("cpu").unwrap()),
+        (albert_like(Ln::Fused), unsplit("cpu")),
         (tiny_bert(Ln::Fused), Policy::preset("tensorrt").unwrap()),
         (tiny_bert(Ln::Fused), with("cpu", "smooth_context", "mul")),
     ] {
@@ -455,7 +452,7 @@ fn an_attention_context_is_divided_in_its_value_projection() {
 fn a_fused_attention_context_is_divided_in_its_packed_value_weight() {
     use onnx_ir::tiny_bert::{GraphForm, TinyBertConfig};
     let m = two_heads(GraphForm::OrtFused, 0, 5);
-    let policy = Policy::preset("cpu").unwrap();
+    let policy = unsplit("cpu");
     let sites = qdq::smoothing_sites(&m, &policy).unwrap();
     let contexts: Vec<_> = sites.iter().filter(|s| s.matmuls[0].ends_with("attention/output/dense/MatMul")).collect();
     assert_eq!(contexts.len(), 2, "{sites:#?}");

@@ -9,6 +9,7 @@ mod errors;
 mod float8;
 mod forms;
 mod onnx_ir_tiny_bert;
+mod outliers;
 mod pairs;
 mod parity;
 mod placement;

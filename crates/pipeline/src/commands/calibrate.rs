@@ -117,7 +117,9 @@ impl CalibrateJob {
         let smoothed = if summary.is_empty() {
             None
         } else {
-            let file = if smoothing.is_some() { "model_smoothed.onnx" } else { "model_rounded.onnx" };
+            // Named for the larger rewrite: smoothing, else GPTQ's rounding (an outlier split alone: smoothed).
+            let smoothed = smoothing.as_ref().is_some_and(|s| !s.sites.is_empty());
+            let file = if smoothed || rounding.is_none() { "model_smoothed.onnx" } else { "model_rounded.onnx" };
             let path = self.out.join(file);
             save_model(&model, &path)?;
             carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;

@@ -50,6 +50,7 @@ pub fn calibrate(
     let (units, unit) = data.units();
     let again = |whole| collect_stats(model, tensors, data, opts, whole, "calibrating again", progress);
     let (Pass { state, halves, features, mut times }, mut tables, ranges_s) = ranges_of(pass, &opts.methods, again)?;
+    hold_rests(model, &state, &mut tables);
     let halves = halves_spread(&halves, &tables[0], &opts.methods[0]);
     // Computing the ranges belongs to the pass: it is work inference alone does not do.
     times.pass_s += ranges_s;
@@ -69,6 +70,19 @@ pub fn calibrate(
         times,
         halves,
     })
+}
+
+/// The inputs a split model's MatMuls read instead of a split input (policy `outlier_channels`,
+/// [`qdq::outlier_rests`]) take their observed min/max in every table: once the outlier channels are out, the
+/// largest remaining channel bounds them, and clipping them (mse) fits the calibration sample too closely.
+fn hold_rests(model: &Model, state: &calib::CalibState, tables: &mut [RangeTable]) {
+    for rest in qdq::outlier_rests(model) {
+        let Some(r) = state.tensor(&rest).and_then(|t| t.minmax) else { continue };
+        for t in tables.iter_mut().filter(|t| t.method != "minmax") {
+            t.ranges.insert(rest.clone(), r);
+            t.chosen.insert(rest.clone(), "minmax".to_owned());
+        }
+    }
 }
 
 /// The spread of `method`'s ranges between the two halves of the statistics against `whole` (the ranges of both);

@@ -24,6 +24,9 @@ pub struct Smoothing {
     /// How far the channel maxima (what the smoothing factors are made of) of the two halves of the data lie apart:
     /// `median` over every channel of `|max_a - max_b| / max`, `max` the largest tensor's median (`tensor`).
     pub halves: Option<calib::RangeSpread>,
+    /// The inputs whose outlier channels were split off, and the ratio (policy `outlier_channels`; `None`: off).
+    pub outliers: Vec<qdq::OutlierSplit>,
+    pub ratio: Option<f32>,
 }
 
 impl Smoothing {
@@ -47,13 +50,44 @@ impl Smoothing {
                 h.tensor
             )
         });
-        format!(
+        let smoothed = format!(
             "{what} smoothed into {matmuls} MatMul{} (alpha {}): largest channel max / median {:.1}x -> {:.1}x{halves}",
             plural(matmuls),
             self.alpha,
             worst(|s| s.spread_before),
             worst(|s| s.spread_after),
-        )
+        );
+        let outliers = self.describe_outliers();
+        match (self.sites.is_empty(), outliers) {
+            (false, Some(o)) => format!("{smoothed}; {o}"),
+            (true, Some(o)) => o,
+            (_, None) => smoothed,
+        }
+    }
+}
+
+impl Smoothing {
+    /// The outlier split, one clause (`None` when the policy does not split): how many inputs, channels and MatMuls,
+    /// and the largest outlier against the largest channel left.
+    fn describe_outliers(&self) -> Option<String> {
+        let ratio = self.ratio?;
+        let channels: usize = self.outliers.iter().map(|o| o.channels.len()).sum();
+        let matmuls: usize = self.outliers.iter().map(|o| o.matmuls.len()).sum();
+        let worst = self.outliers.iter().max_by(|a, b| (a.max / a.rest_max).total_cmp(&(b.max / b.rest_max)));
+        Some(match worst {
+            None => format!("no outlier channel over {ratio}x the median channel's max"),
+            Some(w) => format!(
+                "{channels} outlier channel{} of {} MatMul input{} (over {ratio}x the median channel's max) carried in \
+                 float beside {matmuls} MatMul{}; largest {:.1} against {:.1} for the rest, in {}",
+                if channels == 1 { "" } else { "s" },
+                self.outliers.len(),
+                if self.outliers.len() == 1 { "" } else { "s" },
+                if matmuls == 1 { "" } else { "s" },
+                w.max,
+                w.rest_max,
+                w.tensor
+            ),
+        })
     }
 }
 
@@ -96,11 +130,12 @@ fn halves_spread(
     Some(calib::RangeSpread { tensors: whole.len(), median: calib::median(&mut all)?, max, tensor: tensor.to_owned() })
 }
 
-/// Applies the policy's SmoothQuant-style migration ([`qdq::smooth`]): one pass over `data` collects the
-/// per-channel min/max (last axis) of every [`qdq::smoothing_sites`] tensor, then the LayerNorm parameters and the
-/// MatMul weights are rescaled, in the model itself (a model of gigabytes is not held twice). Returns the model,
-/// smoothed or as it was, and what smoothing did (`None` when the policy does not smooth or the model has no site).
-/// The main calibration must then run on the returned model.
+/// Applies the policy's SmoothQuant-style migration ([`qdq::smooth`]) and outlier split ([`qdq::split_outliers`]):
+/// one pass over `data` collects the per-channel min/max (last axis) of every [`qdq::smoothing_sites`] and
+/// [`qdq::outlier_candidates`] tensor, then the LayerNorm parameters and the MatMul weights are rescaled and the
+/// outlier channels split off, in the model itself (a model of gigabytes is not held twice). Returns the model,
+/// rewritten or as it was, and what was done (`None` when the policy does neither or the model has no site). The
+/// main calibration must then run on the returned model.
 pub fn smooth_model(
     model: Model,
     policy: &qdq::Policy,
@@ -108,19 +143,29 @@ pub fn smooth_model(
     opts: &CalibrateOptions,
     progress: &dyn Progress,
 ) -> Result<(Model, Option<Smoothing>)> {
-    let Some(alpha) = policy.smooth else { return Ok((model, None)) };
-    if let Some(record) = qdq::smoothing_record(&model) {
+    if policy.smooth.is_none() && policy.outlier_channels.is_none() {
+        return Ok((model, None));
+    }
+    if let (Some(_), Some(record)) = (policy.smooth, qdq::smoothing_record(&model)) {
         return Err(Error::Usage(format!(
             "the model is already smoothed ({record}); quantize it with policy option smooth=off, or start from the \
              original model"
         )));
     }
+    if let (Some(_), Some(record)) = (policy.outlier_channels, qdq::outlier_record(&model)) {
+        return Err(Error::Usage(format!(
+            "the model's outlier channels are already split off ({record}); quantize it with policy option \
+             outlier_channels=off, or start from the original model"
+        )));
+    }
     let started = Instant::now();
-    let sites = qdq::smoothing_sites(&model, policy)?;
-    if sites.is_empty() {
+    let sites = if policy.smooth.is_some() { qdq::smoothing_sites(&model, policy)? } else { vec![] };
+    let candidates = qdq::outlier_candidates(&model, policy)?;
+    if sites.is_empty() && candidates.is_empty() {
         return Ok((model, None));
     }
-    let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+    let mut tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+    tensors.extend(candidates.iter().filter(|c| !tensors.contains(c)).cloned().collect::<Vec<_>>());
     let collect = CollectOptions { per_channel_axis: Some(-1), ..Default::default() };
     let pass = collect_stats(&model, &tensors, data, opts, collect, "smoothing", progress)?;
     let absmax = channel_absmax(&pass.state, &tensors)?;
@@ -130,6 +175,23 @@ pub fn smooth_model(
         _ => None,
     };
     let mut model = model;
-    let sites = qdq::smooth_in_place(&mut model, policy, &absmax, alpha)?;
-    Ok((model, Some(Smoothing { alpha, sites, seconds: started.elapsed().as_secs_f64(), halves })))
+    let sites = match policy.smooth {
+        Some(alpha) if !sites.is_empty() => qdq::smooth_in_place(&mut model, policy, &absmax, alpha)?,
+        _ => vec![],
+    };
+    // Only the candidates' maxima: a smoothing site keeps its name, but its maxima are those before smoothing.
+    let candidates: BTreeMap<String, Vec<f32>> = absmax.into_iter().filter(|(t, _)| candidates.contains(t)).collect();
+    let outliers = qdq::split_outliers(&mut model, policy, &candidates)?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok((
+        model,
+        Some(Smoothing {
+            alpha: policy.smooth.unwrap_or(0.0),
+            sites,
+            seconds,
+            halves,
+            outliers,
+            ratio: policy.outlier_channels,
+        }),
+    ))
 }

@@ -226,12 +226,23 @@ pub fn f32_init(name: &str, shape: &[usize], v: Vec<f32>) -> TensorProto {
     tensor_from_vec::<f32>(name, shape, v).unwrap()
 }
 
-/// A preset with smoothing off: these tests place pairs on raw (unsmoothed) models, which `qdq::plan` refuses for a
-/// policy that smooths (see `smoothing_policy_needs_a_smoothed_model`).
+/// A preset with smoothing and the outlier split off: these tests place pairs on raw models, which `qdq::plan`
+/// refuses for a policy that smooths or splits (see `smoothing_policy_needs_a_smoothed_model` and
+/// `a_planted_outlier_channel_is_carried_in_float_and_the_rest_keeps_its_levels`).
 #[allow(dead_code)]
 pub fn unsmoothed(preset: &str) -> qdq::Policy {
     let mut p = qdq::Policy::preset(preset).unwrap();
     p.set("smooth", "off").unwrap();
+    p.set("outlier_channels", "off").unwrap();
+    p
+}
+
+/// A preset without the outlier split (`outlier_channels = off`), for tests of something else that plan on a model
+/// they did not split.
+#[allow(dead_code)]
+pub fn unsplit(preset: &str) -> qdq::Policy {
+    let mut p = qdq::Policy::preset(preset).unwrap();
+    p.set("outlier_channels", "off").unwrap();
     p
 }
 

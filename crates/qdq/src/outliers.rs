@@ -1,0 +1,301 @@
+//! Outlier channels carried in float beside an integer MatMul (policy `outlier_channels`).
+//!
+//! A per-tensor activation range has to cover the tensor's largest channel. Where one or two channels of a MatMul
+//! input reach many times what the others do (BERT's GELU outputs: one channel per layer at 4-20x the rest), that
+//! range spends the int8 levels of every channel on them, and an MSE range clips them instead. Before calibration,
+//! [`split_outliers`] rewrites each such input `x` (a `[.., C]` activation read by constant-weight MatMuls, with
+//! outlier channels `B`) so that
+//!
+//! ```text
+//! x_rest = Mul(x, mask)          mask: 1, and 0 at B     (the MatMuls read x_rest: its pair, its range)
+//! x_B    = Gather(x, B, axis=-1)                         (the outlier channels, in float)
+//! y      = MatMul(x_rest, W) [+ bias] + MatMul(x_B, W[B, :])
+//! ```
+//!
+//! which is the same product in float (`W`'s rows `B` are zeroed where only this MatMul reads `W`: `x_rest` is 0
+//! there, and the rows then cost the other weights no range). Calibration then sees `x_rest`, whose range the rest
+//! of the channels make; the branch (`k` rows, `k` the outlier count) stays in float: its nodes carry a marker
+//! ([`patterns::is_outlier_branch`]) that every pass of qdq respects, so no policy quantizes them. The branch `Add`
+//! comes after a bias `Add` reading the MatMul alone, so ONNX Runtime's `MatMulIntegerToFloat` still takes the bias.
+//!
+//! A channel is an outlier when its calibrated max |x| exceeds `ratio` times the median channel's; at most
+//! [`MAX_SHARE`] of a tensor's channels (the largest) are taken. The model records the split in its metadata
+//! ([`OUTLIER_METADATA_KEY`]).
+
+use std::collections::{BTreeMap, HashSet};
+
+use onnx_ir::proto::{NodeProto, StringStringEntryProto};
+use onnx_ir::{GraphExt as _, GraphIndex, Model, NameSet, NodeExt as _, attr_int, node};
+
+use crate::error::{Error, Result};
+use crate::patterns;
+use crate::policy::Policy;
+
+/// Model metadata key recording that (and how) a model's outlier channels were split off.
+pub const OUTLIER_METADATA_KEY: &str = "qdq.outlier_channels";
+/// The largest share of a tensor's channels taken as outliers (the largest ones): the branch stays small.
+pub const MAX_SHARE: f32 = 1.0 / 32.0;
+
+/// One input whose outlier channels [`split_outliers`] took out.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OutlierSplit {
+    /// The activation (its readers now read `rest`).
+    pub tensor: String,
+    /// The tensor the MatMuls read instead: the activation with the outlier channels zeroed.
+    pub rest: String,
+    /// The outlier channels (indices along the last axis), ascending.
+    pub channels: Vec<usize>,
+    /// The largest channel's max |x| against the largest remaining channel's.
+    pub max: f32,
+    pub rest_max: f32,
+    /// The MatMuls given a float branch.
+    pub matmuls: Vec<String>,
+}
+
+/// The tensors a split model's MatMuls read in place of a split input (the input with its outlier channels zeroed):
+/// their range should be their observed min/max, which the remaining channels bound. A range method that clips
+/// (mse) fits the calibration sample's rest too closely: on the real MiniLM its GELU outputs' rest clipped at 4.3
+/// instead of 5.6 gave held-out logits a KL 2.5x the min/max range's (docs/QUANTIZATION.md).
+pub fn outlier_rests(model: &Model) -> Vec<String> {
+    model
+        .graph()
+        .node
+        .iter()
+        .filter(|n| patterns::is_outlier_branch(n) && n.op_type() == "Mul")
+        .filter_map(|n| n.output.first().cloned())
+        .collect()
+}
+
+/// The split recorded in a model's metadata by [`split_outliers`], if any (`ratio=8; tensors=4; channels=6`).
+pub fn outlier_record(model: &Model) -> Option<&str> {
+    model.proto.metadata_props.iter().find(|e| e.key() == OUTLIER_METADATA_KEY).map(|e| e.value())
+}
+
+/// A candidate MatMul: a plain product (`MatMul`, or `Gemm` / `FusedMatMul` without a scaling `alpha`) of activation
+/// `x`'s last axis by a constant 2-D weight, which `policy` quantizes.
+fn candidate(ix: &GraphIndex, i: usize, policy: &Policy, m: &crate::policy::Matchers) -> Option<(String, usize)> {
+    let n = ix.node(i);
+    if !policy.op_types.iter().any(|o| o == n.op_type()) || !matches!(n.op_type(), "MatMul" | "Gemm" | "FusedMatMul") {
+        return None;
+    }
+    let alpha = onnx_ir::get_attr_float(n, "alpha").ok().flatten().unwrap_or(1.0);
+    let mm = patterns::const_weight_matmul(ix, i, m)?;
+    (alpha == 1.0 && !m.tensor_excluded(mm.input)).then(|| (mm.input.to_owned(), mm.rows))
+}
+
+/// The activations [`split_outliers`] looks at under `policy` (none when `outlier_channels` is off): the inputs of
+/// constant-weight MatMuls the policy quantizes that smoothing leaves alone, in graph order. Their per-channel max
+/// |x| is what the split needs (the pipeline collects it in smoothing's pass).
+pub fn outlier_candidates(model: &Model, policy: &Policy) -> Result<Vec<String>> {
+    if policy.outlier_channels.is_none() {
+        return Ok(vec![]);
+    }
+    let smoothed: HashSet<String> = match policy.smooth {
+        Some(_) => crate::smooth::smoothing_sites(model, policy)?.into_iter().map(|s| s.tensor).collect(),
+        None => HashSet::new(),
+    };
+    let m = policy.matchers()?;
+    let ix = GraphIndex::new(model.graph());
+    let mut seen = HashSet::new();
+    let mut out = vec![];
+    for i in 0..ix.graph().node.len() {
+        if let Some((x, _)) = candidate(&ix, i, policy, &m)
+            && !smoothed.contains(&x)
+            && seen.insert(x.clone())
+        {
+            out.push(x);
+        }
+    }
+    Ok(out)
+}
+
+/// The outlier channels of a tensor whose channels reach `absmax`: over `ratio` times the median, at most
+/// [`MAX_SHARE`] of them (the largest), ascending; none when the median is 0.
+pub fn outlier_channels(absmax: &[f32], ratio: f32) -> Vec<usize> {
+    let mut sorted: Vec<f32> = absmax.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.len() < 2 {
+        return vec![];
+    }
+    sorted.sort_by(f32::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    if median <= 0.0 {
+        return vec![];
+    }
+    let mut over: Vec<usize> = (0..absmax.len()).filter(|&c| absmax[c] > ratio * median).collect();
+    over.sort_by(|&a, &b| absmax[b].total_cmp(&absmax[a]));
+    over.truncate(((absmax.len() as f32 * MAX_SHARE) as usize).max(1));
+    over.sort_unstable();
+    over
+}
+
+/// Splits the outlier channels of every [`outlier_candidates`] tensor off into a float branch, as the module docs
+/// say, from each tensor's calibrated per-channel max |x| (`absmax`: the candidates of the model before smoothing,
+/// which keep their names through it; a candidate of `model` without an entry is left alone).
+/// Records the split in the model's metadata even when no tensor has outliers (the model was looked at: `plan`
+/// then knows the ranges describe it). On an error the model may be partly rewritten: discard it.
+pub fn split_outliers(
+    model: &mut Model,
+    policy: &Policy,
+    absmax: &BTreeMap<String, Vec<f32>>,
+) -> Result<Vec<OutlierSplit>> {
+    let Some(ratio) = policy.outlier_channels else { return Ok(vec![]) };
+    if let Some(record) = outlier_record(model) {
+        return Err(Error::BadOptionValue {
+            key: "outlier_channels".into(),
+            value: ratio.to_string(),
+            expected: format!("a model whose outlier channels are not split off yet (this one records `{record}`)"),
+        });
+    }
+    let mut done = vec![];
+    for x in outlier_candidates(model, policy)? {
+        // Smoothing before may have given a MatMul a new input (a `Mul`, a `Reshape` seen through): not looked at.
+        let Some(maxima) = absmax.get(&x) else { continue };
+        let channels = outlier_channels(maxima, ratio);
+        if !channels.is_empty() {
+            done.push(split_one(model, policy, &x, maxima, channels)?);
+        }
+    }
+    let count: usize = done.iter().map(|d| d.channels.len()).sum();
+    model.proto.metadata_props.push(StringStringEntryProto {
+        key: Some(OUTLIER_METADATA_KEY.into()),
+        value: Some(format!("ratio={ratio}; tensors={}; channels={count}", done.len())),
+    });
+    Ok(done)
+}
+
+/// The MatMuls reading `x` that get a branch: `(node index, weight, channels along the contracted axis)`.
+fn branch_matmuls(model: &Model, policy: &Policy, x: &str) -> Result<Vec<(usize, String, usize)>> {
+    let m = policy.matchers()?;
+    let ix = GraphIndex::new(model.graph());
+    Ok(ix
+        .readers(x)
+        .iter()
+        .filter(|&&(_, slot)| slot == 0)
+        .filter_map(|&(i, _)| candidate(&ix, i, policy, &m).map(|(_, rows)| (i, ix.node(i).input[1].clone(), rows)))
+        .collect())
+}
+
+fn split_one(
+    model: &mut Model,
+    policy: &Policy,
+    x: &str,
+    absmax: &[f32],
+    channels: Vec<usize>,
+) -> Result<OutlierSplit> {
+    let readers = branch_matmuls(model, policy, x)?;
+    let c = absmax.len();
+    if let Some((i, _, rows)) = readers.iter().find(|r| r.2 != c) {
+        let name = model.graph().node[*i].name().to_owned();
+        return Err(Error::BadNode {
+            node: name,
+            op_type: "MatMul".into(),
+            reason: format!("its weight contracts {rows} channels, but '{x}' was calibrated with {c}"),
+        });
+    }
+    let g = model.graph_mut();
+    let mut names = NameSet::from_graph(g);
+    let (mask, idx) = (names.fresh(&format!("{x}_outlier_mask")), names.fresh(&format!("{x}_outlier_channels")));
+    let keep: Vec<f32> = (0..c).map(|k| if channels.contains(&k) { 0.0 } else { 1.0 }).collect();
+    g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&mask, &[c], keep)?);
+    let ids: Vec<i64> = channels.iter().map(|&k| k as i64).collect();
+    g.add_initializer(onnx_ir::tensor_from_vec::<i64>(&idx, &[channels.len()], ids)?);
+    let rest = names.fresh(&format!("{x}_without_outliers"));
+    let gathered = names.fresh(&format!("{x}_outliers"));
+    let mut front = vec![
+        marked(node("Mul", &names.fresh(&format!("{x}_outlier_mask_Mul")), &[x, &mask], &[&rest])),
+        marked(node("Gather", &names.fresh(&format!("{x}_outlier_Gather")), &[x, &idx], &[&gathered]))
+            .with_attr(attr_int("axis", -1)),
+    ];
+    let mut matmuls = vec![];
+    let mut adds = vec![];
+    for (i, w, _) in &readers {
+        let mm = g.node[*i].clone();
+        matmuls.push(mm.name().to_owned());
+        let rows = weight_rows(g, &mut names, &mm, w, &channels)?;
+        let part = names.fresh(&format!("{}_outlier_part", mm.name()));
+        front.push(marked(node(
+            "MatMul",
+            &names.fresh(&format!("{}_outliers", mm.name())),
+            &[&gathered, &rows],
+            &[&part],
+        )));
+        adds.push((mm.name().to_owned(), part));
+        g.rewire_input(*i, 0, &rest)?;
+    }
+    let first = readers.iter().map(|r| r.0).min().unwrap_or(g.node.len());
+    g.insert_nodes(first, front);
+    for (mm, part) in adds {
+        add_branch(g, &mut names, &mm, &part)?;
+    }
+    g.sort_nodes()?;
+    let rest_max = (0..c).filter(|k| !channels.contains(k)).map(|k| absmax[k]).fold(0.0f32, f32::max);
+    let max = channels.iter().map(|&k| absmax[k]).fold(0.0f32, f32::max);
+    Ok(OutlierSplit { tensor: x.to_owned(), rest, channels, max, rest_max, matmuls })
+}
+
+fn marked(mut n: NodeProto) -> NodeProto {
+    n.doc_string = Some(patterns::OUTLIER_BRANCH_MARK.into());
+    n
+}
+
+/// The rows of MatMul `mm`'s weight `w` for `channels` as a new `[k, N]` initializer (read across a transposed
+/// weight); the rows are zeroed in `w` itself when `mm` is its only reader.
+fn weight_rows(
+    g: &mut onnx_ir::proto::GraphProto,
+    names: &mut NameSet,
+    mm: &NodeProto,
+    w: &str,
+    channels: &[usize],
+) -> Result<String> {
+    let t = g.initializer(w).ok_or_else(|| Error::Missing { name: w.to_owned(), what: "initializer" })?;
+    let a = onnx_ir::tensor_to_array::<f32>(t)?;
+    let contract = patterns::b_contracted_axis(mm, 2).unwrap_or(0);
+    let taken = a.select(ndarray::Axis(contract), channels);
+    let taken = if contract == 1 { taken.t().to_owned() } else { taken };
+    let rows = names.fresh(&format!("{w}_outlier_rows"));
+    g.add_initializer(onnx_ir::array_to_tensor(&rows, &taken.into_dyn()));
+    let only_reader = g.node.iter().filter(|n| n.input.iter().any(|i| i == w)).count() == 1;
+    if only_reader {
+        let mut zeroed = a;
+        for &k in channels {
+            zeroed.index_axis_mut(ndarray::Axis(contract), k).fill(0.0);
+        }
+        g.add_initializer(onnx_ir::array_to_tensor(w, &zeroed));
+    }
+    Ok(rows)
+}
+
+/// Adds `part` to MatMul `mm`'s result: after its bias `Add` when that is the MatMul's only reader and adds an
+/// initializer (ONNX Runtime folds such a bias into its integer MatMul), else after the MatMul. The tensor the
+/// readers read keeps its name.
+fn add_branch(g: &mut onnx_ir::proto::GraphProto, names: &mut NameSet, mm: &str, part: &str) -> Result<()> {
+    let i =
+        g.node.iter().position(|n| n.name() == mm).ok_or_else(|| Error::Missing { name: mm.into(), what: "node" })?;
+    let y = g.node[i].output[0].clone();
+    let readers = g.consumers_of(&y);
+    let outputs = g.output.iter().any(|o| o.name() == y);
+    let bias = match readers[..] {
+        [(r, _)] if !outputs && g.node[r].op_type() == "Add" && g.node[r].domain().is_empty() => {
+            g.node[r].input.iter().any(|t| g.is_initializer(t)).then_some(r)
+        }
+        _ => None,
+    };
+    let at = bias.unwrap_or(i);
+    let out = g.node[at].output[0].clone();
+    let inner = names.fresh(&format!("{out}_without_outliers"));
+    g.node[at].output[0] = inner.clone();
+    let add = marked(node("Add", &names.fresh(&format!("{mm}_outlier_Add")), &[&inner, part], &[&out]));
+    g.insert_nodes(at + 1, vec![add]);
+    Ok(())
+}
+
+/// Refuses to plan an `outlier_channels` policy on a model it would split that is not split: its ranges name the
+/// split model's tensors, so the raw model would lose those MatMul inputs' pairs without a word.
+pub(crate) fn check_split(model: &Model, policy: &Policy) -> Result<()> {
+    match policy.outlier_channels {
+        Some(ratio) if outlier_record(model).is_none() && !outlier_candidates(model, policy)?.is_empty() => {
+            Err(Error::NotSplit { ratio })
+        }
+        _ => Ok(()),
+    }
+}

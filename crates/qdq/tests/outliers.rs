@@ -1,0 +1,144 @@
+//! Outlier channels carried in float (policy `outlier_channels`): the split keeps the float model's logits, finds a
+//! planted outlier channel, stays out of every pair, and gives the other channels the int8 levels.
+use onnx_ir::tiny_bert::{GraphForm, TinyBertConfig};
+use onnx_ir::{GraphExt, Model, tensor_from_vec};
+use qdq::Policy;
+
+use crate::common::*;
+
+const GELU: &str = "/bert/encoder/layer.0/intermediate/intermediate_act_fn/Mul_1_output_0";
+const DOWN: &str = "/bert/encoder/layer.0/output/dense/MatMul";
+const FFN_OUT: &str = "/bert/encoder/layer.0/output/dense/Add_output_0";
+const PLANTED: usize = 5;
+
+/// `model` with the FFN's channel [`PLANTED`] lifted by its bias, so that the GELU output has one channel far above
+/// the others (BERT's GELU outputs have one or two per layer).
+fn with_gelu_outlier(mut m: Model) -> Model {
+    let g = m.graph_mut();
+    let name = "bert.encoder.layer.0.intermediate.dense.bias";
+    let t = g.initializer(name).unwrap().clone();
+    let mut vals: Vec<f32> = onnx_ir::tensor_to_array::<f32>(&t).unwrap().into_iter().collect();
+    vals[PLANTED] = 12.0;
+    g.add_initializer(tensor_from_vec::<f32>(name, &[vals.len()], vals).unwrap());
+    m
+}
+
+/// The `cpu` placement without smoothing (the tiny model is not smoothed) and with outlier channels at 8x.
+fn policy() -> Policy {
+    let mut p = unsmoothed("cpu");
+    p.set("outlier_channels", "8").unwrap();
+    p
+}
+
+fn without_outliers() -> Policy {
+    let mut p = policy();
+    p.set("outlier_channels", "off").unwrap();
+    p
+}
+
+fn logits(m: &Model) -> Vec<f32> {
+    run(m, &["start_logits"]).remove(0).into_iter().collect()
+}
+
+/// The down projection's output (bias added), the tensor the split changes first.
+fn ffn_out(m: &Model) -> Vec<f32> {
+    let mut m = m.clone();
+    m.graph_mut().add_output(FFN_OUT, onnx_ir::DataType::Float);
+    run(&m, &[FFN_OUT]).remove(0).into_iter().collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// The split of `m` under [`policy`], from the channel maxima the FP32 model shows on [`feed`].
+fn split(m: &Model) -> (Model, Vec<qdq::OutlierSplit>) {
+    let candidates = qdq::outlier_candidates(m, &policy()).unwrap();
+    let absmax = channel_absmax_on(m, &candidates, &feed());
+    let mut out = m.clone();
+    let done = qdq::split_outliers(&mut out, &policy(), &absmax).unwrap();
+    (out, done)
+}
+
+#[test]
+fn the_rule_takes_channels_over_the_ratio_times_the_median_at_most_a_share() {
+    let mut absmax = vec![1.0f32; 64];
+    absmax[7] = 9.0;
+    absmax[40] = 30.0;
+    absmax[3] = 7.9;
+    assert_eq!(qdq::outlier_channels(&absmax, 8.0), vec![7, 40]);
+    // 64 channels: at most 2 (1/32), the largest.
+    absmax[10] = 20.0;
+    assert_eq!(qdq::outlier_channels(&absmax, 8.0), vec![10, 40]);
+    assert!(qdq::outlier_channels(&[0.0; 16], 8.0).is_empty(), "a silent tensor has no outlier");
+}
+
+/// The split model computes what the original does (the outlier rows move to the branch, the mask zeroes them in the
+/// rest), in the HF and the `Gemm` (transposed weight, bias inside) forms; the planted channel is the one found.
+#[test]
+fn splitting_keeps_the_float_logits_and_finds_the_planted_channel() {
+    let gemm = onnx_ir::tiny_bert::build(&TinyBertConfig {
+        layers: 1,
+        hidden: HIDDEN,
+        heads: 1,
+        intermediate: FFN,
+        vocab_size: VOCAB,
+        max_positions: SEQ,
+        type_vocab: 0,
+        form: GraphForm::Gemm,
+        seed: 42,
+        ..Default::default()
+    });
+    for (form, m) in [("hf", tiny_bert(Ln::Fused)), ("gemm", gemm)] {
+        let m = with_gelu_outlier(m);
+        let (s, done) = split(&m);
+        let planted = done.iter().find(|d| d.channels == [PLANTED]).unwrap_or_else(|| panic!("{form}: {done:?}"));
+        assert!(planted.max > 8.0 * planted.rest_max, "{form}: {planted:?}");
+        assert_eq!(planted.matmuls.len(), 1, "{form}: {planted:?}");
+        let d = max_abs_diff(&logits(&s), &logits(&m));
+        assert!(d < 1e-4, "{form}: the split model's logits moved by {d}");
+        assert!(qdq::outlier_record(&s).is_some_and(|r| r.starts_with("ratio=8")), "{form}");
+        let branch = s.graph().node.iter().filter(|n| qdq::is_outlier_branch(n)).count();
+        // Mask Mul and Gather per tensor; MatMul and Add per MatMul.
+        let want: usize = done.iter().map(|d| 2 + 2 * d.matmuls.len()).sum();
+        assert_eq!(branch, want, "{form}");
+        // A split model is not split again.
+        let mut again = s.clone();
+        let absmax = channel_absmax_on(&s, &qdq::outlier_candidates(&s, &policy()).unwrap(), &feed());
+        assert!(qdq::split_outliers(&mut again, &policy(), &absmax).is_err(), "{form}");
+    }
+}
+
+/// Quantized, the split model keeps the outlier in float and gives the rest the int8 levels: the down projection's
+/// output stays several times closer to FP32's than the unsplit model's (whose range must span the outlier), the
+/// branch has no pair, and the float reference `qdq debug` compares with is the FP32 model again. The unsplit model
+/// is refused.
+#[test]
+fn a_planted_outlier_channel_is_carried_in_float_and_the_rest_keeps_its_levels() {
+    let fp32 = with_gelu_outlier(tiny_bert(Ln::Fused));
+    let ranges = observed_ranges(&fp32, &qdq::tensors_to_calibrate(&fp32, &without_outliers()).unwrap());
+    let (plain, _) = qdq::quantize(&fp32, &ranges, &without_outliers()).unwrap();
+
+    let (s, _) = split(&fp32);
+    let tensors = qdq::tensors_to_calibrate(&s, &policy()).unwrap();
+    assert!(!tensors.iter().any(|t| t == GELU), "the MatMul reads the rest, not the GELU output: {tensors:?}");
+    let ranges_s = observed_ranges(&s, &tensors);
+    let (int8, plan) = qdq::quantize(&s, &ranges_s, &policy()).unwrap();
+    for t in &plan.tensors {
+        let readers = t.pairs.iter().flatten();
+        assert!(readers.clone().all(|c| !c.node_name.contains("outliers")), "a branch node got a pair: {t:?}");
+    }
+    let down = int8.graph().node.iter().find(|n| n.name() == DOWN).unwrap();
+    assert_eq!(down.op_type(), "MatMulIntegerToFloat", "the down projection keeps its integer form and its bias");
+
+    let want_ffn = ffn_out(&fp32);
+    let (e_plain, e_split) = (max_abs_diff(&ffn_out(&plain), &want_ffn), max_abs_diff(&ffn_out(&int8), &want_ffn));
+    assert!(e_split < 0.5 * e_plain, "split {e_split} against unsplit {e_plain}");
+    let reference = qdq::float_reference(&qdq::expand_integer_matmuls(int8.clone()));
+    // Counted twice, the branch would move the output by the outlier times its weight row (about 0.2 here).
+    let weights_only = max_abs_diff(&ffn_out(&reference), &want_ffn);
+    assert!(weights_only < e_plain, "the float reference holds the branch once: {weights_only} against {e_plain}");
+
+    let err = qdq::plan(&fp32, &ranges_s, &policy()).unwrap_err();
+    assert!(matches!(err, qdq::Error::NotSplit { .. }), "{err}");
+}
