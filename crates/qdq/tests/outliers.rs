@@ -77,18 +77,7 @@ fn the_rule_takes_channels_over_the_ratio_times_the_median_at_most_a_share() {
 /// rest), in the HF and the `Gemm` (transposed weight, bias inside) forms; the planted channel is the one found.
 #[test]
 fn splitting_keeps_the_float_logits_and_finds_the_planted_channel() {
-    let gemm = onnx_ir::tiny_bert::build(&TinyBertConfig {
-        layers: 1,
-        hidden: HIDDEN,
-        heads: 1,
-        intermediate: FFN,
-        vocab_size: VOCAB,
-        max_positions: SEQ,
-        type_vocab: 0,
-        form: GraphForm::Gemm,
-        seed: 42,
-        ..Default::default()
-    });
+    let gemm = onnx_ir::tiny_bert::build(&TinyBertConfig { form: GraphForm::Gemm, ..tiny_config(Ln::Fused) });
     for (form, m) in [("hf", tiny_bert(Ln::Fused)), ("gemm", gemm)] {
         let m = with_gelu_outlier(m);
         let (s, done) = split(&m);

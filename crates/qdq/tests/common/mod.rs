@@ -24,7 +24,8 @@ pub fn tiny_bert(layer_norm: Ln) -> Model {
     onnx_ir::tiny_bert::build(&tiny_config(layer_norm))
 }
 
-fn tiny_config(layer_norm: Ln) -> TinyBertConfig {
+/// The configuration [`tiny_bert`] builds.
+pub fn tiny_config(layer_norm: Ln) -> TinyBertConfig {
     TinyBertConfig {
         layers: 1,
         hidden: HIDDEN,
