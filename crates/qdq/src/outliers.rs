@@ -155,6 +155,10 @@ pub fn split_outliers(
             done.push(split_one(model, policy, &x, maxima, channels)?);
         }
     }
+    if !done.is_empty() {
+        // The front nodes went before the first reader; a MatMul's Add after it: one sort puts every input first.
+        model.graph_mut().sort_nodes()?;
+    }
     let count: usize = done.iter().map(|d| d.channels.len()).sum();
     model.proto.metadata_props.push(StringStringEntryProto {
         key: Some(OUTLIER_METADATA_KEY.into()),
@@ -227,7 +231,6 @@ fn split_one(
     for (mm, part) in adds {
         add_branch(g, &mut names, &mm, &part)?;
     }
-    g.sort_nodes()?;
     let rest_max = (0..c).filter(|k| !channels.contains(k)).map(|k| absmax[k]).fold(0.0f32, f32::max);
     let max = channels.iter().map(|&k| absmax[k]).fold(0.0f32, f32::max);
     Ok(OutlierSplit { tensor: x.to_owned(), rest, channels, max, rest_max, matmuls })

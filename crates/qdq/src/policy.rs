@@ -262,8 +262,27 @@ const OP_TYPES: &str = "a comma-separated subset of MatMul,Gemm,FusedMatMul,Atte
 /// The `cpu` preset's `outlier_channels`: channels over 8 times the median channel's max |x|.
 pub const DEFAULT_OUTLIER_RATIO: f32 = 8.0;
 
-/// `smooth` in a serialized [`Policy`]: `"off"`, or the migration strength.
-mod smooth_strength {
+/// An option that is `off` or a number `valid` accepts (`smooth`, `outlier_channels`), as the CLI / TOML give it.
+fn off_or_number(v: &str, valid: fn(f64) -> bool, expected: &str) -> std::result::Result<Option<f32>, String> {
+    match v {
+        "off" | "none" | "false" => Ok(None),
+        v => match v.parse::<f64>() {
+            Ok(a) if valid(a) => Ok(Some(a as f32)),
+            _ => Err(expected.to_owned()),
+        },
+    }
+}
+
+fn strength(a: f64) -> bool {
+    (0.0..=1.0).contains(&a)
+}
+
+fn ratio(r: f64) -> bool {
+    r.is_finite() && r > 1.0
+}
+
+/// Such an option in a serialized [`Policy`]: `"off"`, or the number.
+mod off_or_number_serde {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
@@ -273,44 +292,44 @@ mod smooth_strength {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+        valid: fn(f64) -> bool,
+        expected: &str,
+    ) -> Result<Option<f32>, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
-        enum Strength {
-            Alpha(f64),
+        enum Value {
+            Number(f64),
             Word(String),
         }
-        match Strength::deserialize(d)? {
-            Strength::Alpha(a) if (0.0..=1.0).contains(&a) => Ok(Some(a as f32)),
-            Strength::Word(w) if w == "off" => Ok(None),
-            _ => Err(serde::de::Error::custom("expected \"off\" or a migration strength in [0, 1]")),
+        match Value::deserialize(d)? {
+            Value::Number(a) if valid(a) => Ok(Some(a as f32)),
+            Value::Word(w) if w == "off" => Ok(None),
+            _ => Err(serde::de::Error::custom(expected)),
         }
+    }
+}
+
+/// `smooth` in a serialized [`Policy`]: `"off"`, or the migration strength.
+mod smooth_strength {
+    pub use super::off_or_number_serde::serialize;
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+        super::off_or_number_serde::deserialize(
+            d,
+            super::strength,
+            "expected \"off\" or a migration strength in [0, 1]",
+        )
     }
 }
 
 /// `outlier_channels` in a serialized [`Policy`]: `"off"`, or the ratio.
 mod outlier_ratio {
-    use serde::{Deserialize, Deserializer, Serializer};
+    pub use super::off_or_number_serde::serialize;
 
-    pub fn serialize<S: Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(r) => s.serialize_f32(*r),
-            None => s.serialize_str("off"),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Ratio {
-            Ratio(f64),
-            Word(String),
-        }
-        match Ratio::deserialize(d)? {
-            Ratio::Ratio(r) if r.is_finite() && r > 1.0 => Ok(Some(r as f32)),
-            Ratio::Word(w) if w == "off" => Ok(None),
-            _ => Err(serde::de::Error::custom("expected \"off\" or a ratio > 1")),
-        }
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+        super::off_or_number_serde::deserialize(d, super::ratio, "expected \"off\" or a ratio > 1")
     }
 }
 
@@ -491,13 +510,7 @@ pub const OPTIONS: &[PolicyOption] = &[
         values: "off or a migration strength in [0, 1], e.g. 0.5",
         get: |p| p.smooth.map_or_else(|| "off".to_string(), |a| a.to_string()),
         set: |p, v| {
-            p.smooth = match v {
-                "off" | "none" | "false" => None,
-                v => match v.parse::<f32>() {
-                    Ok(a) if (0.0..=1.0).contains(&a) => Some(a),
-                    _ => return Err("off or a migration strength in [0, 1], e.g. 0.5".into()),
-                },
-            };
+            p.smooth = off_or_number(v, strength, "off or a migration strength in [0, 1], e.g. 0.5")?;
             Ok(())
         },
     },
@@ -509,13 +522,7 @@ pub const OPTIONS: &[PolicyOption] = &[
         values: "off or a ratio > 1, e.g. 8",
         get: |p| p.outlier_channels.map_or_else(|| "off".to_string(), |r| r.to_string()),
         set: |p, v| {
-            p.outlier_channels = match v {
-                "off" | "none" | "false" => None,
-                v => match v.parse::<f32>() {
-                    Ok(r) if r.is_finite() && r > 1.0 => Some(r),
-                    _ => return Err("off or a ratio > 1, e.g. 8".into()),
-                },
-            };
+            p.outlier_channels = off_or_number(v, ratio, "off or a ratio > 1, e.g. 8")?;
             Ok(())
         },
     },

@@ -71,6 +71,14 @@ fn the_rule_takes_channels_over_the_ratio_times_the_median_at_most_a_share() {
     absmax[10] = 20.0;
     assert_eq!(qdq::outlier_channels(&absmax, 8.0), vec![10, 40]);
     assert!(qdq::outlier_channels(&[0.0; 16], 8.0).is_empty(), "a silent tensor has no outlier");
+    // The option takes off or a ratio above 1, and says so.
+    let mut p = policy();
+    for bad in ["1", "0.5", "eight"] {
+        let e = p.set("outlier_channels", bad).unwrap_err().to_string();
+        assert!(e.contains("a ratio > 1"), "{bad}: {e}");
+    }
+    p.set("outlier_channels", "off").unwrap();
+    assert_eq!(p.outlier_channels, None);
 }
 
 /// The split model computes what the original does (the outlier rows move to the branch, the mask zeroes them in the

@@ -36,7 +36,6 @@ impl Smoothing {
         let other = self.sites.len() - ln;
         let matmuls: usize = self.sites.iter().map(|s| s.site.matmuls.len()).sum();
         let worst = |f: fn(&qdq::SmoothedSite) -> f32| self.sites.iter().map(f).fold(0.0f32, f32::max);
-        let plural = |n: usize| if n == 1 { "" } else { "s" };
         let what = if other == 0 {
             format!("{ln} LayerNorm output{}", plural(ln))
         } else {
@@ -64,9 +63,7 @@ impl Smoothing {
             (_, None) => smoothed,
         }
     }
-}
 
-impl Smoothing {
     /// The outlier split, one clause (`None` when the policy does not split): how many inputs, channels and MatMuls,
     /// and the largest outlier against the largest channel left.
     fn describe_outliers(&self) -> Option<String> {
@@ -79,16 +76,21 @@ impl Smoothing {
             Some(w) => format!(
                 "{channels} outlier channel{} of {} MatMul input{} (over {ratio}x the median channel's max) carried in \
                  float beside {matmuls} MatMul{}; largest {:.1} against {:.1} for the rest, in {}",
-                if channels == 1 { "" } else { "s" },
+                plural(channels),
                 self.outliers.len(),
-                if self.outliers.len() == 1 { "" } else { "s" },
-                if matmuls == 1 { "" } else { "s" },
+                plural(self.outliers.len()),
+                plural(matmuls),
                 w.max,
                 w.rest_max,
                 w.tensor
             ),
         })
     }
+}
+
+/// `s` after a count other than one.
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Each tensor's per-channel max |x| in `state` (0 for a channel without values).
