@@ -18,6 +18,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.big.big_model {
         return crate::big_model::big_model(args.big, &args.vs.out);
     }
+    if args.embeddings.embeddings {
+        return crate::embed_bench::embeddings(args.embeddings, args.cpu, args.vs, args.download);
+    }
     if args.openvino.openvino {
         return crate::openvino_bench::openvino(args.cpu, args.vs, args.download);
     }

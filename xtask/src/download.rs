@@ -27,8 +27,9 @@ pub struct Asset {
 /// Environment variable naming a local mirror directory (same as `--mirror`).
 pub const MIRROR_ENV: &str = "QDQ_ASSETS_MIRROR";
 
-/// The manifest. Set `minilm` is the project's reference model (a mirror of ../shared/assets); set `distilbert` is
-/// the public SQuAD ONNX export used when there is internet and no mirror.
+/// The manifest. Set `minilm` is the project's reference models (a mirror of ../shared/assets: the SQuAD model, and
+/// the sentence-embedding model in its sentence-transformers folder); set `distilbert` is the public SQuAD ONNX export
+/// used when there is internet and no mirror.
 pub const MANIFEST: &[Asset] = &[
     Asset {
         set: "squad",
@@ -71,6 +72,48 @@ pub const MANIFEST: &[Asset] = &[
         url: None,
         sha256: Some("e0587bdb2464177fe6b20f7ccf7727c04ff0c203023a51665682833be541d9f1"),
         size: Some(567_952),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/paraphrase-minilm-l3/model.onnx",
+        url: None,
+        sha256: Some("b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16"),
+        size: Some(69_060_623),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/paraphrase-minilm-l3/vocab.txt",
+        url: None,
+        sha256: Some("07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+        size: Some(231_508),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/paraphrase-minilm-l3/modules.json",
+        url: None,
+        sha256: Some("743587278a4867459578b918ef2abab78993c076895abe6d768123c122d02ef5"),
+        size: Some(190),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/paraphrase-minilm-l3/1_Pooling/config.json",
+        url: None,
+        sha256: Some("d3df094e6ed9803b2b9aa3bbbc6816f79492a5bf2a4b058b03168084d48709a7"),
+        size: Some(191),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/paraphrase-minilm-l3/sentence_bert_config.json",
+        url: None,
+        sha256: Some("e1e8e1346dfc366ef83522c735098ecf64b5a1cd26d01f83757585e6a7786335"),
+        size: Some(54),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/paraphrase-minilm-l3/tokenizer_config.json",
+        url: None,
+        sha256: Some("3b9fc90cc05f51d22eb78a3881efdd0c1b6d2c4784a350e12514ed566483f7bf"),
+        size: Some(252),
     },
     Asset {
         set: "distilbert",

@@ -68,7 +68,67 @@ pub fn e2e(args: E2eArgs) -> Result<()> {
             println!("check: {}", pays_off(&qdq_json::read(&out.join("results.json"))?)?);
         }
     }
+    if let Some(model) = &assets.embedding_model {
+        embedding_e2e(&args, &assets, model, (&exe, &lib))?;
+    }
     Ok(())
+}
+
+/// FP32 retrieval of the sentence-embedding model on SQuAD v1.1 dev (every question retrieving its own paragraph
+/// among the 2,067, texts cut to 128 tokens, cosine), as ../shared/assets/README.md gives it from an independent
+/// Python script on onnxruntime 1.31.1: MRR@10, nDCG@10, Recall@1, @5, @10 (%).
+const EMBEDDING_REFERENCE: [(&str, f64); 5] =
+    [("MRR@10", 61.271), ("nDCG@10", 66.450), ("R@1", 50.956), ("R@5", 75.033), ("R@10", 82.772)];
+
+/// The same run for the sentence-embedding model of the asset set: `qdq e2e` on its folder with the SQuAD files as
+/// retrieval data (the same `--samples`), into out/e2e-embedding. With `--check` on the whole dev set, FP32 must
+/// match the reference within 0.05 on every measure and INT8's nDCG@10 and MRR@10 be within `--int8-tolerance` of
+/// FP32's.
+fn embedding_e2e(args: &E2eArgs, assets: &Assets, model: &Path, (exe, lib): (&Path, &Path)) -> Result<()> {
+    let out = root().join("out/e2e-embedding");
+    let samples = flag_value(&args.qdq, &["--samples"]).unwrap_or_else(|| "1000".into());
+    let mut cmd = Command::new(exe);
+    cmd.arg("e2e").env(LIBRARY_ENV, lib).arg("--model").arg(model).arg("--dataset").arg(&assets.dataset);
+    cmd.arg("--calibration-data").arg(&assets.calibration).args(["--samples", &samples]).arg("--out").arg(&out);
+    run_cmd(&mut cmd)?;
+    if args.check && samples == "0" {
+        let r: qdq_json::EmbeddingResults = qdq_json::read(&out.join("results.json"))?;
+        println!("check: {}", check_embedding(&r.embedding, args.int8_tolerance)?);
+    }
+    Ok(())
+}
+
+/// The embedding run's FP32 scores against [`EMBEDDING_REFERENCE`] (0.05), INT8's nDCG@10 and MRR@10 against
+/// FP32's (`tolerance` points); the line says what was measured.
+fn check_embedding(e: &qdq_json::Embedding, tolerance: f64) -> Result<String> {
+    let (Some(fp32), Some(r)) = (e.fp32.retrieval, e.retrieval.as_ref()) else {
+        bail!("the embedding run's results.json has no retrieval scores")
+    };
+    let ours = [fp32.mrr_at_10, fp32.ndcg_at_10, fp32.recall_at_1, fp32.recall_at_5, fp32.recall_at_10];
+    for ((name, reference), got) in EMBEDDING_REFERENCE.iter().zip(ours) {
+        if (got - reference).abs() > 0.05 {
+            bail!("embedding FP32 {name} {got:.3} differs from the reference {reference:.3} by more than 0.05");
+        }
+    }
+    let d = &r.difference;
+    let line = format!(
+        "embedding FP32 MRR@10 {:.3}, nDCG@10 {:.3} (reference {:.3}, {:.3}; tolerance 0.05); INT8 dnDCG@10 {:+.3} \
+         [{:+.3}, {:+.3}], dMRR@10 {:+.3} (tolerance {tolerance}); cosine mean {:.5}, 1st percentile {:.5}",
+        fp32.mrr_at_10,
+        fp32.ndcg_at_10,
+        EMBEDDING_REFERENCE[0].1,
+        EMBEDDING_REFERENCE[1].1,
+        d.ndcg_at_10.delta,
+        d.ndcg_at_10.low,
+        d.ndcg_at_10.high,
+        d.mrr_at_10.delta,
+        e.fidelity.mean_cosine,
+        e.fidelity.p1_cosine
+    );
+    if -d.ndcg_at_10.delta > tolerance || -d.mrr_at_10.delta > tolerance {
+        bail!("INT8 retrieves worse than FP32 by more than {tolerance}: {line}");
+    }
+    Ok(line)
 }
 
 /// The files of the downloaded asset set.
@@ -82,6 +142,8 @@ pub struct Assets {
     pub reference_metrics: PathBuf,
     /// The reference pipeline's predictions on the whole dev set, when the set has them (minilm).
     pub reference_predictions: Option<PathBuf>,
+    /// The sentence-embedding model's folder, when the set has it (minilm).
+    pub embedding_model: Option<PathBuf>,
 }
 
 impl Assets {
@@ -100,6 +162,7 @@ impl Assets {
             calibration: root.join(calib_file),
             reference_metrics: model_dir.join("reference_metrics.json"),
             reference_predictions: Some(model_dir.join("predictions_dev.json")).filter(|p| p.is_file()),
+            embedding_model: Some(root.join("models/paraphrase-minilm-l3")).filter(|p| p.join("model.onnx").is_file()),
         })
     }
 }

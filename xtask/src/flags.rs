@@ -163,6 +163,32 @@ pub struct BenchArgs {
     pub big: BigModelArgs,
     #[command(flatten)]
     pub openvino: OpenVinoBenchArgs,
+    #[command(flatten)]
+    pub embeddings: EmbeddingsBenchArgs,
+}
+
+/// Options of `bench --embeddings`: qdq's INT8 sentence-embedding model against ONNX Runtime's dynamic INT8 (as
+/// sentence-transformers exports it) and NNCF's INT8 of the same calibration texts, scored by `qdq eval --baseline`
+/// on SQuAD dev as retrieval and timed at 1 and 32 texts, on the CPU EP and on OpenVINO. Takes --rounds, --runs and
+/// --threads of --cpu-int8 and --dataset, --calibration-data, --out and --no-wait above. Writes
+/// out/bench/embeddings.{json,md}.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct EmbeddingsBenchArgs {
+    /// Run the sentence-embedding comparison instead of the criterion benchmarks.
+    #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino"])]
+    pub embeddings: bool,
+    /// The model's folder (default: the minilm assets' paraphrase-minilm-l3).
+    #[arg(long, value_name = "DIR")]
+    pub embedding_model: Option<PathBuf>,
+    /// Dev questions used as queries (0: all 10,570; every paragraph is a document).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub embedding_samples: usize,
+    /// Calibration questions (with their paragraphs), for qdq and NNCF alike.
+    #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
+    pub embedding_cal_num: usize,
+    /// The CPU EP only (no OpenVINO plugin).
+    #[arg(long)]
+    pub no_openvino: bool,
 }
 
 /// Options of `bench --openvino`: FP32 (OpenVINO at f32 and at bf16), qdq's INT8 for `--ep openvino` and NNCF's INT8

@@ -10,6 +10,7 @@ mod cpu_int8;
 mod dist;
 mod download;
 mod e2e;
+mod embed_bench;
 mod flags;
 mod fuzz;
 mod npy;

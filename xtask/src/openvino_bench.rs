@@ -23,7 +23,7 @@ use crate::vs_python::{ensure_venv, export_features, git_head, resolve_paths};
 use crate::{root, run_cmd, write_atomic};
 
 /// NNCF as the issue measured it (its ONNX backend needs no OpenVINO).
-const NNCF: &str = "nncf==3.4.0";
+pub(crate) const NNCF: &str = "nncf==3.4.0";
 /// qdq's INT8 on OpenVINO at least this much faster than FP32 at f32 at 1x256 and 8x128 (the issue's Python
 /// measurement on a Xeon with AMX: 2.3-3.0x).
 const MIN_SPEEDUP: f64 = 2.3;
@@ -72,7 +72,7 @@ struct OpenVinoReport {
 }
 
 /// Installs NNCF into the bench venv (once).
-fn ensure_nncf(py: &Path) -> Result<()> {
+pub(crate) fn ensure_nncf(py: &Path) -> Result<()> {
     let have = Command::new(py).args(["-c", "import nncf"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
     if !have {
         eprintln!("xtask: installing {NNCF} into the bench venv from PyPI");

@@ -163,3 +163,104 @@ mod tests {
         assert!(r.get("first_7").is_none());
     }
 }
+
+/// An embedding model's results.json (`task: embedding`), and `qdq eval --json`'s `vs_baseline` for one: the
+/// comparison of a quantized model's embeddings with FP32's.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct EmbeddingResults {
+    pub embedding: Embedding,
+}
+
+/// results.json's `embedding`.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct Embedding {
+    pub fp32: EmbeddingModel,
+    pub int8: EmbeddingModel,
+    pub fidelity: Fidelity,
+    #[serde(default)]
+    pub retrieval: Option<RetrievalEval>,
+    #[serde(default)]
+    pub speed: Vec<SpeedAt>,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct EmbeddingModel {
+    pub model_bytes: u64,
+    #[serde(default)]
+    pub retrieval: Option<Retrieval>,
+}
+
+/// One model's retrieval scores, in %.
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize)]
+pub(crate) struct Retrieval {
+    pub mrr_at_10: f64,
+    pub ndcg_at_10: f64,
+    pub recall_at_1: f64,
+    pub recall_at_5: f64,
+    pub recall_at_10: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct Fidelity {
+    pub texts: usize,
+    pub mean_cosine: f64,
+    pub p1_cosine: f64,
+    pub min_cosine: f64,
+    pub neighbours: Neighbours,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct Neighbours {
+    pub compared: usize,
+    pub top1_same: f64,
+    pub top10_overlap: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct RetrievalEval {
+    pub queries: usize,
+    pub documents: usize,
+    pub difference: RetrievalDifference,
+}
+
+/// The quantized model minus FP32, paired over the queries (points), and the share kept.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct RetrievalDifference {
+    pub mrr_at_10: Paired,
+    pub ndcg_at_10: Paired,
+    pub ndcg_at_10_retained: f64,
+    pub mrr_at_10_retained: f64,
+}
+
+/// A paired difference with its 95 % interval.
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize)]
+pub(crate) struct Paired {
+    pub delta: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct SpeedAt {
+    pub batch: usize,
+    pub seq_len: usize,
+    pub speedup: SpeedupMs,
+}
+
+/// A speed-up with each model's median time per text (ms).
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize)]
+pub(crate) struct SpeedupMs {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    #[serde(default)]
+    pub reference_ms_per_feature: f64,
+    #[serde(default)]
+    pub ms_per_feature: f64,
+}
+
+/// `qdq eval --json` of an embedding model against a `--baseline`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct EmbeddingEval {
+    pub vs_baseline: Embedding,
+}

@@ -79,7 +79,11 @@ fn e2e_help_documents_every_seed_flag() {
     ] {
         assert!(help.contains(flag), "{flag} not in qdq e2e --help");
     }
-    for default in ["Default: 64, or half the sequence length", "Default: 128, or half the window", "[default: 100]"] {
+    for default in [
+        "Default: 64, or half the sequence length",
+        "Default: 128, or half the window",
+        "[default: 100; embeddings: 1000]",
+    ] {
         assert!(help.contains(default), "{default} not in help");
     }
     // --seq-len defaults to the model's own fixed length, else to the seeds' 384.

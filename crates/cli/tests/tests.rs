@@ -6,6 +6,7 @@ mod common;
 mod audit;
 mod command_line;
 mod e2e;
+mod embedding;
 mod errors;
 mod quantize;
 mod tune;

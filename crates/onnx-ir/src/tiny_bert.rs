@@ -59,6 +59,15 @@ pub enum Head {
         /// Number of classes.
         labels: usize,
     },
+    /// A sentence-embedding model (sentence-transformers): the token states and their mean over the attention mask,
+    /// `[batch, hidden]`. With `torch_names`, as PyTorch's TorchScript exporter writes such a model: first the ids
+    /// and the mask copied through (`output`, `mask_copy`), then the token states under a generated name
+    /// (`onnx::Shape_9`, its shape not declared) and the mean as `17` (declared without sizes); else
+    /// `token_embeddings` and `sentence_embedding`.
+    MeanPooled { torch_names: bool },
+    /// The encoder alone, as Hugging Face's feature-extraction export gives it: `last_hidden_state` `[batch, sequence,
+    /// hidden]`, and with `pooler` BERT's `pooler_output` (the `[CLS]` row through a dense layer and tanh).
+    Hidden { pooler: bool },
 }
 
 /// Shape and seed of the tiny model.
@@ -283,6 +292,15 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
             b.g.output.push(value_info("cls_squad_logits", DataType::Float, Some(&dims)));
         }
         Head::Classifier { labels } => classifier_head(&mut b, &x, hidden, labels.max(1)),
+        Head::MeanPooled { torch_names } => mean_pooled_head(&mut b, &x, hidden, torch_names),
+        Head::Hidden { pooler } => {
+            b.g.push_node(node("Identity", "/Identity_hidden", &[&x], &["last_hidden_state"]));
+            let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(hidden as i64)]).collect();
+            b.g.output.push(value_info("last_hidden_state", DataType::Float, Some(&dims)));
+            if pooler {
+                pooler_head(&mut b, &x, hidden, "pooler_output");
+            }
+        }
         Head::Token { labels } => {
             let logits = b.dense(&x, "/classifier", "classifier", hidden, labels.max(1));
             b.g.push_node(node("Identity", "/Identity_logits", &[&logits], &["logits"]));
@@ -460,6 +478,54 @@ fn qa_head(b: &mut Builder, x: &str, hidden: usize, bs: &[std::result::Result<i6
     for name in ["start_logits", "end_logits"] {
         b.g.output.push(value_info(name, DataType::Float, Some(bs)));
     }
+}
+
+/// The mean of the token states `x` over the attention mask, as sentence-transformers' Pooling module is exported:
+/// `sum(x * mask) / max(sum(mask), 1e-9)` over the sequence axis.
+fn mean_pooled_head(b: &mut Builder, x: &str, hidden: usize, torch_names: bool) {
+    let (states, pooled) =
+        if torch_names { ("onnx::Shape_9", "17") } else { ("token_embeddings", "sentence_embedding") };
+    let p = "/pooling";
+    b.g.push_node(node("Identity", &format!("{p}/Identity_states"), &[x], &[states]));
+    let last = b.ints(&format!("{p}/Constant_last"), &[-1]);
+    let seq_axis = b.ints(&format!("{p}/Constant_seq_axis"), &[1]);
+    let m = b.op("Unsqueeze", &format!("{p}/Unsqueeze"), &["attention_mask", &last]);
+    let shape = b.op("Shape", &format!("{p}/Shape"), &[states]);
+    let expanded = b.op("Expand", &format!("{p}/Expand"), &[&m, &shape]);
+    let mf = b.op_with("Cast", &format!("{p}/Cast"), &[&expanded], vec![attr_int("to", DataType::Float as i64)]);
+    let masked = b.op("Mul", &format!("{p}/Mul"), &[states, &mf]);
+    let keep0 = || vec![attr_int("keepdims", 0)];
+    let sum = b.op_with("ReduceSum", &format!("{p}/ReduceSum"), &[&masked, &seq_axis], keep0());
+    let count = b.op_with("ReduceSum", &format!("{p}/ReduceSum_1"), &[&mf, &seq_axis], keep0());
+    let eps = b.scalar(&format!("{p}/Constant_eps"), 1e-9);
+    let clipped = b.op("Clip", &format!("{p}/Clip"), &[&count, &eps]);
+    let mean = b.op("Div", &format!("{p}/Div"), &[&sum, &clipped]);
+    b.g.push_node(node("Identity", &format!("{p}/Identity"), &[&mean], &[pooled]));
+    let bs = [Err("batch"), Err("sequence")];
+    if torch_names {
+        b.g.push_node(node("Identity", "/Identity_ids", &["input_ids"], &["output"]));
+        b.g.push_node(node("Identity", "/Identity_mask", &["attention_mask"], &["mask_copy"]));
+        b.g.output.push(value_info("output", DataType::Int64, Some(&bs)));
+        b.g.output.push(value_info("mask_copy", DataType::Int64, Some(&bs)));
+        b.g.output.push(value_info(states, DataType::Float, None));
+        b.g.output.push(value_info(pooled, DataType::Float, Some(&[Err("Div_dim_0"), Err("Div_dim_1")])));
+    } else {
+        let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(hidden as i64)]).collect();
+        b.g.output.push(value_info(states, DataType::Float, Some(&dims)));
+        b.g.output.push(value_info(pooled, DataType::Float, Some(&[Err("batch"), Ok(hidden as i64)])));
+    }
+}
+
+/// BERT's pooler: the `[CLS]` row of `x` through a dense layer (`Gemm`) and `Tanh`, as output `name` `[batch,
+/// hidden]`.
+fn pooler_head(b: &mut Builder, x: &str, hidden: usize, name: &str) {
+    let zero = b.init("/bert/pooler/Constant_first", &[], vec![0i64]);
+    let cls = b.op_with("Gather", "/bert/pooler/Gather_first", &[x, &zero], vec![attr_int("axis", 1)]);
+    let w = b.weight("bert.pooler.dense.weight", &[hidden, hidden], 0.0, 0.2);
+    let bias = b.weight("bert.pooler.dense.bias", &[hidden], 0.0, 0.02);
+    let dense = b.op_with("Gemm", "/bert/pooler/dense/Gemm_0", &[&cls, &w, &bias], vec![attr_int("transB", 1)]);
+    b.g.push_node(node("Tanh", "/bert/pooler/activation/Tanh_0", &[&dense], &[name]));
+    b.g.output.push(value_info(name, DataType::Float, Some(&[Err("batch"), Ok(hidden as i64)])));
 }
 
 /// Classifier head: `[CLS]` row -> pooler `Gemm` + `Tanh` -> classifier `Gemm` -> `logits` `[batch, labels]`.

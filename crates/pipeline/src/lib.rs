@@ -8,6 +8,8 @@
 //!   models, progress, how a result was made, and the shape of every command ([`Job`] → [`Report`]);
 //! - `inputs`: SQuAD questions and other inputs as batches, and which model inputs and outputs they feed;
 //! - `steps`: the passes the commands share (calibration, smoothing, evaluation, held-out measurements, timing);
+//! - `tasks`: what a model is (SQuAD QA, classifier, sentence embedding), told once from its graph and folder, and
+//!   each task's data, measures and table;
 //! - `settings`: the typed settings of the command line (feature `cli`: their flags), turned into the steps' configs;
 //! - `report`: what the commands hand back and write (text, JSON, results.json, report.md, charts);
 //! - `commands`: one module per command, its settings struct and its [`Job::run`].
@@ -30,6 +32,7 @@ mod provenance;
 mod report;
 mod settings;
 mod steps;
+mod tasks;
 
 // The commands: settings that run into reports.
 pub use commands::calibrate::CalibrateJob;
@@ -45,7 +48,7 @@ pub use job::{Job, Report};
 pub use report::calibrate::CalibrateReport;
 pub use report::debug::{Confirmation, DebugReport};
 pub use report::e2e::E2eReport;
-pub use report::eval::{EvalReport, OtherEpEval};
+pub use report::eval::{EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport};
 pub use report::inspect::Inspection;
 pub use report::providers::ProvidersReport;
 pub use report::quantize::QuantizeReport;
@@ -66,12 +69,12 @@ pub use settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings, calibration_
 
 // The steps, for callers that drive them themselves.
 pub use inputs::feeds::Feeds;
-pub use inputs::files::{InputSet, TextInputs, load_feeds};
+pub use inputs::files::{InputSet, TextInputs};
+pub use inputs::pooling::{PoolMode, Pooling};
 pub use inputs::roles::{IoNames, class_logits, detect_inputs, detect_io, is_squad_model};
 pub use inputs::squad::{Batches, Corpus, DataConfig, Score, SquadVersion};
 pub use qdq::roles::{InputRoles, NamedRoles};
 pub use steps::calibrate::{Calibration, calibrate, write_tables};
-pub use steps::classify::{Agreement, ClassifierEval, ClassifierModel};
 pub use steps::collect::{
     CalibrateOptions, Pass, PassTimes, Reading, SIDE_BY_SIDE_MAX_BYTES, collect_stats, pass_workers,
 };
@@ -80,6 +83,11 @@ pub use steps::held_out::LogitAgreement;
 pub use steps::pairs::{NodeSensitivity, TensorError};
 pub use steps::smooth::{Smoothing, smooth_model};
 pub use steps::speed::{OpProfile, OpShare, Speedup};
+pub use tasks::classify::{Agreement, ClassifierEval, ClassifierModel};
+pub use tasks::embed::data::{EmbedData, Retrieval};
+pub use tasks::embed::measure::{Fidelity, Neighbours, RetrievalDifference, RetrievalScores};
+pub use tasks::embed::{EmbedTask, EmbeddingEval, EmbeddingModel, RetrievalEval};
+pub use tasks::{Side, Task};
 
 // Files, models, progress and provenance.
 pub use disk::{check_writable, open_run_dir, read_bounded, write_atomic, write_predictions};

@@ -7,29 +7,44 @@ use crate::disk::{read_bounded, write_atomic};
 use crate::error::{Error, Result};
 
 /// The model file `path` names: the file itself, or in a directory (a Hugging Face export folder) its model.onnx,
-/// else its only .onnx file.
+/// else its only .onnx file; a directory without any looks in its `onnx/` (the Hugging Face hub layout, tokenizer and
+/// configs beside `onnx/`) the same way.
 pub fn resolve_model(path: &Path) -> Result<PathBuf> {
     if !path.is_dir() {
         return Ok(path.to_path_buf());
     }
-    if path.join("model.onnx").is_file() {
-        return Ok(path.join("model.onnx"));
-    }
     let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
-    let entries = std::fs::read_dir(path).map_err(|e| bad(e.to_string()))?;
-    let onnx: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "onnx") && p.is_file())
-        .collect();
-    match onnx.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(bad("a directory without model.onnx or any .onnx file".into())),
-        many => Err(bad(format!(
-            "a directory with {} .onnx files and no model.onnx; name one: {}",
-            many.len(),
-            many.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy()).collect::<Vec<_>>().join(", ")
-        ))),
+    let onnx_in = |dir: &Path| -> Result<Vec<PathBuf>> {
+        let Ok(entries) = std::fs::read_dir(dir) else { return Ok(vec![]) };
+        let mut found: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "onnx") && p.is_file())
+            .collect();
+        found.sort();
+        Ok(found)
+    };
+    for dir in [path.to_path_buf(), path.join("onnx")] {
+        if dir.join("model.onnx").is_file() {
+            return Ok(dir.join("model.onnx"));
+        }
+        match onnx_in(&dir)?.as_slice() {
+            [] => continue,
+            [one] => return Ok(one.clone()),
+            many => {
+                return Err(bad(format!(
+                    "{} holds {} .onnx files and no model.onnx; name one: {}",
+                    dir.display(),
+                    many.len(),
+                    many.iter()
+                        .filter_map(|p| p.file_name())
+                        .map(|n| n.to_string_lossy())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
     }
+    Err(bad("a directory without model.onnx or any .onnx file (nor in onnx/)".into()))
 }
 
 /// Loads an FP32 model to calibrate, smooth or quantize, with what is constant by construction folded into

@@ -25,6 +25,8 @@ fn data_settings() -> DataSettings {
         io_names: IoNames::Hf,
         force: false,
         pad_to_max: false,
+        pooling: None,
+        corpus: None,
     }
 }
 
@@ -58,7 +60,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         out,
         data: data_config(),
         samples: 0,
-        cal_num: 5,
+        cal_num: Some(5),
         calibrate: CalibrateOptions::new(2, methods(), 512, SessionConfig::default()),
         policy: qdq::Policy::preset(policy).unwrap(),
         compare: vec!["minmax".to_owned(), "entropy".to_owned()],
@@ -1399,7 +1401,7 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     assert_eq!((c.agreement.inputs, c.fp32.accuracy), (5, Some(1.0)));
     // Calibrated on the evaluated file itself (through another path to it): its first 4 rows are also evaluated.
     let mut same = config(model_path.clone(), dir.path().join("out_same"), "cpu");
-    (same.dataset, same.calibration_data, same.cal_num) = (txt.clone(), dir.path().join(".").join("eval.txt"), 4);
+    (same.dataset, same.calibration_data, same.cal_num) = (txt.clone(), dir.path().join(".").join("eval.txt"), Some(4));
     let r = qdq_pipeline::e2e(&same, &same.eval.session, &NoProgress).unwrap();
     assert_eq!(r.calibration.as_ref().unwrap().also_evaluated, Some(4));
     let report = std::fs::read_to_string(dir.path().join("out_same/report.md")).unwrap();

@@ -14,6 +14,7 @@ mod pairs;
 mod parity;
 mod placement;
 mod reference;
+mod roles;
 mod rounding;
 mod smooth;
 mod write_tiny;

@@ -6,7 +6,7 @@ use runtime::SessionConfig;
 
 use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
-use crate::inputs::files::{TextInputs, load_feeds};
+use crate::inputs::files::TextInputs;
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model, save_model};
 use crate::progress::Progress;
@@ -19,6 +19,7 @@ use crate::steps::calibrate::{Calibration, calibrate, write_tables};
 use crate::steps::collect::CalibrateOptions;
 use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
+use crate::tasks::Task;
 
 /// `qdq calibrate`.
 #[derive(Debug, Clone)]
@@ -98,7 +99,14 @@ impl CalibrateJob {
         let model = load_for_quantization(&model_path)?;
         let data_cfg = self.data.config(&model_path)?;
         let text = TextInputs::for_model(&model, &model_path, &data_cfg);
-        let data = load_feeds(&model, &model_path, calibration_data, self.calib.cal_num, &data_cfg, &text)?;
+        let task = Task::for_calibration(&model, &model_path, &data_cfg)?;
+        let data = task.calibration_feeds(
+            (&model, &model_path),
+            calibration_data,
+            self.calib.cal_num.unwrap_or(task.default_cal_num()),
+            &data_cfg,
+            &text,
+        )?;
         let data = data.as_ref();
         let base = SessionConfig {
             library: self.library.ort_lib.clone(),

@@ -6,16 +6,22 @@ use onnx_ir::Model;
 use runtime::ModelSource;
 
 use crate::disk::{check_writable, parent_dir, write_predictions};
+use crate::error::Error;
 use crate::error::Result;
+use crate::inputs::files::{InputSet, TextInputs};
 use crate::inputs::squad::Corpus;
+use crate::inputs::squad::DataConfig;
 use crate::job::Job;
 use crate::model::resolve_model;
 use crate::progress::Progress;
-use crate::report::eval::{Baseline, EvalReport, OtherEpEval};
+use crate::report::eval::{Baseline, EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport};
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::evaluate::{EvalOptions, evaluate};
 use crate::steps::speed::{self, OpProfile, profile_batches};
+use crate::tasks::embed::data::EmbedData;
+use crate::tasks::embed::{EmbedTask, embed_side, evaluate_embeddings, retrieval_of};
+use crate::tasks::{Side, Task};
 
 /// `qdq eval`.
 #[derive(Debug, Clone)]
@@ -85,10 +91,19 @@ impl Job for EvalJob {
             check_writable(p, "--out")?;
         }
         let data_cfg = self.data.config(&model)?;
-        let tokenizer = data_cfg.tokenizer()?;
         // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model
         // over 2 GiB cannot be serialized inline, and none is held twice).
         let graph = Model::load_graph_only(&model)?;
+        // A model that is not an embedding model is scored on SQuAD, whose checks name what does not fit.
+        match Task::detect(&graph, &model, &data_cfg) {
+            Ok(Task::Embed(task)) => {
+                tracing::info!("{}", task.describe());
+                return self.embeddings(&model, &task, &data_cfg, progress);
+            }
+            Err(e) if data_cfg.io_names.named().embedding.is_some() || data_cfg.pooling.is_some() => return Err(e),
+            _ => {}
+        }
+        let tokenizer = data_cfg.tokenizer()?;
         let mut data = Corpus::load(&self.dataset, &data_cfg, &tokenizer, self.samples)?;
         data.fit_model(&graph, &model)?;
         drop(graph);
@@ -125,7 +140,51 @@ impl Job for EvalJob {
             let vs_first = data.compare(&e.predictions, &evaluation.predictions);
             other_eps.push(OtherEpEval { evaluation: e, vs_first });
         }
-        Ok(EvalReport { model, evaluation, op_profile, baseline, other_eps })
+        Ok(EvalReport::Squad(Box::new(SquadEvalReport { model, evaluation, op_profile, baseline, other_eps })))
+    }
+}
+
+impl EvalJob {
+    /// An embedding model on texts: its retrieval scores on labelled data, and with --baseline its embeddings
+    /// against the baseline's (as the quantized model's against FP32's in `qdq e2e`).
+    fn embeddings(
+        &self,
+        model: &Path,
+        task: &EmbedTask,
+        data_cfg: &DataConfig,
+        progress: &dyn Progress,
+    ) -> Result<EvalReport> {
+        if self.out.is_some() || self.profile_ops || !self.runtime.other_eps().is_empty() {
+            return Err(Error::Usage(
+                "--out, --profile-ops and a second --ep are for SQuAD models; an embedding model is evaluated on one EP"
+                    .into(),
+            ));
+        }
+        let graph = Model::load_graph_only(model)?;
+        let text = TextInputs::for_model(&graph, model, data_cfg);
+        drop(graph);
+        let data = EmbedData::load(&self.dataset, data_cfg.corpus.as_deref(), self.samples)?;
+        let set = InputSet::from_texts(&self.dataset, &data.texts, &text)?;
+        let session = self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval"));
+        let opts = EvalOptions { batch: self.batching.batch, session, warmup: self.runtime.warmup, workers: 1 };
+        let side = Side { path: model, session: &opts.session };
+        let vs_baseline = match &self.baseline {
+            Some(b) => {
+                let b = resolve_model(b)?;
+                let baseline = Side { path: &b, session: &opts.session };
+                Some(evaluate_embeddings((baseline, side), task, &data, &set, &opts, progress)?)
+            }
+            None => None,
+        };
+        let evaluation = match &vs_baseline {
+            Some(e) => e.int8.clone(),
+            None => {
+                let (mut m, vectors) = embed_side(side, task, &set, &opts, ("evaluating", progress))?;
+                m.retrieval = data.retrieval.as_ref().map(|r| retrieval_of(&vectors, r).0.scores());
+                m
+            }
+        };
+        Ok(EvalReport::Embedding(Box::new(EmbeddingEvalReport { model: model.to_path_buf(), evaluation, vs_baseline })))
     }
 }
 

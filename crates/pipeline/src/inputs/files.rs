@@ -1,7 +1,6 @@
 //! Model inputs that are not SQuAD questions, for any BERT (a classifier, or a model qdq cannot score): arrays from
 //! `.npz` / `.npy` files, text lines (one text, or a text pair separated by a tab, per line), GLUE-style TSV and
-//! labelled JSONL (`{"text": ..., "text_pair": ..., "label": 2}` per line); and [`load_feeds`], which reads
-//! calibration inputs of either kind.
+//! labelled JSONL (`{"text": ..., "text_pair": ..., "label": 2}` per line), and texts one by one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,55 +14,9 @@ use qdq::roles::InputRoles;
 use crate::disk::{open_regular, read_bounded};
 use crate::error::{Error, Result};
 use crate::inputs::feeds::{BatchFn, Feeds};
-use crate::inputs::roles::{detect_inputs, is_squad_model};
+use crate::inputs::roles::detect_inputs;
 use crate::inputs::shape::DeclaredShape;
-use crate::inputs::squad::{Corpus, DataConfig};
-
-/// Calibration inputs for `model` from `path` (its first `n` units, 0 = all): SQuAD JSON (`.json`) as questions,
-/// any other file as an [`InputSet`] (`.npz`, `.npy`, `.jsonl`, text lines), for SQuAD models and others alike.
-pub fn load_feeds(
-    model: &Model,
-    model_path: &Path,
-    path: &Path,
-    n: usize,
-    cfg: &DataConfig,
-    text: &TextInputs,
-) -> Result<Box<dyn Feeds>> {
-    let feeds = squad_or_inputs(model, model_path, path, n, cfg, text)?;
-    if n == 0 {
-        let (units, unit) = feeds.units();
-        tracing::info!("--cal-num 0: calibrating on all {units} {unit} of {} (the default is 100)", path.display());
-    }
-    Ok(feeds)
-}
-
-/// [`load_feeds`] by the file's kind.
-fn squad_or_inputs(
-    model: &Model,
-    model_path: &Path,
-    path: &Path,
-    n: usize,
-    cfg: &DataConfig,
-    text: &TextInputs,
-) -> Result<Box<dyn Feeds>> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-    if ext != "json" {
-        return Ok(Box::new(InputSet::load(path, model, text, n)?));
-    }
-    if !is_squad_model(model, &cfg.io_names) {
-        return Err(Error::Input {
-            path: path.to_path_buf(),
-            reason: format!(
-                "SQuAD JSON calibrates SQuAD models, and {} has no start / end logits: give .npz (arrays named after \
-                 the model inputs), .npy (token ids), text lines or JSONL",
-                model_path.display()
-            ),
-        });
-    }
-    let mut c = Corpus::load(path, cfg, &text.loaded_tokenizer(cfg)?, n)?;
-    c.fit_model(model, model_path)?;
-    Ok(Box::new(c))
-}
+use crate::inputs::squad::DataConfig;
 
 impl TextInputs {
     /// The roles found in `model` and the tokenizer of `cfg` (or why not).
@@ -184,14 +137,44 @@ impl InputSet {
         self.mask.as_deref()
     }
 
+    /// Tokens of row `i` (its first input's length).
+    pub fn row_len(&self, i: usize) -> usize {
+        self.rows[i].first().map_or(0, Vec::len)
+    }
+
+    /// Each of `texts` as `[CLS] text [SEP]` (cut to `text.max_len` tokens) in the model's input roles, read from
+    /// `path` (named in errors).
+    pub fn from_texts(path: &Path, texts: &[String], text: &TextInputs) -> Result<InputSet> {
+        let (roles, tokenizer) = text.ready(path)?;
+        let bad =
+            |i: usize, e: Error| Error::Input { path: path.to_path_buf(), reason: format!("text {}: {e}", i + 1) };
+        let mut rows = Vec::with_capacity(texts.len());
+        for (i, t) in texts.iter().enumerate() {
+            let (ids, segment) = encode(tokenizer, text.max_len, t, None).map_err(|e| bad(i, e))?;
+            rows.push(token_row(ids, Some(segment), roles));
+        }
+        if rows.is_empty() {
+            return Err(Error::Input { path: path.to_path_buf(), reason: "holds no text".into() });
+        }
+        let mut set = with_roles(path, rows, roles, tokenizer, None);
+        set.mask = Some(roles.mask.clone());
+        Ok(set)
+    }
+
     /// Rows `range` padded into one array per input.
     pub fn batch(&self, range: std::ops::Range<usize>) -> Vec<(String, Array2<i64>)> {
-        let rows = &self.rows[range];
+        self.batch_of(&range.collect::<Vec<_>>(), 0)
+    }
+
+    /// Rows `picked`, in that order, padded into one array per input, to their longest or to `width` when that is
+    /// longer.
+    pub fn batch_of(&self, picked: &[usize], width: usize) -> Vec<(String, Array2<i64>)> {
+        let rows: Vec<&Vec<Vec<i64>>> = picked.iter().map(|&i| &self.rows[i]).collect();
         self.names
             .iter()
             .enumerate()
             .map(|(k, name)| {
-                let width = rows.iter().map(|r| r[k].len()).max().unwrap_or(0);
+                let width = rows.iter().map(|r| r[k].len()).max().unwrap_or(0).max(width);
                 let mut a = Array2::from_elem((rows.len(), width), self.pad[k]);
                 for (i, r) in rows.iter().enumerate() {
                     for (j, &v) in r[k].iter().enumerate() {
@@ -211,6 +194,10 @@ impl Feeds for InputSet {
 
     fn units(&self) -> (u64, &'static str) {
         (self.rows.len() as u64, "inputs")
+    }
+
+    fn attention_mask(&self) -> Option<&str> {
+        self.mask()
     }
 
     fn each_batch(&self, batch: usize, f: &mut BatchFn<'_>) -> Result<usize> {
@@ -360,16 +347,16 @@ const PAIR_COLUMNS: [&str; 4] = ["text_pair", "sentence2", "question2", "sentenc
 const LABEL_COLUMNS: [&str; 2] = ["label", "labels"];
 
 /// Text, pair and label column of a TSV header (`None` if the line is not such a header).
-type Columns = (usize, Option<usize>, Option<usize>);
+pub(crate) type Columns = (usize, Option<usize>, Option<usize>);
 
-fn tsv_columns(header: &str) -> Option<Columns> {
+pub(crate) fn tsv_columns(header: &str) -> Option<Columns> {
     let cols: Vec<String> = header.split('\t').map(|c| c.trim().to_ascii_lowercase()).collect();
     let find = |names: &[&str]| cols.iter().position(|c| names.contains(&c.as_str()));
     Some((find(&TEXT_COLUMNS)?, find(&PAIR_COLUMNS), find(&LABEL_COLUMNS)))
 }
 
 /// One line's text, pair and label: JSONL, a TSV row under a header (`columns`), or `text` / `text<TAB>pair`.
-fn parse_line(
+pub(crate) fn parse_line(
     line: &str,
     jsonl: bool,
     columns: Option<Columns>,

@@ -49,9 +49,11 @@ impl FromStr for IoNames {
                         "end" => &mut e.end,
                         "logits" => &mut e.logits,
                         "position" | "positions" => &mut e.position,
+                        "embedding" | "embeddings" => &mut e.embedding,
                         k => {
                             return Err(Error::Usage(format!(
-                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end, logits, position"
+                                "--io-names: unknown role `{k}`; roles: ids, mask, segment, start, end, logits, \
+                                 embedding, position"
                             )));
                         }
                     };
@@ -77,7 +79,7 @@ impl IoNames {
     }
 
     /// The roles named (none for the fixed sets, which are not looked up in the graph).
-    fn named(&self) -> &NamedRoles {
+    pub(crate) fn named(&self) -> &NamedRoles {
         static NONE: std::sync::OnceLock<NamedRoles> = std::sync::OnceLock::new();
         match self {
             IoNames::Explicit(e) => e,
@@ -87,14 +89,17 @@ impl IoNames {
 }
 
 /// A role that cannot be told, as the error naming the model and the `--io-names` role that settles it.
-fn role_error(model_path: &Path, e: RoleError) -> Error {
+pub(crate) fn role_error(model_path: &Path, e: RoleError) -> Error {
     let hint = match &e {
         RoleError::Input { .. } => "; name it with --io-names ids=...,mask=...,segment=...",
         RoleError::Logits { .. } => {
             "; name them with --io-names start=...,end=... (a model with class logits is evaluated against FP32 on \
              .npz / text / JSONL inputs instead)"
         }
-        RoleError::ClassLogits { .. } => "; name them with --io-names logits=...",
+        RoleError::ClassLogits { .. } => {
+            "; name them with --io-names logits=... (a classifier), or name a sentence embedding with embedding=... \
+             (its token states with --pooling mean|cls|max)"
+        }
         RoleError::NoOutput { .. } => " (--io-names)",
     };
     Error::Input { path: model_path.to_path_buf(), reason: format!("{e}{hint}") }
@@ -171,6 +176,7 @@ pub(crate) fn settle(io: &mut ModelIo, names: &mut IoNames, model: &Model, model
         end: Some(io.end_logits.clone()),
         logits: None,
         position: Some(io.position_ids.clone().unwrap_or_default()),
+        embedding: None,
     });
     Ok(())
 }

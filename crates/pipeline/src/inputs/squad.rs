@@ -10,6 +10,8 @@ use onnx_ir::Model;
 use squad::{FeatureConfig, FeatureStream, ModelIo, Padding, PostProcessConfig, PredictionAccumulator, SquadTokenizer};
 
 use crate::error::{Error, Result};
+use crate::inputs::folder::FolderConfig;
+use crate::inputs::pooling::Pooling;
 use crate::inputs::roles::{self, IoNames};
 use crate::model::TokenizerFiles;
 
@@ -67,6 +69,12 @@ pub struct DataConfig {
     /// The only batch size the model takes, when its inputs declare one (1: larger ones are refused by
     /// [`crate::settings::DataSettings::config`]).
     pub fixed_batch: Option<usize>,
+    /// `--pooling`: how an embedding model's token states become one vector per text, when asked for.
+    pub pooling: Option<Pooling>,
+    /// What the model's folder says of it (sentence-transformers' modules, pooling and length).
+    pub folder: FolderConfig,
+    /// `--corpus`: the documents labelled queries retrieve among (an embedding model's own retrieval data).
+    pub corpus: Option<PathBuf>,
 }
 
 impl DataConfig {

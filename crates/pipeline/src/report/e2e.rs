@@ -7,8 +7,9 @@ use crate::job::Report;
 use crate::report::ops::op_table;
 use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, OtherEp, QuantizationSummary};
 use crate::settings::policy::Mode;
-use crate::steps::classify::ClassifierEval;
 use crate::steps::evaluate::ep_label;
+use crate::tasks::classify::ClassifierEval;
+use crate::tasks::embed::report::embedding_table;
 
 /// What `qdq e2e` did: the results (as results.json) and where everything went.
 #[derive(Debug, Clone)]
@@ -20,7 +21,7 @@ pub struct E2eReport {
 impl fmt::Display for E2eReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = &self.results;
-        if r.fp32.is_none() && r.int8.is_none() && r.classification.is_none() {
+        if r.fp32.is_none() && r.int8.is_none() && r.classification.is_none() && r.embedding.is_none() {
             writeln!(f, "Quantized (no evaluation: --no-eval)")?;
         } else {
             writeln!(f, "{}", self.results.table())?;
@@ -80,18 +81,29 @@ pub(crate) fn precision_label(precision: &str) -> String {
 }
 
 impl E2eResults {
-    /// The FP32 vs INT8 table, as printed and as in report.md: columns aligned, and valid Markdown.
+    /// The quantized model's row name: `INT8 (QDQ)`, `FP8 E4M3FN (QDQ)`, `INT8 (dynamic)`.
+    fn quantized_label(&self) -> String {
+        match self.quantization.mode {
+            Mode::Dynamic => "INT8 (dynamic)".to_owned(),
+            Mode::Static => format!("{} (QDQ)", precision_label(&self.quantization.precision)),
+        }
+    }
+
+    /// The FP32 vs INT8 table, as printed and as in report.md: columns aligned, and valid Markdown; the task's own
+    /// for a classifier or an embedding model.
     pub fn table(&self) -> String {
+        let int8 = self.quantized_label();
+        match (&self.classification, &self.embedding) {
+            (Some(c), _) => classification_table(c, &int8),
+            (_, Some(e)) => embedding_table(e, &int8),
+            _ => self.squad_table(&int8),
+        }
+    }
+
+    /// A SQuAD model's table: EM, F1 and dF1 with its interval, speed and size, one row per model and EP.
+    fn squad_table(&self, int8: &str) -> String {
         use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
         let main = precision_label(&self.quantization.precision);
-        let int8 = match self.quantization.mode {
-            Mode::Dynamic => "INT8 (dynamic)".to_owned(),
-            Mode::Static => format!("{main} (QDQ)"),
-        };
-        let int8 = int8.as_str();
-        if let Some(c) = &self.classification {
-            return classification_table(c, int8);
-        }
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
         t.set_header(["model", "EP", "EM", "F1", "dF1 [95 %]", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
@@ -213,7 +225,11 @@ impl E2eResults {
             md.push_str(&op_table(&[("FP32", &p.fp32), ("INT8", &p.int8)]));
         }
         let _ = writeln!(md, "\n## Calibration\n");
-        let unit = if self.task == "squad" { "questions" } else { "inputs" };
+        let unit = match self.task.as_str() {
+            "squad" => "questions",
+            "embedding" => "texts",
+            _ => "inputs",
+        };
         match &self.calibration {
             Some(c) => calibration_section(&mut md, c, unit),
             None => {
@@ -292,13 +308,13 @@ fn classification_table(c: &ClassifierEval, int8: &str) -> String {
         let pct = |v: f64| format!("{:.2} %", 100.0 * v);
         t.add_row([
             name.to_owned(),
-            ep_label(&m.ep, m.ep_precision.as_deref(), m.fallback_from.as_deref()),
+            m.ran.label(),
             m.accuracy.map_or("-".to_owned(), pct),
             same.map_or(String::new(), |a| pct(a.top1)),
             same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),
             same.map_or(String::new(), |a| format!("{:.4}", a.max_abs_diff)),
             format!("{:.2}", m.latency.ms_per_feature),
-            format!("{:.1}", m.model_bytes as f64 / 1e6),
+            format!("{:.1}", m.ran.model_bytes as f64 / 1e6),
         ]);
     }
     for col in t.column_iter_mut().skip(2) {

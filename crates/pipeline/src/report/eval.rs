@@ -9,10 +9,30 @@ use crate::job::Report;
 use crate::report::ops::op_table;
 use crate::steps::evaluate::Evaluation;
 use crate::steps::speed::OpProfile;
+use crate::tasks::embed::report::embedding_table;
+use crate::tasks::embed::{EmbeddingEval, EmbeddingModel};
 
-/// An evaluation and the model it was of.
+/// What `qdq eval` measured: a SQuAD model's answers, or an embedding model's embeddings.
 #[derive(Debug, Clone)]
-pub struct EvalReport {
+pub enum EvalReport {
+    Squad(Box<SquadEvalReport>),
+    Embedding(Box<EmbeddingEvalReport>),
+}
+
+/// An embedding model's evaluation: its scores on retrieval data, and with `--baseline` how it compares with the
+/// baseline's embeddings of the same texts.
+#[derive(Debug, Clone)]
+pub struct EmbeddingEvalReport {
+    pub model: PathBuf,
+    /// The model alone (retrieval scores on labelled data, speed).
+    pub evaluation: EmbeddingModel,
+    /// `--baseline`: the baseline as FP32, the model as the quantized side.
+    pub vs_baseline: Option<EmbeddingEval>,
+}
+
+/// A SQuAD model's evaluation and the model it was of.
+#[derive(Debug, Clone)]
+pub struct SquadEvalReport {
     pub model: PathBuf,
     pub evaluation: Evaluation,
     /// `--profile-ops`.
@@ -61,7 +81,56 @@ fn evaluation_json(model: &Path, e: &Evaluation) -> serde_json::Value {
 impl Report for EvalReport {
     /// The document `qdq eval --json` prints (docs/JSON.md, schema `qdq.eval/1`).
     fn json(&self) -> serde_json::Value {
+        match self {
+            EvalReport::Squad(r) => r.json(),
+            EvalReport::Embedding(r) => serde_json::json!({
+                "schema": "qdq.eval/1",
+                "task": "embedding",
+                "model": r.model,
+                "evaluation": r.evaluation,
+                "vs_baseline": r.vs_baseline,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for EvalReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EvalReport::Squad(r) => r.fmt(f),
+            EvalReport::Embedding(r) => r.fmt(f),
+        }
+    }
+}
+
+impl fmt::Display for EmbeddingEvalReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(e) = &self.vs_baseline {
+            return write!(f, "{}", embedding_table(e, "model").trim_end());
+        }
+        let m = &self.evaluation;
+        write!(f, "{}: ", self.model.display())?;
+        if let Some(s) = &m.retrieval {
+            write!(
+                f,
+                "MRR@10 {:.2}, nDCG@10 {:.2}, R@1 {:.2}, R@5 {:.2}, R@10 {:.2} | ",
+                s.mrr_at_10, s.ndcg_at_10, s.recall_at_1, s.recall_at_5, s.recall_at_10
+            )?;
+        }
+        let l = &m.latency;
+        write!(
+            f,
+            "{} texts, {:.2} ms/text, {:.1} texts/s on {}",
+            l.features, l.ms_per_feature, l.features_per_second, m.ran.ep
+        )
+    }
+}
+
+impl SquadEvalReport {
+    /// The document `qdq eval --json` prints for a SQuAD model.
+    fn json(&self) -> serde_json::Value {
         let mut v = evaluation_json(&self.model, &self.evaluation);
+        v["task"] = "squad".into();
         v["schema"] = "qdq.eval/1".into();
         v["op_profile"] = serde_json::json!(self.op_profile);
         if let Some(b) = &self.baseline {
@@ -121,7 +190,7 @@ fn line(f: &mut fmt::Formatter<'_>, model: &Path, e: &Evaluation) -> fmt::Result
     }
 }
 
-impl fmt::Display for EvalReport {
+impl fmt::Display for SquadEvalReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         line(f, &self.model, &self.evaluation)?;
         if let Some(b) = &self.baseline {

@@ -9,10 +9,11 @@ use crate::error::Result;
 use crate::inputs::squad::{Comparison, Score};
 use crate::provenance::Provenance;
 use crate::settings::policy::Mode;
-use crate::steps::classify::ClassifierEval;
 use crate::steps::collect::PassTimes;
 use crate::steps::evaluate::Latency;
 use crate::steps::speed::{LogitsAgreement, OpProfile, Speedup};
+use crate::tasks::classify::ClassifierEval;
+use crate::tasks::embed::EmbeddingEval;
 
 /// One evaluated model in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -158,8 +159,8 @@ pub struct QuantizationSummary {
 pub struct E2eResults {
     pub qdq_version: String,
     pub dataset: String,
-    /// `squad` (start / end logits, EM / F1 in `fp32` / `int8`) or `classification` (class logits, compared in
-    /// `classification`).
+    /// `squad` (start / end logits, EM / F1 in `fp32` / `int8`), `classification` (class logits, compared in
+    /// `classification`) or `embedding` (a sentence embedding, compared in `embedding`).
     #[serde(default = "squad_task")]
     pub task: String,
     /// `None` in dynamic mode (no calibration).
@@ -170,6 +171,9 @@ pub struct E2eResults {
     /// A model that is not a SQuAD model: INT8 against FP32 on its inputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classification: Option<ClassifierEval>,
+    /// A sentence-embedding model: INT8 against FP32 on texts (cosine, neighbours) and, with labels, retrieval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<EmbeddingEval>,
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,

@@ -366,7 +366,15 @@ mod tests {
             timed: Timed {
                 float_nodes: vec![],
                 model: "m.onnx".into(),
-                speedup: Speedup { median: 2.0, min: 1.8, max: 2.1, rounds: 5, features: 16 },
+                speedup: Speedup {
+                    median: 2.0,
+                    min: 1.8,
+                    max: 2.1,
+                    rounds: 5,
+                    features: 16,
+                    reference_ms_per_feature: 10.0,
+                    ms_per_feature: 5.0,
+                },
                 integer_matmuls: 40,
                 matmuls: 49,
                 calibrator_choices: 0,

@@ -121,12 +121,13 @@ pub struct CalibSettings {
     /// dev is the sound protocol.
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub calibration_data: Option<PathBuf>,
-    /// Calibration questions or inputs (the first N; 0 = all)
+    /// Calibration questions or inputs, the first N (0 = all) [default: 100; embeddings: 1000]
     ///
-    /// 100 is the seed scripts' default. 0 takes every one in the file: a SQuAD training set's 87,599 questions take
-    /// hours on a CPU.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 100, value_name = "N"))]
-    pub cal_num: usize,
+    /// 100 is the seed scripts' default. An embedding model takes 1000 by default: questions are short, and its
+    /// ranges need more tokens than 100 give (docs/QUANTIZATION.md). 0 takes every one in the file: a SQuAD training
+    /// set's 87,599 questions take hours on a CPU.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
+    pub cal_num: Option<usize>,
     /// Execution provider calibration runs on
     ///
     /// It runs the FP32 model with its tensors to calibrate exposed.

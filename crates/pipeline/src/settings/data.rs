@@ -7,6 +7,8 @@ use squad::{FeatureConfig, Padding};
 
 use crate::disk::parent_dir;
 use crate::error::{Error, Result};
+use crate::inputs::folder::{FolderConfig, model_folder};
+use crate::inputs::pooling::Pooling;
 use crate::inputs::roles::IoNames;
 use crate::inputs::shape::DeclaredShape;
 use crate::inputs::squad::{DataConfig, SquadVersion};
@@ -88,6 +90,20 @@ pub struct DataSettings {
     /// Static shapes, e.g. for TensorRT engines; implied when the model's inputs declare a fixed sequence length.
     #[cfg_attr(feature = "cli", arg(long))]
     pub pad_to_max: bool,
+    /// How an embedding model's token states become one vector: mean, cls, max (a+b concatenates)
+    ///
+    /// For a model whose output is the token states (`last_hidden_state`, `token_embeddings`). Default: the
+    /// model folder's 1_Pooling/config.json (sentence-transformers), else mean. Also mean-sqrt-len, weighted-mean,
+    /// last-token.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MODE", hide_short_help = true))]
+    pub pooling: Option<Pooling>,
+    /// Documents the --dataset queries retrieve among (JSONL: {"id", "text", "title"})
+    ///
+    /// With queries in JSONL naming their relevant documents ({"text": ..., "relevant": [ids]} or {id: grade}), an
+    /// embedding model is scored on retrieval (MRR@10, nDCG@10, Recall@k), FP32 against INT8 query by query. A
+    /// SQuAD --dataset needs none: each question retrieves its own paragraph among the file's.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", hide_short_help = true))]
+    pub corpus: Option<PathBuf>,
 }
 
 /// The sequence length every feature gets when none is asked for and the model does not fix or limit one.
@@ -108,10 +124,11 @@ impl DataSettings {
             Err(_) => (DeclaredShape::default(), None),
         };
         say_fixed_batch(model, declared.batch);
-        let seq_len = self.seq_len(model, declared, positions)?;
+        let folder = FolderConfig::read(&model_folder(model))?;
+        let seq_len = self.seq_len(model, declared, positions, folder.max_seq_length)?;
         let features = self.windows(seq_len)?;
         features.validate()?;
-        let (vocab, tokenizer_json) = self.tokenizer_files(model);
+        let (vocab, tokenizer_json) = self.tokenizer_files(model, &folder.folder);
         Ok(DataConfig {
             lowercase: self.lowercase && !cased_beside(&vocab, self.vocab.is_none()),
             vocab,
@@ -127,12 +144,22 @@ impl DataSettings {
                 Padding::Longest
             },
             fixed_batch: declared.batch,
+            pooling: self.pooling.clone(),
+            folder,
+            corpus: self.corpus.clone(),
         })
     }
 
     /// The sequence length: --seq-len, which must agree with a length the model fixes; else the model's own; else
-    /// [`DEFAULT_SEQ_LEN`], or the rows of a shorter position table.
-    fn seq_len(&self, model: &Path, declared: DeclaredShape, positions: Option<(String, i64)>) -> Result<usize> {
+    /// the `max_seq_length` its folder gives (sentence-transformers); else [`DEFAULT_SEQ_LEN`], or the rows of a
+    /// shorter position table.
+    fn seq_len(
+        &self,
+        model: &Path,
+        declared: DeclaredShape,
+        positions: Option<(String, i64)>,
+        folder_max: Option<usize>,
+    ) -> Result<usize> {
         match (self.seq_len, declared.seq_len) {
             (Some(asked), Some(fixed)) if asked != fixed => Err(Error::Input {
                 path: model.to_path_buf(),
@@ -150,6 +177,13 @@ impl DataSettings {
                 Ok(fixed)
             }
             (Some(asked), None) => Ok(asked),
+            (None, None) if let Some(max) = folder_max.filter(|m| *m > 0) => {
+                tracing::info!(
+                    "{}: max_seq_length {max} (sentence_bert_config.json): texts of at most {max} tokens (--seq-len)",
+                    model_folder(model).display()
+                );
+                Ok(max)
+            }
             (None, None) => Ok(match positions {
                 Some((table, rows)) if rows > 0 && (rows as usize) < DEFAULT_SEQ_LEN => {
                     tracing::info!(
@@ -163,15 +197,19 @@ impl DataSettings {
         }
     }
 
-    /// The vocabulary and tokenizer.json to read: as given, else found beside the model (said once).
-    fn tokenizer_files(&self, model: &Path) -> (PathBuf, Option<PathBuf>) {
-        let dir = parent_dir(model);
+    /// The vocabulary and tokenizer.json to read: as given, else found beside the model or in its folder (the
+    /// parent of `onnx/`), said once.
+    fn tokenizer_files(&self, model: &Path, folder: &Path) -> (PathBuf, Option<PathBuf>) {
+        let dirs = [parent_dir(model), folder];
+        let beside = |file: &str| dirs.iter().map(|d| d.join(file)).find(|p| p.is_file());
         let found = match (&self.vocab, &self.tokenizer_json) {
             (v, Some(t)) => (v.clone().unwrap_or_default(), Some(t.clone())),
             (Some(v), None) => (v.clone(), None),
-            (None, None) if dir.join("tokenizer.json").is_file() => (PathBuf::new(), Some(dir.join("tokenizer.json"))),
-            (None, None) if dir.join("vocab.txt").is_file() => (dir.join("vocab.txt"), None),
-            (None, None) => (PathBuf::from("squad/vocab.txt"), None),
+            (None, None) => match (beside("tokenizer.json"), beside("vocab.txt")) {
+                (Some(json), _) => (PathBuf::new(), Some(json)),
+                (None, Some(vocab)) => (vocab, None),
+                (None, None) => (PathBuf::from("squad/vocab.txt"), None),
+            },
         };
         if found.0 != self.vocab.clone().unwrap_or_default() || found.1 != self.tokenizer_json {
             let file = found.1.as_ref().unwrap_or(&found.0);

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::path::Path;
 use std::time::Instant;
 
+use ndarray::{Array2, ArrayView2};
 use runtime::{ModelSource, Session, SessionConfig};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,11 @@ pub struct Speedup {
     pub rounds: usize,
     /// Features each model ran per round.
     pub features: usize,
+    /// Median over the rounds of each model's time per feature, in ms: the reference (FP32) and the model timed.
+    #[serde(default)]
+    pub reference_ms_per_feature: f64,
+    #[serde(default)]
+    pub ms_per_feature: f64,
 }
 
 impl Speedup {
@@ -31,17 +37,32 @@ impl Speedup {
         format!("{:.2}x ({:.2}-{:.2})", self.median, self.min, self.max)
     }
 
-    /// The summary of per-round ratios; `None` without any.
-    fn from_rounds(mut ratios: Vec<f64>, features: usize) -> Option<Speedup> {
-        ratios.retain(|r| r.is_finite());
-        ratios.sort_by(f64::total_cmp);
-        let n = ratios.len();
-        let median = match n {
-            0 => return None,
-            _ if n % 2 == 1 => ratios[n / 2],
-            _ => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
-        };
-        Some(Speedup { median, min: ratios[0], max: ratios[n - 1], rounds: n, features })
+    /// The summary of timed rounds (the reference's time over the model's in each); `None` without any finite
+    /// ratio.
+    fn from_rounds(rounds: &[Round], features: usize) -> Option<Speedup> {
+        let mut ratios: Vec<f64> = rounds.iter().map(|r| r.reference / r.other).filter(|r| r.is_finite()).collect();
+        let mid = median(&mut ratios)?;
+        let ms = |t: Vec<f64>| median(&mut t.into_iter().map(|s| s * 1e3 / features.max(1) as f64).collect::<Vec<_>>());
+        Some(Speedup {
+            median: mid,
+            min: ratios[0],
+            max: ratios[ratios.len() - 1],
+            rounds: ratios.len(),
+            features,
+            reference_ms_per_feature: ms(rounds.iter().map(|r| r.reference).collect()).unwrap_or(0.0),
+            ms_per_feature: ms(rounds.iter().map(|r| r.other).collect()).unwrap_or(0.0),
+        })
+    }
+}
+
+/// The median of `v` (sorted in place); `None` for none.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
     }
 }
 
@@ -98,11 +119,39 @@ pub(crate) fn logits_agreement(
     Ok(LogitsAgreement { max_abs, mean_abs: if count == 0 { 0.0 } else { (sum / count as f64) as f32 }, features })
 }
 
-/// FP32's warm session and the batches it is timed on, to time other models against.
-pub(crate) struct PairedTiming<'a> {
+/// What models are timed on: batches of named inputs, the outputs read and the inputs fed zeros.
+pub(crate) struct Workload {
+    batches: Vec<Vec<(String, Array2<i64>)>>,
+    outputs: Vec<String>,
+    zero_inputs: Vec<String>,
+}
+
+impl Workload {
+    /// `batches` read as SQuAD evaluation reads them.
+    pub(crate) fn squad(batches: &[squad::Batch], io: &squad::ModelIo) -> Workload {
+        let batches = batches
+            .iter()
+            .map(|b| b.inputs(io).into_iter().map(|(n, a)| (n.to_owned(), a.to_owned())).collect())
+            .collect();
+        let outputs = io.logit_outputs().into_iter().map(str::to_owned).collect();
+        Workload { batches, outputs, zero_inputs: io.zero_inputs.clone() }
+    }
+
+    /// Batches of named inputs, reading `outputs`.
+    pub(crate) fn new(batches: Vec<Vec<(String, Array2<i64>)>>, outputs: Vec<String>) -> Workload {
+        Workload { batches, outputs, zero_inputs: vec![] }
+    }
+
+    /// Rows of every batch together.
+    fn features(&self) -> usize {
+        self.batches.iter().map(|b| b.first().map_or(0, |(_, a)| a.nrows())).sum()
+    }
+}
+
+/// FP32's warm session and the work it is timed on, to time other models against.
+pub(crate) struct PairedTiming {
     fp32: RefCell<Session>,
-    batches: &'a [squad::Batch],
-    io: &'a squad::ModelIo,
+    work: Workload,
     rounds: usize,
 }
 
@@ -113,25 +162,29 @@ pub(crate) const ROUNDS: usize = 5;
 /// (MiniLM, 16 features: 5 rounds ranged 0.92-1.07 around a median of 0.95; about 0.3 s a round).
 pub(crate) const HEAD_TO_HEAD_ROUNDS: usize = 21;
 
-impl<'a> PairedTiming<'a> {
-    /// FP32 (`fp32`, on `cfg`) timed on the first batches of `batches` holding at most `max_features` features (at
-    /// least one batch), `rounds` rounds per model.
+impl PairedTiming {
+    /// FP32 (`fp32`, on `cfg`) timed on the first SQuAD batches of `batches` holding at most `max_features` features
+    /// (at least one batch), `rounds` rounds per model.
     pub(crate) fn new(
         fp32: &Path,
         cfg: &SessionConfig,
-        batches: &'a [squad::Batch],
-        io: &'a squad::ModelIo,
+        batches: &[squad::Batch],
+        io: &squad::ModelIo,
         max_features: usize,
         rounds: usize,
     ) -> Result<Self> {
-        let batches = leading(batches, max_features);
-        if batches.is_empty() || rounds == 0 {
+        PairedTiming::on(fp32, cfg, Workload::squad(leading(batches, max_features), io), rounds)
+    }
+
+    /// FP32 (`fp32`, on `cfg`) timed on `work`, `rounds` rounds per model.
+    pub(crate) fn on(fp32: &Path, cfg: &SessionConfig, work: Workload, rounds: usize) -> Result<Self> {
+        if work.batches.is_empty() || rounds == 0 {
             return Err(Error::Internal("timing against FP32 needs at least one batch and one round".into()));
         }
         let mut session = crate::model::open_session(ModelSource::File(fp32), "FP32 model", cfg)?;
-        session.feed_zeros(&io.zero_inputs)?;
-        warm_up(&mut session, batches, io)?;
-        Ok(PairedTiming { fp32: RefCell::new(session), batches, io, rounds })
+        session.feed_zeros(&work.zero_inputs)?;
+        warm_up(&mut session, &work)?;
+        Ok(PairedTiming { fp32: RefCell::new(session), work, rounds })
     }
 
     /// `model` (on `cfg`) against FP32, in alternating rounds.
@@ -153,37 +206,45 @@ impl<'a> PairedTiming<'a> {
     /// A warm session of `model` fed as FP32's.
     fn open(&self, model: &Path, cfg: &SessionConfig) -> Result<Session> {
         let mut s = crate::model::open_session(ModelSource::File(model), &model.display().to_string(), cfg)?;
-        s.feed_zeros(&self.io.zero_inputs)?;
-        warm_up(&mut s, self.batches, self.io)?;
+        s.feed_zeros(&self.work.zero_inputs)?;
+        warm_up(&mut s, &self.work)?;
         Ok(s)
     }
 
     /// Per round (`rounds` of them), `reference`'s time over `other`'s, the two run in turn (A B, B A, ...).
-    fn alternate(&self, rounds: usize, reference: &mut Session, other: &mut Session) -> Result<Vec<f64>> {
-        let mut ratios = Vec::with_capacity(rounds);
+    fn alternate(&self, rounds: usize, reference: &mut Session, other: &mut Session) -> Result<Vec<Round>> {
+        let mut times = Vec::with_capacity(rounds);
         for round in 0..rounds {
             let (a, b) = if round % 2 == 0 {
-                let a = time_all(reference, self.batches, self.io)?;
-                (a, time_all(other, self.batches, self.io)?)
+                let a = time_all(reference, &self.work)?;
+                (a, time_all(other, &self.work)?)
             } else {
-                let b = time_all(other, self.batches, self.io)?;
-                (time_all(reference, self.batches, self.io)?, b)
+                let b = time_all(other, &self.work)?;
+                (time_all(reference, &self.work)?, b)
             };
-            ratios.push(a / b);
+            times.push(Round { reference: a, other: b });
         }
-        Ok(ratios)
+        Ok(times)
     }
 
-    /// The [`OpProfile`] of `model` (on `cfg`) on these batches.
+    /// The [`OpProfile`] of `model` (on `cfg`) on this work.
     pub(crate) fn profile(&self, model: &Path, cfg: &SessionConfig) -> Result<OpProfile> {
-        profile_batches(model, cfg, self.batches, self.io)
+        let w = &self.work;
+        profile_ops(model, cfg, &w.zero_inputs, (w.batches.len(), w.features()), |s| time_all(s, w).map(|_| ()))
     }
 
-    fn summary(&self, ratios: Vec<f64>, model: &Path, reference: &str) -> Result<Speedup> {
-        let features = self.batches.iter().map(squad::Batch::len).sum();
-        Speedup::from_rounds(ratios, features)
+    fn summary(&self, rounds: Vec<Round>, model: &Path, reference: &str) -> Result<Speedup> {
+        let features = self.work.features();
+        Speedup::from_rounds(&rounds, features)
             .ok_or_else(|| Error::Internal(format!("{}: no timed round to compare with {reference}", model.display())))
     }
+}
+
+/// One round's seconds: the reference's (FP32's) and the other model's, each over every batch.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    reference: f64,
+    other: f64,
 }
 
 /// Where a model's time goes: ONNX Runtime's kernel time per operator type (after its graph optimisations: the
@@ -272,23 +333,25 @@ pub(crate) fn profile_batches(
     batches: &[squad::Batch],
     io: &squad::ModelIo,
 ) -> Result<OpProfile> {
-    let features = batches.iter().map(squad::Batch::len).sum();
-    profile_ops(model, cfg, &io.zero_inputs, (batches.len(), features), |s| time_all(s, batches, io).map(|_| ()))
+    let w = Workload::squad(batches, io);
+    profile_ops(model, cfg, &w.zero_inputs, (w.batches.len(), w.features()), |s| time_all(s, &w).map(|_| ()))
 }
 
 /// One untimed run of every batch before a model's rounds: ONNX Runtime plans and allocates for each new input shape
 /// on its first run (and TensorRT builds its engine), which would otherwise fall on the first round of the model
 /// timed second (MiniLM, tensorrt layout: 0.72x in that round against 1.05x median).
-fn warm_up(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<()> {
-    time_all(session, batches, io).map(|_| ())
+fn warm_up(session: &mut Session, work: &Workload) -> Result<()> {
+    time_all(session, work).map(|_| ())
 }
 
 /// Seconds to run every batch once.
-fn time_all(session: &mut Session, batches: &[squad::Batch], io: &squad::ModelIo) -> Result<f64> {
-    let outputs = io.logit_outputs();
+fn time_all(session: &mut Session, work: &Workload) -> Result<f64> {
+    let outputs: Vec<&str> = work.outputs.iter().map(String::as_str).collect();
+    let feeds: Vec<Vec<(&str, ArrayView2<i64>)>> =
+        work.batches.iter().map(|b| b.iter().map(|(n, a)| (n.as_str(), a.view())).collect()).collect();
     let started = Instant::now();
-    for b in batches {
-        session.run_with(&b.inputs(io), &outputs, |_| Ok::<_, Error>(()))?;
+    for f in &feeds {
+        session.run_with(f, &outputs, |_| Ok::<_, Error>(()))?;
     }
     Ok(started.elapsed().as_secs_f64())
 }
@@ -299,14 +362,18 @@ mod tests {
 
     #[test]
     fn rounds_summarise_as_median_and_range() {
-        let s = Speedup::from_rounds(vec![1.4, 1.9, 1.5, f64::NAN, 1.6], 16).unwrap();
+        let rounds =
+            |ratios: &[f64]| -> Vec<Round> { ratios.iter().map(|r| Round { reference: *r, other: 1.0 }).collect() };
+        let s = Speedup::from_rounds(&rounds(&[1.4, 1.9, 1.5, f64::NAN, 1.6]), 16).unwrap();
         // NaN dropped; an even count takes the mean of the middle two.
         assert!((s.median - 1.55).abs() < 1e-12, "{s:?}");
         assert_eq!((s.min, s.max, s.rounds, s.features), (1.4, 1.9, 4, 16));
-        let odd = Speedup::from_rounds(vec![2.0, 1.0, 3.0], 8).unwrap();
+        let odd = Speedup::from_rounds(&rounds(&[2.0, 1.0, 3.0]), 8).unwrap();
         assert_eq!((odd.median, odd.min, odd.max, odd.rounds), (2.0, 1.0, 3.0, 3));
         assert_eq!(odd.describe(), "2.00x (1.00-3.00)");
-        assert!(Speedup::from_rounds(vec![f64::INFINITY], 1).is_none());
-        assert!(Speedup::from_rounds(vec![], 1).is_none());
+        // Each model's median time per feature: the other model took 1 s per round over 8 features.
+        assert_eq!((odd.reference_ms_per_feature, odd.ms_per_feature), (250.0, 125.0));
+        assert!(Speedup::from_rounds(&rounds(&[f64::INFINITY]), 1).is_none());
+        assert!(Speedup::from_rounds(&[], 1).is_none());
     }
 }

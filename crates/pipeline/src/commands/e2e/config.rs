@@ -25,8 +25,8 @@ pub struct E2eConfig {
     pub data: DataConfig,
     /// Questions to evaluate (0 = all).
     pub samples: usize,
-    /// Calibration questions.
-    pub cal_num: usize,
+    /// Calibration questions (`None`: the task's default, [`crate::tasks::Task::default_cal_num`]).
+    pub cal_num: Option<usize>,
     pub calibrate: CalibrateOptions,
     pub policy: qdq::Policy,
     /// `--compare-methods`: the other methods quantized with `policy` (tables of these names), each evaluated.

@@ -14,8 +14,7 @@ use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_stati
 use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::Result;
 use crate::inputs::feeds::Feeds;
-use crate::inputs::files::{InputSet, TextInputs, load_feeds};
-use crate::inputs::roles::{class_logits, is_squad_model};
+use crate::inputs::files::{InputSet, TextInputs};
 use crate::inputs::squad::Corpus;
 use crate::model::{carry_tokenizer, load_for_quantization, save_model};
 use crate::progress::Progress;
@@ -24,24 +23,33 @@ use crate::report::results::{
     CalibrationSummary, ComparedMethod, ComparedPrecision, E2eResults, OVERLAP_EFFECT, QuantizationSummary,
 };
 use crate::settings::policy::Mode;
-use crate::steps::classify::{Side, evaluate_classifier};
+use crate::tasks::classify::evaluate_classifier;
+use crate::tasks::embed::data::EmbedData;
+use crate::tasks::embed::speed::speed_at_lengths;
+use crate::tasks::embed::{EmbedTask, evaluate_embeddings};
+use crate::tasks::{Side, Task};
 
-/// What the model is evaluated on: SQuAD questions (start / end logits), or inputs of another task (class logits).
+/// What the model is evaluated on: SQuAD questions (start / end logits), inputs of a classifier (class logits), or
+/// texts an embedding model embeds (and, with labels, retrieves among).
 enum EvalData {
     Squad(Box<Corpus>),
     Classify(InputSet, String),
+    Embed(Box<EmbedTask>, EmbedData, InputSet),
 }
 
-/// Runs the whole job. `int8_session` is the INT8 leg's session settings. A model without start / end logits (a
-/// classifier) is calibrated and evaluated on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]) and compared with
-/// FP32 ([`evaluate_classifier`]).
+/// Runs the whole job. `int8_session` is the INT8 leg's session settings. What the model is evaluated on follows
+/// its [`Task`]: a classifier on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]), compared with FP32
+/// ([`evaluate_classifier`]); an embedding model on texts ([`evaluate_embeddings`]).
 pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progress) -> Result<E2eResults> {
     let run = open_run_dir(&cfg.out, "--out", "qdq e2e")?;
     let started = Instant::now();
     let mut phases = Phases::new();
     let model = load_for_quantization(&cfg.model)?;
-    let squad = is_squad_model(&model, &cfg.data.io_names);
-    let (eval_data, cal_data) = prepare(cfg, &model, squad)?;
+    let task = Task::detect(&model, &cfg.model, &cfg.data)?;
+    if let Task::Embed(e) = &task {
+        tracing::info!("{}", e.describe());
+    }
+    let (eval_data, cal_data) = prepare(cfg, &model, &task)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
     let Quantized { model: qmodel, mut calibration, quantization, compared, precisions } = match (cfg.mode, &cal_data) {
         // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
@@ -50,14 +58,17 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
     if let Some(c) = calibration.as_mut() {
-        say_overlap(cfg, c, eval_data.as_ref(), squad);
+        say_overlap(cfg, c, eval_data.as_ref(), task.unit());
     }
     let qpath = cfg.out.join("model_qdq.onnx");
     save_model(&qmodel, &qpath)?;
     carry_tokenizer(&cfg.data.tokenizer_files(), &cfg.out)?;
+    if let Task::Embed(_) = task {
+        cfg.data.folder.carry_to(&cfg.out)?;
+    }
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
-    let mut results = unevaluated(cfg, squad, calibration, quantization, &compared);
+    let mut results = unevaluated(cfg, task.name(), calibration, quantization, &compared);
     results.compared_precisions = precisions
         .into_iter()
         .map(|p| ComparedPrecision {
@@ -70,23 +81,9 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         })
         .collect();
     // 3. evaluate
-    match &eval_data {
-        Some(EvalData::Squad(data)) => {
-            let (fp32, int8) =
-                evaluate_squad(cfg, &qpath, data, int8_session, &compared, &mut results, progress, &mut phases)?;
-            let first = First { fp32: &fp32, int8: &int8, int8_session };
-            evaluate_on_other_eps(cfg, &qpath, data, &first, &mut results, progress, &mut phases)?;
-        }
-        Some(EvalData::Classify(set, output)) => {
-            let t = Instant::now();
-            let fp32 = Side { path: &cfg.model, session: &cfg.eval.session };
-            let int8 = Side { path: &qpath, session: int8_session };
-            results.classification = Some(evaluate_classifier(fp32, int8, set, output, &cfg.eval, progress)?);
-            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
-            let profile = |m: &Path, s: &SessionConfig| profile_inputs(m, s, cfg.eval.batch, set, output);
-            profile_both(cfg, (&qpath, int8_session), &mut results, &mut phases, progress, profile)?;
-        }
-        None => {}
+    if let Some(data) = &eval_data {
+        let on = Evaluated { qpath: &qpath, int8_session, compared: &compared };
+        evaluate_task(cfg, data, &on, &mut results, progress, &mut phases)?;
     }
     phases.insert("total".to_owned(), started.elapsed().as_secs_f64());
     results.provenance = provenance(cfg, int8_session, phases);
@@ -95,10 +92,56 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     Ok(results)
 }
 
+/// The models of the run's evaluation: the quantized one with its session, and `--compare-methods`' others.
+struct Evaluated<'a> {
+    qpath: &'a Path,
+    int8_session: &'a SessionConfig,
+    compared: &'a [(String, PathBuf)],
+}
+
+/// FP32 against the quantized model(s) in the task's measures, into `results`.
+fn evaluate_task(
+    cfg: &E2eConfig,
+    data: &EvalData,
+    on: &Evaluated,
+    results: &mut E2eResults,
+    progress: &dyn Progress,
+    phases: &mut Phases,
+) -> Result<()> {
+    let Evaluated { qpath, int8_session, compared } = *on;
+    let sides = (Side { path: &cfg.model, session: &cfg.eval.session }, Side { path: qpath, session: int8_session });
+    let t = Instant::now();
+    let (set, output) = match data {
+        EvalData::Squad(data) => {
+            let (fp32, int8) = evaluate_squad(cfg, qpath, data, int8_session, compared, results, progress, phases)?;
+            let first = First { fp32: &fp32, int8: &int8, int8_session };
+            return evaluate_on_other_eps(cfg, qpath, data, &first, results, progress, phases);
+        }
+        EvalData::Classify(set, output) => {
+            results.classification = Some(evaluate_classifier(sides.0, sides.1, set, output, &cfg.eval, progress)?);
+            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
+            (set, output.as_str())
+        }
+        EvalData::Embed(task, data, set) => {
+            let mut e = evaluate_embeddings(sides, task, data, set, &cfg.eval, progress)?;
+            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            progress.note("timing both models in turn at one text and at a batch");
+            let output = task.head.output.name();
+            e.speed = speed_at_lengths(sides, output, set, cfg.data.features.max_seq_len, cfg.data.fixed_batch)?;
+            phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
+            results.embedding = Some(e);
+            (set, output)
+        }
+    };
+    let profile = |m: &Path, s: &SessionConfig| profile_inputs(m, s, cfg.eval.batch, set, output);
+    profile_both(cfg, (qpath, int8_session), results, phases, progress, profile)
+}
+
 /// The results before evaluation: what was calibrated and quantized.
 fn unevaluated(
     cfg: &E2eConfig,
-    squad: bool,
+    task: &str,
     calibration: Option<CalibrationSummary>,
     quantization: QuantizationSummary,
     compared: &[(String, PathBuf)],
@@ -106,12 +149,13 @@ fn unevaluated(
     E2eResults {
         qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
         dataset: cfg.dataset.display().to_string(),
-        task: if squad { "squad" } else { "classification" }.to_owned(),
+        task: task.to_owned(),
         calibration,
         quantization,
         fp32: None,
         int8: None,
         classification: None,
+        embedding: None,
         compared_methods: compared
             .iter()
             .map(|(method, path)| ComparedMethod {
@@ -147,17 +191,17 @@ fn provenance(cfg: &E2eConfig, int8_session: &SessionConfig, phases: Phases) -> 
     }
 }
 
-/// Counts the calibration questions (or inputs) that are also evaluated into `c`, and warns when there are any.
-fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&EvalData>, squad: bool) {
+/// Counts the calibration questions (or inputs, texts) that are also evaluated into `c`, and warns when there are
+/// any.
+fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&EvalData>, unit: &str) {
     let same_file = files_are_one(&cfg.dataset, &cfg.calibration_data);
     c.also_evaluated = match eval_data {
-        Some(EvalData::Squad(evaluated)) => calibration_overlap(evaluated, &cfg.calibration_data, cfg.cal_num),
+        Some(EvalData::Squad(evaluated)) => calibration_overlap(evaluated, &cfg.calibration_data, c.questions),
         // Inputs of a file have no ids: both take the first rows of one file, so the shorter run is all shared.
-        Some(EvalData::Classify(set, _)) if same_file => Some(c.questions.min(set.len())),
+        Some(EvalData::Classify(set, _) | EvalData::Embed(_, _, set)) if same_file => Some(c.questions.min(set.len())),
         _ => None,
     };
     if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
-        let unit = if squad { "questions" } else { "inputs" };
         let default = if same_file { " (--calibration-data is --dataset)" } else { "" };
         tracing::warn!("{n} of the {} calibration {unit} are also evaluated{default}: {OVERLAP_EFFECT}", c.questions);
     }
@@ -166,26 +210,33 @@ fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&E
 /// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
 type Prepared = (Option<EvalData>, Option<Box<dyn Feeds>>);
 
-/// The evaluation set (SQuAD questions checked against the model; for a model without start / end logits, inputs
-/// from `.npz` / `.npy` / text / JSONL, text through the model's tokenizer and input roles) and the calibration data
-/// ([`load_feeds`]). The tokenizer is loaded once for both.
-fn prepare(cfg: &E2eConfig, model: &Model, squad: bool) -> Result<Prepared> {
+/// The evaluation set as the task reads it (SQuAD questions checked against the model; a classifier's inputs; an
+/// embedding model's texts, through the model's tokenizer and input roles) and the calibration data
+/// ([`Task::calibration_feeds`]). The tokenizer is loaded once for both.
+fn prepare(cfg: &E2eConfig, model: &Model, task: &Task) -> Result<Prepared> {
     let text = TextInputs::for_model(model, &cfg.model, &cfg.data);
-    let eval_data = match (cfg.no_eval, squad) {
+    let eval_data = match (cfg.no_eval, task) {
         (true, _) => None,
-        (false, true) => {
+        (false, Task::Squad) => {
             let mut d = Corpus::load(&cfg.dataset, &cfg.data, &text.loaded_tokenizer(&cfg.data)?, cfg.samples)?;
             d.fit_model(model, &cfg.model)?;
             Some(EvalData::Squad(Box::new(d)))
         }
-        (false, false) => {
-            let output = class_logits(model, &cfg.data.io_names, &cfg.model)?;
+        (false, Task::Classify { output }) => {
             tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
-            Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, cfg.samples)?, output))
+            Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, cfg.samples)?, output.clone()))
+        }
+        (false, Task::Embed(e)) => {
+            let data = EmbedData::load(&cfg.dataset, cfg.data.corpus.as_deref(), cfg.samples)?;
+            let set = InputSet::from_texts(&cfg.dataset, &data.texts, &text)?;
+            Some(EvalData::Embed(e.clone(), data, set))
         }
     };
     let cal = match cfg.mode {
-        Mode::Static => Some(load_feeds(model, &cfg.model, &cfg.calibration_data, cfg.cal_num, &cfg.data, &text)?),
+        Mode::Static => {
+            let n = cfg.cal_num.unwrap_or(task.default_cal_num());
+            Some(task.calibration_feeds((model, &cfg.model), &cfg.calibration_data, n, &cfg.data, &text)?)
+        }
         Mode::Dynamic => None,
     };
     Ok((eval_data, cal))

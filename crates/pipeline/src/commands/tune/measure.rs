@@ -91,7 +91,7 @@ pub struct Measure<'a> {
     pub base: Base<'a>,
     pub questions: Questionnaire<'a>,
     pub held: &'a HeldOut,
-    pub timing: PairedTiming<'a>,
+    pub timing: PairedTiming,
     /// The session candidates run on (as `qdq eval` runs them).
     pub session: SessionConfig,
     /// `qdq debug` of candidates (into out/debug).

@@ -390,7 +390,15 @@ mod tests {
         }
     }
 
-    const SPEED: Speedup = Speedup { median: 2.0, min: 1.9, max: 2.1, rounds: 5, features: 16 };
+    const SPEED: Speedup = Speedup {
+        median: 2.0,
+        min: 1.9,
+        max: 2.1,
+        rounds: 5,
+        features: 16,
+        reference_ms_per_feature: 10.0,
+        ms_per_feature: 5.0,
+    };
 
     impl Scorer for Fake {
         fn questions(&self) -> usize {

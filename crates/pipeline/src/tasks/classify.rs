@@ -4,30 +4,20 @@
 
 use std::time::Instant;
 
-use runtime::SessionConfig;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds as _;
 use crate::inputs::files::InputSet;
-use crate::model::model_size;
 use crate::progress::Progress;
 use crate::steps::evaluate::{EvalOptions, Latency};
+use crate::tasks::{RanOn, Side};
 
 /// One model's side of a classifier evaluation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClassifierModel {
-    pub model: String,
-    pub model_bytes: u64,
-    /// The EP it ran on (`cpu` after a permitted fallback).
-    pub ep: String,
-    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ep_precision: Option<String>,
-    /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback_from: Option<String>,
+    #[serde(flatten)]
+    pub ran: RanOn,
     /// Share of labelled inputs whose argmax is the label (`None` without labels).
     pub accuracy: Option<f64>,
     pub latency: Latency,
@@ -63,18 +53,11 @@ pub struct ClassifierEval {
     pub agreement: Agreement,
 }
 
-/// Where a model ran: the EP, and the one asked for when it fell back to CPU from it.
-struct RanOn {
-    ep: String,
-    ep_precision: Option<String>,
-    fallback_from: Option<String>,
-}
-
 /// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings. Per-token logits
 /// (`[batch, seq, classes]` over a `[batch, seq]` mask, a token-classification head) give one row per position the
 /// mask keeps, and `true`: padding is not compared.
 fn run_logits(
-    model: runtime::ModelSource<'_>,
+    model: &std::path::Path,
     name: &str,
     set: &InputSet,
     output: &str,
@@ -82,7 +65,7 @@ fn run_logits(
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<(Vec<Vec<f32>>, Latency, RanOn, bool)> {
-    let mut session = crate::model::open_session(model, name, &opts.session)?;
+    let mut session = crate::model::open_session(runtime::ModelSource::File(model), name, &opts.session)?;
     if let Some(why) = session.fallback() {
         progress.warn(why);
     }
@@ -126,12 +109,7 @@ fn run_logits(
         Ok(())
     })?;
     progress.finish();
-    let on = RanOn {
-        ep: session.ep().short_name().to_owned(),
-        ep_precision: session.ep().float_precision().map(str::to_owned),
-        fallback_from: session.fallback_from().map(str::to_owned),
-    };
-    Ok((rows, Latency::from_batches(&timings), on, per_token))
+    Ok((rows, Latency::from_batches(&timings), RanOn::of(&session, name, model), per_token))
 }
 
 /// Share of rows whose argmax is the label (labels are per input; rows per input may be several).
@@ -167,13 +145,6 @@ pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str, per_token: 
     }
 }
 
-/// What one side of the evaluation runs: the model file (ONNX Runtime reads it, with any external data) and its
-/// session.
-pub struct Side<'a> {
-    pub path: &'a std::path::Path,
-    pub session: &'a SessionConfig,
-}
-
 /// Runs both models on `set` and compares them.
 pub fn evaluate_classifier(
     fp32: Side,
@@ -186,12 +157,9 @@ pub fn evaluate_classifier(
     let run = |side: &Side, stage: &str| -> Result<(ClassifierModel, Vec<Vec<f32>>, bool)> {
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
-        let (rows, latency, on, per_token) =
-            run_logits(runtime::ModelSource::File(side.path), &name, set, output, &o, stage, progress)?;
+        let (rows, latency, on, per_token) = run_logits(side.path, &name, set, output, &o, stage, progress)?;
         let accuracy = accuracy(&rows, set.labels.as_deref());
-        let RanOn { ep, ep_precision, fallback_from } = on;
-        let model_bytes = model_size(side.path);
-        let model = ClassifierModel { model: name, model_bytes, ep, ep_precision, fallback_from, accuracy, latency };
+        let model = ClassifierModel { ran: on, accuracy, latency };
         Ok((model, rows, per_token))
     };
     let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;

@@ -4,8 +4,12 @@
 //! lookups) and how the head's `[batch, seq, 2]` logits are taken apart, with names as the fallback; roles named by
 //! the caller ([`NamedRoles`]) win. Like [`crate::patterns`], this is the one place that matches these op patterns.
 
+mod embedding;
+
 use onnx_ir::proto::{GraphProto, ValueInfoProto};
 use onnx_ir::{GraphExt as _, GraphIndex};
+
+pub use self::embedding::{EmbeddingOutput, FoundEmbedding, echo_outputs, embedding_output};
 
 /// Roles the caller names (`--io-names ids=...,mask=...`); a role left `None` is found in the graph. `Some("")` for
 /// `segment` or `position` says the model takes no such input.
@@ -19,6 +23,8 @@ pub struct NamedRoles {
     /// Class logits (a model that is not a question-answering model).
     pub logits: Option<String>,
     pub position: Option<String>,
+    /// A sentence embedding (`[batch, dim]`) or the token states to pool (`[batch, seq, hidden]`).
+    pub embedding: Option<String>,
 }
 
 /// A BERT's input roles: token ids, attention mask and, if it takes them, segment ids and position ids.
@@ -212,7 +218,7 @@ pub fn logit_roles(g: &GraphProto, named: &NamedRoles) -> Result<(String, String
     let found = match (s.as_slice(), e.as_slice(), g.output.as_slice()) {
         ([s], [e], _) if s != e => Some((s.to_string(), e.to_string())),
         _ if let Some(pair) = logit_parts(g) => Some(pair),
-        (_, _, [a, b]) => Some((a.name().to_owned(), b.name().to_owned())),
+        (_, _, [a, b]) if !embedding_like(g) => Some((a.name().to_owned(), b.name().to_owned())),
         (_, _, [o]) if stacked_logits(o) => Some((o.name().to_owned(), o.name().to_owned())),
         _ => None,
     };
@@ -223,7 +229,14 @@ pub fn logit_roles(g: &GraphProto, named: &NamedRoles) -> Result<(String, String
     }
 }
 
-/// The class-logits output: the named one, else the only output, else the only one whose name contains `logits`.
+/// Whether `g` gives a sentence embedding or token states ([`embedding_output`]): its two outputs are then not start
+/// and end logits (a Hugging Face feature-extraction export has `last_hidden_state` and `pooler_output`).
+fn embedding_like(g: &GraphProto) -> bool {
+    embedding_output(g, &NamedRoles::default(), false).is_ok_and(|e| e.is_some())
+}
+
+/// The class-logits output: the named one, else the only output, else the only one whose name contains `logits`
+/// (outputs that only copy an input through, [`echo_outputs`], left out of both).
 pub fn class_logits(g: &GraphProto, named: &NamedRoles) -> Result<String, RoleError> {
     let outputs: Vec<&str> = g.output.iter().map(|o| o.name()).collect();
     let all = || outputs.iter().map(|s| s.to_string()).collect();
@@ -233,8 +246,10 @@ pub fn class_logits(g: &GraphProto, named: &NamedRoles) -> Result<String, RoleEr
             false => Err(RoleError::NoOutput { name: l.clone(), outputs: all() }),
         };
     }
-    let with_name: Vec<&str> = outputs.iter().copied().filter(|o| o.to_ascii_lowercase().contains("logits")).collect();
-    match (outputs.as_slice(), with_name.as_slice()) {
+    let echoes = echo_outputs(g);
+    let computed: Vec<&str> = outputs.iter().copied().filter(|o| !echoes.iter().any(|e| e == o)).collect();
+    let with_name: Vec<&str> = computed.iter().copied().filter(|o| o.to_ascii_lowercase().contains("logits")).collect();
+    match (computed.as_slice(), with_name.as_slice()) {
         ([one], _) | (_, [one]) => Ok((*one).to_owned()),
         _ => Err(RoleError::ClassLogits { outputs: all() }),
     }

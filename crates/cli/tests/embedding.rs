@@ -1,0 +1,239 @@
+//! Sentence-embedding models (issue 61) through the binary, as a user runs them: model folders as
+//! sentence-transformers and the Hugging Face hub lay them out, found without flags; retrieval on a SQuAD file,
+//! fidelity on any text; token states pooled as the folder says; `qdq eval --baseline` measuring the same.
+
+use std::path::{Path, PathBuf};
+
+use onnx_ir::tiny_bert::{Head, TinyBertConfig, build};
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A model folder: `model` saved at `rel`, the test vocabulary at the folder's top, and the other files given.
+fn folder(head: Head, rel: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("model");
+    let cfg = TinyBertConfig { max_positions: 64, type_vocab: 0, head, ..Default::default() };
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    build(&cfg).save(&path).unwrap();
+    std::fs::copy(testdata("squad/vocab.txt"), root.join("vocab.txt")).unwrap();
+    for (file, text) in files {
+        let p = root.join(file);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    (dir, root)
+}
+
+const MODULES: &str = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+ {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]"#;
+const MEAN: &str = r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#;
+const CLS: &str = r#"{"word_embedding_dimension": 32, "pooling_mode_cls_token": true}"#;
+const LENGTH: &str = r#"{"max_seq_length": 24, "do_lower_case": false}"#;
+
+/// `qdq e2e` on `model` with the tiny SQuAD file as data and calibration: its `--json` document.
+fn e2e(model: &Path, out: &Path, extra: &[&str]) -> Value {
+    let squad = testdata("squad/tiny-v1.1.json");
+    let (m, s, o) = (model.to_str().unwrap(), squad.to_str().unwrap(), out.to_str().unwrap());
+    let mut args = vec!["e2e", "--model", m, "--dataset", s, "--calibration-data", s, "--cal-num", "4", "-o", o];
+    args.extend(extra);
+    args.push("--json");
+    let run = qdq(&args);
+    assert!(run.status.success(), "{}", stderr(&run));
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+fn retrieval(r: &Value, side: &str) -> Vec<f64> {
+    let s = &r["embedding"][side]["retrieval"];
+    ["mrr_at_10", "ndcg_at_10", "recall_at_1", "recall_at_5", "recall_at_10"]
+        .iter()
+        .map(|k| s[k].as_f64().unwrap())
+        .collect()
+}
+
+/// The done-when of issue 61 in small: a sentence-transformers folder (the pooled output under a generated name, the
+/// ids and mask copied to outputs, no token_type_ids) runs with no flag but the data; the SQuAD file is a retrieval
+/// task, its questions and paragraphs calibrate, the folder's max_seq_length cuts the texts, and the table, the
+/// fidelity and the speed at one text and a batch are printed and in results.json.
+#[test]
+fn a_sentence_transformers_folder_needs_no_flags() {
+    let files = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
+    let (dir, model) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &files);
+    let r = e2e(&model, &dir.path().join("out"), &[]);
+    assert_eq!(r["task"], "embedding");
+    let e = &r["embedding"];
+    assert_eq!((e["output"].as_str(), e["token_states"].as_bool()), (Some("17"), Some(false)), "{e}");
+    assert_eq!(e["seq_len"], 24, "max_seq_length of sentence_bert_config.json");
+    // 9 questions retrieve among 4 paragraphs; every text embedded by both.
+    assert_eq!((e["retrieval"]["queries"].as_u64(), e["retrieval"]["documents"].as_u64()), (Some(9), Some(4)));
+    assert_eq!(e["fidelity"]["texts"], 13);
+    assert_eq!(e["fidelity"]["neighbours"]["among"], "documents");
+    let cos = e["fidelity"]["mean_cosine"].as_f64().unwrap();
+    assert!(cos > 0.9 && cos <= 1.0, "{cos}");
+    assert!(retrieval(&r, "fp32").iter().all(|s| (0.0..=100.0).contains(s)));
+    // Calibration: the first 4 questions and the one paragraph they ask about.
+    assert_eq!(r["calibration"]["questions"], 5);
+    let speed: Vec<(u64, u64)> = e["speed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["batch"].as_u64().unwrap(), s["seq_len"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(speed, [(1, 24), (32, 24)]);
+    let report = std::fs::read_to_string(dir.path().join("out/report.md")).unwrap();
+    for line in [
+        "| MRR@10 |",
+        "Retrieval: each of 9 queries ranks 4 documents",
+        "Fidelity: cosine",
+        "Neighbours: the nearest document",
+    ] {
+        assert!(report.contains(line), "{line} not in:\n{report}");
+    }
+    assert_markdown_tables(&report);
+    assert!(report.contains("(task: embedding)") && report.contains("texts"), "{report}");
+}
+
+/// Token states pooled outside the graph: the Hugging Face hub layout (the model in `onnx/`, the tokenizer and the
+/// sentence-transformers files above it), feature-extraction outputs (`last_hidden_state` and BERT's pooler). With
+/// the folder's mean pooling, FP32 retrieves exactly as the same weights pooled in the graph; with its CLS pooling,
+/// otherwise. The pooling and the file it came from are said.
+#[test]
+fn token_states_are_pooled_as_the_folder_says() {
+    let mean = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
+    let (dir, hub) = folder(Head::Hidden { pooler: true }, "onnx/model.onnx", &mean);
+    let states = e2e(&hub, &dir.path().join("states"), &[]);
+    let e = &states["embedding"];
+    assert_eq!((e["output"].as_str(), e["token_states"].as_bool()), (Some("last_hidden_state"), Some(true)), "{e}");
+    assert_eq!(e["pooling"], "mean");
+    assert!(e["pooling_from"].as_str().unwrap().ends_with("1_Pooling/config.json"), "{e}");
+    let (pdir, pooled) = folder(Head::MeanPooled { torch_names: false }, "model.onnx", &mean);
+    let in_graph = e2e(&pooled, &pdir.path().join("pooled"), &[]);
+    assert_eq!(in_graph["embedding"]["output"], "sentence_embedding");
+    assert_eq!(retrieval(&states, "fp32"), retrieval(&in_graph, "fp32"), "mean pooling outside the graph = inside");
+    // The folder's CLS pooling, and --pooling over it.
+    let cls = [("modules.json", MODULES), ("1_Pooling/config.json", CLS), ("sentence_bert_config.json", LENGTH)];
+    let (cdir, hub_cls) = folder(Head::Hidden { pooler: true }, "onnx/model.onnx", &cls);
+    let first = e2e(&hub_cls, &cdir.path().join("cls"), &[]);
+    assert_eq!(first["embedding"]["pooling"], "cls");
+    assert_ne!(retrieval(&first, "fp32"), retrieval(&states, "fp32"));
+    let asked = e2e(&hub_cls, &cdir.path().join("asked"), &["--pooling", "mean"]);
+    assert_eq!(asked["embedding"]["pooling_from"], "--pooling");
+    assert_eq!(retrieval(&asked, "fp32"), retrieval(&states, "fp32"));
+}
+
+/// `qdq eval` on an embedding model: alone, its retrieval scores; with `--baseline`, the comparison e2e made.
+#[test]
+fn eval_measures_an_embedding_model_against_its_baseline() {
+    let files = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
+    let (dir, model) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &files);
+    let r = e2e(&model, &dir.path().join("out"), &[]);
+    let squad = testdata("squad/tiny-v1.1.json");
+    let q = dir.path().join("out/model_qdq.onnx");
+    // The run's folder carries the tokenizer and the sentence-transformers files: the same pooling and length.
+    assert!(dir.path().join("out/1_Pooling/config.json").is_file() && dir.path().join("out/vocab.txt").is_file());
+    let args = |baseline: bool| {
+        let mut a = vec!["eval", "--model", q.to_str().unwrap(), "--dataset", squad.to_str().unwrap(), "--json"];
+        if baseline {
+            a.extend(["--baseline", model.to_str().unwrap()]);
+        }
+        a
+    };
+    let alone = qdq(&args(false));
+    assert!(alone.status.success(), "{}", stderr(&alone));
+    let alone: Value = serde_json::from_slice(&alone.stdout).unwrap();
+    assert_eq!(alone["task"], "embedding");
+    let int8: Vec<f64> = retrieval(&r, "int8");
+    let ev = &alone["evaluation"]["retrieval"];
+    assert_eq!(ev["ndcg_at_10"].as_f64().unwrap(), int8[1], "{alone}");
+    let against = qdq(&args(true));
+    assert!(against.status.success(), "{}", stderr(&against));
+    let against: Value = serde_json::from_slice(&against.stdout).unwrap();
+    let (a, b) = (&against["vs_baseline"]["fidelity"], &r["embedding"]["fidelity"]);
+    assert_eq!(a["mean_cosine"], b["mean_cosine"], "the same models, texts and measures as e2e");
+    assert_eq!(against["vs_baseline"]["retrieval"]["difference"], r["embedding"]["retrieval"]["difference"]);
+}
+
+/// Text lines (no labels): fidelity and neighbours among the texts; JSONL queries with a corpus: retrieval by id.
+#[test]
+fn any_text_measures_fidelity_and_labelled_data_measures_retrieval() {
+    let files = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN)];
+    let (dir, model) = folder(Head::MeanPooled { torch_names: false }, "model.onnx", &files);
+    let texts = dir.path().join("texts.txt");
+    std::fs::write(&texts, "the cat sat\nthe café opened in paris\nwho owned the notebook\na river\nthe city\n")
+        .unwrap();
+    let t = texts.to_str().unwrap();
+    let run = |dataset: &str, out: &str, extra: &[&str]| {
+        let o = dir.path().join(out);
+        let m = model.to_str().unwrap();
+        let mut args =
+            vec!["e2e", "--model", m, "--dataset", dataset, "--calibration-data", t, "-o", o.to_str().unwrap()];
+        args.extend(extra);
+        args.push("--json");
+        qdq(&args)
+    };
+    let plain = run(t, "plain", &[]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let plain: Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let e = &plain["embedding"];
+    assert!(e["retrieval"].is_null(), "{e}");
+    assert_eq!(
+        (e["fidelity"]["texts"].as_u64(), e["fidelity"]["neighbours"]["among"].as_str()),
+        (Some(5), Some("texts"))
+    );
+    let (queries, corpus) = (dir.path().join("queries.jsonl"), dir.path().join("corpus.jsonl"));
+    std::fs::write(
+        &corpus,
+        "{\"id\": \"d1\", \"text\": \"the café opened\"}\n{\"id\": \"d2\", \"text\": \"a river\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &queries,
+        "{\"text\": \"when did it open\", \"relevant\": [\"d1\"]}\n{\"text\": \"water\", \"relevant\": [\"d2\"]}\n",
+    )
+    .unwrap();
+    let c = corpus.to_str().unwrap();
+    let labelled = run(queries.to_str().unwrap(), "labelled", &["--corpus", c]);
+    assert!(labelled.status.success(), "{}", stderr(&labelled));
+    let labelled: Value = serde_json::from_slice(&labelled.stdout).unwrap();
+    let r = &labelled["embedding"]["retrieval"];
+    assert_eq!((r["queries"].as_u64(), r["documents"].as_u64()), (Some(2), Some(2)), "{labelled}");
+    assert!(labelled["embedding"]["corpus"].as_str().unwrap().ends_with("corpus.jsonl"));
+    std::fs::write(&queries, "{\"text\": \"x\", \"relevant\": [\"d9\"]}\n").unwrap();
+    let e = one_error(&run(queries.to_str().unwrap(), "bad", &["--corpus", c]));
+    assert!(e.contains("queries.jsonl: line 1: relevant document `d9` is not in the corpus"), "{e}");
+}
+
+/// What cannot be told is one error naming every role that settles it, `embedding=` among them; a Dense module the
+/// graph does not hold is refused rather than silently left out.
+#[test]
+fn what_cannot_be_told_is_named() {
+    // Three outputs copying one classifier's logits: neither start / end, class logits nor an embedding.
+    let (dir, model) = folder(Head::Classifier { labels: 3 }, "model.onnx", &[]);
+    let mut m = onnx_ir::Model::load(model.join("model.onnx")).unwrap();
+    let g = m.graph_mut();
+    let logits = g.output[0].clone();
+    for name in ["a", "b", "c"] {
+        g.node.push(onnx_ir::node("Identity", &format!("copy_{name}"), &["logits"], &[name]));
+        g.output.push(onnx_ir::proto::ValueInfoProto { name: Some(name.into()), ..logits.clone() });
+    }
+    g.output.remove(0);
+    m.save(model.join("model.onnx")).unwrap();
+    let squad = testdata("squad/tiny-v1.1.json");
+    let s = squad.to_str().unwrap();
+    let out = dir.path().join("o");
+    let args = ["e2e", "--model", model.to_str().unwrap(), "--dataset", s, "-o", out.to_str().unwrap()];
+    let e = one_error(&qdq(&args));
+    assert!(e.contains("cannot tell the class logits among the outputs [a, b, c]") && e.contains("embedding="), "{e}");
+    let dense = r#"[{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]"#;
+    let (ddir, hub) = folder(
+        Head::Hidden { pooler: false },
+        "onnx/model.onnx",
+        &[("modules.json", dense), ("1_Pooling/config.json", MEAN)],
+    );
+    let out = ddir.path().join("o");
+    let args = ["e2e", "--model", hub.to_str().unwrap(), "--dataset", s, "-o", out.to_str().unwrap()];
+    let e = one_error(&qdq(&args));
+    assert!(e.contains("Dense module(s) (2_Dense)") && e.contains("sentence_embedding"), "{e}");
+}

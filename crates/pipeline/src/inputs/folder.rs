@@ -1,0 +1,241 @@
+//! What a sentence-transformers model folder says about its model (the files sentence-transformers writes beside the
+//! transformer): the modules in order (`modules.json`: Transformer -> Pooling -> [Dense] -> [Normalize]), the
+//! pooling (`1_Pooling/config.json`) and the longest input (`sentence_bert_config.json`'s `max_seq_length`).
+//! The folder is the model file's own, or its parent when the file sits in `onnx/` (the Hugging Face hub layout).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::disk::{parent_dir, read_bounded};
+use crate::error::{Error, Result};
+use crate::inputs::pooling::{PoolMode, Pooling};
+
+/// The folder a model file belongs to: its directory, or that directory's parent for a file in `onnx/` (or `onnx/*/`)
+/// whose parent holds the model's other files.
+pub fn model_folder(model: &Path) -> PathBuf {
+    let dir = parent_dir(model);
+    let has_files = |d: &Path| {
+        ["modules.json", "config.json", "tokenizer.json", "vocab.txt", "sentence_bert_config.json"]
+            .iter()
+            .any(|f| d.join(f).is_file())
+    };
+    for up in dir.ancestors().take(3).skip(1) {
+        let under_onnx = dir.strip_prefix(up).is_ok_and(|rest| rest.starts_with("onnx"));
+        if under_onnx && has_files(up) {
+            return up.to_path_buf();
+        }
+    }
+    dir.to_path_buf()
+}
+
+/// What the folder says, as far as it says it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FolderConfig {
+    /// The folder read.
+    pub folder: PathBuf,
+    /// The pooling of the Pooling module, and the file it came from.
+    pub pooling: Option<(Pooling, PathBuf)>,
+    /// A Normalize module follows the pooling.
+    pub normalize: bool,
+    /// Dense modules after the pooling (their weights are not in an ONNX graph that stops at the token states).
+    pub dense: Vec<String>,
+    /// `max_seq_length` of sentence_bert_config.json.
+    pub max_seq_length: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct Module {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type", default)]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+}
+
+#[derive(Deserialize)]
+struct SentenceBertConfig {
+    #[serde(default)]
+    max_seq_length: Option<usize>,
+}
+
+/// A JSON file of the folder, or `None` when there is none; an unreadable or malformed one is an error naming it.
+fn json<T: serde::de::DeserializeOwned>(path: &Path, expected: &str) -> Result<Option<T>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let bytes = read_bounded(path)?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Input { path: path.to_path_buf(), reason: format!("{e} (expected {expected})") })
+}
+
+impl FolderConfig {
+    /// Reads the sentence-transformers files of `folder` (none of them is required).
+    pub fn read(folder: &Path) -> Result<FolderConfig> {
+        let mut cfg = FolderConfig { folder: folder.to_path_buf(), ..Default::default() };
+        let modules_file = folder.join("modules.json");
+        let modules: Vec<Module> =
+            json(&modules_file, "sentence-transformers' list of modules: [{\"path\": ..., \"type\": ...}, ...]")?
+                .unwrap_or_default();
+        let kind = |m: &Module| m.kind.rsplit('.').next().unwrap_or_default().to_owned();
+        // Without modules.json, the folder sentence-transformers gives its pooling module by convention.
+        let pooling_dirs: Vec<PathBuf> = match modules.iter().filter(|m| kind(m) == "Pooling").collect::<Vec<_>>() {
+            found if !found.is_empty() => found.iter().map(|m| folder.join(&m.path)).collect(),
+            _ if modules.is_empty() => vec![folder.join("1_Pooling")],
+            _ => vec![],
+        };
+        for dir in pooling_dirs {
+            let file = dir.join("config.json");
+            let expected = "sentence-transformers' pooling config: {\"pooling_mode_mean_tokens\": true, ...}";
+            if let Some(p) = json::<PoolingConfig>(&file, expected)? {
+                cfg.pooling = Some((pooling_of(&p, &file)?, file));
+            }
+        }
+        cfg.normalize = modules.iter().any(|m| kind(m) == "Normalize");
+        cfg.dense = modules.iter().filter(|m| kind(m) == "Dense").map(|m| m.path.clone()).collect();
+        let sbert = folder.join("sentence_bert_config.json");
+        let expected = "sentence-transformers' {\"max_seq_length\": N, ...}";
+        cfg.max_seq_length = json::<SentenceBertConfig>(&sbert, expected)?.and_then(|c| c.max_seq_length);
+        if let Some((p, _)) = &mut cfg.pooling {
+            p.normalize = cfg.normalize;
+        }
+        Ok(cfg)
+    }
+}
+
+impl FolderConfig {
+    /// Writes the folder's sentence-transformers files (modules.json, sentence_bert_config.json,
+    /// config_sentence_transformers.json and the pooling's config) into `dir`, beside the models a run writes there,
+    /// so that folder is read as this one (the same pooling and length); files already there are left.
+    pub fn carry_to(&self, dir: &Path) -> Result<()> {
+        let mut files: Vec<PathBuf> =
+            ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"]
+                .iter()
+                .map(PathBuf::from)
+                .collect();
+        if let Some((_, file)) = &self.pooling
+            && let Ok(rel) = file.strip_prefix(&self.folder)
+        {
+            files.push(rel.to_path_buf());
+        }
+        for rel in files {
+            let (from, to) = (self.folder.join(&rel), dir.join(&rel));
+            if !from.is_file() || to.exists() || same_dir(&self.folder, dir) {
+                continue;
+            }
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::Output { path: parent.to_path_buf(), reason: e.to_string() })?;
+            }
+            crate::disk::write_atomic(&to, &read_bounded(&from)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether two paths name one directory.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// The modes a pooling config turns on, in the order sentence-transformers concatenates them.
+fn pooling_of(p: &PoolingConfig, file: &Path) -> Result<Pooling> {
+    let modes: Vec<PoolMode> = [
+        (p.pooling_mode_cls_token, PoolMode::Cls),
+        (p.pooling_mode_max_tokens, PoolMode::Max),
+        (p.pooling_mode_mean_tokens, PoolMode::Mean),
+        (p.pooling_mode_mean_sqrt_len_tokens, PoolMode::MeanSqrtLen),
+        (p.pooling_mode_weightedmean_tokens, PoolMode::WeightedMean),
+        (p.pooling_mode_lasttoken, PoolMode::LastToken),
+    ]
+    .into_iter()
+    .filter_map(|(on, m)| on.then_some(m))
+    .collect();
+    if modes.is_empty() {
+        return Err(Error::Input {
+            path: file.to_path_buf(),
+            reason: "turns on no pooling mode (pooling_mode_mean_tokens, pooling_mode_cls_token, ...)".into(),
+        });
+    }
+    Ok(Pooling { modes, normalize: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, file: &str, text: &str) {
+        let p = dir.join(file);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn a_sentence_transformers_folder_says_pooling_normalisation_and_length() {
+        let d = tempfile::tempdir().unwrap();
+        let modules = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]"#;
+        write(d.path(), "modules.json", modules);
+        write(
+            d.path(),
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+        );
+        write(d.path(), "sentence_bert_config.json", r#"{"max_seq_length": 256, "do_lower_case": false}"#);
+        let cfg = FolderConfig::read(d.path()).unwrap();
+        let (pooling, file) = cfg.pooling.unwrap();
+        assert_eq!(pooling, Pooling { modes: vec![PoolMode::Cls], normalize: true });
+        assert_eq!(file, d.path().join("1_Pooling/config.json"));
+        assert_eq!(cfg.max_seq_length, Some(256));
+        assert!(cfg.dense.is_empty());
+    }
+
+    #[test]
+    fn dense_modules_and_bad_files_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        write(
+            d.path(),
+            "modules.json",
+            r#"[{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]"#,
+        );
+        write(d.path(), "1_Pooling/config.json", r#"{"pooling_mode_mean_tokens": true}"#);
+        assert_eq!(FolderConfig::read(d.path()).unwrap().dense, ["2_Dense"]);
+        write(d.path(), "1_Pooling/config.json", r#"{"pooling_mode_mean_tokens": false}"#);
+        let e = FolderConfig::read(d.path()).unwrap_err().to_string();
+        assert!(e.contains("1_Pooling/config.json") && e.contains("no pooling mode"), "{e}");
+        write(d.path(), "modules.json", "[{");
+        let e = FolderConfig::read(d.path()).unwrap_err().to_string();
+        assert!(e.contains("modules.json") && e.contains("expected sentence-transformers' list of modules"), "{e}");
+    }
+
+    #[test]
+    fn a_model_in_onnx_belongs_to_the_folder_above() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "onnx/model.onnx", "");
+        write(d.path(), "tokenizer.json", "{}");
+        assert_eq!(model_folder(&d.path().join("onnx/model.onnx")), d.path());
+        // A folder of its own keeps its model; so does an `onnx/` whose parent holds nothing of the model's.
+        let e = tempfile::tempdir().unwrap();
+        write(e.path(), "onnx/model.onnx", "");
+        assert_eq!(model_folder(&e.path().join("onnx/model.onnx")), e.path().join("onnx"));
+        assert_eq!(model_folder(&d.path().join("tokenizer.json")), d.path());
+    }
+}

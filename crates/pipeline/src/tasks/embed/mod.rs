@@ -1,0 +1,235 @@
+//! Sentence-embedding models (search, RAG): which output holds the embedding and how token states are pooled
+//! ([`EmbedTask`]), the texts they are measured on ([`data`]), their embeddings ([`run`]), the measures
+//! ([`measure`]: cosine to FP32's, neighbours, retrieval) and the evaluation of FP32 against the quantized model
+//! ([`evaluate_embeddings`]), with its table ([`report`]).
+
+pub mod data;
+pub mod measure;
+pub mod report;
+pub mod run;
+pub mod speed;
+
+use std::path::Path;
+
+use ndarray::{Array2, ArrayView2, s};
+
+use qdq::roles::{EmbeddingOutput, FoundEmbedding};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::inputs::files::InputSet;
+use crate::inputs::pooling::{PoolMode, Pooling};
+use crate::inputs::squad::DataConfig;
+use crate::progress::Progress;
+use crate::steps::evaluate::{EvalOptions, Latency};
+use crate::tasks::embed::data::EmbedData;
+use crate::tasks::embed::data::Retrieval;
+use crate::tasks::embed::measure::{
+    Fidelity, Neighbours, PerQuery, RetrievalDifference, RetrievalScores, TOP_K, fidelity, neighbour_agreement,
+    rankings, unit_rows,
+};
+use crate::tasks::embed::run::{EmbeddingHead, embed_all};
+use crate::tasks::embed::speed::SpeedAt;
+use crate::tasks::{RanOn, Side};
+
+/// An embedding model's head as settled: the output, its pooling and where each came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedTask {
+    pub head: EmbeddingHead,
+    /// Why this output (said once, and in results.json).
+    pub why: String,
+    /// Where the pooling of token states came from (`--pooling`, the folder's config file, or the default).
+    pub pooling_from: Option<String>,
+}
+
+impl EmbedTask {
+    /// The head of `found`: token states get `--pooling`, else the pooling the model's folder configures, else mean
+    /// pooling with a warning; a folder whose modules put a Dense layer after the pooling cannot be followed from
+    /// token states (its weights are not in the graph), which is an error.
+    pub fn settle(found: FoundEmbedding, model_path: &Path, cfg: &DataConfig) -> Result<EmbedTask> {
+        let folder = &cfg.folder;
+        let (pooling, from) = match (&found.output, &cfg.pooling, &folder.pooling) {
+            (EmbeddingOutput::Pooled(_), asked, _) => {
+                if asked.is_some() {
+                    tracing::warn!(
+                        "--pooling applies to token states; `{}` is pooled in the graph",
+                        found.output.name()
+                    );
+                }
+                (None, None)
+            }
+            (EmbeddingOutput::TokenStates(_), Some(p), _) => {
+                (Some(Pooling { normalize: folder.normalize, ..p.clone() }), Some("--pooling".to_owned()))
+            }
+            (EmbeddingOutput::TokenStates(_), None, Some((p, file))) => {
+                (Some(p.clone()), Some(file.display().to_string()))
+            }
+            (EmbeddingOutput::TokenStates(o), None, None) => {
+                tracing::warn!(
+                    "{}: `{o}` holds token states and no 1_Pooling/config.json says how to pool them: mean pooling \
+                     (--pooling cls|max|mean to choose)",
+                    model_path.display()
+                );
+                (Some(Pooling { modes: vec![PoolMode::Mean], normalize: folder.normalize }), Some("default".into()))
+            }
+        };
+        if pooling.is_some() && !folder.dense.is_empty() {
+            return Err(Error::Input {
+                path: model_path.to_path_buf(),
+                reason: format!(
+                    "`{}` holds token states, but {} puts Dense module(s) ({}) after the pooling, whose weights are \
+                     not in the graph: export the model with its sentence embedding (sentence-transformers' \
+                     `sentence_embedding` output) and give that",
+                    found.output.name(),
+                    folder.folder.join("modules.json").display(),
+                    folder.dense.join(", ")
+                ),
+            });
+        }
+        Ok(EmbedTask { head: EmbeddingHead { output: found.output, pooling }, why: found.why, pooling_from: from })
+    }
+
+    /// One line saying what is embedded, for the log.
+    pub fn describe(&self) -> String {
+        match (&self.head.output, &self.head.pooling) {
+            (EmbeddingOutput::TokenStates(o), Some(p)) => format!(
+                "sentence embeddings: token states `{o}` ({}), {p} pooling (from {})",
+                self.why,
+                self.pooling_from.as_deref().unwrap_or("?")
+            ),
+            (o, _) => format!("sentence embeddings: `{}` ({})", o.name(), self.why),
+        }
+    }
+}
+
+/// One model's side of an embedding evaluation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EmbeddingModel {
+    #[serde(flatten)]
+    pub ran: RanOn,
+    /// Time per text over every text embedded (batches of similar length).
+    pub latency: Latency,
+    /// Its retrieval scores, on retrieval data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrieval: Option<RetrievalScores>,
+}
+
+/// Retrieval on labelled data: the quantized model against FP32, query by query.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RetrievalEval {
+    pub queries: usize,
+    pub documents: usize,
+    /// The quantized model's scores minus FP32's, each with its paired 95 % interval, and the share kept.
+    pub difference: RetrievalDifference,
+}
+
+/// An embedding model's evaluation (results.json `embedding`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EmbeddingEval {
+    /// The texts (queries) evaluated on, and the corpus file when it is another.
+    pub data: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<String>,
+    /// The output read, whether it is pooled in the graph or token states, the pooling applied and why.
+    pub output: String,
+    pub token_states: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooling: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooling_from: Option<String>,
+    pub detected: String,
+    /// Longest text in tokens.
+    pub seq_len: usize,
+    pub texts: usize,
+    pub fp32: EmbeddingModel,
+    pub int8: EmbeddingModel,
+    pub fidelity: Fidelity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrieval: Option<RetrievalEval>,
+    /// The quantized model against FP32 timed in alternation, at one text and at a batch, at the longest length.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub speed: Vec<SpeedAt>,
+}
+
+/// One model's embeddings of every text of `set` (unit rows), with its side of the evaluation.
+pub fn embed_side(
+    side: Side,
+    task: &EmbedTask,
+    set: &InputSet,
+    opts: &EvalOptions,
+    (stage, progress): (&str, &dyn Progress),
+) -> Result<(EmbeddingModel, Array2<f32>)> {
+    let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
+    let name = side.path.display().to_string();
+    let (vectors, latency, ran) = embed_all(side.path, &name, &task.head, set, &o, (stage, progress))?;
+    let model = EmbeddingModel { ran, latency, retrieval: None };
+    Ok((model, unit_rows(&vectors)))
+}
+
+/// The queries' and the documents' rows of `m` (retrieval data: queries first).
+fn split(m: &Array2<f32>, queries: usize) -> (ArrayView2<'_, f32>, ArrayView2<'_, f32>) {
+    (m.slice(s![..queries, ..]), m.slice(s![queries.., ..]))
+}
+
+/// One model's retrieval scores on `r` from its embeddings `m` (unit rows, queries first).
+pub fn retrieval_of(m: &Array2<f32>, r: &Retrieval) -> (PerQuery, Vec<Vec<usize>>) {
+    let (q, d) = split(m, r.queries);
+    let top = rankings(q, d, TOP_K, false);
+    (PerQuery::of(&top, r), top)
+}
+
+/// How `b`'s embeddings compare with `a`'s (unit rows of the same texts): the neighbours and, on retrieval data, the
+/// retrieval of each (set into `sides`) and their difference.
+fn compare(
+    (a, b): (&Array2<f32>, &Array2<f32>),
+    data: &EmbedData,
+    sides: (&mut EmbeddingModel, &mut EmbeddingModel),
+) -> (Neighbours, Option<RetrievalEval>) {
+    match &data.retrieval {
+        Some(r) => {
+            let ((pa, ta), (pb, tb)) = (retrieval_of(a, r), retrieval_of(b, r));
+            sides.0.retrieval = Some(pa.scores());
+            sides.1.retrieval = Some(pb.scores());
+            let documents = a.nrows() - r.queries;
+            let eval = RetrievalEval { queries: r.queries, documents, difference: RetrievalDifference::of(&pb, &pa) };
+            (neighbour_agreement(&ta, &tb, "documents"), Some(eval))
+        }
+        None => {
+            let n = a.nrows().min(measure::NEIGHBOUR_TEXTS);
+            let (sa, sb) = (a.slice(s![..n, ..]), b.slice(s![..n, ..]));
+            let (ta, tb) = (rankings(sa, sa, TOP_K, true), rankings(sb, sb, TOP_K, true));
+            (neighbour_agreement(&ta, &tb, "texts"), None)
+        }
+    }
+}
+
+/// Both models' embeddings of `data` (as `set`) and how they compare: fidelity, neighbours, retrieval.
+pub fn evaluate_embeddings(
+    (fp32, int8): (Side, Side),
+    task: &EmbedTask,
+    data: &EmbedData,
+    set: &InputSet,
+    opts: &EvalOptions,
+    progress: &dyn Progress,
+) -> Result<EmbeddingEval> {
+    let (mut fp32_model, a) = embed_side(fp32, task, set, opts, ("FP32", progress))?;
+    let (mut int8_model, b) = embed_side(int8, task, set, opts, ("INT8", progress))?;
+    progress.note("comparing the embeddings (cosine, neighbours, retrieval)");
+    let (neighbours, retrieval) = compare((&a, &b), data, (&mut fp32_model, &mut int8_model));
+    Ok(EmbeddingEval {
+        data: data.path.display().to_string(),
+        corpus: data.retrieval.as_ref().and_then(|r| r.corpus.as_ref()).map(|c| c.display().to_string()),
+        output: task.head.output.name().to_owned(),
+        token_states: matches!(task.head.output, EmbeddingOutput::TokenStates(_)),
+        pooling: task.head.pooling.as_ref().map(ToString::to_string),
+        pooling_from: task.pooling_from.clone(),
+        detected: task.why.clone(),
+        seq_len: (0..set.len()).map(|i| set.row_len(i)).max().unwrap_or(0),
+        texts: set.len(),
+        fp32: fp32_model,
+        int8: int8_model,
+        fidelity: fidelity(a.view(), b.view(), &data.texts, neighbours),
+        retrieval,
+        speed: vec![],
+    })
+}

@@ -1,0 +1,80 @@
+//! The outputs of sentence-embedding models (issue 61): which one holds the embedding, in every form exporters write
+//! (a pooled output by name, one pooled in the graph under a generated name beside copies of the inputs, token states
+//! alone, token states beside BERT's pooler), and that question-answering models and classifiers have none.
+
+use onnx_ir::tiny_bert::{Head, LayerNormKind, TinyBertConfig, build};
+use qdq::roles::{EmbeddingOutput, NamedRoles, echo_outputs, embedding_output};
+
+use crate::common::*;
+
+fn model(head: Head, layer_norm: LayerNormKind) -> onnx_ir::Model {
+    build(&TinyBertConfig { head, ..tiny_config(layer_norm) })
+}
+
+fn found(m: &onnx_ir::Model, pooling_asked: bool) -> Option<EmbeddingOutput> {
+    embedding_output(m.graph(), &NamedRoles::default(), pooling_asked).unwrap().map(|f| f.output)
+}
+
+#[test]
+fn every_export_form_gives_its_embedding_output() {
+    for ln in [LayerNormKind::Decomposed, LayerNormKind::Fused] {
+        // sentence-transformers' names: the pooled output wins, whether or not a pooling is asked for.
+        let st = model(Head::MeanPooled { torch_names: false }, ln);
+        assert_eq!(found(&st, false), Some(EmbeddingOutput::Pooled("sentence_embedding".into())), "{ln:?}");
+        assert_eq!(found(&st, true), Some(EmbeddingOutput::Pooled("sentence_embedding".into())), "{ln:?}");
+        // PyTorch's names: the ids and the mask copied through, the states undeclared, the mean numbered.
+        let torch = model(Head::MeanPooled { torch_names: true }, ln);
+        assert_eq!(echo_outputs(torch.graph()), ["output", "mask_copy"]);
+        assert_eq!(found(&torch, false), Some(EmbeddingOutput::Pooled("17".into())), "{ln:?}");
+        // With --pooling the caller pools the token states itself.
+        assert_eq!(found(&torch, true), Some(EmbeddingOutput::TokenStates("onnx::Shape_9".into())), "{ln:?}");
+        // Feature extraction: the token states, never BERT's pooler (a dense layer after [CLS]).
+        let hidden = model(Head::Hidden { pooler: true }, ln);
+        assert_eq!(found(&hidden, false), Some(EmbeddingOutput::TokenStates("last_hidden_state".into())), "{ln:?}");
+        let alone = model(Head::Hidden { pooler: false }, ln);
+        assert_eq!(found(&alone, false), Some(EmbeddingOutput::TokenStates("last_hidden_state".into())), "{ln:?}");
+    }
+}
+
+#[test]
+fn question_answering_models_and_classifiers_have_no_embedding() {
+    for head in [Head::Qa, Head::QaStacked, Head::Classifier { labels: 3 }, Head::Token { labels: 5 }] {
+        let m = model(head, LayerNormKind::Decomposed);
+        assert_eq!(found(&m, false), None, "{head:?}");
+        assert!(echo_outputs(m.graph()).is_empty(), "{head:?}");
+    }
+    // Two outputs in order are a QA head's start and end, unless they are an encoder's states and pooler.
+    let two = model(Head::Hidden { pooler: true }, LayerNormKind::Fused);
+    assert!(qdq::roles::logit_roles(two.graph(), &NamedRoles::default()).is_err());
+    let qa = model(Head::Qa, LayerNormKind::Fused);
+    assert!(qdq::roles::logit_roles(qa.graph(), &NamedRoles::default()).is_ok());
+}
+
+#[test]
+fn a_named_embedding_is_taken_by_its_rank_and_an_unknown_name_is_refused() {
+    let m = model(Head::MeanPooled { torch_names: false }, LayerNormKind::Fused);
+    let named = |n: &str| NamedRoles { embedding: Some(n.into()), ..Default::default() };
+    let get = |n: &str| embedding_output(m.graph(), &named(n), false);
+    assert_eq!(
+        get("token_embeddings").unwrap().unwrap().output,
+        EmbeddingOutput::TokenStates("token_embeddings".into())
+    );
+    assert_eq!(
+        get("sentence_embedding").unwrap().unwrap().output,
+        EmbeddingOutput::Pooled("sentence_embedding".into())
+    );
+    let e = get("pooled").unwrap_err().to_string();
+    assert!(e.contains("no output `pooled`") && e.contains("sentence_embedding"), "{e}");
+}
+
+/// A quantized model keeps its outputs: `qdq eval` finds the embedding in it as in the FP32 model.
+#[test]
+fn the_quantized_model_gives_the_same_embedding_output() {
+    let fp32 = model(Head::MeanPooled { torch_names: true }, LayerNormKind::Fused);
+    for preset in ["cpu", "tensorrt"] {
+        let policy = unsmoothed(preset);
+        let tensors = qdq::tensors_to_calibrate(&fp32, &policy).unwrap();
+        let (q, _) = qdq::quantize(&fp32, &observed_ranges(&fp32, &tensors), &policy).unwrap();
+        assert_eq!(found(&q, false), Some(EmbeddingOutput::Pooled("17".into())), "{preset}");
+    }
+}
