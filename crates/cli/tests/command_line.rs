@@ -297,6 +297,11 @@ fn every_command_speaks_json() {
     assert!(d["low"].as_f64().unwrap() <= delta && delta <= d["high"].as_f64().unwrap(), "{b}");
     assert_eq!(d["questions"], b["questions"], "{b}");
     assert!(b["vs_baseline"]["exact_match"]["se"].as_f64().is_some(), "{b}");
+    let same = &b["vs_baseline"]["same_answers"];
+    assert_eq!(same["questions"], b["questions"], "{b}");
+    let (low, share, high) =
+        (same["low"].as_f64().unwrap(), same["share"].as_f64().unwrap(), same["high"].as_f64().unwrap());
+    assert!(low <= share && share <= high && high <= 1.0, "{b}");
     let i = json(&["inspect", out.to_str().unwrap()]);
     assert_eq!(i["schema"], "qdq.inspect/1");
     let mut args = e2e_args(&f, "e2e", vocab, data);

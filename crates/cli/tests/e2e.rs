@@ -25,10 +25,10 @@ fn e2e_prints_the_table_and_writes_every_output() {
     assert!(table[2].starts_with("| FP32 ") && table[3].starts_with("| INT8 (QDQ) | cpu |"), "{stdout}");
     // dF1 with its 95 % interval, which holds the difference; the notes under the table say what it means.
     assert!(table[0].contains("dF1 [95 %]"), "{stdout}");
-    let cell: Vec<&str> = table[3].split('|').map(str::trim).filter(|c| c.contains('[')).collect();
-    assert_eq!(cell.len(), 1, "{stdout}");
+    let column = table[0].split('|').position(|c| c.trim() == "dF1 [95 %]").unwrap();
+    let cell = table[3].split('|').nth(column).unwrap();
     let numbers: Vec<f64> =
-        cell[0].split(['[', ',', ']']).filter_map(|n| n.trim().trim_start_matches('+').parse().ok()).collect();
+        cell.split(['[', ',', ']']).filter_map(|n| n.trim().trim_start_matches('+').parse().ok()).collect();
     assert!(numbers.len() == 3 && numbers[1] <= numbers[0] && numbers[0] <= numbers[2], "{stdout}");
     assert!(stdout.contains("over these 9 questions"), "{stdout}");
     let out = f.dir.path().join("out");
@@ -54,6 +54,19 @@ fn e2e_prints_the_table_and_writes_every_output() {
     assert!(low <= delta && delta <= high && (delta - numbers[0]).abs() < 0.006, "{f1}");
     let dropped = results["fp32"]["f1"].as_f64().unwrap() - results["int8"]["f1"].as_f64().unwrap();
     assert!((dropped + delta).abs() < 1e-6, "{f1} vs {dropped}");
+    // The share of answers identical to FP32's (issue 61), as the two predictions files say, with its interval.
+    let read = |f: &str| -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(out.join(f)).unwrap()).unwrap()
+    };
+    let (fp32, int8) = (read("predictions_fp32.json"), read("predictions_int8.json"));
+    let same = fp32.iter().filter(|(id, a)| int8.get(*id) == Some(*a)).count();
+    let s = &results["int8_vs_fp32"]["same_answers"];
+    assert_eq!((s["share"].as_f64().unwrap(), s["questions"].as_u64()), (same as f64 / 9.0, Some(9)), "{s}");
+    assert!(s["low"].as_f64().unwrap() <= s["share"].as_f64().unwrap() && s["share"].as_f64() <= s["high"].as_f64());
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("answers = FP32 [95 %]") && report.contains(&format!("{:.2} %", 100.0 * same as f64 / 9.0))
+    );
     // report.md is Markdown a reader renders: its tables hold the table rows and nothing else.
     assert_markdown_tables(&std::fs::read_to_string(out.join("report.md")).unwrap());
     // No --policy: the preset made for the EP (--ep defaults to cpu), and the run says so.

@@ -38,7 +38,7 @@
 
 mod paired;
 
-pub use paired::{PairedDifference, paired_difference};
+pub use paired::{PairedDifference, Proportion, paired_difference};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;

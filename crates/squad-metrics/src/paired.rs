@@ -69,6 +69,46 @@ impl PairedDifference {
     }
 }
 
+/// A share of questions (0-1) with its 95 % interval (Wilson's score interval, which stays inside 0..1 and is not
+/// empty at a share of 0 or 1): how many answers two models share, say.
+///
+/// ```
+/// let p = qdq_squad_metrics::Proportion::of(930, 1000);
+/// assert!((p.share - 0.93).abs() < 1e-12 && p.low < 0.93 && p.high > 0.93);
+/// assert!((p.high - p.low - 0.0317).abs() < 1e-3);
+/// assert_eq!(p.describe(), "93.00 % [91.25, 94.42]");
+/// let all = qdq_squad_metrics::Proportion::of(50, 50);
+/// assert!(all.high == 1.0 && all.low < 1.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Proportion {
+    pub share: f64,
+    pub low: f64,
+    pub high: f64,
+    /// Questions counted.
+    pub questions: usize,
+}
+
+impl Proportion {
+    /// `k` of `n` questions (none of none: a share of 1 with the interval 0..1).
+    pub fn of(k: usize, n: usize) -> Proportion {
+        if n == 0 {
+            return Proportion { share: 1.0, low: 0.0, high: 1.0, questions: 0 };
+        }
+        const Z: f64 = 1.959_963_984_540_054;
+        let (p, n_f) = (k as f64 / n as f64, n as f64);
+        let denominator = 1.0 + Z * Z / n_f;
+        let centre = (p + Z * Z / (2.0 * n_f)) / denominator;
+        let half = Z * (p * (1.0 - p) / n_f + Z * Z / (4.0 * n_f * n_f)).sqrt() / denominator;
+        Proportion { share: p, low: (centre - half).max(0.0), high: (centre + half).min(1.0), questions: n }
+    }
+
+    /// `93.00 % [91.25, 94.42]`.
+    pub fn describe(&self) -> String {
+        format!("{:.2} % [{:.2}, {:.2}]", 100.0 * self.share, 100.0 * self.low, 100.0 * self.high)
+    }
+}
+
 /// The 97.5 % quantile of Student's t with `df` degrees of freedom: the table up to 30, then a Cornish-Fisher
 /// expansion around the normal's 1.96 (within 1e-4 of the table from 31 on).
 fn t_975(df: usize) -> f64 {

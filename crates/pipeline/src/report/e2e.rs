@@ -106,7 +106,20 @@ impl E2eResults {
         let main = precision_label(&self.quantization.precision);
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        t.set_header(["model", "EP", "EM", "F1", "dF1 [95 %]", "ms/feature", "p50", "p90", "features/s", "size (MB)"]);
+        let same = "answers = FP32 [95 %]";
+        t.set_header([
+            "model",
+            "EP",
+            "EM",
+            "F1",
+            "dF1 [95 %]",
+            same,
+            "ms/feature",
+            "p50",
+            "p90",
+            "features/s",
+            "size (MB)",
+        ]);
         let mut rows = vec![("FP32".to_owned(), &self.fp32, None), (int8.to_owned(), &self.int8, self.int8_vs_fp32)];
         let method = self.calibration.as_ref().map(|c| c.method.as_str());
         let others = !(self.compared_methods.is_empty() && self.compared_precisions.is_empty());
@@ -141,6 +154,7 @@ impl E2eResults {
                 format!("{:.2}", r.score.exact_match),
                 format!("{:.2}", r.score.f1),
                 d,
+                vs.map_or(String::new(), |c| c.same_answers.describe()),
                 format!("{:.2}", r.latency.ms_per_feature),
                 format!("{:.2}", r.latency.p50_ms_per_feature),
                 format!("{:.2}", r.latency.p90_ms_per_feature),
@@ -181,7 +195,9 @@ impl E2eResults {
         if let Some(c) = &self.int8_vs_fp32 {
             text.push_str(&format!(
                 "\ndF1 [95 %]: F1 minus FP32's, with the 95 % interval of that difference over these {} questions \
-                 (paired: each question's F1 against FP32's; it is as wide as which answers happen to flip).\n",
+                 (paired: each question's F1 against FP32's; it is as wide as which answers happen to flip). answers = \
+                 FP32: the questions answered with FP32's very text, the fidelity measure these questions resolve \
+                 where F1 cannot.\n",
                 c.f1.questions
             ));
         }

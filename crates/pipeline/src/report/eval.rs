@@ -199,10 +199,12 @@ impl fmt::Display for SquadEvalReport {
             let d = &b.difference;
             write!(
                 f,
-                "\nAgainst the baseline on the same {} questions: dF1 {}, dEM {} (95 % intervals, paired by question)",
+                "\nAgainst the baseline on the same {} questions: dF1 {}, dEM {} (95 % intervals, paired by question); the \
+                 baseline's answer on {} of them",
                 d.f1.questions,
                 d.f1.describe(),
-                d.exact_match.describe()
+                d.exact_match.describe(),
+                d.same_answers.describe()
             )?;
             if let Some(undecided) = d.undecided("the model", "the baseline") {
                 write!(f, "\n{undecided}")?;

@@ -52,6 +52,10 @@ pub struct Scored {
     pub delta_f1_se: f64,
     /// The 95 % interval of `delta_f1` over the questions scored (paired, Student's t).
     pub delta_f1_interval: (f64, f64),
+    /// Questions answered as FP32 answers them, with its 95 % interval (over the questions scored; a screen's
+    /// estimate counts FP32's answers to the others as the same).
+    #[serde(default)]
+    pub same_answers: squad_metrics::Proportion,
     /// Milliseconds of wall time per feature in the evaluation: a throughput pass with one one-thread session per
     /// core side by side, minutes apart from FP32's (`speedup` is the comparison).
     pub ms_per_feature: f64,
@@ -231,6 +235,7 @@ impl TuneReport {
             "EM",
             "F1",
             "dF1 [95 %]",
+            "answers = FP32 [95 %]",
             "questions",
             "ms/feature",
             "vs FP32 (median, range)",
@@ -251,6 +256,7 @@ impl TuneReport {
                         format!("{:+.2} [{:+.2}, {:+.2}]", s.delta_f1, s.delta_f1_interval.0, s.delta_f1_interval.1)
                     }
                 },
+                s.same_answers.describe(),
                 if s.screen_only { format!("{} (screen)", s.questions_scored) } else { s.questions_scored.to_string() },
                 format!("{:.2}", s.ms_per_feature),
                 c.timed.speedup.describe(),
@@ -259,7 +265,7 @@ impl TuneReport {
                 c.timed.float_nodes.last().cloned().unwrap_or_else(|| c.timed.policy_options.join(", ")),
             ]);
         }
-        for col in 1..=9 {
+        for col in 1..=10 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
@@ -388,6 +394,7 @@ mod tests {
                 delta_f1,
                 delta_f1_se: 0.1,
                 delta_f1_interval: (delta_f1 - 0.2, delta_f1 + 0.2),
+                same_answers: squad_metrics::Proportion::of(90, 100),
                 ms_per_feature: 10.0,
                 questions_scored: 100,
                 screen_only: false,

@@ -128,12 +128,14 @@ impl Measure<'_> {
         let Score { exact_match, f1, .. } = Score::of(&q.gold, answers, q.v2);
         let per_question = squad_metrics::question_f1(&q.gold, answers, q.v2);
         let paired = squad_metrics::paired_difference(&per_question, &q.fp32_questions);
+        let same = q.gold.questions().filter(|g| answers.get(&g.id) == q.fp32.predictions.get(&g.id)).count();
         Scored {
             exact_match,
             f1,
             delta_f1: f1 - q.fp32.score.f1,
             delta_f1_se: paired.se,
             delta_f1_interval: (paired.low, paired.high),
+            same_answers: squad_metrics::Proportion::of(same, q.gold.num_questions()),
             ms_per_feature,
             questions_scored,
             screen_only: false,

@@ -442,6 +442,7 @@ mod tests {
                 delta_f1: delta,
                 delta_f1_se: 0.1,
                 delta_f1_interval: (delta - 0.2, delta + 0.2),
+                same_answers: squad_metrics::Proportion::of(90, 100),
                 ms_per_feature: 5.0,
                 questions_scored: n,
                 screen_only: on == Questions::Screen && self.screen.is_some(),
