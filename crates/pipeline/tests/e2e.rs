@@ -1574,3 +1574,52 @@ fn pytorch_exports_of_bert_and_albert_are_quantized_as_their_graphs_mean() {
         }
     }
 }
+
+/// Issue 61, a form the reference model does not have: the Hugging Face hub layout with a tokenizer.json and no
+/// vocab.txt, three inputs (token type ids fed 0), the token states alone with CLS pooling in the folder's config,
+/// and texts longer than the folder's max_seq_length (cut to it). Everything is found without a setting.
+#[test]
+fn a_hub_folder_with_tokenizer_json_and_three_inputs_embeds_with_its_pooling() {
+    use onnx_ir::tiny_bert::Head;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("bge-like");
+    std::fs::create_dir_all(root.join("onnx")).unwrap();
+    std::fs::create_dir_all(root.join("1_Pooling")).unwrap();
+    let cfg =
+        TinyBertConfig { max_positions: 64, type_vocab: 2, head: Head::Hidden { pooler: false }, ..Default::default() };
+    build(&cfg).save(root.join("onnx/model.onnx")).unwrap();
+    squad::SquadTokenizer::from_vocab(testdata("squad/vocab.txt"), true)
+        .unwrap()
+        .save_tokenizer_json(root.join("tokenizer.json"))
+        .unwrap();
+    std::fs::write(root.join("1_Pooling/config.json"), r#"{"pooling_mode_cls_token": true}"#).unwrap();
+    std::fs::write(root.join("sentence_bert_config.json"), r#"{"max_seq_length": 20}"#).unwrap();
+    let model = qdq_pipeline::resolve_model(&root).unwrap();
+    assert_eq!(model, root.join("onnx/model.onnx"));
+    let settings = DataSettings {
+        vocab: None,
+        seq_len: None,
+        query_len: None,
+        doc_stride: None,
+        io_names: IoNames::Auto,
+        ..data_settings()
+    };
+    let mut c = config(model.clone(), dir.path().join("out"), "cpu");
+    c.data = settings.config(&model).unwrap();
+    assert_eq!(
+        (c.data.tokenizer_json.as_deref(), c.data.features.max_seq_len),
+        (Some(root.join("tokenizer.json").as_path()), 20)
+    );
+    let r = qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap();
+    assert_eq!(r.task, "embedding");
+    let e = r.embedding.unwrap();
+    assert_eq!((e.output.as_str(), e.token_states, e.pooling.as_deref()), ("last_hidden_state", true, Some("cls")));
+    assert_eq!(e.seq_len, 20, "the paragraphs (up to 100 tokens) cut to max_seq_length");
+    let r = e.retrieval.unwrap();
+    assert_eq!((r.queries, r.documents, e.fidelity.texts), (9, 4, 13));
+    assert!(e.fidelity.mean_cosine > 0.9, "{:?}", e.fidelity);
+    // The run's folder is read as the model's: its tokenizer and pooling carried beside model_qdq.onnx.
+    for f in ["tokenizer.json", "1_Pooling/config.json", "sentence_bert_config.json"] {
+        assert!(dir.path().join("out").join(f).is_file(), "{f}");
+    }
+}

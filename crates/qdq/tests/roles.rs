@@ -36,6 +36,24 @@ fn every_export_form_gives_its_embedding_output() {
     }
 }
 
+/// The other graph forms (Gemm layers, ONNX Runtime's fused ops, whose outputs' ranks the graph does not declare):
+/// the pooled output is found behind the fused SkipLayerNormalization as behind a LayerNorm.
+#[test]
+fn every_graph_form_gives_its_pooled_output() {
+    use onnx_ir::tiny_bert::GraphForm;
+    for form in [GraphForm::Hf, GraphForm::Gemm, GraphForm::OrtFused] {
+        let cfg = TinyBertConfig {
+            form,
+            type_vocab: 2,
+            head: Head::MeanPooled { torch_names: true },
+            ..tiny_config(LayerNormKind::Fused)
+        };
+        let m = build(&cfg);
+        assert_eq!(found(&m, false), Some(EmbeddingOutput::Pooled("17".into())), "{form:?}");
+        assert_eq!(found(&m, true), Some(EmbeddingOutput::TokenStates("onnx::Shape_9".into())), "{form:?}");
+    }
+}
+
 #[test]
 fn question_answering_models_and_classifiers_have_no_embedding() {
     for head in [Head::Qa, Head::QaStacked, Head::Classifier { labels: 3 }, Head::Token { labels: 5 }] {

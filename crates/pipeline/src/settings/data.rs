@@ -126,7 +126,9 @@ impl DataSettings {
         say_fixed_batch(model, declared.batch);
         let folder = FolderConfig::read(&model_folder(model))?;
         let seq_len = self.seq_len(model, declared, positions, folder.max_seq_length)?;
-        let features = self.windows(seq_len)?;
+        // A sentence-transformers folder's length is a text's, not a SQuAD window's: its windows are not worth a line.
+        let embedding_folder = folder.max_seq_length.is_some() && self.seq_len.is_none() && declared.seq_len.is_none();
+        let features = self.windows(seq_len, !embedding_folder)?;
         features.validate()?;
         let (vocab, tokenizer_json) = self.tokenizer_files(model, &folder.folder);
         Ok(DataConfig {
@@ -220,7 +222,7 @@ impl DataSettings {
 
     /// The window settings for features of `seq_len` tokens: --query-len and --doc-stride as given (checked to fit, the
     /// error naming the flags), else their defaults scaled down for a short sequence (logged when they are).
-    fn windows(&self, seq_len: usize) -> Result<FeatureConfig> {
+    fn windows(&self, seq_len: usize, say: bool) -> Result<FeatureConfig> {
         // [CLS], [SEP], [SEP] and at least one query and one context token.
         if seq_len < 5 {
             return Err(Error::Usage(format!(
@@ -240,7 +242,7 @@ impl DataSettings {
             Some(q) => q,
             None => {
                 let q = DEFAULT_QUERY_LEN.min(seq_len / 2).min(seq_len - 4);
-                if q < DEFAULT_QUERY_LEN {
+                if q < DEFAULT_QUERY_LEN && say {
                     tracing::info!("--seq-len {seq_len}: queries of at most {q} tokens (--query-len; default 64)");
                 }
                 q
@@ -252,10 +254,12 @@ impl DataSettings {
             Some(s) => s,
             None if window <= DEFAULT_DOC_STRIDE => {
                 let s = (window / 2).max(1);
-                tracing::info!(
-                    "windows of {window} context tokens: a step of {s} tokens between them (--doc-stride; default 128), \
-                     so they overlap"
-                );
+                if say {
+                    tracing::info!(
+                        "windows of {window} context tokens: a step of {s} tokens between them (--doc-stride; default \
+                         128), so they overlap"
+                    );
+                }
                 s
             }
             None => DEFAULT_DOC_STRIDE,

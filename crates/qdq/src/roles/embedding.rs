@@ -124,8 +124,9 @@ pub fn embedding_output(
         .iter()
         .copied()
         .filter(|o| {
-            ranks.get(*o) == Some(&3)
-                && (STATE_NAMES.contains(&lower(o).as_str()) || written_by_layer_norm(&ix, o).is_some())
+            let by_layer_norm = written_by_layer_norm(&ix, o).is_some();
+            let rank3 = ranks.get(*o).map_or(by_layer_norm, |r| *r == 3);
+            rank3 && (STATE_NAMES.contains(&lower(o).as_str()) || by_layer_norm)
         })
         .collect();
     if let (true, [one]) = (pooling_asked, states.as_slice()) {
@@ -185,8 +186,14 @@ fn pooled_from(ix: &GraphIndex, ranks: &HashMap<String, usize>, output: &str) ->
         if !seen.insert(t.clone()) || seen.len() > 512 {
             continue;
         }
-        let states_here = written_by_layer_norm(ix, &t).is_some() || ix.is_graph_output(&t);
-        if t != output && ranks.get(&t) == Some(&3) && states_here && computed_by_encoder(ix, &t) {
+        // Token states: rank 3, or of a rank the graph does not tell (ONNX Runtime's fused ops, reshapes to shapes
+        // computed at run time) when a LayerNorm writes them.
+        let by_layer_norm = written_by_layer_norm(ix, &t).is_some();
+        let rank3 = match ranks.get(&t) {
+            Some(r) => *r == 3,
+            None => by_layer_norm,
+        };
+        if t != output && rank3 && (by_layer_norm || ix.is_graph_output(&t)) && computed_by_encoder(ix, &t) {
             states.insert(t);
             continue;
         }
