@@ -3,9 +3,12 @@
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
+use crate::inputs::squad::Comparison;
 use crate::job::Report;
 use crate::report::ops::op_table;
-use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, OtherEp, QuantizationSummary};
+use crate::report::results::{
+    CalibrationSummary, E2eResults, ModelResult, OVERLAP_EFFECT, OtherEp, QuantizationSummary,
+};
 use crate::settings::policy::Mode;
 use crate::steps::evaluate::ep_label;
 use crate::tasks::classify::ClassifierEval;
@@ -80,6 +83,9 @@ pub(crate) fn precision_label(precision: &str) -> String {
     }
 }
 
+/// One row of the SQuAD table: its name, the model's result, its comparison with FP32.
+type SquadRow<'a> = (String, &'a Option<ModelResult>, Option<Comparison>);
+
 impl E2eResults {
     /// The quantized model's row name: `INT8 (QDQ)`, `FP8 E4M3FN (QDQ)`, `INT8 (dynamic)`.
     fn quantized_label(&self) -> String {
@@ -98,6 +104,31 @@ impl E2eResults {
             (_, Some(e)) => embedding_table(e, &int8),
             _ => self.squad_table(&int8),
         }
+    }
+
+    /// The SQuAD table's rows (name, result, comparison with FP32) and how many of them are on the first EP: FP32,
+    /// the main model, `--compare-methods`' and `--precision`'s others, then FP32 and the main model on each other EP.
+    fn squad_rows(&self, int8: &str, main: &str) -> (Vec<SquadRow<'_>>, usize) {
+        let mut rows = vec![("FP32".to_owned(), &self.fp32, None), (int8.to_owned(), &self.int8, self.int8_vs_fp32)];
+        let method = self.calibration.as_ref().map(|c| c.method.as_str());
+        let others = !(self.compared_methods.is_empty() && self.compared_precisions.is_empty());
+        if let (Some(m), true) = (method, others) {
+            rows[1].0 = format!("{main} (QDQ, {m})");
+        }
+        rows.extend(self.compared_methods.iter().map(|c| (format!("{main} (QDQ, {})", c.method), &c.int8, c.vs_fp32)));
+        rows.extend(
+            self.compared_precisions
+                .iter()
+                .map(|c| (format!("{} (QDQ, {})", precision_label(&c.precision), c.method), &c.result, c.vs_fp32)),
+        );
+        // --ep's others: the same two models on each, INT8 against FP32 on that EP (what these questions cannot
+        // tell apart there is said in the EP's own note).
+        let first_ep_rows = rows.len();
+        for o in &self.other_eps {
+            rows.push(("FP32".to_owned(), &o.fp32, None));
+            rows.push((rows[1].0.clone(), &o.int8, Some(o.int8_vs_fp32)));
+        }
+        (rows, first_ep_rows)
     }
 
     /// A SQuAD model's table: EM, F1 and dF1 with its interval, speed and size, one row per model and EP.
@@ -120,25 +151,7 @@ impl E2eResults {
             "features/s",
             "size (MB)",
         ]);
-        let mut rows = vec![("FP32".to_owned(), &self.fp32, None), (int8.to_owned(), &self.int8, self.int8_vs_fp32)];
-        let method = self.calibration.as_ref().map(|c| c.method.as_str());
-        let others = !(self.compared_methods.is_empty() && self.compared_precisions.is_empty());
-        if let (Some(m), true) = (method, others) {
-            rows[1].0 = format!("{main} (QDQ, {m})");
-        }
-        rows.extend(self.compared_methods.iter().map(|c| (format!("{main} (QDQ, {})", c.method), &c.int8, c.vs_fp32)));
-        rows.extend(
-            self.compared_precisions
-                .iter()
-                .map(|c| (format!("{} (QDQ, {})", precision_label(&c.precision), c.method), &c.result, c.vs_fp32)),
-        );
-        // --ep's others: the same two models on each, INT8 against FP32 on that EP (what these questions cannot
-        // tell apart there is said in the EP's own note).
-        let first_ep_rows = rows.len();
-        for o in &self.other_eps {
-            rows.push(("FP32".to_owned(), &o.fp32, None));
-            rows.push((rows[1].0.clone(), &o.int8, Some(o.int8_vs_fp32)));
-        }
+        let (rows, first_ep_rows) = self.squad_rows(int8, &main);
         let mut undecided = Vec::new();
         for (i, (name, r, vs)) in rows.into_iter().enumerate() {
             let Some(r) = r else { continue };
