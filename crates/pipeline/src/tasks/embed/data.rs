@@ -48,6 +48,13 @@ impl EmbedData {
             )));
         }
         let content = text_of(path)?;
+        if corpus.is_none() && ext == "jsonl" && names_relevant(&content) {
+            tracing::warn!(
+                "{}: its lines name relevant documents, but no --corpus holds them: the texts are compared as texts \
+                 (fidelity, neighbours), not scored on retrieval",
+                path.display()
+            );
+        }
         let data = match corpus {
             Some(corpus) => labelled_retrieval(path, &content, corpus, first)?,
             None => EmbedData { path: path.to_path_buf(), texts: plain_texts(path, &content, first)?, retrieval: None },
@@ -85,6 +92,12 @@ impl EmbedData {
     pub fn queries(&self) -> usize {
         self.retrieval.as_ref().map_or(0, |r| r.queries)
     }
+}
+
+/// Whether the first line of a JSONL file names relevant documents (retrieval queries).
+fn names_relevant(content: &str) -> bool {
+    let first = content.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(first).is_ok_and(|v| v.get("relevant").is_some())
 }
 
 /// The file as UTF-8 text.
