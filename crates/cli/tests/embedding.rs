@@ -120,6 +120,17 @@ fn token_states_are_pooled_as_the_folder_says() {
     let asked = e2e(&hub_cls, &cdir.path().join("asked"), &["--pooling", "mean"]);
     assert_eq!(asked["embedding"]["pooling_from"], "--pooling");
     assert_eq!(retrieval(&asked, "fp32"), retrieval(&states, "fp32"));
+    // A model `qdq quantize` writes elsewhere takes the folder's tokenizer and pooling along: `qdq eval` reads it as
+    // the original (the hub layout's tokenizer sits above `onnx/`).
+    std::fs::create_dir(cdir.path().join("elsewhere")).unwrap();
+    let q = cdir.path().join("elsewhere/q.onnx");
+    let quantize =
+        qdq(&["quantize", "--model", hub_cls.to_str().unwrap(), "--mode", "dynamic", "-o", q.to_str().unwrap()]);
+    assert!(quantize.status.success(), "{}", stderr(&quantize));
+    let squad = testdata("squad/tiny-v1.1.json");
+    let eval = qdq(&["eval", "--model", q.to_str().unwrap(), "--dataset", squad.to_str().unwrap(), "--json"]);
+    assert!(eval.status.success(), "{}", stderr(&eval));
+    assert!(stderr(&eval).contains("cls pooling (from"), "{}", stderr(&eval));
 }
 
 /// `qdq eval` on an embedding model: alone, its retrieval scores; with `--baseline`, the comparison e2e made.

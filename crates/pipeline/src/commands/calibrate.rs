@@ -131,6 +131,7 @@ impl CalibrateJob {
             let path = self.out.join(file);
             save_model(&model, &path)?;
             carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;
+            data_cfg.folder.carry_to(&self.out)?;
             Some((summary.join("; "), path))
         };
         let tensors = qdq::tensors_to_calibrate(&model, policy)?;

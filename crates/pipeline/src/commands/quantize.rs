@@ -7,6 +7,7 @@ use qdq::Policy;
 
 use crate::disk::check_writable;
 use crate::error::{Error, Result};
+use crate::inputs::folder::carry_folder;
 use crate::job::Job;
 use crate::model::{carry_tokenizer_files, load_for_quantization, resolve_model, save_model};
 use crate::progress::Progress;
@@ -120,6 +121,7 @@ impl QuantizeJob {
         plan.apply(&mut model)?;
         save_model(&model, output)?;
         carry_tokenizer_files(model_path, output)?;
+        carry_folder(model_path, output)?;
         Ok(QuantizeReport::Written {
             output: output.clone(),
             tensors: plan.tensors.len(),
@@ -141,6 +143,7 @@ impl QuantizeJob {
         };
         save_model(&qmodel, output)?;
         carry_tokenizer_files(model_path, output)?;
+        carry_folder(model_path, output)?;
         Ok(QuantizeReport::Written {
             output: output.clone(),
             tensors: plan.matmuls.len(),

@@ -121,14 +121,23 @@ impl FolderConfig {
 
 impl FolderConfig {
     /// Writes the folder's sentence-transformers files (modules.json, sentence_bert_config.json,
-    /// config_sentence_transformers.json and the pooling's config) into `dir`, beside the models a run writes there,
-    /// so that folder is read as this one (the same pooling and length); files already there are left.
+    /// config_sentence_transformers.json and the pooling's config) and its tokenizer into `dir`, beside the models a
+    /// run writes there, so that folder is read as this one (the same tokenizer, pooling and length); files already
+    /// there are left.
     pub fn carry_to(&self, dir: &Path) -> Result<()> {
-        let mut files: Vec<PathBuf> =
-            ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"]
-                .iter()
-                .map(PathBuf::from)
-                .collect();
+        // The tokenizer too, where the folder holds it apart from the model (the hub layout's `onnx/`): a file of
+        // that name already in `dir` (the run's own tokenizer) is left.
+        let mut files: Vec<PathBuf> = [
+            "modules.json",
+            "sentence_bert_config.json",
+            "config_sentence_transformers.json",
+            "tokenizer.json",
+            "vocab.txt",
+            "tokenizer_config.json",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
         if let Some((_, file)) = &self.pooling
             && let Ok(rel) = file.strip_prefix(&self.folder)
         {
@@ -147,6 +156,11 @@ impl FolderConfig {
         }
         Ok(())
     }
+}
+
+/// [`FolderConfig::carry_to`] for the folder of the model read (`from`), into the directory of the model written.
+pub fn carry_folder(from: &Path, to: &Path) -> Result<()> {
+    FolderConfig::read(&model_folder(from))?.carry_to(parent_dir(to))
 }
 
 /// Whether two paths name one directory.
