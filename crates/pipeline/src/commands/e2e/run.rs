@@ -12,7 +12,7 @@ use crate::commands::e2e::evaluate::{evaluate_squad, profile_both, profile_input
 use crate::commands::e2e::other_eps::{First, evaluate_on_other_eps};
 use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_static};
 use crate::disk::{finish_run_dir, open_run_dir};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
 use crate::inputs::squad::Corpus;
@@ -48,6 +48,13 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let task = Task::detect(&model, &cfg.model, &cfg.data)?;
     if let Task::Embed(e) = &task {
         tracing::info!("{}", e.describe());
+    }
+    if !matches!(task, Task::Squad) && !cfg.other_eps.is_empty() {
+        return Err(Error::Usage(format!(
+            "--ep with several EPs evaluates SQuAD models on each; a {} model is evaluated on the first: give one --ep \
+             (and `qdq eval --ep <other> --baseline` for another)",
+            task.name()
+        )));
     }
     let (eval_data, cal_data) = prepare(cfg, &model, &task)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
