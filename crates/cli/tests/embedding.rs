@@ -247,4 +247,16 @@ fn what_cannot_be_told_is_named() {
     let args = ["e2e", "--model", hub.to_str().unwrap(), "--dataset", s, "-o", out.to_str().unwrap()];
     let e = one_error(&qdq(&args));
     assert!(e.contains("Dense module(s) (2_Dense)") && e.contains("sentence_embedding"), "{e}");
+    // debug and tune measure SQuAD models: an embedding model is refused naming what measures it, before any output.
+    let files = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN)];
+    let (edir, emb) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &files);
+    let out = edir.path().join("tuned");
+    let m = emb.to_str().unwrap();
+    let tune =
+        ["tune", "--model", m, "--dataset", s, "--calibration-data", s, "--budget", "1", "-o", out.to_str().unwrap()];
+    let e = one_error(&qdq(&tune));
+    assert!(e.contains("sentence-embedding model (`17`)") && e.contains("qdq eval --baseline"), "{e}");
+    assert!(!out.exists(), "tune made {}", out.display());
+    let e = one_error(&qdq(&["debug", "--model", m, "--qdq", m, "--dataset", s]));
+    assert!(e.contains("`qdq debug` measures SQuAD models"), "{e}");
 }

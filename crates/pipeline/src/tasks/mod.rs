@@ -145,6 +145,24 @@ impl Task {
     }
 }
 
+/// Refuses a sentence-embedding model for `command`, which measures SQuAD models (F1, start / end logits), naming
+/// the commands that measure it; other models go on to the command's own checks.
+pub(crate) fn refuse_embeddings(model_path: &Path, cfg: &DataConfig, command: &str) -> Result<()> {
+    let graph = Model::load_graph_only(model_path)?;
+    if let Ok(Task::Embed(e)) = Task::detect(&graph, model_path, cfg) {
+        return Err(Error::Input {
+            path: model_path.to_path_buf(),
+            reason: format!(
+                "a sentence-embedding model (`{}`): `qdq {command}` measures SQuAD models by their start / end logits; \
+                 `qdq e2e` and `qdq eval --baseline` measure an embedding model (cosine to FP32's, neighbours, \
+                 retrieval)",
+                e.head.output.name()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// What one side of an evaluation runs: the model file (ONNX Runtime reads it, with any external data) and its
 /// session.
 #[derive(Clone, Copy)]

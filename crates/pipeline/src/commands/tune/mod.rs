@@ -126,12 +126,13 @@ impl Job for TuneJob {
         self.runtime.one_ep("tune")?;
         self.check()?;
         let clock = Clock::default();
-        let run = open_run_dir(&self.out, "--out", "qdq tune")?;
-        // The candidates go to out/candidates.
-        create_out_dir(&self.out.join("candidates"), "--out")?;
         let fp32_path = resolve_model(&self.model)?;
         // The tokenizer found beside the FP32 model serves every model of the run.
         let data = self.data.config(&fp32_path)?;
+        crate::tasks::refuse_embeddings(&fp32_path, &data, "tune")?;
+        let run = open_run_dir(&self.out, "--out", "qdq tune")?;
+        // The candidates go to out/candidates.
+        create_out_dir(&self.out.join("candidates"), "--out")?;
         let (policy, _) = self.policy.policy(self.runtime.one_ep("tune")?)?;
         let cx = Context { fp32: &fp32_path, data: &data, clock: &clock, progress, started };
         let (base_path, ranges_path) = self.calibrated(&cx, &policy)?;
