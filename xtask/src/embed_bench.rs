@@ -122,7 +122,7 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
             }
             let (eval, not_scored) = match score(eval, path, &model, (&dataset, args.embedding_samples), seq_len) {
                 Ok(e) => (Some(e), None),
-                Err(e) => (None, Some(format!("{e:#}").lines().last().unwrap_or_default().to_owned())),
+                Err(e) => (None, Some(short_reason(&format!("{e:#}")))),
             };
             rows.push(ModelRow {
                 name: (*name).into(),
@@ -162,6 +162,13 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
     print!("{md}");
     eprintln!("xtask: written {}", vs.out.join("embeddings.{json,md}").display());
     Ok(())
+}
+
+/// What a failed run's last line says, in a table cell: the sentence that names the cause.
+fn short_reason(error: &str) -> String {
+    let last = error.lines().rfind(|l| !l.trim().is_empty()).unwrap_or_default();
+    let sentence = last.split(". ").find(|s| s.contains("offers no")).unwrap_or(last);
+    sentence.chars().take(240).collect()
 }
 
 /// `max_seq_length` of the folder's sentence_bert_config.json.
@@ -285,8 +292,7 @@ fn time_models(
         // not fatal: the CPU EP's figures stand.
         let output = c.output().with_context(|| format!("cannot start the {ep} timing harness"))?;
         if !output.status.success() {
-            let err = String::from_utf8_lossy(&output.stderr).into_owned();
-            let why = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("failed").to_owned();
+            let why = short_reason(&String::from_utf8_lossy(&output.stderr));
             eprintln!("xtask: {ep} not timed: {why}");
             out.push(EpShapes { ep: ep.into(), shapes: vec![], not_timed: Some(why) });
             continue;

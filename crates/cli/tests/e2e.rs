@@ -387,6 +387,12 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     let mut args = e2e_args(&f, "both", vocab.to_str().unwrap(), data.to_str().unwrap());
     args.extend(["--ep", "cpu,openvino"].map(String::from));
     let o = run(&args);
+    // OpenVINO's plugin (provisioned by `cargo xtask test`) does not serve every CPU: on one it offers no device for,
+    // nothing here can run, and the run says so in one error.
+    if !o.status.success() && stderr(&o).contains("registered but offers no CPU device") {
+        eprintln!("skipped on this machine: {}", one_error(&o));
+        return;
+    }
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     for (model, ep) in

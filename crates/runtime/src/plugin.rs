@@ -133,24 +133,25 @@ pub fn known_places(ep: &Ep, ort_library: &Path) -> Vec<PathBuf> {
 /// Makes `ep` available from a plugin: registers every library given (each must exist), then, while `ep` has no
 /// device of its kind, the first of its [`known_places`] that exists. The plugin that provides it, or `None` (with
 /// the places looked at) when none does.
-pub(crate) fn provide(ep: &Ep, given_here: &[PathBuf], ort_library: &Path) -> Result<Result<PathBuf, Vec<PathBuf>>> {
+pub(crate) fn provide(ep: &Ep, given_here: &[PathBuf], ort_library: &Path) -> Result<Result<PathBuf, Looked>> {
     let has = || -> Result<bool> { Ok(!devices_of(ep.ort_name(), ep.device_kind())?.is_empty()) };
-    let mut looked = Vec::new();
-    for file in given(given_here) {
+    let mut looked = Looked::default();
+    let known = known_places(ep, ort_library).into_iter().filter(|f| f.is_file());
+    for file in given(given_here).into_iter().chain(known) {
         register(&file, Some(ort_library))?;
         if has()? {
             return Ok(Ok(file));
         }
-        looked.push(file);
+        looked.without_device.push(file);
     }
-    for file in known_places(ep, ort_library) {
-        if file.is_file() {
-            register(&file, Some(ort_library))?;
-            if has()? {
-                return Ok(Ok(file));
-            }
-        }
-        looked.push(file);
-    }
+    looked.missing = known_places(ep, ort_library).into_iter().filter(|f| !f.is_file()).collect();
     Ok(Err(looked))
+}
+
+/// Where [`provide`] looked for an EP's plugin in vain: files that are not there, and plugins that registered but offer
+/// no device of the EP's kind on this machine (OpenVINO's on a CPU it does not serve, say).
+#[derive(Debug, Default)]
+pub(crate) struct Looked {
+    pub missing: Vec<PathBuf>,
+    pub without_device: Vec<PathBuf>,
 }

@@ -201,13 +201,27 @@ fn route(info: &crate::OrtInfo, cfg: &SessionConfig) -> Result<Route> {
     Ok(Route::Missing(unavailable(info, &cfg.ep, &looked)))
 }
 
-fn unavailable(info: &crate::OrtInfo, ep: &Ep, looked: &[PathBuf]) -> Error {
+fn unavailable(info: &crate::OrtInfo, ep: &Ep, looked: &plugin::Looked) -> Error {
+    let files = |f: &[PathBuf]| f.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    // A plugin that is there but offers no device: installing it again would not help.
+    if !looked.without_device.is_empty() {
+        let hint = format!(
+            "The plugin {} registered but offers no {} device on this machine (a CPU or accelerator it does not \
+             serve).",
+            files(&looked.without_device),
+            ep.device_kind()
+        );
+        return ep_unavailable(info, ep, hint);
+    }
     let mut hint = String::new();
-    if !looked.is_empty() {
-        let files: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
-        hint = format!("No plugin library for it at {}. ", files.join(", "));
+    if !looked.missing.is_empty() {
+        hint = format!("No plugin library for it at {}. ", files(&looked.missing));
     }
     hint.push_str(ep.install_hint());
+    ep_unavailable(info, ep, hint)
+}
+
+fn ep_unavailable(info: &crate::OrtInfo, ep: &Ep, hint: String) -> Error {
     Error::EpUnavailable {
         requested: ep.ort_name().to_owned(),
         library: format!("{} {}", info.path.display(), info.version),

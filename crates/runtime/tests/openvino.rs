@@ -9,6 +9,21 @@ use qdq_runtime::{Ep, OpTimes, Session, SessionConfig};
 
 const SEQ: usize = 12;
 
+/// OpenVINO's plugin, provisioned by `cargo xtask test`, registered; `false` (said on stderr) when it registers but
+/// offers no CPU device on this machine (a CPU it does not serve: on such a host nothing here can run). A plugin that
+/// is not there fails the test.
+fn openvino_serves_this_cpu() -> bool {
+    let ov = SessionConfig { ep: Ep::parse("openvino").unwrap(), ..Default::default() };
+    match ov.check_available() {
+        Ok(()) => true,
+        Err(e) if e.to_string().contains("registered but offers no CPU device") => {
+            eprintln!("skipped on this machine: {e}");
+            false
+        }
+        Err(e) => panic!("OpenVINO's plugin is provisioned by `cargo xtask test` (cargo xtask setup --openvino): {e}"),
+    }
+}
+
 fn inputs() -> [Array2<i64>; 3] {
     let ids = Array2::from_shape_fn((2, SEQ), |(i, j)| ((i * 31 + j * 53 + 7) % 800) as i64);
     let mask = Array2::from_shape_fn((2, SEQ), |(i, j)| i64::from(j < SEQ - 3 * i));
@@ -39,8 +54,8 @@ fn tiny_bert_runs_whole_on_openvino_and_cpu_sessions_stay_on_the_cpu_ep() {
     let bytes = build(&TinyBertConfig::default()).to_bytes().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ov = SessionConfig { ep: Ep::parse("openvino").unwrap(), intra_threads: Some(1), ..Default::default() };
-    if let Err(e) = ov.check_available() {
-        panic!("OpenVINO's plugin is provisioned by `cargo xtask test` (cargo xtask setup --openvino): {e}");
+    if !openvino_serves_this_cpu() {
+        return;
     }
     assert!(!qdq_runtime::plugin::registered().is_empty(), "the plugin was found and registered");
     let devices = qdq_runtime::plugin::devices(None).unwrap();
@@ -78,6 +93,9 @@ fn a_plugin_file_that_is_not_one_is_an_error_naming_it() {
 /// fallback allowed, the model runs on the CPU EP and says why.
 #[test]
 fn a_node_openvino_cannot_take_is_named_in_the_error() {
+    if !openvino_serves_this_cpu() {
+        return;
+    }
     let mut model = build(&TinyBertConfig::default());
     model
         .proto
