@@ -42,6 +42,10 @@ pub struct Tokens {
     pub offsets: Vec<(usize, usize)>,
 }
 
+/// The special tokens a sequence is framed with, under BERT's names and under RoBERTa / MPNet's (whose WordPiece
+/// vocabularies and tokenizer.json files name them `<s>`, `</s>`, `<pad>`, `<unk>`): `[CLS]`, `[SEP]`, `[PAD]`, `[UNK]`.
+const SPECIALS: [[&str; 2]; 4] = [["[CLS]", "<s>"], ["[SEP]", "</s>"], ["[PAD]", "<pad>"], ["[UNK]", "<unk>"]];
+
 /// BERT WordPiece tokenizer: BertNormalizer (clean text, CJK spacing, accent stripping when lower-casing,
 /// lower-casing) + BertPreTokenizer + WordPiece (`##` prefix, `[UNK]`, at most 100 characters per word).
 /// No post-processor: [`build_features`](crate::build_features) adds `[CLS]`/`[SEP]` itself.
@@ -94,9 +98,14 @@ impl SquadTokenizer {
         if vocab.is_empty() {
             return Err(vocab_err("the file has no tokens".into()));
         }
-        let special = |t: &str| vocab.get(t).copied().ok_or_else(|| vocab_err(format!("missing special token {t}")));
-        let (cls_id, sep_id, pad_id, unk_id) =
-            (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
+        let special = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|t| vocab.get(*t).copied())
+                .ok_or_else(|| vocab_err(format!("missing special token {} (or {})", names[0], names[1])))
+        };
+        let [cls, sep, pad, unk] = SPECIALS;
+        let (cls_id, sep_id, pad_id, unk_id) = (special(cls)?, special(sep)?, special(pad)?, special(unk)?);
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         let vocab_size = vocab.len();
         let path_str = path.to_str().ok_or_else(|| vocab_err("path is not UTF-8".into()))?;
@@ -133,9 +142,14 @@ impl SquadTokenizer {
         if vocab.is_empty() {
             return Err(vocab_err("the tokenizer has no tokens".into()));
         }
-        let special = |t: &str| vocab.get(t).copied().ok_or_else(|| vocab_err(format!("missing special token {t}")));
-        let (cls_id, sep_id, pad_id, unk_id) =
-            (special("[CLS]")?, special("[SEP]")?, special("[PAD]")?, special("[UNK]")?);
+        let special = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|t| vocab.get(*t).copied())
+                .ok_or_else(|| vocab_err(format!("missing special token {} (or {})", names[0], names[1])))
+        };
+        let [cls, sep, pad, unk] = SPECIALS;
+        let (cls_id, sep_id, pad_id, unk_id) = (special(cls)?, special(sep)?, special(pad)?, special(unk)?);
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         // Another tokenizer's pieces could join differently at a cut (a byte-level BPE keeps whitespace in tokens).
         let word_local = matches!(inner.get_pre_tokenizer(), Some(PreTokenizerWrapper::BertPreTokenizer(_)))

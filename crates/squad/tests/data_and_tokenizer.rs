@@ -74,6 +74,11 @@ fn vocab_checks_and_sizes() {
     std::fs::write(&p, b"\x08\x07\x12\x04\xff\xfe onnx").unwrap();
     let e = SquadTokenizer::from_vocab(&p, true).unwrap_err().to_string();
     assert!(e.contains("v.txt") && e.contains("not a WordPiece vocabulary") && e.contains("--token"), "{e}");
+    // MPNet's and RoBERTa's names for the same tokens (sentence-transformers' mpnet models): framed as BERT's.
+    std::fs::write(&p, "<s>\n<pad>\n</s>\n<unk>\nhello\nworld\n").unwrap();
+    let m = SquadTokenizer::from_vocab(&p, true).unwrap();
+    assert_eq!((m.cls_id, m.pad_id, m.sep_id, m.unk_id), (0, 1, 2, 3));
+    assert_eq!(m.tokenize("Hello world", "text").unwrap().ids, [4, 5]);
 }
 
 #[test]
