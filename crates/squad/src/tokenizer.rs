@@ -46,6 +46,18 @@ pub struct Tokens {
 /// vocabularies and tokenizer.json files name them `<s>`, `</s>`, `<pad>`, `<unk>`): `[CLS]`, `[SEP]`, `[PAD]`, `[UNK]`.
 const SPECIALS: [[&str; 2]; 4] = [["[CLS]", "<s>"], ["[SEP]", "</s>"], ["[PAD]", "<pad>"], ["[UNK]", "<unk>"]];
 
+/// The ids of [`SPECIALS`] in a vocabulary (`id` of a token), or which one it lacks.
+fn special_ids(id: impl Fn(&str) -> Option<u32>) -> std::result::Result<[u32; 4], String> {
+    let mut out = [0; 4];
+    for (slot, names) in out.iter_mut().zip(SPECIALS) {
+        *slot = names
+            .iter()
+            .find_map(|t| id(t))
+            .ok_or_else(|| format!("missing special token {} (or {})", names[0], names[1]))?;
+    }
+    Ok(out)
+}
+
 /// BERT WordPiece tokenizer: BertNormalizer (clean text, CJK spacing, accent stripping when lower-casing,
 /// lower-casing) + BertPreTokenizer + WordPiece (`##` prefix, `[UNK]`, at most 100 characters per word).
 /// No post-processor: [`build_features`](crate::build_features) adds `[CLS]`/`[SEP]` itself.
@@ -98,14 +110,7 @@ impl SquadTokenizer {
         if vocab.is_empty() {
             return Err(vocab_err("the file has no tokens".into()));
         }
-        let special = |names: [&str; 2]| {
-            names
-                .iter()
-                .find_map(|t| vocab.get(*t).copied())
-                .ok_or_else(|| vocab_err(format!("missing special token {} (or {})", names[0], names[1])))
-        };
-        let [cls, sep, pad, unk] = SPECIALS;
-        let (cls_id, sep_id, pad_id, unk_id) = (special(cls)?, special(sep)?, special(pad)?, special(unk)?);
+        let [cls_id, sep_id, pad_id, unk_id] = special_ids(|t| vocab.get(t).copied()).map_err(vocab_err)?;
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         let vocab_size = vocab.len();
         let path_str = path.to_str().ok_or_else(|| vocab_err("path is not UTF-8".into()))?;
@@ -142,14 +147,7 @@ impl SquadTokenizer {
         if vocab.is_empty() {
             return Err(vocab_err("the tokenizer has no tokens".into()));
         }
-        let special = |names: [&str; 2]| {
-            names
-                .iter()
-                .find_map(|t| vocab.get(*t).copied())
-                .ok_or_else(|| vocab_err(format!("missing special token {} (or {})", names[0], names[1])))
-        };
-        let [cls, sep, pad, unk] = SPECIALS;
-        let (cls_id, sep_id, pad_id, unk_id) = (special(cls)?, special(sep)?, special(pad)?, special(unk)?);
+        let [cls_id, sep_id, pad_id, unk_id] = special_ids(|t| vocab.get(t).copied()).map_err(vocab_err)?;
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         // Another tokenizer's pieces could join differently at a cut (a byte-level BPE keeps whitespace in tokens).
         let word_local = matches!(inner.get_pre_tokenizer(), Some(PreTokenizerWrapper::BertPreTokenizer(_)))
