@@ -96,10 +96,10 @@ impl Job for DebugJob {
             });
         }
         self.check()?;
-        let data = self.data.config(&fp32_path)?;
-        crate::tasks::refuse_embeddings(&fp32_path, &data, "debug")?;
         let run = self.out.as_ref().map(|dir| open_run_dir(dir, "--out", "qdq debug")).transpose()?;
         let session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
+        let data = self.data.config(&fp32_path)?;
+        crate::tasks::refuse_embeddings(&fp32_path, &data, "debug")?;
         let held = HeldOut::new(&fp32_path, &fp32, &self.dataset, self.held_out, session, &data)?;
         drop(fp32);
         let report = self.run_on(&fp32_path, &int8_path, &held, progress)?;

@@ -126,11 +126,12 @@ impl Job for TuneJob {
         self.runtime.one_ep("tune")?;
         self.check()?;
         let clock = Clock::default();
+        let run = open_run_dir(&self.out, "--out", "qdq tune")?;
         let fp32_path = resolve_model(&self.model)?;
         // The tokenizer found beside the FP32 model serves every model of the run.
         let data = self.data.config(&fp32_path)?;
+        // Refused before anything is written: the run directory is put back as it was.
         crate::tasks::refuse_embeddings(&fp32_path, &data, "tune")?;
-        let run = open_run_dir(&self.out, "--out", "qdq tune")?;
         // The candidates go to out/candidates.
         create_out_dir(&self.out.join("candidates"), "--out")?;
         let (policy, _) = self.policy.policy(self.runtime.one_ep("tune")?)?;
