@@ -50,12 +50,12 @@ pub enum Command {
     Calibrate(Box<JobArgs<pipeline::CalibrateJob>>),
     /// Insert Q/DQ pairs into a model, with ranges from a calibration file (or a recipe of `qdq tune`)
     Quantize(Box<JobArgs<pipeline::QuantizeJob>>),
-    /// Evaluate a model (FP32 or QDQ) on SQuAD: EM, F1 and latency
+    /// Evaluate a model (FP32 or QDQ): SQuAD EM / F1, retrieval, agreement with a baseline; latency
     Eval(Box<JobArgs<pipeline::EvalJob>>),
-    /// Where a QDQ model loses accuracy: each quantized tensor and the logits against the float model
+    /// Where a QDQ model loses accuracy: each quantized tensor and the outputs against the float model
     #[command(long_about = DEBUG_ABOUT)]
     Debug(Box<JobArgs<pipeline::DebugJob>>),
-    /// The most-integer QDQ model within an F1 budget, its recipe and the trade-off curve
+    /// The most-integer QDQ model within a budget (F1, nDCG), its recipe and the trade-off curve
     #[command(long_about = TUNE_ABOUT)]
     Tune(Box<JobArgs<pipeline::TuneJob>>),
     /// Summarise a model: operators, Q/DQ coverage, and the ranges Q/DQ pairs encode
@@ -83,14 +83,19 @@ const DEBUG_ABOUT: &str = "\
 Where a QDQ model loses accuracy, on held-out questions (the last --held-out of --dataset): every activation pair's
 dequantized tensor against its float value in the QDQ model's float reference (the model without its activation
 pairs, so shifted or smoothed tensors meet what they stand for): SQNR dB, relative error, clipped share, the pair's
-own rounding; and the logits of the QDQ model and of that reference against FP32 (KL, argmax agreement).";
+own rounding; and the outputs of the QDQ model and of that reference against FP32: a SQuAD model's logits (KL, argmax
+agreement), an embedding model's sentence embedding (cosine; texts: the questions with their paragraphs).";
 
 const TUNE_ABOUT: &str = "\
-The most-integer QDQ model within an F1 budget. Calibrates once (or takes --ranges); quantizes with the policy; if
-the INT8 model loses more F1 than --budget, tries other calibrators' ranges for the worst pairs, then keeps the most
+The most-integer QDQ model within a budget. Calibrates once (or takes --ranges); quantizes with the policy; if the
+INT8 model loses more than --budget, tries other calibrators' ranges for the worst pairs, then keeps the most
 sensitive 1, 2, 4, ... nodes in float (ranked by `qdq debug --sensitivity` on held-out questions) until a candidate
 is within budget. Each candidate is screened on the questions nearest to flipping first and timed against FP32.
-Writes the chosen model, a recipe `qdq quantize --recipe` replays byte for byte, and the trade-off curve.";
+Writes the chosen model, a recipe `qdq quantize --recipe` replays byte for byte, and the trade-off curve.
+
+The budget is in the task's points: SQuAD F1; for an embedding model nDCG@10 on retrieval data (a SQuAD file's
+questions against its paragraphs, or JSONL queries with --corpus), else the cosine to FP32's embedding x100 per
+text (no screen).";
 
 /// Every command's flags: the job's own, then the two every command shares.
 #[derive(Debug, Args)]

@@ -247,16 +247,142 @@ fn what_cannot_be_told_is_named() {
     let args = ["e2e", "--model", hub.to_str().unwrap(), "--dataset", s, "-o", out.to_str().unwrap()];
     let e = one_error(&qdq(&args));
     assert!(e.contains("Dense module(s) (2_Dense)") && e.contains("sentence_embedding"), "{e}");
-    // debug and tune measure SQuAD models: an embedding model is refused naming what measures it, before any output.
-    let files = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN)];
-    let (edir, emb) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &files);
-    let out = edir.path().join("tuned");
-    let m = emb.to_str().unwrap();
+    // debug and tune measure SQuAD and embedding models: a classifier is refused naming what compares it, before any
+    // output.
+    let (cdir, classifier) = folder(Head::Classifier { labels: 3 }, "model.onnx", &[]);
+    let out = cdir.path().join("tuned");
+    let m = classifier.to_str().unwrap();
     let tune =
         ["tune", "--model", m, "--dataset", s, "--calibration-data", s, "--budget", "1", "-o", out.to_str().unwrap()];
     let e = one_error(&qdq(&tune));
-    assert!(e.contains("sentence-embedding model (`17`)") && e.contains("qdq eval --baseline"), "{e}");
+    assert!(e.contains("a classifier (class logits `logits`)") && e.contains("qdq eval --baseline"), "{e}");
     assert!(!out.exists(), "tune made {}", out.display());
     let e = one_error(&qdq(&["debug", "--model", m, "--qdq", m, "--dataset", s]));
-    assert!(e.contains("`qdq debug` measures SQuAD models"), "{e}");
+    assert!(e.contains("`qdq debug` and `qdq tune` measure SQuAD models"), "{e}");
+}
+
+/// `qdq debug` on an embedding model measures the embedding: on the held-out texts (the last questions of a SQuAD file
+/// with their paragraphs) the cosine to FP32's is the one e2e reports on the same texts, the FP32 model against itself
+/// is exact, and each node's sensitivity is the cosine distance it recovers. Token states are pooled as the folder
+/// says.
+#[test]
+fn debug_measures_an_embedding_model_by_its_cosine_to_fp32() {
+    let mean = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
+    let (dir, hub) = folder(Head::Hidden { pooler: true }, "onnx/model.onnx", &mean);
+    let r = e2e(&hub, &dir.path().join("out"), &[]);
+    let squad = testdata("squad/tiny-v1.1.json");
+    let qdq_model = dir.path().join("out/model_qdq.onnx");
+    let (m, s, q) = (hub.to_str().unwrap(), squad.to_str().unwrap(), qdq_model.to_str().unwrap());
+    // Every question of the file with its paragraph: the 13 texts e2e embedded.
+    let args = ["debug", "--model", m, "--qdq", q, "--dataset", s, "--held-out", "9", "--sensitivity", "--json"];
+    let run = qdq(&args);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let d: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!((d["texts"].as_u64(), d.get("logits")), (Some(13), None), "{d}");
+    let (cos, min) =
+        (d["embeddings"]["mean_cosine"].as_f64().unwrap(), d["embeddings"]["min_cosine"].as_f64().unwrap());
+    let e2e_cos = r["embedding"]["fidelity"]["mean_cosine"].as_f64().unwrap();
+    assert!((cos - e2e_cos).abs() < 1e-4, "debug {cos} against e2e {e2e_cos}");
+    assert!(min <= cos && cos < 1.0, "{d}");
+    assert!(!d["tensors"].as_array().unwrap().is_empty());
+    let nodes = d["sensitivity"].as_array().unwrap();
+    assert!(!nodes.is_empty());
+    let losses: Vec<f64> = nodes.iter().map(|n| 1.0 - n["embeddings"]["mean_cosine"].as_f64().unwrap()).collect();
+    assert!(losses.windows(2).all(|w| w[0] <= w[1]), "most recovering first: {losses:?}");
+    let recovered = nodes[0]["recovered"].as_f64().unwrap();
+    assert!((recovered - (1.0 - losses[0] / (1.0 - cos))).abs() < 1e-6, "{recovered}");
+    // The text says what was measured.
+    let text = String::from_utf8(qdq(&args[..args.len() - 1]).stdout).unwrap();
+    for line in ["embeddings vs FP32:", "the last 9 questions of", "1 - cos |", "| min cos |"] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    // FP32 against itself: the same embeddings (to rounding).
+    let same: Value =
+        serde_json::from_slice(&qdq(&["debug", "--model", m, "--qdq", m, "--dataset", s, "--json"]).stdout).unwrap();
+    for k in ["mean_cosine", "min_cosine"] {
+        assert!(same["embeddings"][k].as_f64().unwrap() > 1.0 - 1e-12, "{same}");
+    }
+    // --confirm scores SQuAD F1: refused, naming what scores retrieval.
+    let confirm = ["debug", "--model", m, "--qdq", q, "--dataset", s, "--sensitivity", "--confirm", "2"];
+    let e = one_error(&qdq(&confirm));
+    assert!(e.contains("--confirm scores SQuAD F1") && e.contains("qdq eval --baseline"), "{e}");
+}
+
+/// `qdq tune` on an embedding model scores candidates by nDCG@10 on a SQuAD file's retrieval task (FP32's the score
+/// e2e reports), ranks its nodes by the embeddings' cosine distance, and names the scores by the metric in tune.json;
+/// on texts without labels, by the cosine to FP32's (x100).
+#[test]
+fn tune_scores_an_embedding_model_in_ndcg_points() {
+    let mean = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
+    let (dir, model) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &mean);
+    let r = e2e(&model, &dir.path().join("e2e"), &[]);
+    let squad = testdata("squad/tiny-v1.1.json");
+    let (m, s) = (model.to_str().unwrap(), squad.to_str().unwrap());
+    let tune = |data: &str, out: &Path, budget: &str| -> Value {
+        let o = out.to_str().unwrap();
+        let args = [
+            "tune",
+            "--model",
+            m,
+            "--dataset",
+            data,
+            "--calibration-data",
+            s,
+            "--cal-num",
+            "4",
+            "--samples",
+            "0",
+            "--held-out",
+            "3",
+            "--budget",
+            budget,
+            "--max-float",
+            "2",
+            "-o",
+            o,
+            "--json",
+        ];
+        let run = qdq(&args);
+        assert!(run.status.success(), "{}", stderr(&run));
+        serde_json::from_slice(&run.stdout).unwrap()
+    };
+    // A negative budget walks the float ladder: the whole curve.
+    let out = dir.path().join("tuned");
+    let t = tune(s, &out, "-1");
+    assert_eq!((t["metric"]["name"].as_str(), t["metric"]["unit"].as_str()), (Some("nDCG@10"), Some("queries")));
+    assert_eq!(t["questions"], 9);
+    assert_eq!(t["fp32_score"].as_f64().unwrap(), retrieval(&r, "fp32")[1], "FP32's nDCG@10 as e2e scores it");
+    let curve = t["curve"].as_array().unwrap();
+    assert!(curve.len() >= 2 && !t["ranking"].as_array().unwrap().is_empty(), "{t}");
+    for c in curve {
+        for key in ["score", "delta", "delta_interval", "same_top1", "held_out_distance"] {
+            assert!(c.get(key).is_some(), "{key}: {c}");
+        }
+        assert!(c.get("f1").is_none() && c.get("exact_match").is_none(), "{c}");
+        let d = c["held_out_distance"].as_f64().unwrap();
+        assert!((0.0..0.1).contains(&d), "{c}");
+    }
+    // The chosen model scores what tune says when `qdq eval` scores it.
+    let chosen = &curve[t["chosen"].as_u64().unwrap() as usize];
+    let q = out.join("model_qdq.onnx");
+    let ev = qdq(&["eval", "--model", q.to_str().unwrap(), "--dataset", s, "--json"]);
+    assert!(ev.status.success(), "{}", stderr(&ev));
+    let ev: Value = serde_json::from_slice(&ev.stdout).unwrap();
+    let scored = ev["evaluation"]["retrieval"]["ndcg_at_10"].as_f64().unwrap();
+    assert!((scored - chosen["score"].as_f64().unwrap()).abs() < 1e-9, "eval {scored}, tune {chosen}");
+    let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    for part in ["nDCG@10 |", "dnDCG@10 [95 %]", "top-1 = FP32 [95 %]", "held-out 1 - cos", "queries"] {
+        assert!(md.contains(part), "{part} not in:\n{md}");
+    }
+    assert_markdown_tables(&md);
+    assert!(std::fs::read_to_string(out.join("curve.svg")).unwrap().contains("dnDCG@10"));
+    // Texts without labels: each text's cosine to FP32's, FP32 scoring 100.
+    let texts = dir.path().join("texts.txt");
+    std::fs::write(&texts, "a cat sat on the mat\nthe dog barked\nrain fell all day\nwho wrote it?\n").unwrap();
+    let t = tune(texts.to_str().unwrap(), &dir.path().join("texts"), "1");
+    assert_eq!((t["metric"]["name"].as_str(), t["metric"]["unit"].as_str()), (Some("cos x100"), Some("texts")));
+    assert!((t["fp32_score"].as_f64().unwrap() - 100.0).abs() < 1e-9, "{t}");
+    let chosen = &t["curve"][t["chosen"].as_u64().unwrap() as usize];
+    let score = chosen["score"].as_f64().unwrap();
+    assert!(score > 99.0 && score <= 100.0 + 1e-9 && t["within_budget"] == true, "{t}");
 }

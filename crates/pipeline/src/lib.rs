@@ -79,7 +79,7 @@ pub use steps::collect::{
     CalibrateOptions, Pass, PassTimes, Reading, SIDE_BY_SIDE_MAX_BYTES, collect_stats, pass_workers,
 };
 pub use steps::evaluate::{EvalOptions, Evaluation, Latency, evaluate};
-pub use steps::held_out::LogitAgreement;
+pub use steps::held_out::{EmbeddingAgreement, LogitAgreement, OutputAgreement};
 pub use steps::pairs::{NodeSensitivity, TensorError};
 pub use steps::smooth::{Smoothing, smooth_model};
 pub use steps::speed::{OpProfile, OpShare, Speedup};

@@ -940,7 +940,8 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
     };
     let (d8, d1) = (debug("zoo8"), debug("zoo1"));
     assert_eq!((d8.features, d8.tensors.len()), (d1.features, d1.tensors.len()));
-    assert!((d8.logits.kl_start - d1.logits.kl_start).abs() <= 1e-3 * d1.logits.kl_start.max(1e-3), "{d8} {d1}");
+    let (k8, k1) = (d8.logits.as_logits().unwrap().kl_start, d1.logits.as_logits().unwrap().kl_start);
+    assert!((k8 - k1).abs() <= 1e-3 * k1.max(1e-3), "{d8} {d1}");
     let batch8 = dir.path().join("batch8.onnx");
     zoo8.save(&batch8).unwrap();
     let eight = DataSettings { io_names: IoNames::Auto, seq_len: None, ..data_settings() }.config(&batch8).unwrap();
@@ -1206,7 +1207,8 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     // Itself: no pairs, identical logits.
     let same = qdq_pipeline::Job::run(&job(model_path.clone()), &NoProgress).unwrap();
     assert!(same.tensors.is_empty() && same.features >= 3, "{same}");
-    assert_eq!((same.logits.kl_start, same.logits.argmax_start, same.logits.max_abs_diff), (0.0, 1.0, 0.0));
+    let l = same.logits.as_logits().unwrap();
+    assert_eq!((l.kl_start, l.argmax_start, l.max_abs_diff), (0.0, 1.0, 0.0));
 
     let qdq_path = out.join("model_qdq.onnx");
     let honest = qdq_pipeline::Job::run(&job(qdq_path.clone()), &NoProgress).unwrap();
@@ -1236,7 +1238,7 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     assert_eq!(found.tensors[0].tensor, victim, "{found}");
     let before = honest.tensors.iter().find(|t| t.tensor == victim).unwrap();
     assert!(found.tensors[0].own.sqnr_db() < before.own.sqnr_db() - 20.0, "{found}");
-    assert!(found.logits.kl_start > honest.logits.kl_start, "{found}");
+    assert!(found.logits.as_logits().unwrap().kl_start > honest.logits.as_logits().unwrap().kl_start, "{found}");
     // Sensitivity: keeping the broken pair's reader in float recovers (nearly) all of the damage, more than any other
     // node; every node reading quantized activations is measured.
     let readers: std::collections::BTreeSet<&str> =

@@ -1,7 +1,8 @@
 //! `qdq debug`: where a QDQ model loses accuracy. Runs the FP32 model, the QDQ model and the QDQ model's float
-//! reference ([`qdq::float_reference`]: its activation pairs taken out) on held-out questions and measures, for every
+//! reference ([`qdq::float_reference`]: its activation pairs taken out) on held-out inputs and measures, for every
 //! activation pair, the dequantized tensor against the float value it stands for (any rewrite, a shifted Softmax or
-//! a smoothed input, is the same tensor in both), and the logits against FP32's.
+//! a smoothed input, is the same tensor in both), and the task's outputs against FP32's: a SQuAD model's start and
+//! end logits, an embedding model's sentence embedding.
 
 mod confirm;
 
@@ -17,8 +18,9 @@ use crate::progress::Progress;
 use crate::report::debug::DebugReport;
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::RuntimeSettings;
-use crate::steps::held_out::{HeldOut, agreement};
+use crate::steps::held_out::HeldOut;
 use crate::steps::pairs::{measure, probes, sensitivity};
+use crate::tasks::Task;
 
 /// `qdq debug`: the FP32 model, the QDQ model made from it, held-out questions.
 #[derive(Debug, Clone)]
@@ -30,9 +32,11 @@ pub struct DebugJob {
     /// The QDQ model to explain (model_qdq.onnx of `qdq e2e` / `qdq quantize`)
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub qdq: PathBuf,
-    /// SQuAD file; its last --held-out questions are run
+    /// SQuAD file (or texts); its last --held-out questions are run
     ///
-    /// Held out from an evaluation of its first ones (--confirm scores the first --samples).
+    /// Held out from an evaluation of its first ones (--confirm scores the first --samples). An embedding model runs
+    /// the last --held-out questions of a SQuAD file with their paragraphs, or the last --held-out texts of any
+    /// other file (text lines, TSV, JSONL).
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub dataset: PathBuf,
     /// Held-out questions to run: the last N of --dataset
@@ -45,8 +49,9 @@ pub struct DebugJob {
     pub data: DataSettings,
     /// Also each node's sensitivity (one more run per node)
     ///
-    /// The logits' KL against FP32 with only that node's quantized inputs kept in float (same ranges, no
-    /// re-calibration; one more run of the questions per node).
+    /// The outputs against FP32's with only that node's quantized inputs kept in float (same ranges, no
+    /// re-calibration; one more run of the held-out inputs per node): the logits' KL, the embeddings' cosine
+    /// distance.
     #[cfg_attr(feature = "cli", arg(long, help_heading = "Sensitivity"))]
     pub sensitivity: bool,
     /// F1 of the N most recovering nodes (with --sensitivity)
@@ -99,8 +104,18 @@ impl Job for DebugJob {
         let run = self.out.as_ref().map(|dir| open_run_dir(dir, "--out", "qdq debug")).transpose()?;
         let session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
         let data = self.data.config(&fp32_path)?;
-        crate::tasks::refuse_embeddings(&fp32_path, &data, "debug")?;
-        let held = HeldOut::new(&fp32_path, &fp32, &self.dataset, self.held_out, session, &data)?;
+        let task = Task::detect(&fp32, &fp32_path, &data)?;
+        if let Task::Embed(e) = &task {
+            progress.note(&e.describe());
+            if self.confirm > 0 {
+                return Err(Error::Usage(
+                    "--confirm scores SQuAD F1 beside a SQuAD model's sensitivity; for an embedding model `qdq e2e` \
+                     or `qdq eval --baseline` scores retrieval"
+                        .into(),
+                ));
+            }
+        }
+        let held = task.held_out((&fp32, &fp32_path), &self.dataset, self.held_out, session, &data)?;
         drop(fp32);
         let report = self.run_on(&fp32_path, &int8_path, &held, progress)?;
         run.map(finish_run_dir).transpose()?;
@@ -116,7 +131,7 @@ impl DebugJob {
         Ok(())
     }
 
-    /// The debug of `int8_path` on held-out questions already run through FP32 (`held`: this job's dataset and
+    /// The debug of `int8_path` on held-out inputs already run through FP32 (`held`: this job's dataset and
     /// questions, as `qdq tune` shares them with its candidates' measurements).
     pub(crate) fn run_on(
         &self,
@@ -133,15 +148,15 @@ impl DebugJob {
         let probes = probes(&int8);
         if probes.is_empty() {
             progress.note(&format!(
-                "{} has no activation Q/DQ pairs (a dynamic or weight-only model?): only its logits are compared",
+                "{} has no activation Q/DQ pairs (a dynamic or weight-only model?): only its outputs are compared",
                 int8_path.display()
             ));
         }
-        progress.start("debugging", Some(held.questions() as u64), "questions");
+        progress.start("debugging", Some(held.units() as u64), held.unit());
         let measured = measure(held, &int8, &probes, progress)?;
         progress.finish();
         let mut sensitivity =
-            if self.sensitivity { sensitivity(held, &int8, measured.logits.kl(), progress)? } else { Vec::new() };
+            if self.sensitivity { sensitivity(held, &int8, measured.logits.loss(), progress)? } else { Vec::new() };
         let confirmation = if self.confirm > 0 && !sensitivity.is_empty() {
             let on = confirm::ConfirmOn {
                 dataset: &self.dataset,
@@ -154,15 +169,16 @@ impl DebugJob {
         } else {
             None
         };
-        let (batches, _) = held.batches();
         let report = DebugReport {
             model: fp32_path.to_path_buf(),
             qdq: int8_path.to_path_buf(),
             dataset: self.dataset.clone(),
-            questions: held.questions(),
-            features: batches.iter().map(squad::Batch::len).sum(),
+            held_out: held.describe().to_owned(),
+            units: held.units(),
+            unit: held.unit(),
+            features: held.features(),
             logits: measured.logits,
-            weights_only_logits: agreement(&held.fp32, &measured.reference_logits, batches),
+            weights_only_logits: held.agreement_of(&measured.reference_values),
             tensors: measured.tensors,
             sensitivity,
             confirmation,

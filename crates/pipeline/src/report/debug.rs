@@ -1,5 +1,6 @@
-//! What `qdq debug` found: the logits against FP32, every activation pair's error, each node's sensitivity and (with
-//! `--confirm`) the F1 it stands for; as text, JSON and debug.json / debug.md / sqnr.svg.
+//! What `qdq debug` found: the task's outputs (logits, embeddings) against FP32's, every activation pair's error,
+//! each node's sensitivity and (with `--confirm`) the F1 it stands for; as text, JSON and debug.json / debug.md /
+//! sqnr.svg.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use crate::disk::{write_atomic, write_json};
 use crate::error::Result;
 use crate::job::Report;
 use crate::report::plots::sqnr_svg;
-use crate::steps::held_out::LogitAgreement;
+use crate::steps::held_out::OutputAgreement;
 use crate::steps::pairs::{NodeSensitivity, TensorError};
 
 /// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
@@ -36,12 +37,17 @@ pub struct DebugReport {
     pub model: PathBuf,
     pub qdq: PathBuf,
     pub dataset: PathBuf,
-    pub questions: usize,
+    /// Which inputs were held out, in words.
+    pub held_out: String,
+    /// How many questions (a SQuAD model) or texts (an embedding model), and which.
+    pub units: usize,
+    pub unit: &'static str,
+    /// Rows run (a SQuAD model: features).
     pub features: usize,
-    /// The QDQ model against FP32.
-    pub logits: LogitAgreement,
+    /// The QDQ model against FP32: its logits, or its embeddings.
+    pub logits: OutputAgreement,
     /// The float reference (the QDQ model without its activation pairs: only its weights quantized) against FP32.
-    pub weights_only_logits: LogitAgreement,
+    pub weights_only_logits: OutputAgreement,
     /// Every activation pair, the worst own rounding (lowest `own` SQNR) first: the pairs that add the most error
     /// themselves, not those that only carry error from upstream.
     pub tensors: Vec<TensorError>,
@@ -86,46 +92,38 @@ impl Report for DebugReport {
                 })
             })
             .collect();
-        serde_json::json!({
+        // `logits` for a SQuAD model, `embeddings` for an embedding model.
+        let measured = self.logits.measured();
+        let mut doc = serde_json::json!({
             "schema": "qdq.debug/1",
             "model": self.model,
             "qdq": self.qdq,
             "dataset": self.dataset,
-            "questions": self.questions,
+            "held_out": self.held_out,
             "features": self.features,
-            "logits": self.logits,
-            "weights_only_logits": self.weights_only_logits,
             "tensors": tensors,
             "sensitivity": self.sensitivity.iter().map(|n| serde_json::json!({
                 "node": n.node,
                 "op_type": n.op_type,
                 "inputs": n.inputs,
-                "logits": n.logits,
+                measured: n.logits,
                 "recovered": finite(n.recovered),
                 "f1_recovered": n.f1_recovered,
                 "f1_two_se": n.f1_two_se,
                 "f1_interval": n.f1_difference.map(|d| [d.low, d.high]),
             })).collect::<Vec<_>>(),
             "confirmation": self.confirmation,
-        })
+        });
+        doc[self.unit] = self.units.into();
+        doc[measured] = serde_json::to_value(self.logits).unwrap_or_default();
+        doc[format!("weights_only_{measured}")] = serde_json::to_value(self.weights_only_logits).unwrap_or_default();
+        doc
     }
 }
 
 /// A float for JSON: infinite (an exact tensor's SQNR) and NaN become null.
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
-}
-
-/// How two models' logits agree, in one line.
-fn agreement_line(a: &LogitAgreement) -> String {
-    format!(
-        "KL start {:.4} / end {:.4} nats, same argmax {:.1} % / {:.1} %, max |diff| {:.3}",
-        a.kl_start,
-        a.kl_end,
-        100.0 * a.argmax_start,
-        100.0 * a.argmax_end,
-        a.max_abs_diff
-    )
 }
 
 /// A markdown table with `header`, its columns `right` aligned right.
@@ -143,17 +141,10 @@ fn table(header: &[&str], right: std::ops::RangeInclusive<usize>) -> Table {
 
 impl fmt::Display for DebugReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{} against {}: the last {} questions of {} ({} features)",
-            self.qdq.display(),
-            self.model.display(),
-            self.questions,
-            self.dataset.display(),
-            self.features
-        )?;
-        writeln!(f, "logits vs FP32:        {}", agreement_line(&self.logits))?;
-        writeln!(f, "weights only vs FP32:  {}", agreement_line(&self.weights_only_logits))?;
+        writeln!(f, "{} against {}: {}", self.qdq.display(), self.model.display(), self.held_out)?;
+        let measured = format!("{} vs FP32:", self.logits.measured());
+        writeln!(f, "{measured:<22} {}", self.logits.describe())?;
+        writeln!(f, "{:<22} {}", "weights only vs FP32:", self.weights_only_logits.describe())?;
         if self.tensors.is_empty() {
             return Ok(());
         }
@@ -200,32 +191,47 @@ impl DebugReport {
         write!(f, "{t}")
     }
 
-    /// The `top` nodes whose inputs, kept in float alone, bring the logits closest to FP32.
+    /// The `top` nodes whose inputs, kept in float alone, bring the outputs closest to FP32's.
     fn sensitivity_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = self.top.min(self.sensitivity.len());
+        let (loss, measured) = (self.logits.loss_name(), self.logits.measured());
+        let explained = match self.logits {
+            OutputAgreement::Logits(_) => "KL: mean of start and end",
+            OutputAgreement::Embeddings(_) => "1 - cos: mean cosine distance to FP32's embedding",
+        };
         writeln!(
             f,
-            "\n\nSensitivity: the {shown} nodes (of {}) whose quantized inputs, kept in float alone, bring the logits \
-             closest to FP32 (KL: mean of start and end; recovered: share of the QDQ model's KL {:.4}):",
+            "\n\nSensitivity: the {shown} nodes (of {}) whose quantized inputs, kept in float alone, bring the \
+             {measured} closest to FP32 ({explained}; recovered: share of the QDQ model's {loss} {}):",
             self.sensitivity.len(),
-            self.logits.kl()
+            self.logits.loss_text()
         )?;
-        let mut t = table(&["node", "op", "KL", "recovered", "F1 recovered", "same argmax", "inputs"], 2..=5);
+        let second = self.logits.second().0;
+        // F1 recovered, with --confirm.
+        let f1 = self.confirmation.is_some();
+        let header: Vec<&str> = ["node", "op", loss, "recovered"]
+            .into_iter()
+            .chain(f1.then_some("F1 recovered"))
+            .chain([second, "inputs"])
+            .collect();
+        let mut t = table(&header, 2..=header.len() - 2);
         for n in &self.sensitivity[..shown] {
-            t.add_row([
+            let mut row = vec![
                 n.node.clone(),
                 n.op_type.clone(),
-                format!("{:.4}", n.logits.kl()),
+                n.logits.loss_text(),
                 // `+ 0.0` turns a -0 that rounds from a tiny loss into 0 (no "-0 %" in the table).
                 format!("{:.0} %", (100.0 * n.recovered).round() + 0.0),
-                match (n.f1_difference, n.f1_recovered) {
+            ];
+            if f1 {
+                row.push(match (n.f1_difference, n.f1_recovered) {
                     (Some(d), _) if d.se.is_finite() => d.describe(),
                     (_, Some(d)) => format!("{d:+.2}"),
                     _ => String::new(),
-                },
-                format!("{:.1} %", 50.0 * (n.logits.argmax_start + n.logits.argmax_end)),
-                n.inputs.join(", "),
-            ]);
+                });
+            }
+            row.extend([n.logits.second().1, n.inputs.join(", ")]);
+            t.add_row(row);
         }
         write!(f, "{t}")
     }

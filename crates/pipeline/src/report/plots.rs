@@ -70,9 +70,10 @@ pub struct CurvePoint {
     pub speed: f64,
 }
 
-/// dF1 with its 95 % interval (left axis) and speed against FP32 (right axis) for each candidate, screen estimates
-/// hollow, with the budget (F1 points) as a line and the point at index `chosen` circled.
-pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<String> {
+/// The difference to FP32 (`delta`: `dF1`, `dnDCG@10`) with its 95 % interval (left axis) and speed against FP32
+/// (right axis) for each candidate, screen estimates hollow, with the budget (in the same points) as a line and the
+/// point at index `chosen` circled.
+pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize, delta: &str) -> Result<String> {
     let x_max = points.iter().map(|c| c.float_nodes as f64).fold(1.0, f64::max);
     let ends = points.iter().flat_map(|c| [c.delta_f1, c.interval.0, c.interval.1]).filter(|v| v.is_finite());
     let lo = ends.clone().chain([-budget]).fold(0.0, f64::min) - 0.5;
@@ -91,7 +92,12 @@ pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<St
             .build_cartesian_2d(-0.5f64..x_max + 0.5, lo..hi)
             .map_err(plot_error)?
             .set_secondary_coord(-0.5f64..x_max + 0.5, 0f64..s_hi);
-        chart.configure_mesh().x_desc("nodes kept in float").y_desc("dF1 vs FP32").draw().map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("nodes kept in float")
+            .y_desc(format!("{delta} vs FP32"))
+            .draw()
+            .map_err(plot_error)?;
         chart.configure_secondary_axes().y_desc("speed vs FP32 (x)").draw().map_err(plot_error)?;
         let budget = [(-0.5, -budget), (x_max + 0.5, -budget)];
         chart
@@ -99,7 +105,7 @@ pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<St
             .map_err(plot_error)?
             .label("budget")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK));
-        draw_delta_f1(&mut chart, points)?;
+        draw_delta_f1(&mut chart, points, delta)?;
         let fast: Vec<(f64, f64)> = points.iter().map(|c| (c.float_nodes as f64, c.speed)).collect();
         chart
             .draw_secondary_series(LineSeries::new(fast, RED.stroke_width(2)))
@@ -121,12 +127,13 @@ pub fn curve_svg(points: &[CurvePoint], budget: f64, chosen: usize) -> Result<St
 fn draw_delta_f1<DB: DrawingBackend>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     points: &[CurvePoint],
+    delta: &str,
 ) -> Result<()> {
     let at = |c: &CurvePoint| (c.float_nodes as f64, c.delta_f1);
     chart
         .draw_series(LineSeries::new(points.iter().map(at), BLUE.stroke_width(2)))
         .map_err(plot_error)?
-        .label("dF1, 95 % interval")
+        .label(format!("{delta}, 95 % interval"))
         .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLUE));
     let bars = points.iter().filter(|c| c.interval.0.is_finite() && c.interval.1.is_finite()).map(|c| {
         let x = c.float_nodes as f64;

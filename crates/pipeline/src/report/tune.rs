@@ -31,7 +31,8 @@ pub struct Timed {
     /// candidate's `matmul_const_b_only=false`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policy_options: Vec<String>,
-    /// Mean KL of the start/end logits against FP32's on the held-out questions.
+    /// The distance to FP32's outputs on the held-out inputs: the mean KL of the start / end logits (SQuAD), the mean
+    /// cosine distance of the embeddings.
     pub held_out_kl: f64,
     /// The all-integer candidate only: the preset's time over this model's, the two run in turn on the same batches
     /// (above 1: faster than the preset).
@@ -39,10 +40,55 @@ pub struct Timed {
     pub vs_preset: Option<Speedup>,
 }
 
-/// A candidate's scores on the evaluation questions.
+/// What candidates are scored in: a SQuAD model's F1 over questions; an embedding model's nDCG@10 over the queries of
+/// retrieval data, or its cosine to FP32's (x100) over texts without labels. A budget is in its points.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Metric {
+    /// `F1`, `nDCG@10` or `cos x100`.
+    pub name: &'static str,
+    /// What it is averaged over: `questions`, `queries` or `texts`.
+    pub unit: &'static str,
+    /// One of them: `question`, `query`, `text`.
+    #[serde(skip)]
+    pub one: &'static str,
+}
+
+impl Metric {
+    /// SQuAD's.
+    pub const F1: Metric = Metric { name: "F1", unit: "questions", one: "question" };
+
+    fn squad(&self) -> bool {
+        self.name == Metric::F1.name
+    }
+
+    /// The difference to FP32's, as the tables head it: `dF1`, `dnDCG@10`, `dcos x100`.
+    pub fn delta(&self) -> String {
+        format!("d{}", self.name)
+    }
+
+    /// The share of units whose result is FP32's.
+    fn same(&self) -> &'static str {
+        if self.squad() { "answers = FP32" } else { "top-1 = FP32" }
+    }
+
+    /// The held-out proxy candidates are measured by first.
+    fn proxy(&self) -> &'static str {
+        if self.squad() { "held-out KL" } else { "held-out 1 - cos" }
+    }
+
+    /// What a model's time is per: SQuAD features, texts.
+    fn per(&self) -> &'static str {
+        if self.squad() { "feature" } else { "text" }
+    }
+}
+
+/// A candidate's scores on the evaluation questions (or queries, or texts: [`Metric`]); the fields keep SQuAD's names
+/// (tune.json names them by the metric for other tasks: [`TuneReport`]'s JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Scored {
-    pub exact_match: f64,
+    /// SQuAD only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact_match: Option<f64>,
     pub f1: f64,
     /// F1 minus FP32's F1.
     pub delta_f1: f64,
@@ -100,6 +146,8 @@ pub struct CalibratorChoice {
 #[derive(Debug, Clone, Serialize)]
 pub struct TuneReport {
     pub out: PathBuf,
+    /// What the scores and the budget are in.
+    pub metric: Metric,
     pub budget: f64,
     pub fp32_f1: f64,
     pub fp32_ms_per_feature: f64,
@@ -136,7 +184,7 @@ impl TuneReport {
     pub fn advice(&self) -> Option<String> {
         let s = &self.choice().scored;
         let (low, high) = s.delta_f1_interval;
-        let limit = -self.budget;
+        let (limit, unit, delta) = (-self.budget, self.metric.unit, self.metric.delta());
         if low <= limit && limit <= high && s.delta_f1_se.is_finite() && s.delta_f1_se > 0.0 {
             let d = squad_metrics::PairedDifference {
                 delta: s.delta_f1,
@@ -149,7 +197,7 @@ impl TuneReport {
             let more =
                 d.questions_to_decide(limit).map_or(String::new(), |n| format!("; about {n} would (--samples {n})"));
             return Some(format!(
-                "{side} the budget on these {} questions, but they cannot decide: the chosen dF1 {} holds -{:.2}{more}.",
+                "{side} the budget on these {} {unit}, but they cannot decide: the chosen {delta} {} holds -{:.2}{more}.",
                 s.questions_scored,
                 d.describe(),
                 self.budget,
@@ -157,6 +205,27 @@ impl TuneReport {
         }
         (!self.within_budget)
             .then(|| "No candidate met the budget; the best one is kept (raise --max-float or the budget).".to_owned())
+    }
+}
+
+/// The keys of SQuAD's scores in tune.json, and theirs for another [`Metric`].
+const SCORE_KEYS: [(&str, &str); 7] = [
+    ("fp32_f1", "fp32_score"),
+    ("f1", "score"),
+    ("delta_f1", "delta"),
+    ("delta_f1_se", "delta_se"),
+    ("delta_f1_interval", "delta_interval"),
+    ("same_answers", "same_top1"),
+    ("held_out_kl", "held_out_distance"),
+];
+
+/// Renames `keys` (`from`, `to`) of the object `v`.
+fn rename_keys(v: &mut serde_json::Value, keys: &[(&str, &str)]) {
+    let Some(o) = v.as_object_mut() else { return };
+    for (from, to) in keys {
+        if let Some(x) = o.remove(*from) {
+            o.insert((*to).to_owned(), x);
+        }
     }
 }
 
@@ -180,6 +249,15 @@ impl Report for TuneReport {
     fn json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         v["schema"] = "qdq.tune/1".into();
+        if !self.metric.squad() {
+            // The scores under the metric's names: no `f1` holding an nDCG.
+            rename_keys(&mut v, &SCORE_KEYS);
+            for list in ["curve", "not_scored"] {
+                if let Some(items) = v[list].as_array_mut() {
+                    items.iter_mut().for_each(|c| rename_keys(c, &SCORE_KEYS));
+                }
+            }
+        }
         v
     }
 
@@ -187,8 +265,9 @@ impl Report for TuneReport {
     fn verdict(&self) -> Result<()> {
         match self.fail_above {
             Some(limit) if -self.choice().scored.delta_f1 > limit => Err(Error::Gate(format!(
-                "the chosen model loses {:.2} F1, more than --fail-above {limit}",
-                -self.choice().scored.delta_f1
+                "the chosen model loses {:.2} {}, more than --fail-above {limit}",
+                -self.choice().scored.delta_f1,
+                self.metric.name
             ))),
             _ => Ok(()),
         }
@@ -197,18 +276,21 @@ impl Report for TuneReport {
 
 impl fmt::Display for TuneReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = self.choice();
+        let (c, m) = (self.choice(), self.metric);
         writeln!(
             f,
-            "{} within the budget of {:.2} F1: {} kept in float, F1 {:.2} ({:+.2} vs FP32 {:.2}) on {} \
-             questions, {}/{} MatMul-like nodes integer.",
+            "{} within the budget of {:.2} {}: {} kept in float, {} {:.2} ({:+.2} vs FP32 {:.2}) on {} {}, {}/{} \
+             MatMul-like nodes integer.",
             if self.within_budget { "Chosen" } else { "NOT" },
             self.budget,
+            m.name,
             count_nodes(c.timed.float_nodes.len()),
+            m.name,
             c.scored.f1,
             c.scored.delta_f1,
             self.fp32_f1,
             self.questions,
+            m.unit,
             c.timed.integer_matmuls,
             c.timed.matmuls
         )?;
@@ -227,28 +309,29 @@ impl fmt::Display for TuneReport {
 impl TuneReport {
     /// Every candidate of the curve, one row each.
     fn curve_table(&self) -> Table {
+        let m = self.metric;
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        t.set_header([
-            "float nodes",
-            "other calibrators",
-            "EM",
-            "F1",
-            "dF1 [95 %]",
-            "answers = FP32 [95 %]",
-            "questions",
-            "ms/feature",
-            "vs FP32 (median, range)",
-            "integer MatMuls",
-            "held-out KL",
-            "last added",
-        ]);
+        let (delta, same, per) = (format!("{} [95 %]", m.delta()), format!("{} [95 %]", m.same()), m.per());
+        let header: Vec<String> = ["float nodes", "other calibrators"]
+            .into_iter()
+            .chain(m.squad().then_some("EM"))
+            .map(str::to_owned)
+            .chain([m.name.to_owned(), delta, same, m.unit.to_owned(), format!("ms/{per}")])
+            .chain(["vs FP32 (median, range)", "integer MatMuls", m.proxy(), "last added"].map(str::to_owned))
+            .collect();
+        let columns = header.len();
+        t.set_header(header);
         for (i, c) in self.curve.iter().enumerate() {
             let s = &c.scored;
-            t.add_row([
+            let mut row = vec![
                 format!("{}{}", c.timed.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
                 c.timed.calibrator_choices.to_string(),
-                format!("{:.2}", s.exact_match),
+            ];
+            if m.squad() {
+                row.push(s.exact_match.map_or(String::new(), |em| format!("{em:.2}")));
+            }
+            row.extend([
                 format!("{:.2}", s.f1),
                 match s.screen_only {
                     true => format!("{:+.2} (screen estimate)", s.delta_f1),
@@ -264,8 +347,9 @@ impl TuneReport {
                 format!("{:.5}", c.timed.held_out_kl),
                 c.timed.float_nodes.last().cloned().unwrap_or_else(|| c.timed.policy_options.join(", ")),
             ]);
+            t.add_row(row);
         }
-        for col in 1..=10 {
+        for col in 1..columns - 1 {
             if let Some(column) = t.column_mut(col) {
                 column.set_cell_alignment(CellAlignment::Right);
             }
@@ -275,13 +359,22 @@ impl TuneReport {
 
     /// What the ± 2 SE, the speed and a screen mean.
     fn notes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = self.choice();
+        let (c, m) = (self.choice(), self.metric);
+        let unit = m.one;
         write!(
             f,
-            "\n\ndF1 [95 %]: F1 minus FP32's, with the 95 % interval of that difference over these {} questions \
-             (paired: each question's F1 against FP32's): differences within it are the noise of which questions were \
-             drawn; vs FP32: the same {} held-out features run by both models in turn, {} rounds.",
-            self.questions, c.timed.speedup.features, c.timed.speedup.rounds
+            "\n\n{} [95 %]: {} minus FP32's, with the 95 % interval of that difference over these {} {} (paired: each \
+             {unit}'s {} against FP32's): differences within it are the noise of which {} were drawn; vs FP32: the same \
+             {} held-out {}s run by both models in turn, {} rounds.",
+            m.delta(),
+            m.name,
+            self.questions,
+            m.unit,
+            m.name,
+            m.unit,
+            c.timed.speedup.features,
+            m.per(),
+            c.timed.speedup.rounds
         )?;
         if self.curve.iter().any(|c| c.scored.screen_only) {
             write!(
@@ -304,9 +397,9 @@ impl TuneReport {
             ("fp32_scoring", "FP32 scored"),
             ("candidate_screening", "candidates screened"),
             ("candidate_scoring", "candidates scored"),
-            ("held_out_fp32", "FP32 on the held-out questions"),
+            ("held_out_fp32", "FP32 on the held-out inputs"),
             ("quantization", "candidates quantized"),
-            ("held_out_kl", "candidates' held-out KL"),
+            ("held_out_kl", "candidates on the held-out inputs"),
             ("timing", "candidates timed"),
             ("outputs", "outputs"),
         ];
@@ -322,13 +415,14 @@ impl TuneReport {
         for t in &self.not_scored {
             write!(
                 f,
-                "\n\nNot scored: {} in float{} ({}/{} MatMul-like nodes integer, held-out KL {:.5}) runs at {} FP32's \
+                "\n\nNot scored: {} in float{} ({}/{} MatMul-like nodes integer, {} {:.5}) runs at {} FP32's \
                  speed and {} the preset's (head to head), more than {:.0} % slower than the preset, so it could not \
                  be chosen.",
                 count_nodes(t.float_nodes.len()),
                 if t.policy_options.is_empty() { String::new() } else { format!(", {}", t.policy_options.join(", ")) },
                 t.integer_matmuls,
                 t.matmuls,
+                self.metric.proxy(),
                 t.held_out_kl,
                 t.speedup.describe(),
                 t.vs_preset.map_or("?".to_owned(), |h| h.describe()),
@@ -343,11 +437,11 @@ impl TuneReport {
         if self.calibrators.is_empty() {
             return Ok(());
         }
-        writeln!(f, "\n\nRanges from another calibrator (held-out logit KL before -> after):\n")?;
+        writeln!(f, "\n\nRanges from another calibrator ({} before -> after):\n", self.metric.proxy())?;
         for c in &self.calibrators {
             writeln!(
                 f,
-                "- `{}`: {} [{:.4}, {:.4}] -> {} [{:.4}, {:.4}], KL {:.5} -> {:.5}",
+                "- `{}`: {} [{:.4}, {:.4}] -> {} [{:.4}, {:.4}], {:.5} -> {:.5}",
                 c.tensor,
                 c.from,
                 c.from_range.0,
@@ -389,7 +483,7 @@ mod tests {
                 vs_preset: None,
             },
             scored: Scored {
-                exact_match: 60.0,
+                exact_match: Some(60.0),
                 f1: 70.0 + delta_f1,
                 delta_f1,
                 delta_f1_se: 0.1,
@@ -403,6 +497,7 @@ mod tests {
         };
         TuneReport {
             out: "out".into(),
+            metric: Metric::F1,
             budget: 1.0,
             fp32_f1: 70.0,
             fp32_ms_per_feature: 20.0,

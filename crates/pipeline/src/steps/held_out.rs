@@ -1,16 +1,20 @@
-//! Held-out questions run through FP32 once, and how far another model's start and end logits are from FP32's on
-//! them (KL, argmax agreement): the proxy `qdq debug` and `qdq tune` measure candidates by.
+//! Held-out inputs run through FP32 once, and how far another model's outputs are from FP32's on them, in the task's
+//! measure: a QA head's start and end logits (KL, argmax agreement) or a sentence embedding (cosine). The proxy
+//! `qdq debug` and `qdq tune` measure candidates by; which inputs and which outputs is the task's choice
+//! (`tasks::Task::held_out`).
 
-use std::path::Path;
-
+use ndarray::{Array2, ArrayView2};
 use onnx_ir::Model;
 use runtime::SessionConfig;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::inputs::squad::{Corpus, DataConfig};
+use crate::inputs::files::InputSet;
+use crate::inputs::pooling::EmbeddingHead;
+use crate::inputs::squad::{Corpus, questions_done};
 use crate::steps::augment::session_with_outputs;
 use crate::steps::logits::run_logits;
+use crate::steps::speed::Workload;
 
 /// How two models' start and end logits agree, per feature, over the feature's real tokens.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -32,135 +36,377 @@ impl LogitAgreement {
     }
 }
 
-/// The FP32 logits `[start, end]` of one batch.
-pub(crate) type Logits = [Vec<f32>; 2];
-
-/// Sums of per-feature logit agreement.
-#[derive(Default)]
-pub(crate) struct LogitSums {
-    kl: [f64; 2],
-    same: [u64; 2],
-    max_abs: f64,
-    features: u64,
+/// How two models' sentence embeddings of the same texts agree.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct EmbeddingAgreement {
+    /// Mean cosine between the two models' embeddings of a text.
+    pub mean_cosine: f64,
+    /// The lowest of those cosines.
+    pub min_cosine: f64,
 }
 
-impl LogitSums {
-    /// Adds a batch: `fp32` and `other` hold `[start, end]` as `[batch, seq]`; positions the batch's attention
-    /// mask leaves out do not count.
-    pub(crate) fn add(&mut self, fp32: &Logits, other: &Logits, batch: &squad::Batch) {
-        let seq = batch.input_ids.ncols();
-        // Only the rows holding features (a fixed-batch model's filler rows have no logits here: run_logits).
-        for (row, m) in batch.attention_mask.rows().into_iter().take(batch.len()).enumerate() {
-            let keep: Vec<bool> = m.iter().map(|&v| v != 0).collect();
-            for k in 0..2 {
-                let (a, b) = (&fp32[k][row * seq..(row + 1) * seq], &other[k][row * seq..(row + 1) * seq]);
-                self.kl[k] += calib::softmax_kl(a, b, &keep);
-                self.same[k] += u64::from(calib::argmax(a, &keep) == calib::argmax(b, &keep));
-                let diff = a.iter().zip(b).map(|(x, y)| f64::from((x - y).abs())).fold(0.0, f64::max);
-                self.max_abs = self.max_abs.max(diff);
+/// How another model agrees with FP32 on the held-out inputs, in its task's measure.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(untagged)]
+pub enum OutputAgreement {
+    /// A QA head's start and end logits.
+    Logits(LogitAgreement),
+    /// A sentence embedding.
+    Embeddings(EmbeddingAgreement),
+}
+
+impl OutputAgreement {
+    /// The distance from FP32 that `debug` ranks nodes by and `tune` compares candidates by (0: FP32's outputs):
+    /// the logits' mean KL in nats, the embeddings' mean cosine distance (1 - cosine).
+    pub fn loss(&self) -> f64 {
+        match self {
+            OutputAgreement::Logits(a) => a.kl(),
+            OutputAgreement::Embeddings(a) => 1.0 - a.mean_cosine,
+        }
+    }
+
+    /// The logits' agreement, for a QA model.
+    pub fn as_logits(&self) -> Option<&LogitAgreement> {
+        match self {
+            OutputAgreement::Logits(a) => Some(a),
+            OutputAgreement::Embeddings(_) => None,
+        }
+    }
+
+    /// The embeddings' agreement, for an embedding model.
+    pub fn as_embeddings(&self) -> Option<&EmbeddingAgreement> {
+        match self {
+            OutputAgreement::Embeddings(a) => Some(a),
+            OutputAgreement::Logits(_) => None,
+        }
+    }
+
+    /// What [`OutputAgreement::loss`] is, as the tables head it.
+    pub fn loss_name(&self) -> &'static str {
+        match self {
+            OutputAgreement::Logits(_) => "KL",
+            OutputAgreement::Embeddings(_) => "1 - cos",
+        }
+    }
+
+    /// What is compared: `logits` or `embeddings` (debug.json's keys).
+    pub fn measured(&self) -> &'static str {
+        match self {
+            OutputAgreement::Logits(_) => "logits",
+            OutputAgreement::Embeddings(_) => "embeddings",
+        }
+    }
+
+    /// [`OutputAgreement::loss`] as the tables show it: KL to 4 decimals, a cosine distance (often 1e-5) in
+    /// scientific notation.
+    pub fn loss_text(&self) -> String {
+        match self {
+            OutputAgreement::Logits(a) => format!("{:.4}", a.kl()),
+            OutputAgreement::Embeddings(_) => format!("{:.3e}", self.loss()),
+        }
+    }
+
+    /// The second measure the tables show beside the loss: the share of features with the same argmax (start and
+    /// end together), or the lowest cosine.
+    pub fn second(&self) -> (&'static str, String) {
+        match self {
+            OutputAgreement::Logits(a) => ("same argmax", format!("{:.1} %", 50.0 * (a.argmax_start + a.argmax_end))),
+            OutputAgreement::Embeddings(a) => ("min cos", format!("{:.5}", a.min_cosine)),
+        }
+    }
+
+    /// The agreement in one line.
+    pub fn describe(&self) -> String {
+        match self {
+            OutputAgreement::Logits(a) => format!(
+                "KL start {:.4} / end {:.4} nats, same argmax {:.1} % / {:.1} %, max |diff| {:.3}",
+                a.kl_start,
+                a.kl_end,
+                100.0 * a.argmax_start,
+                100.0 * a.argmax_end,
+                a.max_abs_diff
+            ),
+            OutputAgreement::Embeddings(a) => format!(
+                "cosine mean {:.5} (distance {:.2e}), min {:.5}",
+                a.mean_cosine,
+                1.0 - a.mean_cosine,
+                a.min_cosine
+            ),
+        }
+    }
+}
+
+/// One held-out batch's values a model is compared on: `[start, end]` logits (`[rows, seq]` each), or one
+/// embedding per row.
+pub(crate) enum Values {
+    Logits([Vec<f32>; 2]),
+    Embeddings(Vec<Vec<f32>>),
+}
+
+/// Sums of per-input agreement.
+pub(crate) enum Sums {
+    Logits { kl: [f64; 2], same: [u64; 2], max_abs: f64, features: u64 },
+    Embeddings { cosine: f64, min: f64, texts: u64 },
+}
+
+impl Sums {
+    /// Adds a batch: `fp32` and `other` are the same batch's values of the two models; positions the batch's
+    /// attention mask leaves out do not count.
+    pub(crate) fn add(&mut self, fp32: &Values, other: &Values, batch: &HeldBatch) {
+        match (self, fp32, other) {
+            (Sums::Logits { kl, same, max_abs, features }, Values::Logits(a), Values::Logits(b)) => {
+                let Some(mask) = batch.mask() else { return };
+                let seq = mask.ncols();
+                // Only the rows holding features (a fixed-batch model's filler rows have no logits here).
+                for (row, m) in mask.rows().into_iter().take(batch.used).enumerate() {
+                    let keep: Vec<bool> = m.iter().map(|&v| v != 0).collect();
+                    for k in 0..2 {
+                        let (x, y) = (&a[k][row * seq..(row + 1) * seq], &b[k][row * seq..(row + 1) * seq]);
+                        kl[k] += calib::softmax_kl(x, y, &keep);
+                        same[k] += u64::from(calib::argmax(x, &keep) == calib::argmax(y, &keep));
+                        let diff = x.iter().zip(y).map(|(p, q)| f64::from((p - q).abs())).fold(0.0, f64::max);
+                        *max_abs = max_abs.max(diff);
+                    }
+                    *features += 1;
+                }
             }
-            self.features += 1;
+            (Sums::Embeddings { cosine, min, texts }, Values::Embeddings(a), Values::Embeddings(b)) => {
+                for (x, y) in a.iter().zip(b) {
+                    let c = cosine_of(x, y);
+                    *cosine += c;
+                    *min = min.min(c);
+                    *texts += 1;
+                }
+            }
+            // The two sides of one comparison are read by the same reader.
+            _ => {}
         }
     }
 
-    pub(crate) fn agreement(&self) -> LogitAgreement {
-        let n = self.features.max(1) as f64;
-        LogitAgreement {
-            kl_start: self.kl[0] / n,
-            kl_end: self.kl[1] / n,
-            argmax_start: self.same[0] as f64 / n,
-            argmax_end: self.same[1] as f64 / n,
-            max_abs_diff: self.max_abs,
+    pub(crate) fn agreement(&self) -> OutputAgreement {
+        match self {
+            Sums::Logits { kl, same, max_abs, features } => {
+                let n = (*features).max(1) as f64;
+                OutputAgreement::Logits(LogitAgreement {
+                    kl_start: kl[0] / n,
+                    kl_end: kl[1] / n,
+                    argmax_start: same[0] as f64 / n,
+                    argmax_end: same[1] as f64 / n,
+                    max_abs_diff: *max_abs,
+                })
+            }
+            Sums::Embeddings { cosine, min, texts } => OutputAgreement::Embeddings(EmbeddingAgreement {
+                mean_cosine: if *texts == 0 { 1.0 } else { cosine / *texts as f64 },
+                min_cosine: if *texts == 0 { 1.0 } else { *min },
+            }),
         }
     }
 }
 
-/// How `other`'s logits agree with `fp32`'s over `batches`.
-pub(crate) fn agreement(fp32: &[Logits], other: &[Logits], batches: &[squad::Batch]) -> LogitAgreement {
-    let mut sums = LogitSums::default();
-    for ((f, o), b) in fp32.iter().zip(other).zip(batches) {
-        sums.add(f, o, b);
+/// The cosine of two vectors (1 for two zero vectors: the same output).
+fn cosine_of(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
     }
-    sums.agreement()
+    if aa == 0.0 && bb == 0.0 { 1.0 } else { (ab / (aa.sqrt() * bb.sqrt()).max(f64::MIN_POSITIVE)).clamp(-1.0, 1.0) }
 }
 
-/// Held-out questions and FP32's logits on them: scores other models by how their logits agree with FP32's.
-pub struct HeldOut {
-    pub(crate) runs: Runs,
-    pub(crate) fp32: Vec<Logits>,
-    questions: usize,
+/// One held-out batch: the arrays fed, the rows that hold inputs (a fixed-batch model's filler rows come after
+/// them), the units (questions, texts) it completes and which feed is the attention mask.
+pub(crate) struct HeldBatch {
+    feeds: Vec<(String, Array2<i64>)>,
+    pub(crate) used: usize,
+    pub(crate) units: u64,
+    mask: Option<usize>,
 }
 
-impl HeldOut {
-    /// The last `questions` questions of `dataset`, featurized as `data` says for `fp32` (loaded from `fp32_path`),
-    /// and FP32's logits on them, run on `session`.
-    pub fn new(
-        fp32_path: &Path,
-        fp32: &Model,
-        dataset: &Path,
-        questions: usize,
-        session: SessionConfig,
-        data: &DataConfig,
-    ) -> Result<Self> {
-        let tokenizer = data.tokenizer()?;
-        let mut corpus = Corpus::load_last(dataset, data, &tokenizer, questions)?;
-        corpus.fit_model(fp32, fp32_path)?;
-        let batches = corpus.batches(1)?.collect::<std::result::Result<Vec<_>, _>>()?;
-        let runs = Runs { cfg: session, io: corpus.io().clone(), batches };
-        let fp32 = runs.values(fp32, "FP32 model")?;
-        Ok(HeldOut { runs, fp32, questions: corpus.questions() })
+impl HeldBatch {
+    /// The feeds as a run takes them.
+    pub(crate) fn feeds(&self) -> Vec<(&str, ArrayView2<'_, i64>)> {
+        self.feeds.iter().map(|(n, a)| (n.as_str(), a.view())).collect()
     }
 
-    /// The held-out batches (batch 1) and the names they are fed by: what `qdq tune` times its candidates on.
-    pub fn batches(&self) -> (&[squad::Batch], &squad::ModelIo) {
-        (&self.runs.batches, &self.runs.io)
+    /// Rows fed (the inputs, then any filler rows).
+    pub(crate) fn rows(&self) -> usize {
+        self.feeds.first().map_or(0, |(_, a)| a.nrows())
     }
 
-    /// How many questions are held out.
-    pub fn questions(&self) -> usize {
-        self.questions
+    fn mask(&self) -> Option<ArrayView2<'_, i64>> {
+        self.mask.map(|k| self.feeds[k].1.view())
     }
+}
 
-    /// How `model`'s logits agree with FP32's (`label` names it in errors).
-    pub fn agreement(&self, model: &Model, label: &str) -> Result<LogitAgreement> {
-        let logits = self.runs.values(model, label)?;
-        Ok(agreement(&self.fp32, &logits, &self.runs.batches))
-    }
+/// What a held-out run reads: the QA head's logits (through the SQuAD names), or the sentence embedding.
+pub(crate) enum Read {
+    Logits(squad::ModelIo),
+    Embedding(EmbeddingHead),
 }
 
 /// The held-out batches and how to run a model on them.
 pub(crate) struct Runs {
     pub(crate) cfg: SessionConfig,
-    pub(crate) io: squad::ModelIo,
-    pub(crate) batches: Vec<squad::Batch>,
+    read: Read,
+    zero_inputs: Vec<String>,
+    pub(crate) batches: Vec<HeldBatch>,
 }
 
 impl Runs {
-    /// The outputs the logits come from (both, or one stacked output), fetched first in every run.
-    pub(crate) fn logit_names(&self) -> Vec<&str> {
-        self.io.logit_outputs()
+    /// The outputs the compared values come from, fetched first in every run.
+    pub(crate) fn output_names(&self) -> Vec<&str> {
+        match &self.read {
+            Read::Logits(io) => io.logit_outputs(),
+            Read::Embedding(head) => vec![head.output.name()],
+        }
     }
 
-    /// The `[start, end]` logits of a run's outputs (the first [`Runs::logit_names`]).
-    pub(crate) fn pair(&self, o: &[runtime::OutputRef<'_>], batch: &squad::Batch, model: &str) -> Result<Logits> {
-        let l = run_logits(o, &self.io, batch.len(), model)?;
-        Ok([l.start.into_owned(), l.end.into_owned()])
+    /// Inputs fed zeros.
+    pub(crate) fn zero_inputs(&self) -> &[String] {
+        &self.zero_inputs
     }
 
-    /// `model`'s logits on every batch.
-    fn values(&self, model: &Model, label: &str) -> Result<Vec<Logits>> {
+    /// Empty sums of this reader's kind.
+    pub(crate) fn sums(&self) -> Sums {
+        match &self.read {
+            Read::Logits(_) => Sums::Logits { kl: [0.0; 2], same: [0; 2], max_abs: 0.0, features: 0 },
+            Read::Embedding(_) => Sums::Embeddings { cosine: 0.0, min: f64::INFINITY, texts: 0 },
+        }
+    }
+
+    /// The values of a run's outputs (the first [`Runs::output_names`]) on `batch`, of the model `model` (named in
+    /// errors).
+    pub(crate) fn read(&self, o: &[runtime::OutputRef<'_>], batch: &HeldBatch, model: &str) -> Result<Values> {
+        match &self.read {
+            Read::Logits(io) => {
+                let l = run_logits(o, io, batch.used, model)?;
+                Ok(Values::Logits([l.start.into_owned(), l.end.into_owned()]))
+            }
+            Read::Embedding(head) => {
+                let mut rows = head.embeddings(model, &o[0].shape, &o[0].data, batch.mask())?;
+                rows.truncate(batch.used);
+                Ok(Values::Embeddings(rows))
+            }
+        }
+    }
+
+    /// `model`'s values on every batch.
+    fn values(&self, model: &Model, label: &str) -> Result<Vec<Values>> {
         self.values_on(model, label, &self.cfg)
     }
 
     /// [`Runs::values`] in a session built with `cfg`.
-    pub(crate) fn values_on(&self, model: &Model, label: &str, cfg: &SessionConfig) -> Result<Vec<Logits>> {
-        let names = self.logit_names();
+    pub(crate) fn values_on(&self, model: &Model, label: &str, cfg: &SessionConfig) -> Result<Vec<Values>> {
+        let names = self.output_names();
         let mut session = session_with_outputs(model, &names, label, cfg)?;
-        session.feed_zeros(&self.io.zero_inputs)?;
-        let mut logits = Vec::with_capacity(self.batches.len());
+        session.feed_zeros(&self.zero_inputs)?;
+        let mut values = Vec::with_capacity(self.batches.len());
         for batch in &self.batches {
-            logits.push(session.run_with(&batch.inputs(&self.io), &names, |o| self.pair(o, batch, label))?);
+            values.push(session.run_with(&batch.feeds(), &names, |o| self.read(o, batch, label))?);
         }
-        Ok(logits)
+        Ok(values)
+    }
+}
+
+/// Held-out inputs and FP32's values on them: scores other models by how their outputs agree with FP32's.
+pub struct HeldOut {
+    pub(crate) runs: Runs,
+    pub(crate) fp32: Vec<Values>,
+    units: usize,
+    unit: &'static str,
+    /// Which inputs, in words (`the last 32 questions of dev.json (33 features)`).
+    what: String,
+}
+
+impl HeldOut {
+    /// SQuAD questions (`corpus`, fitted to `fp32`), one feature per batch, and FP32's logits on them, run on
+    /// `session`.
+    pub(crate) fn questions(fp32: &Model, corpus: &Corpus, session: SessionConfig) -> Result<Self> {
+        let io = corpus.io().clone();
+        let mut batches = vec![];
+        for b in corpus.batches(1)? {
+            let b = b?;
+            let feeds: Vec<(String, Array2<i64>)> =
+                b.inputs(&io).into_iter().map(|(n, a)| (n.to_owned(), a.to_owned())).collect();
+            let mask = feeds.iter().position(|(n, _)| *n == io.attention_mask);
+            batches.push(HeldBatch { feeds, used: b.len(), units: questions_done(&b), mask });
+        }
+        let runs = Runs { cfg: session, zero_inputs: io.zero_inputs.clone(), read: Read::Logits(io), batches };
+        HeldOut::with_fp32(runs, fp32, corpus.questions(), "questions")
+    }
+
+    /// Texts (`set`), one per batch, embedded as `head` says, and FP32's embeddings of them, run on `session`.
+    pub(crate) fn texts(fp32: &Model, set: &InputSet, head: EmbeddingHead, session: SessionConfig) -> Result<Self> {
+        let mut batches = vec![];
+        for i in 0..set.len() {
+            let feeds = set.batch_of(&[i], 0);
+            let mask = feeds.iter().position(|(n, _)| Some(n.as_str()) == set.mask());
+            batches.push(HeldBatch { feeds, used: 1, units: 1, mask });
+        }
+        let runs = Runs { cfg: session, zero_inputs: vec![], read: Read::Embedding(head), batches };
+        HeldOut::with_fp32(runs, fp32, set.len(), "texts")
+    }
+
+    fn with_fp32(runs: Runs, fp32: &Model, units: usize, unit: &'static str) -> Result<Self> {
+        let fp32 = runs.values(fp32, "FP32 model")?;
+        Ok(HeldOut { runs, fp32, units, unit, what: String::new() })
+    }
+
+    /// The held-out inputs described as `what`.
+    pub(crate) fn described(self, what: String) -> Self {
+        HeldOut { what, ..self }
+    }
+
+    /// Which inputs are held out, in words.
+    pub fn describe(&self) -> &str {
+        &self.what
+    }
+
+    /// The first held-out batches holding at most `max_rows` rows (at least one batch), as timing runs them: what
+    /// `qdq tune` times its candidates on.
+    pub(crate) fn workload(&self, max_rows: usize) -> Workload {
+        let mut rows = 0;
+        let mut batches = vec![];
+        for b in &self.runs.batches {
+            if !batches.is_empty() && rows + b.used > max_rows {
+                break;
+            }
+            rows += b.used;
+            batches.push(b.feeds.clone());
+        }
+        let outputs = self.runs.output_names().into_iter().map(str::to_owned).collect();
+        Workload::new(batches, outputs).with_zero_inputs(self.runs.zero_inputs.clone())
+    }
+
+    /// How many questions or texts are held out.
+    pub fn units(&self) -> usize {
+        self.units
+    }
+
+    /// What they are: `questions` or `texts`.
+    pub fn unit(&self) -> &'static str {
+        self.unit
+    }
+
+    /// Rows run (SQuAD: features, a long paragraph's windows each one).
+    pub fn features(&self) -> usize {
+        self.runs.batches.iter().map(|b| b.used).sum()
+    }
+
+    /// How `model`'s outputs agree with FP32's (`label` names it in errors).
+    pub fn agreement(&self, model: &Model, label: &str) -> Result<OutputAgreement> {
+        let values = self.runs.values(model, label)?;
+        Ok(self.agreement_of(&values))
+    }
+
+    /// How `other` (values on every batch) agrees with FP32's.
+    pub(crate) fn agreement_of(&self, other: &[Values]) -> OutputAgreement {
+        let mut sums = self.runs.sums();
+        for ((f, o), b) in self.fp32.iter().zip(other).zip(&self.runs.batches) {
+            sums.add(f, o, b);
+        }
+        sums.agreement()
     }
 }

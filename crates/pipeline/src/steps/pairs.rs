@@ -1,6 +1,6 @@
-//! A QDQ model's activation pairs measured on held-out questions: every pair's dequantized tensor against the float
+//! A QDQ model's activation pairs measured on held-out inputs: every pair's dequantized tensor against the float
 //! value it stands for in the model's float reference ([`qdq::float_reference`]), and each node's sensitivity (the
-//! logits with only that node's pairs taken out).
+//! task's outputs, logits or embedding, with only that node's pairs taken out).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -10,10 +10,9 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::inputs::squad::questions_done;
 use crate::progress::Progress;
 use crate::steps::augment::{session_with_outputs, used_data};
-use crate::steps::held_out::{HeldOut, LogitAgreement, LogitSums, Logits, agreement};
+use crate::steps::held_out::{HeldOut, OutputAgreement, Values};
 
 /// One activation pair of the QDQ model, measured.
 #[derive(Debug, Clone, Serialize)]
@@ -42,8 +41,10 @@ pub struct NodeSensitivity {
     pub op_type: String,
     /// Its quantized activation inputs.
     pub inputs: Vec<String>,
-    pub logits: LogitAgreement,
-    /// The share of the QDQ model's KL (mean of start and end) this recovers; negative when it gets worse.
+    /// The task's outputs against FP32's with this node's inputs in float.
+    pub logits: OutputAgreement,
+    /// The share of the QDQ model's distance from FP32 ([`OutputAgreement::loss`]: the logits' KL, the embeddings' cosine
+    /// distance) this recovers; negative when it gets worse.
     pub recovered: f64,
     /// With --confirm, for the first nodes: F1 with this node's inputs in float minus the QDQ model's F1.
     pub f1_recovered: Option<f64>,
@@ -84,11 +85,11 @@ pub fn probes(int8: &Model) -> Vec<Probe> {
     by_tensor.into_values().collect()
 }
 
-/// What [`measure`] found: the QDQ model's logits against FP32's, the float reference's logits (one entry per
-/// batch), and every pair, the worst own rounding first.
+/// What [`measure`] found: the QDQ model's outputs against FP32's, the float reference's (one entry per batch), and
+/// every pair, the worst own rounding first.
 pub struct Measured {
-    pub logits: LogitAgreement,
-    pub reference_logits: Vec<Logits>,
+    pub logits: OutputAgreement,
+    pub(crate) reference_values: Vec<Values>,
     pub tensors: Vec<TensorError>,
 }
 
@@ -98,14 +99,14 @@ struct Errors {
     own: Vec<ErrorStats>,
 }
 
-/// The QDQ model and its float reference on the held-out questions, batch by batch (one batch's tensors in memory at
-/// a time): the QDQ model's logits against FP32's, the reference's logits, and every probe against the reference's
+/// The QDQ model and its float reference on the held-out inputs, batch by batch (one batch's tensors in memory at a
+/// time): the QDQ model's outputs against FP32's, the reference's outputs, and every probe against the reference's
 /// value.
 pub fn measure(held: &HeldOut, int8: &Model, probes: &[Probe], progress: &dyn Progress) -> Result<Measured> {
     let runs = &held.runs;
-    let logit_names = runs.logit_names();
-    let k = logit_names.len();
-    let mut ref_names = logit_names.clone();
+    let output_names = runs.output_names();
+    let k = output_names.len();
+    let mut ref_names = output_names.clone();
     ref_names.extend(probes.iter().map(|p| p.tensor.as_str()));
     let mut names = ref_names.clone();
     names.extend(probes.iter().map(|p| p.dequantized.as_str()));
@@ -113,30 +114,30 @@ pub fn measure(held: &HeldOut, int8: &Model, probes: &[Probe], progress: &dyn Pr
     let reference = qdq::float_reference(int8);
     let mut ref_session = session_with_outputs(&reference, &ref_names, REFERENCE, &runs.cfg)?;
     drop(reference);
-    ref_session.feed_zeros(&runs.io.zero_inputs)?;
+    ref_session.feed_zeros(runs.zero_inputs())?;
     let mut session = session_with_outputs(int8, &names, "QDQ model", &runs.cfg)?;
-    session.feed_zeros(&runs.io.zero_inputs)?;
+    session.feed_zeros(runs.zero_inputs())?;
     let n = probes.len();
     let mut errors = Errors { total: vec![ErrorStats::default(); n], own: vec![ErrorStats::default(); n] };
-    let (mut sums, mut reference_logits) = (LogitSums::default(), Vec::with_capacity(runs.batches.len()));
+    let (mut sums, mut reference_values) = (runs.sums(), Vec::with_capacity(runs.batches.len()));
     for (b, batch) in runs.batches.iter().enumerate() {
-        let inputs = batch.inputs(&runs.io);
+        let inputs = batch.feeds();
         // A fixed-batch model's filler rows are not compared.
-        let used = |t: &runtime::OutputRef<'_>| used_data(t, batch.len(), batch.rows()).to_vec();
-        let (logits, values) = ref_session.run_with(&inputs, &ref_names, |o| {
-            let logits = runs.pair(o, batch, REFERENCE)?;
-            Ok::<_, Error>((logits, o[k..].iter().map(used).collect::<Vec<_>>()))
+        let used = |t: &runtime::OutputRef<'_>| used_data(t, batch.used, batch.rows()).to_vec();
+        let (outputs, values) = ref_session.run_with(&inputs, &ref_names, |o| {
+            let outputs = runs.read(o, batch, REFERENCE)?;
+            Ok::<_, Error>((outputs, o[k..].iter().map(used).collect::<Vec<_>>()))
         })?;
-        reference_logits.push(logits);
+        reference_values.push(outputs);
         session.run_with(&inputs, &names, |o| {
-            sums.add(&held.fp32[b], &runs.pair(o, batch, "QDQ model")?, batch);
-            let part = |t| used_data(t, batch.len(), batch.rows());
+            sums.add(&held.fp32[b], &runs.read(o, batch, "QDQ model")?, batch);
+            let part = |t| used_data(t, batch.used, batch.rows());
             errors.observe(probes, &values, |i| (part(&o[k + i]), part(&o[k + n + i])));
             Ok::<_, Error>(())
         })?;
-        progress.advance(questions_done(batch));
+        progress.advance(batch.units);
     }
-    Ok(Measured { logits: sums.agreement(), reference_logits, tensors: errors.finish(probes) })
+    Ok(Measured { logits: sums.agreement(), reference_values, tensors: errors.finish(probes) })
 }
 
 impl Errors {
@@ -170,14 +171,9 @@ impl Errors {
     }
 }
 
-/// Per node reading quantized activations: the logits with only that node's activation pairs taken out, against
-/// FP32's, the most recovering (of `base_kl`, the QDQ model's KL) first.
-pub fn sensitivity(
-    held: &HeldOut,
-    int8: &Model,
-    base_kl: f64,
-    progress: &dyn Progress,
-) -> Result<Vec<NodeSensitivity>> {
+/// Per node reading quantized activations: the task's outputs with only that node's activation pairs taken out,
+/// against FP32's, the most recovering (of `base`, the QDQ model's [`OutputAgreement::loss`]) first.
+pub fn sensitivity(held: &HeldOut, int8: &Model, base: f64, progress: &dyn Progress) -> Result<Vec<NodeSensitivity>> {
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in qdq::activation_pairs(int8) {
         for (node, _) in &p.consumers {
@@ -190,7 +186,7 @@ pub fn sensitivity(
     let op_of: BTreeMap<&str, &str> = int8.graph().node.iter().map(|n| (n.name(), n.op_type())).collect();
     let mut out = Vec::with_capacity(groups.len());
     for ((node, mut inputs), a) in groups.into_iter().zip(measured) {
-        let recovered = if base_kl > 0.0 { (base_kl - a.kl()) / base_kl } else { 0.0 };
+        let recovered = if base > 0.0 { (base - a.loss()) / base } else { 0.0 };
         inputs.dedup();
         let op_type = op_of.get(node.as_str()).copied().unwrap_or("?").to_owned();
         out.push(NodeSensitivity {
@@ -205,19 +201,19 @@ pub fn sensitivity(
         });
     }
     progress.finish();
-    out.sort_by(|a, b| a.logits.kl().total_cmp(&b.logits.kl()));
+    out.sort_by(|a, b| a.logits.loss().total_cmp(&b.logits.loss()));
     Ok(out)
 }
 
-/// The logits' agreement with FP32 of `int8` with each group's node in float, measured side by side: one one-thread
-/// session per core on the CPU EP (MiniLM: 49 nodes of 32 questions each), the same logits, more nodes per second
+/// The outputs' agreement with FP32 of `int8` with each group's node in float, measured side by side: one one-thread
+/// session per core on the CPU EP (MiniLM: 49 nodes of 32 questions each), the same outputs, more nodes per second
 /// than one session on every core.
 fn side_by_side(
     held: &HeldOut,
     int8: &Model,
     groups: &[(String, Vec<String>)],
     progress: &dyn Progress,
-) -> Result<Vec<LogitAgreement>> {
+) -> Result<Vec<OutputAgreement>> {
     let runs = &held.runs;
     let configs = runs.cfg.side_by_side(runtime::threads_or_cores(runs.cfg.intra_threads).min(groups.len()));
     let pool = rayon::ThreadPoolBuilder::new()
@@ -227,12 +223,12 @@ fn side_by_side(
     pool.install(|| {
         groups
             .par_iter()
-            .map(|(node, _)| -> Result<LogitAgreement> {
+            .map(|(node, _)| -> Result<OutputAgreement> {
                 let cfg = &configs[rayon::current_thread_index().unwrap_or(0) % configs.len()];
                 let model = qdq::with_float_inputs(int8, &HashSet::from([node.as_str()]));
-                let logits = runs.values_on(&model, &format!("QDQ model with {node}'s inputs in float"), cfg)?;
+                let values = runs.values_on(&model, &format!("QDQ model with {node}'s inputs in float"), cfg)?;
                 progress.advance(1);
-                Ok(agreement(&held.fp32, &logits, &runs.batches))
+                Ok(held.agreement_of(&values))
             })
             .collect::<Result<_>>()
     })

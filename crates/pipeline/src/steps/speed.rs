@@ -142,6 +142,11 @@ impl Workload {
         Workload { batches, outputs, zero_inputs: vec![] }
     }
 
+    /// The same work with `names` fed zeros in every run (inputs the outputs do not depend on).
+    pub(crate) fn with_zero_inputs(self, names: Vec<String>) -> Workload {
+        Workload { zero_inputs: names, ..self }
+    }
+
     /// Rows of every batch together.
     fn features(&self) -> usize {
         self.batches.iter().map(|b| b.first().map_or(0, |(_, a)| a.nrows())).sum()

@@ -20,6 +20,7 @@ use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
 use crate::inputs::roles::class_logits;
 use crate::inputs::squad::{Corpus, DataConfig};
+use crate::steps::held_out::HeldOut;
 use crate::tasks::embed::EmbedTask;
 use crate::tasks::embed::data::EmbedData;
 
@@ -145,22 +146,70 @@ impl Task {
     }
 }
 
-/// Refuses a sentence-embedding model for `command`, which measures SQuAD models (F1, start / end logits), naming
-/// the commands that measure it; other models go on to the command's own checks.
-pub(crate) fn refuse_embeddings(model_path: &Path, cfg: &DataConfig, command: &str) -> Result<()> {
-    let graph = Model::load_graph_only(model_path)?;
-    if let Ok(Task::Embed(e)) = Task::detect(&graph, model_path, cfg) {
-        return Err(Error::Input {
-            path: model_path.to_path_buf(),
-            reason: format!(
-                "a sentence-embedding model (`{}`): `qdq {command}` measures SQuAD models by their start / end logits; \
-                 `qdq e2e` and `qdq eval --baseline` measure an embedding model (cosine to FP32's, neighbours, \
-                 retrieval)",
-                e.head.output.name()
-            ),
-        });
+impl Task {
+    /// The held-out inputs `qdq debug` and `qdq tune` measure this task's models on, the last `n` units of `dataset`,
+    /// with FP32's (`fp32`, loaded from `fp32_path`) outputs on them, run on `session`: SQuAD questions compared by
+    /// their start and end logits, or texts (questions with their paragraphs from a SQuAD file) by their embedding.
+    pub(crate) fn held_out(
+        &self,
+        (fp32, fp32_path): (&Model, &Path),
+        dataset: &Path,
+        n: usize,
+        session: SessionConfig,
+        cfg: &DataConfig,
+    ) -> Result<HeldOut> {
+        match self {
+            Task::Squad => {
+                let mut corpus = Corpus::load_last(dataset, cfg, &cfg.tokenizer()?, n)?;
+                corpus.fit_model(fp32, fp32_path)?;
+                let held = HeldOut::questions(fp32, &corpus, session)?;
+                let what = format!(
+                    "the last {} questions of {} ({} features)",
+                    held.units(),
+                    dataset.display(),
+                    held.features()
+                );
+                Ok(held.described(what))
+            }
+            Task::Embed(e) => {
+                let texts = EmbedData::held_out_texts(dataset, n)?;
+                let set = InputSet::from_texts(dataset, &texts, &TextInputs::for_model(fp32, fp32_path, cfg))?;
+                let held = HeldOut::texts(fp32, &set, e.head.clone(), session)?;
+                let what = if dataset.extension().is_some_and(|x| x.eq_ignore_ascii_case("json")) {
+                    format!(
+                        "the last {n} questions of {} and their paragraphs ({} texts)",
+                        dataset.display(),
+                        set.len()
+                    )
+                } else {
+                    format!("the last {} texts of {}", set.len(), dataset.display())
+                };
+                Ok(held.described(what))
+            }
+            Task::Classify { output } => Err(not_held_out(output, fp32_path)),
+        }
     }
-    Ok(())
+
+    /// Whether `qdq debug` and `qdq tune` measure this task's model (at `path`): SQuAD and embedding models; a
+    /// classifier is refused naming what compares it.
+    pub(crate) fn check_held_out(&self, path: &Path) -> Result<()> {
+        match self {
+            Task::Classify { output } => Err(not_held_out(output, path)),
+            Task::Squad | Task::Embed(_) => Ok(()),
+        }
+    }
+}
+
+/// The error for a classifier (class logits `output`, the model at `path`) given to `qdq debug` or `qdq tune`.
+fn not_held_out(output: &str, path: &Path) -> Error {
+    Error::Input {
+        path: path.to_path_buf(),
+        reason: format!(
+            "a classifier (class logits `{output}`): `qdq debug` and `qdq tune` measure SQuAD models (start / end \
+             logits) and sentence-embedding models (cosine to FP32's); `qdq e2e` and `qdq eval --baseline` compare a \
+             classifier's logits with FP32's"
+        ),
+    }
 }
 
 /// What one side of an evaluation runs: the model file (ONNX Runtime reads it, with any external data) and its

@@ -40,7 +40,7 @@ impl Trials<'_> {
         let plan = qdq::plan(self.base, &table.min_max(), self.policy)?;
         let mut model = Model::clone(self.base);
         plan.apply(&mut model)?;
-        Ok(self.held.agreement(&model, label)?.kl())
+        Ok(self.held.agreement(&model, label)?.loss())
     }
 
     /// Of `others`, the table whose range for `tensor` (put into `current`) gives the lowest KL, with that KL; ranges

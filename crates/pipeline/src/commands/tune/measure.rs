@@ -20,11 +20,13 @@ use crate::inputs::squad::{Corpus, Score};
 use crate::model::save_model;
 use crate::progress::Progress;
 use crate::report::debug::DebugReport;
-use crate::report::tune::{CalibratorChoice, Scored, Timed};
+use crate::report::tune::{CalibratorChoice, Metric, Scored, Timed};
 use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
 use crate::steps::held_out::HeldOut;
 use crate::steps::quantize::float_matmul_like;
 use crate::steps::speed::{PairedTiming, Speedup};
+use crate::tasks::Side;
+use crate::tasks::embed::score::EmbedScoring;
 
 /// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
 /// `fp32_scoring`, `candidate_screening` (F1 on the questions nearest to flipping) and `candidate_scoring` (on the
@@ -65,6 +67,31 @@ pub struct Base<'a> {
     pub out: &'a Path,
 }
 
+/// What candidates are scored on: SQuAD questions, or an embedding model's texts (retrieval queries and their
+/// documents, or texts alone).
+pub enum Scoring<'a> {
+    Squad(Box<Questionnaire<'a>>),
+    Embed(Box<EmbedScoring>),
+}
+
+impl Scoring<'_> {
+    /// What the scores are in.
+    pub fn metric(&self) -> Metric {
+        match self {
+            Scoring::Squad(_) => Metric::F1,
+            Scoring::Embed(e) => Metric { name: e.metric(), unit: e.unit(), one: e.unit_one() },
+        }
+    }
+
+    /// FP32's score, its wall ms per feature (or text), and the units scored.
+    pub fn fp32(&self) -> (f64, f64, usize) {
+        match self {
+            Scoring::Squad(q) => (q.fp32.score.f1, q.fp32.wall_ms_per_feature(), q.fp32.score.questions),
+            Scoring::Embed(e) => (e.fp32_mean(), e.fp32_scores.ms_per_text, e.units()),
+        }
+    }
+}
+
 /// The evaluation questions, FP32's answers to them, and how candidates are run on them.
 pub struct Questionnaire<'a> {
     pub all: &'a Corpus,
@@ -89,7 +116,7 @@ pub struct Statistics {
 /// The ONNX Runtime scorer.
 pub struct Measure<'a> {
     pub base: Base<'a>,
-    pub questions: Questionnaire<'a>,
+    pub questions: Scoring<'a>,
     pub held: &'a HeldOut,
     pub timing: PairedTiming,
     /// The session candidates run on (as `qdq eval` runs them).
@@ -110,27 +137,30 @@ pub struct Measure<'a> {
 
 impl Measure<'_> {
     /// `model`'s answers to the questions `on` asks, and its wall ms per feature there.
-    fn answers(&self, model: &Path, on: Questions, phase: &'static str) -> Result<Evaluation> {
-        let corpus = match (&self.questions.screen, on) {
+    fn answers(&self, q: &Questionnaire<'_>, model: &Path, on: Questions, phase: &'static str) -> Result<Evaluation> {
+        let corpus = match (&q.screen, on) {
             (Some((_, fragile, _)), Questions::Screen) => fragile,
             (Some((_, _, rest)), Questions::Rest) => rest,
-            _ => self.questions.all,
+            _ => q.all,
         };
         let name = model.display().to_string();
-        self.clock.time(phase, || {
-            evaluate(ModelSource::File(model), &name, corpus, &self.questions.opts, "evaluating", self.progress)
-        })
+        self.clock
+            .time(phase, || evaluate(ModelSource::File(model), &name, corpus, &q.opts, "evaluating", self.progress))
     }
 
     /// Scores `answers` (FP32's for the questions they leave out) against the gold answers.
-    fn rate(&self, answers: &HashMap<String, String>, questions_scored: usize, ms_per_feature: f64) -> Scored {
-        let q = &self.questions;
+    fn rate(
+        q: &Questionnaire<'_>,
+        answers: &HashMap<String, String>,
+        questions_scored: usize,
+        ms_per_feature: f64,
+    ) -> Scored {
         let Score { exact_match, f1, .. } = Score::of(&q.gold, answers, q.v2);
         let per_question = squad_metrics::question_f1(&q.gold, answers, q.v2);
         let paired = squad_metrics::paired_difference(&per_question, &q.fp32_questions);
         let same = q.gold.questions().filter(|g| answers.get(&g.id) == q.fp32.predictions.get(&g.id)).count();
         Scored {
-            exact_match,
+            exact_match: Some(exact_match),
             f1,
             delta_f1: f1 - q.fp32.score.f1,
             delta_f1_se: paired.se,
@@ -154,11 +184,11 @@ impl Measure<'_> {
 
 impl Scorer for Measure<'_> {
     fn questions(&self) -> usize {
-        self.questions.fp32.score.questions
+        self.questions.fp32().2
     }
 
     fn screens(&self) -> bool {
-        self.questions.screen.is_some()
+        matches!(&self.questions, Scoring::Squad(q) if q.screen.is_some())
     }
 
     fn has_statistics(&self) -> bool {
@@ -181,7 +211,7 @@ impl Scorer for Measure<'_> {
         // no longer MatMul-like nodes in the output, while what stays float is listed by name.
         let matmuls = self.base.model.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count();
         let integer_matmuls = matmuls.saturating_sub(float_matmul_like(&model).len());
-        let held_out_kl = self.clock.time("held_out_kl", || self.held.agreement(&model, "candidate"))?.kl();
+        let held_out_kl = self.clock.time("held_out_kl", || self.held.agreement(&model, "candidate"))?.loss();
         drop(model);
         let speedup = self.clock.time("timing", || self.timing.against(&path, &self.session))?;
         Ok(Timed {
@@ -203,18 +233,39 @@ impl Scorer for Measure<'_> {
 
     fn score(&mut self, t: &Timed, on: Questions) -> Result<Scored> {
         let total = self.questions();
+        let q = match &self.questions {
+            Scoring::Squad(q) => q,
+            Scoring::Embed(e) => {
+                let side = Side { path: &t.model, session: &self.session };
+                let u = self.clock.time("candidate_scoring", || e.score(side, self.progress))?;
+                let paired = squad_metrics::paired_difference(&u.per_unit, &e.fp32_scores.per_unit);
+                let (score, fp32) = (u.points(), e.fp32_mean());
+                return Ok(Scored {
+                    exact_match: None,
+                    f1: score,
+                    delta_f1: score - fp32,
+                    delta_f1_se: paired.se,
+                    delta_f1_interval: (paired.low, paired.high),
+                    same_answers: squad_metrics::Proportion::of(u.same_top1.0, u.same_top1.1),
+                    ms_per_feature: u.ms_per_text,
+                    questions_scored: total,
+                    screen_only: false,
+                    screen_delta_f1: None,
+                });
+            }
+        };
         match on {
             Questions::All => {
-                let e = self.answers(&t.model, on, "candidate_scoring")?;
-                Ok(self.rate(&e.predictions, total, e.wall_ms_per_feature()))
+                let e = self.answers(q, &t.model, on, "candidate_scoring")?;
+                Ok(Self::rate(q, &e.predictions, total, e.wall_ms_per_feature()))
             }
             Questions::Screen => {
-                let fragile = self.questions.screen.as_ref().map_or(total, |(s, _, _)| s.fragile.len());
-                let e = self.answers(&t.model, on, "candidate_screening")?;
+                let fragile = q.screen.as_ref().map_or(total, |(s, _, _)| s.fragile.len());
+                let e = self.answers(q, &t.model, on, "candidate_screening")?;
                 let ms = e.wall_ms_per_feature();
-                let mut answers = self.questions.fp32.predictions.clone();
+                let mut answers = q.fp32.predictions.clone();
                 answers.extend(e.predictions);
-                let s = self.rate(&answers, fragile, ms);
+                let s = Self::rate(q, &answers, fragile, ms);
                 let s = Scored { screen_delta_f1: Some(s.delta_f1), screen_only: true, ..s };
                 self.screened.insert(t.model.clone(), (answers, s));
                 Ok(s)
@@ -223,13 +274,13 @@ impl Scorer for Measure<'_> {
                 let Some((mut answers, screened)) = self.screened.remove(&t.model) else {
                     return self.score(t, Questions::All);
                 };
-                let rest = self.questions.screen.as_ref().map_or(0, |(s, _, _)| s.rest.len());
-                let e = self.answers(&t.model, on, "candidate_scoring")?;
+                let rest = q.screen.as_ref().map_or(0, |(s, _, _)| s.rest.len());
+                let e = self.answers(q, &t.model, on, "candidate_scoring")?;
                 let n = screened.questions_scored;
                 let ms =
                     (screened.ms_per_feature * n as f64 + e.wall_ms_per_feature() * rest as f64) / (n + rest) as f64;
                 answers.extend(e.predictions);
-                Ok(Scored { screen_delta_f1: screened.screen_delta_f1, ..self.rate(&answers, total, ms) })
+                Ok(Scored { screen_delta_f1: screened.screen_delta_f1, ..Self::rate(q, &answers, total, ms) })
             }
         }
     }
@@ -253,7 +304,8 @@ impl Scorer for Measure<'_> {
             .clock
             .time("calibrator_choice", || calibrators::choose(&trials, &s.table, &s.state, &worst, self.progress))?;
         self.progress.note(&format!(
-            "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out logit KL {:.5} -> {:.5}",
+            "calibrator choice: {} of {} pairs tried took another calibrator's range; held-out distance to FP32 {:.5} \
+             -> {:.5}",
             chosen.choices.len(),
             worst.len(),
             chosen.kl_start,

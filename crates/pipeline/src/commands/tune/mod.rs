@@ -1,7 +1,8 @@
-//! `qdq tune`: the most-integer QDQ model within an F1 budget. Calibrates once (or takes `--ranges`), then searches
-//! ([`search`]): the preset, its all-integer form, other calibrators' ranges for the worst pairs ([`calibrators`]),
-//! then the most sensitive nodes in float, each candidate built in memory, measured and timed on held-out questions
-//! and scored on the evaluation questions (screened first: [`screen`]) by [`measure`]. Writes the chosen model, a
+//! `qdq tune`: the most-integer QDQ model within a budget of the task's score (SQuAD F1; an embedding model's
+//! nDCG@10, or cosine to FP32's). Calibrates once (or takes `--ranges`), then searches ([`search`]): the preset, its
+//! all-integer form, other calibrators' ranges for the worst pairs ([`calibrators`]), then the most sensitive nodes in
+//! float, each candidate built in memory, measured and timed on held-out inputs and scored on the evaluation
+//! questions (screened first: [`screen`]) or texts by [`measure`]. Writes the chosen model, a
 //! recipe `qdq quantize --recipe` replays exactly, and the trade-off curve ([`outputs`]).
 
 mod calibrators;
@@ -16,13 +17,14 @@ use std::time::Instant;
 
 use onnx_ir::Model;
 
-use self::measure::{Base, Clock, Measure, Questionnaire, Statistics};
+use self::measure::{Base, Clock, Measure, Questionnaire, Scoring, Statistics};
 use self::screen::Screen;
 use self::search::{ALL_INTEGER_SLACK, Outcome, Search, Spec};
 use crate::commands::calibrate::CalibrateJob;
 use crate::commands::debug::DebugJob;
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
+use crate::inputs::files::{InputSet, TextInputs};
 use crate::inputs::squad::{Corpus, DataConfig};
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model};
@@ -32,10 +34,16 @@ use crate::settings::calib::CalibSettings;
 use crate::settings::data::DataSettings;
 use crate::settings::policy::{PolicySettings, Target};
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
-use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate, scored_questions};
-use crate::steps::held_out::HeldOut;
+use crate::steps::evaluate::{EvalOptions, evaluate, scored_questions};
 use crate::steps::quantize::read_table;
 use crate::steps::speed::{self, PairedTiming};
+use crate::tasks::embed::EmbedTask;
+use crate::tasks::embed::data::EmbedData;
+use crate::tasks::embed::score::EmbedScoring;
+use crate::tasks::{Side, Task};
+
+/// Texts per batch when an embedding model's candidates are scored.
+const EMBED_BATCH: usize = 16;
 
 /// `qdq tune`.
 #[derive(Debug, Clone)]
@@ -73,9 +81,11 @@ pub struct TuneJob {
     pub calib: CalibSettings,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub policy: PolicySettings,
-    /// The largest F1 loss against FP32 accepted, in F1 points
+    /// The largest loss against FP32 accepted, in F1 (or nDCG@10) points
     ///
-    /// A negative one, met by no candidate, walks the whole float ladder up to --max-float: the full trade-off curve.
+    /// In the task's points: SQuAD F1; an embedding model's nDCG@10 x100 on retrieval data, else its cosine to FP32's
+    /// x100 per text. A negative one, met by no candidate, walks the whole float ladder up to --max-float: the full
+    /// trade-off curve.
     #[cfg_attr(
         feature = "cli",
         arg(long, default_value_t = 1.0, value_name = "DF1", allow_negative_numbers = true, help_heading = "Search")
@@ -130,8 +140,13 @@ impl Job for TuneJob {
         let fp32_path = resolve_model(&self.model)?;
         // The tokenizer found beside the FP32 model serves every model of the run.
         let data = self.data.config(&fp32_path)?;
+        let graph = Model::load_graph_only(&fp32_path)?;
+        let task = Task::detect(&graph, &fp32_path, &data)?;
         // Refused before anything is written: the run directory is put back as it was.
-        crate::tasks::refuse_embeddings(&fp32_path, &data, "tune")?;
+        task.check_held_out(&fp32_path)?;
+        if let Task::Embed(e) = &task {
+            progress.note(&e.describe());
+        }
         // The candidates go to out/candidates.
         create_out_dir(&self.out.join("candidates"), "--out")?;
         let (policy, _) = self.policy.policy(self.runtime.one_ep("tune")?)?;
@@ -139,11 +154,21 @@ impl Job for TuneJob {
         let (base_path, ranges_path) = self.calibrated(&cx, &policy)?;
         let base_model = load_for_quantization(&base_path)?;
         let ranges = read_table(&ranges_path, &base_model, &base_path, &policy)?;
-        let mut corpus = Corpus::load(&self.dataset, &data, &data.tokenizer()?, self.samples)?;
-        corpus.fit_model(&Model::load_graph_only(&fp32_path)?, &fp32_path)?;
-        let questions = self.questionnaire(&cx, &corpus)?;
+        let corpus;
+        let scoring = match &task {
+            Task::Embed(e) => Scoring::Embed(Box::new(self.embed_scoring(&cx, e, &graph)?)),
+            _ => {
+                corpus = {
+                    let mut c = Corpus::load(&self.dataset, &data, &data.tokenizer()?, self.samples)?;
+                    c.fit_model(&graph, &fp32_path)?;
+                    c
+                };
+                Scoring::Squad(Box::new(self.questionnaire(&cx, &corpus)?))
+            }
+        };
+        drop(graph);
         let base = Base { model: &base_model, path: &base_path, policy: &policy, ranges, out: &self.out };
-        let report = self.search(&cx, base, questions, &ranges_path)?;
+        let report = self.search(&cx, &task, base, scoring, &ranges_path)?;
         carry_tokenizer(&data.tokenizer_files(), &self.out)?;
         finish_run_dir(run)?;
         Ok(report)
@@ -162,7 +187,10 @@ struct Context<'a> {
 impl TuneJob {
     fn check(&self) -> Result<()> {
         if !self.budget.is_finite() {
-            return Err(Error::Usage(format!("--budget must be a number of F1 points, not {}", self.budget)));
+            return Err(Error::Usage(format!(
+                "--budget must be a number of points (F1, nDCG@10), not {}",
+                self.budget
+            )));
         }
         if !(self.screen > 0.0 && self.screen <= 1.0) {
             return Err(Error::Usage(format!(
@@ -254,25 +282,46 @@ impl TuneJob {
         Ok(Questionnaire { all: corpus, screen, gold, v2, fp32, fp32_questions, opts })
     }
 
+    /// An embedding model's scoring data (the first --samples queries or texts of --dataset) and FP32's scores.
+    fn embed_scoring(&self, cx: &Context<'_>, task: &EmbedTask, graph: &Model) -> Result<EmbedScoring> {
+        let text = TextInputs::for_model(graph, cx.fp32, cx.data);
+        let data = EmbedData::load(&self.dataset, cx.data.corpus.as_deref(), self.samples)?;
+        let set = InputSet::from_texts(&self.dataset, &data.texts, &text)?;
+        let session = self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval"));
+        // Texts of about the same length batched together (a throughput pass).
+        let opts = EvalOptions { batch: EMBED_BATCH, session, warmup: self.runtime.warmup, workers: 1 };
+        let fp32 = Side { path: cx.fp32, session: &opts.session };
+        let scoring =
+            cx.clock.time("fp32_scoring", || EmbedScoring::new(task, data, set, opts.clone(), fp32, cx.progress))?;
+        cx.progress.note(&format!(
+            "candidates are scored by {} on {} {} (FP32 {:.2}); no screen (--screen is for SQuAD questions)",
+            scoring.metric(),
+            scoring.units(),
+            scoring.unit(),
+            scoring.fp32_mean()
+        ));
+        Ok(scoring)
+    }
+
     /// The search on ONNX Runtime ([`Measure`]), and its outputs.
     fn search(
         &self,
         cx: &Context<'_>,
+        task: &Task,
         base: Base<'_>,
-        questions: Questionnaire<'_>,
+        questions: Scoring<'_>,
         ranges_path: &Path,
     ) -> Result<TuneReport> {
-        // The held-out questions: FP32's logits on them once, for every candidate's logit KL and for debug; and the
-        // batches every candidate is timed on against FP32, in alternation.
+        // The held-out inputs: FP32's outputs on them once, for every candidate's distance to FP32 and for debug; and
+        // the batches every candidate is timed on against FP32, in alternation.
         let held_out_started = Instant::now();
         let held_out_data = self.held_out_data.as_ref().unwrap_or(&self.dataset);
         let fp32_model = Model::load(cx.fp32)?;
         let held =
-            HeldOut::new(cx.fp32, &fp32_model, held_out_data, self.held_out, self.debug_session(cx.fp32), cx.data)?;
+            task.held_out((&fp32_model, cx.fp32), held_out_data, self.held_out, self.debug_session(cx.fp32), cx.data)?;
         drop(fp32_model);
         let fp32_session = self.runtime.fp32_session(None, "tune");
-        let (batches, io) = held.batches();
-        let timing = PairedTiming::new(cx.fp32, &fp32_session, batches, io, speed::FEATURES, speed::ROUNDS)?;
+        let timing = PairedTiming::on(cx.fp32, &fp32_session, held.workload(speed::FEATURES), speed::ROUNDS)?;
         cx.clock.add("held_out_fp32", held_out_started);
         let search = Search {
             budget: self.budget,
@@ -298,18 +347,21 @@ impl TuneJob {
             screened: HashMap::new(),
         };
         let outcome = search.run(&mut measure, cx.progress)?;
-        let report = self.report(outcome, &measure.questions.fp32);
+        let report = self.report(outcome, &measure.questions);
         self.write(report, &measure, ranges_path, cx.started)
     }
 
-    /// The report of the search's `outcome` (`fp32`: FP32 on the evaluation questions), before its outputs.
-    fn report(&self, outcome: Outcome, fp32: &Evaluation) -> TuneReport {
+    /// The report of the search's `outcome` (`scoring`: FP32 on the evaluation questions or texts), before its
+    /// outputs.
+    fn report(&self, outcome: Outcome, scoring: &Scoring<'_>) -> TuneReport {
+        let (fp32_f1, fp32_ms_per_feature, questions) = scoring.fp32();
         TuneReport {
             out: self.out.clone(),
+            metric: scoring.metric(),
             budget: self.budget,
-            fp32_f1: fp32.score.f1,
-            fp32_ms_per_feature: fp32.wall_ms_per_feature(),
-            questions: fp32.score.questions,
+            fp32_f1,
+            fp32_ms_per_feature,
+            questions,
             within_budget: outcome.within_budget,
             curve: outcome.curve,
             chosen: outcome.chosen,

@@ -39,11 +39,13 @@ pub fn write_outputs(out: &Path, report: &TuneReport, recipe: &Recipe, histogram
         n => format!(", {n} ranges from other calibrators (`chosen` in the table)"),
     };
     let comment = format!(
-        "qdq tune's choice ({} kept in float{others}, dF1 {:+.2} on {} questions).\nReplay: qdq quantize --recipe {} -o \
+        "qdq tune's choice ({} kept in float{others}, {} {:+.2} on {} {}).\nReplay: qdq quantize --recipe {} -o \
          model_qdq.onnx",
         count_nodes(choice.timed.float_nodes.len()),
+        report.metric.delta(),
         choice.scored.delta_f1,
         report.questions,
+        report.metric.unit,
         report.recipe.display(),
     );
     write_atomic(&report.recipe, recipe.to_toml(&comment)?.as_bytes())?;
@@ -59,8 +61,12 @@ pub fn write_outputs(out: &Path, report: &TuneReport, recipe: &Recipe, histogram
             speed: c.timed.speedup.median,
         })
         .collect();
-    write_atomic(&out.join("curve.svg"), curve_svg(&points, report.budget, report.chosen)?.as_bytes())?;
-    let mut md = format!("# qdq tune\n\n{report}\n\n![dF1 and speed against nodes kept in float](curve.svg)\n");
+    write_atomic(
+        &out.join("curve.svg"),
+        curve_svg(&points, report.budget, report.chosen, &report.metric.delta())?.as_bytes(),
+    )?;
+    let delta = report.metric.delta();
+    let mut md = format!("# qdq tune\n\n{report}\n\n![{delta} and speed against nodes kept in float](curve.svg)\n");
     md.push_str(
         "\nEach pair's error (and the sensitivity behind the ranking, when there is one): [debug/debug.md](debug/debug.md).\n",
     );

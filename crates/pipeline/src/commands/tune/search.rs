@@ -437,7 +437,7 @@ mod tests {
                 _ => (whole, self.questions),
             };
             Ok(Scored {
-                exact_match: 60.0,
+                exact_match: Some(60.0),
                 f1: 70.0 + delta,
                 delta_f1: delta,
                 delta_f1_se: 0.1,

@@ -88,6 +88,28 @@ impl EmbedData {
         Ok(texts)
     }
 
+    /// Texts held out from an evaluation of the first ones: from a SQuAD file its last `last` questions and the
+    /// paragraphs they ask about (each paragraph before its questions), from any other file its last `last` texts.
+    pub fn held_out_texts(path: &Path, last: usize) -> Result<Vec<String>> {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        let texts = if ext == "json" {
+            let dataset = squad::read_dataset(path)?.last_n(last);
+            let mut texts = vec![];
+            for p in dataset.data.iter().flat_map(|a| &a.paragraphs) {
+                texts.push(p.context.clone());
+                texts.extend(p.qas.iter().map(|q| q.question.clone()));
+            }
+            texts
+        } else {
+            let all = plain_texts(path, &text_of(path)?, 0)?;
+            all[all.len().saturating_sub(last)..].to_vec()
+        };
+        if texts.is_empty() {
+            return Err(Error::Input { path: path.to_path_buf(), reason: "holds no text".into() });
+        }
+        Ok(texts)
+    }
+
     /// Queries, when this is a retrieval set.
     pub fn queries(&self) -> usize {
         self.retrieval.as_ref().map_or(0, |r| r.queries)
@@ -264,6 +286,20 @@ mod tests {
         // The first 5 questions still retrieve among all four paragraphs.
         let first = EmbedData::load(&tiny_squad(), None, 5).unwrap();
         assert_eq!((first.queries(), first.texts.len()), (5, 9));
+    }
+
+    #[test]
+    fn held_out_texts_are_the_last_questions_with_their_paragraphs() {
+        let texts = EmbedData::held_out_texts(&tiny_squad(), 3).unwrap();
+        // The last 3 questions: two of the whale paragraph's, then the note's one, each after its paragraph.
+        assert_eq!(texts.len(), 5, "{texts:?}");
+        assert!(texts[0].starts_with("The blue whale") && texts[1] == "When was the international ban?");
+        assert_eq!(&texts[3..], ["Naïve Café: a short note.", "What is the note about?"]);
+        let dir = tempfile::tempdir().unwrap();
+        let lines = dir.path().join("texts.txt");
+        std::fs::write(&lines, "one\ntwo\nthree\n").unwrap();
+        assert_eq!(EmbedData::held_out_texts(&lines, 2).unwrap(), ["two", "three"]);
+        assert_eq!(EmbedData::held_out_texts(&lines, 9).unwrap().len(), 3);
     }
 
     #[test]

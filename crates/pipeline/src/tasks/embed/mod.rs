@@ -7,6 +7,7 @@ pub mod data;
 pub mod measure;
 pub mod report;
 pub mod run;
+pub mod score;
 pub mod speed;
 
 use std::path::Path;
@@ -18,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::inputs::files::InputSet;
-use crate::inputs::pooling::{PoolMode, Pooling};
+use crate::inputs::pooling::{EmbeddingHead, PoolMode, Pooling};
 use crate::inputs::squad::DataConfig;
 use crate::progress::Progress;
 use crate::steps::evaluate::{EvalOptions, Latency};
@@ -28,7 +29,7 @@ use crate::tasks::embed::measure::{
     Fidelity, Neighbours, PerQuery, RetrievalDifference, RetrievalScores, TOP_K, fidelity, neighbour_agreement,
     rankings, unit_rows,
 };
-use crate::tasks::embed::run::{EmbeddingHead, embed_all};
+use crate::tasks::embed::run::embed_all;
 use crate::tasks::embed::speed::SpeedAt;
 use crate::tasks::{RanOn, Side};
 
