@@ -78,6 +78,10 @@ pub struct SetupArgs {
     /// where `qdq --ep openvino` finds it.
     #[arg(long)]
     pub openvino: bool,
+    /// Also install Qualcomm's QNN plugin EP (PyPI onnxruntime-qnn 2.7.0, the HTP backend emulated on x86-64) into
+    /// .ort/qnn, where `qdq --ep qnn` finds it.
+    #[arg(long)]
+    pub qnn: bool,
     /// Reinstall even when the right version is there.
     #[arg(long)]
     pub force: bool,

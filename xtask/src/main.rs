@@ -82,8 +82,8 @@ pub fn cargo() -> Command {
 /// (`dist --check`: the wheel into a fresh venv, the archive unpacked; the release build it makes is the one `cargo
 /// xtask e2e` runs).
 fn test(rest: &[String]) -> Result<()> {
-    // The OpenVINO plugin too: its tests run tiny BERT through it.
-    let lib = setup::setup(&setup::SetupArgs { openvino: true, ..Default::default() })?;
+    // The OpenVINO and QNN plugins too: their tests run models through them.
+    let lib = setup::setup(&setup::SetupArgs { openvino: true, qnn: true, ..Default::default() })?;
     eprintln!("xtask: cargo fmt --check");
     run_cmd(cargo().args(["fmt", "--all", "--check"]))
         .context("formatting differs from rustfmt.toml: run `cargo fmt --all`")?;

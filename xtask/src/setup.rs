@@ -48,7 +48,7 @@ pub fn python() -> Result<String> {
     )
 }
 
-/// Installs (once) and returns the path of the library to load; with `--openvino`, the OpenVINO plugin too.
+/// Installs (once) and returns the path of the library to load; with `--openvino` / `--qnn`, those plugins too.
 pub fn setup(args: &SetupArgs) -> Result<PathBuf> {
     let package = if args.gpu { "onnxruntime-gpu" } else { "onnxruntime" };
     let dir = install_dir(args.gpu);
@@ -57,7 +57,22 @@ pub fn setup(args: &SetupArgs) -> Result<PathBuf> {
     if args.openvino {
         openvino(args.force)?;
     }
+    if args.qnn {
+        qnn(args.force)?;
+    }
     Ok(lib)
+}
+
+/// Qualcomm's QNN plugin of ONNX Runtime (PyPI onnxruntime-qnn: the EP and QNN's backends; on x86-64 the HTP
+/// backend emulates the NPU) in `.ort/qnn/`, where a qdq built from this checkout finds it by itself for `--ep qnn`.
+pub const QNN_PLUGIN: &str = "onnxruntime-qnn";
+pub const QNN_PLUGIN_VERSION: &str = "2.7.0";
+
+/// Installs the QNN plugin (once) and returns its library's path.
+pub fn qnn(force: bool) -> Result<PathBuf> {
+    let dir = root().join(".ort/qnn");
+    let file = dir.join("onnxruntime_qnn/libonnxruntime_providers_qnn.so");
+    install_wheel(&Wheel { package: QNN_PLUGIN, version: QNN_PLUGIN_VERSION, dir: &dir, file: &file }, force)
 }
 
 /// The OpenVINO plugin of ONNX Runtime (PyPI onnxruntime-ep-openvino, OpenVINO bundled) in `.ort/openvino/`, where

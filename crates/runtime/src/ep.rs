@@ -71,6 +71,33 @@ impl OpenVinoOptions {
     }
 }
 
+/// Qualcomm's QNN EP options (the plugin `onnxruntime-qnn`, or an ONNX Runtime with QNN compiled in).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QnnOptions {
+    /// QNN's backend: `htp` (the NPU's, the default; emulated on x86-64) or `gpu` (Adreno's).
+    pub backend: String,
+    /// Further QNN EP options as ONNX Runtime names them (`htp_performance_mode`, `soc_model`, ...).
+    pub options: Vec<(String, String)>,
+}
+
+impl Default for QnnOptions {
+    fn default() -> Self {
+        QnnOptions { backend: "htp".into(), options: Vec::new() }
+    }
+}
+
+impl QnnOptions {
+    /// The backends `backend` takes.
+    pub const BACKENDS: &'static [&'static str] = &["htp", "gpu"];
+
+    /// Every option as the EP takes it: `backend_type`, then the others.
+    fn all(&self) -> Vec<(String, String)> {
+        let mut out = vec![("backend_type".to_owned(), self.backend.clone())];
+        out.extend(self.options.iter().cloned());
+        out
+    }
+}
+
 /// The execution providers qdq knows how to configure.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ep {
@@ -80,7 +107,11 @@ pub enum Ep {
     MiGraphX(MiGraphXOptions),
     Rocm { device_id: i32 },
     OpenVino(OpenVinoOptions),
+    Qnn(QnnOptions),
 }
+
+/// [`Ep::device_kind`] of an EP whose devices are taken whatever their kind.
+pub const ANY_DEVICE: &str = "any";
 
 /// Reads a boolean switch the seeds' scripts use (`ORT_TENSORRT_INT8_ENABLE=1`).
 fn env_flag(name: &str) -> bool {
@@ -89,7 +120,7 @@ fn env_flag(name: &str) -> bool {
 
 impl Ep {
     /// Every name [`Ep::parse`] accepts, for help texts and errors.
-    pub const NAMES: &'static [&'static str] = &["cpu", "cuda", "tensorrt", "migraphx", "rocm", "openvino"];
+    pub const NAMES: &'static [&'static str] = &["cpu", "cuda", "tensorrt", "migraphx", "rocm", "openvino", "qnn"];
 
     /// Parses an EP name case-insensitively (`TensorRT`, `tensorrt`, `trt`, `MIGraphX`, `CPU`, ...) with default
     /// options. Reads no environment: [`Ep::with_seed_env`] is the explicit step that does.
@@ -103,6 +134,7 @@ impl Ep {
             "migraphx" => Ep::MiGraphX(MiGraphXOptions::default()),
             "rocm" => Ep::Rocm { device_id: 0 },
             "openvino" | "ov" => Ep::OpenVino(OpenVinoOptions::default()),
+            "qnn" => Ep::Qnn(QnnOptions::default()),
             _ => {
                 return Err(Error::EpOption {
                     ep: name.to_owned(),
@@ -121,6 +153,7 @@ impl Ep {
             Ep::MiGraphX(_) => "MIGraphXExecutionProvider",
             Ep::Rocm { .. } => "ROCMExecutionProvider",
             Ep::OpenVino(_) => "OpenVINOExecutionProvider",
+            Ep::Qnn(_) => "QNNExecutionProvider",
         }
     }
 
@@ -133,6 +166,7 @@ impl Ep {
             Ep::MiGraphX(_) => "migraphx",
             Ep::Rocm { .. } => "rocm",
             Ep::OpenVino(_) => "openvino",
+            Ep::Qnn(_) => "qnn",
         }
     }
 
@@ -154,6 +188,11 @@ impl Ep {
                  onnxruntime-ep-openvino==1.8.1` into the Python environment of the onnxruntime package, or give its \
                  libonnxruntime_providers_openvino_plugin.so with --ep-plugin (or QDQ_EP_PLUGIN)."
             }
+            Ep::Qnn(_) => {
+                "Qualcomm's QNN comes as a plugin: `cargo xtask setup --qnn` in the qdq checkout, or `pip install \
+                 onnxruntime-qnn==2.7.0` into the Python environment of the onnxruntime package, or give its \
+                 libonnxruntime_providers_qnn.so with --ep-plugin (or QDQ_EP_PLUGIN)."
+            }
         }
     }
 
@@ -161,14 +200,17 @@ impl Ep {
     pub fn plugin_package(&self) -> Option<(&'static str, &'static str)> {
         match self {
             Ep::OpenVino(_) => Some(("onnxruntime_ep_openvino", "libonnxruntime_providers_openvino_plugin.so")),
+            Ep::Qnn(_) => Some(("onnxruntime_qnn", "libonnxruntime_providers_qnn.so")),
             _ => None,
         }
     }
 
-    /// The kind of device this EP runs on (`CPU`, `GPU`, `NPU`), as plugin devices are told apart.
+    /// The kind of device this EP runs on (`CPU`, `GPU`, `NPU`), as plugin devices are told apart; [`ANY_DEVICE`]
+    /// for QNN, whose one device is the NPU on a Snapdragon and the CPU where its backend is emulated.
     pub fn device_kind(&self) -> &str {
         match self {
             Ep::Cpu => "CPU",
+            Ep::Qnn(_) => ANY_DEVICE,
             Ep::OpenVino(o) => o.device.split(['.', ':']).next().unwrap_or("CPU"),
             Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } => "GPU",
         }
@@ -179,7 +221,19 @@ impl Ep {
     pub(crate) fn plugin_options(&self, threads: Option<usize>) -> Vec<(String, String)> {
         match self {
             Ep::OpenVino(o) => vec![(format!("{}.load_config", self.ort_name()), o.load_config(threads))],
+            Ep::Qnn(o) => o.all().into_iter().map(|(k, v)| (format!("{}.{k}", self.ort_name()), v)).collect(),
             _ => Vec::new(),
+        }
+    }
+
+    /// Why an EP may refuse a graph's nodes, when it has a reason of its own to say (QNN's static shapes).
+    pub fn refusal_hint(&self) -> &'static str {
+        match self {
+            Ep::Qnn(_) => {
+                "; QNN takes static shapes only: a model whose token inputs declare a fixed batch and length (its \
+                 nodes with a dynamic dimension are refused one by one)"
+            }
+            _ => "",
         }
     }
 
@@ -298,6 +352,9 @@ impl Ep {
                 .with_device_type(&o.device)
                 .with_arbitrary_config("load_config", o.load_config(threads))
                 .build(),
+            Ep::Qnn(o) => {
+                o.all().into_iter().fold(ep::QNN::default(), |q, (k, v)| q.with_arbitrary_config(k, v)).build()
+            }
         };
         Ok(Some(d.error_on_failure()))
     }

@@ -25,7 +25,7 @@ mod session;
 mod tensor;
 
 pub use cpu::int8_dot_product;
-pub use ep::{Ep, MiGraphXOptions, OpenVinoOptions, TensorRtOptions};
+pub use ep::{Ep, MiGraphXOptions, OpenVinoOptions, QnnOptions, TensorRtOptions};
 pub use library::{Install, LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;
 pub use plugin::PLUGIN_ENV;

@@ -43,9 +43,16 @@ pub fn register(path: &Path, ort_library: Option<&Path>) -> Result<()> {
     if registered.contains(&canonical) {
         return Ok(());
     }
-    // The name only has to be unique per library: its file name (without the version suffixes) is.
+    // The name has to be unique per library; some plugins (QNN's) also name their EP after it, so a library of a
+    // package qdq knows is registered under its EP's name, any other under its file name (without the version
+    // suffixes).
     let stem = canonical.file_name().and_then(|n| n.to_str()).unwrap_or("plugin");
-    let name = stem.split(".so").next().unwrap_or(stem).trim_start_matches("lib").to_owned();
+    let known =
+        Ep::NAMES.iter().filter_map(|n| Ep::parse(n).ok()).find(|e| e.plugin_package().is_some_and(|(_, f)| f == stem));
+    let name = match known {
+        Some(ep) => ep.ort_name().to_owned(),
+        None => stem.split(".so").next().unwrap_or(stem).trim_start_matches("lib").to_owned(),
+    };
     environment()?.register_ep_library(name, &canonical).map_err(|e| bad(e.to_string()))?;
     registered.push(canonical);
     Ok(())
@@ -83,11 +90,15 @@ fn kind_name(ty: DeviceType) -> &'static str {
     }
 }
 
-/// The environment's devices of the EP named `ep` whose kind is `kind` (`CPU`, `GPU`, `NPU`; case-insensitive).
+/// The environment's devices of the EP named `ep` whose kind is `kind` (`CPU`, `GPU`, `NPU`; case-insensitive;
+/// [`crate::ep::ANY_DEVICE`]: all of them).
 pub(crate) fn devices_of(ep: &str, kind: &str) -> Result<Vec<ort::device::Device<'static>>> {
     Ok(environment()?
         .devices()
-        .filter(|d| d.ep().is_ok_and(|n| n == ep) && kind_name(d.hardware_device().ty()).eq_ignore_ascii_case(kind))
+        .filter(|d| {
+            d.ep().is_ok_and(|n| n == ep)
+                && (kind == crate::ep::ANY_DEVICE || kind_name(d.hardware_device().ty()).eq_ignore_ascii_case(kind))
+        })
         .collect())
 }
 

@@ -205,11 +205,14 @@ fn unavailable(info: &crate::OrtInfo, ep: &Ep, looked: &plugin::Looked) -> Error
     let files = |f: &[PathBuf]| f.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
     // A plugin that is there but offers no device: installing it again would not help.
     if !looked.without_device.is_empty() {
+        let kind = match ep.device_kind() {
+            crate::ep::ANY_DEVICE => String::new(),
+            k => format!("{k} "),
+        };
         let hint = format!(
-            "The plugin {} registered but offers no {} device on this machine (a CPU or accelerator it does not \
+            "The plugin {} registered but offers no {kind}device on this machine (a CPU or accelerator it does not \
              serve).",
             files(&looked.without_device),
-            ep.device_kind()
         );
         return ep_unavailable(info, ep, hint);
     }
@@ -232,10 +235,14 @@ fn ep_unavailable(info: &crate::OrtInfo, ep: &Ep, hint: String) -> Error {
 
 /// The nodes ONNX Runtime's verbose log of node placements puts on the CPU EP: the indented lines (`  Inverse
 /// (inv1)`) after "Node(s) placed on [CPUExecutionProvider]", up to the next placement heading.
-fn cpu_placed(lines: &[String]) -> Vec<String> {
+fn cpu_placed(lines: &[String]) -> Placed {
     let mut nodes = Vec::new();
     let mut on_cpu = false;
     for line in lines.iter().flat_map(|l| l.lines()) {
+        // "All nodes placed on [CPUExecutionProvider]. Number of nodes: 7": the EP took none.
+        if let Some(n) = line.split("All nodes placed on [CPUExecutionProvider]. Number of nodes: ").nth(1) {
+            return Placed::All(n.trim().parse().unwrap_or(0));
+        }
         if line.contains("placed on [") {
             on_cpu = line.contains("placed on [CPUExecutionProvider]");
         } else if on_cpu && line.starts_with("  ") && !line.trim().is_empty() {
@@ -244,7 +251,14 @@ fn cpu_placed(lines: &[String]) -> Vec<String> {
             on_cpu = false;
         }
     }
-    nodes
+    Placed::These(nodes)
+}
+
+/// The nodes ONNX Runtime's log puts on the CPU EP: all of the graph's (how many), or these.
+#[derive(Debug, PartialEq)]
+enum Placed {
+    All(usize),
+    These(Vec<String>),
 }
 
 /// Element type of a model input or output, as far as qdq cares.
@@ -538,7 +552,17 @@ impl Session {
             let _ = commit(&mut b);
         }
         let lines = lines.lock().unwrap_or_else(|p| p.into_inner());
-        let nodes = cpu_placed(&lines);
+        let nodes = match cpu_placed(&lines) {
+            Placed::All(count) => {
+                return Error::EpPartial {
+                    ep: ep.ort_name().to_owned(),
+                    model: model.to_owned(),
+                    count,
+                    nodes: format!("every node: the EP took none of them{}", ep.refusal_hint()),
+                };
+            }
+            Placed::These(nodes) => nodes,
+        };
         let shown: Vec<&str> = nodes.iter().take(10).map(String::as_str).collect();
         let more =
             if nodes.len() > shown.len() { format!(", and {} more", nodes.len() - shown.len()) } else { String::new() };
@@ -547,9 +571,9 @@ impl Session {
             model: model.to_owned(),
             count: nodes.len(),
             nodes: if nodes.is_empty() {
-                "ONNX Runtime did not say which".into()
+                format!("ONNX Runtime did not say which{}", ep.refusal_hint())
             } else {
-                format!("{}{more}", shown.join(", "))
+                format!("{}{more}{}", shown.join(", "), ep.refusal_hint())
             },
         }
     }
@@ -811,5 +835,21 @@ mod tests {
         assert_eq!(trt.side_by_side(4).len(), 1);
         assert_eq!(threads_or_cores(Some(3)), 3);
         assert!(threads_or_cores(None) >= 1 && threads_or_cores(Some(0)) == 1);
+    }
+
+    /// ONNX Runtime's two ways of logging placements: the nodes under a CPU heading, or one line when every node is
+    /// on the CPU EP.
+    #[test]
+    fn the_placement_log_gives_the_nodes_left_to_the_cpu() {
+        let log = |s: &str| vec![s.to_owned()];
+        let split = log("Node(s) placed on [QNNExecutionProvider]. Number of nodes: 2\n  MatMul (a)\n  Add (b)\n\
+             Node(s) placed on [CPUExecutionProvider]. Number of nodes: 1\n  Inverse (inv)\nother line");
+        assert_eq!(cpu_placed(&split), Placed::These(vec!["Inverse (inv)".into()]));
+        let all = log("All nodes placed on [CPUExecutionProvider]. Number of nodes: 4");
+        assert_eq!(cpu_placed(&all), Placed::All(4));
+        assert_eq!(
+            cpu_placed(&log("All nodes placed on [QNNExecutionProvider]. Number of nodes: 4")),
+            Placed::These(vec![])
+        );
     }
 }

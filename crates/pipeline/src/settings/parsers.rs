@@ -18,3 +18,11 @@ pub fn positive(s: &str) -> Result<usize, String> {
         _ => Err(format!("`{s}` must be a whole number of at least 1")),
     }
 }
+
+/// `KEY=VALUE`, both non-empty.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("`{s}` must be KEY=VALUE")),
+    }
+}

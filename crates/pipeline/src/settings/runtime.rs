@@ -63,6 +63,41 @@ impl OpenVinoSettings {
     }
 }
 
+/// Qualcomm QNN's settings (`--ep qnn`).
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[cfg_attr(feature = "cli", command(next_help_heading = "Runtime"))]
+pub struct QnnSettings {
+    /// QNN: backend: htp (the NPU's; emulated on x86-64) or gpu
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "htp", value_name = "B", value_parser = ["htp", "gpu"], ignore_case = true, hide_short_help = true)
+    )]
+    pub qnn_backend: String,
+    /// QNN: an EP option KEY=VALUE as ONNX Runtime names it (repeatable)
+    ///
+    /// E.g. htp_performance_mode=burst, soc_model=60, htp_arch=73, enable_htp_fp16_precision=1.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "KEY=VALUE", value_parser = crate::settings::parsers::key_value, hide_short_help = true)
+    )]
+    pub qnn_option: Vec<(String, String)>,
+}
+
+impl Default for QnnSettings {
+    fn default() -> Self {
+        QnnSettings { qnn_backend: "htp".into(), qnn_option: Vec::new() }
+    }
+}
+
+impl QnnSettings {
+    /// Sets `o` from these settings.
+    pub fn apply(&self, o: &mut runtime::QnnOptions) {
+        o.backend = self.qnn_backend.to_ascii_lowercase();
+        o.options.clone_from(&self.qnn_option);
+    }
+}
+
 /// Features per batch: the flag every command that runs batches of features shares.
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
@@ -89,7 +124,7 @@ impl Default for BatchSize {
 pub struct RuntimeSettings {
     /// Execution provider that runs the models (e2e: several, comma-separated)
     ///
-    /// cpu, cuda, tensorrt, migraphx, rocm or openvino. An EP the loaded ONNX Runtime lacks is an error naming what
+    /// cpu, cuda, tensorrt, migraphx, rocm, openvino or qnn. An EP the loaded ONNX Runtime lacks is an error naming what
     /// it has (see --allow-fallback). e2e takes a list (`cpu,openvino`): the first calibrates and chooses the
     /// preset, and the same FP32 and quantized models are evaluated on each, side by side.
     #[cfg_attr(
@@ -136,6 +171,8 @@ pub struct RuntimeSettings {
     pub trt_engine_cache: Option<PathBuf>,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub openvino: OpenVinoSettings,
+    #[cfg_attr(feature = "cli", command(flatten))]
+    pub qnn: QnnSettings,
     /// Untimed runs of the first batch before timing
     ///
     /// TensorRT builds its engine on the first run, and every EP allocates on it; answers are unaffected.
@@ -158,6 +195,7 @@ impl Default for RuntimeSettings {
             library: OrtLibrary::default(),
             trt_engine_cache: None,
             openvino: OpenVinoSettings::default(),
+            qnn: QnnSettings::default(),
             warmup: 1,
         }
     }
@@ -204,6 +242,7 @@ impl RuntimeSettings {
         match &mut ep {
             Ep::TensorRt(o) => o.engine_cache_dir.clone_from(&self.trt_engine_cache),
             Ep::OpenVino(o) => self.openvino.apply(o),
+            Ep::Qnn(o) => self.qnn.apply(o),
             _ => {}
         }
         SessionConfig {
