@@ -226,6 +226,12 @@ impl Ep {
         }
     }
 
+    /// Whether the EP runs only graphs whose shapes are all static (QNN): a model with a dynamic batch or length gets
+    /// them fixed ([`crate::SessionConfig::dim_overrides`]) and its inputs padded to them.
+    pub fn needs_static_shapes(&self) -> bool {
+        matches!(self, Ep::Qnn(_))
+    }
+
     /// Why an EP may refuse a graph's nodes, when it has a reason of its own to say (QNN's static shapes).
     pub fn refusal_hint(&self) -> &'static str {
         match self {

@@ -90,6 +90,10 @@ pub struct SessionConfig {
     /// Record ONNX Runtime's profile (an event per node per run) into a file whose name starts with this prefix;
     /// [`Session::end_profiling`] finishes it and says where it is.
     pub profile: Option<PathBuf>,
+    /// Symbolic dimensions fixed to a size (ONNX Runtime's free-dimension overrides, by the name the model gives the
+    /// dimension): a model exported with a dynamic batch and length runs with static shapes, as QNN needs
+    /// ([`Ep::needs_static_shapes`]); shapes are inferred through the graph from them.
+    pub dim_overrides: Vec<(String, i64)>,
 }
 
 impl Default for SessionConfig {
@@ -107,6 +111,7 @@ impl Default for SessionConfig {
             library: None,
             plugins: Vec::new(),
             profile: None,
+            dim_overrides: Vec::new(),
         }
     }
 }
@@ -612,6 +617,9 @@ impl Session {
         }
         if let Some(p) = &cfg.profile {
             b = b.with_profiling(p).map_err(builder_err(model))?;
+        }
+        for (name, size) in &cfg.dim_overrides {
+            b = b.with_dimension_override(name, *size).map_err(builder_err(model))?;
         }
         if let Some(o) = observer {
             let domain = crate::observe::domain(Arc::clone(o)).map_err(builder_err(model))?;

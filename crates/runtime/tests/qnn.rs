@@ -90,6 +90,21 @@ fn a_quantized_matmul_runs_whole_on_qnn_and_agrees_with_the_cpu_ep() {
     assert!(worst <= 1e-4 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
 }
 
+/// The same graph exported with a dynamic batch runs on QNN once the batch is fixed (a free-dimension override by the
+/// dimension's name), with the CPU EP's product.
+#[test]
+fn a_dynamic_batch_fixed_by_name_runs_whole_on_qnn() {
+    let (rows, k, n) = (4, 64, 16);
+    let bytes = quantized_matmul(rows, &weights(k, n), (0.02, 0.01), &[Err("batch"), Ok(k as i64)]);
+    let fixed = SessionConfig { dim_overrides: vec![("batch".into(), rows as i64)], ..qnn() };
+    let x = inputs(rows, k);
+    let on_qnn = run(&bytes, &fixed, &x);
+    let on_cpu = run(&bytes, &SessionConfig::default(), &x);
+    let range = on_cpu.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = on_qnn.iter().zip(&on_cpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst <= 1e-4 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
+}
+
 /// QNN takes static shapes only: a dynamic batch is refused as an error naming what it could not take, not run in
 /// part on the CPU EP.
 #[test]

@@ -258,6 +258,7 @@ impl RuntimeSettings {
             library: self.library.ort_lib.clone(),
             plugins: self.library.ep_plugin.clone(),
             profile: None,
+            dim_overrides: Vec::new(),
         }
     }
 
