@@ -413,25 +413,3 @@ fn many_questions(times: usize) -> serde_json::Value {
     }
     serde_json::json!({ "version": "1.1", "data": data })
 }
-
-/// `--ep qnn` (Qualcomm's QNN plugin, provisioned by `cargo xtask test`): `qdq providers` lists its device; a model
-/// with dynamic shapes, which QNN cannot take, is one error saying so rather than a run split with the CPU EP; its
-/// options are checked as they are read.
-#[test]
-fn qnn_is_found_and_a_dynamic_model_is_refused_saying_why() {
-    let providers = qdq(&["providers", "--json"]);
-    assert!(providers.status.success(), "{}", stderr(&providers));
-    let v: serde_json::Value = serde_json::from_slice(&providers.stdout).unwrap();
-    let devices = v["devices"].as_array().unwrap();
-    assert!(devices.iter().any(|d| d["ep"] == "QNNExecutionProvider"), "{v}");
-    let f = fixture(TinyBertConfig::default());
-    let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
-    let (m, s, v) = (f.model.to_str().unwrap(), squad.to_str().unwrap(), vocab.to_str().unwrap());
-    let args = ["eval", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--qnn-option"];
-    let e = one_error(&qdq(&[&args[..], &["htp_performance_mode=burst"]].concat()));
-    assert!(e.contains("QNNExecutionProvider cannot run every node"), "{e}");
-    assert!(e.contains("QNN takes static shapes only"), "{e}");
-    let bad = qdq(&[&args[..], &["burst"]].concat());
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("`burst` must be KEY=VALUE"), "{}", stderr(&bad));
-}

@@ -8,5 +8,6 @@ mod command_line;
 mod e2e;
 mod embedding;
 mod errors;
+mod qnn;
 mod quantize;
 mod tune;

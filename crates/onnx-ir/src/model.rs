@@ -432,6 +432,16 @@ impl Model {
         Model { proto, dir: None, unread: 0, external_files: Default::default() }
     }
 
+    /// A model of `graph` in the default domain at `opset` (IR version 10), as a test or a tool builds one.
+    pub fn of_graph(graph: crate::proto::GraphProto, opset: i64) -> Self {
+        Model::new(ModelProto {
+            ir_version: Some(10),
+            opset_import: vec![crate::proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+            graph: Some(graph),
+            ..Default::default()
+        })
+    }
+
     /// Reads, decodes and checks a model file, loading all external data into memory.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
         Self::load_file(path.as_ref(), true)

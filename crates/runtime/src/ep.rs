@@ -232,6 +232,18 @@ impl Ep {
         matches!(self, Ep::Qnn(_))
     }
 
+    /// What an EP's failure to build a session usually means, when it says something of its own (`reason`: ONNX
+    /// Runtime's message).
+    pub fn failure_hint(&self, reason: &str) -> &'static str {
+        match self {
+            Ep::Qnn(_) if reason.contains("Failed to finalize QNN graph") => {
+                ": QNN's HTP takes graphs quantized throughout; a graph with float parts fails to finalize (seen in its \
+                 x86-64 emulation: docs/QUANTIZATION.md)"
+            }
+            _ => "",
+        }
+    }
+
     /// Why an EP may refuse a graph's nodes, when it has a reason of its own to say (QNN's static shapes).
     pub fn refusal_hint(&self) -> &'static str {
         match self {

@@ -533,7 +533,11 @@ impl Session {
             if reason.contains("fallback to CPU EP has been explicitly disabled") {
                 return Self::left_to_cpu(model, cfg, ep, commit);
             }
-            let reason = if *ep == Ep::Cpu { reason } else { format!("{reason} (on {})", ep.ort_name()) };
+            let reason = if *ep == Ep::Cpu {
+                reason
+            } else {
+                format!("{reason} (on {}){}", ep.ort_name(), ep.failure_hint(&reason))
+            };
             Error::Session { model: model.to_owned(), reason }
         })
     }

@@ -4,7 +4,7 @@
 //! error naming the nodes. Its own process: a registered plugin is process-wide.
 
 use ndarray::{Array2, ArrayD, IxDyn};
-use onnx_ir::proto::{GraphProto, ModelProto, OperatorSetIdProto};
+use onnx_ir::proto::GraphProto;
 use onnx_ir::{DataType, GraphExt as _, array_to_tensor, node, value_info};
 use qdq_runtime::{Ep, Session, SessionConfig};
 
@@ -39,13 +39,7 @@ fn quantized_matmul(rows: usize, w: &Array2<i8>, (sx, sw): (f32, f32), x_dims: &
     g.node.push(node("DequantizeLinear", "dequantize_x", &["xq", "sx", "zx"], &["xd"]));
     g.node.push(node("DequantizeLinear", "dequantize_w", &["w", "sw", "zw"], &["wd"]));
     g.node.push(node("MatMul", "the_matmul", &["xd", "wd"], &["y"]));
-    let model = ModelProto {
-        ir_version: Some(10),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(21) }],
-        graph: Some(g),
-        ..Default::default()
-    };
-    onnx_ir::Model::new(model).to_bytes().unwrap()
+    onnx_ir::Model::of_graph(g, 21).to_bytes().unwrap()
 }
 
 fn weights(k: usize, n: usize) -> Array2<i8> {

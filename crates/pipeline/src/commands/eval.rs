@@ -90,7 +90,7 @@ impl Job for EvalJob {
         if let Some(p) = &self.out {
             check_writable(p, "--out")?;
         }
-        let data_cfg = self.data.config(&model)?;
+        let mut data_cfg = self.data.config(&model)?;
         // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model
         // over 2 GiB cannot be serialized inline, and none is held twice).
         let graph = Model::load_graph_only(&model)?;
@@ -103,11 +103,11 @@ impl Job for EvalJob {
             Err(e) if data_cfg.io_names.named().embedding.is_some() || data_cfg.pooling.is_some() => return Err(e),
             _ => {}
         }
+        let (session, other_sessions) = self.sessions(&model, &mut data_cfg);
         let tokenizer = data_cfg.tokenizer()?;
         let mut data = Corpus::load(&self.dataset, &data_cfg, &tokenizer, self.samples)?;
         data.fit_model(&graph, &model)?;
         drop(graph);
-        let session = self.runtime.fp32_session(Some(parent_dir(&model)), "eval");
         if let Some(p) = &session.optimized_model_path {
             progress.note(&format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
         }
@@ -132,8 +132,7 @@ impl Job for EvalJob {
         let op_profile = if self.profile_ops { Some(profile_first_features(&model, &data, &opts)?) } else { None };
         // --ep's others: the same model on each, against its answers on the first.
         let mut other_eps = Vec::new();
-        for ep in self.runtime.other_eps() {
-            let session = self.runtime.evaluation_session(&self.runtime.fp32_session_on(ep, None, "eval"));
+        for (ep, session) in other_sessions {
             let opts = EvalOptions { session, ..opts.clone() };
             let what = format!("evaluating on {ep}");
             let e = evaluate(ModelSource::File(&model), &name, &data, &opts, &what, progress)?;
@@ -145,6 +144,24 @@ impl Job for EvalJob {
 }
 
 impl EvalJob {
+    /// The sessions of the first EP and of the others (`--ep cpu,qnn`), made before the data is read: an EP that runs
+    /// static shapes only (QNN) has the features padded to `--seq-len` for every EP ([`DataConfig::fix_shapes`]).
+    fn sessions<'a>(
+        &'a self,
+        model: &Path,
+        data_cfg: &mut DataConfig,
+    ) -> (runtime::SessionConfig, Vec<(&'a runtime::Ep, runtime::SessionConfig)>) {
+        let mut session = self.runtime.fp32_session(Some(parent_dir(model)), "eval");
+        data_cfg.fix_shapes(&mut session, self.batching.batch);
+        let mut others = Vec::new();
+        for ep in self.runtime.other_eps() {
+            let mut s = self.runtime.evaluation_session(&self.runtime.fp32_session_on(ep, None, "eval"));
+            data_cfg.fix_shapes(&mut s, self.batching.batch);
+            others.push((ep, s));
+        }
+        (session, others)
+    }
+
     /// An embedding model on texts: its retrieval scores on labelled data, and with --baseline its embeddings
     /// against the baseline's (as the quantized model's against FP32's in `qdq e2e`).
     fn embeddings(

@@ -52,3 +52,21 @@ impl DeclaredShape {
         Ok(DeclaredShape { batch: agreed(0, "batch")?, seq_len: agreed(1, "sequence")? })
     }
 }
+
+/// The names a model gives the batch and sequence dimensions of its token inputs (its `[batch, sequence]` integer
+/// inputs, e.g. `batch_size` and `sequence_length`), where they are symbolic: what an EP that needs static shapes
+/// has fixed by name ([`runtime::SessionConfig::dim_overrides`]).
+pub fn symbolic_dims(model: &onnx_ir::Model) -> Vec<[Option<String>; 2]> {
+    let g = model.graph();
+    g.input
+        .iter()
+        .filter(|v| !onnx_ir::GraphExt::is_initializer(g, v.name()))
+        .filter(|v| {
+            onnx_ir::declared_elem_type(v)
+                .is_some_and(|e| [onnx_ir::DataType::Int64, onnx_ir::DataType::Int32].map(|d| d as i32).contains(&e))
+        })
+        .filter_map(onnx_ir::declared_dims)
+        .filter(|d| d.len() == 2)
+        .map(|d| [0, 1].map(|i| d[i].clone().err().filter(|n| !n.is_empty())))
+        .collect()
+}

@@ -69,6 +69,9 @@ pub struct DataConfig {
     /// The only batch size the model takes, when its inputs declare one (1: larger ones are refused by
     /// [`crate::settings::DataSettings::config`]).
     pub fixed_batch: Option<usize>,
+    /// The symbolic batch and sequence dimensions of the model's token inputs, by input (see
+    /// [`DataConfig::fix_shapes`]).
+    pub symbolic_dims: Vec<[Option<String>; 2]>,
     /// `--pooling`: how an embedding model's token states become one vector per text, when asked for.
     pub pooling: Option<Pooling>,
     /// What the model's folder says of it (sentence-transformers' modules, pooling and length).
@@ -79,6 +82,37 @@ pub struct DataConfig {
 
 impl DataConfig {
     /// Loads the tokenizer: [`DataConfig::tokenizer_json`] when given, else WordPiece from [`DataConfig::vocab`].
+    /// For an EP that runs static shapes only ([`runtime::Ep::needs_static_shapes`]: QNN), the model's symbolic batch
+    /// and sequence dimensions fixed to `batch` x the sequence length in `session`, and every feature padded to that
+    /// length; other EPs' sessions are left as they are. Said once.
+    pub fn fix_shapes(&mut self, session: &mut runtime::SessionConfig, batch: usize) {
+        if !session.ep.needs_static_shapes() {
+            return;
+        }
+        let seq = self.features.max_seq_len;
+        self.padding = Padding::Fixed(seq);
+        // A short last batch is filled to `batch` rows (the fillers' outputs are not read).
+        self.fixed_batch = self.fixed_batch.or(Some(batch));
+        let sizes = [batch as i64, seq as i64];
+        let mut overrides: Vec<(String, i64)> = Vec::new();
+        for dims in &self.symbolic_dims {
+            for (name, size) in dims.iter().zip(sizes) {
+                if let Some(n) = name.as_ref().filter(|n| !overrides.iter().any(|(o, _)| o == *n)) {
+                    overrides.push((n.clone(), size));
+                }
+            }
+        }
+        if !overrides.is_empty() {
+            let names: Vec<String> = overrides.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            tracing::info!(
+                "{} runs static shapes only: the model's inputs fixed to {batch}x{seq} ({}), every feature padded to {seq}",
+                session.ep.ort_name(),
+                names.join(", ")
+            );
+        }
+        session.dim_overrides = overrides;
+    }
+
     pub fn tokenizer(&self) -> Result<Arc<SquadTokenizer>> {
         Ok(Arc::new(match &self.tokenizer_json {
             Some(json) => SquadTokenizer::from_tokenizer_json(json)?,

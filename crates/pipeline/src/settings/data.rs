@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::inputs::folder::{FolderConfig, model_folder};
 use crate::inputs::pooling::Pooling;
 use crate::inputs::roles::IoNames;
-use crate::inputs::shape::DeclaredShape;
+use crate::inputs::shape::{DeclaredShape, symbolic_dims};
 use crate::inputs::squad::{DataConfig, SquadVersion};
 
 /// How text becomes model inputs.
@@ -119,9 +119,9 @@ impl DataSettings {
     /// (tokenizer.json, else vocab.txt), else squad/vocab.txt.
     pub fn config(&self, model: &Path) -> Result<DataConfig> {
         // Only the graph is read here; a file that cannot be read is reported by whatever loads it next.
-        let (declared, positions) = match onnx_ir::Model::load_graph_only(model) {
-            Ok(m) => (DeclaredShape::of(&m, model)?, qdq::roles::position_table(m.graph())),
-            Err(_) => (DeclaredShape::default(), None),
+        let (declared, positions, symbolic_dims) = match onnx_ir::Model::load_graph_only(model) {
+            Ok(m) => (DeclaredShape::of(&m, model)?, qdq::roles::position_table(m.graph()), symbolic_dims(&m)),
+            Err(_) => (DeclaredShape::default(), None, Vec::new()),
         };
         say_fixed_batch(model, declared.batch);
         let folder = FolderConfig::read(&model_folder(model))?;
@@ -146,6 +146,7 @@ impl DataSettings {
                 Padding::Longest
             },
             fixed_batch: declared.batch,
+            symbolic_dims,
             pooling: self.pooling.clone(),
             folder,
             corpus: self.corpus.clone(),

@@ -1,0 +1,106 @@
+//! `--ep qnn`: Qualcomm's QNN plugin (provisioned by `cargo xtask test`; on x86-64 its HTP backend is emulated) through
+//! the binary: found and listed, a dynamic model refused saying why, and a dynamic model whose graph QNN takes run
+//! whole there with its dimensions fixed by name and its features padded, giving the CPU EP's answers.
+
+use ndarray::{ArrayD, IxDyn};
+use onnx_ir::proto::GraphProto;
+use onnx_ir::tiny_bert::TinyBertConfig;
+use onnx_ir::{DataType, GraphExt as _, array_to_tensor, attr_int, node, value_info};
+
+use crate::common::*;
+
+/// `--ep qnn` (Qualcomm's QNN plugin, provisioned by `cargo xtask test`): `qdq providers` lists its device; a float
+/// model, whose graph QNN's HTP cannot finalize, is one error saying so; its options are checked as they are read.
+#[test]
+fn qnn_is_found_and_a_float_model_is_one_error_saying_why() {
+    let providers = qdq(&["providers", "--json"]);
+    assert!(providers.status.success(), "{}", stderr(&providers));
+    let v: serde_json::Value = serde_json::from_slice(&providers.stdout).unwrap();
+    let devices = v["devices"].as_array().unwrap();
+    assert!(devices.iter().any(|d| d["ep"] == "QNNExecutionProvider"), "{v}");
+    let f = fixture(TinyBertConfig::default());
+    let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
+    let (m, s, v) = (f.model.to_str().unwrap(), squad.to_str().unwrap(), vocab.to_str().unwrap());
+    let args = ["eval", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--qnn-option"];
+    let e = one_error(&qdq(&[&args[..], &["htp_performance_mode=burst"]].concat()));
+    assert!(
+        e.contains("(on QNNExecutionProvider)") && e.contains("QNN's HTP takes graphs quantized throughout"),
+        "{e}"
+    );
+    let bad = qdq(&[&args[..], &["burst"]].concat());
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("`burst` must be KEY=VALUE"), "{}", stderr(&bad));
+}
+
+/// A QA model of quantized ops only, which the emulated HTP takes whole: `input_ids [batch, seq]` (dynamic) cast to
+/// float and scaled, one uint8 activation pair, then int8 weight matrices `[seq, seq]` for the start and the end
+/// logits. The attention mask is an input the logits do not read. It fits `seq` tokens exactly.
+fn quantized_qa(seq: usize) -> Vec<u8> {
+    let mut g = GraphProto { name: Some("qa".into()), ..Default::default() };
+    for input in ["input_ids", "attention_mask"] {
+        g.input.push(value_info(input, DataType::Int64, Some(&[Err("batch"), Err("sequence")])));
+    }
+    for out in ["start_logits", "end_logits"] {
+        g.output.push(value_info(out, DataType::Float, Some(&[Err("batch"), Err("sequence")])));
+    }
+    let scalar = |name: &str, g: &mut GraphProto, v: f32| {
+        g.add_initializer(array_to_tensor(name, &ArrayD::from_elem(IxDyn(&[]), v)))
+    };
+    scalar("scale_ids", &mut g, 1e-4);
+    scalar("sx", &mut g, 0.02);
+    scalar("sw", &mut g, 0.01);
+    g.add_initializer(array_to_tensor("zx", &ArrayD::from_elem(IxDyn(&[]), 0u8)));
+    g.add_initializer(array_to_tensor("zw", &ArrayD::from_elem(IxDyn(&[]), 0i8)));
+    let mut cast = node("Cast", "to_float", &["input_ids"], &["ids_f"]);
+    cast.attribute.push(attr_int("to", DataType::Float as i64));
+    g.node.push(cast);
+    g.node.push(node("Mul", "scaled", &["ids_f", "scale_ids"], &["x"]));
+    g.node.push(node("QuantizeLinear", "quantize_x", &["x", "sx", "zx"], &["xq"]));
+    g.node.push(node("DequantizeLinear", "dequantize_x", &["xq", "sx", "zx"], &["xd"]));
+    for (k, out) in ["start_logits", "end_logits"].iter().enumerate() {
+        let w =
+            ArrayD::from_shape_fn(IxDyn(&[seq, seq]), |d| (((d[0] * 31 + d[1] * (17 + k)) % 201) as i64 - 100) as i8);
+        g.add_initializer(array_to_tensor(&format!("w{k}"), &w));
+        g.node.push(node(
+            "DequantizeLinear",
+            &format!("dequantize_w{k}"),
+            &[&format!("w{k}"), "sw", "zw"],
+            &[&format!("wd{k}")],
+        ));
+        g.node.push(node("MatMul", &format!("logits{k}"), &["xd", &format!("wd{k}")], &[out]));
+    }
+    onnx_ir::Model::of_graph(g, 21).to_bytes().unwrap()
+}
+
+/// Issue 63 (static shapes): a model exported with a dynamic batch and length runs on QNN with both fixed by the names
+/// it gives them (`batch`, `sequence`) to `--batch` x `--seq-len`, every feature padded to that length; it runs whole
+/// there (a node left to the CPU EP would be an error) and answers every question as the CPU EP does on the same
+/// padded features.
+#[test]
+fn a_dynamic_model_runs_on_qnn_with_its_shapes_fixed_and_answers_as_the_cpu_ep() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("qa.onnx");
+    std::fs::write(&model, quantized_qa(48)).unwrap();
+    let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
+    let (m, s, v) = (model.to_str().unwrap(), squad.to_str().unwrap(), vocab.to_str().unwrap());
+    let eval = |ep: &str, extra: &[&str], out: &str| -> (serde_json::Value, String) {
+        let o = dir.path().join(out);
+        let mut args = vec!["eval", "--model", m, "--dataset", s, "--vocab", v, "--seq-len", "48", "--ep", ep];
+        args.extend(extra);
+        args.extend(["-o", o.to_str().unwrap(), "--json"]);
+        let run = qdq(&args);
+        assert!(run.status.success(), "{}", stderr(&run));
+        let predictions: serde_json::Value = serde_json::from_slice(&std::fs::read(&o).unwrap()).unwrap();
+        (predictions, stderr(&run))
+    };
+    let (on_qnn, log) = eval("qnn", &[], "qnn.json");
+    assert!(
+        log.contains(
+            "QNNExecutionProvider runs static shapes only: the model's inputs fixed to 1x48 (batch=1, sequence=48)"
+        ),
+        "{log}"
+    );
+    let (on_cpu, _) = eval("cpu", &["--pad-to-max"], "cpu.json");
+    assert_eq!(on_qnn.as_object().unwrap().len(), 9, "every question answered");
+    assert_eq!(on_qnn, on_cpu, "QNN answers as the CPU EP");
+}
