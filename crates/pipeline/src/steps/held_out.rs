@@ -14,7 +14,7 @@ use crate::inputs::pooling::EmbeddingHead;
 use crate::inputs::squad::{Corpus, questions_done};
 use crate::steps::augment::session_with_outputs;
 use crate::steps::logits::run_logits;
-use crate::steps::speed::Workload;
+use crate::steps::speed::{Workload, leading_by};
 
 /// How two models' start and end logits agree, per feature, over the feature's real tokens.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -367,15 +367,7 @@ impl HeldOut {
     /// The first held-out batches holding at most `max_rows` rows (at least one batch), as timing runs them: what
     /// `qdq tune` times its candidates on.
     pub(crate) fn workload(&self, max_rows: usize) -> Workload {
-        let mut rows = 0;
-        let mut batches = vec![];
-        for b in &self.runs.batches {
-            if !batches.is_empty() && rows + b.used > max_rows {
-                break;
-            }
-            rows += b.used;
-            batches.push(b.feeds.clone());
-        }
+        let batches = leading_by(&self.runs.batches, max_rows, |b| b.used).iter().map(|b| b.feeds.clone()).collect();
         let outputs = self.runs.output_names().into_iter().map(str::to_owned).collect();
         Workload::new(batches, outputs).with_zero_inputs(self.runs.zero_inputs.clone())
     }

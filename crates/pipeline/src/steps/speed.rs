@@ -319,13 +319,18 @@ pub(crate) fn profile_ops(
 
 /// The first of `batches` holding at most `max_features` features, and at least one batch (none of none).
 pub(crate) fn leading(batches: &[squad::Batch], max_features: usize) -> &[squad::Batch] {
-    let mut features = 0;
+    leading_by(batches, max_features, squad::Batch::len)
+}
+
+/// The first of `batches` holding at most `max_rows` rows as `rows` counts them (at least one batch).
+pub(crate) fn leading_by<T>(batches: &[T], max_rows: usize, rows: impl Fn(&T) -> usize) -> &[T] {
+    let mut total = 0;
     let used = batches
         .iter()
         .enumerate()
         .take_while(|(i, b)| {
-            features += b.len();
-            *i == 0 || features <= max_features
+            total += rows(b);
+            *i == 0 || total <= max_rows
         })
         .count();
     &batches[..used]
