@@ -215,10 +215,14 @@ fn a_killed_run_leaves_only_whole_outputs() {
     ];
     // The signals go at points spread over one whole run's duration, measured here (a fixed delay is past the end
     // on a fast machine: the whole run takes about 150 ms on the CI host).
-    let started = std::time::Instant::now();
-    let whole = run(&e2e_args(&f, "whole", vocab.to_str().unwrap(), data.to_str().unwrap()));
-    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
-    let run_ms = started.elapsed().as_secs_f64() * 1e3;
+    // The faster of two whole runs: the first pays for loading ONNX Runtime from a cold disk cache.
+    let mut run_ms = f64::INFINITY;
+    for whole in ["whole", "whole_again"] {
+        let started = std::time::Instant::now();
+        let o = run(&e2e_args(&f, whole, vocab.to_str().unwrap(), data.to_str().unwrap()));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        run_ms = run_ms.min(started.elapsed().as_secs_f64() * 1e3);
+    }
     let mut stopped_early = 0;
     for (k, (signal, at)) in [("INT", 0.05), ("TERM", 0.2), ("KILL", 0.35), ("INT", 0.5), ("TERM", 0.7), ("KILL", 1.5)]
         .into_iter()
@@ -236,7 +240,10 @@ fn a_killed_run_leaves_only_whole_outputs() {
         let sent = Command::new("kill").args(["-s", signal, &child.id().to_string()]).status().unwrap();
         let o = child.wait_with_output().unwrap();
         let dir = f.dir.path().join(&out);
-        if sent.success() && !o.status.success() {
+        // A signal after the run removed its marker (report.md, its last output, written; the process ending) stops
+        // nothing.
+        let finished = dir.join("report.md").is_file() && !dir.join("INCOMPLETE").exists();
+        if sent.success() && !o.status.success() && !finished {
             stopped_early += 1;
             // A stopped run's directory is marked unfinished (or gone, when it held nothing yet); INT and TERM say
             // one line about it.
