@@ -395,7 +395,7 @@ fn bad_settings_are_usage_errors_listing_what_is_valid() {
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{cmd}: {e}");
         assert!(
-            e.contains("'tensor-rt'") && e.contains("[possible values: ort-compatible, tensorrt, migraphx, cpu]"),
+            e.contains("'tensor-rt'") && e.contains("[possible values: ort-compatible, tensorrt, migraphx, cpu, qnn]"),
             "{e}"
         );
     }

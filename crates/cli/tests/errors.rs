@@ -88,7 +88,7 @@ fn bad_inputs_each_give_one_clear_error_line() {
     let o = run(&args);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains("tensor-rt") && e.contains("ort-compatible, tensorrt, migraphx, cpu"), "{e}");
+    assert!(e.contains("tensor-rt") && e.contains("ort-compatible, tensorrt, migraphx, cpu, qnn"), "{e}");
 
     // Nothing was written for any of them.
     for o in ["o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10"] {

@@ -1,6 +1,6 @@
 //! `--ep qnn`: Qualcomm's QNN plugin (provisioned by `cargo xtask test`; on x86-64 its HTP backend is emulated) through
-//! the binary: found and listed, a dynamic model refused saying why, and a dynamic model whose graph QNN takes run
-//! whole there with its dimensions fixed by name and its features padded, giving the CPU EP's answers.
+//! the binary: found and listed, a float model run once the SoC is known, a dynamic model run whole with its dimensions
+//! fixed by name and its features padded (giving the CPU EP's answers), and `qdq e2e --ep qnn` with its own preset.
 
 use ndarray::{ArrayD, IxDyn};
 use onnx_ir::proto::GraphProto;
@@ -10,9 +10,11 @@ use onnx_ir::{DataType, GraphExt as _, array_to_tensor, attr_int, node, value_in
 use crate::common::*;
 
 /// `--ep qnn` (Qualcomm's QNN plugin, provisioned by `cargo xtask test`): `qdq providers` lists its device; a float
-/// model, whose graph QNN's HTP cannot finalize, is one error saying so; its options are checked as they are read.
+/// model runs whole on the emulated HTP (in fp16) once it knows the SoC, which qdq names unless `--qnn-option
+/// soc_model` does; without one (`soc_model=0`) the graph fails to finalize, one error saying what to set; its options
+/// are checked as they are read.
 #[test]
-fn qnn_is_found_and_a_float_model_is_one_error_saying_why() {
+fn qnn_is_found_and_a_float_model_runs_once_the_soc_is_known() {
     let providers = qdq(&["providers", "--json"]);
     assert!(providers.status.success(), "{}", stderr(&providers));
     let v: serde_json::Value = serde_json::from_slice(&providers.stdout).unwrap();
@@ -21,15 +23,53 @@ fn qnn_is_found_and_a_float_model_is_one_error_saying_why() {
     let f = fixture(TinyBertConfig::default());
     let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
     let (m, s, v) = (f.model.to_str().unwrap(), squad.to_str().unwrap(), vocab.to_str().unwrap());
-    let args = ["eval", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--qnn-option"];
-    let e = one_error(&qdq(&[&args[..], &["htp_performance_mode=burst"]].concat()));
-    assert!(
-        e.contains("(on QNNExecutionProvider)") && e.contains("QNN's HTP takes graphs quantized throughout"),
-        "{e}"
-    );
+    let args = ["eval", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--seq-len", "32", "--qnn-option"];
+    let ran = qdq(&[&args[..], &["htp_performance_mode=burst"]].concat());
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert!(String::from_utf8_lossy(&ran.stdout).contains("on 9 questions (0 missing)"), "{}", stderr(&ran));
+    let e = one_error(&qdq(&[&args[..], &["soc_model=0"]].concat()));
+    assert!(e.contains("(on QNNExecutionProvider)") && e.contains("--qnn-option soc_model=<SoC>"), "{e}");
     let bad = qdq(&[&args[..], &["burst"]].concat());
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("`burst` must be KEY=VALUE"), "{}", stderr(&bad));
+}
+
+/// Issue 63: `qdq e2e --ep qnn` calibrates and evaluates FP32 on the CPU EP and the quantized model on QNN, whole
+/// (fallback to the CPU EP is off), its shapes fixed and features padded; the preset is `qnn` (16-bit activations
+/// beside 8-bit weights: `A16W8`), no speed is reported from the emulator; with `--ep cpu,qnn` the quantized model's
+/// logits move from the CPU EP's to QNN's hardly more than the float model's do (the HTP's fp16 float parts).
+#[test]
+fn e2e_on_qnn_runs_the_qnn_preset_whole_beside_fp32_on_the_cpu_ep() {
+    let f = fixture(TinyBertConfig::default());
+    let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
+    let mut args = e2e_args(&f, "out", vocab.to_str().unwrap(), squad.to_str().unwrap());
+    args.extend(["--ep", "qnn"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("QNNExecutionProvider runs static shapes only"), "{}", stderr(&o));
+    let out = f.dir.path().join("out");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!((r["fp32"]["ep"].as_str(), r["int8"]["ep"].as_str()), (Some("cpu"), Some("qnn")), "{r}");
+    let q = &r["quantization"];
+    assert_eq!((q["policy"].as_str(), q["precision"].as_str()), (Some("qnn"), Some("a16w8")), "{q}");
+    assert!(r["speedup"].is_null(), "no speed from an emulated NPU: {}", r["speedup"]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("A16W8 (QDQ)"), "{table}");
+    // The same preset on both EPs: the quantized model's logits on QNN against the CPU EP's.
+    let mut both = e2e_args(&f, "both", vocab.to_str().unwrap(), squad.to_str().unwrap());
+    both.extend(["--ep", "cpu,qnn", "--policy", "qnn"].map(String::from));
+    let o = run(&both);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.dir.path().join("both/results.json")).unwrap()).unwrap();
+    let qnn = &r["other_eps"][0];
+    assert_eq!(qnn["ep"], "qnn", "{qnn}");
+    assert!(qnn["speedup"].is_null(), "{qnn}");
+    // The HTP runs the float parts in fp16: the float model moves there as much as the quantized one does, and the
+    // 16-bit pairs add little to it.
+    let (fp32, int8) =
+        (qnn["fp32_logits"]["mean_abs"].as_f64().unwrap(), qnn["int8_logits"]["mean_abs"].as_f64().unwrap());
+    assert!(fp32 > 0.0 && int8 <= 1.5 * fp32 + 1e-3, "quantized {int8} against float {fp32}: {qnn}");
 }
 
 /// A QA model of quantized ops only, which the emulated HTP takes whole: `input_ids [batch, seq]` (dynamic) cast to
@@ -103,4 +143,25 @@ fn a_dynamic_model_runs_on_qnn_with_its_shapes_fixed_and_answers_as_the_cpu_ep()
     let (on_cpu, _) = eval("cpu", &["--pad-to-max"], "cpu.json");
     assert_eq!(on_qnn.as_object().unwrap().len(), 9, "every question answered");
     assert_eq!(on_qnn, on_cpu, "QNN answers as the CPU EP");
+}
+
+/// `qdq debug` and `qdq tune` read every quantized tensor on one EP: on QNN each is one usage error saying where to
+/// measure instead, before any work.
+#[test]
+fn debug_and_tune_on_qnn_say_where_to_measure() {
+    let f = fixture(TinyBertConfig::default());
+    let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
+    let (m, s, v) = (f.model.to_str().unwrap(), squad.to_str().unwrap(), vocab.to_str().unwrap());
+    let out = f.dir.path().join("tuned");
+    let runs = [
+        vec!["debug", "--model", m, "--qdq", m, "--dataset", s, "--vocab", v, "--ep", "qnn"],
+        vec!["tune", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--out", out.to_str().unwrap()],
+    ];
+    for args in runs {
+        let o = qdq(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = one_error(&o);
+        assert!(e.contains("--ep qnn") && e.contains("--ep cpu,qnn --policy qnn"), "{e}");
+    }
+    assert!(!out.exists(), "nothing written");
 }

@@ -123,7 +123,7 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Element types convertible between ndarray and [`TensorProto`]: f32, f16, i64, i32, i8, u8.
+/// Element types convertible between ndarray and [`TensorProto`]: f32, f16, i64, i32, i16, u16, i8, u8.
 pub trait Element: Copy + sealed::Sealed + 'static {
     /// The ONNX data type of this element.
     const DATA_TYPE: DataType;
@@ -165,6 +165,9 @@ element!(i32, Int32, 4, |t| t.int32_data.clone(), |b| i32::from_le_bytes);
 // its bit pattern in the low 16 bits; truncating casts are the defined meaning.
 element!(i8, Int8, 1, |t| t.int32_data.iter().map(|&v| v as i8).collect(), |b| i8::from_le_bytes);
 element!(u8, Uint8, 1, |t| t.int32_data.iter().map(|&v| v as u8).collect(), |b| u8::from_le_bytes);
+// 16-bit integers too (16-bit Q/DQ zero points, opset 21).
+element!(i16, Int16, 2, |t| t.int32_data.iter().map(|&v| v as i16).collect(), |b| i16::from_le_bytes);
+element!(u16, Uint16, 2, |t| t.int32_data.iter().map(|&v| v as u16).collect(), |b| u16::from_le_bytes);
 element!(f16, Float16, 2, |t| t.int32_data.iter().map(|&v| f16::from_bits(v as u16)).collect(), |b| f16::from_le_bytes);
 
 /// The shape and element count of `t` if its data can be read as `T` where it is: `T`'s data type, not external.

@@ -19,6 +19,7 @@ fn zero_point_tensor(name: &str, qtype: QuantType, zps: &[i32], shape: &[usize])
     Ok(match qtype {
         QuantType::Int8 => onnx_ir::tensor_from_vec::<i8>(name, shape, zps.iter().map(|&z| z as i8).collect())?,
         QuantType::UInt8 => onnx_ir::tensor_from_vec::<u8>(name, shape, zps.iter().map(|&z| z as u8).collect())?,
+        QuantType::Int16 => onnx_ir::tensor_from_vec::<i16>(name, shape, zps.iter().map(|&z| z as i16).collect())?,
         // 0.0 is the byte 0 in both E4M3 formats (and every float8 zero point qdq writes is 0.0).
         QuantType::Float8E4M3Fn | QuantType::Float8E4M3Fnuz => {
             onnx_ir::tensor_from_raw(name, shape, qtype.data_type(), vec![0; zps.len()])?

@@ -112,6 +112,7 @@ fn int_values(t: &TensorProto) -> Vec<i32> {
     match DataType::try_from(t.data_type()) {
         Ok(DataType::Int8) => onnx_ir::tensor_to_array::<i8>(t).map(|a| a.iter().map(|&v| i32::from(v)).collect()),
         Ok(DataType::Uint8) => onnx_ir::tensor_to_array::<u8>(t).map(|a| a.iter().map(|&v| i32::from(v)).collect()),
+        Ok(DataType::Int16) => onnx_ir::tensor_to_array::<i16>(t).map(|a| a.iter().map(|&v| i32::from(v)).collect()),
         _ => Ok(vec![]),
     }
     .unwrap_or_default()
@@ -381,13 +382,14 @@ impl PairInfo {
     }
 }
 
-/// `[(qmin - zp) * scale, (qmax - zp) * scale]` of 8-bit per-tensor parameters.
+/// `[(qmin - zp) * scale, (qmax - zp) * scale]` of per-tensor parameters.
 fn range_of(scales: &[f32], zero_points: &[i32], qtype: QuantType) -> Option<(f32, f32)> {
     let [scale] = scales[..] else { return None };
     let zp = zero_points.first().copied().unwrap_or(0);
     let (qmin, qmax) = match qtype {
         QuantType::UInt8 => (0, 255),
         QuantType::Int8 => (-128, 127),
+        QuantType::Int16 => (-32768, 32767),
         // The largest finite value either side (zero point 0.0).
         float8 => float8.range(true, false),
     };

@@ -73,8 +73,8 @@ pub use outliers::{
 };
 pub use patterns::is_outlier_branch;
 pub use plan::{
-    Consumer, MIN_FLOAT8_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind, check_mergeable, plan,
-    quantize, tensors_to_calibrate,
+    Consumer, MIN_FLOAT8_OPSET, MIN_INT16_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind,
+    check_mergeable, plan, quantize, tensors_to_calibrate,
 };
 pub use policy::{
     Activations, DEFAULT_OUTLIER_RATIO, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, PRESETS, Policy, PolicyOption,

@@ -8,6 +8,7 @@ use crate::embedding::EmbeddingTable;
 use crate::error::{Error, Result};
 use crate::params::{TensorParams, tensor_params};
 use crate::policy::{Policy, WeightStorage};
+use crate::scale::QuantType;
 use crate::select::{Selection, node_label, select};
 pub use crate::types::{Consumer, PlannedTensor, Ranges, Skipped, TensorKind};
 
@@ -15,6 +16,8 @@ pub use crate::types::{Consumer, PlannedTensor, Ranges, Skipped, TensorKind};
 pub const MIN_QDQ_OPSET: i64 = 13;
 /// Lowest default-domain opset with float8 QuantizeLinear / DequantizeLinear.
 pub const MIN_FLOAT8_OPSET: i64 = 19;
+/// Lowest default-domain opset with 16-bit integer QuantizeLinear / DequantizeLinear.
+pub const MIN_INT16_OPSET: i64 = 21;
 
 /// What [`Plan::apply`] will insert where.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -104,8 +107,14 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
     plan.biases = crate::bias::plan_biases(&ix, &plan.tensors, policy);
     plan.contrib = crate::contrib::planned(&ix, &plan.tensors, policy);
     let opset = model.opset("").unwrap_or(1);
-    // Per-channel DequantizeLinear (and the embeddings' axis -1) needs opset 13, a float8 pair 19.
-    let needed = if plan.tensors.iter().any(|t| t.qtype.is_float8()) { MIN_FLOAT8_OPSET } else { MIN_QDQ_OPSET };
+    // Per-channel DequantizeLinear (and the embeddings' axis -1) needs opset 13, a float8 pair 19, a 16-bit one 21.
+    let needed = if plan.tensors.iter().any(|t| t.qtype == QuantType::Int16) {
+        MIN_INT16_OPSET
+    } else if plan.tensors.iter().any(|t| t.qtype.is_float8()) {
+        MIN_FLOAT8_OPSET
+    } else {
+        MIN_QDQ_OPSET
+    };
     if !(plan.tensors.is_empty() && plan.embeddings.is_empty()) && opset < needed {
         plan.opset_bump = Some((opset, needed));
     }
@@ -113,7 +122,8 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
 }
 
 /// Which inputs read which pair: with `dedicated_pairs` one pair per selected reader of an activation read by
-/// several; a shared pair feeds every reader, or (`shared_pair_feeds_all` off) only the selected ones. Weights
+/// several; a shared pair feeds every reader, or (`shared_pair_feeds_all` off) only the selected ones, except on a
+/// quantized node's output, whose pair feeds every reader. Weights
 /// and other constants always get one pair feeding all their readers.
 fn pairs(ix: &GraphIndex, sel: &Selection, t: &str, kind: TensorKind, policy: &Policy) -> Vec<Vec<Consumer>> {
     let all: Vec<Consumer> = ix
@@ -124,7 +134,7 @@ fn pairs(ix: &GraphIndex, sel: &Selection, t: &str, kind: TensorKind, policy: &P
     let receivers = sel.receivers(t);
     if kind == TensorKind::Activation && policy.dedicated_pairs && receivers.len() > 1 {
         receivers.iter().map(|&r| all.iter().filter(|c| c.node == r).cloned().collect()).collect()
-    } else if kind == TensorKind::Activation && !policy.shared_pair_feeds_all {
+    } else if kind == TensorKind::Activation && !policy.shared_pair_feeds_all && !sel.is_output(t) {
         vec![all.into_iter().filter(|c| receivers.contains(&c.node)).collect()]
     } else {
         vec![all]

@@ -77,6 +77,8 @@ keywords! {
         MiGraphX = "migraphx",
         /// For ONNX Runtime's CPU EP: its integer MatMul kernels, uint8 activations, int8 weights and embeddings.
         Cpu = "cpu",
+        /// For Qualcomm's QNN EP (HTP): the `tensorrt` layout, 16-bit activations, fully connected outputs quantized.
+        Qnn = "qnn",
     }
 }
 
@@ -180,6 +182,8 @@ keywords! {
         Int8Symmetric = "int8-symmetric",
         /// uint8 with a zero point (ONNX Runtime's CPU integer kernels).
         Uint8Asymmetric = "uint8-asymmetric",
+        /// int16 with zero point 0 beside 8-bit weights (QNN's HTP); the model raised to opset 21.
+        Int16Symmetric = "int16-symmetric",
     }
 }
 
@@ -216,6 +220,7 @@ impl Activations {
             Activations::Uint8Asymmetric => {
                 QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false }
             }
+            Activations::Int16Symmetric => QuantSpec { qtype: QuantType::Int16, symmetric: true, reduce_range: false },
         }
     }
 }
@@ -401,9 +406,21 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "quantize_fc_outputs",
+        doc: "also Q/DQ on the output of each quantized constant-weight MatMul, after its bias Add when it has one (QNN's \
+              HTP then runs MatMul, bias and requantization as one FullyConnected with per-channel weights)",
+        values: "true or false",
+        get: |p| p.quantize_fc_outputs.to_string(),
+        set: |p, v| {
+            p.quantize_fc_outputs = boolean(v)?;
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "activations",
-        doc: "activation quantization: int8 with zero point 0, or uint8 with a zero point",
-        values: "int8-symmetric or uint8-asymmetric",
+        doc: "activation quantization: int8 with zero point 0, uint8 with a zero point, or int16 with zero point 0 \
+              (opset 21)",
+        values: "int8-symmetric, uint8-asymmetric or int16-symmetric",
         get: |p| p.activations.to_string(),
         set: |p, v| {
             p.activations = v.parse()?;
@@ -619,6 +636,11 @@ pub struct Policy {
     pub shared_pair_feeds_all: bool,
     /// Also put Q/DQ on the outputs of quantized nodes (needs their ranges).
     pub quantize_outputs: bool,
+    /// Also put Q/DQ on the output of each quantized constant-weight MatMul, after its bias `Add` when one follows
+    /// (a fully connected layer's output), one pair feeding every reader (recipes written before it existed read as
+    /// `false`).
+    #[serde(default)]
+    pub quantize_fc_outputs: bool,
     /// Activation quantization.
     pub activations: Activations,
     /// The pairs' 8-bit type: int8 (`activations` says which integer) or an E4M3 float (recipes written before it
@@ -693,7 +715,8 @@ impl Policy {
     /// (`outlier_channels`), int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
-    /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md).
+    /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md). `qnn`: see
+    /// `Policy::qnn` (private) and docs/QUANTIZATION.md.
     pub fn of(preset: Preset) -> Policy {
         let base = Policy::ort_compatible(preset);
         match preset {
@@ -711,6 +734,7 @@ impl Policy {
                 smooth_targets: SmoothTargets::All,
                 ..base
             },
+            Preset::Qnn => Policy::qnn(base),
             // For ORT's CPU EP (docs/QUANTIZATION.md, "What decides CPU speed"): the constant-weight MatMuls only
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
             // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed: LayerNorm
@@ -744,6 +768,29 @@ impl Policy {
         }
     }
 
+    /// For QNN's HTP (docs/QUANTIZATION.md, "Qualcomm QNN in emulation"): the `tensorrt` layout, each fully
+    /// connected layer's output quantized after its bias (the HTP takes a per-channel weight only inside a
+    /// FullyConnected whose output is quantized; ONNX Runtime fuses MatMul + bias into the Gemm it becomes),
+    /// and nothing smoothed by an explicit Mul in front of the GELU (the HTP has no Erf: its GELU is fused only
+    /// when the pattern sits whole between a DequantizeLinear and a QuantizeLinear); the float rest runs in
+    /// the HTP's fp16.
+    fn qnn(base: Policy) -> Policy {
+        Policy {
+            // 16-bit activations beside 8-bit weights (A16W8, as ONNX Runtime's QNN recipe): each fully connected
+            // output is requantized on the HTP, which 8 bits cannot do without losing the residual branches'
+            // outlier channels (docs/QUANTIZATION.md).
+            activations: Activations::Int16Symmetric,
+            residual_add: ResidualAdd::Skip,
+            shared_pair_feeds_all: false,
+            quantize_fc_outputs: true,
+            softmax_range: SoftmaxRange::Shifted,
+            smooth: Some(DEFAULT_SMOOTH_ALPHA),
+            smooth_targets: SmoothTargets::LayerNormContext,
+            smooth_context: SmoothContext::Projection,
+            ..base
+        }
+    }
+
     /// ORT's QDQQuantizer with the seeds' options, named `name`: the base every preset changes.
     fn ort_compatible(preset: Preset) -> Policy {
         Policy {
@@ -754,6 +801,7 @@ impl Policy {
             dedicated_pairs: true,
             shared_pair_feeds_all: true,
             quantize_outputs: false,
+            quantize_fc_outputs: false,
             activations: Activations::Int8Symmetric,
             precision: Precision::Int8,
             per_channel: true,
@@ -822,6 +870,13 @@ impl Policy {
     /// Options that cannot go with [`Policy::precision`]'s float8: ONNX Runtime's integer contrib ops. (Weights
     /// stored as 8-bit initializers are float8 ones then.) `Err` names the option and what to set.
     pub fn check_precision(&self) -> Result<()> {
+        if self.activations == Activations::Int16Symmetric && self.precision.float8().is_none() && self.contrib_ops {
+            return Err(Error::BadOptionValue {
+                key: "contrib_ops".to_owned(),
+                value: "true with activations = int16-symmetric".to_owned(),
+                expected: "false (ONNX Runtime's integer contrib ops take int8 / uint8 only)".to_owned(),
+            });
+        }
         if self.precision.float8().is_none() {
             return Ok(());
         }

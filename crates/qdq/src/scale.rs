@@ -16,6 +16,8 @@ pub enum QuantType {
     Int8,
     /// Unsigned 8-bit (`UINT8`).
     UInt8,
+    /// Signed 16-bit (`INT16`, opset 21): activations of NPUs that take 16-bit activations with 8-bit weights.
+    Int16,
     /// `FLOAT8E4M3FN` (NVIDIA Hopper / Ada, TensorRT): 4 exponent bits (bias 7), 3 mantissa bits, largest finite
     /// value 448, no infinities.
     Float8E4M3Fn,
@@ -39,6 +41,8 @@ impl QuantType {
             (QuantType::Int8, false, true) => (-127, 127),
             (QuantType::Int8, false, false) => (-128, 127),
             (QuantType::UInt8, false, _) => (0, 255),
+            (QuantType::Int16, _, true) => (-32767, 32767),
+            (QuantType::Int16, _, false) => (-32768, 32767),
         }
     }
 
@@ -47,19 +51,20 @@ impl QuantType {
         match self {
             QuantType::Int8 => onnx_ir::DataType::Int8,
             QuantType::UInt8 => onnx_ir::DataType::Uint8,
+            QuantType::Int16 => onnx_ir::DataType::Int16,
             QuantType::Float8E4M3Fn => onnx_ir::DataType::Float8e4m3fn,
             QuantType::Float8E4M3Fnuz => onnx_ir::DataType::Float8e4m3fnuz,
         }
     }
 
-    /// ONNX `TensorProto.DataType` code (INT8 = 3, UINT8 = 2, FLOAT8E4M3FN = 17, FLOAT8E4M3FNUZ = 18).
+    /// ONNX `TensorProto.DataType` code (INT8 = 3, UINT8 = 2, INT16 = 5, FLOAT8E4M3FN = 17, FLOAT8E4M3FNUZ = 18).
     pub fn onnx_code(self) -> i32 {
         self.data_type() as i32
     }
 
     /// The type of an ONNX `TensorProto.DataType` code, if it is one of these.
     pub fn from_onnx_code(code: i32) -> Option<QuantType> {
-        [QuantType::Int8, QuantType::UInt8, QuantType::Float8E4M3Fn, QuantType::Float8E4M3Fnuz]
+        [QuantType::Int8, QuantType::UInt8, QuantType::Int16, QuantType::Float8E4M3Fn, QuantType::Float8E4M3Fnuz]
             .into_iter()
             .find(|t| t.onnx_code() == code)
     }
@@ -74,15 +79,16 @@ impl QuantType {
         match self {
             QuantType::Float8E4M3Fn => Some(calib::Float8::E4M3Fn),
             QuantType::Float8E4M3Fnuz => Some(calib::Float8::E4M3Fnuz),
-            QuantType::Int8 | QuantType::UInt8 => None,
+            QuantType::Int8 | QuantType::UInt8 | QuantType::Int16 => None,
         }
     }
 
-    /// Its name as tables print it: `int8`, `uint8`, `e4m3fn`, `e4m3fnuz`.
+    /// Its name as tables print it: `int8`, `uint8`, `int16`, `e4m3fn`, `e4m3fnuz`.
     pub fn name(self) -> &'static str {
         match self {
             QuantType::Int8 => "int8",
             QuantType::UInt8 => "uint8",
+            QuantType::Int16 => "int16",
             QuantType::Float8E4M3Fn => "e4m3fn",
             QuantType::Float8E4M3Fnuz => "e4m3fnuz",
         }

@@ -29,8 +29,13 @@ impl Selection {
         self.receivers.get(tensor).map(Vec::as_slice).unwrap_or_default()
     }
 
-    /// Node `i` wants its inputs 0 and 1 (and, with `outputs`, its output) quantized.
-    fn mark(&mut self, n: &NodeProto, i: usize, outputs: bool) {
+    /// True when `tensor` is marked as the output of a quantized node: its pair feeds every reader.
+    pub fn is_output(&self, tensor: &str) -> bool {
+        self.outputs.contains(tensor)
+    }
+
+    /// Node `i` wants its inputs 0 and 1 quantized, and `output` (its own, or the bias Add's after it) when given.
+    fn mark(&mut self, n: &NodeProto, i: usize, output: Option<&str>) {
         for inp in &n.input[..2] {
             let r = self.receivers.entry(inp.clone()).or_default();
             if r.is_empty() {
@@ -40,11 +45,11 @@ impl Selection {
                 r.push(i);
             }
         }
-        if outputs {
-            let out = &n.output[0];
-            if self.outputs.insert(out.clone()) && !self.receivers.contains_key(out) {
-                self.tensors.push((out.clone(), i));
-            }
+        if let Some(out) = output
+            && self.outputs.insert(out.to_owned())
+            && !self.receivers.contains_key(out)
+        {
+            self.tensors.push((out.to_owned(), i));
         }
     }
 
@@ -108,6 +113,28 @@ fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
     }
 }
 
+/// The output a selected node has quantized: its own under `quantize_outputs`; under `quantize_fc_outputs`, a
+/// constant-weight MatMul's, taken after the bias `Add` that alone reads it (the other operand an initializer).
+fn quantized_output<'a>(ix: &'a GraphIndex, n: &'a NodeProto, policy: &Policy) -> Option<&'a str> {
+    let own = n.output.first().map(String::as_str);
+    if policy.quantize_outputs {
+        return own;
+    }
+    let fully_connected = patterns::matmul_rule(n).is_some() && ix.is_initializer(&n.input[1]);
+    if !policy.quantize_fc_outputs || !fully_connected {
+        return None;
+    }
+    let out = own?;
+    match ix.readers(out) {
+        [(reader, _)] => {
+            let add = ix.node(*reader);
+            let bias = add.op_type() == "Add" && add.input.iter().any(|t| t != out && ix.is_initializer(t));
+            if bias && !ix.is_graph_output(out) { add.output.first().map(String::as_str) } else { own }
+        }
+        _ => own,
+    }
+}
+
 /// Every node name or glob of `include_nodes` / `exclude_nodes` must match a node, and every one of
 /// `exclude_tensors` a tensor: a mistyped one would otherwise be ignored without a word. Uses the policy's compiled
 /// sets (`m`), whose pattern indices follow the lists.
@@ -160,7 +187,7 @@ pub(crate) fn select(ix: &GraphIndex, policy: &Policy) -> Result<Selection> {
         }
         check_selected(ix, n, i)?;
         if wants_inputs(ix, n, policy) {
-            sel.mark(n, i, policy.quantize_outputs);
+            sel.mark(n, i, quantized_output(ix, n, policy));
         }
     }
     sel.drop_unquantizable(ix, &m);

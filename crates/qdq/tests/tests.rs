@@ -13,6 +13,7 @@ mod outliers;
 mod pairs;
 mod parity;
 mod placement;
+mod qnn;
 mod reference;
 mod roles;
 mod rounding;

@@ -90,9 +90,18 @@ impl QnnOptions {
     /// The backends `backend` takes.
     pub const BACKENDS: &'static [&'static str] = &["htp", "gpu"];
 
-    /// Every option as the EP takes it: `backend_type`, then the others.
+    /// The SoC the HTP backend compiles for unless `soc_model` is given: Snapdragon X Elite, the NPU of Windows on Arm
+    /// laptops. QNN's emulated HTP fails to finalize a graph with a float part (`QNN_COMMON_ERROR_MEM_ALLOC`) until it
+    /// knows the SoC; with one it runs the float part in fp16, as the device does.
+    pub const DEFAULT_SOC: &'static str = "SC8380XP";
+
+    /// Every option as the EP takes it: `backend_type`, `soc_model` for the HTP ([`Self::DEFAULT_SOC`] unless given),
+    /// then the others.
     fn all(&self) -> Vec<(String, String)> {
         let mut out = vec![("backend_type".to_owned(), self.backend.clone())];
+        if self.backend == "htp" && !self.options.iter().any(|(k, _)| k == "soc_model") {
+            out.push(("soc_model".to_owned(), Self::DEFAULT_SOC.to_owned()));
+        }
         out.extend(self.options.iter().cloned());
         out
     }
@@ -232,13 +241,26 @@ impl Ep {
         matches!(self, Ep::Qnn(_))
     }
 
+    /// Whether a run on this EP has its speed measured against FP32's: not QNN, whose HTP is emulated on the x86-64
+    /// hosts qdq runs on (seconds per inference, nothing like the NPU's speed) and whose FP32 reference runs on the CPU
+    /// EP (nothing to set an NPU's time against).
+    pub fn is_timed(&self) -> bool {
+        !matches!(self, Ep::Qnn(_))
+    }
+
+    /// Whether FP32's reference and the calibration runs (which read every quantized tensor) go to the CPU EP when
+    /// this EP comes first: QNN, which computes a float graph in fp16 on its HTP and takes static shapes only.
+    pub fn fp32_on_cpu(&self) -> bool {
+        matches!(self, Ep::Qnn(_))
+    }
+
     /// What an EP's failure to build a session usually means, when it says something of its own (`reason`: ONNX
     /// Runtime's message).
     pub fn failure_hint(&self, reason: &str) -> &'static str {
         match self {
             Ep::Qnn(_) if reason.contains("Failed to finalize QNN graph") => {
-                ": QNN's HTP takes graphs quantized throughout; a graph with float parts fails to finalize (seen in its \
-                 x86-64 emulation: docs/QUANTIZATION.md)"
+                ": QNN's emulated HTP finalizes a graph with float parts only when it knows the SoC it compiles for \
+                 (`--qnn-option soc_model=<SoC>`, SC8380XP unless given; 0 is none: docs/QUANTIZATION.md)"
             }
             _ => "",
         }
@@ -403,6 +425,21 @@ mod tests {
         assert!(matches!(Ep::parse("TensorrtExecutionProvider").unwrap(), Ep::TensorRt(_)));
         assert!(matches!(Ep::parse("MIGraphX").unwrap(), Ep::MiGraphX(_)));
         assert_eq!(Ep::parse("ROCm").unwrap(), Ep::Rocm { device_id: 0 });
+    }
+
+    /// The emulated HTP finalizes a graph with float parts only when it knows the SoC: qdq names one unless the
+    /// options do; the GPU backend gets none.
+    #[test]
+    fn qnn_names_a_soc_for_the_htp_unless_given_one() {
+        let htp = QnnOptions::default().all();
+        assert!(htp.contains(&("soc_model".to_owned(), QnnOptions::DEFAULT_SOC.to_owned())), "{htp:?}");
+        let given = QnnOptions { options: vec![("soc_model".into(), "SM8650".into())], ..Default::default() }.all();
+        assert_eq!(
+            given.iter().filter(|(k, _)| k == "soc_model").collect::<Vec<_>>(),
+            [&("soc_model".into(), "SM8650".into())]
+        );
+        let gpu = QnnOptions { backend: "gpu".into(), options: vec![] }.all();
+        assert!(gpu.iter().all(|(k, _)| k != "soc_model"), "{gpu:?}");
     }
 
     #[test]

@@ -67,7 +67,8 @@ fn qnn_is_found_and_lists_its_device() {
 }
 
 /// The smallest graph of a QDQ model runs whole on QNN's HTP backend (the session refuses a split with the CPU EP)
-/// and gives the CPU EP's product (measured in emulation: 7e-7 of a range of 4.7, float rounding).
+/// and gives the CPU EP's product to fp16's precision: the HTP computes the float output in fp16 once it knows the SoC
+/// (qdq names one; measured in emulation: 6.6e-4 of a range of 4.7, where fp32 had 7e-7 before the SoC was named).
 #[test]
 fn a_quantized_matmul_runs_whole_on_qnn_and_agrees_with_the_cpu_ep() {
     let cfg = qnn();
@@ -80,8 +81,8 @@ fn a_quantized_matmul_runs_whole_on_qnn_and_agrees_with_the_cpu_ep() {
     assert_eq!(on_qnn.shape(), on_cpu.shape());
     let range = on_cpu.iter().fold(0f32, |m, v| m.max(v.abs()));
     let worst = on_qnn.iter().zip(&on_cpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    // A wrong scale, zero point or layout would be off by a step (range / 255) or more.
-    assert!(worst <= 1e-4 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
+    // A wrong scale, zero point or layout would be off by a step (range / 255) or more; fp16 rounds within 2^-11.
+    assert!(worst <= 1e-3 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
 }
 
 /// The same graph exported with a dynamic batch runs on QNN once the batch is fixed (a free-dimension override by the
@@ -96,7 +97,7 @@ fn a_dynamic_batch_fixed_by_name_runs_whole_on_qnn() {
     let on_cpu = run(&bytes, &SessionConfig::default(), &x);
     let range = on_cpu.iter().fold(0f32, |m, v| m.max(v.abs()));
     let worst = on_qnn.iter().zip(&on_cpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst <= 1e-4 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
+    assert!(worst <= 1e-3 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
 }
 
 /// QNN takes static shapes only: a dynamic batch is refused as an error naming what it could not take, not run in

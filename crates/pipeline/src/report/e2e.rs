@@ -161,6 +161,9 @@ impl E2eResults {
                 _ => String::new(),
             };
             undecided.extend(vs.filter(|_| i < first_ep_rows).and_then(|c| c.undecided(&name, "FP32")));
+            // No speed from an EP that is not timed (QNN's emulated HTP): "-".
+            let timed = r.ep.parse::<runtime::Ep>().map_or(true, |ep| ep.is_timed());
+            let speed = |v: f64, digits: usize| if timed { format!("{v:.digits$}") } else { "-".to_owned() };
             t.add_row([
                 name,
                 ep_label(&r.ep, r.ep_precision.as_deref(), r.fallback_from.as_deref()),
@@ -168,10 +171,10 @@ impl E2eResults {
                 format!("{:.2}", r.score.f1),
                 d,
                 vs.map_or(String::new(), |c| c.same_answers.describe()),
-                format!("{:.2}", r.latency.ms_per_feature),
-                format!("{:.2}", r.latency.p50_ms_per_feature),
-                format!("{:.2}", r.latency.p90_ms_per_feature),
-                format!("{:.1}", r.latency.features_per_second),
+                speed(r.latency.ms_per_feature, 2),
+                speed(r.latency.p50_ms_per_feature, 2),
+                speed(r.latency.p90_ms_per_feature, 2),
+                speed(r.latency.features_per_second, 1),
                 format!("{:.1}", r.model_bytes as f64 / 1e6),
             ]);
         }

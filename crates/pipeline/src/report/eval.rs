@@ -165,7 +165,10 @@ fn line(f: &mut fmt::Formatter<'_>, model: &Path, e: &Evaluation) -> fmt::Result
         e.score.questions,
         e.score.missing_predictions,
     )?;
-    if e.workers > 1 {
+    if e.ep.parse::<runtime::Ep>().is_ok_and(|ep| !ep.is_timed()) {
+        // QNN's emulated HTP: no speed figure means anything.
+        write!(f, "on {} (no speed: its HTP is emulated on x86-64)", e.ep_label())
+    } else if e.workers > 1 {
         write!(
             f,
             "{:.1} features/s over the pass with {} sessions side by side (each: {:.2} ms/feature, p50 {:.2}, p90 \

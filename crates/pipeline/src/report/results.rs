@@ -122,8 +122,9 @@ pub struct QuantizationSummary {
     /// `static` (calibrated Q/DQ pairs) or `dynamic` (inputs quantized at run time).
     #[serde(default)]
     pub mode: Mode,
-    /// The pairs' type (the policy's `precision`): `int8` (which integers, the policy's `activations`),
-    /// `fp8-e4m3fn` or `fp8-e4m3fnuz`. The `int8` result is this model's whatever its precision.
+    /// The pairs' type (the policy's `precision`): `int8` (which integers, the policy's `activations`), `a16w8`
+    /// (int16 activations beside int8 weights), `fp8-e4m3fn` or `fp8-e4m3fnuz`. The `int8` result is this model's
+    /// whatever its precision.
     #[serde(default = "int8")]
     pub precision: String,
     pub policy: String,

@@ -15,10 +15,10 @@ use crate::error::{Error, Result};
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[cfg_attr(feature = "cli", command(next_help_heading = "Placement"))]
 pub struct PolicySettings {
-    /// Placement preset: cpu, tensorrt, migraphx, ort-compatible
+    /// Placement preset: cpu, tensorrt, migraphx, qnn, ort-compatible
     ///
-    /// `qdq quantize --list-policies` explains them. Default: the one made for the EP the model is for (cpu -> cpu,
-    /// tensorrt -> tensorrt, migraphx -> migraphx; any other EP -> tensorrt, the most accurate layout).
+    /// `qdq quantize --list-policies` explains them. Default: the one made for the EP the model is for (cpu and
+    /// openvino -> cpu, tensorrt -> tensorrt, migraphx -> migraphx, qnn -> qnn; any other EP -> tensorrt).
     #[cfg_attr(
         feature = "cli",
         arg(
@@ -93,7 +93,8 @@ pub struct PolicySettings {
 pub struct Target {
     /// The EP the quantized model is for
     ///
-    /// It picks the default --policy: cpu -> cpu, tensorrt -> tensorrt, migraphx -> migraphx, any other -> tensorrt. Use the same for `qdq
+    /// It picks the default --policy: cpu and openvino -> cpu, tensorrt -> tensorrt, migraphx -> migraphx, qnn -> qnn, any
+    /// other -> tensorrt. Use the same for `qdq
     /// calibrate` and `qdq quantize`. Calibration itself runs on --cal-ep.
     #[cfg_attr(feature = "cli", arg(long, default_value = "cpu", value_name = "EP"))]
     pub ep: Ep,
@@ -151,6 +152,13 @@ impl PrecisionChoice {
                     "--precision fp8 is for --policy tensorrt (E4M3FN) or migraphx (E4M3FNUZ): the cpu preset writes \
                      ONNX Runtime's integer kernels, which have no float8 form (ONNX Runtime's CPU EP runs an FP8 \
                      model of those presets, dequantizing it)"
+                        .into(),
+                ));
+            }
+            (PrecisionChoice::Fp8, Preset::Qnn) => {
+                return Err(Error::Usage(
+                    "--precision fp8 is for --policy tensorrt (E4M3FN) or migraphx (E4M3FNUZ): QNN's HTP takes \
+                     integer Q/DQ pairs only"
                         .into(),
                 ));
             }
@@ -228,6 +236,7 @@ pub fn preset_for_ep(ep: &Ep) -> Preset {
     match ep {
         Ep::Cpu | Ep::OpenVino(_) => Preset::Cpu,
         Ep::MiGraphX(_) => Preset::MiGraphX,
+        Ep::Qnn(_) => Preset::Qnn,
         _ => Preset::TensorRt,
     }
 }

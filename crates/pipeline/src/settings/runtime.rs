@@ -212,13 +212,22 @@ impl RuntimeSettings {
         self.eps.get(1..).unwrap_or_default()
     }
 
-    /// `command` runs on one EP: an error naming the list otherwise.
+    /// `command` runs on one EP and reads every quantized tensor there: an error naming the list otherwise, or saying
+    /// where to measure a model for QNN (whose HTP gives no tensor but the outputs).
     pub fn one_ep(&self, command: &str) -> crate::error::Result<&Ep> {
         if self.eps.len() > 1 {
             let names: Vec<String> = self.eps.iter().map(Ep::to_string).collect();
             return Err(crate::error::Error::Usage(format!(
                 "--ep {}: {command} runs on one execution provider (e2e evaluates on several)",
                 names.join(",")
+            )));
+        }
+        if self.ep().fp32_on_cpu() {
+            return Err(crate::error::Error::Usage(format!(
+                "--ep {}: {command} reads every quantized tensor of both models on one EP, which QNN's HTP cannot \
+                 give; measure the model on the CPU EP (--ep cpu), and set QNN against it with `qdq e2e --ep cpu,qnn \
+                 --policy qnn`",
+                self.ep()
             )));
         }
         Ok(self.ep())

@@ -64,7 +64,8 @@ pub(crate) fn evaluate_squad(
     // Enough batches for speed::FEATURES features (each holds at least one); PairedTiming takes the first of them.
     let batches: Vec<squad::Batch> =
         data.batches(cfg.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
-    if !batches.is_empty() {
+    // No speed on an emulated NPU (`Ep::is_timed`).
+    if !batches.is_empty() && int8_session.ep.is_timed() {
         let timing =
             PairedTiming::new(&cfg.model, &cfg.eval.session, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
         let s = timing.against(qpath, int8_session)?;

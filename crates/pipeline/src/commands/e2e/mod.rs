@@ -88,7 +88,7 @@ impl Job for E2eJob {
         let model = resolve_model(&self.model)?;
         let dataset =
             self.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", self.data.version)));
-        let (fp32, int8, other_eps) = self.sessions(progress)?;
+        let (fp32, mut int8, mut other_eps) = self.sessions(progress)?;
         let (mut policies, choice) = self.policy.policies(self.runtime.ep())?;
         tracing::info!("{choice}");
         let precisions: Vec<qdq::Precision> = policies.iter().map(|(_, p)| p.precision).collect();
@@ -108,11 +108,16 @@ impl Job for E2eJob {
                 "--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all",
             );
         }
+        // An EP that takes static shapes only (QNN) has every feature padded to --seq-len, on each EP.
+        let mut data = self.data.config(&model)?;
+        for s in std::iter::once(&mut int8).chain(other_eps.iter_mut().flat_map(|o| [&mut o.fp32, &mut o.int8])) {
+            data.fix_shapes(s, self.batching.batch);
+        }
         let cfg = E2eConfig {
             calibration_data: self.calib.calibration_data.clone().unwrap_or_else(|| dataset.clone()),
             dataset,
             out: self.out.clone(),
-            data: self.data.config(&model)?,
+            data,
             samples: self.samples,
             cal_num: self.calib.cal_num,
             calibrate: self.calib.options(self.batching.batch, &fp32, &precisions)?,
@@ -136,8 +141,18 @@ impl E2eJob {
     /// The FP32 and quantized models' sessions on the first EP of `--ep`, and on each other; every one checked
     /// against the loaded ONNX Runtime before any work.
     fn sessions(&self, progress: &dyn Progress) -> Result<(SessionConfig, SessionConfig, Vec<OtherEpSessions>)> {
-        let fp32 = self.runtime.fp32_session(Some(&self.out), "fp32");
-        let mut int8 = self.runtime.int8_session(&fp32, &self.out.join("calibration.flatbuffers"));
+        let table = self.out.join("calibration.flatbuffers");
+        let (fp32, mut int8) = if self.runtime.ep().fp32_on_cpu() {
+            // QNN: FP32's reference and the calibration on the CPU EP, the quantized model on QNN.
+            (
+                self.runtime.fp32_session_on(&Ep::Cpu, Some(&self.out), "fp32"),
+                self.runtime.int8_session_on(self.runtime.ep(), &table),
+            )
+        } else {
+            let fp32 = self.runtime.fp32_session(Some(&self.out), "fp32");
+            let int8 = self.runtime.int8_session(&fp32, &table);
+            (fp32, int8)
+        };
         if self.runtime.save_load {
             int8.optimized_model_path = Some(self.out.join("model_int8_optimized.onnx"));
         }
@@ -153,7 +168,7 @@ impl E2eJob {
             .iter()
             .map(|ep| OtherEpSessions {
                 fp32: self.runtime.fp32_session_on(ep, None, ""),
-                int8: self.runtime.int8_session_on(ep, &self.out.join("calibration.flatbuffers")),
+                int8: self.runtime.int8_session_on(ep, &table),
             })
             .collect();
         for s in [&fp32, &int8].into_iter().chain(other_eps.iter().flat_map(|o| [&o.fp32, &o.int8])) {

@@ -69,8 +69,10 @@ pub(crate) fn evaluate_on_other_eps(
             speedup: None,
         };
         if !batches.is_empty() {
-            let timing = PairedTiming::new(&cfg.model, &other.fp32, &batches, io, speed::FEATURES, speed::ROUNDS)?;
-            r.speedup = Some(timing.against(qpath, &other.int8)?);
+            if other.int8.ep.is_timed() {
+                let timing = PairedTiming::new(&cfg.model, &other.fp32, &batches, io, speed::FEATURES, speed::ROUNDS)?;
+                r.speedup = Some(timing.against(qpath, &other.int8)?);
+            }
             r.fp32_logits = Some(logits_agreement(&cfg.model, (&cfg.eval.session, &other.fp32), &batches, io)?);
             r.int8_logits = Some(logits_agreement(qpath, (first.int8_session, &other.int8), &batches, io)?);
         }

@@ -159,7 +159,14 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
     let counts = qdq::QdqCounts::of(qmodel);
     QuantizationSummary {
         mode: cfg.mode,
-        precision: cfg.policy.precision.to_string(),
+        // 16-bit activations beside 8-bit weights (the qnn preset) are named so: `A16W8 (QDQ)`, not INT8.
+        precision: if cfg.policy.activations == qdq::Activations::Int16Symmetric
+            && cfg.policy.precision.float8().is_none()
+        {
+            "a16w8".to_owned()
+        } else {
+            cfg.policy.precision.to_string()
+        },
         policy: cfg.policy_choice.preset.to_string(),
         policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
         quantized_tensors: 0,
