@@ -248,6 +248,11 @@ impl Ep {
         !matches!(self, Ep::Qnn(_))
     }
 
+    /// [`Ep::is_timed`] of an EP named as results record it ([`Ep::short_name`]); a name qdq does not know is timed.
+    pub fn is_timed_name(name: &str) -> bool {
+        name.parse::<Ep>().map_or(true, |ep| ep.is_timed())
+    }
+
     /// Whether FP32's reference and the calibration runs (which read every quantized tensor) go to the CPU EP when
     /// this EP comes first: QNN, which computes a float graph in fp16 on its HTP and takes static shapes only.
     pub fn fp32_on_cpu(&self) -> bool {

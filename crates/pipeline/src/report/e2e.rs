@@ -162,7 +162,7 @@ impl E2eResults {
             };
             undecided.extend(vs.filter(|_| i < first_ep_rows).and_then(|c| c.undecided(&name, "FP32")));
             // No speed from an EP that is not timed (QNN's emulated HTP): "-".
-            let timed = r.ep.parse::<runtime::Ep>().map_or(true, |ep| ep.is_timed());
+            let timed = runtime::Ep::is_timed_name(&r.ep);
             let speed = |v: f64, digits: usize| if timed { format!("{v:.digits$}") } else { "-".to_owned() };
             t.add_row([
                 name,

@@ -165,7 +165,7 @@ fn line(f: &mut fmt::Formatter<'_>, model: &Path, e: &Evaluation) -> fmt::Result
         e.score.questions,
         e.score.missing_predictions,
     )?;
-    if e.ep.parse::<runtime::Ep>().is_ok_and(|ep| !ep.is_timed()) {
+    if !runtime::Ep::is_timed_name(&e.ep) {
         // QNN's emulated HTP: no speed figure means anything.
         write!(f, "on {} (no speed: its HTP is emulated on x86-64)", e.ep_label())
     } else if e.workers > 1 {
