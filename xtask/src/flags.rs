@@ -169,6 +169,25 @@ pub struct BenchArgs {
     pub openvino: OpenVinoBenchArgs,
     #[command(flatten)]
     pub embeddings: EmbeddingsBenchArgs,
+    #[command(flatten)]
+    pub qnn: QnnBenchArgs,
+}
+
+/// Options of `bench --qnn`: qdq's model for `--ep qnn` against ONNX Runtime's QNN recipe (`get_qnn_qdq_config`) of
+/// the same calibration questions, each scored with `qdq eval` on the CPU EP and on QNN's emulated HTP beside FP32.
+/// No speed (the HTP is emulated). Takes --model, --vocab, --dataset, --calibration-data, --cal-num, --doc-stride and
+/// --out above. Writes out/bench/qnn.{json,md}; a rerun scores again only the legs whose model changed.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct QnnBenchArgs {
+    /// Run the QNN comparison instead of the criterion benchmarks (after `cargo xtask setup --qnn`, done by itself).
+    #[arg(long = "qnn", conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino", "embeddings"])]
+    pub qnn: bool,
+    /// Dev questions each model is scored on (the emulated HTP takes 20-30 s per feature: about an hour per 200).
+    #[arg(long, default_value_t = 200, value_parser = positive, value_name = "N")]
+    pub qnn_samples: usize,
+    /// The static length of every feature (QNN takes static shapes only), for calibration and scoring.
+    #[arg(long, default_value_t = 256, value_parser = positive, value_name = "N")]
+    pub qnn_seq_len: usize,
 }
 
 /// Options of `bench --embeddings`: qdq's INT8 sentence-embedding model against ONNX Runtime's dynamic INT8 (as

@@ -16,6 +16,7 @@ mod fuzz;
 mod npy;
 mod openvino_bench;
 mod qdq_json;
+mod qnn_bench;
 mod rounds;
 mod setup;
 mod tidy;

@@ -1,7 +1,9 @@
 //! Qualcomm's QNN as a plugin execution provider (`onnxruntime-qnn`, provisioned by `cargo xtask test` through
 //! `cargo xtask setup --qnn`; on x86-64 its HTP backend emulates the NPU): found by itself and listed with its
-//! device, a static quantized MatMul runs whole on it and agrees with the CPU EP, and a graph it cannot take is an
-//! error naming the nodes. Its own process: a registered plugin is process-wide.
+//! device, the smallest graphs of the `qnn` preset's model (a quantized MatMul; a masked Softmax whose shifted output
+//! is quantized in 16 bits; a LayerNorm as exporters decompose it, between 16-bit pairs) run whole on it and agree
+//! with the CPU EP, and a graph it cannot take is an error naming the nodes. Its own process: a registered plugin is
+//! process-wide.
 
 use ndarray::{Array2, ArrayD, IxDyn};
 use onnx_ir::proto::GraphProto;
@@ -52,9 +54,50 @@ fn inputs(rows: usize, k: usize) -> Array2<i64> {
 }
 
 fn run(bytes: &[u8], cfg: &SessionConfig, x: &Array2<i64>) -> ArrayD<f32> {
-    let mut s = Session::from_bytes(bytes, "one_matmul.onnx", cfg).unwrap_or_else(|e| panic!("{e}"));
+    run_with(bytes, cfg, &[("ids", x)])
+}
+
+fn run_with(bytes: &[u8], cfg: &SessionConfig, inputs: &[(&str, &Array2<i64>)]) -> ArrayD<f32> {
+    let mut s = Session::from_bytes(bytes, "small.onnx", cfg).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.ep(), &cfg.ep);
-    s.run(&[("ids", x.view())], &["y"]).unwrap().remove(0)
+    let views: Vec<_> = inputs.iter().map(|(n, a)| (*n, a.view())).collect();
+    s.run(&views, &["y"]).unwrap().remove(0)
+}
+
+/// The largest |QNN - CPU EP| and the CPU EP's largest |value|, of one graph on the same inputs.
+fn qnn_against_cpu(bytes: &[u8], inputs: &[(&str, &Array2<i64>)]) -> (ArrayD<f32>, ArrayD<f32>, f32) {
+    let on_qnn = run_with(bytes, &qnn(), inputs);
+    let on_cpu = run_with(bytes, &SessionConfig::default(), inputs);
+    assert_eq!(on_qnn.shape(), on_cpu.shape());
+    let worst = on_qnn.iter().zip(&on_cpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    (on_qnn, on_cpu, worst)
+}
+
+fn scalar<T: onnx_ir::Element>(g: &mut GraphProto, name: &str, v: T) {
+    g.add_initializer(array_to_tensor(name, &ArrayD::from_elem(IxDyn(&[]), v)));
+}
+
+/// A 16-bit pair (int16, zero point 0, scale `s`) on `x`, as the `qnn` preset writes one: returns its output.
+fn pair16(g: &mut GraphProto, x: &str, s: f32) -> String {
+    let (sn, zn, q, d) = (format!("{x}_s"), format!("{x}_z"), format!("{x}_q"), format!("{x}_dq"));
+    scalar(g, &sn, s);
+    scalar(g, &zn, 0i16);
+    g.node.push(node("QuantizeLinear", &format!("{x}_quantize"), &[x, &sn, &zn], &[&q]));
+    g.node.push(node("DequantizeLinear", &format!("{x}_dequantize"), &[&q, &sn, &zn], &[&d]));
+    d
+}
+
+/// `ids [rows, cols]` -> Cast -> x `tenth`: the float activations of the graphs below.
+fn scaled_ids(rows: usize, cols: usize, name: &str) -> GraphProto {
+    let mut g = GraphProto { name: Some(name.into()), ..Default::default() };
+    g.input.push(value_info("ids", DataType::Int64, Some(&[Ok(rows as i64), Ok(cols as i64)])));
+    g.output.push(value_info("y", DataType::Float, Some(&[Ok(rows as i64), Ok(cols as i64)])));
+    scalar(&mut g, "tenth", 0.1f32);
+    let mut cast = node("Cast", "to_float", &["ids"], &["xi"]);
+    cast.attribute.push(onnx_ir::attr_int("to", DataType::Float as i64));
+    g.node.push(cast);
+    g.node.push(node("Mul", "scaled", &["xi", "tenth"], &["x"]));
+    g
 }
 
 #[test]
@@ -109,4 +152,79 @@ fn a_dynamic_shape_is_an_error_naming_the_nodes() {
     let e = Session::from_bytes(&bytes, "dynamic.onnx", &cfg).unwrap_err().to_string();
     assert!(e.contains("QNNExecutionProvider cannot run every node of dynamic.onnx"), "{e}");
     assert!(e.contains("every node: the EP took none of them") && e.contains("--allow-fallback"), "{e}");
+}
+
+/// The attention's Softmax as the `qnn` preset leaves it: scores plus the mask exporters write ((1 - mask) x the
+/// float32 minimum, a trap for 16-bit and fp16 arithmetic) into a float Softmax, its output quantized shifted (minus
+/// 0.5, int16, scale 1 / 65534) and shifted back. On QNN (float parts in fp16) the masked keys get no weight and the
+/// rest the CPU EP's probabilities to fp16's precision (measured in emulation: 4.2e-4 at worst; a 16-bit step is
+/// 1.5e-5, a mask read as 0 moves a row's probabilities by a tenth).
+#[test]
+fn a_masked_softmax_with_its_16_bit_shifted_output_agrees_with_the_cpu_ep() {
+    let (rows, cols) = (4, 32);
+    let mut g = scaled_ids(rows, cols, "masked_softmax");
+    g.input.push(value_info("mask", DataType::Int64, Some(&[Ok(rows as i64), Ok(cols as i64)])));
+    for (name, v) in [("one", 1f32), ("lowest", f32::MIN), ("half", 0.5)] {
+        scalar(&mut g, name, v);
+    }
+    let mut cast = node("Cast", "mask_to_float", &["mask"], &["m"]);
+    cast.attribute.push(onnx_ir::attr_int("to", DataType::Float as i64));
+    g.node.push(cast);
+    g.node.push(node("Sub", "inverted", &["one", "m"], &["inv"]));
+    g.node.push(node("Mul", "mask_term", &["inv", "lowest"], &["bias"]));
+    g.node.push(node("Add", "masked", &["x", "bias"], &["scores"]));
+    let mut softmax = node("Softmax", "softmax", &["scores"], &["p"]);
+    softmax.attribute.push(onnx_ir::attr_int("axis", -1));
+    g.node.push(softmax);
+    g.node.push(node("Sub", "shift", &["p", "half"], &["ps"]));
+    let d = pair16(&mut g, "ps", 1.0 / 65534.0);
+    g.node.push(node("Add", "unshift", &[&d, "half"], &["y"]));
+    let bytes = onnx_ir::Model::of_graph(g, 21).to_bytes().unwrap();
+    // Row r keeps its first 8 (r + 1) keys.
+    let mask = Array2::from_shape_fn((rows, cols), |(r, c)| i64::from(c < 8 * (r + 1)));
+    let ids = inputs(rows, cols);
+    let (on_qnn, on_cpu, worst) = qnn_against_cpu(&bytes, &[("ids", &ids), ("mask", &mask)]);
+    for ((idx, q), c) in on_qnn.indexed_iter().zip(&on_cpu) {
+        if mask[[idx[0], idx[1]]] == 0 {
+            assert!(q.abs() <= 1.0 / 65534.0 && c.abs() <= 1.0 / 65534.0, "masked key {idx:?}: QNN {q}, CPU {c}");
+        }
+    }
+    let sums: Vec<f32> = on_qnn.rows().into_iter().map(|r| r.sum()).collect();
+    assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-2), "QNN's rows sum to {sums:?}");
+    assert!(worst <= 2e-3, "QNN against the CPU EP: worst |diff| {worst} of probabilities");
+}
+
+/// LayerNorm as exporters decompose it (ReduceMean, Sub, Pow, ReduceMean, Add epsilon, Sqrt, Div, Mul by gamma, Add
+/// beta) in float between 16-bit pairs, as in the `qnn` preset's model: QNN's fp16 agrees with the CPU EP to fp16's
+/// precision through nine operations (measured in emulation: 1.7e-3 of the output's range; the same graph in numpy
+/// at float16, 1.0e-3). A wrong axis, epsilon or pair is off by a tenth of the range or more.
+#[test]
+fn a_decomposed_layernorm_between_16_bit_pairs_agrees_with_the_cpu_ep() {
+    let (rows, cols) = (4, 64);
+    let mut g = scaled_ids(rows, cols, "layernorm");
+    let x = pair16(&mut g, "x", 1.5 / 32767.0);
+    g.add_initializer(array_to_tensor("axes", &ArrayD::from_elem(IxDyn(&[1]), -1i64)));
+    let gamma = ArrayD::from_shape_fn(IxDyn(&[cols]), |i| 0.5 + (i[0] % 7) as f32 * 0.1);
+    let beta = ArrayD::from_shape_fn(IxDyn(&[cols]), |i| (i[0] % 5) as f32 * 0.05 - 0.1);
+    g.add_initializer(array_to_tensor("gamma", &gamma));
+    g.add_initializer(array_to_tensor("beta", &beta));
+    scalar(&mut g, "two", 2f32);
+    scalar(&mut g, "eps", 1e-12f32);
+    g.node.push(node("ReduceMean", "mean", &[&x, "axes"], &["mu"]));
+    g.node.push(node("Sub", "centre", &[&x, "mu"], &["c"]));
+    g.node.push(node("Pow", "square", &["c", "two"], &["c2"]));
+    g.node.push(node("ReduceMean", "variance", &["c2", "axes"], &["var"]));
+    g.node.push(node("Add", "plus_eps", &["var", "eps"], &["ve"]));
+    g.node.push(node("Sqrt", "deviation", &["ve"], &["sd"]));
+    g.node.push(node("Div", "normal", &["c", "sd"], &["n"]));
+    g.node.push(node("Mul", "times_gamma", &["n", "gamma"], &["ng"]));
+    g.node.push(node("Add", "plus_beta", &["ng", "beta"], &["ln"]));
+    let d = pair16(&mut g, "ln", 4.0 / 32767.0);
+    g.node.push(node("Identity", "out", &[&d], &["y"]));
+    let bytes = onnx_ir::Model::of_graph(g, 21).to_bytes().unwrap();
+    let ids = inputs(rows, cols);
+    let (_, on_cpu, worst) = qnn_against_cpu(&bytes, &[("ids", &ids)]);
+    let range = on_cpu.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(range > 1.0, "the graph computes a LayerNorm: largest |value| {range}");
+    assert!(worst <= 2.5e-3 * range, "QNN against the CPU EP: worst |diff| {worst} over a range of {range}");
 }
