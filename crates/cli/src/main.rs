@@ -125,10 +125,35 @@ fn run(cli: Cli) -> Result<()> {
 /// Runs a job and prints its report: its text, or with `--json` its one JSON document (docs/JSON.md); then the
 /// run's own verdict (`qdq tune --fail-above`).
 fn go<J: pipeline::Job + clap::Args>(a: args::JobArgs<J>) -> Result<()> {
+    let mut out = report_stdout();
     let report = a.job.run(&progress::Bars::new())?;
     let text = if a.common.json { serde_json::to_string_pretty(&report.json())? } else { report.to_string() };
-    println!("{text}");
+    use std::io::Write as _;
+    writeln!(out, "{text}").and_then(|()| out.flush())?;
     Ok(report.verdict()?)
+}
+
+/// Where a job's report goes. Libraries an EP loads write to stdout themselves (QNN's HTP backend prints a
+/// `# LIBNATIVE:` line that C's buffering flushes at exit, after the report), which would break `--json` and every
+/// pipe: while a job runs, descriptor 1 is stderr, and the report goes to the stdout qdq was given. Where the
+/// descriptors cannot be moved, the report goes to stdout as it is.
+fn report_stdout() -> Box<dyn std::io::Write> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::FromRawFd as _;
+        // SAFETY: duplicating the process's own standard descriptors before the job starts any thread; the new
+        // descriptor is owned by the File alone.
+        unsafe {
+            let given = libc::dup(1);
+            if given >= 0 {
+                if libc::dup2(2, 1) >= 0 {
+                    return Box::new(std::fs::File::from_raw_fd(given));
+                }
+                libc::close(given);
+            }
+        }
+    }
+    Box::new(std::io::stdout())
 }
 
 /// `qdq help [COMMAND]`: clap's own help subcommand rejected `qdq help --help`; this one is a command like the others

@@ -145,23 +145,72 @@ fn a_dynamic_model_runs_on_qnn_with_its_shapes_fixed_and_answers_as_the_cpu_ep()
     assert_eq!(on_qnn, on_cpu, "QNN answers as the CPU EP");
 }
 
-/// `qdq debug` and `qdq tune` read every quantized tensor on one EP: on QNN each is one usage error saying where to
-/// measure instead, before any work.
+/// `qdq tune` and a `qdq debug` on QNN alone read every quantized tensor of both models on one EP, which QNN cannot
+/// give: one usage error each, before any work, saying where to measure; QNN may not be the first of debug's two EPs,
+/// nor may debug take three.
 #[test]
 fn debug_and_tune_on_qnn_say_where_to_measure() {
     let f = fixture(TinyBertConfig::default());
     let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
     let (m, s, v) = (f.model.to_str().unwrap(), squad.to_str().unwrap(), vocab.to_str().unwrap());
     let out = f.dir.path().join("tuned");
+    let debug = |ep: &'static str| vec!["debug", "--model", m, "--qdq", m, "--dataset", s, "--vocab", v, "--ep", ep];
     let runs = [
-        vec!["debug", "--model", m, "--qdq", m, "--dataset", s, "--vocab", v, "--ep", "qnn"],
-        vec!["tune", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--out", out.to_str().unwrap()],
+        (debug("qnn"), "qdq debug --ep cpu,qnn"),
+        (
+            vec!["tune", "--model", m, "--dataset", s, "--vocab", v, "--ep", "qnn", "--out", out.to_str().unwrap()],
+            "--ep cpu,qnn --policy qnn",
+        ),
+        (debug("qnn,cpu"), "put the CPU EP first: --ep cpu,cpu"),
+        (debug("cpu,qnn,cpu"), "debug compares two execution providers at most"),
     ];
-    for args in runs {
+    for (args, says) in runs {
         let o = qdq(&args);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         let e = one_error(&o);
-        assert!(e.contains("--ep qnn") && e.contains("--ep cpu,qnn --policy qnn"), "{e}");
+        assert!(e.contains(&format!("--ep {}", args[args.iter().position(|a| *a == "--ep").unwrap() + 1])), "{e}");
+        assert!(e.contains(says), "{e}");
     }
     assert!(!out.exists(), "nothing written");
+}
+
+/// Issue 63 (agreement, layer by layer): `qdq debug --ep cpu,qnn` measures the `qnn` preset's model against FP32 on
+/// the CPU EP, then runs the same model on QNN (whole, its features padded to the fixed length) and sets every
+/// activation pair's dequantized tensor there against the CPU EP's, in graph order, with the outputs: QNN's fp16
+/// float parts keep each pair close (the pairs are 16-bit), and the report says where the two part if they do. Its
+/// `--json` is JSON alone on stdout, though QNN's library prints a line there of its own.
+#[test]
+fn debug_on_cpu_and_qnn_sets_every_pair_on_qnn_against_the_cpu_ep() {
+    let f = fixture(TinyBertConfig::default());
+    let (squad, vocab) = (testdata("squad/tiny-v1.1.json"), testdata("squad/vocab.txt"));
+    let (s, v) = (squad.to_str().unwrap(), vocab.to_str().unwrap());
+    let mut args = e2e_args(&f, "out", v, s);
+    args.extend(["--ep", "qnn", "--no-eval"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let qdq_model = f.dir.path().join("out/model_qdq.onnx");
+    let report = f.dir.path().join("debug");
+    let (m, q) = (f.model.to_str().unwrap(), qdq_model.to_str().unwrap());
+    let debug = ["debug", "--model", m, "--qdq", q, "--dataset", s, "--vocab", v, "--held-out", "3", "--seq-len", "32"];
+    let o = qdq(&[&debug[..], &["--ep", "cpu,qnn", "--json", "-o", report.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("QNNExecutionProvider runs static shapes only"), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let other = &doc["other_ep"];
+    assert_eq!((other["ep"].as_str(), other["against"].as_str()), (Some("qnn"), Some("cpu")), "{other}");
+    let (pairs, on_qnn) = (doc["tensors"].as_array().unwrap(), other["tensors"].as_array().unwrap());
+    assert!(!pairs.is_empty() && on_qnn.len() == pairs.len(), "every pair on both EPs: {other}");
+    for t in on_qnn {
+        // 16-bit pairs and fp16 float parts: far above the 30 dB where the report says two EPs part.
+        let db = t["sqnr_db"].as_f64().unwrap_or(f64::INFINITY);
+        assert!(db > 30.0 && t["values"].as_u64().unwrap() > 0, "{t}");
+    }
+    // The outputs: QNN's logits those of the CPU EP's run to fp16's precision (measured: 5e-4), the same answers.
+    let vs_cpu = &other["logits_vs_first"];
+    assert!(vs_cpu["argmax_start"] == 1.0 && vs_cpu["argmax_end"] == 1.0, "{other}");
+    assert!(vs_cpu["max_abs_diff"].as_f64().unwrap() < 1e-2, "{other}");
+    assert!(other["logits_vs_fp32"]["max_abs_diff"].as_f64().is_some(), "{other}");
+    let md = std::fs::read_to_string(report.join("debug.md")).unwrap();
+    assert!(md.contains("The same QDQ model on qnn against cpu") && md.contains("logits vs cpu's:"), "{md}");
+    assert!(md.contains("pairs agrees at 30 dB or more"), "{md}");
 }

@@ -2,7 +2,8 @@
 //! reference ([`qdq::float_reference`]: its activation pairs taken out) on held-out inputs and measures, for every
 //! activation pair, the dequantized tensor against the float value it stands for (any rewrite, a shifted Softmax or
 //! a smoothed input, is the same tensor in both), and the task's outputs against FP32's: a SQuAD model's start and
-//! end logits, an embedding model's sentence embedding.
+//! end logits, an embedding model's sentence embedding. With a second EP (`--ep cpu,qnn`), the same QDQ model there
+//! against the first, pair by pair.
 
 mod confirm;
 
@@ -19,7 +20,7 @@ use crate::report::debug::DebugReport;
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::RuntimeSettings;
 use crate::steps::held_out::HeldOut;
-use crate::steps::pairs::{measure, probes, sensitivity};
+use crate::steps::pairs::{across_eps, measure, probes, sensitivity};
 use crate::tasks::Task;
 
 /// `qdq debug`: the FP32 model, the QDQ model made from it, held-out questions.
@@ -88,7 +89,7 @@ impl Job for DebugJob {
     type Report = DebugReport;
 
     fn run(&self, progress: &dyn Progress) -> Result<DebugReport> {
-        self.runtime.one_ep("debug")?;
+        let (_, other_ep) = self.runtime.debug_eps()?;
         let (fp32_path, int8_path) = (resolve_model(&self.model)?, resolve_model(&self.qdq)?);
         let fp32 = Model::load(&fp32_path)?;
         if let Some(held) = quantized_ops_text(&fp32) {
@@ -102,8 +103,13 @@ impl Job for DebugJob {
         }
         self.check()?;
         let run = self.out.as_ref().map(|dir| open_run_dir(dir, "--out", "qdq debug")).transpose()?;
-        let session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
-        let data = self.data.config(&fp32_path)?;
+        let mut session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
+        let mut data = self.data.config(&fp32_path)?;
+        let mut other = other_ep.map(|ep| self.runtime.fp32_session_on(ep, None, "debug"));
+        // An EP of static shapes only (QNN) has every held-out feature padded to --seq-len, on both EPs.
+        for s in std::iter::once(&mut session).chain(other.as_mut()) {
+            data.fix_shapes(s, 1);
+        }
         let task = Task::detect(&fp32, &fp32_path, &data)?;
         if let Task::Embed(e) = &task {
             progress.note(&e.describe());
@@ -117,7 +123,16 @@ impl Job for DebugJob {
         }
         let held = task.held_out((&fp32, &fp32_path), &self.dataset, self.held_out, session, &data)?;
         drop(fp32);
-        let report = self.run_on(&fp32_path, &int8_path, &held, progress)?;
+        let mut report = self.report_on(&fp32_path, &int8_path, &held, progress)?;
+        if let Some(other) = &other {
+            let int8 = load_qdq(&int8_path)?;
+            progress.start(&format!("on {}", other.ep), Some(held.units() as u64), held.unit());
+            report.other_ep = Some(across_eps(&held, &int8, &probes(&int8), other, progress)?);
+            progress.finish();
+        }
+        if let Some(dir) = &self.out {
+            report.write(dir)?;
+        }
         run.map(finish_run_dir).transpose()?;
         Ok(report)
     }
@@ -132,8 +147,23 @@ impl DebugJob {
     }
 
     /// The debug of `int8_path` on held-out inputs already run through FP32 (`held`: this job's dataset and
-    /// questions, as `qdq tune` shares them with its candidates' measurements).
+    /// questions, as `qdq tune` shares them with its candidates' measurements), written to --out.
     pub(crate) fn run_on(
+        &self,
+        fp32_path: &Path,
+        int8_path: &Path,
+        held: &HeldOut,
+        progress: &dyn Progress,
+    ) -> Result<DebugReport> {
+        let report = self.report_on(fp32_path, int8_path, held, progress)?;
+        if let Some(dir) = &self.out {
+            report.write(dir)?;
+        }
+        Ok(report)
+    }
+
+    /// [`DebugJob::run_on`] without writing.
+    fn report_on(
         &self,
         fp32_path: &Path,
         int8_path: &Path,
@@ -182,11 +212,9 @@ impl DebugJob {
             tensors: measured.tensors,
             sensitivity,
             confirmation,
+            other_ep: None,
             top: self.top,
         };
-        if let Some(dir) = &self.out {
-            report.write(dir)?;
-        }
         Ok(report)
     }
 }

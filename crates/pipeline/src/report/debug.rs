@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::job::Report;
 use crate::report::plots::sqnr_svg;
 use crate::steps::held_out::OutputAgreement;
-use crate::steps::pairs::{NodeSensitivity, TensorError};
+use crate::steps::pairs::{EpComparison, NodeSensitivity, TensorError};
 
 /// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +55,8 @@ pub struct DebugReport {
     pub sensitivity: Vec<NodeSensitivity>,
     /// With `--confirm`.
     pub confirmation: Option<Confirmation>,
+    /// With a second EP (`--ep cpu,qnn`): the same QDQ model there against the first EP.
+    pub other_ep: Option<EpComparison>,
     /// Rows of the printed table.
     #[serde(skip)]
     pub top: usize,
@@ -114,6 +116,9 @@ impl Report for DebugReport {
             })).collect::<Vec<_>>(),
             "confirmation": self.confirmation,
         });
+        if let Some(o) = &self.other_ep {
+            doc["other_ep"] = other_ep_json(o, measured);
+        }
         doc[self.unit] = self.units.into();
         doc[measured] = serde_json::to_value(self.logits).unwrap_or_default();
         doc[format!("weights_only_{measured}")] = serde_json::to_value(self.weights_only_logits).unwrap_or_default();
@@ -121,10 +126,37 @@ impl Report for DebugReport {
     }
 }
 
+/// `other_ep` of the JSON document: the second EP's outputs against FP32's and the first EP's, and every pair's
+/// dequantized tensor against the first EP's, in graph order.
+fn other_ep_json(o: &EpComparison, measured: &str) -> serde_json::Value {
+    let tensors: Vec<serde_json::Value> = o
+        .tensors
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "tensor": t.tensor,
+                "range": [t.range.0, t.range.1],
+                "sqnr_db": finite(t.stats.sqnr_db()),
+                "relative_error": finite(t.stats.relative_error()),
+                "max_abs_error": t.stats.max_abs_error,
+                "values": t.stats.values,
+            })
+        })
+        .collect();
+    let mut doc = serde_json::json!({ "ep": o.ep, "against": o.against, "tensors": tensors });
+    doc[format!("{measured}_vs_fp32")] = serde_json::to_value(o.vs_fp32).unwrap_or_default();
+    doc[format!("{measured}_vs_first")] = serde_json::to_value(o.vs_first).unwrap_or_default();
+    doc
+}
+
 /// A float for JSON: infinite (an exact tensor's SQNR) and NaN become null.
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
+
+/// Two EPs' runs of one tensor part where their SQNR falls below this: 30 dB is an error of 3 % of the signal, a few
+/// 8-bit steps; fp16 arithmetic alone keeps a tensor near 60 dB.
+const PARTED_DB: f64 = 30.0;
 
 /// A markdown table with `header`, its columns `right` aligned right.
 fn table(header: &[&str], right: std::ops::RangeInclusive<usize>) -> Table {
@@ -145,10 +177,12 @@ impl fmt::Display for DebugReport {
         let measured = format!("{} vs FP32:", self.logits.measured());
         writeln!(f, "{measured:<22} {}", self.logits.describe())?;
         writeln!(f, "{:<22} {}", "weights only vs FP32:", self.weights_only_logits.describe())?;
-        if self.tensors.is_empty() {
-            return Ok(());
+        if !self.tensors.is_empty() {
+            self.pairs_table(f)?;
         }
-        self.pairs_table(f)?;
+        if let Some(o) = &self.other_ep {
+            self.other_ep_text(f, o)?;
+        }
         if self.sensitivity.is_empty() {
             return Ok(());
         }
@@ -186,6 +220,56 @@ impl DebugReport {
                 format!("{:.3} %", 100.0 * e.own.clipped_fraction()),
                 format!("[{:.3}, {:.3}]", e.range.0, e.range.1),
                 readers,
+            ]);
+        }
+        write!(f, "{t}")
+    }
+
+    /// The second EP against the first: outputs, where the pairs part (the first below [`PARTED_DB`]) and the `top`
+    /// lowest SQNRs in graph order.
+    fn other_ep_text(&self, f: &mut fmt::Formatter<'_>, o: &EpComparison) -> fmt::Result {
+        let measured = self.logits.measured();
+        writeln!(f, "\n\nThe same QDQ model on {} against {} (the same inputs):", o.ep, o.against)?;
+        writeln!(f, "{:<22} {}", format!("{measured} vs FP32:"), o.vs_fp32.describe())?;
+        write!(f, "{:<22} {}", format!("{measured} vs {}'s:", o.against), o.vs_first.describe())?;
+        if o.tensors.is_empty() {
+            return writeln!(f);
+        }
+        let n = o.tensors.len();
+        match o.tensors.iter().position(|t| t.stats.sqnr_db() < PARTED_DB) {
+            Some(i) => writeln!(
+                f,
+                "\nThe EPs part at pair {} of {n} in graph order: {} ({:.1} dB; every earlier one at {PARTED_DB:.0} dB or more)",
+                i + 1,
+                o.tensors[i].tensor,
+                o.tensors[i].stats.sqnr_db()
+            )?,
+            None => writeln!(f, "\nEvery one of the {n} pairs agrees at {PARTED_DB:.0} dB or more")?,
+        }
+        let mut worst: Vec<usize> = (0..n).collect();
+        worst.sort_by(|&a, &b| o.tensors[a].stats.sqnr_db().total_cmp(&o.tensors[b].stats.sqnr_db()));
+        worst.truncate(self.top.min(n));
+        worst.sort_unstable();
+        writeln!(
+            f,
+            "The {} pairs where {} is furthest from {}, in graph order (SQNR of its dequantized tensor against {}'s; \
+             higher is better):",
+            worst.len(),
+            o.ep,
+            o.against,
+            o.against
+        )?;
+        let mut t = table(&["#", "tensor", "SQNR dB", "rel. error", "max |diff|", "range"], 2..=4);
+        let db = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "exact".into() };
+        for i in worst {
+            let e = &o.tensors[i];
+            t.add_row([
+                format!("{}", i + 1),
+                e.tensor.clone(),
+                db(e.stats.sqnr_db()),
+                format!("{:.4}", e.stats.relative_error()),
+                format!("{:.4}", e.stats.max_abs_error),
+                format!("[{:.3}, {:.3}]", e.range.0, e.range.1),
             ]);
         }
         write!(f, "{t}")

@@ -126,7 +126,8 @@ pub struct RuntimeSettings {
     ///
     /// cpu, cuda, tensorrt, migraphx, rocm, openvino or qnn. An EP the loaded ONNX Runtime lacks is an error naming what
     /// it has (see --allow-fallback). e2e takes a list (`cpu,openvino`): the first calibrates and chooses the
-    /// preset, and the same FP32 and quantized models are evaluated on each, side by side.
+    /// preset, and the same FP32 and quantized models are evaluated on each, side by side. debug takes two
+    /// (`cpu,qnn`): the quantized model on the second, tensor by tensor against the first.
     #[cfg_attr(
         feature = "cli",
         arg(long = "ep", default_value = "cpu", value_name = "EP", value_delimiter = ',', num_args = 1)
@@ -226,11 +227,31 @@ impl RuntimeSettings {
             return Err(crate::error::Error::Usage(format!(
                 "--ep {}: {command} reads every quantized tensor of both models on one EP, which QNN's HTP cannot \
                  give; measure the model on the CPU EP (--ep cpu), and set QNN against it with `qdq e2e --ep cpu,qnn \
-                 --policy qnn`",
+                 --policy qnn` (scores) or `qdq debug --ep cpu,qnn` (tensor by tensor)",
                 self.ep()
             )));
         }
         Ok(self.ep())
+    }
+
+    /// `qdq debug`'s EPs: the one that measures the QDQ model against FP32 and, when `--ep` names a second, the EP
+    /// whose run of the same QDQ model is set against the first's tensor by tensor. QNN cannot come first (its FP32
+    /// runs in fp16, and the float reference would need float parts the HTP does not finalize alone).
+    pub fn debug_eps(&self) -> crate::error::Result<(&Ep, Option<&Ep>)> {
+        match self.eps.as_slice() {
+            [_, other] if !self.ep().fp32_on_cpu() => Ok((self.ep(), Some(other))),
+            [_, _] => Err(crate::error::Error::Usage(format!(
+                "--ep {}: the first EP measures against FP32, which QNN's HTP cannot; put the CPU EP first: --ep cpu,{}",
+                self.eps.iter().map(Ep::to_string).collect::<Vec<_>>().join(","),
+                self.eps[1]
+            ))),
+            [_, _, ..] => Err(crate::error::Error::Usage(format!(
+                "--ep {}: debug compares two execution providers at most (the first measures, the second is set \
+                 against it)",
+                self.eps.iter().map(Ep::to_string).collect::<Vec<_>>().join(",")
+            ))),
+            _ => Ok((self.one_ep("debug")?, None)),
+        }
     }
 
     /// The FP32 session on `ep` instead of the first of `--ep` (the others of e2e's list).

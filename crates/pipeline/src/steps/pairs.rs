@@ -1,12 +1,14 @@
 //! A QDQ model's activation pairs measured on held-out inputs: every pair's dequantized tensor against the float
 //! value it stands for in the model's float reference ([`qdq::float_reference`]), and each node's sensitivity (the
-//! task's outputs, logits or embedding, with only that node's pairs taken out).
+//! task's outputs, logits or embedding, with only that node's pairs taken out); and the same QDQ model on a second EP
+//! against the first, pair by pair.
 
 use std::collections::{BTreeMap, HashSet};
 
 use calib::ErrorStats;
 use onnx_ir::Model;
 use rayon::prelude::*;
+use runtime::SessionConfig;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -53,6 +55,34 @@ pub struct NodeSensitivity {
     pub f1_two_se: Option<f64>,
     /// With --confirm: `f1_recovered` with its paired 95 % interval over the scored questions.
     pub f1_difference: Option<squad_metrics::PairedDifference>,
+}
+
+/// One activation pair's dequantized tensor as a second EP computes it, against the first EP's (the same QDQ model on
+/// the same inputs).
+#[derive(Debug, Clone, Serialize)]
+pub struct EpTensor {
+    /// The quantized float tensor.
+    pub tensor: String,
+    /// Position of its QuantizeLinear among the graph's nodes.
+    pub graph_order: usize,
+    /// The pair's range.
+    pub range: (f32, f32),
+    /// The second EP's dequantized values against the first's.
+    pub stats: ErrorStats,
+}
+
+/// The QDQ model on a second EP against the first: its outputs and every activation pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct EpComparison {
+    /// The second EP, and the first it is set against.
+    pub ep: String,
+    pub against: String,
+    /// The QDQ model's outputs on `ep` against FP32's (run on the first EP).
+    pub vs_fp32: OutputAgreement,
+    /// The QDQ model's outputs on `ep` against its own on the first EP.
+    pub vs_first: OutputAgreement,
+    /// Every activation pair, in graph order (where the two EPs part shows as the first low SQNR).
+    pub tensors: Vec<EpTensor>,
 }
 
 /// Per activation pair: the tensor, the dequantized output it is read as, readers and range.
@@ -138,6 +168,59 @@ pub fn measure(held: &HeldOut, int8: &Model, probes: &[Probe], progress: &dyn Pr
         progress.advance(batch.units);
     }
     Ok(Measured { logits: sums.agreement(), reference_values, tensors: errors.finish(probes) })
+}
+
+/// The QDQ model on the first EP (the held-out runs' session) and on `other`, batch by batch with its dequantized
+/// activations as outputs on both: the outputs on `other` against FP32's and against the first EP's, and every pair's
+/// dequantized tensor on `other` against the first EP's.
+pub fn across_eps(
+    held: &HeldOut,
+    int8: &Model,
+    probes: &[Probe],
+    other: &SessionConfig,
+    progress: &dyn Progress,
+) -> Result<EpComparison> {
+    let runs = &held.runs;
+    let mut names = runs.output_names();
+    let k = names.len();
+    names.extend(probes.iter().map(|p| p.dequantized.as_str()));
+    let label = format!("QDQ model on {}", other.ep);
+    let mut first = session_with_outputs(int8, &names, "QDQ model", &runs.cfg)?;
+    first.feed_zeros(runs.zero_inputs())?;
+    let mut second = session_with_outputs(int8, &names, &label, other)?;
+    second.feed_zeros(runs.zero_inputs())?;
+    let mut stats = vec![ErrorStats::default(); probes.len()];
+    let (mut vs_fp32, mut vs_first) = (runs.sums(), runs.sums());
+    for (b, batch) in runs.batches.iter().enumerate() {
+        let inputs = batch.feeds();
+        let used = |t: &runtime::OutputRef<'_>| used_data(t, batch.used, batch.rows()).to_vec();
+        let (ours, values) = first.run_with(&inputs, &names, |o| {
+            Ok::<_, Error>((runs.read(o, batch, "QDQ model")?, o[k..].iter().map(used).collect::<Vec<_>>()))
+        })?;
+        second.run_with(&inputs, &names, |o| {
+            let theirs = runs.read(o, batch, &label)?;
+            vs_fp32.add(&held.fp32[b], &theirs, batch);
+            vs_first.add(&ours, &theirs, batch);
+            for (i, s) in stats.iter_mut().enumerate() {
+                s.observe(&values[i], used_data(&o[k + i], batch.used, batch.rows()));
+            }
+            Ok::<_, Error>(())
+        })?;
+        progress.advance(batch.units);
+    }
+    let mut tensors: Vec<EpTensor> = probes
+        .iter()
+        .zip(stats)
+        .map(|(p, stats)| EpTensor { tensor: p.tensor.clone(), graph_order: p.graph_order, range: p.range, stats })
+        .collect();
+    tensors.sort_by_key(|t| t.graph_order);
+    Ok(EpComparison {
+        ep: other.ep.to_string(),
+        against: runs.cfg.ep.to_string(),
+        vs_fp32: vs_fp32.agreement(),
+        vs_first: vs_first.agreement(),
+        tensors,
+    })
 }
 
 impl Errors {
