@@ -783,7 +783,10 @@ impl Policy {
             residual_add: ResidualAdd::Skip,
             shared_pair_feeds_all: false,
             quantize_fc_outputs: true,
-            softmax_range: SoftmaxRange::Shifted,
+            // Not shifted: the HTP adds the shift's correction (half the sum of V) back in fp16 after P·V, where the
+            // two nearly cancel: the attention context lost 30 dB on QNN against the CPU EP (docs/QUANTIZATION.md).
+            // Sixteen bits hold [0, 1] finely enough without it.
+            softmax_range: SoftmaxRange::Full,
             smooth: Some(DEFAULT_SMOOTH_ALPHA),
             smooth_targets: SmoothTargets::LayerNormContext,
             smooth_context: SmoothContext::Projection,
