@@ -60,6 +60,8 @@ fn e2e_on_qnn_runs_the_qnn_preset_whole_beside_fp32_on_the_cpu_ep() {
     both.extend(["--ep", "cpu,qnn", "--policy", "qnn"].map(String::from));
     let o = run(&both);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The logits' comparison runs both models again on QNN (seconds per feature on an emulated HTP): shown as it goes.
+    assert!(stderr(&o).contains("A16W8's logits on qnn against cpu: 16 features"), "{}", stderr(&o));
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(f.dir.path().join("both/results.json")).unwrap()).unwrap();
     let qnn = &r["other_eps"][0];

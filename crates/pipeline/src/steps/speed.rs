@@ -12,6 +12,7 @@ use runtime::{ModelSource, Session, SessionConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::progress::Progress;
 
 /// How much faster a model ran than FP32 on the same batches: FP32's time over the model's, per round.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -85,14 +86,16 @@ impl LogitsAgreement {
 }
 
 /// `model`'s logits on `a` against those on `b`, on the first batches of `batches` holding at most [`FEATURES`]
-/// features (at least one batch).
+/// features (at least one batch); progress as `stage` (an emulated EP takes seconds per feature).
 pub(crate) fn logits_agreement(
     model: &Path,
     (a, b): (&SessionConfig, &SessionConfig),
     batches: &[squad::Batch],
     io: &squad::ModelIo,
+    (stage, progress): (&str, &dyn Progress),
 ) -> Result<LogitsAgreement> {
     let batches = leading(batches, FEATURES);
+    progress.start(stage, Some(batches.iter().map(|b| b.len() as u64).sum()), "features");
     let name = model.display().to_string();
     let mut sessions = Vec::with_capacity(2);
     for cfg in [a, b] {
@@ -115,7 +118,9 @@ pub(crate) fn logits_agreement(
             }
         }
         features += first.first().map_or(0, |l| l.shape().first().copied().unwrap_or(0));
+        progress.advance(batch.len() as u64);
     }
+    progress.finish();
     Ok(LogitsAgreement { max_abs, mean_abs: if count == 0 { 0.0 } else { (sum / count as f64) as f32 }, features })
 }
 

@@ -7,6 +7,7 @@ use std::time::Instant;
 use runtime::{ModelSource, SessionConfig};
 
 use crate::commands::e2e::config::{E2eConfig, Phases};
+use crate::commands::e2e::quantize::precision_name;
 use crate::disk::write_predictions;
 use crate::error::Result;
 use crate::inputs::files::InputSet;
@@ -52,8 +53,8 @@ pub(crate) fn evaluate_squad(
     results.fp32 = Some(model_result(&fp32, &cfg.model, model_size(&cfg.model)));
     let int8_opts = EvalOptions { session: int8_session.clone(), ..cfg.eval.clone() };
     let t = Instant::now();
-    // The quantized model's label: INT8, or FP8 E4M3FN under --precision fp8.
-    let label = precision_label(&cfg.policy.precision.to_string());
+    // The quantized model's label: INT8, A16W8 (the qnn preset), or FP8 E4M3FN under --precision fp8.
+    let label = precision_label(&precision_name(&cfg.policy));
     let int8 = evaluate(ModelSource::File(qpath), &qpath.display().to_string(), data, &int8_opts, &label, progress)?;
     phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
     write_predictions(&cfg.out.join("predictions_int8.json"), &int8.predictions)?;

@@ -9,6 +9,7 @@ use runtime::{ModelSource, SessionConfig};
 
 use crate::commands::e2e::config::{E2eConfig, Phases};
 use crate::commands::e2e::evaluate::model_result;
+use crate::commands::e2e::quantize::precision_name;
 use crate::disk::write_predictions;
 use crate::error::Result;
 use crate::inputs::squad::Corpus;
@@ -39,7 +40,7 @@ pub(crate) fn evaluate_on_other_eps(
     progress: &dyn Progress,
     phases: &mut Phases,
 ) -> Result<()> {
-    let label = precision_label(&cfg.policy.precision.to_string());
+    let label = precision_label(&precision_name(&cfg.policy));
     let batches: Vec<squad::Batch> =
         data.batches(cfg.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
     let io = data.io();
@@ -73,8 +74,13 @@ pub(crate) fn evaluate_on_other_eps(
                 let timing = PairedTiming::new(&cfg.model, &other.fp32, &batches, io, speed::FEATURES, speed::ROUNDS)?;
                 r.speedup = Some(timing.against(qpath, &other.int8)?);
             }
-            r.fp32_logits = Some(logits_agreement(&cfg.model, (&cfg.eval.session, &other.fp32), &batches, io)?);
-            r.int8_logits = Some(logits_agreement(qpath, (first.int8_session, &other.int8), &batches, io)?);
+            let first_ep = &first.fp32.ep;
+            let stage = format!("FP32's logits on {ep} against {first_ep}");
+            let sessions = (&cfg.eval.session, &other.fp32);
+            r.fp32_logits = Some(logits_agreement(&cfg.model, sessions, &batches, io, (&stage, progress))?);
+            let stage = format!("{label}'s logits on {ep} against {first_ep}");
+            let sessions = (first.int8_session, &other.int8);
+            r.int8_logits = Some(logits_agreement(qpath, sessions, &batches, io, (&stage, progress))?);
         }
         say(&r, &label, progress);
         results.other_eps.push(r);

@@ -154,19 +154,22 @@ fn float_work(qmodel: &Model) -> Vec<String> {
     nodes.iter().map(ToString::to_string).collect()
 }
 
+/// The precision a run's quantized model is named by (results.json's `precision`; the table's `A16W8 (QDQ)`): the
+/// policy's, but 16-bit activations beside 8-bit weights (the qnn preset) are `a16w8`, not int8.
+pub(crate) fn precision_name(policy: &qdq::Policy) -> String {
+    if policy.activations == qdq::Activations::Int16Symmetric && policy.precision.float8().is_none() {
+        "a16w8".to_owned()
+    } else {
+        policy.precision.to_string()
+    }
+}
+
 /// What every quantization summary says of `qmodel`: mode, preset, Q/DQ counts and the MatMul-like work left in float.
 fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
     let counts = qdq::QdqCounts::of(qmodel);
     QuantizationSummary {
         mode: cfg.mode,
-        // 16-bit activations beside 8-bit weights (the qnn preset) are named so: `A16W8 (QDQ)`, not INT8.
-        precision: if cfg.policy.activations == qdq::Activations::Int16Symmetric
-            && cfg.policy.precision.float8().is_none()
-        {
-            "a16w8".to_owned()
-        } else {
-            cfg.policy.precision.to_string()
-        },
+        precision: precision_name(&cfg.policy),
         policy: cfg.policy_choice.preset.to_string(),
         policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
         quantized_tensors: 0,
