@@ -123,9 +123,10 @@ impl Job for DebugJob {
         }
         let held = task.held_out((&fp32, &fp32_path), &self.dataset, self.held_out, session, &data)?;
         drop(fp32);
-        let mut report = self.report_on(&fp32_path, &int8_path, &held, progress)?;
+        // Loaded once: a second EP runs the same QDQ model with the same pairs exposed.
+        let int8 = load_qdq(&int8_path)?;
+        let mut report = self.report_on(&fp32_path, (&int8_path, &int8), &held, progress)?;
         if let Some(other) = &other {
-            let int8 = load_qdq(&int8_path)?;
             progress.start(&format!("on {}", other.ep), Some(held.units() as u64), held.unit());
             report.other_ep = Some(across_eps(&held, &int8, &probes(&int8), other, progress)?);
             progress.finish();
@@ -155,18 +156,19 @@ impl DebugJob {
         held: &HeldOut,
         progress: &dyn Progress,
     ) -> Result<DebugReport> {
-        let report = self.report_on(fp32_path, int8_path, held, progress)?;
+        let int8 = load_qdq(int8_path)?;
+        let report = self.report_on(fp32_path, (int8_path, &int8), held, progress)?;
         if let Some(dir) = &self.out {
             report.write(dir)?;
         }
         Ok(report)
     }
 
-    /// [`DebugJob::run_on`] without writing.
+    /// [`DebugJob::run_on`] of the QDQ model already loaded (`int8`, from `int8_path`), without writing.
     fn report_on(
         &self,
         fp32_path: &Path,
-        int8_path: &Path,
+        (int8_path, int8): (&Path, &Model),
         held: &HeldOut,
         progress: &dyn Progress,
     ) -> Result<DebugReport> {
@@ -174,8 +176,7 @@ impl DebugJob {
         if let Some(dir) = &self.out {
             create_out_dir(dir, "--out")?;
         }
-        let int8 = load_qdq(int8_path)?;
-        let probes = probes(&int8);
+        let probes = probes(int8);
         if probes.is_empty() {
             progress.note(&format!(
                 "{} has no activation Q/DQ pairs (a dynamic or weight-only model?): only its outputs are compared",
@@ -183,10 +184,10 @@ impl DebugJob {
             ));
         }
         progress.start("debugging", Some(held.units() as u64), held.unit());
-        let measured = measure(held, &int8, &probes, progress)?;
+        let measured = measure(held, int8, &probes, progress)?;
         progress.finish();
         let mut sensitivity =
-            if self.sensitivity { sensitivity(held, &int8, measured.logits.loss(), progress)? } else { Vec::new() };
+            if self.sensitivity { sensitivity(held, int8, measured.logits.loss(), progress)? } else { Vec::new() };
         let confirmation = if self.confirm > 0 && !sensitivity.is_empty() {
             let on = confirm::ConfirmOn {
                 dataset: &self.dataset,
@@ -195,7 +196,7 @@ impl DebugJob {
                 runtime: &self.runtime,
                 data: &self.data,
             };
-            Some(confirm::confirm(&on, fp32_path, &int8, &mut sensitivity, progress)?)
+            Some(confirm::confirm(&on, fp32_path, int8, &mut sensitivity, progress)?)
         } else {
             None
         };
