@@ -32,3 +32,29 @@ pub fn int8_dot_product() -> Option<&'static str> {
     }
     None
 }
+
+/// The bf16 matrix instructions of this CPU, by name: `AMX` (tile multiplies, Xeons since Sapphire Rapids), then
+/// `AVX512-BF16` (dot products of bf16 pairs), or `None`. Where a CPU has one, OpenVINO's CPU device runs a float
+/// model in bf16 unless told otherwise, and that is the FP32 its users compare INT8 with; without one, bf16 is
+/// emulated and slower than f32.
+///
+/// ```
+/// if let Some(name) = qdq_runtime::bf16_matmul() {
+///     assert!(name == "AMX" || name == "AVX512-BF16");
+/// }
+/// ```
+pub fn bf16_matmul() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // AMX has no stable feature test in std; Linux lists it among the CPU's flags.
+        let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let flags = flags.lines().find(|l| l.starts_with("flags")).unwrap_or_default();
+        if flags.split_whitespace().any(|f| f == "amx_bf16") {
+            return Some("AMX");
+        }
+        if std::arch::is_x86_feature_detected!("avx512bf16") {
+            return Some("AVX512-BF16");
+        }
+    }
+    None
+}

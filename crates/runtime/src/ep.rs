@@ -291,6 +291,35 @@ impl Ep {
         }
     }
 
+    /// This EP as its users run a float model when they set nothing, where that differs from this configuration, with
+    /// the precision's name: the FP32 baseline a speed-up is honestly measured against. OpenVINO's CPU device runs
+    /// float parts in bf16 on a CPU with bf16 matrix instructions ([`crate::bf16_matmul`]; qdq's sessions ask for f32
+    /// unless told otherwise), its GPU device in f16; TensorRT and MIGraphX users build FP16 engines. `None`: no other
+    /// precision to compare in (the CPU EP, CUDA and ROCm run a float model's own types; QNN is not timed).
+    pub fn default_float(&self) -> Option<(Ep, &'static str)> {
+        match self {
+            Ep::OpenVino(o) => {
+                let native = match self.device_kind() {
+                    "CPU" => crate::bf16_matmul().map(|_| "bf16")?,
+                    "GPU" => "f16",
+                    _ => return None,
+                };
+                (o.precision != native)
+                    .then(|| (Ep::OpenVino(OpenVinoOptions { precision: native.to_owned(), ..o.clone() }), native))
+            }
+            Ep::TensorRt(_) | Ep::MiGraphX(_) => {
+                let mut ep = self.clone();
+                let (fp16, _, _) = ep.precision_mut()?;
+                if *fp16 {
+                    return None;
+                }
+                *fp16 = true;
+                Some((ep, "fp16"))
+            }
+            Ep::Cpu | Ep::Cuda { .. } | Ep::Rocm { .. } | Ep::Qnn(_) => None,
+        }
+    }
+
     /// Whether TensorRT/MIGraphX should run in INT8 mode.
     pub fn int8(&self) -> bool {
         match self {
@@ -445,6 +474,33 @@ mod tests {
         );
         let gpu = QnnOptions { backend: "gpu".into(), options: vec![] }.all();
         assert!(gpu.iter().all(|(k, _)| k != "soc_model"), "{gpu:?}");
+    }
+
+    /// The baseline in the EP's own precision: OpenVINO's CPU device in bf16 only where the CPU has bf16 matrix
+    /// instructions, its GPU in f16, TensorRT and MIGraphX with FP16 engines; none where the session already runs so.
+    #[test]
+    fn the_default_float_precision_is_the_eps_own() {
+        let ov = Ep::parse("openvino").unwrap();
+        match crate::bf16_matmul() {
+            Some(_) => {
+                let (native, name) = ov.default_float().unwrap();
+                assert_eq!((native.float_precision(), name), (Some("bf16"), "bf16"));
+                assert!(native.default_float().is_none());
+            }
+            None => assert!(ov.default_float().is_none()),
+        }
+        let gpu = Ep::OpenVino(OpenVinoOptions { device: "GPU.0".into(), ..Default::default() });
+        assert_eq!(
+            gpu.default_float().map(|(e, n)| (e.float_precision().map(str::to_owned), n)),
+            Some((Some("f16".into()), "f16"))
+        );
+        let (trt, name) = Ep::parse("tensorrt").unwrap().default_float().unwrap();
+        assert!(matches!(&trt, Ep::TensorRt(o) if o.fp16 && !o.int8) && name == "fp16");
+        assert!(trt.default_float().is_none());
+        assert!(matches!(Ep::parse("migraphx").unwrap().default_float(), Some((Ep::MiGraphX(o), "fp16")) if o.fp16));
+        for plain in ["cpu", "cuda", "rocm", "qnn"] {
+            assert!(Ep::parse(plain).unwrap().default_float().is_none(), "{plain}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - running a model on named `i64` inputs and handing back `f32` outputs, or handing tensors to an [`Observer`]
 //!   while the run computes them ([`observe`]);
 //! - what this CPU offers ONNX Runtime's integer kernels ([`int8_dot_product`]);
+//! - its bf16 matrix instructions, which make bf16 OpenVINO's default float precision ([`bf16_matmul`]);
 //! - reading ONNX Runtime's profiler output: kernel time per operator type ([`OpTimes`]).
 //!
 //! Invariants:
@@ -24,7 +25,7 @@ mod profile;
 mod session;
 mod tensor;
 
-pub use cpu::int8_dot_product;
+pub use cpu::{bf16_matmul, int8_dot_product};
 pub use ep::{Ep, MiGraphXOptions, OpenVinoOptions, QnnOptions, TensorRtOptions};
 pub use library::{Install, LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;

@@ -72,6 +72,9 @@ fn other_ep_note(o: &OtherEp) -> String {
             s.describe()
         ));
     }
+    if let Some(d) = &o.speedup_default_precision {
+        text.push_str(&format!("{}\n", d.describe(&o.ep, "the quantized model")));
+    }
     text
 }
 
@@ -242,6 +245,10 @@ impl E2eResults {
                 s.features,
                 s.rounds
             ));
+            if let Some(d) = &self.speedup_default_precision {
+                let ep = self.int8.as_ref().map_or("the EP", |r| r.ep.as_str());
+                text.push_str(&format!("{}\n", d.describe(ep, &main)));
+            }
         }
         text
     }

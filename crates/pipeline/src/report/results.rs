@@ -11,7 +11,7 @@ use crate::provenance::Provenance;
 use crate::settings::policy::Mode;
 use crate::steps::collect::PassTimes;
 use crate::steps::evaluate::Latency;
-use crate::steps::speed::{LogitsAgreement, OpProfile, Speedup};
+use crate::steps::speed::{AtDefaultPrecision, LogitsAgreement, OpProfile, Speedup};
 use crate::tasks::classify::ClassifierEval;
 use crate::tasks::embed::EmbeddingEval;
 
@@ -58,6 +58,9 @@ pub struct OtherEp {
     /// The quantized model against FP32 timed in alternation on this EP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup: Option<Speedup>,
+    /// The same with both at this EP's own default float precision, where that is not the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_default_precision: Option<AtDefaultPrecision>,
 }
 
 /// One `--compare-methods` method: its model and, unless `--no-eval`, its INT8 result.
@@ -190,6 +193,10 @@ pub struct E2eResults {
     /// INT8 against FP32 timed in alternation on the first evaluation features (SQuAD models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup: Option<Speedup>,
+    /// The same with both models at the EP's own default float precision, where that is not the run's (OpenVINO's
+    /// bf16 on a CPU with bf16 matrix instructions, FP16 engines on TensorRT / MIGraphX): the FP32 its users run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_default_precision: Option<AtDefaultPrecision>,
     /// `--profile-ops`: where each model's time goes, on the same features.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_profile: Option<OpProfiles>,

@@ -67,6 +67,79 @@ fn median(v: &mut [f64]) -> Option<f64> {
     }
 }
 
+/// A speed-up with both models at their EP's own default float precision ([`runtime::Ep::default_float`]): the FP32
+/// its users run (OpenVINO's bf16 on a CPU with bf16 matrix instructions, FP16 engines on TensorRT / MIGraphX), beside
+/// the one against FP32 in f32.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AtDefaultPrecision<T = Speedup> {
+    /// The precision's name as the EP takes it (`bf16`, `f16`, `fp16`).
+    pub precision: String,
+    /// What gives the CPU that precision, where it is the CPU's (`AMX`, `AVX512-BF16`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// The speed-up (an embedding model's: one per shape), when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<T>,
+    /// Why it was not measured (the EP refused the precision), when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl<T> AtDefaultPrecision<T> {
+    /// `At openvino's own default float precision here, bf16 (AMX), the FP32 its users run: INT8 runs at ...`, the
+    /// measurement said by `said`.
+    pub fn describe_with(&self, ep: &str, said: impl FnOnce(&T) -> String) -> String {
+        let by = self.instructions.as_ref().map_or(String::new(), |i| format!(" ({i})"));
+        let head =
+            format!("At {ep}'s own default float precision here, {}{by}, the FP32 its users run", self.precision);
+        match (&self.speedup, &self.error) {
+            (Some(s), _) => format!("{head}: {}.", said(s)),
+            (None, Some(e)) => format!("{head}: not measured ({e})."),
+            (None, None) => format!("{head}: not measured."),
+        }
+    }
+}
+
+impl AtDefaultPrecision {
+    /// [`Self::describe_with`] of a speed-up against FP32: `... : INT8 runs at 1.05x (0.98-1.10) FP32's speed.`
+    pub fn describe(&self, ep: &str, model: &str) -> String {
+        self.describe_with(ep, |s| format!("{model} runs at {} FP32's speed", s.describe()))
+    }
+}
+
+/// The FP32 and quantized models' sessions at their EP's default float precision, and its name, when that differs from
+/// theirs ([`runtime::Ep::default_float`]).
+pub(crate) fn default_precision_sessions(
+    fp32: &SessionConfig,
+    int8: &SessionConfig,
+) -> Option<(SessionConfig, SessionConfig, &'static str)> {
+    let (int8_ep, name) = int8.ep.default_float()?;
+    let (fp32_ep, _) = fp32.ep.default_float()?;
+    Some((SessionConfig { ep: fp32_ep, ..fp32.clone() }, SessionConfig { ep: int8_ep, ..int8.clone() }, name))
+}
+
+/// The quantized model against FP32 with both at their EP's default float precision, when that is not the sessions'
+/// own: `time(fp32, int8)` times them; a failure (the EP refusing the precision) is recorded, not raised.
+pub(crate) fn at_default_precision<T>(
+    fp32: &SessionConfig,
+    int8: &SessionConfig,
+    time: impl FnOnce(&SessionConfig, &SessionConfig) -> Result<T>,
+) -> Option<AtDefaultPrecision<T>> {
+    let (f, q, name) = default_precision_sessions(fp32, int8)?;
+    if !q.ep.is_timed() {
+        return None;
+    }
+    let instructions = matches!(q.ep, runtime::Ep::OpenVino(_) if q.ep.device_kind() == "CPU")
+        .then(runtime::bf16_matmul)
+        .flatten()
+        .map(str::to_owned);
+    let (speedup, error) = match time(&f, &q) {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Some(AtDefaultPrecision { precision: name.to_owned(), instructions, speedup, error })
+}
+
 /// How closely two sessions (one model on two EPs) compute the same logits on the same features.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LogitsAgreement {

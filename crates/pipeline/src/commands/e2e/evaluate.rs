@@ -72,6 +72,13 @@ pub(crate) fn evaluate_squad(
         let s = timing.against(qpath, int8_session)?;
         progress.note(&format!("{label} against FP32, in alternation on {} features: {}", s.features, s.describe()));
         results.speedup = Some(s);
+        let time = |f: &SessionConfig, q: &SessionConfig| {
+            PairedTiming::new(&cfg.model, f, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?.against(qpath, q)
+        };
+        results.speedup_default_precision = speed::at_default_precision(&cfg.eval.session, int8_session, time);
+        if let Some(d) = &results.speedup_default_precision {
+            progress.note(&d.describe(int8_session.ep.short_name(), &label));
+        }
         phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
         profile_both(cfg, (qpath, int8_session), results, phases, progress, |m, s| timing.profile(m, s))?;
     }

@@ -68,11 +68,11 @@ pub(crate) fn evaluate_on_other_eps(
             fp32_logits: None,
             int8_logits: None,
             speedup: None,
+            speedup_default_precision: None,
         };
         if !batches.is_empty() {
             if other.int8.ep.is_timed() {
-                let timing = PairedTiming::new(&cfg.model, &other.fp32, &batches, io, speed::FEATURES, speed::ROUNDS)?;
-                r.speedup = Some(timing.against(qpath, &other.int8)?);
+                time_on(&mut r, (&cfg.model, qpath), (&other.fp32, &other.int8), &batches, io)?;
             }
             let first_ep = &first.fp32.ep;
             let stage = format!("FP32's logits on {ep} against {first_ep}");
@@ -86,6 +86,23 @@ pub(crate) fn evaluate_on_other_eps(
         results.other_eps.push(r);
         phases.insert(format!("eval_on_{ep}"), t.elapsed().as_secs_f64());
     }
+    Ok(())
+}
+
+/// The quantized model against FP32 on another EP's sessions, in alternation on `batches`: at the run's precision and
+/// at the EP's own default, into `r`.
+fn time_on(
+    r: &mut OtherEp,
+    (fp32, qpath): (&Path, &Path),
+    (fp32_session, int8_session): (&SessionConfig, &SessionConfig),
+    batches: &[squad::Batch],
+    io: &squad::ModelIo,
+) -> Result<()> {
+    let time = |f: &SessionConfig, q: &SessionConfig| {
+        PairedTiming::new(fp32, f, batches, io, speed::FEATURES, speed::ROUNDS)?.against(qpath, q)
+    };
+    r.speedup = Some(time(fp32_session, int8_session)?);
+    r.speedup_default_precision = speed::at_default_precision(fp32_session, int8_session, time);
     Ok(())
 }
 

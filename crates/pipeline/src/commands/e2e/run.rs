@@ -135,7 +135,14 @@ fn evaluate_task(
             let t = Instant::now();
             progress.note("timing both models in turn at one text and at a batch");
             let output = task.head.output.name();
-            e.speed = speed_at_lengths(sides, output, set, cfg.data.features.max_seq_len, cfg.data.fixed_batch)?;
+            let (seq_len, fixed_batch) = (cfg.data.features.max_seq_len, cfg.data.fixed_batch);
+            e.speed = speed_at_lengths(sides, output, set, seq_len, fixed_batch)?;
+            let time = |f: &SessionConfig, q: &SessionConfig| {
+                let sides = (Side { path: &cfg.model, session: f }, Side { path: qpath, session: q });
+                speed_at_lengths(sides, output, set, seq_len, fixed_batch)
+            };
+            e.speed_default_precision =
+                crate::steps::speed::at_default_precision(sides.0.session, sides.1.session, time);
             phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
             results.embedding = Some(e);
             (set, output)
@@ -176,6 +183,7 @@ fn unevaluated(
         int8_vs_fp32: None,
         other_eps: vec![],
         speedup: None,
+        speedup_default_precision: None,
         op_profile: None,
         provenance: Provenance::default(),
     }

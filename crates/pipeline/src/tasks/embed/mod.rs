@@ -23,6 +23,7 @@ use crate::inputs::pooling::{EmbeddingHead, PoolMode, Pooling};
 use crate::inputs::squad::DataConfig;
 use crate::progress::Progress;
 use crate::steps::evaluate::{EvalOptions, Latency};
+use crate::steps::speed::AtDefaultPrecision;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::data::Retrieval;
 use crate::tasks::embed::measure::{
@@ -150,6 +151,10 @@ pub struct EmbeddingEval {
     /// The quantized model against FP32 timed in alternation, at one text and at a batch, at the longest length.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub speed: Vec<SpeedAt>,
+    /// The same with both models at the EP's own default float precision, where that is not the run's (OpenVINO's
+    /// bf16 on a CPU with bf16 matrix instructions): the FP32 its users run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_default_precision: Option<AtDefaultPrecision<Vec<SpeedAt>>>,
 }
 
 /// One model's embeddings of every text of `set` (unit rows), with its side of the evaluation.
@@ -232,5 +237,6 @@ pub fn evaluate_embeddings(
         fidelity: fidelity(a.view(), b.view(), &data.texts, neighbours),
         retrieval,
         speed: vec![],
+        speed_default_precision: None,
     })
 }

@@ -99,5 +99,12 @@ fn notes(e: &EmbeddingEval, int8: &str) -> String {
             at.join("; ")
         ));
     }
+    if let Some(d) = &e.speed_default_precision {
+        let line = d.describe_with(&e.int8.ran.ep, |speeds| {
+            let at: Vec<String> = speeds.iter().map(|s| s.describe()).collect();
+            format!("{int8} against FP32, {}", at.join("; "))
+        });
+        text.push_str(&format!("{line}\n"));
+    }
     text
 }
