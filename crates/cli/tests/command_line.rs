@@ -395,7 +395,8 @@ fn bad_settings_are_usage_errors_listing_what_is_valid() {
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{cmd}: {e}");
         assert!(
-            e.contains("'tensor-rt'") && e.contains("[possible values: ort-compatible, tensorrt, migraphx, cpu, qnn]"),
+            e.contains("'tensor-rt'")
+                && e.contains("[possible values: ort-compatible, tensorrt, migraphx, cpu, qnn, openvino]"),
             "{e}"
         );
     }

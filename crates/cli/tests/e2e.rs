@@ -436,3 +436,75 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(one_error(&o).contains("tune runs on one execution provider"), "{}", stderr(&o));
 }
+
+/// Issue 68: the `openvino` preset's model is plain Q/DQ (no contrib op) with every quantized MatMul reading
+/// DequantizeLinear outputs on both inputs: the constant-weight ones and the attention scores `Q·Kᵀ` (K with zero
+/// point 0, the other activations int8 with a zero point), the probabilities and `P·V` in float. On the CPU EP (the
+/// same Q/DQ arithmetic) its answers stay close to FP32's; where OpenVINO's plugin serves this CPU, the same model's
+/// logits there stay as close to the CPU EP's as FP32's do, with every speed-up also against OpenVINO's own default
+/// precision when that is not f32.
+#[test]
+fn the_openvino_preset_is_plain_qdq_with_integer_attention_scores() {
+    let f = tiny();
+    let (vocab, data) = (testdata("squad/vocab.txt"), testdata("squad/tiny-v1.1.json"));
+    let mut args = e2e_args(&f, "ov", vocab.to_str().unwrap(), data.to_str().unwrap());
+    args.extend(["--policy", "openvino"].map(String::from));
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = f.dir.path().join("ov");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(r["quantization"]["policy"], "openvino", "{}", r["quantization"]);
+    let d = r["int8_vs_fp32"]["f1"]["delta"].as_f64().unwrap();
+    assert!(d.abs() <= 10.0, "dF1 {d} on the tiny model");
+    use onnx_ir::GraphExt as _;
+    let m = onnx_ir::Model::load(dir.join("model_qdq.onnx")).unwrap();
+    let g = m.graph();
+    assert!(g.node.iter().all(|n| n.domain().is_empty()), "a contrib op in the openvino layout");
+    let producer = |t: &str| g.node.iter().find(|n| n.output.iter().any(|o| o == t));
+    let dequantized = |t: &str| producer(t).is_some_and(|p| p.op_type() == "DequantizeLinear");
+    let zero_point = |t: &str| -> Vec<i8> {
+        let dq = producer(t).unwrap();
+        let zp = g.initializer(&dq.input[2]).unwrap();
+        assert_eq!(zp.data_type(), onnx_ir::DataType::Int8 as i32, "{t}: an int8 pair");
+        onnx_ir::tensor_to_array::<i8>(zp).unwrap().iter().copied().collect()
+    };
+    let (mut scores, mut contexts, mut zero_points) = (0, 0, vec![]);
+    for n in g.node.iter().filter(|n| n.op_type() == "MatMul") {
+        if n.name().ends_with("attention/self/MatMul_1") {
+            contexts += 1;
+            assert!(!dequantized(&n.input[0]) && !dequantized(&n.input[1]), "{}: P·V in float", n.name());
+            continue;
+        }
+        assert!(dequantized(&n.input[0]) && dequantized(&n.input[1]), "{}: not fed by DequantizeLinear", n.name());
+        if n.name().ends_with("attention/self/MatMul") {
+            scores += 1;
+            assert_eq!(zero_point(&n.input[1]), [0], "{}: K with zero point 0", n.name());
+        } else {
+            zero_points.extend(zero_point(&n.input[0]));
+        }
+    }
+    assert!(scores > 0 && scores == contexts, "{scores} scores, {contexts} contexts");
+    assert!(zero_points.iter().any(|&z| z != 0), "activations with a zero point: {zero_points:?}");
+
+    // The same model on OpenVINO, where its plugin serves this CPU.
+    let mut both = e2e_args(&f, "both", vocab.to_str().unwrap(), data.to_str().unwrap());
+    both.extend(["--ep", "cpu,openvino", "--policy", "openvino"].map(String::from));
+    let o = run(&both);
+    if !o.status.success() && stderr(&o).contains("registered but offers no CPU device") {
+        eprintln!("OpenVINO part skipped on this machine: {}", one_error(&o));
+        return;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.dir.path().join("both/results.json")).unwrap()).unwrap();
+    let ov = &r["other_eps"][0];
+    let (fp32, int8) =
+        (ov["fp32_logits"]["max_abs"].as_f64().unwrap(), ov["int8_logits"]["mean_abs"].as_f64().unwrap());
+    assert!(fp32 < 1e-3 && int8 < 0.05, "OpenVINO against the CPU EP: FP32 {fp32}, INT8 mean {int8}: {ov}");
+    // On a CPU with bf16 matrix instructions OpenVINO's own default is bf16: the speed-up is also measured there.
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let bf16 = flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16");
+    let default = &ov["speedup_default_precision"];
+    assert_eq!(default["precision"].as_str(), bf16.then_some("bf16"), "{ov}");
+    assert!(!bf16 || default["speedup"]["median"].as_f64().is_some_and(|m| m > 0.0), "{ov}");
+}

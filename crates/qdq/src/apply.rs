@@ -78,12 +78,14 @@ impl Plan {
             g.insert_nodes(at, nodes);
         }
         crate::contrib::rewrite(g, &mut names, &self.contrib)?;
+        let folded = if self.fold_outlier_masks { crate::outliers::fold_masks(g)? } else { 0 };
         if resort {
             // A correction (or an embedding's DequantizeLinear) and the pair of the next reader can share an insertion
             // index; whichever order they landed in, sorting makes it topological.
             g.sort_nodes()?;
         }
-        if self.tensors.iter().any(|t| t.int8_initializer) || !self.embeddings.is_empty() || !self.contrib.is_empty() {
+        let edited = !self.embeddings.is_empty() || !self.contrib.is_empty() || folded > 0;
+        if self.tensors.iter().any(|t| t.int8_initializer) || edited {
             g.remove_unused_initializers();
         }
         if !self.contrib.is_empty() {

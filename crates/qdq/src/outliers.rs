@@ -292,6 +292,98 @@ fn add_branch(g: &mut onnx_ir::proto::GraphProto, names: &mut NameSet, mm: &str,
     Ok(())
 }
 
+/// After the pairs are in: each outlier mask `Mul` whose rest only pairs read, and whose every integer MatMul reading
+/// those pairs has a zero weight at the masked channels, is folded into the pairs (they read the input itself). The
+/// outlier channels then saturate in the pair instead of being zeroed before it, and meet zero weights either way: the
+/// same integers, without a kernel over the widest activation (on OpenVINO and the CPU EP a node of its own). A mask
+/// that anything else reads, or whose MatMul shares its weight (rows not zeroed), stays. Returns how many were folded.
+pub(crate) fn fold_masks(g: &mut onnx_ir::proto::GraphProto) -> Result<usize> {
+    let masks: Vec<usize> = (0..g.node.len())
+        .filter(|&i| {
+            patterns::is_outlier_branch(&g.node[i]) && g.node[i].op_type() == "Mul" && g.node[i].input.len() == 2
+        })
+        .collect();
+    let mut folded = vec![];
+    for i in masks {
+        let (x, mask, rest) = (g.node[i].input[0].clone(), g.node[i].input[1].clone(), g.node[i].output[0].clone());
+        let Some(zeroed) = masked_channels(g, &mask) else { continue };
+        let readers = g.consumers_of(&rest);
+        let quantizers = readers.iter().all(|&(r, slot)| slot == 0 && g.node[r].op_type() == "QuantizeLinear");
+        let outputs = g.output.iter().any(|o| o.name() == rest);
+        if readers.is_empty() || !quantizers || outputs {
+            continue;
+        }
+        let safe = readers.iter().all(|&(q, _)| integer_readers_meet_zeros(g, &g.node[q].output[0], &zeroed));
+        if safe {
+            for (q, slot) in readers {
+                g.rewire_input(q, slot, &x)?;
+            }
+            folded.push(i);
+        }
+    }
+    for &i in folded.iter().rev() {
+        g.node.remove(i);
+    }
+    Ok(folded.len())
+}
+
+/// The channels a mask (a 1-D float initializer of 0s and 1s) zeroes; `None` for anything else.
+fn masked_channels(g: &onnx_ir::proto::GraphProto, mask: &str) -> Option<Vec<usize>> {
+    let a = onnx_ir::tensor_to_array::<f32>(g.initializer(mask)?).ok()?;
+    let ok = a.ndim() == 1 && a.iter().all(|&v| v == 0.0 || v == 1.0);
+    ok.then(|| a.iter().enumerate().filter(|(_, v)| **v == 0.0).map(|(k, _)| k).collect())
+}
+
+/// Whether everything reading quantized tensor `q` (through its DequantizeLinear, or as an integer MatMul's A) is a
+/// MatMul whose weight is zero at `channels` of its contracted axis.
+fn integer_readers_meet_zeros(g: &onnx_ir::proto::GraphProto, q: &str, channels: &[usize]) -> bool {
+    let mut matmuls = vec![];
+    for (r, slot) in g.consumers_of(q) {
+        match g.node[r].op_type() {
+            "DequantizeLinear" if slot == 0 => {
+                let dq = &g.node[r].output[0];
+                let readers = g.consumers_of(dq);
+                if readers.is_empty() || g.output.iter().any(|o| o.name() == *dq) {
+                    return false;
+                }
+                matmuls.extend(readers);
+            }
+            "MatMulIntegerToFloat" | "MatMulInteger" if slot == 0 => matmuls.push((r, slot)),
+            _ => return false,
+        }
+    }
+    matmuls.iter().all(|&(m, slot)| slot == 0 && weight_zero_at(g, m, channels))
+}
+
+/// Whether MatMul-like node `m`'s constant weight (B: an 8-bit initializer, one behind a DequantizeLinear, or a float
+/// one behind its pair) is zero at `channels` of its contracted axis.
+fn weight_zero_at(g: &onnx_ir::proto::GraphProto, m: usize, channels: &[usize]) -> bool {
+    let n = &g.node[m];
+    let Some(mut b) = n.input.get(1).cloned() else { return false };
+    // Through the weight's DequantizeLinear, and a float weight's QuantizeLinear.
+    for _ in 0..2 {
+        match g.producer_of(&b).map(|p| &g.node[p]) {
+            Some(p) if matches!(p.op_type(), "DequantizeLinear" | "QuantizeLinear") => b = p.input[0].clone(),
+            Some(_) => return false,
+            None => break,
+        }
+    }
+    let Some(t) = g.initializer(&b) else { return false };
+    let values: Option<ndarray::ArrayD<f32>> = match onnx_ir::DataType::try_from(t.data_type()) {
+        Ok(onnx_ir::DataType::Float) => onnx_ir::tensor_to_array::<f32>(t).ok(),
+        Ok(onnx_ir::DataType::Int8) => onnx_ir::tensor_to_array::<i8>(t).ok().map(|a| a.mapv(f32::from)),
+        Ok(onnx_ir::DataType::Uint8) => return false,
+        _ => None,
+    };
+    let Some(w) = values.filter(|w| w.ndim() == 2) else { return false };
+    let op =
+        if n.op_type() == "MatMulIntegerToFloat" || n.op_type() == "MatMulInteger" { "MatMul" } else { n.op_type() };
+    let mut probe = n.clone();
+    probe.op_type = Some(op.to_owned());
+    let Some(axis) = patterns::b_contracted_axis(&probe, 2) else { return false };
+    channels.iter().all(|&k| k < w.shape()[axis] && w.index_axis(ndarray::Axis(axis), k).iter().all(|&v| v == 0.0))
+}
+
 /// Refuses to plan an `outlier_channels` policy on a model it would split that is not split: its ranges name the
 /// split model's tensors, so the raw model would lose those MatMul inputs' pairs without a word.
 pub(crate) fn check_split(model: &Model, policy: &Policy) -> Result<()> {

@@ -8,7 +8,7 @@ use onnx_ir::proto::{NodeProto, TensorProto};
 
 use crate::error::{Error, Result};
 use crate::patterns;
-use crate::policy::{Policy, SoftmaxRange};
+use crate::policy::{Policy, SoftmaxRange, VariableB};
 use crate::scale::{PAIR_LIMIT, QuantSpec, QuantType, ScaleZp, compute_scale_zp};
 use crate::select::Selection;
 use crate::shift;
@@ -172,9 +172,30 @@ fn activation_range(
             let (range, shift) = shift::softmax_range(ix, t, sel.receivers(t), policy)?;
             (Some(range), shift)
         }
-        SoftmaxRange::Full | SoftmaxRange::Shifted if softmax_out => (Some((0.0, 1.0)), None),
+        SoftmaxRange::Full | SoftmaxRange::Shifted | SoftmaxRange::FullUint8 if softmax_out => (Some((0.0, 1.0)), None),
         _ => (ranges.get(t).copied(), None),
     })
+}
+
+/// How activation `t` is quantized: as the policy's activations, except attention probabilities under
+/// `softmax_range = full-uint8` (uint8, zero point 0) and, under `variable_b = int8-symmetric`, a tensor a selected
+/// MatMul reads as its variable B (int8, zero point 0), unless the pairs are float8.
+fn activation_spec(ix: &GraphIndex, sel: &Selection, t: &str, policy: &Policy) -> QuantSpec {
+    let spec = policy.activation_spec();
+    if spec.qtype.is_float8() {
+        return spec;
+    }
+    if policy.softmax_range == SoftmaxRange::FullUint8 && patterns::is_softmax_output(ix, t) {
+        return QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false };
+    }
+    let variable_b =
+        sel.receivers(t).iter().map(|&i| ix.node(i)).any(|n| {
+            patterns::matmul_rule(n).is_some() && n.input.get(1).is_some_and(|b| b == t) && !ix.is_initializer(t)
+        });
+    if policy.variable_b == VariableB::Int8Symmetric && variable_b {
+        return QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false };
+    }
+    spec
 }
 
 /// The parameters of selected tensor `t`; `None` for an activation without a range.
@@ -191,7 +212,7 @@ pub(crate) fn tensor_params(
     let (range, shift) = activation_range(ix, sel, t, ranges, policy)?;
     let Some(range) = range else { return Ok(None) };
     check_range(t, range)?;
-    let spec = policy.activation_spec();
+    let spec = activation_spec(ix, sel, t, policy);
     let params = vec![scale_zp(t, range.0, range.1, spec)];
     let (kind, qtype, pair_axes) = (TensorKind::Activation, spec.qtype, vec![]);
     Ok(Some(TensorParams { kind, qtype, params, axis: None, shift, pair_axes }))

@@ -37,6 +37,9 @@ pub struct Plan {
     /// Number of nodes of the model the plan was made for.
     #[serde(skip)]
     pub(crate) node_count: usize,
+    /// Outlier masks folded into their pairs (policy `outlier_mask = fold`).
+    #[serde(skip)]
+    pub(crate) fold_outlier_masks: bool,
 }
 
 /// The activation tensors that need calibration ranges under `policy`, in graph order of their
@@ -93,6 +96,7 @@ pub fn plan(model: &Model, ranges: &Ranges, policy: &Policy) -> Result<Plan> {
         biases: vec![],
         contrib: Default::default(),
         node_count,
+        fold_outlier_masks: policy.outlier_mask == crate::policy::OutlierMask::Fold,
     };
     for (t, first) in &sel.tensors {
         match tensor_params(&ix, &sel, t, ranges, policy)? {

@@ -79,6 +79,9 @@ keywords! {
         Cpu = "cpu",
         /// For Qualcomm's QNN EP (HTP): the `tensorrt` layout, 16-bit activations, fully connected outputs quantized.
         Qnn = "qnn",
+        /// For OpenVINO: the `cpu` placement in plain Q/DQ (no contrib op), int8 activations with a zero point, the
+        /// attention scores integer, the smoothing in a form OpenVINO fuses with the pairs.
+        OpenVino = "openvino",
     }
 }
 
@@ -107,6 +110,13 @@ keywords! {
         /// output gets `0.5 · Σ_k V[k, :]` added back in float, computed from the same dequantized `V`, so the
         /// result is exactly `DQ(P)·DQ(V)`. Needs symmetric activations.
         Shifted = "shifted",
+        /// The analytic range [0, 1] as uint8 with zero point 0, whatever `activations` says: all 256 levels (steps
+        /// of 1/255), read by an integer `P·V` beside int8 `V` (u8 x s8, the form int8 GEMM kernels take natively),
+        /// and no correction node.
+        FullUint8 = "full-uint8",
+        /// Not quantized: the MatMul reading the probabilities (`P·V`) stays in float, its `V` with it; where variable
+        /// MatMuls are quantized (`matmul_const_b_only = false`) only the scores `Q·K^T` are integer.
+        Float = "float",
     }
 }
 
@@ -137,6 +147,48 @@ keywords! {
         Projection = "projection",
         /// By an explicit `Mul` in front of the output projection (TensorRT fuses it as the pre-quant scale).
         Mul = "mul",
+    }
+}
+
+keywords! {
+    /// How smoothing divides a LayerNorm output that something other than its quantized MatMuls also reads (the
+    /// residual Add of a post-LN BERT).
+    #[derive(Default)]
+    SmoothLayerNorm {
+        /// In γ and β (nothing added on the MatMuls' path); the other readers read it through a `Mul` restoring it.
+        #[default]
+        Parameters = "parameters",
+        /// By a `Mul` in front of the MatMuls only; the other readers read the LayerNorm output as it is (OpenVINO
+        /// fuses that `Mul` with the pair's quantization, where a pair read beside a float reader is a kernel of its
+        /// own).
+        Mul = "mul",
+    }
+}
+
+keywords! {
+    /// The type of a pair read as B by a MatMul whose B is not a constant (attention's `K` in `Q·Kᵀ`, `V` in `P·V`).
+    #[derive(Default)]
+    VariableB {
+        /// The policy's `activations`.
+        #[default]
+        Activations = "activations",
+        /// int8 with zero point 0 whatever `activations` says: x86 int8 GEMMs multiply u8 by s8, and OpenVINO runs an
+        /// attention of two uint8 inputs slower.
+        Int8Symmetric = "int8-symmetric",
+    }
+}
+
+keywords! {
+    /// How an outlier channel split off into float (`outlier_channels`) leaves the integer MatMul's input.
+    #[derive(Default)]
+    OutlierMask {
+        /// Zeroed by a `Mul` in front of the pair (the pair reads the rest).
+        #[default]
+        Mul = "mul",
+        /// Saturated in the pair, against the zeroed weight rows it meets (the pair reads the input itself): the same
+        /// integers without the `Mul`, where no other reader shares the weight; a weight-only float reference then
+        /// holds the outlier channels in its input.
+        Fold = "fold",
     }
 }
 
@@ -182,6 +234,9 @@ keywords! {
         Int8Symmetric = "int8-symmetric",
         /// uint8 with a zero point (ONNX Runtime's CPU integer kernels).
         Uint8Asymmetric = "uint8-asymmetric",
+        /// int8 with a zero point: all 256 levels on a one-sided range (a GELU output) as uint8 has, in the signed type
+        /// OpenVINO's int8 attention takes (NNCF's activations).
+        Int8Asymmetric = "int8-asymmetric",
         /// int16 with zero point 0 beside 8-bit weights (QNN's HTP); the model raised to opset 21.
         Int16Symmetric = "int16-symmetric",
     }
@@ -221,6 +276,7 @@ impl Activations {
                 QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false }
             }
             Activations::Int16Symmetric => QuantSpec { qtype: QuantType::Int16, symmetric: true, reduce_range: false },
+            Activations::Int8Asymmetric => QuantSpec { qtype: QuantType::Int8, symmetric: false, reduce_range: false },
         }
     }
 }
@@ -418,12 +474,23 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "activations",
-        doc: "activation quantization: int8 with zero point 0, uint8 with a zero point, or int16 with zero point 0 \
-              (opset 21)",
-        values: "int8-symmetric, uint8-asymmetric or int16-symmetric",
+        doc: "activation quantization: int8 with zero point 0, uint8 with a zero point, int8 with a zero point, or \
+              int16 with zero point 0 (opset 21)",
+        values: "int8-symmetric, uint8-asymmetric, int8-asymmetric or int16-symmetric",
         get: |p| p.activations.to_string(),
         set: |p, v| {
             p.activations = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "variable_b",
+        doc: "the type of a pair read as B by a MatMul whose B is not a constant (attention's K, V): as `activations`, \
+              or int8 with zero point 0 (x86 int8 GEMMs multiply u8 by s8)",
+        values: "activations or int8-symmetric",
+        get: |p| p.variable_b.to_string(),
+        set: |p, v| {
+            p.variable_b = v.parse()?;
             Ok(())
         },
     },
@@ -513,8 +580,9 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "softmax_range",
-        doc: "range of Softmax outputs: calibrated, [0, 1], or P - 0.5 over [-0.5, 0.5] with an exact float correction",
-        values: "calibrated, full or shifted",
+        doc: "range of Softmax outputs: calibrated, [0, 1], P - 0.5 over [-0.5, 0.5] with an exact float correction, \
+              [0, 1] as uint8 whatever the activations' type, or not quantized (P·V left in float)",
+        values: "calibrated, full, shifted, full-uint8 or float",
         get: |p| p.softmax_range.to_string(),
         set: |p, v| {
             p.softmax_range = v.parse()?;
@@ -544,6 +612,18 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "outlier_mask",
+        doc: "how outlier channels carried in float leave the integer MatMul's input: zeroed by a Mul in front of \
+              its pair, or saturated in the pair against the weight rows zeroed for them (the same integers, one \
+              kernel fewer)",
+        values: "mul or fold",
+        get: |p| p.outlier_mask.to_string(),
+        set: |p, v| {
+            p.outlier_mask = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "smooth_targets",
         doc: "what smoothing rescales: LayerNorm outputs (into gamma/beta), every constant-weight MatMul input, only \
               the inputs that are not LayerNorm outputs (GELU outputs, attention context; one Mul each), or LayerNorm \
@@ -565,6 +645,18 @@ pub const OPTIONS: &[PolicyOption] = &[
         get: |p| p.smooth_context.to_string(),
         set: |p, v| {
             p.smooth_context = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "smooth_layernorm",
+        doc: "how a LayerNorm output that the residual path also reads is divided by its smoothing factors: in gamma \
+              and beta (the residual path then reads it through a Mul restoring it), or by a Mul in front of its \
+              MatMuls only (the residual path reads it as it is; OpenVINO fuses that Mul with the pair)",
+        values: "parameters or mul",
+        get: |p| p.smooth_layernorm.to_string(),
+        set: |p, v| {
+            p.smooth_layernorm = v.parse()?;
             Ok(())
         },
     },
@@ -643,6 +735,9 @@ pub struct Policy {
     pub quantize_fc_outputs: bool,
     /// Activation quantization.
     pub activations: Activations,
+    /// The type of a variable MatMul's B (recipes written before it existed read as `activations`).
+    #[serde(default)]
+    pub variable_b: VariableB,
     /// The pairs' 8-bit type: int8 (`activations` says which integer) or an E4M3 float (recipes written before it
     /// existed read as int8).
     #[serde(default)]
@@ -679,12 +774,19 @@ pub struct Policy {
     pub smooth_targets: SmoothTargets,
     /// How smoothing divides an attention context.
     pub smooth_context: SmoothContext,
+    /// How smoothing divides a LayerNorm output that others than its MatMuls read (recipes written before it existed
+    /// read as `parameters`).
+    #[serde(default)]
+    pub smooth_layernorm: SmoothLayerNorm,
     /// Outlier channels carried in float (see [`crate::outliers`]): a constant-weight MatMul input that smoothing
     /// leaves alone, whose channels reach more than this many times the median channel's max |x|, has those channels
     /// taken out of its pair (and its range) and multiplied by their weight rows in a small float MatMul beside it;
     /// `None` = off. Decided on the same per-channel pass as smoothing.
     #[serde(with = "outlier_ratio", default)]
     pub outlier_channels: Option<f32>,
+    /// How outlier channels leave the integer MatMul's input (recipes written before it existed read as `mul`).
+    #[serde(default)]
+    pub outlier_mask: OutlierMask,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -716,7 +818,9 @@ impl Policy {
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
     /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md). `qnn`: see
-    /// `Policy::qnn` (private) and docs/QUANTIZATION.md.
+    /// `Policy::qnn` (private) and docs/QUANTIZATION.md. `openvino`: the `cpu` placement, weights and outlier channels
+    /// as plain Q/DQ with int8 activations with a zero point, the attention scores `Q·Kᵀ` integer, every smoothed
+    /// input divided by a `Mul` OpenVINO fuses with its pair (docs/QUANTIZATION.md, "OpenVINO").
     pub fn of(preset: Preset) -> Policy {
         let base = Policy::ort_compatible(preset);
         match preset {
@@ -735,6 +839,7 @@ impl Policy {
                 ..base
             },
             Preset::Qnn => Policy::qnn(base),
+            Preset::OpenVino => Policy::openvino(Policy::of(Preset::Cpu)),
             // For ORT's CPU EP (docs/QUANTIZATION.md, "What decides CPU speed"): the constant-weight MatMuls only
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
             // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed: LayerNorm
@@ -794,6 +899,31 @@ impl Policy {
         }
     }
 
+    /// For OpenVINO's CPU plugin (docs/QUANTIZATION.md, "OpenVINO"): the `cpu` placement and weights, written as plain
+    /// Q/DQ pairs that OpenVINO's low-precision transformations turn into its int8 kernels.
+    fn openvino(cpu: Policy) -> Policy {
+        Policy {
+            preset: Preset::OpenVino,
+            // OpenVINO reads Q/DQ pairs; ONNX Runtime's contrib ops it would run as they are written.
+            contrib_ops: false,
+            // int8 with a zero point: the grid of the `cpu` preset's uint8 (a GELU output's one-sided range gets all
+            // 256 levels), in the signed type OpenVINO's int8 attention takes (with uint8 it runs the attention in
+            // float).
+            activations: Activations::Int8Asymmetric,
+            // The scores Q·K^T integer (OpenVINO's attention runs in int8), K with zero point 0; the probabilities and
+            // P·V in float (integer P·V cost 1.2 points of answers identical to FP32's even with 256 levels).
+            matmul_const_b_only: false,
+            softmax_range: SoftmaxRange::Float,
+            variable_b: VariableB::Int8Symmetric,
+            // Every smoothed input divided by a Mul in front of its MatMuls (LayerNorm outputs, attention contexts),
+            // and the outlier channels masked by one: OpenVINO runs each such Mul with the pair's quantization fused
+            // into it, where a pair with no Mul before it is a FakeQuantize of its own (and, at bf16, two conversions).
+            smooth_layernorm: SmoothLayerNorm::Mul,
+            smooth_context: SmoothContext::Mul,
+            ..cpu
+        }
+    }
+
     /// ORT's QDQQuantizer with the seeds' options, named `name`: the base every preset changes.
     fn ort_compatible(preset: Preset) -> Policy {
         Policy {
@@ -806,6 +936,7 @@ impl Policy {
             quantize_outputs: false,
             quantize_fc_outputs: false,
             activations: Activations::Int8Symmetric,
+            variable_b: VariableB::Activations,
             precision: Precision::Int8,
             per_channel: true,
             weights: WeightStorage::QdqPair,
@@ -818,7 +949,9 @@ impl Policy {
             smooth: None,
             smooth_targets: SmoothTargets::LayerNorm,
             smooth_context: SmoothContext::Mul,
+            smooth_layernorm: SmoothLayerNorm::Parameters,
             outlier_channels: None,
+            outlier_mask: OutlierMask::Mul,
             include_nodes: vec![],
             exclude_nodes: vec![],
             exclude_tensors: vec![],
@@ -1012,9 +1145,12 @@ mod tests {
             assert!(e.contains(o.key) && e.contains(expected), "{}: {e}", o.key);
         }
         // Keyword values: exactly the enum's names.
-        assert_eq!(SoftmaxRange::NAMES, ["calibrated", "full", "shifted"]);
+        assert_eq!(SoftmaxRange::NAMES, ["calibrated", "full", "shifted", "full-uint8", "float"]);
         assert_eq!("shifted".parse::<SoftmaxRange>(), Ok(SoftmaxRange::Shifted));
-        assert_eq!("clipped".parse::<SoftmaxRange>(), Err("calibrated, full or shifted".to_string()));
+        assert_eq!(
+            "clipped".parse::<SoftmaxRange>(),
+            Err("calibrated, full, shifted, full-uint8 or float".to_string())
+        );
     }
 
     #[test]
@@ -1048,7 +1184,7 @@ mod tests {
         json["smooth"] = "off".into();
         json["softmax_range"] = "clipped".into();
         let e = serde_json::from_value::<Policy>(json.clone()).unwrap_err().to_string();
-        assert!(e.contains("calibrated, full or shifted"), "{e}");
+        assert!(e.contains("calibrated, full, shifted, full-uint8 or float"), "{e}");
         json["softmax_range"] = "full".into();
         json["residual_adds"] = "skip".into();
         assert!(serde_json::from_value::<Policy>(json).is_err());
@@ -1087,5 +1223,20 @@ mod tests {
             (cpu.softmax_range, cpu.smooth, cpu.smooth_targets),
             (SoftmaxRange::Full, trt.smooth, SmoothTargets::LayerNormContext)
         );
+        // openvino = cpu + exactly these settings.
+        let ov = Policy::preset("openvino").unwrap();
+        let mut seed = cpu.clone();
+        for (k, v) in [
+            ("contrib_ops", "false"),
+            ("activations", "int8-asymmetric"),
+            ("matmul_const_b_only", "false"),
+            ("softmax_range", "float"),
+            ("variable_b", "int8-symmetric"),
+            ("smooth_layernorm", "mul"),
+            ("smooth_context", "mul"),
+        ] {
+            seed.set(k, v).unwrap();
+        }
+        assert_eq!(ov.describe().replace("openvino", "x"), seed.describe().replace("cpu", "x"));
     }
 }

@@ -8,7 +8,7 @@ use onnx_ir::{DataType, GraphIndex};
 
 use crate::error::{Error, Result};
 use crate::patterns;
-use crate::policy::{Matchers, Policy, ResidualAdd};
+use crate::policy::{Matchers, Policy, ResidualAdd, SoftmaxRange};
 use crate::types::Skipped;
 
 /// The selected nodes and the tensors they want quantized.
@@ -104,11 +104,16 @@ fn check_selected(ix: &GraphIndex, n: &NodeProto, i: usize) -> Result<()> {
 }
 
 /// Whether a selected node's inputs are quantized under `policy`: Adds only when residual (and the policy
-/// quantizes those), MatMul-like ops with a variable B only unless `matmul_const_b_only`.
+/// quantizes those), MatMul-like ops with a variable B only unless `matmul_const_b_only`, and not one reading
+/// attention probabilities (`P·V`) under `softmax_range = float`.
 fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
     match n.op_type() {
         "Add" => patterns::is_residual_add(ix, n) && policy.residual_add == ResidualAdd::Quantize,
-        _ if patterns::matmul_rule(n).is_some() => !policy.matmul_const_b_only || ix.is_initializer(&n.input[1]),
+        _ if patterns::matmul_rule(n).is_some() => {
+            let float_probabilities = policy.softmax_range == SoftmaxRange::Float
+                && n.input[..2].iter().any(|t| patterns::is_softmax_output(ix, t));
+            (!policy.matmul_const_b_only || ix.is_initializer(&n.input[1])) && !float_probabilities
+        }
         _ => true,
     }
 }

@@ -32,7 +32,7 @@ use onnx_ir::{GraphExt, GraphIndex, Model, NameSet, node, tensor_from_vec, tenso
 
 use crate::error::{Error, Result};
 use crate::patterns::{self, ConstWeightMatMul, LayerNormForm};
-use crate::policy::{Matchers, Policy, SmoothContext, SmoothTargets};
+use crate::policy::{Matchers, Policy, SmoothContext, SmoothLayerNorm, SmoothTargets};
 
 /// Model metadata key recording that (and how) a model was smoothed.
 pub const SMOOTH_METADATA_KEY: &str = "qdq.smoothquant";
@@ -202,6 +202,7 @@ fn site_of(
         Some(n) => patterns::layer_norm_params(ix, n)?,
         None => None,
     };
+    let is_layer_norm = ln.is_some();
     let (form, gamma, beta, channels) = match (ln, policy.smooth_targets) {
         (Some(_), SmoothTargets::Others) | (None, SmoothTargets::LayerNorm) => return Ok(None),
         (Some(p), _) => (SmoothForm::from(p.form), Some(p.gamma), p.beta, p.channels),
@@ -226,7 +227,7 @@ fn site_of(
     // `layernorm-context` takes what shape-only ops show to be a LayerNorm output (a `Gemm` export's `[B·S, H]` view)
     // or an attention's output, and leaves the rest (the GELU outputs).
     let targeted = policy.smooth_targets != SmoothTargets::LayerNormContext
-        || form != SmoothForm::ScaleNode
+        || is_layer_norm
         || match patterns::behind_shape_ops(ix, x) {
             Some(n) => {
                 patterns::is_attention_output(ix, n)
@@ -234,15 +235,34 @@ fn site_of(
             }
             None => false,
         };
-    let form = match form {
-        SmoothForm::ScaleNode if policy.smooth_context == SmoothContext::Projection && !other_readers => {
-            context_form(ix, x, channels, ranks)
-        }
-        f => f,
-    };
+    let form = final_form(ix, (x, channels, ranks), form, policy, other_readers);
+    let (gamma, beta) = if form == SmoothForm::ScaleNode { (None, None) } else { (gamma, beta) };
     let producer = producer.map(|n| n.name().to_string()).unwrap_or_default();
     let site = SmoothSite { tensor: x.to_string(), producer, form, gamma, beta, matmuls, other_readers, channels };
     Ok(Some((site, targeted)))
+}
+
+/// The form a site of `x` (`channels` wide) found as `form` takes under `policy`: an attention context read by nothing
+/// else in its value projection where `smooth_context = projection` lets it; a LayerNorm output others read too by a
+/// `Mul` in front of its MatMuls under `smooth_layernorm = mul` (the residual path then reads it as it is).
+fn final_form(
+    ix: &GraphIndex,
+    (x, channels, ranks): (&str, usize, &HashMap<String, usize>),
+    form: SmoothForm,
+    policy: &Policy,
+    other_readers: bool,
+) -> SmoothForm {
+    match form {
+        SmoothForm::ScaleNode if policy.smooth_context == SmoothContext::Projection && !other_readers => {
+            context_form(ix, x, channels, ranks)
+        }
+        SmoothForm::LayerNorm | SmoothForm::DecomposedLayerNorm { .. }
+            if policy.smooth_layernorm == SmoothLayerNorm::Mul && other_readers =>
+        {
+            SmoothForm::ScaleNode
+        }
+        f => f,
+    }
 }
 
 /// How an attention context `x` read by nothing but its output projection takes the division: in its value

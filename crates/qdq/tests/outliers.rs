@@ -139,3 +139,43 @@ fn a_planted_outlier_channel_is_carried_in_float_and_the_rest_keeps_its_levels()
     let err = qdq::plan(&fp32, &ranges_s, &policy()).unwrap_err();
     assert!(matches!(err, qdq::Error::NotSplit { .. }), "{err}");
 }
+
+/// `outlier_mask = fold`: the pair reads the GELU output itself and the mask `Mul` is gone; the outlier channel
+/// saturates in the pair against the zeroed weight row, so the quantized model computes exactly what the masked one
+/// does (ONNX Runtime's Q/DQ arithmetic as written). A weight that is not the MatMul's alone keeps its rows, and the
+/// mask stays.
+#[test]
+fn a_folded_mask_leaves_the_same_integers_without_its_mul() {
+    let fp32 = with_gelu_outlier(tiny_bert(Ln::Fused));
+    let (s, _) = split(&fp32);
+    let ranges = observed_ranges(&s, &qdq::tensors_to_calibrate(&s, &policy()).unwrap());
+    let mut folding = policy();
+    folding.set("outlier_mask", "fold").unwrap();
+    let (masked, _) = qdq::quantize(&s, &ranges, &policy()).unwrap();
+    let (folded, _) = qdq::quantize(&s, &ranges, &folding).unwrap();
+    let mask_muls =
+        |m: &Model| m.graph().node.iter().filter(|n| qdq::is_outlier_branch(n) && n.op_type() == "Mul").count();
+    assert_eq!((mask_muls(&masked), mask_muls(&folded)), (1, 0));
+    let q = folded.graph().node.iter().find(|n| n.op_type() == "QuantizeLinear" && n.input[0] == GELU);
+    assert!(q.is_some(), "the pair reads the GELU output itself");
+    let out = |m: &Model| -> Vec<f32> {
+        run_feed(m, &feed(), &[FFN_OUT], runtime::OptLevel::Disable).remove(0).into_iter().collect()
+    };
+    let with_out = |m: &Model| {
+        let mut m = m.clone();
+        m.graph_mut().add_output(FFN_OUT, onnx_ir::DataType::Float);
+        out(&m)
+    };
+    assert_eq!(with_out(&masked), with_out(&folded));
+
+    // The down projection's weight also read by another node when the split is made: its rows stay, so the mask
+    // does too.
+    let mut shared = fp32.clone();
+    let w = shared.graph().node.iter().find(|n| n.name() == DOWN).unwrap().input[1].clone();
+    shared.graph_mut().push_node(onnx_ir::node("Identity", "keep_w", &[&w], &["w_copy"]));
+    shared.graph_mut().add_output("w_copy", onnx_ir::DataType::Float);
+    let (s, _) = split(&shared);
+    let ranges = observed_ranges(&s, &qdq::tensors_to_calibrate(&s, &folding).unwrap());
+    let (kept, _) = qdq::quantize(&s, &ranges, &folding).unwrap();
+    assert_eq!(mask_muls(&kept), 1, "a shared weight keeps its rows: the mask stays");
+}

@@ -252,3 +252,59 @@ fn matmul_like_work_left_in_float_is_listed() {
     let all = qdq::coverage(&fp32).float_matmul_like;
     assert_eq!(all.len(), fp32.graph().node.iter().filter(|n| qdq::MATMUL_LIKE.contains(&n.op_type())).count());
 }
+
+/// The two forms of integer attention beside int8 activations: `softmax_range = float` quantizes the scores `Q·Kᵀ`
+/// and leaves `P·V` (and V) in float; `full-uint8` quantizes `P` as uint8 over [0, 1] (zero point 0, 256 levels)
+/// beside int8 `V`. Both run in ONNX Runtime close to FP32.
+#[test]
+fn attention_scores_alone_or_probabilities_as_uint8() {
+    let scores = format!("{LAYER}/attention/self/MatMul");
+    let context = format!("{LAYER}/attention/self/MatMul_1");
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let reference = run(&fp32, &["start_logits"]).remove(0);
+        for softmax in ["float", "full-uint8"] {
+            let mut policy = unsmoothed("cpu");
+            for (k, v) in [
+                ("contrib_ops", "false"),
+                ("activations", "int8-symmetric"),
+                ("matmul_const_b_only", "false"),
+                ("softmax_range", softmax),
+            ] {
+                policy.set(k, v).unwrap();
+            }
+            let (q, _) = qdq::quantize(&fp32, &ranges_for(&fp32, &policy), &policy).unwrap();
+            q.validate().unwrap();
+            assert!(input_is_dq(&q, &scores, 0) && input_is_dq(&q, &scores, 1), "{ln:?} {softmax}");
+            let cov = qdq::coverage(&q);
+            let probs = cov.pairs.iter().find(|p| p.consumers.contains(&(context.clone(), 0)));
+            match softmax {
+                "float" => {
+                    assert!(!input_is_dq(&q, &context, 0) && !input_is_dq(&q, &context, 1), "{ln:?}: P·V in float");
+                    let float: Vec<&str> = cov.float_matmul_like.iter().map(|f| f.node.as_str()).collect();
+                    assert_eq!(float, [context.as_str()], "{ln:?}");
+                }
+                _ => {
+                    let p = probs.unwrap_or_else(|| panic!("{ln:?}: no pair on P"));
+                    assert_eq!((p.qtype, p.zero_points.as_slice()), (qdq::QuantType::UInt8, &[0][..]), "{ln:?}");
+                    assert!((p.scales[0] - 1.0 / 255.0).abs() < 1e-9, "{:?}", p.scales);
+                    assert!(input_is_dq(&q, &context, 1), "{ln:?}: V quantized");
+                    // Everything else keeps the policy's int8.
+                    let others = cov.pairs.iter().filter(|p| !p.is_initializer && p.output != probs.unwrap().output);
+                    assert!(others.into_iter().all(|p| p.qtype == qdq::QuantType::Int8), "{ln:?}");
+                    assert!(cov.float_matmul_like.is_empty(), "{:?}", cov.float_matmul_like);
+                }
+            }
+            let cfg = runtime::SessionConfig { opt_level: runtime::OptLevel::Disable, ..Default::default() };
+            let out = session(&q, &cfg)
+                .run(
+                    &[("input_ids", input_ids().view()), ("attention_mask", ndarray::Array2::ones((1, SEQ)).view())],
+                    &["start_logits"],
+                )
+                .unwrap()
+                .remove(0);
+            let (err, mag) = max_err(&out, &reference);
+            assert!(err > 0.0 && err <= 0.05 * mag, "{ln:?} {softmax}: error {err} vs magnitude {mag}");
+        }
+    }
+}

@@ -554,3 +554,42 @@ fn layernorm_context_leaves_out_only_the_gelu_outputs() {
     assert!(lns(&all) > 1 && lns(&kept) == lns(&all), "{kept:#?}");
     assert!(kept.len() < all.len() && kept.iter().all(|s| all.contains(s)), "{kept:#?}");
 }
+
+/// `smooth_layernorm = mul`: a LayerNorm output the residual path also reads keeps γ and β and its readers; its MatMuls
+/// read it through one `Mul` by 1/s (which OpenVINO fuses with the pair), so no restoring `Mul` is added; one that
+/// only MatMuls read keeps γ / β absorbing the division. The function is the same.
+#[test]
+fn a_layer_norm_read_by_the_residual_path_is_divided_by_a_mul_in_front_of_its_matmuls() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let m = with_outlier(ln);
+        let mut policy = smoothing_policy(0.5);
+        policy.set("smooth_layernorm", "mul").unwrap();
+        let sites = qdq::smoothing_sites(&m, &policy).unwrap();
+        let forms: Vec<(bool, bool)> =
+            sites.iter().map(|s| (s.form == SmoothForm::ScaleNode, s.other_readers)).collect();
+        // The embeddings LayerNorm (Q, K, V and the residual Add) and the attention output's (the FFN and the
+        // residual Add) by a Mul; the last one (qa_outputs alone) in γ / β.
+        assert_eq!(forms, vec![(true, true), (true, true), (false, false)], "{ln:?}");
+        assert!(sites[0].gamma.is_none() && sites[2].gamma.is_some());
+        let tensors: Vec<String> = sites.iter().map(|s| s.tensor.clone()).collect();
+        let absmax = channel_absmax(&m, &tensors);
+        let (s, done) = qdq::smooth(&m, &policy, &absmax, 0.5).unwrap();
+        s.validate().unwrap();
+        let (a, b) = (logits(&m), logits(&s));
+        let scale = a.iter().fold(0f32, |x, v| x.max(v.abs()));
+        assert!(max_abs_diff(&a, &b) <= 1e-4 * scale.max(1.0), "{ln:?}: {}", max_abs_diff(&a, &b));
+        let g = s.graph();
+        let emb = &done[0];
+        // γ and β as they were; the dividing Mul reads the LayerNorm output, the residual Add reads it too.
+        assert!(g.initializer("bert.embeddings.LayerNorm.weight").is_some());
+        let mul = g.node.iter().find(|n| n.output.first() == Some(&emb.smoothed_tensor)).unwrap();
+        assert_eq!((mul.op_type(), mul.input[0].as_str()), ("Mul", emb.site.tensor.as_str()));
+        let readers: Vec<&str> =
+            g.node.iter().filter(|n| n.input.contains(&emb.site.tensor)).map(|n| n.op_type()).collect();
+        assert_eq!(readers, ["Mul", "Add"], "{ln:?}: the residual reads the LayerNorm output itself");
+        assert!(!g.node.iter().any(|n| n.name().ends_with("_unsmooth")), "{ln:?}: no restoring Mul");
+        let quantized = qdq::quantize(&s, &ranges(&s, &policy), &policy).unwrap().0;
+        let cov = qdq::coverage(&quantized);
+        assert_eq!(cov.by_op["MatMul"].covered, cov.by_op["MatMul"].nodes);
+    }
+}

@@ -15,10 +15,10 @@ use crate::error::{Error, Result};
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[cfg_attr(feature = "cli", command(next_help_heading = "Placement"))]
 pub struct PolicySettings {
-    /// Placement preset: cpu, tensorrt, migraphx, qnn, ort-compatible
+    /// Preset: cpu, openvino, tensorrt, migraphx, qnn, ort-compatible
     ///
-    /// `qdq quantize --list-policies` explains them. Default: the one made for the EP the model is for (cpu and
-    /// openvino -> cpu, tensorrt -> tensorrt, migraphx -> migraphx, qnn -> qnn; any other EP -> tensorrt).
+    /// `qdq quantize --list-policies` explains them. Default: the one made for the EP the model is for (cpu -> cpu,
+    /// openvino -> openvino, tensorrt, cuda, rocm -> tensorrt, migraphx -> migraphx, qnn -> qnn).
     #[cfg_attr(
         feature = "cli",
         arg(
@@ -147,6 +147,13 @@ impl PrecisionChoice {
             (PrecisionChoice::Int8, _) => qdq::Precision::Int8,
             (PrecisionChoice::Fp8, Preset::TensorRt | Preset::OrtCompatible) => qdq::Precision::Fp8E4M3Fn,
             (PrecisionChoice::Fp8, Preset::MiGraphX) => qdq::Precision::Fp8E4M3Fnuz,
+            (PrecisionChoice::Fp8, Preset::OpenVino) => {
+                return Err(Error::Usage(
+                    "--precision fp8 is for --policy tensorrt (E4M3FN) or migraphx (E4M3FNUZ): the openvino preset's \
+                     pairs are integer, the int8 OpenVINO's CPU device computes in"
+                        .into(),
+                ));
+            }
             (PrecisionChoice::Fp8, Preset::Cpu) => {
                 return Err(Error::Usage(
                     "--precision fp8 is for --policy tensorrt (E4M3FN) or migraphx (E4M3FNUZ): the cpu preset writes \
@@ -229,15 +236,15 @@ impl fmt::Display for Mode {
     }
 }
 
-/// The preset made for an execution provider: what `--policy` defaults to. OpenVINO takes the `cpu` preset's model
-/// whole (its `MatMulIntegerToFloat` nodes among them) and runs it faster and closer to FP32 than the `tensorrt`
-/// layout (docs/BENCHMARKS.md: MiniLM on OpenVINO's CPU device).
+/// The preset made for an execution provider: what `--policy` defaults to (docs/QUANTIZATION.md says why each). Every
+/// EP is named, so a new one cannot silently take another's.
 pub fn preset_for_ep(ep: &Ep) -> Preset {
     match ep {
-        Ep::Cpu | Ep::OpenVino(_) => Preset::Cpu,
+        Ep::Cpu => Preset::Cpu,
+        Ep::OpenVino(_) => Preset::OpenVino,
+        Ep::TensorRt(_) | Ep::Cuda { .. } | Ep::Rocm { .. } => Preset::TensorRt,
         Ep::MiGraphX(_) => Preset::MiGraphX,
         Ep::Qnn(_) => Preset::Qnn,
-        _ => Preset::TensorRt,
     }
 }
 
