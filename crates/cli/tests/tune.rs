@@ -426,3 +426,23 @@ fn debug_explains_a_model_whose_nodes_have_no_names() {
     let unique: std::collections::HashSet<&&str> = nodes.iter().collect();
     assert!(nodes.iter().all(|n| !n.is_empty()) && unique.len() == nodes.len(), "{nodes:?}");
 }
+
+/// Issue 68: `--min-same` is a budget too: with a generous F1 budget the preset is chosen at once, unless it must
+/// also answer more questions as FP32 does than it can (101 % is refused as no share at all; 100 % is met by no
+/// quantized candidate on these questions unless every answer stays), and the report says which was asked.
+#[test]
+fn tune_takes_a_budget_of_answers_identical_to_fp32s() {
+    let f = tiny();
+    let within = tune_tiny(&f, &f.dir.path().join("f1"), &["--budget", "100", "--max-float", "1"]);
+    assert_eq!((within["within_budget"].as_bool(), within["chosen"].as_u64()), (Some(true), Some(0)), "{within:#}");
+    assert!(within.get("min_same_answers").is_none(), "{within:#}");
+    let asked =
+        tune_tiny(&f, &f.dir.path().join("same"), &["--budget", "100", "--max-float", "1", "--min-same", "100"]);
+    assert_eq!(asked["min_same_answers"].as_f64(), Some(1.0), "{asked:#}");
+    let curve = asked["curve"].as_array().unwrap();
+    let all_same = |c: &serde_json::Value| c["same_answers"]["share"].as_f64() == Some(1.0);
+    assert_eq!(asked["within_budget"].as_bool(), Some(curve.iter().any(all_same)), "{asked:#}");
+    let model = f.model.to_str().unwrap();
+    let bad = qdq(&["tune", "--model", model, "--dataset", "x.json", "--min-same", "101"]);
+    assert!(one_error(&bad).contains("--min-same must be a share in per cent"), "{}", stderr(&bad));
+}

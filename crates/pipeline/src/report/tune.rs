@@ -149,6 +149,9 @@ pub struct TuneReport {
     /// What the scores and the budget are in.
     pub metric: Metric,
     pub budget: f64,
+    /// `--min-same`: the smallest share (0-1) of answers identical to FP32's accepted, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_same_answers: Option<f64>,
     pub fp32_f1: f64,
     pub fp32_ms_per_feature: f64,
     pub questions: usize,
@@ -277,10 +280,13 @@ impl Report for TuneReport {
 impl fmt::Display for TuneReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (c, m) = (self.choice(), self.metric);
+        let answers = self.min_same_answers.map_or(String::new(), |a| {
+            format!(" and {:.1} % of answers = FP32's ({:.2} % here)", 100.0 * a, 100.0 * c.scored.same_answers.share)
+        });
         writeln!(
             f,
-            "{} within the budget of {:.2} {}: {} kept in float, {} {:.2} ({:+.2} vs FP32 {:.2}) on {} {}, {}/{} \
-             MatMul-like nodes integer.",
+            "{} within the budget of {:.2} {}{answers}: {} kept in float, {} {:.2} ({:+.2} vs FP32 {:.2}) on {} {}, \
+             {}/{} MatMul-like nodes integer.",
             if self.within_budget { "Chosen" } else { "NOT" },
             self.budget,
             m.name,
@@ -499,6 +505,7 @@ mod tests {
             out: "out".into(),
             metric: Metric::F1,
             budget: 1.0,
+            min_same_answers: None,
             fp32_f1: 70.0,
             fp32_ms_per_feature: 20.0,
             questions: 100,

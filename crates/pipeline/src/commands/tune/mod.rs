@@ -91,6 +91,14 @@ pub struct TuneJob {
         arg(long, default_value_t = 1.0, value_name = "DF1", allow_negative_numbers = true, help_heading = "Search")
     )]
     pub budget: f64,
+    /// And at least this % of answers identical to FP32's
+    ///
+    /// A candidate is within budget only when it also answers at least this share of the questions with FP32's very
+    /// text (an embedding model: retrieves FP32's nearest document for this share of the queries): the fidelity the
+    /// questions resolve where F1 cannot (its interval on the whole SQuAD dev set is about +-0.25 F1, this share's
+    /// about +-0.5 points).
+    #[cfg_attr(feature = "cli", arg(long = "min-same", value_name = "PCT", help_heading = "Search"))]
+    pub min_same_answers: Option<f64>,
     /// Share of questions each candidate is screened on first
     ///
     /// Those whose FP32 answer is nearest to flipping (the smallest gap between its score and the next different
@@ -191,6 +199,9 @@ impl TuneJob {
                 "--budget must be a number of points (F1, nDCG@10), not {}",
                 self.budget
             )));
+        }
+        if let Some(p) = self.min_same_answers.filter(|p| !(0.0..=100.0).contains(p)) {
+            return Err(Error::Usage(format!("--min-same must be a share in per cent, 0 to 100, not {p}")));
         }
         if !(self.screen > 0.0 && self.screen <= 1.0) {
             return Err(Error::Usage(format!(
@@ -325,6 +336,7 @@ impl TuneJob {
         cx.clock.add("held_out_fp32", held_out_started);
         let search = Search {
             budget: self.budget,
+            min_same_answers: self.min_same_answers.map(|p| p / 100.0),
             max_float: self.max_float,
             calibrators: self.calibrator_trials > 0,
             all_integer: base.policy.matmul_const_b_only,
@@ -359,6 +371,7 @@ impl TuneJob {
             out: self.out.clone(),
             metric: scoring.metric(),
             budget: self.budget,
+            min_same_answers: self.min_same_answers.map(|p| p / 100.0),
             fp32_f1,
             fp32_ms_per_feature,
             questions,

@@ -106,6 +106,8 @@ pub trait Scorer {
 pub struct Search {
     /// The largest F1 loss against FP32 accepted.
     pub budget: f64,
+    /// The smallest share (0-1) of answers identical to FP32's accepted, if any.
+    pub min_same_answers: Option<f64>,
     /// The most nodes kept in float.
     pub max_float: usize,
     /// Whether other calibrators' ranges are tried before nodes go to float.
@@ -210,7 +212,8 @@ impl Search {
 impl Walk<'_> {
     /// Only a candidate scored on every question can be within budget.
     fn within(&self, c: &Candidate) -> bool {
-        -c.scored.delta_f1 <= self.search.budget && c.scored.questions_scored == self.scorer.questions()
+        let faithful = self.search.min_same_answers.is_none_or(|m| c.scored.same_answers.share >= m);
+        -c.scored.delta_f1 <= self.search.budget && faithful && c.scored.questions_scored == self.scorer.questions()
     }
 
     fn last(&self) -> &Candidate {
@@ -470,7 +473,7 @@ mod tests {
     }
 
     fn search(budget: f64, max_float: usize) -> Search {
-        Search { budget, max_float, calibrators: true, all_integer: false }
+        Search { budget, min_same_answers: None, max_float, calibrators: true, all_integer: false }
     }
 
     fn floats(o: &Outcome) -> Vec<usize> {
@@ -488,6 +491,19 @@ mod tests {
             f.asked,
             ["build model_qdq_float0.onnx", "score model_qdq_float0.onnx All", "examine model_qdq_float0.onnx false"]
         );
+    }
+
+    /// With a share of answers identical to FP32's to keep, a candidate within the F1 budget that answers fewer (the
+    /// fake: 90 %) is not within budget: the ladder goes on, and ends without a choice within both.
+    #[test]
+    fn the_answers_kept_are_a_budget_too() {
+        let table = [((0, 0, false), -0.2), ((1, 0, false), -0.1), ((2, 0, false), -0.1)];
+        let mut f = fake(&table);
+        let o = Search { min_same_answers: Some(0.95), ..search(0.5, 2) }.run(&mut f, &NoProgress).unwrap();
+        assert_eq!((floats(&o), o.within_budget), (vec![0, 1, 2], false));
+        let mut f = fake(&table);
+        let o = Search { min_same_answers: Some(0.90), ..search(0.5, 2) }.run(&mut f, &NoProgress).unwrap();
+        assert_eq!((floats(&o), o.chosen, o.within_budget), (vec![0], 0, true));
     }
 
     #[test]
