@@ -25,7 +25,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         return crate::qnn_bench::qnn(args.qnn, args.vs, args.download);
     }
     if args.openvino.openvino {
-        return crate::openvino_bench::openvino(args.cpu, args.vs, args.download);
+        return crate::openvino_bench::openvino(args.openvino, args.cpu, args.embeddings, args.vs, args.download);
     }
     if args.cpu.cpu_int8 {
         return crate::cpu_int8::cpu_int8(args.cpu, args.vs, args.download);

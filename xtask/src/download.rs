@@ -28,7 +28,8 @@ pub struct Asset {
 pub const MIRROR_ENV: &str = "QDQ_ASSETS_MIRROR";
 
 /// The manifest. Set `minilm` is the project's reference models (a mirror of ../shared/assets: the SQuAD model, and
-/// the sentence-embedding model in its sentence-transformers folder); set `distilbert` is the public SQuAD ONNX export
+/// the two sentence-embedding models: paraphrase-MiniLM-L3 in its sentence-transformers folder, all-MiniLM-L6-v2 in
+/// the Hugging Face hub layout); set `distilbert` is the public SQuAD ONNX export
 /// used when there is internet and no mirror.
 pub const MANIFEST: &[Asset] = &[
     Asset {
@@ -114,6 +115,76 @@ pub const MANIFEST: &[Asset] = &[
         url: None,
         sha256: Some("3b9fc90cc05f51d22eb78a3881efdd0c1b6d2c4784a350e12514ed566483f7bf"),
         size: Some(252),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/onnx/model.onnx",
+        url: None,
+        sha256: Some("e0b45292abc0e1c3d7cf101190ee58019e327955ed9951b8f28c74e77aa54e07"),
+        size: Some(90_362_391),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/config.json",
+        url: None,
+        sha256: Some("953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+        size: Some(612),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/config_sentence_transformers.json",
+        url: None,
+        sha256: Some("061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"),
+        size: Some(116),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/modules.json",
+        url: None,
+        sha256: Some("84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
+        size: Some(349),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/sentence_bert_config.json",
+        url: None,
+        sha256: Some("fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"),
+        size: Some(53),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/special_tokens_map.json",
+        url: None,
+        sha256: Some("303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3"),
+        size: Some(112),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/tokenizer.json",
+        url: None,
+        sha256: Some("be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+        size: Some(466_247),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/tokenizer_config.json",
+        url: None,
+        sha256: Some("acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"),
+        size: Some(350),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/vocab.txt",
+        url: None,
+        sha256: Some("07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+        size: Some(231_508),
+    },
+    Asset {
+        set: "minilm",
+        path: "models/all-minilm-l6-v2/1_Pooling/config.json",
+        url: None,
+        sha256: Some("4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"),
+        size: Some(190),
     },
     Asset {
         set: "distilbert",

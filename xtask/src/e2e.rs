@@ -144,6 +144,8 @@ pub struct Assets {
     pub reference_predictions: Option<PathBuf>,
     /// The sentence-embedding model's folder, when the set has it (minilm).
     pub embedding_model: Option<PathBuf>,
+    /// Every sentence-embedding model's folder the set has (minilm: paraphrase-MiniLM-L3, all-MiniLM-L6-v2).
+    pub embedding_models: Vec<PathBuf>,
 }
 
 impl Assets {
@@ -163,6 +165,11 @@ impl Assets {
             reference_metrics: model_dir.join("reference_metrics.json"),
             reference_predictions: Some(model_dir.join("predictions_dev.json")).filter(|p| p.is_file()),
             embedding_model: Some(root.join("models/paraphrase-minilm-l3")).filter(|p| p.join("model.onnx").is_file()),
+            embedding_models: ["models/paraphrase-minilm-l3", "models/all-minilm-l6-v2"]
+                .iter()
+                .map(|d| root.join(d))
+                .filter(|p| p.join("model.onnx").is_file() || p.join("onnx/model.onnx").is_file())
+                .collect(),
         })
     }
 }

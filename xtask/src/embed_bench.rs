@@ -165,14 +165,14 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
 }
 
 /// What a failed run's last line says, in a table cell: the sentence that names the cause.
-fn short_reason(error: &str) -> String {
+pub(crate) fn short_reason(error: &str) -> String {
     let last = error.lines().rfind(|l| !l.trim().is_empty()).unwrap_or_default();
     let sentence = last.split(". ").find(|s| s.contains("offers no")).unwrap_or(last);
     sentence.chars().take(240).collect()
 }
 
 /// `max_seq_length` of the folder's sentence_bert_config.json.
-fn max_seq_length(folder: &Path) -> Option<usize> {
+pub(crate) fn max_seq_length(folder: &Path) -> Option<usize> {
     let text = std::fs::read_to_string(folder.join("sentence_bert_config.json")).ok()?;
     serde_json::from_str::<serde_json::Value>(&text).ok()?.get("max_seq_length")?.as_u64().map(|n| n as usize)
 }
@@ -212,7 +212,12 @@ fn peers(
 /// The calibration texts qdq takes from a SQuAD file (each paragraph, then its questions, until `cal_num`
 /// questions) as token ids `[CLS] text [SEP]`, at most `seq_len` of them, tokenized with the model's lower-cased
 /// WordPiece vocabulary.
-fn calibration_ids(calibration: &Path, vocab: &Path, cal_num: usize, seq_len: usize) -> Result<Vec<Vec<i64>>> {
+pub(crate) fn calibration_ids(
+    calibration: &Path,
+    vocab: &Path,
+    cal_num: usize,
+    seq_len: usize,
+) -> Result<Vec<Vec<i64>>> {
     let data = squad_metrics::load_dataset(calibration)?;
     let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
     let (mut texts, mut questions) = (vec![], 0);
@@ -237,7 +242,7 @@ fn calibration_ids(calibration: &Path, vocab: &Path, cal_num: usize, seq_len: us
 }
 
 /// `qdq eval --json` of `model` against the FP32 folder on the dev set's first `samples` questions (0: all).
-fn score(
+pub(crate) fn score(
     mut eval: Command,
     model: &Path,
     fp32: &Path,

@@ -214,16 +214,26 @@ pub struct EmbeddingsBenchArgs {
     pub no_openvino: bool,
 }
 
-/// Options of `bench --openvino`: FP32 (OpenVINO at f32 and at bf16), qdq's INT8 for `--ep openvino` and NNCF's INT8
-/// of the same calibration questions, all on OpenVINO's plugin EP: timed on the same fixed batches and scored with
-/// `qdq eval`. Takes --shapes, --rounds, --runs, --threads and --f1-samples of --cpu-int8, and --model, --vocab,
-/// --dataset, --calibration-data, --cal-num, --seq-len, --doc-stride, --out above. Writes
-/// out/bench/openvino.{json,md}.
+/// Options of `bench --openvino`: FP32, qdq's INT8 for `--ep openvino` and NNCF's INT8 of the same calibration data,
+/// for the SQuAD model and every embedding model of the assets, timed on OpenVINO at f32 and at its own default
+/// precision (bf16 on CPUs with AMX or AVX512-BF16) and scored on OpenVINO (the CPU EP where its plugin offers no
+/// device). Takes --rounds, --runs, --threads of --cpu-int8, --embedding-model, --embedding-samples,
+/// --embedding-cal-num of --embeddings, and --model, --vocab, --dataset, --calibration-data, --cal-num, --seq-len,
+/// --doc-stride, --out above. Writes out/bench/openvino.{json,md}.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct OpenVinoBenchArgs {
     /// Run the OpenVINO comparison instead of the criterion benchmarks.
     #[arg(long = "openvino", conflicts_with_all = ["vs_python", "cpu_int8", "big_model"])]
     pub openvino: bool,
+    /// Batch x sequence shapes the SQuAD models are timed at (embedding models: 1 and 32 texts at their length).
+    #[arg(long, default_value = "1x128,1x256,1x384,8x128,32x128", value_name = "BxS,...")]
+    pub ov_shapes: String,
+    /// Dev questions the SQuAD models are scored on (0: all 10,570).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub ov_samples: usize,
+    /// The SQuAD model only (no embedding model).
+    #[arg(long)]
+    pub ov_squad_only: bool,
 }
 
 /// Options of `bench --big-model`: a model over protobuf's 2 GiB (onnx-ir's tiny BERT with a word-embedding table
