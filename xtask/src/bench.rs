@@ -21,6 +21,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.embeddings.embeddings {
         return crate::embed_bench::embeddings(args.embeddings, args.cpu, args.vs, args.download);
     }
+    if args.serve {
+        return crate::serve_bench::serve(args.vs, args.download);
+    }
     if args.qnn.qnn {
         return crate::qnn_bench::qnn(args.qnn, args.vs, args.download);
     }

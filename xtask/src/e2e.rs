@@ -68,44 +68,62 @@ pub fn e2e(args: E2eArgs) -> Result<()> {
             println!("check: {}", pays_off(&qdq_json::read(&out.join("results.json"))?)?);
         }
     }
-    if let Some(model) = &assets.embedding_model {
+    for model in &assets.embedding_models {
         embedding_e2e(&args, &assets, model, (&exe, &lib))?;
     }
     Ok(())
 }
 
-/// FP32 retrieval of the sentence-embedding model on SQuAD v1.1 dev (every question retrieving its own paragraph
-/// among the 2,067, texts cut to 128 tokens, cosine), as ../shared/assets/README.md gives it from an independent
-/// Python script on onnxruntime 1.31.1: MRR@10, nDCG@10, Recall@1, @5, @10 (%).
-const EMBEDDING_REFERENCE: [(&str, f64); 5] =
-    [("MRR@10", 61.271), ("nDCG@10", 66.450), ("R@1", 50.956), ("R@5", 75.033), ("R@10", 82.772)];
+/// A retrieval reference: MRR@10, nDCG@10, Recall@1, @5, @10 (%).
+type Reference = [(&'static str, f64); 5];
 
-/// The same run for the sentence-embedding model of the asset set: `qdq e2e` on its folder with the SQuAD files as
-/// retrieval data (the same `--samples`), into out/e2e-embedding. With `--check` on the whole dev set, FP32 must
-/// match the reference within 0.05 on every measure and INT8's nDCG@10 and MRR@10 be within `--int8-tolerance` of
-/// FP32's.
+/// FP32 retrieval of each sentence-embedding model of the assets on SQuAD v1.1 dev (every question retrieving its own
+/// paragraph among the 2,067, cosine), as ../shared/assets/README.md gives it from an independent Python script on
+/// onnxruntime 1.31.1, by the model's folder name: paraphrase-MiniLM-L3 at 128 tokens, all-MiniLM-L6-v2 at 256.
+const EMBEDDING_REFERENCES: [(&str, Reference); 2] = [
+    (
+        "paraphrase-minilm-l3",
+        [("MRR@10", 61.271), ("nDCG@10", 66.450), ("R@1", 50.956), ("R@5", 75.033), ("R@10", 82.772)],
+    ),
+    ("all-minilm-l6-v2", [("MRR@10", 72.697), ("nDCG@10", 77.336), ("R@1", 62.507), ("R@5", 86.395), ("R@10", 91.722)]),
+];
+
+/// The same run for each sentence-embedding model of the asset set: `qdq e2e` on its folder with the SQuAD files as
+/// retrieval data (the same `--samples`), into out/e2e-embedding (paraphrase-MiniLM-L3, as before) or
+/// out/e2e-<folder>. With `--check` on the whole dev set, FP32 must match the model's reference within 0.05 on every
+/// measure and INT8's nDCG@10 and MRR@10 be within `--int8-tolerance` of FP32's.
 fn embedding_e2e(args: &E2eArgs, assets: &Assets, model: &Path, (exe, lib): (&Path, &Path)) -> Result<()> {
-    let out = root().join("out/e2e-embedding");
+    let name = model.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let out = root().join(if name == "paraphrase-minilm-l3" {
+        "out/e2e-embedding".into()
+    } else {
+        format!("out/e2e-{name}")
+    });
     let samples = flag_value(&args.qdq, &["--samples"]).unwrap_or_else(|| "1000".into());
     let mut cmd = Command::new(exe);
     cmd.arg("e2e").env(LIBRARY_ENV, lib).arg("--model").arg(model).arg("--dataset").arg(&assets.dataset);
     cmd.arg("--calibration-data").arg(&assets.calibration).args(["--samples", &samples]).arg("--out").arg(&out);
     run_cmd(&mut cmd)?;
-    if args.check && samples == "0" {
-        let r: qdq_json::EmbeddingResults = qdq_json::read(&out.join("results.json"))?;
-        println!("check: {}", check_embedding(&r.embedding, args.int8_tolerance)?);
+    let reference = EMBEDDING_REFERENCES.iter().find(|(n, _)| *n == name).map(|(_, r)| r);
+    match (args.check && samples == "0", reference) {
+        (true, Some(reference)) => {
+            let r: qdq_json::EmbeddingResults = qdq_json::read(&out.join("results.json"))?;
+            println!("check: {name}: {}", check_embedding(&r.embedding, reference, args.int8_tolerance)?);
+        }
+        (true, None) => println!("check: {name}: no reference to check against (not one of the assets' models)"),
+        (false, _) => {}
     }
     Ok(())
 }
 
-/// The embedding run's FP32 scores against [`EMBEDDING_REFERENCE`] (0.05), INT8's nDCG@10 and MRR@10 against
-/// FP32's (`tolerance` points); the line says what was measured.
-fn check_embedding(e: &qdq_json::Embedding, tolerance: f64) -> Result<String> {
+/// The embedding run's FP32 scores against `reference` (0.05), INT8's nDCG@10 and MRR@10 against FP32's (`tolerance`
+/// points); the line says what was measured.
+fn check_embedding(e: &qdq_json::Embedding, reference: &Reference, tolerance: f64) -> Result<String> {
     let (Some(fp32), Some(r)) = (e.fp32.retrieval, e.retrieval.as_ref()) else {
         bail!("the embedding run's results.json has no retrieval scores")
     };
     let ours = [fp32.mrr_at_10, fp32.ndcg_at_10, fp32.recall_at_1, fp32.recall_at_5, fp32.recall_at_10];
-    for ((name, reference), got) in EMBEDDING_REFERENCE.iter().zip(ours) {
+    for ((name, reference), got) in reference.iter().zip(ours) {
         if (got - reference).abs() > 0.05 {
             bail!("embedding FP32 {name} {got:.3} differs from the reference {reference:.3} by more than 0.05");
         }
@@ -116,8 +134,8 @@ fn check_embedding(e: &qdq_json::Embedding, tolerance: f64) -> Result<String> {
          [{:+.3}, {:+.3}], dMRR@10 {:+.3} (tolerance {tolerance}); cosine mean {:.5}, 1st percentile {:.5}",
         fp32.mrr_at_10,
         fp32.ndcg_at_10,
-        EMBEDDING_REFERENCE[0].1,
-        EMBEDDING_REFERENCE[1].1,
+        reference[0].1,
+        reference[1].1,
         d.ndcg_at_10.delta,
         d.ndcg_at_10.low,
         d.ndcg_at_10.high,

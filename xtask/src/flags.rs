@@ -171,6 +171,11 @@ pub struct BenchArgs {
     pub embeddings: EmbeddingsBenchArgs,
     #[command(flatten)]
     pub qnn: QnnBenchArgs,
+    /// Whether qdq's output folders load where their sources load: each embedding model's in sentence-transformers
+    /// (its cosine to FP32 against qdq's), a QA folder's in optimum, from a git-ignored venv (.venv-serve; torch
+    /// comes with them). Writes out/bench/serve.{json,md}.
+    #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino", "embeddings", "qnn"])]
+    pub serve: bool,
 }
 
 /// Options of `bench --qnn`: qdq's model for `--ep qnn` against ONNX Runtime's QNN recipe (`get_qnn_qdq_config`) of

@@ -18,6 +18,7 @@ mod openvino_bench;
 mod qdq_json;
 mod qnn_bench;
 mod rounds;
+mod serve_bench;
 mod setup;
 mod tidy;
 mod vs_python;

@@ -386,3 +386,50 @@ fn tune_scores_an_embedding_model_in_ndcg_points() {
     let score = chosen["score"].as_f64().unwrap();
     assert!(score > 99.0 && score <= 100.0 + 1e-9 && t["within_budget"] == true, "{t}");
 }
+
+/// Issue 69: quantizing a folder in the hub layout (the model in `onnx/`, config.json and the sentence-transformers
+/// files above it) writes a folder that loads as its source does: config.json (whose `model_type` transformers'
+/// loaders need), the tokenizer files, modules.json and the pooling beside model_qdq.onnx, and the run says how to load
+/// it. A folder without config.json gets none, and the run says what is missing.
+#[test]
+fn a_quantized_folder_loads_where_its_source_does() {
+    const CONFIG: &str = r#"{"model_type": "bert", "hidden_size": 32, "architectures": ["BertModel"]}"#;
+    let files = [
+        ("config.json", CONFIG),
+        ("special_tokens_map.json", r#"{"cls_token": "[CLS]", "sep_token": "[SEP]"}"#),
+        ("modules.json", MODULES),
+        ("1_Pooling/config.json", MEAN),
+        ("sentence_bert_config.json", LENGTH),
+    ];
+    let (dir, model) = folder(Head::Hidden { pooler: false }, "onnx/model.onnx", &files);
+    let out = dir.path().join("out");
+    let (m, s, o) = (model.to_str().unwrap(), testdata("squad/tiny-v1.1.json"), out.to_str().unwrap());
+    let s = s.to_str().unwrap();
+    let run = qdq(&["e2e", "--model", m, "--dataset", s, "--calibration-data", s, "--cal-num", "4", "-o", o]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    for (file, text) in files {
+        assert_eq!(std::fs::read_to_string(out.join(file)).unwrap(), text, "{file}");
+    }
+    assert!(out.join("vocab.txt").is_file() && out.join("model_qdq.onnx").is_file());
+    let said = String::from_utf8_lossy(&run.stdout);
+    let line = format!(
+        "Load it with sentence-transformers: SentenceTransformer(\"{o}\", backend=\"onnx\", model_kwargs={{\"file_name\": \
+         \"model_qdq.onnx\"}})"
+    );
+    assert!(said.contains(&line), "{said}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## Loading the quantized model") && report.contains("SentenceTransformer("), "{report}");
+
+    // Without config.json: no loader line.
+    let (dir, model) = folder(Head::Hidden { pooler: false }, "onnx/model.onnx", &files[2..]);
+    let out = dir.path().join("out");
+    let (m, o) = (model.to_str().unwrap(), out.to_str().unwrap());
+    let run = qdq(&["e2e", "--model", m, "--dataset", s, "--calibration-data", s, "--cal-num", "4", "-o", o]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(!out.join("config.json").exists() && !said.contains("Load it with sentence-transformers"), "{said}");
+    assert!(
+        said.contains("Not loadable by sentence-transformers or optimum as it is: the source folder has no"),
+        "{said}"
+    );
+}

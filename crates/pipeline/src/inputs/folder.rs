@@ -121,19 +121,23 @@ impl FolderConfig {
 
 impl FolderConfig {
     /// Writes the folder's sentence-transformers files (modules.json, sentence_bert_config.json,
-    /// config_sentence_transformers.json and the pooling's config) and its tokenizer into `dir`, beside the models a
-    /// run writes there, so that folder is read as this one (the same tokenizer, pooling and length); files already
-    /// there are left.
+    /// config_sentence_transformers.json and the pooling's config), the transformer's config.json and its tokenizer
+    /// into `dir`, beside the models a run writes there, so that folder is read as this one (the same tokenizer,
+    /// pooling and length) and loads where the source loads (sentence-transformers and optimum read config.json);
+    /// files already there are left.
     pub fn carry_to(&self, dir: &Path) -> Result<()> {
         // The tokenizer too, where the folder holds it apart from the model (the hub layout's `onnx/`): a file of
         // that name already in `dir` (the run's own tokenizer) is left.
         let mut files: Vec<PathBuf> = [
+            "config.json",
             "modules.json",
             "sentence_bert_config.json",
             "config_sentence_transformers.json",
             "tokenizer.json",
             "vocab.txt",
             "tokenizer_config.json",
+            "special_tokens_map.json",
+            "added_tokens.json",
         ]
         .iter()
         .map(PathBuf::from)
@@ -155,6 +159,40 @@ impl FolderConfig {
             crate::disk::write_atomic(&to, &read_bounded(&from)?)?;
         }
         Ok(())
+    }
+}
+
+/// How a folder holding `model_file` beside the files [`FolderConfig::carry_to`] writes is loaded by the Python
+/// libraries that serve such models, one sentence each: sentence-transformers for an embedding model (`embedding`),
+/// optimum's ORTModel class for `task` (`squad`: question answering; `classification`: sequence classification);
+/// without a config.json there (transformers' loaders need its `model_type`), for an embedding model what is missing.
+pub fn loaders(dir: &Path, model_file: &str, task: &str) -> Vec<String> {
+    if !dir.join("config.json").is_file() {
+        return match task {
+            "embedding" => vec![
+                "Not loadable by sentence-transformers or optimum as it is: the source folder has no config.json, which \
+                 they read first (the model's `model_type`); with one added here, SentenceTransformer(DIR, \
+                 backend=\"onnx\", model_kwargs={\"file_name\": \"model_qdq.onnx\"}) loads it"
+                    .to_owned(),
+            ],
+            _ => vec![],
+        };
+    }
+    let d = dir.display().to_string().replace('"', "\\\"");
+    let optimum = |class: &str| {
+        format!(
+            "Load it with optimum: from optimum.onnxruntime import {class}; {class}.from_pretrained(\"{d}\", \
+             file_name=\"{model_file}\")"
+        )
+    };
+    match task {
+        "embedding" => vec![format!(
+            "Load it with sentence-transformers: SentenceTransformer(\"{d}\", backend=\"onnx\", \
+             model_kwargs={{\"file_name\": \"{model_file}\"}})"
+        )],
+        "squad" => vec![optimum("ORTModelForQuestionAnswering")],
+        "classification" => vec![optimum("ORTModelForSequenceClassification")],
+        _ => vec![],
     }
 }
 
@@ -198,6 +236,21 @@ mod tests {
         let p = dir.join(file);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
+    }
+
+    /// With a config.json the loaders' lines name each task's class and the folder; without one, an embedding
+    /// model's says what is missing and a QA model gets none.
+    #[test]
+    fn the_loaders_follow_the_task_and_need_a_config() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(loaders(d.path(), "model_qdq.onnx", "squad").is_empty());
+        assert!(loaders(d.path(), "model_qdq.onnx", "embedding")[0].contains("has no config.json"));
+        write(d.path(), "config.json", r#"{"model_type": "bert"}"#);
+        let qa = loaders(d.path(), "model_qdq.onnx", "squad");
+        assert!(qa[0].contains("ORTModelForQuestionAnswering.from_pretrained(") && qa[0].contains("model_qdq.onnx"));
+        assert!(loaders(d.path(), "m.onnx", "classification")[0].contains("ORTModelForSequenceClassification"));
+        let st = loaders(d.path(), "model_qdq.onnx", "embedding");
+        assert!(st[0].starts_with("Load it with sentence-transformers: SentenceTransformer(\""), "{st:?}");
     }
 
     #[test]

@@ -29,7 +29,11 @@ impl fmt::Display for E2eReport {
         } else {
             writeln!(f, "{}", self.results.table())?;
         }
-        write!(f, "Outputs written to {}", self.out.display())
+        write!(f, "Outputs written to {}", self.out.display())?;
+        for line in crate::inputs::folder::loaders(&self.out, "model_qdq.onnx", &self.results.task) {
+            write!(f, "\n{line}")?;
+        }
+        Ok(())
     }
 }
 

@@ -229,6 +229,14 @@ impl E2eResults {
     /// results.json and report.md ([`E2eResults::markdown`]) into `dir`.
     pub fn write(&self, dir: &Path) -> Result<()> {
         write_json(&dir.join("results.json"), self)?;
-        write_atomic(&dir.join("report.md"), self.markdown().as_bytes())
+        let mut md = self.markdown();
+        let loaders = crate::inputs::folder::loaders(dir, "model_qdq.onnx", &self.task);
+        if !loaders.is_empty() {
+            md.push_str("\n## Loading the quantized model\n\n");
+            for line in loaders {
+                md.push_str(&format!("- {line}\n"));
+            }
+        }
+        write_atomic(&dir.join("report.md"), md.as_bytes())
     }
 }

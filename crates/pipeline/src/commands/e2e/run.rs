@@ -70,9 +70,9 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let qpath = cfg.out.join("model_qdq.onnx");
     save_model(&qmodel, &qpath)?;
     carry_tokenizer(&cfg.data.tokenizer_files(), &cfg.out)?;
-    if let Task::Embed(_) = task {
-        cfg.data.folder.carry_to(&cfg.out)?;
-    }
+    // The source folder's files (config.json, a sentence-transformers folder's modules): the output loads where the
+    // source does.
+    cfg.data.folder.carry_to(&cfg.out)?;
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
     let mut results = unevaluated(cfg, task.name(), calibration, quantization, &compared);
