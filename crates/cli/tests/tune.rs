@@ -427,14 +427,17 @@ fn debug_explains_a_model_whose_nodes_have_no_names() {
     assert!(nodes.iter().all(|n| !n.is_empty()) && unique.len() == nodes.len(), "{nodes:?}");
 }
 
-/// Issue 68: `--min-same` is a budget too: with a generous F1 budget the preset is chosen at once, unless it must
-/// also answer more questions as FP32 does than it can (101 % is refused as no share at all; 100 % is met by no
-/// quantized candidate on these questions unless every answer stays), and the report says which was asked.
+/// Issue 68: `--min-same` is a budget too: with a generous F1 budget the preset (or its all-integer form) is chosen,
+/// unless it must also answer more questions as FP32 does than it can (101 % is refused as no share at all; 100 % is
+/// met by no quantized candidate on these questions unless every answer stays), and the report says which was asked.
 #[test]
 fn tune_takes_a_budget_of_answers_identical_to_fp32s() {
     let f = tiny();
     let within = tune_tiny(&f, &f.dir.path().join("f1"), &["--budget", "100", "--max-float", "1"]);
-    assert_eq!((within["within_budget"].as_bool(), within["chosen"].as_u64()), (Some(true), Some(0)), "{within:#}");
+    // The preset, or its all-integer form where timing put that at most 2 % slower (whichever way the timing went).
+    let faster = within["curve"].as_array().unwrap().len() == 2;
+    let chosen = (within["within_budget"].as_bool(), within["chosen"].as_u64());
+    assert_eq!(chosen, (Some(true), Some(u64::from(faster))), "{within:#}");
     assert!(within.get("min_same_answers").is_none(), "{within:#}");
     let asked =
         tune_tiny(&f, &f.dir.path().join("same"), &["--budget", "100", "--max-float", "1", "--min-same", "100"]);

@@ -93,9 +93,9 @@ pub struct PolicySettings {
 pub struct Target {
     /// The EP the quantized model is for
     ///
-    /// It picks the default --policy: cpu and openvino -> cpu, tensorrt -> tensorrt, migraphx -> migraphx, qnn -> qnn, any
-    /// other -> tensorrt. Use the same for `qdq
-    /// calibrate` and `qdq quantize`. Calibration itself runs on --cal-ep.
+    /// It picks the default --policy: cpu -> cpu, openvino -> openvino, tensorrt, cuda and rocm -> tensorrt, migraphx
+    /// -> migraphx, qnn -> qnn. Use the same for `qdq calibrate` and `qdq quantize`. Calibration itself runs on
+    /// --cal-ep.
     #[cfg_attr(feature = "cli", arg(long, default_value = "cpu", value_name = "EP"))]
     pub ep: Ep,
 }
