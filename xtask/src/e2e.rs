@@ -160,8 +160,6 @@ pub struct Assets {
     pub reference_metrics: PathBuf,
     /// The reference pipeline's predictions on the whole dev set, when the set has them (minilm).
     pub reference_predictions: Option<PathBuf>,
-    /// The sentence-embedding model's folder, when the set has it (minilm).
-    pub embedding_model: Option<PathBuf>,
     /// Every sentence-embedding model's folder the set has (minilm: paraphrase-MiniLM-L3, all-MiniLM-L6-v2).
     pub embedding_models: Vec<PathBuf>,
 }
@@ -182,7 +180,6 @@ impl Assets {
             calibration: root.join(calib_file),
             reference_metrics: model_dir.join("reference_metrics.json"),
             reference_predictions: Some(model_dir.join("predictions_dev.json")).filter(|p| p.is_file()),
-            embedding_model: Some(root.join("models/paraphrase-minilm-l3")).filter(|p| p.join("model.onnx").is_file()),
             embedding_models: ["models/paraphrase-minilm-l3", "models/all-minilm-l6-v2"]
                 .iter()
                 .map(|d| root.join(d))

@@ -6,7 +6,8 @@
 //! on the CPU EP and on OpenVINO's plugin EP: retained nDCG@10 and MRR@10 with their paired intervals, cosine to
 //! FP32's embeddings, the top neighbour kept; and timed by one Python harness per EP at one text and a batch of 32 at
 //! the model's length (cpu_int8.py / ov_bench.py `time`: blocks in turn, each round starting one model later).
-//! Writes out/bench/embeddings.{json,md} with targets and verdicts.
+//! Every embedding model of the assets (or --embedding-model), each with its own targets and verdicts, in
+//! out/bench/embeddings.{json,md}.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -77,50 +78,97 @@ struct EmbeddingsReport {
 /// The models compared: name, what it is, file.
 type Models = Vec<(&'static str, String, PathBuf)>;
 
+/// Every model of one run, each with its own rows, speeds and targets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct EmbeddingsBench {
+    command: String,
+    git: Option<String>,
+    models: Vec<EmbeddingsReport>,
+}
+
+/// What every model's run shares.
+struct Run<'a> {
+    args: &'a EmbeddingsBenchArgs,
+    cpu: &'a CpuInt8Args,
+    vs: &'a VsPythonArgs,
+    dataset: &'a Path,
+    calibration: &'a Path,
+    lib: PathBuf,
+    py: PathBuf,
+    qdq: PathBuf,
+    plugin: Option<PathBuf>,
+}
+
 pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let assets = Assets::download(&download)?;
-    let model = match (&args.embedding_model, &assets.embedding_model) {
-        (Some(m), _) | (None, Some(m)) => m.clone(),
-        (None, None) => {
-            bail!("no sentence-embedding model: give --embedding-model DIR (a sentence-transformers folder)")
-        }
+    let folders = match &args.embedding_model {
+        Some(m) => vec![m.clone()],
+        None => assets.embedding_models.clone(),
     };
+    if folders.is_empty() {
+        bail!("no sentence-embedding model: give --embedding-model DIR (a sentence-transformers folder)");
+    }
     let (dataset, calibration) =
         (vs.dataset.clone().unwrap_or(assets.dataset), vs.calibration_data.clone().unwrap_or(assets.calibration));
     let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
     crate::openvino_bench::ensure_nncf(&py)?;
     let plugin = if args.no_openvino { None } else { Some(crate::setup::openvino(false)?) };
-    let work = vs.out.join("embeddings");
+    let run =
+        Run { args: &args, cpu: &cpu, vs: &vs, dataset: &dataset, calibration: &calibration, lib, py, qdq, plugin };
+    let mut models = vec![];
+    for folder in &folders {
+        models.push(one_model(&run, folder)?);
+    }
+    let bench = EmbeddingsBench {
+        command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
+        git: git_head(),
+        models,
+    };
+    std::fs::create_dir_all(&vs.out)?;
+    write_atomic(&vs.out.join("embeddings.json"), &serde_json::to_vec_pretty(&bench)?)?;
+    let mut md = String::from("# Sentence embeddings: qdq against ONNX Runtime's dynamic INT8 and NNCF\n\n");
+    md.push_str(&bench.models.iter().map(render).collect::<Vec<_>>().join("\n"));
+    write_atomic(&vs.out.join("embeddings.md"), md.as_bytes())?;
+    print!("{md}");
+    eprintln!("xtask: written {}", vs.out.join("embeddings.{json,md}").display());
+    Ok(())
+}
+
+/// One embedding model: qdq's INT8 and the peers', scored against FP32 on each EP and timed at 1x and 32x its length.
+fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
+    let (args, cpu) = (run.args, run.cpu);
+    let name = model.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    let work = run.vs.out.join("embeddings").join(&name);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
-    let seq_len = max_seq_length(&model).unwrap_or(128);
+    let seq_len = max_seq_length(model).unwrap_or(128);
     let qdq_cmd = |sub: &str| {
-        let mut c = Command::new(&qdq);
-        c.arg(sub).env(LIBRARY_ENV, &lib);
+        let mut c = Command::new(&run.qdq);
+        c.arg(sub).env(LIBRARY_ENV, &run.lib);
         c
     };
 
     eprintln!(
-        "xtask: qdq's INT8 (qdq e2e --no-eval, {} calibration questions and their paragraphs)",
+        "xtask: {name}: qdq's INT8 (qdq e2e --no-eval, {} calibration questions and their paragraphs)",
         args.embedding_cal_num
     );
     let qdq_dir = work.join("qdq");
     let cal_num = args.embedding_cal_num.to_string();
     let mut e2e = qdq_cmd("e2e");
-    e2e.arg("--model").arg(&model).arg("--calibration-data").arg(&calibration).args(["--cal-num", &cal_num]);
+    e2e.arg("--model").arg(model).arg("--calibration-data").arg(run.calibration).args(["--cal-num", &cal_num]);
     run_cmd(e2e.args(["--no-eval", "--out"]).arg(&qdq_dir))?;
-    let models = peers(&py, &model, &calibration, args.embedding_cal_num, seq_len, &work, &qdq_dir)?;
+    let models = peers(&run.py, model, run.calibration, args.embedding_cal_num, seq_len, &work, &qdq_dir)?;
 
     let mut rows = vec![];
-    for ep in std::iter::once("cpu").chain(plugin.as_ref().map(|_| "openvino")) {
+    for ep in std::iter::once("cpu").chain(run.plugin.as_ref().map(|_| "openvino")) {
         for (name, what, path) in &models {
             eprintln!("xtask: qdq eval {name} against FP32 on {ep} ({} queries; 0 = all)", args.embedding_samples);
             let mut eval = qdq_cmd("eval");
-            if let Some(p) = plugin.as_ref().filter(|_| ep == "openvino") {
+            if let Some(p) = run.plugin.as_ref().filter(|_| ep == "openvino") {
                 eval.args(["--ep", "openvino", "--ep-plugin"]).arg(p);
             }
-            let (eval, not_scored) = match score(eval, path, &model, (&dataset, args.embedding_samples), seq_len) {
+            let (eval, not_scored) = match score(eval, path, model, (run.dataset, args.embedding_samples), seq_len) {
                 Ok(e) => (Some(e), None),
                 Err(e) => (None, Some(short_reason(&format!("{e:#}")))),
             };
@@ -135,15 +183,15 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
         }
     }
 
-    let mut timed: Models = vec![("fp32", "FP32".into(), model.join("model.onnx"))];
+    let mut timed: Models = vec![("fp32", "FP32".into(), onnx_in(model))];
     timed.extend(models.iter().cloned());
-    let speed = time_models(&py, &timed, &cpu, seq_len, plugin.as_deref(), &work, vs.wait)?;
+    let speed = time_models(&run.py, &timed, cpu, seq_len, run.plugin.as_deref(), &work, run.vs.wait)?;
     let made: crate::qdq_json::Results = crate::qdq_json::read(&qdq_dir.join("results.json"))?;
     let report = EmbeddingsReport {
         command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
         git: git_head(),
         machine: made.provenance.machine,
-        model,
+        model: model.to_path_buf(),
         samples: args.embedding_samples,
         cal_num: args.embedding_cal_num,
         seq_len,
@@ -154,14 +202,13 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
         speed,
         targets: vec![],
     };
-    let report = EmbeddingsReport { targets: targets(&report), ..report };
-    std::fs::create_dir_all(&vs.out)?;
-    write_atomic(&vs.out.join("embeddings.json"), &serde_json::to_vec_pretty(&report)?)?;
-    let md = render(&report);
-    write_atomic(&vs.out.join("embeddings.md"), md.as_bytes())?;
-    print!("{md}");
-    eprintln!("xtask: written {}", vs.out.join("embeddings.{json,md}").display());
-    Ok(())
+    Ok(EmbeddingsReport { targets: targets(&report), ..report })
+}
+
+/// The ONNX file of a sentence-transformers folder (`model.onnx`) or of the hub layout (`onnx/model.onnx`).
+pub(crate) fn onnx_in(folder: &Path) -> PathBuf {
+    let flat = folder.join("model.onnx");
+    if flat.is_file() { flat } else { folder.join("onnx/model.onnx") }
 }
 
 /// What a failed run's last line says, in a table cell: the sentence that names the cause.
@@ -188,7 +235,7 @@ fn peers(
     qdq: &Path,
 ) -> Result<Models> {
     let script = root().join("xtask/python/embed_bench.py");
-    let fp32 = model.join("model.onnx");
+    let fp32 = onnx_in(model);
     eprintln!("xtask: ONNX Runtime's dynamic INT8 (sentence-transformers' avx512_vnni export)");
     let dynamic = work.join("ort_dynamic.onnx");
     run_cmd(Command::new(py).arg(&script).args(["dynamic", "--model"]).arg(&fp32).arg("--out").arg(&dynamic))?;
@@ -404,7 +451,8 @@ fn against_fp32(e: &Embedding) -> Vec<Target> {
 }
 
 fn render(r: &EmbeddingsReport) -> String {
-    let mut md = String::from("# Sentence embeddings: qdq against ONNX Runtime's dynamic INT8 and NNCF\n\n");
+    let name = r.model.file_name().map_or_else(|| r.model.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let mut md = format!("## {name}\n\n");
     let _ = writeln!(
         md,
         "`{}` ({}), {} on {}; SQuAD v1.1 dev as retrieval ({} queries; 0 = all 10,570), texts of at most {} tokens; \

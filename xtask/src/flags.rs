@@ -205,7 +205,7 @@ pub struct EmbeddingsBenchArgs {
     /// Run the sentence-embedding comparison instead of the criterion benchmarks.
     #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino"])]
     pub embeddings: bool,
-    /// The model's folder (default: the minilm assets' paraphrase-minilm-l3).
+    /// One model's folder (default: every embedding model of the minilm assets).
     #[arg(long, value_name = "DIR")]
     pub embedding_model: Option<PathBuf>,
     /// Dev questions used as queries (0: all 10,570; every paragraph is a document).

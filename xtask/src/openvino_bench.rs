@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::cpu_int8::{ShapeRow, Target, Times, shape_rows};
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
+use crate::embed_bench::onnx_in;
 use crate::flags::{CpuInt8Args, EmbeddingsBenchArgs, OpenVinoBenchArgs, VsPythonArgs};
 use crate::qdq_json::Embedding;
 use crate::rounds::Ratio;
@@ -408,12 +409,6 @@ fn score_squad(b: &Bench, paths: &crate::vs_python::Paths, models: &[ModelFile],
         qdq_vs_nncf_f1: Paired::of(&f1("qdq"), &f1("nncf")),
         qdq_vs_nncf_same: Paired::of(&same("qdq"), &same("nncf")),
     })
-}
-
-/// The ONNX file of a sentence-transformers folder (`model.onnx`) or of the hub layout (`onnx/model.onnx`).
-fn onnx_in(folder: &Path) -> PathBuf {
-    let flat = folder.join("model.onnx");
-    if flat.is_file() { flat } else { folder.join("onnx/model.onnx") }
 }
 
 /// An embedding model: qdq's and NNCF's INT8 from the same calibration texts, timed at one text and 32 at its

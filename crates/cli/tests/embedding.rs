@@ -72,8 +72,19 @@ fn a_sentence_transformers_folder_needs_no_flags() {
     let cos = e["fidelity"]["mean_cosine"].as_f64().unwrap();
     assert!(cos > 0.9 && cos <= 1.0, "{cos}");
     assert!(retrieval(&r, "fp32").iter().all(|s| (0.0..=100.0).contains(s)));
-    // Calibration: the first 4 questions and the one paragraph they ask about.
+    // Calibration: the first 4 questions and the one paragraph they ask about; an embedding model's ranges by the
+    // percentile method unless another is asked for (a SQuAD model's: mse).
     assert_eq!(r["calibration"]["questions"], 5);
+    assert_eq!(r["calibration"]["method"], "percentile", "{:#}", r["calibration"]);
+    let asked = e2e(&model, &dir.path().join("out_mse"), &["--calibrate-method", "mse", "--no-eval"]);
+    assert_eq!(asked["calibration"]["method"], "mse", "{:#}", asked["calibration"]);
+    // `qdq calibrate` settles the method for the task as e2e does.
+    let (squad, cal) = (testdata("squad/tiny-v1.1.json"), dir.path().join("cal"));
+    let args = ["calibrate", "--model", model.to_str().unwrap(), "--calibration-data", squad.to_str().unwrap()];
+    let run = qdq(&[&args[..], &["--cal-num", "4", "-o", cal.to_str().unwrap()]].concat());
+    assert!(run.status.success(), "{}", stderr(&run));
+    let table: Value = serde_json::from_slice(&std::fs::read(cal.join("calibration.json")).unwrap()).unwrap();
+    assert_eq!(table["method"], "percentile");
     let speed: Vec<(u64, u64)> = e["speed"]
         .as_array()
         .unwrap()

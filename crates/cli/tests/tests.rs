@@ -4,6 +4,7 @@
 mod common;
 
 mod audit;
+mod classify;
 mod command_line;
 mod e2e;
 mod embedding;

@@ -48,7 +48,7 @@ pub use job::{Job, Report};
 pub use report::calibrate::CalibrateReport;
 pub use report::debug::{Confirmation, DebugReport};
 pub use report::e2e::E2eReport;
-pub use report::eval::{EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport};
+pub use report::eval::{ClassifierEvalReport, EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport};
 pub use report::inspect::Inspection;
 pub use report::providers::ProvidersReport;
 pub use report::quantize::QuantizeReport;

@@ -43,13 +43,16 @@ fn tiny_with_data(dir: &Path, cfg: &DataConfig) -> (onnx_ir::Model, Corpus) {
     (model, data)
 }
 
-fn methods() -> Vec<calib::Method> {
+fn method_settings() -> MethodSettings {
     let compare = vec![MethodKind::MinMax, MethodKind::Entropy, MethodKind::Percentile];
     let d = MethodOptions::default();
     let (percentile, symmetric, num_quantized_bins) = (Some(d.percentile), d.symmetric, Some(d.num_quantized_bins));
-    let settings =
-        MethodSettings { method: Some(MethodKind::Percentile), compare, percentile, symmetric, num_quantized_bins };
-    settings.methods(&[qdq::Precision::Int8]).unwrap()
+    let method = Some(MethodKind::Percentile);
+    MethodSettings { method, compare, percentile, symmetric, num_quantized_bins, integer_default: None }
+}
+
+fn methods() -> Vec<calib::Method> {
+    method_settings().methods(&[qdq::Precision::Int8]).unwrap()
 }
 
 fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
@@ -62,6 +65,7 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         samples: 0,
         cal_num: Some(5),
         calibrate: CalibrateOptions::new(2, methods(), 512, SessionConfig::default()),
+        methods: method_settings(),
         policy: qdq::Policy::preset(policy).unwrap(),
         compare: vec!["minmax".to_owned(), "entropy".to_owned()],
         also: vec![],

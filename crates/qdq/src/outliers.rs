@@ -66,7 +66,7 @@ pub fn outlier_rests(model: &Model) -> Vec<String> {
         .collect()
 }
 
-/// The split recorded in a model's metadata by [`split_outliers`], if any (`ratio=8; tensors=4; channels=6`).
+/// The split recorded in a model's metadata by [`split_outliers`], if any (`ratio=6; tensors=4; channels=5`).
 pub fn outlier_record(model: &Model) -> Option<&str> {
     model.proto.metadata_props.iter().find(|e| e.key() == OUTLIER_METADATA_KEY).map(|e| e.value())
 }

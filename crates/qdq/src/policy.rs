@@ -320,8 +320,9 @@ fn globs(target: &mut Vec<String>, v: &str) -> std::result::Result<(), String> {
 /// What `op_types` takes: [`crate::MATMUL_OPS`] and `Add` (a test holds the two together).
 const OP_TYPES: &str = "a comma-separated subset of MatMul,Gemm,FusedMatMul,Attention,Add";
 
-/// The `cpu` preset's `outlier_channels`: channels over 8 times the median channel's max |x|.
-pub const DEFAULT_OUTLIER_RATIO: f32 = 8.0;
+/// The `cpu` preset's `outlier_channels`: channels over 6 times the median channel's max |x| (docs/QUANTIZATION.md,
+/// "Sentence-embedding models": why not 8).
+pub const DEFAULT_OUTLIER_RATIO: f32 = 6.0;
 
 /// An option that is `off` or a number `valid` accepts (`smooth`, `outlier_channels`), as the CLI / TOML give it.
 fn off_or_number(v: &str, valid: fn(f64) -> bool, expected: &str) -> std::result::Result<Option<f32>, String> {

@@ -113,7 +113,8 @@ impl CalibrateJob {
             plugins: self.library.ep_plugin.clone(),
             ..SessionConfig::default()
         };
-        let opts = self.calib.options(self.batching.batch, &base, &[policy.precision])?;
+        let calib = self.calib.with_integer_default(task.integer_method());
+        let opts = calib.options(self.batching.batch, &base, &[policy.precision])?;
         if !self.merge.is_empty() {
             qdq::check_mergeable(&model, policy)?;
         }

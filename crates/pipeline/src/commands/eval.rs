@@ -1,4 +1,5 @@
-//! `qdq eval`: one model (FP32 or quantized) on SQuAD: EM, F1 and speed.
+//! `qdq eval`: one model (FP32 or quantized) in its task's measures: a SQuAD model's EM, F1 and speed; an embedding
+//! model's retrieval and, with `--baseline`, its embeddings against the baseline's; a classifier against its baseline.
 
 use std::path::{Path, PathBuf};
 
@@ -14,11 +15,14 @@ use crate::inputs::squad::DataConfig;
 use crate::job::Job;
 use crate::model::resolve_model;
 use crate::progress::Progress;
-use crate::report::eval::{Baseline, EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport};
+use crate::report::eval::{
+    Baseline, ClassifierEvalReport, EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport,
+};
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::evaluate::{EvalOptions, evaluate};
 use crate::steps::speed::{self, OpProfile, profile_batches};
+use crate::tasks::classify::evaluate_classifier;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::{EmbedTask, embed_side, evaluate_embeddings, retrieval_of};
 use crate::tasks::{Side, Task};
@@ -30,14 +34,15 @@ pub struct EvalJob {
     /// The ONNX model (FP32 or QDQ; file or model directory)
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub model: PathBuf,
-    /// SQuAD file to evaluate on
+    /// SQuAD file to evaluate on, or texts (embedding models, classifiers)
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub dataset: PathBuf,
     /// Also a second model on the same questions, and the difference
     ///
     /// E.g. the FP32 model a quantized --model came from: both are evaluated, and dF1 and dEM are printed with their
     /// paired 95 % intervals (each question's score of one against the other's), saying so when these questions
-    /// cannot tell the two apart.
+    /// cannot tell the two apart. An embedding model: its embeddings against the baseline's; a classifier (which
+    /// needs it): the agreement of their class logits.
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub baseline: Option<PathBuf>,
     /// Questions to evaluate: the first N of --dataset (0 = all)
@@ -94,12 +99,14 @@ impl Job for EvalJob {
         // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model
         // over 2 GiB cannot be serialized inline, and none is held twice).
         let graph = Model::load_graph_only(&model)?;
-        // A model that is not an embedding model is scored on SQuAD, whose checks name what does not fit.
+        // A model that is neither an embedding model nor a classifier is scored on SQuAD, whose checks name what does
+        // not fit.
         match Task::detect(&graph, &model, &data_cfg) {
             Ok(Task::Embed(task)) => {
                 tracing::info!("{}", task.describe());
                 return self.embeddings(&model, &task, &data_cfg, progress);
             }
+            Ok(Task::Classify { output }) => return self.classifier(&model, &graph, &output, &data_cfg, progress),
             Err(e) if data_cfg.io_names.named().embedding.is_some() || data_cfg.pooling.is_some() => return Err(e),
             _ => {}
         }
@@ -162,6 +169,45 @@ impl EvalJob {
         (session, others)
     }
 
+    /// A classifier on its inputs against `--baseline` (as the quantized model against FP32 in `qdq e2e`): agreement
+    /// of the class logits, and accuracy where the inputs carry labels.
+    fn classifier(
+        &self,
+        model: &Path,
+        graph: &Model,
+        output: &str,
+        data_cfg: &DataConfig,
+        progress: &dyn Progress,
+    ) -> Result<EvalReport> {
+        let Some(baseline) = &self.baseline else {
+            return Err(Error::Usage(format!(
+                "{}: a classifier (class logits `{output}`) is measured against its baseline: give --baseline <FP32 \
+                 model>; eval then reports the agreement of the two models' logits, and accuracy where {} has labels",
+                model.display(),
+                self.dataset.display()
+            )));
+        };
+        self.one_ep_only("a classifier")?;
+        let text = TextInputs::for_model(graph, model, data_cfg);
+        let set = InputSet::load(&self.dataset, graph, &text, self.samples)?;
+        let session = self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval"));
+        let opts = EvalOptions { batch: self.batching.batch, session, warmup: self.runtime.warmup, workers: 1 };
+        let baseline = resolve_model(baseline)?;
+        let (b, m) = (Side { path: &baseline, session: &opts.session }, Side { path: model, session: &opts.session });
+        let comparison = evaluate_classifier(b, m, &set, output, &opts, progress)?;
+        Ok(EvalReport::Classify(Box::new(ClassifierEvalReport { model: model.to_path_buf(), baseline, comparison })))
+    }
+
+    /// --out, --profile-ops and a second --ep are a SQuAD model's: refused for `what`.
+    fn one_ep_only(&self, what: &str) -> Result<()> {
+        if self.out.is_some() || self.profile_ops || !self.runtime.other_eps().is_empty() {
+            return Err(Error::Usage(format!(
+                "--out, --profile-ops and a second --ep are for SQuAD models; {what} is evaluated on one EP"
+            )));
+        }
+        Ok(())
+    }
+
     /// An embedding model on texts: its retrieval scores on labelled data, and with --baseline its embeddings
     /// against the baseline's (as the quantized model's against FP32's in `qdq e2e`).
     fn embeddings(
@@ -171,12 +217,7 @@ impl EvalJob {
         data_cfg: &DataConfig,
         progress: &dyn Progress,
     ) -> Result<EvalReport> {
-        if self.out.is_some() || self.profile_ops || !self.runtime.other_eps().is_empty() {
-            return Err(Error::Usage(
-                "--out, --profile-ops and a second --ep are for SQuAD models; an embedding model is evaluated on one EP"
-                    .into(),
-            ));
-        }
+        self.one_ep_only("an embedding model")?;
         let graph = Model::load_graph_only(model)?;
         let text = TextInputs::for_model(&graph, model, data_cfg);
         drop(graph);

@@ -11,7 +11,6 @@ use crate::report::results::{
 };
 use crate::settings::policy::Mode;
 use crate::steps::evaluate::ep_label;
-use crate::tasks::classify::ClassifierEval;
 use crate::tasks::embed::report::embedding_table;
 
 /// What `qdq e2e` did: the results (as results.json) and where everything went.
@@ -107,7 +106,7 @@ impl E2eResults {
     pub fn table(&self) -> String {
         let int8 = self.quantized_label();
         match (&self.classification, &self.embedding) {
-            (Some(c), _) => classification_table(c, &int8),
+            (Some(c), _) => crate::tasks::classify::table(c, &int8),
             (_, Some(e)) => embedding_table(e, &int8),
             _ => self.squad_table(&int8),
         }
@@ -338,31 +337,4 @@ fn quantization_section(md: &mut String, q: &QuantizationSummary) {
             let _ = writeln!(md, "  - {s}");
         }
     }
-}
-
-/// A classifier's FP32 vs INT8 table: accuracy (with labels), agreement with FP32, latency and size.
-fn classification_table(c: &ClassifierEval, int8: &str) -> String {
-    use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
-    let mut t = Table::new();
-    t.load_preset(ASCII_MARKDOWN);
-    t.set_header(["model", "EP", "accuracy", "top-1 = FP32", "mean KL", "max logit diff", "ms/input", "size (MB)"]);
-    let a = &c.agreement;
-    for (name, m, same) in [("FP32", &c.fp32, None), (int8, &c.int8, Some(a))] {
-        let pct = |v: f64| format!("{:.2} %", 100.0 * v);
-        t.add_row([
-            name.to_owned(),
-            m.ran.label(),
-            m.accuracy.map_or("-".to_owned(), pct),
-            same.map_or(String::new(), |a| pct(a.top1)),
-            same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),
-            same.map_or(String::new(), |a| format!("{:.4}", a.max_abs_diff)),
-            format!("{:.2}", m.latency.ms_per_feature),
-            format!("{:.1}", m.ran.model_bytes as f64 / 1e6),
-        ]);
-    }
-    for col in t.column_iter_mut().skip(2) {
-        col.set_cell_alignment(CellAlignment::Right);
-    }
-    let rows = if a.per_token { "tokens (padding left out)" } else { "inputs" };
-    format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
 }

@@ -9,6 +9,7 @@ use crate::job::Report;
 use crate::report::ops::op_table;
 use crate::steps::evaluate::Evaluation;
 use crate::steps::speed::OpProfile;
+use crate::tasks::classify::ClassifierEval;
 use crate::tasks::embed::report::embedding_table;
 use crate::tasks::embed::{EmbeddingEval, EmbeddingModel};
 
@@ -17,6 +18,15 @@ use crate::tasks::embed::{EmbeddingEval, EmbeddingModel};
 pub enum EvalReport {
     Squad(Box<SquadEvalReport>),
     Embedding(Box<EmbeddingEvalReport>),
+    Classify(Box<ClassifierEvalReport>),
+}
+
+/// A classifier against `--baseline`: the baseline as FP32, the model as the quantized side.
+#[derive(Debug, Clone)]
+pub struct ClassifierEvalReport {
+    pub model: PathBuf,
+    pub baseline: PathBuf,
+    pub comparison: ClassifierEval,
 }
 
 /// An embedding model's evaluation: its scores on retrieval data, and with `--baseline` how it compares with the
@@ -90,6 +100,13 @@ impl Report for EvalReport {
                 "evaluation": r.evaluation,
                 "vs_baseline": r.vs_baseline,
             }),
+            EvalReport::Classify(r) => serde_json::json!({
+                "schema": "qdq.eval/1",
+                "task": "classification",
+                "model": r.model,
+                "baseline": r.baseline,
+                "vs_baseline": r.comparison,
+            }),
         }
     }
 }
@@ -99,6 +116,10 @@ impl fmt::Display for EvalReport {
         match self {
             EvalReport::Squad(r) => r.fmt(f),
             EvalReport::Embedding(r) => r.fmt(f),
+            EvalReport::Classify(r) => {
+                write!(f, "{}", crate::tasks::classify::table(&r.comparison, "model").trim_end())?;
+                write!(f, "\nbaseline (the FP32 row): {}", r.baseline.display())
+            }
         }
     }
 }

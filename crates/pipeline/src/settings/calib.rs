@@ -15,13 +15,15 @@ use crate::steps::collect::CalibrateOptions;
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[cfg_attr(feature = "cli", command(next_help_heading = "Calibration"))]
 pub struct MethodSettings {
-    /// Range method, e.g. entropy [default: mse; fp8: fp8-mse]
+    /// Range method [default: mse; embeddings: percentile]
     ///
-    /// mse, fp8-mse, minmax, percentile, entropy or distribution. mse takes the range minimising the expected INT8
-    /// error, fp8-mse the float8 one (relative rounding: it clips far less); entropy is TensorRT's KL method. Statistics for --compare-methods are collected in the same pass. Where every method is percentile,
-    /// mse or minmax, the histograms count bin by bin only the tails the ranges read (the same ranges; where a range
-    /// turns out to need more, the pass runs again with whole histograms and says so). docs/QUANTIZATION.md compares
-    /// them.
+    /// mse, fp8-mse, minmax, percentile, entropy or distribution; float8 pairs default to fp8-mse. mse takes the
+    /// range minimising the expected INT8 error, fp8-mse the float8 one (relative rounding: it clips far less);
+    /// entropy is TensorRT's KL method. A pooled sentence embedding takes percentile: pooling averages the tokens'
+    /// rounding noise away and keeps the error of clipped values, so its ranges clip less. Statistics for
+    /// --compare-methods are collected in the same pass. Where every method is percentile, mse or minmax, the
+    /// histograms count bin by bin only the tails the ranges read (the same ranges; where a range turns out to need
+    /// more, the pass runs again with whole histograms and says so). docs/QUANTIZATION.md compares them.
     #[cfg_attr(feature = "cli", arg(long = "calibrate-method", value_name = "METHOD"))]
     pub method: Option<MethodKind>,
     /// Also compute these methods' ranges from the same pass
@@ -46,13 +48,27 @@ pub struct MethodSettings {
     /// An error when the run computes neither.
     #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
     pub symmetric: bool,
+    /// The method for integer pairs when --calibrate-method names none: the task's
+    /// ([`crate::tasks::Task::integer_method`]); mse when unset.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub integer_default: Option<MethodKind>,
 }
 
 impl MethodSettings {
-    /// The method whose ranges a model of `precision` is quantized with: `--calibrate-method`, else mse for integer
-    /// pairs and fp8-mse for float8 ones.
+    /// The method whose ranges a model of `precision` is quantized with: `--calibrate-method`, else the task's
+    /// method for integer pairs (mse unless [`MethodSettings::integer_default`] says otherwise) and fp8-mse for
+    /// float8 ones.
     pub fn method_for(&self, precision: qdq::Precision) -> MethodKind {
-        self.method.unwrap_or(if precision.float8().is_some() { MethodKind::Fp8Mse } else { MethodKind::Mse })
+        self.method.unwrap_or(if precision.float8().is_some() {
+            MethodKind::Fp8Mse
+        } else {
+            self.integer_default.unwrap_or(MethodKind::Mse)
+        })
+    }
+
+    /// These settings with `kind` as the integer pairs' method where --calibrate-method names none.
+    pub fn with_integer_default(&self, kind: MethodKind) -> MethodSettings {
+        MethodSettings { integer_default: Some(kind), ..self.clone() }
     }
 
     /// The methods of a run quantizing with each of `precisions` (the first makes the main model): the first's
@@ -158,6 +174,12 @@ pub struct CalibSettings {
 }
 
 impl CalibSettings {
+    /// These settings with `kind` as the integer pairs' method where --calibrate-method names none
+    /// ([`MethodSettings::with_integer_default`]).
+    pub fn with_integer_default(&self, kind: MethodKind) -> CalibSettings {
+        CalibSettings { methods: self.methods.with_integer_default(kind), ..self.clone() }
+    }
+
     /// The calibration options: the methods, and a session on [`CalibSettings::ep`] otherwise as `base`
     /// ([`calibration_session`]).
     ///

@@ -43,6 +43,13 @@ pub struct EmbeddingAgreement {
     pub mean_cosine: f64,
     /// The lowest of those cosines.
     pub min_cosine: f64,
+    /// How much the model moves the similarities that order each text's neighbours, relative to how far apart those
+    /// similarities are: for every held-out text, the change of its cosine to each other text, less that change's
+    /// mean over the others (a shift common to them all reorders nothing), root-mean-square, over the spread
+    /// (standard deviation) of FP32's cosines; the mean over texts. 0: every text ranks the others as FP32 does by
+    /// the same margins. Retrieval loses what reorders neighbours, which a mean cosine does not tell apart from error
+    /// in directions no ranking reads.
+    pub similarity_distortion: f64,
 }
 
 /// How another model agrees with FP32 on the held-out inputs, in its task's measure.
@@ -127,10 +134,11 @@ impl OutputAgreement {
                 a.max_abs_diff
             ),
             OutputAgreement::Embeddings(a) => format!(
-                "cosine mean {:.5} (distance {:.2e}), min {:.5}",
+                "cosine mean {:.5} (distance {:.2e}), min {:.5}, similarity distortion {:.4}",
                 a.mean_cosine,
                 1.0 - a.mean_cosine,
-                a.min_cosine
+                a.min_cosine,
+                a.similarity_distortion
             ),
         }
     }
@@ -145,8 +153,16 @@ pub(crate) enum Values {
 
 /// Sums of per-input agreement.
 pub(crate) enum Sums {
-    Logits { kl: [f64; 2], same: [u64; 2], max_abs: f64, features: u64 },
-    Embeddings { cosine: f64, min: f64, texts: u64 },
+    Logits {
+        kl: [f64; 2],
+        same: [u64; 2],
+        max_abs: f64,
+        features: u64,
+    },
+    /// Each text's two embeddings, unit length (FP32's, the other model's).
+    Embeddings {
+        pairs: Vec<(Vec<f64>, Vec<f64>)>,
+    },
 }
 
 impl Sums {
@@ -170,13 +186,8 @@ impl Sums {
                     *features += 1;
                 }
             }
-            (Sums::Embeddings { cosine, min, texts }, Values::Embeddings(a), Values::Embeddings(b)) => {
-                for (x, y) in a.iter().zip(b) {
-                    let c = cosine_of(x, y);
-                    *cosine += c;
-                    *min = min.min(c);
-                    *texts += 1;
-                }
+            (Sums::Embeddings { pairs }, Values::Embeddings(a), Values::Embeddings(b)) => {
+                pairs.extend(a.iter().zip(b).map(|(x, y)| (unit(x), unit(y))));
             }
             // The two sides of one comparison are read by the same reader.
             _ => {}
@@ -195,24 +206,61 @@ impl Sums {
                     max_abs_diff: *max_abs,
                 })
             }
-            Sums::Embeddings { cosine, min, texts } => OutputAgreement::Embeddings(EmbeddingAgreement {
-                mean_cosine: if *texts == 0 { 1.0 } else { cosine / *texts as f64 },
-                min_cosine: if *texts == 0 { 1.0 } else { *min },
-            }),
+            Sums::Embeddings { pairs } => OutputAgreement::Embeddings(embedding_agreement(pairs)),
         }
     }
 }
 
-/// The cosine of two vectors (1 for two zero vectors: the same output).
-fn cosine_of(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
+/// Cosines and [`EmbeddingAgreement::similarity_distortion`] of unit-length embedding pairs (FP32's, the other's).
+fn embedding_agreement(pairs: &[(Vec<f64>, Vec<f64>)]) -> EmbeddingAgreement {
+    if pairs.is_empty() {
+        return EmbeddingAgreement { mean_cosine: 1.0, min_cosine: 1.0, similarity_distortion: 0.0 };
     }
-    if aa == 0.0 && bb == 0.0 { 1.0 } else { (ab / (aa.sqrt() * bb.sqrt()).max(f64::MIN_POSITIVE)).clamp(-1.0, 1.0) }
+    let cosines: Vec<f64> = pairs.iter().map(|(a, b)| cosine_of(a, b)).collect();
+    let (mut distortion, mut anchors) = (0.0, 0usize);
+    let n = pairs.len();
+    if n >= 3 {
+        for (i, (a, b)) in pairs.iter().enumerate() {
+            let (mut s, mut d) = (Vec::with_capacity(n - 1), Vec::with_capacity(n - 1));
+            for (x, y) in pairs.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, p)| p) {
+                let fp32 = dot(a, x);
+                s.push(fp32);
+                d.push(dot(b, y) - fp32);
+            }
+            let spread = std_dev(&s);
+            if spread > 0.0 {
+                distortion += std_dev(&d) / spread;
+                anchors += 1;
+            }
+        }
+    }
+    EmbeddingAgreement {
+        mean_cosine: cosines.iter().sum::<f64>() / n as f64,
+        min_cosine: cosines.iter().copied().fold(f64::INFINITY, f64::min),
+        similarity_distortion: if anchors == 0 { 0.0 } else { distortion / anchors as f64 },
+    }
+}
+
+/// `v` scaled to unit length, in f64 (a zero vector stays zero).
+fn unit(v: &[f32]) -> Vec<f64> {
+    let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt();
+    v.iter().map(|&x| if norm > 0.0 { f64::from(x) / norm } else { 0.0 }).collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The population standard deviation (root-mean-square about the mean).
+fn std_dev(v: &[f64]) -> f64 {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    (v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / v.len().max(1) as f64).sqrt()
+}
+
+/// The cosine of two unit-length (or zero) vectors (1 for two zero vectors: the same output).
+fn cosine_of(a: &[f64], b: &[f64]) -> f64 {
+    let (aa, bb) = (dot(a, a), dot(b, b));
+    if aa == 0.0 && bb == 0.0 { 1.0 } else { dot(a, b).clamp(-1.0, 1.0) }
 }
 
 /// One held-out batch: the arrays fed, the rows that hold inputs (a fixed-batch model's filler rows come after
@@ -272,7 +320,7 @@ impl Runs {
     pub(crate) fn sums(&self) -> Sums {
         match &self.read {
             Read::Logits(_) => Sums::Logits { kl: [0.0; 2], same: [0; 2], max_abs: 0.0, features: 0 },
-            Read::Embedding(_) => Sums::Embeddings { cosine: 0.0, min: f64::INFINITY, texts: 0 },
+            Read::Embedding(_) => Sums::Embeddings { pairs: vec![] },
         }
     }
 
@@ -400,5 +448,48 @@ impl HeldOut {
             sums.add(f, o, b);
         }
         sums.agreement()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts() -> Vec<Vec<f32>> {
+        vec![vec![1.0, 0.2, 0.0], vec![0.3, 1.0, 0.1], vec![0.0, 0.4, 1.0], vec![0.5, 0.5, 0.5], vec![0.9, 0.0, 0.4]]
+    }
+
+    fn agreement(a: &[Vec<f32>], b: &[Vec<f32>]) -> EmbeddingAgreement {
+        let pairs: Vec<_> = a.iter().zip(b).map(|(x, y)| (unit(x), unit(y))).collect();
+        embedding_agreement(&pairs)
+    }
+
+    #[test]
+    fn a_rotation_moves_every_embedding_and_reorders_no_neighbour() {
+        let a = texts();
+        // A rotation about the third axis: every text's cosine to its FP32 self drops, no cosine between texts moves.
+        let (c, s) = (0.2f32.cos(), 0.2f32.sin());
+        let b: Vec<Vec<f32>> = a.iter().map(|v| vec![c * v[0] - s * v[1], s * v[0] + c * v[1], v[2]]).collect();
+        let r = agreement(&a, &b);
+        assert!(r.mean_cosine < 0.99, "{r:?}");
+        assert!(r.similarity_distortion < 1e-6, "{r:?}");
+        let same = agreement(&a, &a);
+        assert!((same.mean_cosine - 1.0).abs() < 1e-12 && same.similarity_distortion < 1e-12, "{same:?}");
+    }
+
+    #[test]
+    fn noise_that_reorders_neighbours_is_measured_against_the_spread() {
+        let a = texts();
+        let mut b = a.clone();
+        b[0][1] += 0.3;
+        b[2][0] -= 0.2;
+        let small = agreement(&a, &b);
+        b[0][1] += 0.3;
+        let large = agreement(&a, &b);
+        assert!(small.similarity_distortion > 0.01, "{small:?}");
+        assert!(large.similarity_distortion > small.similarity_distortion, "{small:?} {large:?}");
+        assert!(large.min_cosine < small.min_cosine && large.min_cosine <= large.mean_cosine);
+        // Fewer than three texts: no neighbours to order.
+        assert_eq!(agreement(&a[..2], &b[..2]).similarity_distortion, 0.0);
     }
 }

@@ -6,11 +6,14 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
+use crate::error::Result;
 use crate::inputs::squad::DataConfig;
 use crate::provenance::Invocation;
+use crate::settings::calib::MethodSettings;
 use crate::settings::policy::{Mode, PolicyChoice};
 use crate::steps::collect::CalibrateOptions;
 use crate::steps::evaluate::EvalOptions;
+use crate::tasks::Task;
 
 /// Wall seconds per phase of the run (results.json's `provenance.phase_seconds`).
 pub(crate) type Phases = BTreeMap<String, f64>;
@@ -28,6 +31,9 @@ pub struct E2eConfig {
     /// Calibration questions (`None`: the task's default, [`crate::tasks::Task::default_cal_num`]).
     pub cal_num: Option<usize>,
     pub calibrate: CalibrateOptions,
+    /// The range methods as asked for, which `calibrate`, `compare` and `also` were settled from; settled again for
+    /// the model's task ([`E2eConfig::for_task`]).
+    pub methods: MethodSettings,
     pub policy: qdq::Policy,
     /// `--compare-methods`: the other methods quantized with `policy` (tables of these names), each evaluated.
     pub compare: Vec<String>,
@@ -48,6 +54,29 @@ pub struct E2eConfig {
     pub other_eps: Vec<OtherEpSessions>,
     /// Also profile both models on the speed comparison's features ([`crate::report::results::OpProfiles`]).
     pub profile_ops: bool,
+}
+
+impl E2eConfig {
+    /// The configuration with the range methods settled for `task` where --calibrate-method names none and the
+    /// task's method for integer pairs is not the one settled (an embedding model's percentile): `None` when nothing
+    /// changes.
+    pub(crate) fn for_task(&self, task: &Task) -> Result<Option<E2eConfig>> {
+        let methods = self.methods.with_integer_default(task.integer_method());
+        let main = methods.method_for(self.policy.precision);
+        if self.methods.method.is_some() || self.calibrate.methods.first().is_some_and(|m| m.kind() == main) {
+            return Ok(None);
+        }
+        let precisions: Vec<qdq::Precision> =
+            std::iter::once(self.policy.precision).chain(self.also.iter().map(|a| a.policy.precision)).collect();
+        let mut cfg = self.clone();
+        cfg.calibrate.methods = methods.methods(&precisions)?;
+        cfg.compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| k != main.name()).collect();
+        for a in &mut cfg.also {
+            a.method = methods.method_for(a.policy.precision).name().to_owned();
+        }
+        cfg.methods = methods;
+        Ok(Some(cfg))
+    }
 }
 
 /// Another EP of `--ep`'s list: the FP32 and quantized models' sessions on it.

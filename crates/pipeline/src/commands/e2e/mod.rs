@@ -124,6 +124,7 @@ impl Job for E2eJob {
             policy,
             compare,
             also,
+            methods: methods.clone(),
             policy_choice: choice,
             mode: self.policy.mode,
             invocation: self.invocation.clone(),

@@ -49,6 +49,8 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     if let Task::Embed(e) = &task {
         tracing::info!("{}", e.describe());
     }
+    let settled = cfg.for_task(&task)?;
+    let cfg = settled.as_ref().unwrap_or(cfg);
     if !matches!(task, Task::Squad) && !cfg.other_eps.is_empty() {
         return Err(Error::Usage(format!(
             "--ep with several EPs evaluates SQuAD models on each; a {} model is evaluated on the first: give one --ep \
