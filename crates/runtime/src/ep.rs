@@ -119,6 +119,28 @@ pub enum Ep {
     Qnn(QnnOptions),
 }
 
+/// What qdq has to know of an EP to run it, in one row per EP ([`Ep::capabilities`]): a new EP fills one row, and
+/// the compiler names it there. The predicates of [`Ep`] read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The kind of device it runs on (`CPU`, `GPU`), or [`ANY_DEVICE`]; OpenVINO's is its `device` option's.
+    pub device: &'static str,
+    /// The Python package that carries it as a plugin library, and the library's file name in it; `None`: compiled
+    /// into the ONNX Runtime builds that have it.
+    pub plugin: Option<(&'static str, &'static str)>,
+    /// Runs only graphs whose shapes are all static: inputs are padded to fixed shapes.
+    pub static_shapes: bool,
+    /// Its speed is measured against FP32's (not an emulated backend's).
+    pub timed: bool,
+    /// FP32's reference and calibration run on the CPU EP when it comes first.
+    pub fp32_on_cpu: bool,
+    /// Builds its own engine from the Q/DQ pairs (ONNX Runtime's graph optimisations would fold them first).
+    pub reads_qdq_itself: bool,
+    /// Users run a float model in another precision than the session's when they set nothing ([`Ep::default_float`]:
+    /// OpenVINO's bf16 / f16, TensorRT's and MIGraphX's FP16 engines).
+    pub own_default_float: bool,
+}
+
 /// [`Ep::device_kind`] of an EP whose devices are taken whatever their kind.
 pub const ANY_DEVICE: &str = "any";
 
@@ -205,23 +227,54 @@ impl Ep {
         }
     }
 
+    /// This EP's row of the capability table.
+    pub fn capabilities(&self) -> Capabilities {
+        let base = Capabilities {
+            device: "CPU",
+            plugin: None,
+            static_shapes: false,
+            timed: true,
+            fp32_on_cpu: false,
+            reads_qdq_itself: false,
+            own_default_float: false,
+        };
+        let gpu = Capabilities { device: "GPU", ..base };
+        match self {
+            Ep::Cpu => base,
+            Ep::Cuda { .. } | Ep::Rocm { .. } => gpu,
+            Ep::TensorRt(_) | Ep::MiGraphX(_) => {
+                Capabilities { reads_qdq_itself: true, own_default_float: true, ..gpu }
+            }
+            // The device kind follows the `device` option ([`Ep::device_kind`]).
+            Ep::OpenVino(_) => Capabilities {
+                plugin: Some(("onnxruntime_ep_openvino", "libonnxruntime_providers_openvino_plugin.so")),
+                own_default_float: true,
+                ..base
+            },
+            // The NPU on a Snapdragon, the CPU where its HTP backend is emulated (seconds per inference: not timed);
+            // a float graph runs in fp16 there, so FP32's reference runs on the CPU EP.
+            Ep::Qnn(_) => Capabilities {
+                device: ANY_DEVICE,
+                plugin: Some(("onnxruntime_qnn", "libonnxruntime_providers_qnn.so")),
+                static_shapes: true,
+                timed: false,
+                fp32_on_cpu: true,
+                ..base
+            },
+        }
+    }
+
     /// The Python package that carries this EP as a plugin library, and the library's file name in it.
     pub fn plugin_package(&self) -> Option<(&'static str, &'static str)> {
-        match self {
-            Ep::OpenVino(_) => Some(("onnxruntime_ep_openvino", "libonnxruntime_providers_openvino_plugin.so")),
-            Ep::Qnn(_) => Some(("onnxruntime_qnn", "libonnxruntime_providers_qnn.so")),
-            _ => None,
-        }
+        self.capabilities().plugin
     }
 
     /// The kind of device this EP runs on (`CPU`, `GPU`, `NPU`), as plugin devices are told apart; [`ANY_DEVICE`]
     /// for QNN, whose one device is the NPU on a Snapdragon and the CPU where its backend is emulated.
     pub fn device_kind(&self) -> &str {
         match self {
-            Ep::Cpu => "CPU",
-            Ep::Qnn(_) => ANY_DEVICE,
             Ep::OpenVino(o) => o.device.split(['.', ':']).next().unwrap_or("CPU"),
-            Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } => "GPU",
+            _ => self.capabilities().device,
         }
     }
 
@@ -238,14 +291,14 @@ impl Ep {
     /// Whether the EP runs only graphs whose shapes are all static (QNN): a model with a dynamic batch or length gets
     /// them fixed ([`crate::SessionConfig::dim_overrides`]) and its inputs padded to them.
     pub fn needs_static_shapes(&self) -> bool {
-        matches!(self, Ep::Qnn(_))
+        self.capabilities().static_shapes
     }
 
     /// Whether a run on this EP has its speed measured against FP32's: not QNN, whose HTP is emulated on the x86-64
     /// hosts qdq runs on (seconds per inference, nothing like the NPU's speed) and whose FP32 reference runs on the CPU
     /// EP (nothing to set an NPU's time against).
     pub fn is_timed(&self) -> bool {
-        !matches!(self, Ep::Qnn(_))
+        self.capabilities().timed
     }
 
     /// [`Ep::is_timed`] of an EP named as results record it ([`Ep::short_name`]); a name qdq does not know is timed.
@@ -256,7 +309,7 @@ impl Ep {
     /// Whether FP32's reference and the calibration runs (which read every quantized tensor) go to the CPU EP when
     /// this EP comes first: QNN, which computes a float graph in fp16 on its HTP and takes static shapes only.
     pub fn fp32_on_cpu(&self) -> bool {
-        matches!(self, Ep::Qnn(_))
+        self.capabilities().fp32_on_cpu
     }
 
     /// What an EP's failure to build a session usually means, when it says something of its own (`reason`: ONNX
@@ -297,6 +350,9 @@ impl Ep {
     /// unless told otherwise), its GPU device in f16; TensorRT and MIGraphX users build FP16 engines. `None`: no other
     /// precision to compare in (the CPU EP, CUDA and ROCm run a float model's own types; QNN is not timed).
     pub fn default_float(&self) -> Option<(Ep, &'static str)> {
+        if !self.capabilities().own_default_float {
+            return None;
+        }
         match self {
             Ep::OpenVino(o) => {
                 let native = match self.device_kind() {
@@ -382,7 +438,7 @@ impl Ep {
 
     /// TensorRT and MIGraphX read Q/DQ pairs themselves: ORT's graph optimisations would fold them first.
     pub fn reads_qdq_itself(&self) -> bool {
-        matches!(self, Ep::TensorRt(_) | Ep::MiGraphX(_))
+        self.capabilities().reads_qdq_itself
     }
 
     /// Builds the `ort` dispatch, always with `error_on_failure` so a failed registration is an error, never a fallback.
@@ -451,6 +507,29 @@ impl std::fmt::Display for Ep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_ep_has_a_row_the_predicates_read() {
+        for name in Ep::NAMES {
+            let ep = Ep::parse(name).unwrap();
+            let c = ep.capabilities();
+            assert_eq!(
+                (ep.needs_static_shapes(), ep.is_timed(), ep.fp32_on_cpu(), ep.reads_qdq_itself()),
+                (c.static_shapes, c.timed, c.fp32_on_cpu, c.reads_qdq_itself),
+                "{name}"
+            );
+            assert_eq!(ep.plugin_package(), c.plugin, "{name}");
+            // A plugin EP's library is found in its package; the others are compiled in.
+            assert_eq!(c.plugin.is_some(), matches!(ep, Ep::OpenVino(_) | Ep::Qnn(_)), "{name}");
+            // Only an EP with a precision of its own is ever timed again in it.
+            if !c.own_default_float {
+                assert!(ep.default_float().is_none(), "{name}");
+            }
+        }
+        let qnn = Ep::parse("qnn").unwrap().capabilities();
+        assert!(qnn.static_shapes && !qnn.timed && qnn.fp32_on_cpu && qnn.device == ANY_DEVICE);
+        assert_eq!(Ep::parse("tensorrt").unwrap().default_float().map(|(_, p)| p), Some("fp16"));
+    }
 
     #[test]
     fn parse_accepts_the_seed_spellings() {

@@ -26,7 +26,7 @@ mod session;
 mod tensor;
 
 pub use cpu::{bf16_matmul, int8_dot_product};
-pub use ep::{Ep, MiGraphXOptions, OpenVinoOptions, QnnOptions, TensorRtOptions};
+pub use ep::{Capabilities, Ep, MiGraphXOptions, OpenVinoOptions, QnnOptions, TensorRtOptions};
 pub use library::{Install, LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;
 pub use plugin::PLUGIN_ENV;
