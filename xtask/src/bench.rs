@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::flags::BenchArgs;
-use crate::{cargo, root, run_cmd};
+use crate::workspace::{cargo, root, run_cmd};
 
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.vs_python {
@@ -67,7 +67,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     let path = out.join("summary.md");
-    crate::write_atomic(&path, md.as_bytes())?;
+    crate::workspace::write_atomic(&path, md.as_bytes())?;
     print!("{md}");
     eprintln!("xtask: summary written to {}", path.display());
     Ok(())

@@ -26,7 +26,7 @@ use crate::e2e::{build_qdq, ort_library};
 use crate::flags::BigModelArgs;
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::measure::measure;
-use crate::{root, write_atomic};
+use crate::workspace::{root, write_atomic};
 
 /// Peak RSS limit of `quantize` and `eval`, as a multiple of the model's size.
 const MAX_RSS_RATIO: f64 = 1.5;

@@ -19,7 +19,7 @@ use crate::rounds::Ratio;
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::measure::wait_quiet;
 use crate::vs_python::{ensure_venv, git_head, resolve_paths};
-use crate::{root, run_cmd, write_atomic};
+use crate::workspace::{root, run_cmd, write_atomic};
 
 /// The size target of the default CPU model, in MB (10^6 bytes).
 const MAX_MB: f64 = 25.0;

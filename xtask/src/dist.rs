@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::flags::DistArgs;
 use crate::setup::{self, LIBRARY_ENV};
-use crate::{cargo, root, run_cmd};
+use crate::workspace::{cargo, root, run_cmd};
 
 /// The maturin release the wheel is built with.
 const MATURIN: &str = "maturin==1.16.0";

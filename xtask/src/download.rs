@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
 pub use crate::flags::DownloadArgs;
-use crate::run_cmd;
+use crate::flags::MIRROR_ENV;
+use crate::workspace::run_cmd;
 
 /// One file of the manifest. `path` is relative both to the destination and to a mirror directory.
 pub struct Asset {
@@ -23,9 +24,6 @@ pub struct Asset {
     pub sha256: Option<&'static str>,
     pub size: Option<u64>,
 }
-
-/// Environment variable naming a local mirror directory (same as `--mirror`).
-pub const MIRROR_ENV: &str = "QDQ_ASSETS_MIRROR";
 
 /// The manifest. Set `minilm` is the project's reference models (a mirror of ../shared/assets: the SQuAD model, and
 /// the two sentence-embedding models: paraphrase-MiniLM-L3 in its sentence-transformers folder, all-MiniLM-L6-v2 in

@@ -9,7 +9,7 @@ use crate::download::{DownloadArgs, download};
 use crate::flags::E2eArgs;
 use crate::qdq_json::{self, Metrics, ReferenceMetrics};
 use crate::setup::{LIBRARY_ENV, SetupArgs, install_dir, library_path, setup};
-use crate::{cargo, root, run_cmd};
+use crate::workspace::{cargo, root, run_cmd};
 
 fn has_flag(args: &[String], names: &[&str]) -> bool {
     args.iter().any(|a| names.iter().any(|n| a == n || a.starts_with(&format!("{n}="))))

@@ -24,7 +24,7 @@ use crate::qdq_json::{Embedding, EmbeddingEval};
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::measure::wait_quiet;
 use crate::vs_python::{ensure_venv, git_head};
-use crate::{root, run_cmd, write_atomic};
+use crate::workspace::{root, run_cmd, write_atomic};
 
 /// The targets for qdq's INT8 against FP32 on the CPU EP (whole dev set).
 const MAX_LOSS: f64 = 0.1;
@@ -113,7 +113,7 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
     let (dataset, calibration) =
         (vs.dataset.clone().unwrap_or(assets.dataset), vs.calibration_data.clone().unwrap_or(assets.calibration));
     let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
-    crate::openvino_bench::ensure_nncf(&py)?;
+    crate::vs_python::ensure_nncf(&py)?;
     let plugin = if args.no_openvino { None } else { Some(crate::setup::openvino(false)?) };
     let run =
         Run { args: &args, cpu: &cpu, vs: &vs, dataset: &dataset, calibration: &calibration, lib, py, qdq, plugin };
@@ -252,7 +252,7 @@ fn peers(
     Ok(vec![
         ("qdq", "qdq INT8 (default: `cpu` preset)".into(), qdq.join("model_qdq.onnx")),
         ("ort-dynamic", "ONNX Runtime dynamic INT8 (sentence-transformers' avx512_vnni export)".into(), dynamic),
-        ("nncf", format!("NNCF INT8 ({}, ModelType.TRANSFORMER)", crate::openvino_bench::NNCF), nncf),
+        ("nncf", format!("NNCF INT8 ({}, ModelType.TRANSFORMER)", crate::vs_python::NNCF), nncf),
     ])
 }
 

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::builder::TypedValueParser as _;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::download::MIRROR_ENV;
-use crate::root;
+use crate::workspace::root;
+
+/// Environment variable naming a local mirror directory of the assets (same as `--mirror`).
+pub const MIRROR_ENV: &str = "QDQ_ASSETS_MIRROR";
 
 #[derive(Debug, Parser)]
 #[command(

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::root;
+use crate::workspace::root;
 
 /// A case that takes longer than this is a failure (a hang or a runaway loop).
 pub const CASE_LIMIT: Duration = Duration::from_secs(5);

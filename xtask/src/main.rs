@@ -22,14 +22,13 @@ mod serve_bench;
 mod setup;
 mod tidy;
 mod vs_python;
+mod workspace;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Parser as _;
 
 use flags::{Cmd, Xtask};
+use workspace::{cargo, run_cmd};
 
 fn main() {
     let cmd = Xtask::parse().command;
@@ -53,30 +52,6 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Fuzz(a) => fuzz::fuzz(a.cases, a.first),
         Cmd::Dist(a) => dist::dist(&a).map(|_| ()),
     }
-}
-
-/// The workspace root (the parent of xtask/).
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// Runs a command in the workspace root, failing with the command line when it fails.
-pub fn run_cmd(cmd: &mut Command) -> Result<()> {
-    let line = format!("{cmd:?}");
-    let status = cmd.current_dir(root()).status().with_context(|| format!("cannot start {line}"))?;
-    if !status.success() {
-        bail!("{line} failed with {status}");
-    }
-    Ok(())
-}
-
-/// Writes `bytes` to `path` atomically ([`files::write_atomic`]).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    files::write_atomic(path, bytes).with_context(|| format!("cannot write {}", path.display()))
-}
-
-pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
 /// `cargo xtask test`: provision ONNX Runtime and OpenVINO's plugin EP, check formatting and lints, then every test of the workspace in

@@ -73,7 +73,7 @@ pub fn encode<T: Element>(shape: &[usize], data: &[T]) -> Result<Vec<u8>> {
 /// Writes `data` as `shape` to `path` (through a temporary sibling renamed into place).
 pub fn write<T: Element>(path: &Path, shape: &[usize], data: &[T]) -> Result<()> {
     let bytes = encode(shape, data).with_context(|| format!("cannot encode {}", path.display()))?;
-    crate::write_atomic(path, &bytes)
+    crate::workspace::write_atomic(path, &bytes)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -28,11 +28,9 @@ use crate::qdq_json::Embedding;
 use crate::rounds::Ratio;
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::measure::wait_quiet;
-use crate::vs_python::{ensure_venv, export_features, git_head, resolve_paths};
-use crate::{root, run_cmd, write_atomic};
+use crate::vs_python::{NNCF, ensure_nncf, ensure_package, ensure_venv, export_features, git_head, resolve_paths};
+use crate::workspace::{root, run_cmd, write_atomic};
 
-/// NNCF as the issue measured it (its ONNX backend needs no OpenVINO).
-pub(crate) const NNCF: &str = "nncf==3.4.0";
 /// The OpenVINO runtime of the plugin's release, for timing where the plugin offers no device.
 const OPENVINO: &str = "openvino==2026.4.1";
 /// qdq's INT8 at least this many times NNCF's speed at every shape (float parts at f32).
@@ -142,25 +140,6 @@ struct OpenVinoReport {
     targets: Vec<Target>,
     /// Targets this host cannot measure, and why.
     not_measured: Vec<String>,
-}
-
-/// Installs a package into the bench venv when `import module` fails.
-fn ensure_package(py: &Path, module: &str, spec: &str) -> Result<()> {
-    let have = Command::new(py)
-        .args(["-c", &format!("import {module}")])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        eprintln!("xtask: installing {spec} into the bench venv from PyPI");
-        run_cmd(Command::new(py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec]))?;
-    }
-    Ok(())
-}
-
-/// Installs NNCF into the bench venv (once).
-pub(crate) fn ensure_nncf(py: &Path) -> Result<()> {
-    ensure_package(py, "nncf", NNCF)
 }
 
 /// Whether Linux lists AMX among the CPU's flags.

@@ -21,7 +21,7 @@ use crate::e2e::{build_qdq, ort_library};
 use crate::flags::{QnnBenchArgs, VsPythonArgs};
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::{ensure_venv, export_features, git_head, resolve_paths};
-use crate::{root, run_cmd, write_atomic};
+use crate::workspace::{root, run_cmd, write_atomic};
 
 /// qdq's model on QNN within this many F1 points of FP32 (the goal, on the point estimate).
 const MAX_DF1: f64 = 1.0;

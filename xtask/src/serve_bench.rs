@@ -19,7 +19,7 @@ use crate::e2e::{Assets, build_qdq, ort_library};
 use crate::flags::VsPythonArgs;
 use crate::setup::LIBRARY_ENV;
 use crate::vs_python::{export_features, git_head};
-use crate::{root, run_cmd, write_atomic};
+use crate::workspace::{root, run_cmd, write_atomic};
 
 /// The Python packages users serve such folders with, pinned to versions that resolve together on PyPI
 /// (sentence-transformers 6 needs transformers 5, which optimum-onnx does not take yet).

@@ -9,7 +9,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 pub use crate::flags::SetupArgs;
-use crate::{root, run_cmd};
+use crate::workspace::{root, run_cmd};
 
 /// The ONNX Runtime release qdq is built and tested against (`ort` 2.0.0-rc.15 speaks its API 31).
 pub const ORT_VERSION: &str = "1.31.1";

@@ -8,7 +8,7 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
-    use crate::root;
+    use crate::workspace::root;
 
     /// The workspace crates each crate may use in its code (normal dependencies; dev-dependencies are free, as
     /// tests build models with onnx-ir). Layering: a crate only depends on crates above it in this list.

@@ -21,7 +21,8 @@ use anyhow::{Context, Result, bail};
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library, target_dir};
 use crate::setup::{LIBRARY_ENV, ORT_VERSION, python};
-use crate::{cargo, npy, qdq_json, root, run_cmd};
+use crate::workspace::{cargo, root, run_cmd};
+use crate::{npy, qdq_json};
 
 pub(crate) mod measure;
 mod micro;
@@ -128,6 +129,28 @@ pub(crate) fn ensure_venv() -> Result<PathBuf> {
         bail!("{VENV}/ still lacks {} after pip install", PY_PACKAGES.join(", "));
     }
     Ok(py)
+}
+
+/// NNCF as issue 68 measured it (its ONNX backend needs no OpenVINO): the peer of the OpenVINO and embedding benches.
+pub(crate) const NNCF: &str = "nncf==3.4.0";
+
+/// Installs a package into the bench venv when `import module` fails.
+pub(crate) fn ensure_package(py: &Path, module: &str, spec: &str) -> Result<()> {
+    let have = Command::new(py)
+        .args(["-c", &format!("import {module}")])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!("xtask: installing {spec} into the bench venv from PyPI");
+        run_cmd(Command::new(py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec]))?;
+    }
+    Ok(())
+}
+
+/// Installs NNCF into the bench venv (once).
+pub(crate) fn ensure_nncf(py: &Path) -> Result<()> {
+    ensure_package(py, "nncf", NNCF)
 }
 
 // ---------------------------------------------------------------------------------------------------------------

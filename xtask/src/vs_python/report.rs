@@ -483,8 +483,8 @@ pub(super) fn write_report(report: &mut Report, out: &Path) -> Result<()> {
         .map(|t| TargetRecord { target: t.name.into(), goal: t.goal.into(), measured: t.measured, pass: t.pass })
         .collect();
     let md = render_markdown(report);
-    crate::write_atomic(&out.join("vs_python.json"), serde_json::to_string_pretty(report)?.as_bytes())?;
-    crate::write_atomic(&out.join("vs_python.md"), md.as_bytes())?;
+    crate::workspace::write_atomic(&out.join("vs_python.json"), serde_json::to_string_pretty(report)?.as_bytes())?;
+    crate::workspace::write_atomic(&out.join("vs_python.md"), md.as_bytes())?;
     print!("{md}");
     eprintln!("xtask: report written to {} and vs_python.json", out.join("vs_python.md").display());
     Ok(())
