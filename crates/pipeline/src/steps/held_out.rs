@@ -48,7 +48,7 @@ pub struct EmbeddingAgreement {
     /// mean over the others (a shift common to them all reorders nothing), root-mean-square, over the spread
     /// (standard deviation) of FP32's cosines; the mean over texts. 0: every text ranks the others as FP32 does by
     /// the same margins. Retrieval loses what reorders neighbours, which a mean cosine does not tell apart from error
-    /// in directions no ranking reads.
+    /// in directions no ranking reads. Over the first [`DISTORTION_TEXTS`] texts (the pairs grow with their square).
     pub similarity_distortion: f64,
 }
 
@@ -211,6 +211,9 @@ impl Sums {
     }
 }
 
+/// The held-out texts [`EmbeddingAgreement::similarity_distortion`] reads at most: a million pairs.
+pub const DISTORTION_TEXTS: usize = 1000;
+
 /// Cosines and [`EmbeddingAgreement::similarity_distortion`] of unit-length embedding pairs (FP32's, the other's).
 fn embedding_agreement(pairs: &[(Vec<f64>, Vec<f64>)]) -> EmbeddingAgreement {
     if pairs.is_empty() {
@@ -218,11 +221,12 @@ fn embedding_agreement(pairs: &[(Vec<f64>, Vec<f64>)]) -> EmbeddingAgreement {
     }
     let cosines: Vec<f64> = pairs.iter().map(|(a, b)| cosine_of(a, b)).collect();
     let (mut distortion, mut anchors) = (0.0, 0usize);
-    let n = pairs.len();
+    let ranked = &pairs[..pairs.len().min(DISTORTION_TEXTS)];
+    let n = ranked.len();
     if n >= 3 {
-        for (i, (a, b)) in pairs.iter().enumerate() {
+        for (i, (a, b)) in ranked.iter().enumerate() {
             let (mut s, mut d) = (Vec::with_capacity(n - 1), Vec::with_capacity(n - 1));
-            for (x, y) in pairs.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, p)| p) {
+            for (x, y) in ranked.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, p)| p) {
                 let fp32 = dot(a, x);
                 s.push(fp32);
                 d.push(dot(b, y) - fp32);
@@ -235,7 +239,7 @@ fn embedding_agreement(pairs: &[(Vec<f64>, Vec<f64>)]) -> EmbeddingAgreement {
         }
     }
     EmbeddingAgreement {
-        mean_cosine: cosines.iter().sum::<f64>() / n as f64,
+        mean_cosine: cosines.iter().sum::<f64>() / pairs.len() as f64,
         min_cosine: cosines.iter().copied().fold(f64::INFINITY, f64::min),
         similarity_distortion: if anchors == 0 { 0.0 } else { distortion / anchors as f64 },
     }
@@ -491,5 +495,21 @@ mod tests {
         assert!(large.min_cosine < small.min_cosine && large.min_cosine <= large.mean_cosine);
         // Fewer than three texts: no neighbours to order.
         assert_eq!(agreement(&a[..2], &b[..2]).similarity_distortion, 0.0);
+    }
+
+    #[test]
+    fn the_distortion_reads_the_first_thousand_texts_and_the_cosine_all() {
+        let fp32: Vec<Vec<f32>> =
+            (0..DISTORTION_TEXTS + 2).map(|i| vec![1.0, (i % 7) as f32 * 0.1, (i % 11) as f32 * 0.1]).collect();
+        let mut other = fp32.clone();
+        other[3][1] += 0.2;
+        let first = agreement(&fp32[..DISTORTION_TEXTS], &other[..DISTORTION_TEXTS]);
+        // The texts after the first thousand moved far: the cosine sees them, the distortion does not.
+        for v in &mut other[DISTORTION_TEXTS..] {
+            v[0] = -v[0];
+        }
+        let all = agreement(&fp32, &other);
+        assert_eq!(all.similarity_distortion, first.similarity_distortion);
+        assert!(all.min_cosine < 0.0 && all.mean_cosine < first.mean_cosine, "{all:?} {first:?}");
     }
 }
