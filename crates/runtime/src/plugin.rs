@@ -149,6 +149,11 @@ pub(crate) fn provide(ep: &Ep, given_here: &[PathBuf], ort_library: &Path) -> Re
     let mut looked = Looked::default();
     let known = known_places(ep, ort_library).into_iter().filter(|f| f.is_file());
     for file in given(given_here).into_iter().chain(known) {
+        // A plugin given and also found by itself is registered (and named) once.
+        let same = crate::library::normalised(&file);
+        if looked.without_device.iter().any(|f| crate::library::normalised(f) == same) {
+            continue;
+        }
         register(&file, Some(ort_library))?;
         if has()? {
             return Ok(Ok(file));

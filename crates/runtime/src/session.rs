@@ -207,16 +207,7 @@ fn route(info: &crate::OrtInfo, cfg: &SessionConfig) -> Result<Route> {
 }
 
 fn unavailable(info: &crate::OrtInfo, ep: &Ep, looked: &plugin::Looked) -> Error {
-    // Each file once: a plugin given and also found by itself was tried twice.
-    let files = |f: &[PathBuf]| {
-        let mut names: Vec<String> = vec![];
-        for p in f.iter().map(|p| p.display().to_string()) {
-            if !names.contains(&p) {
-                names.push(p);
-            }
-        }
-        names.join(", ")
-    };
+    let files = |f: &[PathBuf]| f.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
     // A plugin that is there but offers no device: installing it again would not help.
     if !looked.without_device.is_empty() {
         let kind = match ep.device_kind() {
