@@ -66,6 +66,13 @@ impl MethodSettings {
         })
     }
 
+    /// `--compare-methods` other than the method a model of `precision` is quantized with, by name: the tables also
+    /// quantized and evaluated beside it.
+    pub fn compared(&self, precision: qdq::Precision) -> Vec<String> {
+        let main = self.method_for(precision);
+        self.compare.iter().filter(|&&k| k != main).map(|k| k.name().to_owned()).collect()
+    }
+
     /// These settings with `kind` as the integer pairs' method where --calibrate-method names none.
     pub fn with_integer_default(&self, kind: MethodKind) -> MethodSettings {
         MethodSettings { integer_default: Some(kind), ..self.clone() }

@@ -70,7 +70,7 @@ impl E2eConfig {
             std::iter::once(self.policy.precision).chain(self.also.iter().map(|a| a.policy.precision)).collect();
         let mut cfg = self.clone();
         cfg.calibrate.methods = methods.methods(&precisions)?;
-        cfg.compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| k != main.name()).collect();
+        cfg.compare = methods.compared(self.policy.precision);
         for a in &mut cfg.also {
             a.method = methods.method_for(a.policy.precision).name().to_owned();
         }

@@ -101,8 +101,7 @@ impl Job for E2eJob {
                 AlsoPrecision { precision, policy, method }
             })
             .collect();
-        let main = methods.method_for(policy.precision).name();
-        let compare = methods.compare.iter().map(|k| k.name().to_owned()).filter(|k| k != main).collect();
+        let compare = methods.compared(policy.precision);
         if self.policy.mode == Mode::Dynamic && !matches!(self.runtime.ep(), Ep::Cpu) {
             progress.note(
                 "--mode dynamic writes ONNX Runtime's CPU integer ops; other EPs run them on the CPU or not at all",
