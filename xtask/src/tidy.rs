@@ -199,6 +199,106 @@ mod tests {
         assert!(wrong.is_empty(), "functions over 60 lines (split them by step):\n  {}", wrong.join("\n  "));
     }
 
+    /// The pipeline files outside `tasks/` that still name a task room's own types (the rest of SQuAD's spread,
+    /// results.json's per-task fields, tune's SQuAD scoring): the list only shrinks. Every other file reaches a task
+    /// through `tasks::Task` and its methods.
+    const NAME_TASK_TYPES: &[&str] = &[
+        "commands/debug/confirm.rs",
+        "commands/e2e/evaluate.rs",
+        "commands/e2e/other_eps.rs",
+        "commands/e2e/run.rs",
+        "commands/tune/measure.rs",
+        "commands/tune/mod.rs",
+        "commands/tune/screen.rs",
+        "held_out/mod.rs",
+        "report/e2e.rs",
+        "report/results.rs",
+        "settings/data.rs",
+    ];
+
+    /// The types (`struct`, `enum`, `type`, `trait`) defined in a task room: a file or folder of
+    /// `crates/pipeline/src/tasks/` other than its `mod.rs`, which holds the shape every task shares.
+    fn room_types(tasks: &Path) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for f in rust_files(tasks).into_iter().filter(|f| f != &tasks.join("mod.rs")) {
+            let room = f.strip_prefix(tasks).unwrap().components().next().unwrap().as_os_str().to_string_lossy();
+            let room = room.trim_end_matches(".rs").to_owned();
+            for l in std::fs::read_to_string(&f).unwrap().lines().map(str::trim_start) {
+                let l = l.strip_prefix("pub(crate) ").or_else(|| l.strip_prefix("pub ")).unwrap_or("");
+                for kind in ["struct ", "enum ", "type ", "trait "] {
+                    if let Some(rest) = l.strip_prefix(kind) {
+                        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                        out.push((name, room.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Where `name` occurs in `text` as a whole word.
+    fn names(text: &str, name: &str) -> bool {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        text.match_indices(name).any(|(i, _)| !text[..i].ends_with(word) && !text[i + name.len()..].starts_with(word))
+    }
+
+    /// A task's own types and crates are named only inside its room: SQuAD's scoring crate (`squad_metrics`, but for
+    /// its statistics `Proportion` / `PairedDifference`, which every task reports with), the rooms' paths
+    /// (`tasks::squad` ...) and every type a room defines. lib.rs (the public API) and tests are free.
+    #[test]
+    fn task_types_stay_in_their_rooms() {
+        assert!(names("a Corpus,", "Corpus") && !names("Corpusx", "Corpus") && !names("MyCorpus", "Corpus"));
+        let src = root().join("crates/pipeline/src");
+        let types = room_types(&src.join("tasks"));
+        assert!(types.iter().any(|(n, r)| n == "Corpus" && r == "squad"), "no room types read: {types:?}");
+        let (mut wrong, mut clean) = (Vec::new(), Vec::new());
+        for f in rust_files(&src) {
+            let rel = f.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+            if rel.starts_with("tasks/") || rel == "lib.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            let code: String = text
+                .split("#[cfg(test)]")
+                .next()
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let stats = ["squad_metrics::Proportion", "squad_metrics::PairedDifference"];
+            let scoring =
+                code.match_indices("squad_metrics::").any(|(i, _)| !stats.iter().any(|s| code[i..].starts_with(s)));
+            let mut named: Vec<String> =
+                types.iter().filter(|(n, _)| names(&code, n)).map(|(n, r)| format!("{r}::{n}")).collect();
+            named.extend(
+                ["squad", "embed", "classify"]
+                    .iter()
+                    .filter(|r| code.contains(&format!("tasks::{r}")))
+                    .map(|r| format!("tasks::{r}")),
+            );
+            if scoring {
+                named.push("squad_metrics".into());
+            }
+            named.dedup();
+            match (named.is_empty(), NAME_TASK_TYPES.contains(&rel.as_str())) {
+                (false, false) => wrong.push(format!("{rel} names {}", named.join(", "))),
+                (true, true) => clean.push(rel),
+                _ => {}
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "a task's own types are named outside its room (move the code into crates/pipeline/src/tasks/<room>/, or \
+             reach the task through tasks::Task):\n  {}",
+            wrong.join("\n  ")
+        );
+        assert!(
+            clean.is_empty(),
+            "these files no longer name a task's types: take them off NAME_TASK_TYPES: {clean:?}"
+        );
+    }
+
     /// pipeline's lib.rs is its table of contents: module declarations and re-exports, no item of its own.
     #[test]
     fn pipeline_lib_only_declares_and_re_exports() {

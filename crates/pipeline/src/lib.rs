@@ -24,6 +24,7 @@
 mod commands;
 mod disk;
 mod error;
+mod held_out;
 mod inputs;
 mod job;
 mod model;
@@ -48,12 +49,15 @@ pub use job::{Job, Report};
 pub use report::calibrate::CalibrateReport;
 pub use report::debug::{Confirmation, DebugReport};
 pub use report::e2e::E2eReport;
-pub use report::eval::{ClassifierEvalReport, EmbeddingEvalReport, EvalReport, OtherEpEval, SquadEvalReport};
+pub use report::eval::EvalReport;
 pub use report::inspect::Inspection;
 pub use report::providers::ProvidersReport;
 pub use report::quantize::QuantizeReport;
 pub use report::results::{CalibrationSummary, E2eResults, ModelResult, OpProfiles, QuantizationSummary};
 pub use report::tune::{CalibratorChoice, Candidate, Scored, Timed, TuneReport};
+pub use tasks::classify::ClassifierEvalReport;
+pub use tasks::embed::eval::EmbeddingEvalReport;
+pub use tasks::squad::eval::{OtherEpEval, SquadEvalReport};
 
 // The settings, grouped as the command line groups its flags.
 pub use settings::calib::{CalibSettings, MethodSettings};
@@ -68,25 +72,27 @@ pub use settings::recipe::Recipe;
 pub use settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings, calibration_session};
 
 // The steps, for callers that drive them themselves.
+pub use held_out::pairs::{NodeSensitivity, TensorError};
+pub use held_out::{EmbeddingAgreement, LogitAgreement, OutputAgreement};
+pub use inputs::config::DataConfig;
 pub use inputs::feeds::Feeds;
 pub use inputs::files::{InputSet, TextInputs};
 pub use inputs::pooling::{PoolMode, Pooling};
 pub use inputs::roles::{IoNames, class_logits, detect_inputs, detect_io, is_squad_model};
-pub use inputs::squad::{Batches, Corpus, DataConfig, Score, SquadVersion};
 pub use qdq::roles::{InputRoles, NamedRoles};
 pub use steps::calibrate::{Calibration, calibrate, write_tables};
 pub use steps::collect::{
     CalibrateOptions, Pass, PassTimes, Reading, SIDE_BY_SIDE_MAX_BYTES, collect_stats, pass_workers,
 };
-pub use steps::evaluate::{EvalOptions, Evaluation, Latency, evaluate};
-pub use steps::held_out::{EmbeddingAgreement, LogitAgreement, OutputAgreement};
-pub use steps::pairs::{NodeSensitivity, TensorError};
+pub use steps::run::{EvalOptions, Latency};
 pub use steps::smooth::{Smoothing, smooth_model};
 pub use steps::speed::{OpProfile, OpShare, Speedup};
 pub use tasks::classify::{Agreement, ClassifierEval, ClassifierModel};
 pub use tasks::embed::data::{EmbedData, Retrieval};
 pub use tasks::embed::measure::{Fidelity, Neighbours, RetrievalDifference, RetrievalScores};
 pub use tasks::embed::{EmbedTask, EmbeddingEval, EmbeddingModel, RetrievalEval};
+pub use tasks::squad::data::{Batches, Comparison, Corpus, Score, SquadVersion};
+pub use tasks::squad::evaluate::{Evaluation, evaluate};
 pub use tasks::{Side, Task};
 
 // Files, models, progress and provenance.

@@ -13,14 +13,14 @@ use onnx_ir::Model;
 
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir, parent_dir};
 use crate::error::{Error, Result};
+use crate::held_out::HeldOut;
+use crate::held_out::pairs::{across_eps, measure, probes, sensitivity};
 use crate::job::Job;
 use crate::model::{name_nodes, quantized_ops_text, resolve_model};
 use crate::progress::Progress;
 use crate::report::debug::DebugReport;
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::RuntimeSettings;
-use crate::steps::held_out::HeldOut;
-use crate::steps::pairs::{across_eps, measure, probes, sensitivity};
 use crate::tasks::Task;
 
 /// `qdq debug`: the FP32 model, the QDQ model made from it, held-out questions.

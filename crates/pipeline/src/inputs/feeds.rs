@@ -4,7 +4,6 @@
 use ndarray::ArrayView2;
 
 use crate::error::Result;
-use crate::inputs::squad::{Corpus, questions_done};
 
 /// What [`Feeds::each_batch`] calls per batch: the named input arrays, how many of their rows hold data (the rest
 /// fill a fixed-batch model's run: `squad::Batch::fill_to`) and the units the batch completes.
@@ -26,33 +25,5 @@ pub trait Feeds {
     /// The input marking real tokens (1) against padding (0), where the data knows it.
     fn attention_mask(&self) -> Option<&str> {
         None
-    }
-}
-
-impl Feeds for Corpus {
-    fn source(&self) -> &std::path::Path {
-        self.path()
-    }
-
-    fn units(&self) -> (u64, &'static str) {
-        (self.questions() as u64, "questions")
-    }
-
-    fn each_batch(&self, batch: usize, f: &mut BatchFn<'_>) -> Result<usize> {
-        let mut features = 0;
-        for b in self.batches(batch)? {
-            let b = b?;
-            f(&b.inputs(self.io()), b.len(), questions_done(&b))?;
-            features += b.len();
-        }
-        Ok(features)
-    }
-
-    fn zero_inputs(&self) -> &[String] {
-        &self.io().zero_inputs
-    }
-
-    fn attention_mask(&self) -> Option<&str> {
-        Some(&self.io().attention_mask)
     }
 }

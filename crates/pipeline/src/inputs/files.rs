@@ -13,10 +13,10 @@ use qdq::roles::InputRoles;
 
 use crate::disk::{open_regular, read_bounded};
 use crate::error::{Error, Result};
+use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::{BatchFn, Feeds};
 use crate::inputs::roles::detect_inputs;
 use crate::inputs::shape::DeclaredShape;
-use crate::inputs::squad::DataConfig;
 
 impl TextInputs {
     /// The roles found in `model` and the tokenizer of `cfg` (or why not).

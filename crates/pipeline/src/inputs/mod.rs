@@ -1,12 +1,12 @@
-//! What runs through the models: SQuAD questions ([`squad`]), other inputs from files ([`files`]), the batches
+//! What runs through the models: how text becomes inputs ([`config`]), inputs from files ([`files`]), the batches
 //! calibration reads from either ([`feeds`]), which model inputs and outputs they feed and read ([`roles`],
 //! [`shape`]), what a model's folder says of it ([`folder`]: sentence-transformers' modules, pooling and length) and
 //! how token states become one vector per text ([`pooling`]).
 
+pub mod config;
 pub mod feeds;
 pub mod files;
 pub mod folder;
 pub mod pooling;
 pub mod roles;
 pub mod shape;
-pub mod squad;

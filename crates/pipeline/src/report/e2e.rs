@@ -3,15 +3,15 @@
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
-use crate::inputs::squad::Comparison;
 use crate::job::Report;
-use crate::report::ops::op_table;
 use crate::report::results::{
     CalibrationSummary, E2eResults, ModelResult, OVERLAP_EFFECT, OtherEp, QuantizationSummary,
 };
 use crate::settings::policy::Mode;
-use crate::steps::evaluate::ep_label;
+use crate::steps::ops::op_table;
+use crate::steps::run::ep_label;
 use crate::tasks::embed::report::embedding_table;
+use crate::tasks::squad::data::Comparison;
 
 /// What `qdq e2e` did: the results (as results.json) and where everything went.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@ use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
 use crate::job::Report;
-use crate::report::ops::float_summary;
+use crate::steps::ops::float_summary;
 
 /// Everything `qdq inspect` reports of a model.
 #[derive(Debug, Clone)]

@@ -6,7 +6,6 @@ pub mod debug;
 pub mod e2e;
 pub mod eval;
 pub mod inspect;
-pub mod ops;
 pub mod plots;
 pub mod providers;
 pub mod quantize;

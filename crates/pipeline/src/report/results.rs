@@ -6,14 +6,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::disk::{write_atomic, write_json};
 use crate::error::Result;
-use crate::inputs::squad::{Comparison, Score};
 use crate::provenance::Provenance;
 use crate::settings::policy::Mode;
 use crate::steps::collect::PassTimes;
-use crate::steps::evaluate::Latency;
+use crate::steps::run::Latency;
 use crate::steps::speed::{AtDefaultPrecision, LogitsAgreement, OpProfile, Speedup};
 use crate::tasks::classify::ClassifierEval;
 use crate::tasks::embed::EmbeddingEval;
+use crate::tasks::squad::data::{Comparison, Score};
 
 /// One evaluated model in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

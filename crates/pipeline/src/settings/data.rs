@@ -7,11 +7,12 @@ use squad::{FeatureConfig, Padding};
 
 use crate::disk::parent_dir;
 use crate::error::{Error, Result};
+use crate::inputs::config::DataConfig;
 use crate::inputs::folder::{FolderConfig, model_folder};
 use crate::inputs::pooling::Pooling;
 use crate::inputs::roles::IoNames;
 use crate::inputs::shape::{DeclaredShape, symbolic_dims};
-use crate::inputs::squad::{DataConfig, SquadVersion};
+use crate::tasks::squad::data::SquadVersion;
 
 /// How text becomes model inputs.
 #[derive(Debug, Clone)]

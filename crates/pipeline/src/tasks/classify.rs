@@ -2,16 +2,18 @@
 //! model against FP32 on the same inputs (top-1 agreement, KL of the softmax, largest logit difference per input),
 //! and each model's accuracy when the inputs are labelled.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds as _;
-use crate::inputs::files::InputSet;
+use crate::inputs::files::{InputSet, TextInputs};
+use crate::job::Report;
 use crate::progress::Progress;
-use crate::steps::evaluate::{EvalOptions, Latency};
-use crate::tasks::{RanOn, Side};
+use crate::steps::run::{EvalOptions, Latency};
+use crate::tasks::{EvalRequest, RanOn, Side};
 
 /// One model's side of a classifier evaluation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -193,4 +195,53 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
     }
     let rows = if a.per_token { "tokens (padding left out)" } else { "inputs" };
     format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
+}
+
+/// A classifier on the inputs of `req` against its `--baseline` (as the quantized model against FP32 in `qdq e2e`):
+/// agreement of the class logits (`output`), and accuracy where the inputs carry labels.
+pub(crate) fn eval(output: &str, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>> {
+    let Some(baseline) = &req.baseline else {
+        return Err(Error::Usage(format!(
+            "{}: a classifier (class logits `{output}`) is measured against its baseline: give --baseline <FP32 \
+             model>; eval then reports the agreement of the two models' logits, and accuracy where {} has labels",
+            req.model.display(),
+            req.dataset.display()
+        )));
+    };
+    req.one_ep_only("a classifier")?;
+    let (model, graph) = (req.model, req.graph);
+    let text = TextInputs::for_model(graph, model, &req.data);
+    let set = InputSet::load(req.dataset, graph, &text, req.samples)?;
+    let opts = EvalOptions { workers: 1, ..req.opts.clone() };
+    let (b, m) = (Side { path: baseline, session: &opts.session }, Side { path: model, session: &opts.session });
+    let comparison = evaluate_classifier(b, m, &set, output, &opts, progress)?;
+    Ok(Box::new(ClassifierEvalReport { model: model.to_path_buf(), baseline: baseline.clone(), comparison }))
+}
+
+/// A classifier against `--baseline`: the baseline as FP32, the model as the quantized side.
+#[derive(Debug, Clone)]
+pub struct ClassifierEvalReport {
+    pub model: PathBuf,
+    pub baseline: PathBuf,
+    pub comparison: ClassifierEval,
+}
+
+impl Report for ClassifierEvalReport {
+    /// The document `qdq eval --json` prints for a classifier.
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "schema": "qdq.eval/1",
+            "task": "classification",
+            "model": self.model,
+            "baseline": self.baseline,
+            "vs_baseline": self.comparison,
+        })
+    }
+}
+
+impl std::fmt::Display for ClassifierEvalReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", table(&self.comparison, "model").trim_end())?;
+        write!(f, "\nbaseline (the FP32 row): {}", self.baseline.display())
+    }
 }

@@ -2,27 +2,31 @@
 //! the names the user gave what the model is (once, into one value), and each task feeds its data, compares FP32 with
 //! the quantized model in its own measures and reports them.
 //!
-//! - SQuAD question answering (start / end logits): EM / F1 on SQuAD questions (`inputs::squad`, `steps::evaluate`);
+//! - SQuAD question answering (start / end logits): EM / F1 on SQuAD questions ([`squad`]);
 //! - classification and token classification (class logits): agreement with FP32 on any inputs ([`classify`]);
 //! - sentence embeddings (a pooled output, or token states pooled as the folder says): fidelity to FP32 and retrieval
 //!   quality ([`embed`]).
 
 pub mod classify;
 pub mod embed;
+pub mod squad;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use onnx_ir::Model;
 use runtime::SessionConfig;
 
 use crate::error::{Error, Result};
+use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
 use crate::inputs::roles::class_logits;
-use crate::inputs::squad::{Corpus, DataConfig};
-use crate::steps::held_out::HeldOut;
+use crate::job::Report;
+use crate::progress::Progress;
+use crate::steps::run::EvalOptions;
 use crate::tasks::embed::EmbedTask;
 use crate::tasks::embed::data::EmbedData;
+use crate::tasks::squad::data::Corpus;
 
 /// What a model is, as far as measuring it goes.
 #[derive(Debug, Clone)]
@@ -159,69 +163,101 @@ impl Task {
     }
 }
 
+/// What a model is evaluated on, as its task reads it: SQuAD questions (checked against the model), a classifier's
+/// inputs and the logits it compares, or the texts an embedding model embeds (and, with labels, retrieves among).
+pub(crate) enum TaskData {
+    Squad(Box<Corpus>),
+    Classify(InputSet, String),
+    Embed(Box<EmbedTask>, EmbedData, InputSet),
+}
+
 impl Task {
-    /// The held-out inputs `qdq debug` and `qdq tune` measure this task's models on, the last `n` units of `dataset`,
-    /// with FP32's (`fp32`, loaded from `fp32_path`) outputs on them, run on `session`: SQuAD questions compared by
-    /// their start and end logits, or texts (questions with their paragraphs from a SQuAD file) by their embedding.
-    pub(crate) fn held_out(
+    /// The first `n` units (0 = all) of `dataset` as this task evaluates `model` (loaded from `model_path`) on them,
+    /// read through `cfg` and the model's text inputs `text`.
+    pub(crate) fn eval_data(
         &self,
-        (fp32, fp32_path): (&Model, &Path),
+        (model, model_path): (&Model, &Path),
         dataset: &Path,
         n: usize,
-        session: SessionConfig,
         cfg: &DataConfig,
-    ) -> Result<HeldOut> {
-        match self {
+        text: &TextInputs,
+    ) -> Result<TaskData> {
+        Ok(match self {
             Task::Squad => {
-                let mut corpus = Corpus::load_last(dataset, cfg, &cfg.tokenizer()?, n)?;
-                corpus.fit_model(fp32, fp32_path)?;
-                let held = HeldOut::questions(fp32, &corpus, session)?;
-                let what = format!(
-                    "the last {} questions of {} ({} features)",
-                    held.units(),
-                    dataset.display(),
-                    held.features()
-                );
-                Ok(held.described(what))
+                let mut d = Corpus::load(dataset, cfg, &text.loaded_tokenizer(cfg)?, n)?;
+                d.fit_model(model, model_path)?;
+                TaskData::Squad(Box::new(d))
+            }
+            Task::Classify { output } => {
+                tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
+                TaskData::Classify(InputSet::load(dataset, model, text, n)?, output.clone())
             }
             Task::Embed(e) => {
-                let texts = EmbedData::held_out_texts(dataset, n)?;
-                let set = InputSet::from_texts(dataset, &texts, &TextInputs::for_model(fp32, fp32_path, cfg))?;
-                let held = HeldOut::texts(fp32, &set, e.head.clone(), session)?;
-                let what = if dataset.extension().is_some_and(|x| x.eq_ignore_ascii_case("json")) {
-                    format!(
-                        "the last {n} questions of {} and their paragraphs ({} texts)",
-                        dataset.display(),
-                        set.len()
-                    )
-                } else {
-                    format!("the last {} texts of {}", set.len(), dataset.display())
-                };
-                Ok(held.described(what))
+                let data = EmbedData::load(dataset, cfg.corpus.as_deref(), n)?;
+                let set = InputSet::from_texts(dataset, &data.texts, text)?;
+                TaskData::Embed(e.clone(), data, set)
             }
-            Task::Classify { output } => Err(not_held_out(output, fp32_path)),
-        }
+        })
     }
+}
 
-    /// Whether `qdq debug` and `qdq tune` measure this task's model (at `path`): SQuAD and embedding models; a
-    /// classifier is refused naming what compares it.
-    pub(crate) fn check_held_out(&self, path: &Path) -> Result<()> {
+impl TaskData {
+    /// How many of the first `cal_num` units of `calibration` are also evaluated: SQuAD questions by id (`None`
+    /// unless `calibration` reads as a SQuAD dataset); inputs of a file have no ids, so when calibration and
+    /// evaluation read one file (`same_file`) both take its first rows and the shorter run is all shared.
+    pub(crate) fn calibration_overlap(&self, calibration: &Path, cal_num: usize, same_file: bool) -> Option<usize> {
         match self {
-            Task::Classify { output } => Err(not_held_out(output, path)),
-            Task::Squad | Task::Embed(_) => Ok(()),
+            TaskData::Squad(evaluated) => {
+                let all = squad_metrics::load_dataset(calibration).ok()?;
+                let calibrated = if cal_num == 0 { all } else { all.first_n(cal_num) };
+                let evaluated: std::collections::HashSet<&str> = evaluated.question_ids().collect();
+                Some(calibrated.questions().filter(|q| evaluated.contains(q.id.as_str())).count())
+            }
+            TaskData::Classify(set, _) | TaskData::Embed(_, _, set) if same_file => Some(cal_num.min(set.len())),
+            _ => None,
         }
     }
 }
 
-/// The error for a classifier (class logits `output`, the model at `path`) given to `qdq debug` or `qdq tune`.
-fn not_held_out(output: &str, path: &Path) -> Error {
-    Error::Input {
-        path: path.to_path_buf(),
-        reason: format!(
-            "a classifier (class logits `{output}`): `qdq debug` and `qdq tune` measure SQuAD models (start / end \
-             logits) and sentence-embedding models (cosine to FP32's); `qdq e2e` and `qdq eval --baseline` compare a \
-             classifier's logits with FP32's"
-        ),
+/// What `qdq eval` asks of a model's task: the model (its graph, for the checks), the data and how much of it, the
+/// session and batching of the first EP and the sessions of `--ep`'s others, `--baseline`, `--out` and
+/// `--profile-ops`. Each task reads what it measures ([`Task::eval`]).
+pub(crate) struct EvalRequest<'a> {
+    pub model: &'a Path,
+    pub graph: &'a Model,
+    pub dataset: &'a Path,
+    /// The first N units of `dataset` (0 = all).
+    pub samples: usize,
+    pub data: DataConfig,
+    pub opts: EvalOptions,
+    /// `--ep`'s others, each named, with its session.
+    pub other_eps: Vec<(String, SessionConfig)>,
+    /// The resolved `--baseline`.
+    pub baseline: Option<PathBuf>,
+    pub out: Option<&'a Path>,
+    pub profile_ops: bool,
+}
+
+impl EvalRequest<'_> {
+    /// --out, --profile-ops and a second --ep are a SQuAD model's: refused for `what`.
+    pub(crate) fn one_ep_only(&self, what: &str) -> Result<()> {
+        if self.out.is_some() || self.profile_ops || !self.other_eps.is_empty() {
+            return Err(Error::Usage(format!(
+                "--out, --profile-ops and a second --ep are for SQuAD models; {what} is evaluated on one EP"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Task {
+    /// `qdq eval`: the model of `req` in this task's measures (against its baseline where one is given).
+    pub(crate) fn eval(&self, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>> {
+        match self {
+            Task::Squad => squad::eval::eval(req, progress),
+            Task::Embed(task) => embed::eval::eval(task, req, progress),
+            Task::Classify { output } => classify::eval(output, req, progress),
+        }
     }
 }
 
@@ -262,6 +298,6 @@ impl RanOn {
 
     /// The EP as the tables name it.
     pub fn label(&self) -> String {
-        crate::steps::evaluate::ep_label(&self.ep, self.ep_precision.as_deref(), self.fallback_from.as_deref())
+        crate::steps::run::ep_label(&self.ep, self.ep_precision.as_deref(), self.fallback_from.as_deref())
     }
 }

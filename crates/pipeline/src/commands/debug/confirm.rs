@@ -8,13 +8,14 @@ use runtime::{ModelSource, SessionConfig};
 
 use crate::disk::parent_dir;
 use crate::error::Result;
-use crate::inputs::squad::Corpus;
+use crate::held_out::pairs::NodeSensitivity;
 use crate::progress::Progress;
 use crate::report::debug::Confirmation;
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::RuntimeSettings;
-use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate, scored_questions};
-use crate::steps::pairs::NodeSensitivity;
+use crate::steps::run::EvalOptions;
+use crate::tasks::squad::data::Corpus;
+use crate::tasks::squad::evaluate::{Evaluation, evaluate, scored_questions};
 
 /// What `--confirm` scores: the first `samples` questions of `dataset`, the first `nodes` nodes of the sensitivity.
 pub(super) struct ConfirmOn<'a> {

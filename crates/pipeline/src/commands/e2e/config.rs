@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::error::Result;
-use crate::inputs::squad::DataConfig;
+use crate::inputs::config::DataConfig;
 use crate::provenance::Invocation;
 use crate::settings::calib::MethodSettings;
 use crate::settings::policy::{Mode, PolicyChoice};
 use crate::steps::collect::CalibrateOptions;
-use crate::steps::evaluate::EvalOptions;
+use crate::steps::run::EvalOptions;
 use crate::tasks::Task;
 
 /// Wall seconds per phase of the run (results.json's `provenance.phase_seconds`).

@@ -11,14 +11,15 @@ use crate::commands::e2e::quantize::precision_name;
 use crate::disk::write_predictions;
 use crate::error::Result;
 use crate::inputs::files::InputSet;
-use crate::inputs::squad::Corpus;
 use crate::model::model_size;
 use crate::progress::Progress;
 use crate::report::e2e::precision_label;
-use crate::report::ops::op_table;
 use crate::report::results::{E2eResults, ModelResult, OpProfiles};
-use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::steps::ops::op_table;
+use crate::steps::run::EvalOptions;
 use crate::steps::speed::{self, OpProfile, PairedTiming};
+use crate::tasks::squad::data::Corpus;
+use crate::tasks::squad::evaluate::{Evaluation, evaluate};
 
 pub(crate) fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
     ModelResult {

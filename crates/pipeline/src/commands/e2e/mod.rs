@@ -22,7 +22,7 @@ use crate::settings::calib::CalibSettings;
 use crate::settings::data::DataSettings;
 use crate::settings::policy::{Mode, PolicySettings};
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
-use crate::steps::evaluate::EvalOptions;
+use crate::steps::run::EvalOptions;
 
 /// `qdq e2e`.
 #[derive(Debug, Clone)]

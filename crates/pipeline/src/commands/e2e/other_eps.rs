@@ -12,13 +12,14 @@ use crate::commands::e2e::evaluate::model_result;
 use crate::commands::e2e::quantize::precision_name;
 use crate::disk::write_predictions;
 use crate::error::Result;
-use crate::inputs::squad::Corpus;
 use crate::model::model_size;
 use crate::progress::Progress;
 use crate::report::e2e::precision_label;
 use crate::report::results::{E2eResults, OtherEp};
-use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
+use crate::steps::run::EvalOptions;
 use crate::steps::speed::{self, PairedTiming, logits_agreement};
+use crate::tasks::squad::data::Corpus;
+use crate::tasks::squad::evaluate::{Evaluation, evaluate};
 
 /// The first EP's evaluations of FP32 and the quantized model, and the quantized model's session there.
 pub(crate) struct First<'a> {

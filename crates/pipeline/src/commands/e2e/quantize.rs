@@ -11,9 +11,9 @@ use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds;
 use crate::model::save_model;
 use crate::progress::Progress;
-use crate::report::ops::float_summary;
 use crate::report::results::{CalibrationSummary, QuantizationSummary};
 use crate::steps::calibrate::{calibrate, describe_spread, write_tables};
+use crate::steps::ops::float_summary;
 use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
 

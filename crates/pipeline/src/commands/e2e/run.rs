@@ -1,6 +1,5 @@
 //! The whole e2e run: calibrate -> quantize -> evaluate FP32 and INT8 -> output directory.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -14,8 +13,7 @@ use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_stati
 use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds;
-use crate::inputs::files::{InputSet, TextInputs};
-use crate::inputs::squad::Corpus;
+use crate::inputs::files::TextInputs;
 use crate::model::{carry_tokenizer, load_for_quantization, save_model};
 use crate::progress::Progress;
 use crate::provenance::{Machine, Provenance, onnxruntime};
@@ -24,18 +22,9 @@ use crate::report::results::{
 };
 use crate::settings::policy::Mode;
 use crate::tasks::classify::evaluate_classifier;
-use crate::tasks::embed::data::EmbedData;
+use crate::tasks::embed::evaluate_embeddings;
 use crate::tasks::embed::speed::speed_at_lengths;
-use crate::tasks::embed::{EmbedTask, evaluate_embeddings};
-use crate::tasks::{Side, Task};
-
-/// What the model is evaluated on: SQuAD questions (start / end logits), inputs of a classifier (class logits), or
-/// texts an embedding model embeds (and, with labels, retrieves among).
-enum EvalData {
-    Squad(Box<Corpus>),
-    Classify(InputSet, String),
-    Embed(Box<EmbedTask>, EmbedData, InputSet),
-}
+use crate::tasks::{Side, Task, TaskData};
 
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings. What the model is evaluated on follows
 /// its [`Task`]: a classifier on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]), compared with FP32
@@ -111,7 +100,7 @@ struct Evaluated<'a> {
 /// FP32 against the quantized model(s) in the task's measures, into `results`.
 fn evaluate_task(
     cfg: &E2eConfig,
-    data: &EvalData,
+    data: &TaskData,
     on: &Evaluated,
     results: &mut E2eResults,
     progress: &dyn Progress,
@@ -121,17 +110,17 @@ fn evaluate_task(
     let sides = (Side { path: &cfg.model, session: &cfg.eval.session }, Side { path: qpath, session: int8_session });
     let t = Instant::now();
     let (set, output) = match data {
-        EvalData::Squad(data) => {
+        TaskData::Squad(data) => {
             let (fp32, int8) = evaluate_squad(cfg, qpath, data, int8_session, compared, results, progress, phases)?;
             let first = First { fp32: &fp32, int8: &int8, int8_session };
             return evaluate_on_other_eps(cfg, qpath, data, &first, results, progress, phases);
         }
-        EvalData::Classify(set, output) => {
+        TaskData::Classify(set, output) => {
             results.classification = Some(evaluate_classifier(sides.0, sides.1, set, output, &cfg.eval, progress)?);
             phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
             (set, output.as_str())
         }
-        EvalData::Embed(task, data, set) => {
+        TaskData::Embed(task, data, set) => {
             let mut e = evaluate_embeddings(sides, task, data, set, &cfg.eval, progress)?;
             phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
             let t = Instant::now();
@@ -210,13 +199,11 @@ fn provenance(cfg: &E2eConfig, int8_session: &SessionConfig, phases: Phases) -> 
 
 /// Counts the calibration questions (or inputs, texts) that are also evaluated into `c`, and warns when there are
 /// any.
-fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&EvalData>, unit: &str) {
+fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&TaskData>, unit: &str) {
     let same_file = files_are_one(&cfg.dataset, &cfg.calibration_data);
     c.also_evaluated = match eval_data {
-        Some(EvalData::Squad(evaluated)) => calibration_overlap(evaluated, &cfg.calibration_data, c.questions),
-        // Inputs of a file have no ids: both take the first rows of one file, so the shorter run is all shared.
-        Some(EvalData::Classify(set, _) | EvalData::Embed(_, _, set)) if same_file => Some(c.questions.min(set.len())),
-        _ => None,
+        Some(data) => data.calibration_overlap(&cfg.calibration_data, c.questions, same_file),
+        None => None,
     };
     if let Some(n) = c.also_evaluated.filter(|&n| n > 0) {
         let default = if same_file { " (--calibration-data is --dataset)" } else { "" };
@@ -225,29 +212,16 @@ fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&E
 }
 
 /// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
-type Prepared = (Option<EvalData>, Option<Box<dyn Feeds>>);
+type Prepared = (Option<TaskData>, Option<Box<dyn Feeds>>);
 
 /// The evaluation set as the task reads it (SQuAD questions checked against the model; a classifier's inputs; an
 /// embedding model's texts, through the model's tokenizer and input roles) and the calibration data
 /// ([`Task::calibration_feeds`]). The tokenizer is loaded once for both.
 fn prepare(cfg: &E2eConfig, model: &Model, task: &Task) -> Result<Prepared> {
     let text = TextInputs::for_model(model, &cfg.model, &cfg.data);
-    let eval_data = match (cfg.no_eval, task) {
-        (true, _) => None,
-        (false, Task::Squad) => {
-            let mut d = Corpus::load(&cfg.dataset, &cfg.data, &text.loaded_tokenizer(&cfg.data)?, cfg.samples)?;
-            d.fit_model(model, &cfg.model)?;
-            Some(EvalData::Squad(Box::new(d)))
-        }
-        (false, Task::Classify { output }) => {
-            tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
-            Some(EvalData::Classify(InputSet::load(&cfg.dataset, model, &text, cfg.samples)?, output.clone()))
-        }
-        (false, Task::Embed(e)) => {
-            let data = EmbedData::load(&cfg.dataset, cfg.data.corpus.as_deref(), cfg.samples)?;
-            let set = InputSet::from_texts(&cfg.dataset, &data.texts, &text)?;
-            Some(EvalData::Embed(e.clone(), data, set))
-        }
+    let eval_data = match cfg.no_eval {
+        true => None,
+        false => Some(task.eval_data((model, &cfg.model), &cfg.dataset, cfg.samples, &cfg.data, &text)?),
     };
     let cal = match cfg.mode {
         Mode::Static => {
@@ -257,15 +231,6 @@ fn prepare(cfg: &E2eConfig, model: &Model, task: &Task) -> Result<Prepared> {
         Mode::Dynamic => None,
     };
     Ok((eval_data, cal))
-}
-
-/// How many of the first `cal_num` questions of `calibration` are among the `evaluated` ones, by question id; `None`
-/// unless `calibration` reads as a SQuAD dataset.
-fn calibration_overlap(evaluated: &Corpus, calibration: &Path, cal_num: usize) -> Option<usize> {
-    let all = squad_metrics::load_dataset(calibration).ok()?;
-    let calibrated = if cal_num == 0 { all } else { all.first_n(cal_num) };
-    let evaluated: HashSet<&str> = evaluated.question_ids().collect();
-    Some(calibrated.questions().filter(|q| evaluated.contains(q.id.as_str())).count())
 }
 
 /// Whether `a` and `b` name one file (the same path, or both resolve to one).

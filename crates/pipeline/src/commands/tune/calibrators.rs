@@ -7,9 +7,9 @@
 use onnx_ir::Model;
 
 use crate::error::Result;
+use crate::held_out::HeldOut;
 use crate::progress::Progress;
 use crate::report::tune::CalibratorChoice;
-use crate::steps::held_out::HeldOut;
 
 /// The smallest relative drop of the held-out KL that keeps another calibrator's range (the KL is measured on a few
 /// dozen questions: smaller gains are as likely to be those questions' as the model's).

@@ -16,17 +16,18 @@ use crate::commands::tune::calibrators::{self, Trials};
 use crate::commands::tune::screen::Screen;
 use crate::commands::tune::search::{Questions, Scorer, Spec};
 use crate::error::Result;
-use crate::inputs::squad::{Corpus, Score};
+use crate::held_out::HeldOut;
 use crate::model::save_model;
 use crate::progress::Progress;
 use crate::report::debug::DebugReport;
 use crate::report::tune::{CalibratorChoice, Metric, Scored, Timed};
-use crate::steps::evaluate::{EvalOptions, Evaluation, evaluate};
-use crate::steps::held_out::HeldOut;
 use crate::steps::quantize::float_matmul_like;
+use crate::steps::run::EvalOptions;
 use crate::steps::speed::{PairedTiming, Speedup};
 use crate::tasks::Side;
 use crate::tasks::embed::score::EmbedScoring;
+use crate::tasks::squad::data::{Corpus, Score};
+use crate::tasks::squad::evaluate::{Evaluation, evaluate};
 
 /// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
 /// `fp32_scoring`, `candidate_screening` (F1 on the questions nearest to flipping) and `candidate_scoring` (on the

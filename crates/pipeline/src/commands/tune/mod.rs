@@ -24,8 +24,8 @@ use crate::commands::calibrate::CalibrateJob;
 use crate::commands::debug::DebugJob;
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
+use crate::inputs::config::DataConfig;
 use crate::inputs::files::{InputSet, TextInputs};
-use crate::inputs::squad::{Corpus, DataConfig};
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model};
 use crate::progress::Progress;
@@ -34,12 +34,14 @@ use crate::settings::calib::CalibSettings;
 use crate::settings::data::DataSettings;
 use crate::settings::policy::{PolicySettings, Target};
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
-use crate::steps::evaluate::{EvalOptions, evaluate, scored_questions};
 use crate::steps::quantize::read_table;
+use crate::steps::run::EvalOptions;
 use crate::steps::speed::{self, PairedTiming};
 use crate::tasks::embed::EmbedTask;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::score::EmbedScoring;
+use crate::tasks::squad::data::Corpus;
+use crate::tasks::squad::evaluate::{evaluate, scored_questions};
 use crate::tasks::{Side, Task};
 
 /// Texts per batch when an embedding model's candidates are scored.

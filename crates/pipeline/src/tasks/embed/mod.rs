@@ -4,6 +4,8 @@
 //! ([`evaluate_embeddings`]), with its table ([`report`]).
 
 pub mod data;
+pub mod eval;
+pub mod head;
 pub mod measure;
 pub mod report;
 pub mod run;
@@ -18,14 +20,15 @@ use qdq::roles::{EmbeddingOutput, FoundEmbedding};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::inputs::config::DataConfig;
 use crate::inputs::files::InputSet;
-use crate::inputs::pooling::{EmbeddingHead, PoolMode, Pooling};
-use crate::inputs::squad::DataConfig;
+use crate::inputs::pooling::{PoolMode, Pooling};
 use crate::progress::Progress;
-use crate::steps::evaluate::{EvalOptions, Latency};
+use crate::steps::run::{EvalOptions, Latency};
 use crate::steps::speed::AtDefaultPrecision;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::data::Retrieval;
+use crate::tasks::embed::head::EmbeddingHead;
 use crate::tasks::embed::measure::{
     Fidelity, Neighbours, PerQuery, RetrievalDifference, RetrievalScores, TOP_K, fidelity, neighbour_agreement,
     rankings, unit_rows,

@@ -7,10 +7,10 @@ use ndarray::ArrayView2;
 
 use crate::error::{Error, Result};
 use crate::inputs::files::InputSet;
-use crate::inputs::pooling::EmbeddingHead;
 use crate::progress::Progress;
-use crate::steps::evaluate::{EvalOptions, Latency};
+use crate::steps::run::{EvalOptions, Latency};
 use crate::tasks::RanOn;
+use crate::tasks::embed::head::EmbeddingHead;
 
 /// Rows of `set` in batches of at most `batch` of about the same length, longest first: each batch is padded to its
 /// longest row, so sorting saves the padding's work.

@@ -8,7 +8,7 @@ use ndarray::{Array2, s};
 use crate::error::Result;
 use crate::inputs::files::InputSet;
 use crate::progress::Progress;
-use crate::steps::evaluate::EvalOptions;
+use crate::steps::run::EvalOptions;
 use crate::tasks::Side;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::measure::{NEIGHBOUR_TEXTS, cosines, rankings};

@@ -3,18 +3,26 @@
 //! `qdq debug` and `qdq tune` measure candidates by; which inputs and which outputs is the task's choice
 //! (`tasks::Task::held_out`).
 
+use std::path::Path;
+
 use ndarray::{Array2, ArrayView2};
 use onnx_ir::Model;
 use runtime::SessionConfig;
 use serde::Serialize;
 
-use crate::error::Result;
+pub mod pairs;
+
+use crate::error::{Error, Result};
+use crate::inputs::config::DataConfig;
 use crate::inputs::files::InputSet;
-use crate::inputs::pooling::EmbeddingHead;
-use crate::inputs::squad::{Corpus, questions_done};
+use crate::inputs::files::TextInputs;
 use crate::steps::augment::session_with_outputs;
-use crate::steps::logits::run_logits;
 use crate::steps::speed::{Workload, leading_by};
+use crate::tasks::Task;
+use crate::tasks::embed::data::EmbedData;
+use crate::tasks::embed::head::EmbeddingHead;
+use crate::tasks::squad::data::{Corpus, questions_done};
+use crate::tasks::squad::logits::run_logits;
 
 /// How two models' start and end logits agree, per feature, over the feature's real tokens.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -452,6 +460,72 @@ impl HeldOut {
             sums.add(f, o, b);
         }
         sums.agreement()
+    }
+}
+
+impl Task {
+    /// The held-out inputs `qdq debug` and `qdq tune` measure this task's models on, the last `n` units of `dataset`,
+    /// with FP32's (`fp32`, loaded from `fp32_path`) outputs on them, run on `session`: SQuAD questions compared by
+    /// their start and end logits, or texts (questions with their paragraphs from a SQuAD file) by their embedding.
+    pub(crate) fn held_out(
+        &self,
+        (fp32, fp32_path): (&Model, &Path),
+        dataset: &Path,
+        n: usize,
+        session: SessionConfig,
+        cfg: &DataConfig,
+    ) -> Result<HeldOut> {
+        match self {
+            Task::Squad => {
+                let mut corpus = Corpus::load_last(dataset, cfg, &cfg.tokenizer()?, n)?;
+                corpus.fit_model(fp32, fp32_path)?;
+                let held = HeldOut::questions(fp32, &corpus, session)?;
+                let what = format!(
+                    "the last {} questions of {} ({} features)",
+                    held.units(),
+                    dataset.display(),
+                    held.features()
+                );
+                Ok(held.described(what))
+            }
+            Task::Embed(e) => {
+                let texts = EmbedData::held_out_texts(dataset, n)?;
+                let set = InputSet::from_texts(dataset, &texts, &TextInputs::for_model(fp32, fp32_path, cfg))?;
+                let held = HeldOut::texts(fp32, &set, e.head.clone(), session)?;
+                let what = if dataset.extension().is_some_and(|x| x.eq_ignore_ascii_case("json")) {
+                    format!(
+                        "the last {n} questions of {} and their paragraphs ({} texts)",
+                        dataset.display(),
+                        set.len()
+                    )
+                } else {
+                    format!("the last {} texts of {}", set.len(), dataset.display())
+                };
+                Ok(held.described(what))
+            }
+            Task::Classify { output } => Err(not_held_out(output, fp32_path)),
+        }
+    }
+
+    /// Whether `qdq debug` and `qdq tune` measure this task's model (at `path`): SQuAD and embedding models; a
+    /// classifier is refused naming what compares it.
+    pub(crate) fn check_held_out(&self, path: &Path) -> Result<()> {
+        match self {
+            Task::Classify { output } => Err(not_held_out(output, path)),
+            Task::Squad | Task::Embed(_) => Ok(()),
+        }
+    }
+}
+
+/// The error for a classifier (class logits `output`, the model at `path`) given to `qdq debug` or `qdq tune`.
+fn not_held_out(output: &str, path: &Path) -> Error {
+    Error::Input {
+        path: path.to_path_buf(),
+        reason: format!(
+            "a classifier (class logits `{output}`): `qdq debug` and `qdq tune` measure SQuAD models (start / end \
+             logits) and sentence-embedding models (cosine to FP32's); `qdq e2e` and `qdq eval --baseline` compare a \
+             classifier's logits with FP32's"
+        ),
     }
 }
 

@@ -12,9 +12,9 @@ use runtime::SessionConfig;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::held_out::{HeldOut, OutputAgreement, Values};
 use crate::progress::Progress;
 use crate::steps::augment::{session_with_outputs, used_data};
-use crate::steps::held_out::{HeldOut, OutputAgreement, Values};
 
 /// One activation pair of the QDQ model, measured.
 #[derive(Debug, Clone, Serialize)]

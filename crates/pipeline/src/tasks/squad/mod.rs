@@ -1,0 +1,8 @@
+//! SQuAD extractive question answering (start and end logits): the questions with their gold answers ([`data`]),
+//! the evaluation that turns logits into answers and scores them ([`evaluate`]), and how the logits are read from
+//! a run ([`logits`]).
+
+pub mod data;
+pub mod eval;
+pub mod evaluate;
+pub mod logits;
