@@ -53,15 +53,16 @@ pub use report::eval::EvalReport;
 pub use report::inspect::Inspection;
 pub use report::providers::ProvidersReport;
 pub use report::quantize::QuantizeReport;
-pub use report::results::{CalibrationSummary, E2eResults, ModelResult, OpProfiles, QuantizationSummary};
+pub use report::results::{CalibrationSummary, E2eResults, OpProfiles, QuantizationSummary};
 pub use report::tune::{CalibratorChoice, Candidate, Scored, Timed, TuneReport};
 pub use tasks::classify::ClassifierEvalReport;
 pub use tasks::embed::eval::EmbeddingEvalReport;
+pub use tasks::squad::e2e::{ModelResult, OtherEp};
 pub use tasks::squad::eval::{OtherEpEval, SquadEvalReport};
 
 // The settings, grouped as the command line groups its flags.
 pub use settings::calib::{CalibSettings, MethodSettings};
-pub use settings::data::DataSettings;
+pub use settings::data::{DataSettings, SquadVersion};
 /// clap value parsers of the settings' flags, for the binary's own flags too.
 #[cfg(feature = "cli")]
 pub use settings::parsers as value_parsers;
@@ -91,7 +92,7 @@ pub use tasks::classify::{Agreement, ClassifierEval, ClassifierModel};
 pub use tasks::embed::data::{EmbedData, Retrieval};
 pub use tasks::embed::measure::{Fidelity, Neighbours, RetrievalDifference, RetrievalScores};
 pub use tasks::embed::{EmbedTask, EmbeddingEval, EmbeddingModel, RetrievalEval};
-pub use tasks::squad::data::{Batches, Comparison, Corpus, Score, SquadVersion};
+pub use tasks::squad::data::{Batches, Comparison, Corpus, Score};
 pub use tasks::squad::evaluate::{Evaluation, evaluate};
 pub use tasks::{Side, Task};
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 pub mod pairs;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inputs::config::DataConfig;
 use crate::inputs::files::InputSet;
 use crate::inputs::files::TextInputs;
@@ -503,29 +503,8 @@ impl Task {
                 };
                 Ok(held.described(what))
             }
-            Task::Classify { output } => Err(not_held_out(output, fp32_path)),
+            Task::Classify { output } => Err(crate::tasks::not_held_out(output, fp32_path)),
         }
-    }
-
-    /// Whether `qdq debug` and `qdq tune` measure this task's model (at `path`): SQuAD and embedding models; a
-    /// classifier is refused naming what compares it.
-    pub(crate) fn check_held_out(&self, path: &Path) -> Result<()> {
-        match self {
-            Task::Classify { output } => Err(not_held_out(output, path)),
-            Task::Squad | Task::Embed(_) => Ok(()),
-        }
-    }
-}
-
-/// The error for a classifier (class logits `output`, the model at `path`) given to `qdq debug` or `qdq tune`.
-fn not_held_out(output: &str, path: &Path) -> Error {
-    Error::Input {
-        path: path.to_path_buf(),
-        reason: format!(
-            "a classifier (class logits `{output}`): `qdq debug` and `qdq tune` measure SQuAD models (start / end \
-             logits) and sentence-embedding models (cosine to FP32's); `qdq e2e` and `qdq eval --baseline` compare a \
-             classifier's logits with FP32's"
-        ),
     }
 }
 

@@ -4,14 +4,13 @@ use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
 use crate::job::Report;
-use crate::report::results::{
-    CalibrationSummary, E2eResults, ModelResult, OVERLAP_EFFECT, OtherEp, QuantizationSummary,
-};
+use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
 use crate::settings::policy::Mode;
 use crate::steps::ops::op_table;
 use crate::steps::run::ep_label;
 use crate::tasks::embed::report::embedding_table;
 use crate::tasks::squad::data::Comparison;
+use crate::tasks::squad::e2e::{ModelResult, OtherEp};
 
 /// What `qdq e2e` did: the results (as results.json) and where everything went.
 #[derive(Debug, Clone)]

@@ -9,59 +9,12 @@ use crate::error::Result;
 use crate::provenance::Provenance;
 use crate::settings::policy::Mode;
 use crate::steps::collect::PassTimes;
-use crate::steps::run::Latency;
-use crate::steps::speed::{AtDefaultPrecision, LogitsAgreement, OpProfile, Speedup};
+use crate::steps::speed::{AtDefaultPrecision, OpProfile, Speedup};
+use crate::tasks::TaskResult;
 use crate::tasks::classify::ClassifierEval;
 use crate::tasks::embed::EmbeddingEval;
-use crate::tasks::squad::data::{Comparison, Score};
-
-/// One evaluated model in results.json.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ModelResult {
-    pub model: String,
-    pub model_bytes: u64,
-    /// The EP it ran on (`cpu` after a permitted fallback).
-    pub ep: String,
-    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's `f32`, `bf16`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ep_precision: Option<String>,
-    /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback_from: Option<String>,
-    #[serde(flatten)]
-    pub score: Score,
-    pub latency: Latency,
-}
-
-/// The run's FP32 and quantized models on another EP of `--ep`'s list, against the same models on the first.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct OtherEp {
-    /// The EP as `--ep` named it.
-    pub ep: String,
-    /// The first EP's name, which the comparisons below are against.
-    pub first_ep: String,
-    pub fp32: Option<ModelResult>,
-    pub int8: Option<ModelResult>,
-    /// The quantized model against FP32, both on this EP.
-    pub int8_vs_fp32: Comparison,
-    /// Each model's answers here against the same model's on the first EP (paired by question).
-    pub fp32_vs_first: Comparison,
-    pub int8_vs_first: Comparison,
-    /// Share of questions answered with the same text as on the first EP (0-1).
-    pub fp32_same_answers: f64,
-    pub int8_same_answers: f64,
-    /// Each model's logits here against the first EP's on the same features (the speed comparison's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fp32_logits: Option<LogitsAgreement>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub int8_logits: Option<LogitsAgreement>,
-    /// The quantized model against FP32 timed in alternation on this EP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speedup: Option<Speedup>,
-    /// The same with both at this EP's own default float precision, where that is not the run's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speedup_default_precision: Option<AtDefaultPrecision>,
-}
+use crate::tasks::squad::data::Comparison;
+use crate::tasks::squad::e2e::{ModelResult, OtherEp};
 
 /// One `--compare-methods` method: its model and, unless `--no-eval`, its INT8 result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -221,6 +174,30 @@ fn squad_task() -> String {
 }
 
 impl E2eResults {
+    /// The task's measurements in their places: a SQuAD model's beside its compared models and other EPs, a
+    /// classifier's `classification`, an embedding model's `embedding`.
+    pub(crate) fn set_task(&mut self, result: TaskResult) {
+        match result {
+            TaskResult::Squad(r) => {
+                let r = *r;
+                self.fp32 = Some(r.fp32);
+                self.int8 = Some(r.int8);
+                self.int8_vs_fp32 = Some(r.int8_vs_fp32);
+                for (c, (m, vs)) in self.compared_methods.iter_mut().zip(r.compared) {
+                    (c.int8, c.vs_fp32) = (Some(m), Some(vs));
+                }
+                for (c, (m, vs)) in self.compared_precisions.iter_mut().zip(r.precisions) {
+                    (c.result, c.vs_fp32) = (Some(m), Some(vs));
+                }
+                self.speedup = r.speedup;
+                self.speedup_default_precision = r.speedup_default_precision;
+                self.other_eps = r.other_eps;
+            }
+            TaskResult::Classify(c) => self.classification = Some(*c),
+            TaskResult::Embed(e) => self.embedding = Some(*e),
+        }
+    }
+
     /// INT8's F1 minus FP32's, when both were evaluated.
     pub fn delta_f1(&self) -> Option<f64> {
         Some(self.int8.as_ref()?.score.f1 - self.fp32.as_ref()?.score.f1)

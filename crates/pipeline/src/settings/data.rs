@@ -2,6 +2,7 @@
 //! model into a [`DataConfig`] before any work.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use squad::{FeatureConfig, Padding};
 
@@ -12,7 +13,6 @@ use crate::inputs::folder::{FolderConfig, model_folder};
 use crate::inputs::pooling::Pooling;
 use crate::inputs::roles::IoNames;
 use crate::inputs::shape::{DeclaredShape, symbolic_dims};
-use crate::tasks::squad::data::SquadVersion;
 
 /// How text becomes model inputs.
 #[derive(Debug, Clone)]
@@ -115,6 +115,11 @@ pub const DEFAULT_QUERY_LEN: usize = 64;
 pub const DEFAULT_DOC_STRIDE: usize = 128;
 
 impl DataSettings {
+    /// Whether `--squad-version 2.0` asks for SQuAD v2.0 scoring (unanswerable questions).
+    pub fn version_2(&self) -> bool {
+        self.version == SquadVersion::V2_0
+    }
+
     /// The checked data configuration (window sizes validated) for the model at `model` (a file; see
     /// [`crate::model::resolve_model`]): without --vocab and --token, the tokenizer is the one beside the model
     /// (tokenizer.json, else vocab.txt), else squad/vocab.txt.
@@ -137,7 +142,7 @@ impl DataSettings {
             vocab,
             tokenizer_json,
             force_vocab: self.force,
-            version_2: self.version == SquadVersion::V2_0,
+            version_2: self.version_2(),
             features,
             io: self.io_names.io(),
             io_names: self.io_names.clone(),
@@ -296,4 +301,34 @@ fn say_fixed_batch(model: &Path, batch: Option<usize>) {
         if b == 1 { "" } else { "s" },
         if b == 1 { "" } else { ", a short last batch filled up with copies of its first feature (not scored)" }
     );
+}
+
+/// SQuAD format version (`--squad-version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SquadVersion {
+    #[default]
+    V1_1,
+    /// Unanswerable questions (empty answers) are allowed.
+    V2_0,
+}
+
+impl FromStr for SquadVersion {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<SquadVersion> {
+        match s.trim().trim_start_matches('v') {
+            "1.1" | "1" => Ok(SquadVersion::V1_1),
+            "2.0" | "2" => Ok(SquadVersion::V2_0),
+            other => Err(Error::Usage(format!("SQuAD version `{other}` is not supported; use 1.1 or 2.0"))),
+        }
+    }
+}
+
+impl std::fmt::Display for SquadVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SquadVersion::V1_1 => "1.1",
+            SquadVersion::V2_0 => "2.0",
+        })
+    }
 }

@@ -310,12 +310,6 @@ impl PairedTiming {
         Ok(times)
     }
 
-    /// The [`OpProfile`] of `model` (on `cfg`) on this work.
-    pub(crate) fn profile(&self, model: &Path, cfg: &SessionConfig) -> Result<OpProfile> {
-        let w = &self.work;
-        profile_ops(model, cfg, &w.zero_inputs, (w.batches.len(), w.features()), |s| time_all(s, w).map(|_| ()))
-    }
-
     fn summary(&self, rounds: Vec<Round>, model: &Path, reference: &str) -> Result<Speedup> {
         let features = self.work.features();
         Speedup::from_rounds(&rounds, features)

@@ -9,6 +9,7 @@
 
 pub mod classify;
 pub mod embed;
+pub mod score;
 pub mod squad;
 
 use std::path::{Path, PathBuf};
@@ -24,8 +25,10 @@ use crate::inputs::roles::class_logits;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::run::EvalOptions;
+use crate::steps::speed::OpProfile;
 use crate::tasks::embed::EmbedTask;
 use crate::tasks::embed::data::EmbedData;
+use crate::tasks::score::{ScoringRequest, TaskScoring};
 use crate::tasks::squad::data::Corpus;
 
 /// What a model is, as far as measuring it goes.
@@ -219,6 +222,88 @@ impl TaskData {
     }
 }
 
+/// What `qdq e2e` asks of the model's task once both models are written: FP32 and the quantized model with their
+/// sessions, the evaluation's options, the output directory, the quantized model's label (`INT8`, `A16W8`, ...),
+/// the models compared beside it and the other EPs (a SQuAD model's), and the lengths an embedding model is timed
+/// at.
+pub(crate) struct E2eRun<'a> {
+    pub fp32: Side<'a>,
+    pub int8: Side<'a>,
+    pub eval: &'a EvalOptions,
+    pub out: &'a Path,
+    pub label: &'a str,
+    /// `--compare-methods`: each method and its model.
+    pub compared: &'a [(String, PathBuf)],
+    /// `--precision`'s others: each precision, its label and its model.
+    pub precisions: Vec<(String, String, PathBuf)>,
+    /// `--ep`'s others: the FP32 and the quantized model's session on each.
+    pub other_eps: Vec<(&'a SessionConfig, &'a SessionConfig)>,
+    pub seq_len: usize,
+    pub fixed_batch: Option<usize>,
+}
+
+/// What the task measured in an e2e run (each into its place in results.json).
+pub(crate) enum TaskResult {
+    Squad(Box<squad::e2e::SquadE2e>),
+    Classify(Box<classify::ClassifierEval>),
+    Embed(Box<embed::EmbeddingEval>),
+}
+
+impl TaskData {
+    /// FP32 against the quantized model(s) of `run` in this task's measures; each phase's seconds into `phases`.
+    pub(crate) fn e2e(
+        &self,
+        run: &E2eRun<'_>,
+        progress: &dyn Progress,
+        phases: &mut std::collections::BTreeMap<String, f64>,
+    ) -> Result<TaskResult> {
+        let t = std::time::Instant::now();
+        let sides = (run.fp32, run.int8);
+        Ok(match self {
+            TaskData::Squad(data) => TaskResult::Squad(Box::new(squad::e2e::e2e(run, data, progress, phases)?)),
+            TaskData::Classify(set, output) => {
+                let c = classify::evaluate_classifier(sides.0, sides.1, set, output, run.eval, progress)?;
+                phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
+                TaskResult::Classify(Box::new(c))
+            }
+            TaskData::Embed(task, data, set) => {
+                let e = embed::e2e(sides, task, data, set, (run.eval, run.seq_len, run.fixed_batch), progress, phases)?;
+                TaskResult::Embed(Box::new(e))
+            }
+        })
+    }
+
+    /// Where `model`'s time goes on `session` (`--profile-ops`): on the first features of the data (at most
+    /// [`crate::steps::speed::FEATURES`]), in batches of `batch`.
+    pub(crate) fn profile(&self, model: &Path, session: &SessionConfig, batch: usize) -> Result<OpProfile> {
+        match self {
+            TaskData::Squad(data) => squad::eval::profile_first_features(model, data, batch, session),
+            TaskData::Classify(set, output) => profile_inputs(model, session, batch, set, output),
+            TaskData::Embed(task, _, set) => profile_inputs(model, session, batch, set, task.head.output.name()),
+        }
+    }
+}
+
+/// The [`OpProfile`] of `model` (on `session`) on the first inputs of `set` (at most
+/// [`crate::steps::speed::FEATURES`], in batches of `batch`), reading `output`.
+fn profile_inputs(
+    model: &Path,
+    session: &SessionConfig,
+    batch: usize,
+    set: &InputSet,
+    output: &str,
+) -> Result<OpProfile> {
+    let n = set.len().min(crate::steps::speed::FEATURES);
+    let batch = batch.max(1);
+    let batches: Vec<_> = (0..n).step_by(batch).map(|i| set.batch(i..(i + batch).min(n))).collect();
+    crate::steps::speed::profile_ops(model, session, &[], (batches.len(), n), |s| {
+        batches.iter().try_for_each(|b| {
+            let feeds: Vec<(&str, ndarray::ArrayView2<i64>)> = b.iter().map(|(k, a)| (k.as_str(), a.view())).collect();
+            s.run_with(&feeds, &[output], |_| Ok::<_, Error>(()))
+        })
+    })
+}
+
 /// What `qdq eval` asks of a model's task: the model (its graph, for the checks), the data and how much of it, the
 /// session and batching of the first EP and the sessions of `--ep`'s others, `--baseline`, `--out` and
 /// `--profile-ops`. Each task reads what it measures ([`Task::eval`]).
@@ -258,6 +343,41 @@ impl Task {
             Task::Embed(task) => embed::eval::eval(task, req, progress),
             Task::Classify { output } => classify::eval(output, req, progress),
         }
+    }
+}
+
+impl Task {
+    /// Whether `qdq debug` and `qdq tune` measure this task's model (at `path`): SQuAD and embedding models; a
+    /// classifier is refused naming what compares it.
+    pub(crate) fn check_held_out(&self, path: &Path) -> Result<()> {
+        match self {
+            Task::Classify { output } => Err(not_held_out(output, path)),
+            Task::Squad | Task::Embed(_) => Ok(()),
+        }
+    }
+}
+
+impl Task {
+    /// The scoring of this task's candidates ([`Task::check_held_out`] refuses the tasks `qdq tune` does not
+    /// measure).
+    pub(crate) fn scoring(&self, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn TaskScoring>> {
+        self.check_held_out(req.fp32)?;
+        Ok(match self {
+            Task::Embed(task) => Box::new(embed::score::EmbedScoring::of(task, req, progress)?),
+            _ => Box::new(squad::score::SquadScoring::of(req, progress)?),
+        })
+    }
+}
+
+/// The error for a classifier (class logits `output`, the model at `path`) given to `qdq debug` or `qdq tune`.
+pub(crate) fn not_held_out(output: &str, path: &Path) -> Error {
+    Error::Input {
+        path: path.to_path_buf(),
+        reason: format!(
+            "a classifier (class logits `{output}`): `qdq debug` and `qdq tune` measure SQuAD models (start / end \
+             logits) and sentence-embedding models (cosine to FP32's); `qdq e2e` and `qdq eval --baseline` compare a \
+             classifier's logits with FP32's"
+        ),
     }
 }
 

@@ -1,23 +1,24 @@
-//! `qdq debug --confirm`: the sensitivity's KL beside the F1 it stands for.
+//! `qdq debug --confirm`: the sensitivity's KL beside the score it stands for (SQuAD's F1), in the task's scoring
+//! (`tasks::score`).
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use onnx_ir::Model;
-use runtime::{ModelSource, SessionConfig};
 
 use crate::disk::parent_dir;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::held_out::pairs::NodeSensitivity;
+use crate::model::save_model;
 use crate::progress::Progress;
 use crate::report::debug::Confirmation;
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::RuntimeSettings;
-use crate::steps::run::EvalOptions;
-use crate::tasks::squad::data::Corpus;
-use crate::tasks::squad::evaluate::{Evaluation, evaluate, scored_questions};
+use crate::tasks::score::{Questions, ScoringRequest, UnitScores};
+use crate::tasks::{Side, Task};
 
-/// What `--confirm` scores: the first `samples` questions of `dataset`, the first `nodes` nodes of the sensitivity.
+/// What `--confirm` scores: the first `samples` units of `dataset` in the model's task's score, the first `nodes` nodes of the
+/// sensitivity.
 pub(super) struct ConfirmOn<'a> {
     pub dataset: &'a Path,
     pub samples: usize,
@@ -26,8 +27,8 @@ pub(super) struct ConfirmOn<'a> {
     pub data: &'a DataSettings,
 }
 
-/// F1 on the first `on.samples` questions of FP32, `int8` and `int8` with each of the first `on.nodes` nodes of
-/// `sensitivity` in float (filled in as their `f1_recovered`).
+/// The task's score (SQuAD's F1) on the first `on.samples` units of FP32, `int8` and `int8` with each of the first
+/// `on.nodes` nodes of `sensitivity` in float (filled in as their `f1_recovered`).
 pub(super) fn confirm(
     on: &ConfirmOn<'_>,
     fp32_path: &Path,
@@ -35,57 +36,89 @@ pub(super) fn confirm(
     sensitivity: &mut [NodeSensitivity],
     progress: &dyn Progress,
 ) -> Result<Confirmation> {
-    let data_cfg = on.data.config(fp32_path)?;
-    let tokenizer = data_cfg.tokenizer()?;
-    let mut data = Corpus::load(on.dataset, &data_cfg, &tokenizer, on.samples)?;
-    data.fit_model(&Model::load_graph_only(fp32_path)?, fp32_path)?;
+    let data = on.data.config(fp32_path)?;
+    let graph = Model::load_graph_only(fp32_path)?;
     let fp32_session = on.runtime.fp32_session(Some(parent_dir(fp32_path)), "confirm");
-    let scorer = F1 { data: &data, int8_session: on.runtime.evaluation_session(&fp32_session), progress };
-    // Per-question F1 of the scored questions (the first --samples of the dataset, 0 = all).
-    let (gold, v2) = scored_questions(on.dataset, on.samples, on.data.version)?;
-    let per_question = |e: &Evaluation| squad_metrics::question_f1(&gold, &e.predictions, v2);
-    let fp32_f1 = scorer.f1(ModelSource::File(fp32_path), "FP32", &fp32_session)?.score.f1;
-    let qdq = scorer.f1(ModelSource::Bytes(&int8.to_bytes()?), "QDQ model", &scorer.int8_session)?;
-    let (qdq_f1, qdq_questions) = (qdq.score.f1, per_question(&qdq));
+    let req = ScoringRequest {
+        fp32: fp32_path,
+        graph: &graph,
+        data: &data,
+        dataset: on.dataset,
+        samples: on.samples,
+        session: fp32_session.clone(),
+        warmup: 0,
+        version_2: on.data.version_2(),
+        // No screen: every unit.
+        screen: 1.0,
+    };
+    let mut scoring = Task::detect(&graph, fp32_path, &data)?.scoring(&req, progress)?;
+    drop(graph);
+    let int8_session = on.runtime.evaluation_session(&fp32_session);
+    // Each model scored is written here first (ONNX Runtime reads a model over 2 GiB from its file).
+    let scratch = Scratch::new()?;
+    let mut score = |model: &Model| -> Result<UnitScores> {
+        let path = scratch.save(model)?;
+        scoring.score(Side { path: &path, session: &int8_session }, Questions::All, progress)
+    };
+    let qdq = score(int8)?;
     let n = on.nodes.min(sensitivity.len());
     for s in sensitivity.iter_mut().take(n) {
-        let model = qdq::with_float_inputs(int8, &HashSet::from([s.node.as_str()]));
-        let name = format!("{} in float", s.node);
-        let e = scorer.f1(ModelSource::Bytes(&model.to_bytes()?), &name, &scorer.int8_session)?;
-        let difference = squad_metrics::paired_difference(&per_question(&e), &qdq_questions);
-        let f1 = e.score.f1;
-        progress.note(&format!(
-            "{name}: F1 {f1:.2} ({} against the QDQ model's {qdq_f1:.2}, 95 % interval)",
-            difference.describe()
-        ));
-        s.f1_recovered = Some(f1 - qdq_f1);
-        s.f1_two_se = Some(2.0 * difference.se);
-        s.f1_difference = Some(difference);
+        let e = score(&qdq::with_float_inputs(int8, &HashSet::from([s.node.as_str()])))?;
+        recovered(s, &e, &qdq, progress);
     }
     let confirmed = &sensitivity[..n];
     let kl: Vec<f64> = confirmed.iter().map(|s| s.recovered).collect();
     let f1: Vec<f64> = confirmed.iter().filter_map(|s| s.f1_recovered).collect();
     let outside_noise = confirmed.iter().filter(|s| s.f1_difference.is_some_and(|d| d.excludes(0.0))).count();
+    let fp32 = scoring.fp32();
     Ok(Confirmation {
-        questions: data.questions(),
-        fp32_f1,
-        qdq_f1,
+        questions: fp32.scored,
+        fp32_f1: fp32.points,
+        qdq_f1: qdq.points,
         rank_correlation: spearman(&kl, &f1),
         outside_noise,
     })
 }
 
-/// Scores models on the confirmation's questions, as a throughput pass.
-struct F1<'a> {
-    data: &'a Corpus,
-    int8_session: SessionConfig,
-    progress: &'a dyn Progress,
+/// `s`'s node in float (scores `e`) against the QDQ model (`qdq`): the score it recovers, with its paired
+/// interval, said and kept in `s`.
+fn recovered(s: &mut NodeSensitivity, e: &UnitScores, qdq: &UnitScores, progress: &dyn Progress) {
+    let difference = squad_metrics::paired_difference(&e.per_unit, &qdq.per_unit);
+    progress.note(&format!(
+        "{} in float: F1 {:.2} ({} against the QDQ model's {:.2}, 95 % interval)",
+        s.node,
+        e.points,
+        difference.describe(),
+        qdq.points
+    ));
+    s.f1_recovered = Some(e.points - qdq.points);
+    s.f1_two_se = Some(2.0 * difference.se);
+    s.f1_difference = Some(difference);
 }
 
-impl F1<'_> {
-    fn f1(&self, source: ModelSource<'_>, name: &str, session: &SessionConfig) -> Result<Evaluation> {
-        let opts = EvalOptions::throughput(1, session.clone());
-        evaluate(source, name, self.data, &opts, &format!("confirming: {name}"), self.progress)
+/// A temporary directory the models `--confirm` scores are written to in turn, removed when dropped and on Ctrl-C /
+/// SIGTERM.
+struct Scratch {
+    dir: tempfile::TempDir,
+    _removed: Vec<files::signals::Registered>,
+}
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        let dir = tempfile::Builder::new().prefix("qdq-confirm-").tempdir().map_err(|e| Error::Output {
+            path: std::env::temp_dir(),
+            reason: format!("--confirm: a temporary directory: {e}"),
+        })?;
+        let files = [dir.path().to_path_buf(), dir.path().join("model.onnx"), dir.path().join("model.onnx.data")];
+        let _removed = files.iter().map(|p| files::signals::remove_on_signal(p)).collect();
+        Ok(Scratch { dir, _removed })
+    }
+
+    /// `model` written as the scratch model (over the last one).
+    fn save(&self, model: &Model) -> Result<std::path::PathBuf> {
+        let path = self.dir.path().join("model.onnx");
+        save_model(model, &path)?;
+        Ok(path)
     }
 }
 

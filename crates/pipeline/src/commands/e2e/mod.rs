@@ -1,8 +1,7 @@
 //! `qdq e2e`: calibrate, quantize, then evaluate FP32 and INT8 side by side; everything into `--out`.
 
 mod config;
-mod evaluate;
-mod other_eps;
+mod profile;
 mod quantize;
 mod run;
 

@@ -7,8 +7,8 @@ use onnx_ir::Model;
 use runtime::SessionConfig;
 
 use crate::commands::e2e::config::{E2eConfig, Phases, settings};
-use crate::commands::e2e::evaluate::{evaluate_squad, profile_both, profile_inputs};
-use crate::commands::e2e::other_eps::{First, evaluate_on_other_eps};
+use crate::commands::e2e::profile::profile_both;
+use crate::commands::e2e::quantize::precision_name;
 use crate::commands::e2e::quantize::{Quantized, quantize_dynamic, quantize_static};
 use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
@@ -17,14 +17,12 @@ use crate::inputs::files::TextInputs;
 use crate::model::{carry_tokenizer, load_for_quantization, save_model};
 use crate::progress::Progress;
 use crate::provenance::{Machine, Provenance, onnxruntime};
+use crate::report::e2e::precision_label;
 use crate::report::results::{
     CalibrationSummary, ComparedMethod, ComparedPrecision, E2eResults, OVERLAP_EFFECT, QuantizationSummary,
 };
 use crate::settings::policy::Mode;
-use crate::tasks::classify::evaluate_classifier;
-use crate::tasks::embed::evaluate_embeddings;
-use crate::tasks::embed::speed::speed_at_lengths;
-use crate::tasks::{Side, Task, TaskData};
+use crate::tasks::{E2eRun, Side, Task, TaskData};
 
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings. What the model is evaluated on follows
 /// its [`Task`]: a classifier on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]), compared with FP32
@@ -97,7 +95,8 @@ struct Evaluated<'a> {
     compared: &'a [(String, PathBuf)],
 }
 
-/// FP32 against the quantized model(s) in the task's measures, into `results`.
+/// FP32 against the quantized model(s) in the task's measures ([`TaskData::e2e`]), into `results`; then, with
+/// `--profile-ops`, where each one's time goes.
 fn evaluate_task(
     cfg: &E2eConfig,
     data: &TaskData,
@@ -107,39 +106,25 @@ fn evaluate_task(
     phases: &mut Phases,
 ) -> Result<()> {
     let Evaluated { qpath, int8_session, compared } = *on;
-    let sides = (Side { path: &cfg.model, session: &cfg.eval.session }, Side { path: qpath, session: int8_session });
-    let t = Instant::now();
-    let (set, output) = match data {
-        TaskData::Squad(data) => {
-            let (fp32, int8) = evaluate_squad(cfg, qpath, data, int8_session, compared, results, progress, phases)?;
-            let first = First { fp32: &fp32, int8: &int8, int8_session };
-            return evaluate_on_other_eps(cfg, qpath, data, &first, results, progress, phases);
-        }
-        TaskData::Classify(set, output) => {
-            results.classification = Some(evaluate_classifier(sides.0, sides.1, set, output, &cfg.eval, progress)?);
-            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
-            (set, output.as_str())
-        }
-        TaskData::Embed(task, data, set) => {
-            let mut e = evaluate_embeddings(sides, task, data, set, &cfg.eval, progress)?;
-            phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            progress.note("timing both models in turn at one text and at a batch");
-            let output = task.head.output.name();
-            let (seq_len, fixed_batch) = (cfg.data.features.max_seq_len, cfg.data.fixed_batch);
-            e.speed = speed_at_lengths(sides, output, set, seq_len, fixed_batch)?;
-            let time = |f: &SessionConfig, q: &SessionConfig| {
-                let sides = (Side { path: &cfg.model, session: f }, Side { path: qpath, session: q });
-                speed_at_lengths(sides, output, set, seq_len, fixed_batch)
-            };
-            e.speed_default_precision =
-                crate::steps::speed::at_default_precision(sides.0.session, sides.1.session, time);
-            phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
-            results.embedding = Some(e);
-            (set, output)
-        }
+    let label = precision_label(&precision_name(&cfg.policy));
+    let run = E2eRun {
+        fp32: Side { path: &cfg.model, session: &cfg.eval.session },
+        int8: Side { path: qpath, session: int8_session },
+        eval: &cfg.eval,
+        out: &cfg.out,
+        label: &label,
+        compared,
+        precisions: results
+            .compared_precisions
+            .iter()
+            .map(|c| (c.precision.clone(), precision_label(&c.precision), PathBuf::from(&c.model)))
+            .collect(),
+        other_eps: cfg.other_eps.iter().map(|o| (&o.fp32, &o.int8)).collect(),
+        seq_len: cfg.data.features.max_seq_len,
+        fixed_batch: cfg.data.fixed_batch,
     };
-    let profile = |m: &Path, s: &SessionConfig| profile_inputs(m, s, cfg.eval.batch, set, output);
+    results.set_task(data.e2e(&run, progress, phases)?);
+    let profile = |m: &Path, s: &SessionConfig| data.profile(m, s, cfg.eval.batch);
     profile_both(cfg, (qpath, int8_session), results, phases, progress, profile)
 }
 

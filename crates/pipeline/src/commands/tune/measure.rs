@@ -9,12 +9,11 @@ use std::time::Instant;
 
 use onnx_ir::Model;
 use qdq::Policy;
-use runtime::{ModelSource, SessionConfig};
+use runtime::SessionConfig;
 
 use crate::commands::debug::DebugJob;
 use crate::commands::tune::calibrators::{self, Trials};
-use crate::commands::tune::screen::Screen;
-use crate::commands::tune::search::{Questions, Scorer, Spec};
+use crate::commands::tune::search::{Scorer, Spec};
 use crate::error::Result;
 use crate::held_out::HeldOut;
 use crate::model::save_model;
@@ -22,12 +21,9 @@ use crate::progress::Progress;
 use crate::report::debug::DebugReport;
 use crate::report::tune::{CalibratorChoice, Metric, Scored, Timed};
 use crate::steps::quantize::float_matmul_like;
-use crate::steps::run::EvalOptions;
 use crate::steps::speed::{PairedTiming, Speedup};
 use crate::tasks::Side;
-use crate::tasks::embed::score::EmbedScoring;
-use crate::tasks::squad::data::{Corpus, Score};
-use crate::tasks::squad::evaluate::{Evaluation, evaluate};
+use crate::tasks::score::{Questions, TaskScoring};
 
 /// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
 /// `fp32_scoring`, `candidate_screening` (F1 on the questions nearest to flipping) and `candidate_scoring` (on the
@@ -68,42 +64,12 @@ pub struct Base<'a> {
     pub out: &'a Path,
 }
 
-/// What candidates are scored on: SQuAD questions, or an embedding model's texts (retrieval queries and their
-/// documents, or texts alone).
-pub enum Scoring<'a> {
-    Squad(Box<Questionnaire<'a>>),
-    Embed(Box<EmbedScoring>),
-}
-
-impl Scoring<'_> {
-    /// What the scores are in.
-    pub fn metric(&self) -> Metric {
-        match self {
-            Scoring::Squad(_) => Metric::F1,
-            Scoring::Embed(e) => Metric { name: e.metric(), unit: e.unit(), one: e.unit_one() },
-        }
-    }
-
-    /// FP32's score, its wall ms per feature (or text), and the units scored.
-    pub fn fp32(&self) -> (f64, f64, usize) {
-        match self {
-            Scoring::Squad(q) => (q.fp32.score.f1, q.fp32.wall_ms_per_feature(), q.fp32.score.questions),
-            Scoring::Embed(e) => (e.fp32_mean(), e.fp32_scores.ms_per_text, e.units()),
-        }
-    }
-}
-
-/// The evaluation questions, FP32's answers to them, and how candidates are run on them.
-pub struct Questionnaire<'a> {
-    pub all: &'a Corpus,
-    /// The screen's split, and each part as a corpus (fragile, rest).
-    pub screen: Option<(Screen, Corpus, Corpus)>,
-    pub gold: squad_metrics::Dataset,
-    pub v2: bool,
-    pub fp32: Evaluation,
-    /// FP32's per-question F1 (paired with each candidate's for the standard error).
-    pub fp32_questions: Vec<f64>,
-    pub opts: EvalOptions,
+/// FP32's scores in the task's terms, as the report names them: the score, its wall ms per feature (or text), the
+/// units scored, and what the score is in.
+pub fn fp32_summary(scoring: &dyn TaskScoring) -> (f64, f64, usize, Metric) {
+    let (name, unit, one) = scoring.metric();
+    let f = scoring.fp32();
+    (f.points, f.ms_per_text, f.scored, Metric { name, unit, one })
 }
 
 /// Other calibrators' ranges: the table as qdq wrote it, the statistics it came from, how many pairs to try.
@@ -117,7 +83,7 @@ pub struct Statistics {
 /// The ONNX Runtime scorer.
 pub struct Measure<'a> {
     pub base: Base<'a>,
-    pub questions: Scoring<'a>,
+    pub questions: Box<dyn TaskScoring>,
     pub held: &'a HeldOut,
     pub timing: PairedTiming,
     /// The session candidates run on (as `qdq eval` runs them).
@@ -132,48 +98,11 @@ pub struct Measure<'a> {
     pub tuned: Option<qdq::Ranges>,
     /// The last `qdq debug` of a candidate: its pairs, worst own rounding first.
     pub debugged: Option<DebugReport>,
-    /// A screened candidate's answers (FP32's to the rest) and scores, by model file.
-    pub screened: HashMap<PathBuf, (HashMap<String, String>, Scored)>,
+    /// A screened candidate's difference to FP32 on the screen, by model file.
+    pub screened: HashMap<PathBuf, f64>,
 }
 
 impl Measure<'_> {
-    /// `model`'s answers to the questions `on` asks, and its wall ms per feature there.
-    fn answers(&self, q: &Questionnaire<'_>, model: &Path, on: Questions, phase: &'static str) -> Result<Evaluation> {
-        let corpus = match (&q.screen, on) {
-            (Some((_, fragile, _)), Questions::Screen) => fragile,
-            (Some((_, _, rest)), Questions::Rest) => rest,
-            _ => q.all,
-        };
-        let name = model.display().to_string();
-        self.clock
-            .time(phase, || evaluate(ModelSource::File(model), &name, corpus, &q.opts, "evaluating", self.progress))
-    }
-
-    /// Scores `answers` (FP32's for the questions they leave out) against the gold answers.
-    fn rate(
-        q: &Questionnaire<'_>,
-        answers: &HashMap<String, String>,
-        questions_scored: usize,
-        ms_per_feature: f64,
-    ) -> Scored {
-        let Score { exact_match, f1, .. } = Score::of(&q.gold, answers, q.v2);
-        let per_question = squad_metrics::question_f1(&q.gold, answers, q.v2);
-        let paired = squad_metrics::paired_difference(&per_question, &q.fp32_questions);
-        let same = q.gold.questions().filter(|g| answers.get(&g.id) == q.fp32.predictions.get(&g.id)).count();
-        Scored {
-            exact_match: Some(exact_match),
-            f1,
-            delta_f1: f1 - q.fp32.score.f1,
-            delta_f1_se: paired.se,
-            delta_f1_interval: (paired.low, paired.high),
-            same_answers: squad_metrics::Proportion::of(same, q.gold.num_questions()),
-            ms_per_feature,
-            questions_scored,
-            screen_only: false,
-            screen_delta_f1: None,
-        }
-    }
-
     /// The sensitivity's nodes that can be kept in float: those of the model quantized (not the nodes quantization
     /// adds, such as a shifted Softmax's correction).
     fn excludable(&self, ranking: Vec<String>) -> Vec<String> {
@@ -185,11 +114,11 @@ impl Measure<'_> {
 
 impl Scorer for Measure<'_> {
     fn questions(&self) -> usize {
-        self.questions.fp32().2
+        self.questions.fp32().scored
     }
 
     fn screens(&self) -> bool {
-        matches!(&self.questions, Scoring::Squad(q) if q.screen.is_some())
+        self.questions.screens()
     }
 
     fn has_statistics(&self) -> bool {
@@ -233,57 +162,31 @@ impl Scorer for Measure<'_> {
     }
 
     fn score(&mut self, t: &Timed, on: Questions) -> Result<Scored> {
-        let total = self.questions();
-        let q = match &self.questions {
-            Scoring::Squad(q) => q,
-            Scoring::Embed(e) => {
-                let side = Side { path: &t.model, session: &self.session };
-                let u = self.clock.time("candidate_scoring", || e.score(side, self.progress))?;
-                let paired = squad_metrics::paired_difference(&u.per_unit, &e.fp32_scores.per_unit);
-                let (score, fp32) = (u.points(), e.fp32_mean());
-                return Ok(Scored {
-                    exact_match: None,
-                    f1: score,
-                    delta_f1: score - fp32,
-                    delta_f1_se: paired.se,
-                    delta_f1_interval: (paired.low, paired.high),
-                    same_answers: squad_metrics::Proportion::of(u.same_top1.0, u.same_top1.1),
-                    ms_per_feature: u.ms_per_text,
-                    questions_scored: total,
-                    screen_only: false,
-                    screen_delta_f1: None,
-                });
-            }
+        let side = Side { path: &t.model, session: &self.session };
+        let phase = if on == Questions::Screen { "candidate_screening" } else { "candidate_scoring" };
+        let u = self.clock.time(phase, || self.questions.score(side, on, self.progress))?;
+        let fp32 = self.questions.fp32();
+        let paired = squad_metrics::paired_difference(&u.per_unit, &fp32.per_unit);
+        let scored = Scored {
+            exact_match: u.exact_match,
+            f1: u.points,
+            delta_f1: u.points - fp32.points,
+            delta_f1_se: paired.se,
+            delta_f1_interval: (paired.low, paired.high),
+            same_answers: squad_metrics::Proportion::of(u.same_top1.0, u.same_top1.1),
+            ms_per_feature: u.ms_per_text,
+            questions_scored: u.scored,
+            screen_only: false,
+            screen_delta_f1: None,
         };
-        match on {
-            Questions::All => {
-                let e = self.answers(q, &t.model, on, "candidate_scoring")?;
-                Ok(Self::rate(q, &e.predictions, total, e.wall_ms_per_feature()))
-            }
+        Ok(match on {
             Questions::Screen => {
-                let fragile = q.screen.as_ref().map_or(total, |(s, _, _)| s.fragile.len());
-                let e = self.answers(q, &t.model, on, "candidate_screening")?;
-                let ms = e.wall_ms_per_feature();
-                let mut answers = q.fp32.predictions.clone();
-                answers.extend(e.predictions);
-                let s = Self::rate(q, &answers, fragile, ms);
-                let s = Scored { screen_delta_f1: Some(s.delta_f1), screen_only: true, ..s };
-                self.screened.insert(t.model.clone(), (answers, s));
-                Ok(s)
+                self.screened.insert(t.model.clone(), scored.delta_f1);
+                Scored { screen_delta_f1: Some(scored.delta_f1), screen_only: true, ..scored }
             }
-            Questions::Rest => {
-                let Some((mut answers, screened)) = self.screened.remove(&t.model) else {
-                    return self.score(t, Questions::All);
-                };
-                let rest = q.screen.as_ref().map_or(0, |(s, _, _)| s.rest.len());
-                let e = self.answers(q, &t.model, on, "candidate_scoring")?;
-                let n = screened.questions_scored;
-                let ms =
-                    (screened.ms_per_feature * n as f64 + e.wall_ms_per_feature() * rest as f64) / (n + rest) as f64;
-                answers.extend(e.predictions);
-                Ok(Scored { screen_delta_f1: screened.screen_delta_f1, ..Self::rate(q, &answers, total, ms) })
-            }
-        }
+            Questions::Rest => Scored { screen_delta_f1: self.screened.remove(&t.model), ..scored },
+            Questions::All => scored,
+        })
     }
 
     fn examine(&mut self, t: &Timed, sensitivity: bool) -> Result<Vec<String>> {

@@ -8,7 +8,6 @@
 mod calibrators;
 mod measure;
 mod outputs;
-mod screen;
 pub mod search;
 
 use std::collections::HashMap;
@@ -17,15 +16,13 @@ use std::time::Instant;
 
 use onnx_ir::Model;
 
-use self::measure::{Base, Clock, Measure, Questionnaire, Scoring, Statistics};
-use self::screen::Screen;
+use self::measure::{Base, Clock, Measure, Statistics, fp32_summary};
 use self::search::{ALL_INTEGER_SLACK, Outcome, Search, Spec};
 use crate::commands::calibrate::CalibrateJob;
 use crate::commands::debug::DebugJob;
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::config::DataConfig;
-use crate::inputs::files::{InputSet, TextInputs};
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model};
 use crate::progress::Progress;
@@ -35,17 +32,9 @@ use crate::settings::data::DataSettings;
 use crate::settings::policy::{PolicySettings, Target};
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::quantize::read_table;
-use crate::steps::run::EvalOptions;
 use crate::steps::speed::{self, PairedTiming};
-use crate::tasks::embed::EmbedTask;
-use crate::tasks::embed::data::EmbedData;
-use crate::tasks::embed::score::EmbedScoring;
-use crate::tasks::squad::data::Corpus;
-use crate::tasks::squad::evaluate::{evaluate, scored_questions};
-use crate::tasks::{Side, Task};
-
-/// Texts per batch when an embedding model's candidates are scored.
-const EMBED_BATCH: usize = 16;
+use crate::tasks::Task;
+use crate::tasks::score::{ScoringRequest, TaskScoring};
 
 /// `qdq tune`.
 #[derive(Debug, Clone)]
@@ -164,18 +153,18 @@ impl Job for TuneJob {
         let (base_path, ranges_path) = self.calibrated(&cx, &policy)?;
         let base_model = load_for_quantization(&base_path)?;
         let ranges = read_table(&ranges_path, &base_model, &base_path, &policy)?;
-        let corpus;
-        let scoring = match &task {
-            Task::Embed(e) => Scoring::Embed(Box::new(self.embed_scoring(&cx, e, &graph)?)),
-            _ => {
-                corpus = {
-                    let mut c = Corpus::load(&self.dataset, &data, &data.tokenizer()?, self.samples)?;
-                    c.fit_model(&graph, &fp32_path)?;
-                    c
-                };
-                Scoring::Squad(Box::new(self.questionnaire(&cx, &corpus)?))
-            }
+        let req = ScoringRequest {
+            fp32: &fp32_path,
+            graph: &graph,
+            data: &data,
+            dataset: &self.dataset,
+            samples: self.samples,
+            session: self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval")),
+            warmup: self.runtime.warmup,
+            version_2: self.data.version_2(),
+            screen: self.screen,
         };
+        let scoring = clock.time("fp32_scoring", || task.scoring(&req, progress))?;
         drop(graph);
         let base = Base { model: &base_model, path: &base_path, policy: &policy, ranges, out: &self.out };
         let report = self.search(&cx, &task, base, scoring, &ranges_path)?;
@@ -264,65 +253,13 @@ impl TuneJob {
         Ok((smoothed.map_or(fp32_path.to_path_buf(), |(_, p)| p), self.out.join("calibration.json")))
     }
 
-    /// FP32 on the evaluation questions, and the screen its answers' margins give.
-    fn questionnaire<'a>(&self, cx: &Context<'_>, corpus: &'a Corpus) -> Result<Questionnaire<'a>> {
-        let (fp32_path, progress) = (cx.fp32, cx.progress);
-        // Scoring is a throughput pass (the speed comes from the timing): one one-thread session per core.
-        let session = self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval"));
-        let workers = runtime::threads_or_cores(self.runtime.threads);
-        let opts = EvalOptions { batch: 1, session, warmup: self.runtime.warmup, workers };
-        let name = fp32_path.display().to_string();
-        let fp32 = cx.clock.time("fp32_scoring", || {
-            evaluate(runtime::ModelSource::File(fp32_path), &name, corpus, &opts, "evaluating", progress)
-        })?;
-        // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
-        let (gold, v2) = scored_questions(&self.dataset, self.samples, self.data.version)?;
-        let fp32_questions = squad_metrics::question_f1(&gold, &fp32.predictions, v2);
-        let screen = match Screen::new(&gold, &fp32.margins, self.screen) {
-            Some(s) => {
-                progress.note(&format!(
-                    "candidates are screened on the {} of {} questions whose FP32 answers are nearest to flipping \
-                     (--screen {}); only one the screen puts within budget is scored on the rest",
-                    s.fragile.len(),
-                    s.fragile.len() + s.rest.len(),
-                    self.screen
-                ));
-                let (fragile, rest) = (corpus.restricted(&s.fragile)?, corpus.restricted(&s.rest)?);
-                Some((s, fragile, rest))
-            }
-            None => None,
-        };
-        Ok(Questionnaire { all: corpus, screen, gold, v2, fp32, fp32_questions, opts })
-    }
-
-    /// An embedding model's scoring data (the first --samples queries or texts of --dataset) and FP32's scores.
-    fn embed_scoring(&self, cx: &Context<'_>, task: &EmbedTask, graph: &Model) -> Result<EmbedScoring> {
-        let text = TextInputs::for_model(graph, cx.fp32, cx.data);
-        let data = EmbedData::load(&self.dataset, cx.data.corpus.as_deref(), self.samples)?;
-        let set = InputSet::from_texts(&self.dataset, &data.texts, &text)?;
-        let session = self.runtime.evaluation_session(&self.runtime.fp32_session(None, "eval"));
-        // Texts of about the same length batched together (a throughput pass).
-        let opts = EvalOptions { batch: EMBED_BATCH, session, warmup: self.runtime.warmup, workers: 1 };
-        let fp32 = Side { path: cx.fp32, session: &opts.session };
-        let scoring =
-            cx.clock.time("fp32_scoring", || EmbedScoring::new(task, data, set, opts.clone(), fp32, cx.progress))?;
-        cx.progress.note(&format!(
-            "candidates are scored by {} on {} {} (FP32 {:.2}); no screen (--screen is for SQuAD questions)",
-            scoring.metric(),
-            scoring.units(),
-            scoring.unit(),
-            scoring.fp32_mean()
-        ));
-        Ok(scoring)
-    }
-
     /// The search on ONNX Runtime ([`Measure`]), and its outputs.
     fn search(
         &self,
         cx: &Context<'_>,
         task: &Task,
         base: Base<'_>,
-        questions: Scoring<'_>,
+        questions: Box<dyn TaskScoring>,
         ranges_path: &Path,
     ) -> Result<TuneReport> {
         // The held-out inputs: FP32's outputs on them once, for every candidate's distance to FP32 and for debug; and
@@ -361,17 +298,17 @@ impl TuneJob {
             screened: HashMap::new(),
         };
         let outcome = search.run(&mut measure, cx.progress)?;
-        let report = self.report(outcome, &measure.questions);
+        let report = self.report(outcome, measure.questions.as_ref());
         self.write(report, &measure, ranges_path, cx.started)
     }
 
     /// The report of the search's `outcome` (`scoring`: FP32 on the evaluation questions or texts), before its
     /// outputs.
-    fn report(&self, outcome: Outcome, scoring: &Scoring<'_>) -> TuneReport {
-        let (fp32_f1, fp32_ms_per_feature, questions) = scoring.fp32();
+    fn report(&self, outcome: Outcome, scoring: &dyn TaskScoring) -> TuneReport {
+        let (fp32_f1, fp32_ms_per_feature, questions, metric) = fp32_summary(scoring);
         TuneReport {
             out: self.out.clone(),
-            metric: scoring.metric(),
+            metric,
             budget: self.budget,
             min_same_answers: self.min_same_answers.map(|p| p / 100.0),
             fp32_f1,

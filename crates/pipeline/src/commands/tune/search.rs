@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::progress::Progress;
 use crate::report::tune::{CalibratorChoice, Candidate, Scored, Timed, count_nodes};
 use crate::steps::speed::Speedup;
+pub use crate::tasks::score::Questions;
 
 /// How much slower than the preset (head to head) the all-integer candidate may be and still be chosen: a tie in
 /// speed goes to the model with more integer MatMuls. About what the head-to-head median resolves.
@@ -67,17 +68,6 @@ impl Spec {
     pub fn policy_options(&self) -> Vec<String> {
         if self.all_integer { vec!["matmul_const_b_only=false".to_owned()] } else { Vec::new() }
     }
-}
-
-/// The evaluation questions a candidate is scored on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Questions {
-    /// Those whose FP32 answers are nearest to flipping; FP32's answers are taken for the others.
-    Screen,
-    /// The others, completing a screened candidate's scores.
-    Rest,
-    /// Every question.
-    All,
 }
 
 /// What the search asks of the models.

@@ -34,7 +34,7 @@ use crate::tasks::embed::measure::{
     rankings, unit_rows,
 };
 use crate::tasks::embed::run::embed_all;
-use crate::tasks::embed::speed::SpeedAt;
+use crate::tasks::embed::speed::{SpeedAt, speed_at_lengths};
 use crate::tasks::{RanOn, Side};
 
 /// An embedding model's head as settled: the output, its pooling and where each came from.
@@ -242,4 +242,32 @@ pub fn evaluate_embeddings(
         speed: vec![],
         speed_default_precision: None,
     })
+}
+
+/// An embedding model's leg of `qdq e2e`: both models' embeddings of `data` compared ([`evaluate_embeddings`]), then
+/// timed in turn at one text and at a batch of the model's length (`seq_len`, or its `fixed_batch`), at the run's
+/// precision and at the EP's default; each phase's seconds into `phases`.
+pub(crate) fn e2e(
+    sides: (Side, Side),
+    task: &EmbedTask,
+    data: &EmbedData,
+    set: &InputSet,
+    (opts, seq_len, fixed_batch): (&EvalOptions, usize, Option<usize>),
+    progress: &dyn Progress,
+    phases: &mut std::collections::BTreeMap<String, f64>,
+) -> Result<EmbeddingEval> {
+    let t = std::time::Instant::now();
+    let mut e = evaluate_embeddings(sides, task, data, set, opts, progress)?;
+    phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
+    let t = std::time::Instant::now();
+    progress.note("timing both models in turn at one text and at a batch");
+    let output = task.head.output.name();
+    e.speed = speed_at_lengths(sides, output, set, seq_len, fixed_batch)?;
+    let time = |f: &runtime::SessionConfig, q: &runtime::SessionConfig| {
+        let sides = (Side { path: sides.0.path, session: f }, Side { path: sides.1.path, session: q });
+        speed_at_lengths(sides, output, set, seq_len, fixed_batch)
+    };
+    e.speed_default_precision = crate::steps::speed::at_default_precision(sides.0.session, sides.1.session, time);
+    phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
+    Ok(e)
 }

@@ -7,31 +7,14 @@ use ndarray::{Array2, s};
 
 use crate::error::Result;
 use crate::inputs::files::InputSet;
+use crate::inputs::files::TextInputs;
 use crate::progress::Progress;
 use crate::steps::run::EvalOptions;
 use crate::tasks::Side;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::measure::{NEIGHBOUR_TEXTS, cosines, rankings};
 use crate::tasks::embed::{EmbedTask, embed_side, retrieval_of};
-
-/// A model's scores on the units, and its time per text.
-#[derive(Debug, Clone)]
-pub struct UnitScores {
-    /// One score per unit (query or text), 0-1.
-    pub per_unit: Vec<f64>,
-    /// Units whose top-1 result is FP32's, of those that have one (a query's first document; a text's nearest
-    /// other text among the first [`NEIGHBOUR_TEXTS`]).
-    pub same_top1: (usize, usize),
-    /// Wall milliseconds per text over the embedding of every text.
-    pub ms_per_text: f64,
-}
-
-impl UnitScores {
-    /// The mean over the units, x100.
-    pub fn points(&self) -> f64 {
-        100.0 * self.per_unit.iter().sum::<f64>() / self.per_unit.len().max(1) as f64
-    }
-}
+use crate::tasks::score::{Questions, ScoringRequest, TaskScoring, UnitScores};
 
 /// The data an embedding model's candidates are scored on, and FP32's embeddings of it.
 pub struct EmbedScoring {
@@ -46,7 +29,28 @@ pub struct EmbedScoring {
     pub fp32_scores: UnitScores,
 }
 
+/// Texts per batch when candidates are scored (texts of about the same length batched together: a throughput pass).
+const EMBED_BATCH: usize = 16;
+
 impl EmbedScoring {
+    /// The first `req.samples` queries or texts of `req.dataset` and FP32's scores on them.
+    pub(crate) fn of(task: &EmbedTask, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<EmbedScoring> {
+        let text = TextInputs::for_model(req.graph, req.fp32, req.data);
+        let data = EmbedData::load(req.dataset, req.data.corpus.as_deref(), req.samples)?;
+        let set = InputSet::from_texts(req.dataset, &data.texts, &text)?;
+        let opts = EvalOptions { batch: EMBED_BATCH, session: req.session.clone(), warmup: req.warmup, workers: 1 };
+        let fp32 = Side { path: req.fp32, session: &opts.session };
+        let scoring = EmbedScoring::new(task, data, set, opts.clone(), fp32, progress)?;
+        progress.note(&format!(
+            "candidates are scored by {} on {} {} (FP32 {:.2}); no screen (--screen is for SQuAD questions)",
+            scoring.metric(),
+            scoring.units(),
+            scoring.unit(),
+            scoring.fp32_mean()
+        ));
+        Ok(scoring)
+    }
+
     /// FP32 (`fp32`) on `data` (as `set`), embedded as `task` says, run as `opts` says.
     pub fn new(
         task: &EmbedTask,
@@ -64,7 +68,14 @@ impl EmbedScoring {
             opts,
             fp32: vectors,
             fp32_top1: vec![],
-            fp32_scores: UnitScores { per_unit: vec![], same_top1: (0, 0), ms_per_text: model.latency.ms_per_feature },
+            fp32_scores: UnitScores {
+                per_unit: vec![],
+                points: 0.0,
+                exact_match: None,
+                same_top1: (0, 0),
+                ms_per_text: model.latency.ms_per_feature,
+                scored: 0,
+            },
         };
         let (mut per_unit, top1) = scoring.units_of(&scoring.fp32);
         if scoring.data.retrieval.is_none() {
@@ -73,6 +84,8 @@ impl EmbedScoring {
         }
         let ranked = top1.iter().filter(|t| t.is_some()).count();
         scoring.fp32_scores.same_top1 = (ranked, ranked);
+        scoring.fp32_scores.points = UnitScores::mean_points(&per_unit);
+        scoring.fp32_scores.scored = per_unit.len();
         scoring.fp32_scores.per_unit = per_unit;
         scoring.fp32_top1 = top1;
         Ok(scoring)
@@ -100,7 +113,7 @@ impl EmbedScoring {
 
     /// FP32's score: the mean over the units, x100.
     pub fn fp32_mean(&self) -> f64 {
-        self.fp32_scores.points()
+        self.fp32_scores.points
     }
 
     /// `model`'s scores (on `session`, named by its path).
@@ -109,7 +122,14 @@ impl EmbedScoring {
         let (per_unit, top1) = self.units_of(&vectors);
         let ranked = self.fp32_top1.iter().filter(|t| t.is_some()).count();
         let same = top1.iter().zip(&self.fp32_top1).filter(|(a, b)| a.is_some() && a == b).count();
-        Ok(UnitScores { per_unit, same_top1: (same, ranked), ms_per_text: m.latency.ms_per_feature })
+        Ok(UnitScores {
+            points: UnitScores::mean_points(&per_unit),
+            exact_match: None,
+            scored: per_unit.len(),
+            per_unit,
+            same_top1: (same, ranked),
+            ms_per_text: m.latency.ms_per_feature,
+        })
     }
 
     /// Per unit, the score and the top-1 result of embeddings `m` (unit rows of every text).
@@ -129,5 +149,20 @@ impl EmbedScoring {
                 (cos, top1)
             }
         }
+    }
+}
+
+impl TaskScoring for EmbedScoring {
+    fn metric(&self) -> (&'static str, &'static str, &'static str) {
+        (EmbedScoring::metric(self), self.unit(), self.unit_one())
+    }
+
+    fn fp32(&self) -> &UnitScores {
+        &self.fp32_scores
+    }
+
+    /// Every text or query, whatever `on` says (no screen).
+    fn score(&mut self, model: Side<'_>, _on: Questions, progress: &dyn Progress) -> Result<UnitScores> {
+        EmbedScoring::score(self, model, progress)
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use onnx_ir::Model;
@@ -13,36 +12,6 @@ use crate::error::{Error, Result};
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::{BatchFn, Feeds};
 use crate::inputs::roles;
-
-/// SQuAD format version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SquadVersion {
-    #[default]
-    V1_1,
-    /// Unanswerable questions (empty answers) are allowed.
-    V2_0,
-}
-
-impl FromStr for SquadVersion {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<SquadVersion> {
-        match s.trim().trim_start_matches('v') {
-            "1.1" | "1" => Ok(SquadVersion::V1_1),
-            "2.0" | "2" => Ok(SquadVersion::V2_0),
-            other => Err(Error::Usage(format!("SQuAD version `{other}` is not supported; use 1.1 or 2.0"))),
-        }
-    }
-}
-
-impl std::fmt::Display for SquadVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SquadVersion::V1_1 => "1.1",
-            SquadVersion::V2_0 => "2.0",
-        })
-    }
-}
 
 /// EM/F1 of a set of predictions against the gold answers of a [`Corpus`]: the one score type, embedded in
 /// [`crate::tasks::squad::evaluate::Evaluation`] and (flattened, so results.json keeps its keys) in

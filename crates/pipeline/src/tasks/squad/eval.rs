@@ -38,7 +38,8 @@ pub(crate) fn eval(req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<
         }
         None => None,
     };
-    let op_profile = if profile_ops { Some(profile_first_features(model, &data, &opts)?) } else { None };
+    let op_profile =
+        if profile_ops { Some(profile_first_features(model, &data, opts.batch, &opts.session)?) } else { None };
     // --ep's others: the same model on each, against its answers on the first.
     let mut others = Vec::new();
     for (ep, session) in other_eps {
@@ -54,11 +55,16 @@ pub(crate) fn eval(req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<
 
 /// The [`OpProfile`] of `model` on the first batches of `data` (at most [`speed::FEATURES`] features, at least one
 /// batch).
-fn profile_first_features(model: &Path, data: &Corpus, opts: &EvalOptions) -> Result<OpProfile> {
+pub(crate) fn profile_first_features(
+    model: &Path,
+    data: &Corpus,
+    batch: usize,
+    session: &runtime::SessionConfig,
+) -> Result<OpProfile> {
     // Enough batches for FEATURES features (each holds at least one).
     let batches: Vec<squad::Batch> =
-        data.batches(opts.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
-    profile_batches(model, &opts.session, speed::leading(&batches, speed::FEATURES), data.io())
+        data.batches(batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
+    profile_batches(model, session, speed::leading(&batches, speed::FEATURES), data.io())
 }
 
 /// A SQuAD model's evaluation and the model it was of.

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::steps::run::{EvalOptions, Latency, ep_label};
 use crate::steps::spread::{Order, spread};
-use crate::tasks::squad::data::{Corpus, Score, SquadVersion, questions_done};
+use crate::tasks::squad::data::{Corpus, Score, questions_done};
 use crate::tasks::squad::logits::{RunLogits, run_logits};
 
 /// Predictions, scores and timing of one model.
@@ -73,16 +73,16 @@ impl Answers<'_> {
 }
 
 /// The first `samples` questions of `dataset` (0: all) for per-question scores (`squad_metrics::question_f1`), and
-/// whether they are scored as SQuAD v2.0 (`version` says so, or the file does).
+/// whether they are scored as SQuAD v2.0 (`version_2` says so, or the file does).
 pub fn scored_questions(
     dataset: &std::path::Path,
     samples: usize,
-    version: SquadVersion,
+    version_2: bool,
 ) -> Result<(squad_metrics::Dataset, bool)> {
     let all = squad_metrics::load_dataset(dataset)
         .map_err(|e| Error::Input { path: dataset.to_path_buf(), reason: e.to_string() })?;
     let gold = if samples == 0 { all } else { all.first_n(samples) };
-    let v2 = matches!(version, SquadVersion::V2_0) || gold.is_v2();
+    let v2 = version_2 || gold.is_v2();
     Ok((gold, v2))
 }
 

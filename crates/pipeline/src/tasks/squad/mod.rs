@@ -3,6 +3,9 @@
 //! a run ([`logits`]).
 
 pub mod data;
+pub mod e2e;
 pub mod eval;
 pub mod evaluate;
 pub mod logits;
+pub mod score;
+pub mod screen;

@@ -6,15 +6,15 @@ use std::collections::{HashMap, HashSet};
 /// The evaluation questions split for screening: `fragile`, the share whose FP32 answers have the smallest margins
 /// (questions FP32 did not answer first; ties in file order), and `rest`.
 #[derive(Debug)]
-pub struct Screen {
+pub struct ScreenSplit {
     pub fragile: HashSet<String>,
     pub rest: HashSet<String>,
 }
 
-impl Screen {
+impl ScreenSplit {
     /// The split of `gold`'s questions by FP32's `margins` ([`squad::Prediction::margin`]); `None` when the share
     /// covers every question.
-    pub fn new(gold: &squad_metrics::Dataset, margins: &HashMap<String, f32>, share: f64) -> Option<Screen> {
+    pub fn new(gold: &squad_metrics::Dataset, margins: &HashMap<String, f32>, share: f64) -> Option<ScreenSplit> {
         let mut ids: Vec<(&str, f32)> = gold
             .questions()
             .map(|q| (q.id.as_str(), margins.get(&q.id).copied().unwrap_or(f32::NEG_INFINITY)))
@@ -27,7 +27,7 @@ impl Screen {
         let fragile: HashSet<String> = ids[..n].iter().map(|(id, _)| id.to_string()).collect();
         // An id that occurs twice is screened wherever its first copy falls.
         let rest = ids[n..].iter().filter(|(id, _)| !fragile.contains(*id)).map(|(id, _)| id.to_string()).collect();
-        Some(Screen { fragile, rest })
+        Some(ScreenSplit { fragile, rest })
     }
 }
 
@@ -52,7 +52,7 @@ mod tests {
     #[test]
     fn the_screen_takes_the_answers_nearest_to_flipping() {
         let (gold, margins) = margins();
-        let s = Screen::new(&gold, &margins, 0.3).unwrap();
+        let s = ScreenSplit::new(&gold, &margins, 0.3).unwrap();
         // ceil(0.3 * 10) = 3: the unanswered question first, then the two smallest margins.
         fn ids(set: &HashSet<String>) -> Vec<&str> {
             let mut v: Vec<&str> = set.iter().map(String::as_str).collect();
@@ -62,9 +62,9 @@ mod tests {
         assert_eq!(ids(&s.fragile), ["q3", "q8", "q9"]);
         assert_eq!(s.rest.len(), 7);
         assert!(s.rest.is_disjoint(&s.fragile));
-        assert_eq!(Screen::new(&gold, &margins, 0.01).unwrap().fragile.len(), 1);
+        assert_eq!(ScreenSplit::new(&gold, &margins, 0.01).unwrap().fragile.len(), 1);
         // A share that covers every question is no screen.
-        assert!(Screen::new(&gold, &margins, 1.0).is_none());
-        assert!(Screen::new(&gold, &margins, 0.95).is_none());
+        assert!(ScreenSplit::new(&gold, &margins, 1.0).is_none());
+        assert!(ScreenSplit::new(&gold, &margins, 0.95).is_none());
     }
 }

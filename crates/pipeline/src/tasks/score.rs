@@ -1,0 +1,78 @@
+//! How `qdq tune` scores a candidate in its task's terms ([`TaskScoring`]): each task's score per unit (a SQuAD
+//! question's F1, a query's nDCG@10, a text's cosine to FP32's), paired with FP32's for the interval of the
+//! difference, and the share of units whose top result is FP32's.
+
+use std::path::Path;
+
+use onnx_ir::Model;
+use runtime::SessionConfig;
+
+use crate::error::Result;
+use crate::inputs::config::DataConfig;
+use crate::progress::Progress;
+use crate::tasks::Side;
+
+/// The evaluation units a candidate is scored on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Questions {
+    /// Those whose FP32 answers are nearest to flipping; FP32's answers are taken for the others.
+    Screen,
+    /// The others, completing a screened candidate's scores.
+    Rest,
+    /// Every question.
+    All,
+}
+
+/// A model's scores on the units, and its time per unit of work.
+#[derive(Debug, Clone)]
+pub struct UnitScores {
+    /// One score per unit (question, query or text), 0-1.
+    pub per_unit: Vec<f64>,
+    /// The model's score as the task reports it, in points (SQuAD's official F1; the mean of `per_unit` x100).
+    pub points: f64,
+    /// SQuAD's exact match, in points.
+    pub exact_match: Option<f64>,
+    /// Units whose top result is FP32's (a question's answer, a query's first document, a text's nearest other
+    /// text), of those that have one.
+    pub same_top1: (usize, usize),
+    /// Wall milliseconds per feature (or text) of the pass.
+    pub ms_per_text: f64,
+    /// The units these scores were measured on (the screen's, or all).
+    pub scored: usize,
+}
+
+impl UnitScores {
+    /// The mean of `per_unit`, x100.
+    pub fn mean_points(per_unit: &[f64]) -> f64 {
+        100.0 * per_unit.iter().sum::<f64>() / per_unit.len().max(1) as f64
+    }
+}
+
+/// A task's scoring of candidates: FP32's scores, and a candidate's on the units asked for.
+pub(crate) trait TaskScoring {
+    /// What the score is called, what it is averaged over, and one of those (`F1`, `questions`, `question`).
+    fn metric(&self) -> (&'static str, &'static str, &'static str);
+    /// FP32's scores.
+    fn fp32(&self) -> &UnitScores;
+    /// Whether candidates are screened on part of the units first ([`Questions::Screen`]).
+    fn screens(&self) -> bool {
+        false
+    }
+    /// `model`'s scores on the units `on` names.
+    fn score(&mut self, model: Side<'_>, on: Questions, progress: &dyn Progress) -> Result<UnitScores>;
+}
+
+/// What a task's scoring is made of: the FP32 model (its graph, for the checks), the first `samples` units of
+/// `dataset`, the session candidates are scored on, and `--screen`'s share.
+pub(crate) struct ScoringRequest<'a> {
+    pub fp32: &'a Path,
+    pub graph: &'a Model,
+    pub data: &'a DataConfig,
+    pub dataset: &'a Path,
+    pub samples: usize,
+    pub session: SessionConfig,
+    pub warmup: usize,
+    /// Score as SQuAD v2.0 (`--squad-version 2.0`).
+    pub version_2: bool,
+    pub screen: f64,
+}

@@ -1,0 +1,310 @@
+//! A SQuAD model's leg of `qdq e2e`: FP32 and the quantized model (and `--compare-methods`' and `--precision`'s
+//! others) on SQuAD questions, predictions written, each compared with FP32 by question, timed against FP32 in
+//! alternation; with `--ep cpu,openvino` both evaluated again on each other EP and set against the first.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use runtime::{ModelSource, SessionConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::disk::write_predictions;
+use crate::error::Result;
+use crate::model::model_size;
+use crate::progress::Progress;
+use crate::steps::run::{EvalOptions, Latency};
+use crate::steps::speed::{self, AtDefaultPrecision, LogitsAgreement, PairedTiming, Speedup, logits_agreement};
+use crate::tasks::E2eRun;
+use crate::tasks::squad::data::{Comparison, Corpus, Score};
+use crate::tasks::squad::evaluate::{Evaluation, evaluate};
+
+/// One evaluated model in results.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelResult {
+    pub model: String,
+    pub model_bytes: u64,
+    /// The EP it ran on (`cpu` after a permitted fallback).
+    pub ep: String,
+    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's `f32`, `bf16`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ep_precision: Option<String>,
+    /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_from: Option<String>,
+    #[serde(flatten)]
+    pub score: Score,
+    pub latency: Latency,
+}
+
+/// The run's FP32 and quantized models on another EP of `--ep`'s list, against the same models on the first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OtherEp {
+    /// The EP as `--ep` named it.
+    pub ep: String,
+    /// The first EP's name, which the comparisons below are against.
+    pub first_ep: String,
+    pub fp32: Option<ModelResult>,
+    pub int8: Option<ModelResult>,
+    /// The quantized model against FP32, both on this EP.
+    pub int8_vs_fp32: Comparison,
+    /// Each model's answers here against the same model's on the first EP (paired by question).
+    pub fp32_vs_first: Comparison,
+    pub int8_vs_first: Comparison,
+    /// Share of questions answered with the same text as on the first EP (0-1).
+    pub fp32_same_answers: f64,
+    pub int8_same_answers: f64,
+    /// Each model's logits here against the first EP's on the same features (the speed comparison's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp32_logits: Option<LogitsAgreement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int8_logits: Option<LogitsAgreement>,
+    /// The quantized model against FP32 timed in alternation on this EP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<Speedup>,
+    /// The same with both at this EP's own default float precision, where that is not the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_default_precision: Option<AtDefaultPrecision>,
+}
+
+/// What the SQuAD leg of an e2e run measured (results.json keeps its fields where they were).
+pub struct SquadE2e {
+    pub fp32: ModelResult,
+    pub int8: ModelResult,
+    pub int8_vs_fp32: Comparison,
+    /// `--compare-methods`' models, in their order, each with its answers against FP32's.
+    pub compared: Vec<(ModelResult, Comparison)>,
+    /// `--precision`'s others, in their order.
+    pub precisions: Vec<(ModelResult, Comparison)>,
+    pub speedup: Option<Speedup>,
+    pub speedup_default_precision: Option<AtDefaultPrecision>,
+    pub other_eps: Vec<OtherEp>,
+}
+
+/// Where each of the leg's phases took its seconds.
+type Phases = BTreeMap<String, f64>;
+
+/// One evaluation as results.json records it.
+pub(crate) fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
+    ModelResult {
+        model: model.display().to_string(),
+        model_bytes: bytes,
+        ep: e.ep.clone(),
+        ep_precision: e.ep_precision.clone(),
+        fallback_from: e.fallback_from.clone(),
+        score: e.score.clone(),
+        latency: e.latency.clone(),
+    }
+}
+
+/// FP32 and the quantized model of `run` (and its compared models) on `data`: predictions files, scores, the
+/// comparison with FP32, the speed in alternation, the other EPs.
+pub(crate) fn e2e(run: &E2eRun<'_>, data: &Corpus, progress: &dyn Progress, phases: &mut Phases) -> Result<SquadE2e> {
+    let (fp32_path, qpath, label) = (run.fp32.path, run.int8.path, run.label);
+    let t = Instant::now();
+    let fp32 =
+        evaluate(ModelSource::File(fp32_path), &fp32_path.display().to_string(), data, run.eval, "FP32", progress)?;
+    phases.insert("fp32_eval".to_owned(), t.elapsed().as_secs_f64());
+    write_predictions(&run.out.join("predictions_fp32.json"), &fp32.predictions)?;
+    let int8_opts = EvalOptions { session: run.int8.session.clone(), ..run.eval.clone() };
+    let t = Instant::now();
+    let int8 = evaluate(ModelSource::File(qpath), &qpath.display().to_string(), data, &int8_opts, label, progress)?;
+    phases.insert("int8_eval".to_owned(), t.elapsed().as_secs_f64());
+    write_predictions(&run.out.join("predictions_int8.json"), &int8.predictions)?;
+    let mut r = SquadE2e {
+        fp32: model_result(&fp32, fp32_path, model_size(fp32_path)),
+        int8: model_result(&int8, qpath, model_size(qpath)),
+        int8_vs_fp32: data.compare(&int8.predictions, &fp32.predictions),
+        compared: vec![],
+        precisions: vec![],
+        speedup: None,
+        speedup_default_precision: None,
+        other_eps: vec![],
+    };
+    timed(run, data, &mut r, progress, phases)?;
+    others(run, data, (&int8_opts, &fp32), &mut r, progress, phases)?;
+    let first = First { fp32: &fp32, int8: &int8, int8_session: run.int8.session };
+    r.other_eps = on_other_eps(run, data, &first, progress, phases)?;
+    Ok(r)
+}
+
+/// The two evaluations are minutes apart: the speed comparison runs both on the same features in turn, into `r`.
+/// No speed on an emulated NPU (`Ep::is_timed`).
+fn timed(
+    run: &E2eRun<'_>,
+    data: &Corpus,
+    r: &mut SquadE2e,
+    progress: &dyn Progress,
+    phases: &mut Phases,
+) -> Result<()> {
+    let t = Instant::now();
+    // Enough batches for speed::FEATURES features (each holds at least one); PairedTiming takes the first of them.
+    let batches: Vec<squad::Batch> =
+        data.batches(run.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
+    if batches.is_empty() || !run.int8.session.ep.is_timed() {
+        return Ok(());
+    }
+    let (fp32, qpath) = (run.fp32.path, run.int8.path);
+    let timing = PairedTiming::new(fp32, run.fp32.session, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
+    let s = timing.against(qpath, run.int8.session)?;
+    progress.note(&format!("{} against FP32, in alternation on {} features: {}", run.label, s.features, s.describe()));
+    r.speedup = Some(s);
+    let time = |f: &SessionConfig, q: &SessionConfig| {
+        PairedTiming::new(fp32, f, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?.against(qpath, q)
+    };
+    r.speedup_default_precision = speed::at_default_precision(run.fp32.session, run.int8.session, time);
+    if let Some(d) = &r.speedup_default_precision {
+        progress.note(&d.describe(run.int8.session.ep.short_name(), run.label));
+    }
+    phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The models beside the main one, each evaluated as it was (on the quantized model's session) and compared with
+/// FP32: `--compare-methods`' and `--precision`'s others, into `r`.
+fn others(
+    run: &E2eRun<'_>,
+    data: &Corpus,
+    (int8_opts, fp32): (&EvalOptions, &Evaluation),
+    r: &mut SquadE2e,
+    progress: &dyn Progress,
+    phases: &mut Phases,
+) -> Result<()> {
+    let t = Instant::now();
+    for (method, path) in run.compared {
+        let label = format!("INT8 {method}");
+        let e = evaluate(ModelSource::File(path), &path.display().to_string(), data, int8_opts, &label, progress)?;
+        write_predictions(&run.out.join(format!("predictions_int8_{method}.json")), &e.predictions)?;
+        r.compared.push((model_result(&e, path, model_size(path)), data.compare(&e.predictions, &fp32.predictions)));
+    }
+    if !run.compared.is_empty() {
+        phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
+    }
+    let t = Instant::now();
+    for (precision, label, path) in &run.precisions {
+        let name = path.display().to_string();
+        let e = evaluate(ModelSource::File(path), &name, data, int8_opts, label, progress)?;
+        let short = precision.split('-').next().unwrap_or(precision);
+        write_predictions(&run.out.join(format!("predictions_{short}.json")), &e.predictions)?;
+        r.precisions.push((model_result(&e, path, model_size(path)), data.compare(&e.predictions, &fp32.predictions)));
+    }
+    if !run.precisions.is_empty() {
+        phases.insert("compared_precisions_eval".to_owned(), t.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+/// The first EP's evaluations of FP32 and the quantized model, and the quantized model's session there.
+struct First<'a> {
+    fp32: &'a Evaluation,
+    int8: &'a Evaluation,
+    int8_session: &'a SessionConfig,
+}
+
+/// Each of `run.other_eps` in turn: FP32 and the quantized model evaluated on it, their predictions written
+/// (`predictions_{fp32,int8}_<ep>.json`), compared with `first`'s, timed against each other. A model whose F1 differs
+/// between the two EPs by more than these questions' paired noise is warned about.
+fn on_other_eps(
+    run: &E2eRun<'_>,
+    data: &Corpus,
+    first: &First<'_>,
+    progress: &dyn Progress,
+    phases: &mut Phases,
+) -> Result<Vec<OtherEp>> {
+    let (fp32_path, qpath, label) = (run.fp32.path, run.int8.path, run.label);
+    let batches: Vec<squad::Batch> =
+        data.batches(run.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
+    let io = data.io();
+    let mut out = Vec::new();
+    for (other_fp32, other_int8) in &run.other_eps {
+        let t = Instant::now();
+        let ep = other_fp32.ep.short_name().to_owned();
+        let eval = |model: &Path, session: &SessionConfig, what: &str| {
+            let opts = EvalOptions { session: session.clone(), ..run.eval.clone() };
+            evaluate(ModelSource::File(model), &model.display().to_string(), data, &opts, what, progress)
+        };
+        let fp32 = eval(fp32_path, other_fp32, &format!("FP32 on {ep}"))?;
+        let int8 = eval(qpath, other_int8, &format!("{label} on {ep}"))?;
+        write_predictions(&run.out.join(format!("predictions_fp32_{ep}.json")), &fp32.predictions)?;
+        write_predictions(&run.out.join(format!("predictions_int8_{ep}.json")), &int8.predictions)?;
+        let mut r = OtherEp {
+            ep: ep.clone(),
+            first_ep: first.fp32.ep.clone(),
+            fp32: Some(model_result(&fp32, fp32_path, model_size(fp32_path))),
+            int8: Some(model_result(&int8, qpath, model_size(qpath))),
+            int8_vs_fp32: data.compare(&int8.predictions, &fp32.predictions),
+            fp32_vs_first: data.compare(&fp32.predictions, &first.fp32.predictions),
+            int8_vs_first: data.compare(&int8.predictions, &first.int8.predictions),
+            fp32_same_answers: same_answers(&fp32, first.fp32),
+            int8_same_answers: same_answers(&int8, first.int8),
+            fp32_logits: None,
+            int8_logits: None,
+            speedup: None,
+            speedup_default_precision: None,
+        };
+        if !batches.is_empty() {
+            if other_int8.ep.is_timed() {
+                time_on(&mut r, (fp32_path, qpath), (other_fp32, other_int8), &batches, io)?;
+            }
+            let first_ep = &first.fp32.ep;
+            let stage = format!("FP32's logits on {ep} against {first_ep}");
+            let sessions = (run.fp32.session, *other_fp32);
+            r.fp32_logits = Some(logits_agreement(fp32_path, sessions, &batches, io, (&stage, progress))?);
+            let stage = format!("{label}'s logits on {ep} against {first_ep}");
+            let sessions = (first.int8_session, *other_int8);
+            r.int8_logits = Some(logits_agreement(qpath, sessions, &batches, io, (&stage, progress))?);
+        }
+        say(&r, label, progress);
+        out.push(r);
+        phases.insert(format!("eval_on_{ep}"), t.elapsed().as_secs_f64());
+    }
+    Ok(out)
+}
+
+/// The quantized model against FP32 on another EP's sessions, in alternation on `batches`: at the run's precision and
+/// at the EP's own default, into `r`.
+fn time_on(
+    r: &mut OtherEp,
+    (fp32, qpath): (&Path, &Path),
+    (fp32_session, int8_session): (&SessionConfig, &SessionConfig),
+    batches: &[squad::Batch],
+    io: &squad::ModelIo,
+) -> Result<()> {
+    let time = |f: &SessionConfig, q: &SessionConfig| {
+        PairedTiming::new(fp32, f, batches, io, speed::FEATURES, speed::ROUNDS)?.against(qpath, q)
+    };
+    r.speedup = Some(time(fp32_session, int8_session)?);
+    r.speedup_default_precision = speed::at_default_precision(fp32_session, int8_session, time);
+    Ok(())
+}
+
+/// Share of `a`'s questions that `b` answers with the same text.
+fn same_answers(a: &Evaluation, b: &Evaluation) -> f64 {
+    let same = a.predictions.iter().filter(|(id, text)| b.predictions.get(*id) == Some(*text)).count();
+    if a.predictions.is_empty() { 1.0 } else { same as f64 / a.predictions.len() as f64 }
+}
+
+/// The comparison with the first EP, said as the run goes; a warning when a model's F1 on the two EPs differs by more
+/// than these questions' paired noise (the interval leaves out 0).
+fn say(r: &OtherEp, label: &str, progress: &dyn Progress) {
+    for (name, vs, same) in
+        [("FP32", &r.fp32_vs_first, r.fp32_same_answers), (label, &r.int8_vs_first, r.int8_same_answers)]
+    {
+        let line = format!(
+            "{name} on {} against {}: dF1 {}, {:.1} % of the answers the same",
+            r.ep,
+            r.first_ep,
+            vs.f1.describe(),
+            100.0 * same
+        );
+        if vs.f1.excludes(0.0) {
+            progress.warn(&format!(
+                "{line}: the same model scores differently on the two EPs, by more than these {} questions' noise \
+                 (they compute it differently: fusions, kernels, the float parts' precision)",
+                vs.f1.questions
+            ));
+        } else {
+            progress.note(&line);
+        }
+    }
+}
