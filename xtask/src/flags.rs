@@ -166,6 +166,8 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub cpu: CpuInt8Args,
     #[command(flatten)]
+    pub timing: TimingArgs,
+    #[command(flatten)]
     pub big: BigModelArgs,
     #[command(flatten)]
     pub openvino: OpenVinoBenchArgs,
@@ -256,6 +258,21 @@ pub struct BigModelArgs {
     pub size_gib: f64,
 }
 
+/// How the timing benches (`--cpu-int8`, `--embeddings`, `--openvino`) time their models.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct TimingArgs {
+    /// Rounds; in each, every model in turn runs once untimed, then --runs timed runs (a block: never timed beside another
+    /// session's spinning threads). The verdicts compare medians over rounds: the host's speed moves between blocks.
+    #[arg(long, default_value_t = 9, value_parser = positive, value_name = "N")]
+    pub rounds: usize,
+    /// Timed runs per model and round (their median is the round's latency).
+    #[arg(long, default_value_t = 8, value_parser = positive, value_name = "N")]
+    pub runs: usize,
+    /// Intra-op threads of every session.
+    #[arg(long, default_value_t = 2, value_parser = positive, value_name = "N")]
+    pub threads: usize,
+}
+
 /// Options of `bench --cpu-int8`: FP32, qdq's CPU models (static default, --mode dynamic) and ONNX Runtime's
 /// quantize_dynamic, timed on the same fixed batches and scored with `qdq eval`. Also takes --model, --vocab,
 /// --dataset, --calibration-data, --cal-num, --out and --no-wait above. Writes out/bench/cpu_int8.{json,md}.
@@ -267,16 +284,6 @@ pub struct CpuInt8Args {
     /// Batch x sequence shapes timed (fixed random tokens).
     #[arg(long, default_value = "1x256,8x128,1x384", value_name = "BxS,...")]
     pub shapes: String,
-    /// Rounds; in each, every model in turn runs once untimed, then --runs timed runs (a block: never timed beside another
-    /// session's spinning threads). The verdicts compare medians over rounds: the host's speed moves between blocks.
-    #[arg(long, default_value_t = 9, value_parser = positive, value_name = "N")]
-    pub rounds: usize,
-    /// Timed runs per model and round (their median is the round's latency).
-    #[arg(long, default_value_t = 8, value_parser = positive, value_name = "N")]
-    pub runs: usize,
-    /// Intra-op threads of every session.
-    #[arg(long, default_value_t = 2, value_parser = positive, value_name = "N")]
-    pub threads: usize,
     /// Dev questions each model is scored on.
     #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
     pub f1_samples: usize,
@@ -430,7 +437,14 @@ mod tests {
         };
         assert!(b.cpu.cpu_int8 && !b.vs_python && !b.vs.wait);
         assert_eq!(
-            (b.cpu.rounds, b.cpu.runs, b.cpu.f1_samples, b.cpu.eval_samples, b.cpu.eval_rounds, b.cpu.shapes.as_str()),
+            (
+                b.timing.rounds,
+                b.timing.runs,
+                b.cpu.f1_samples,
+                b.cpu.eval_samples,
+                b.cpu.eval_rounds,
+                b.cpu.shapes.as_str()
+            ),
             (3, 8, 300, 50, 11, "1x256,8x128,1x384")
         );
         assert!(parse(&["bench", "--cpu-int8", "--vs-python"]).is_err());

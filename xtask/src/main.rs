@@ -5,23 +5,15 @@
 //! `e2e --check` uses `squad-metrics` to score the reference predictions.)
 
 mod bench;
-mod big_model;
-mod cpu_int8;
 mod dist;
 mod download;
 mod e2e;
-mod embed_bench;
 mod flags;
 mod fuzz;
 mod npy;
-mod openvino_bench;
 mod qdq_json;
-mod qnn_bench;
-mod rounds;
-mod serve_bench;
 mod setup;
 mod tidy;
-mod vs_python;
 mod workspace;
 
 use anyhow::{Context, Result};

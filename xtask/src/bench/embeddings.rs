@@ -16,14 +16,15 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cpu_int8::{ShapeRow, Target, Times, shape_rows};
+use crate::bench::measure::wait_quiet;
+use crate::bench::report::{Target, targets_table, write};
+use crate::bench::rows::{ShapeRow, Times, shape_rows};
+use crate::bench::venv::{ensure_venv, git_head};
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
-use crate::flags::{CpuInt8Args, EmbeddingsBenchArgs, VsPythonArgs};
+use crate::flags::{EmbeddingsBenchArgs, TimingArgs, VsPythonArgs};
 use crate::qdq_json::{Embedding, EmbeddingEval};
 use crate::setup::LIBRARY_ENV;
-use crate::vs_python::measure::wait_quiet;
-use crate::vs_python::{ensure_venv, git_head};
 use crate::workspace::{root, run_cmd, write_atomic};
 
 /// The targets for qdq's INT8 against FP32 on the CPU EP (whole dev set).
@@ -89,7 +90,7 @@ struct EmbeddingsBench {
 /// What every model's run shares.
 struct Run<'a> {
     args: &'a EmbeddingsBenchArgs,
-    cpu: &'a CpuInt8Args,
+    timing: &'a TimingArgs,
     vs: &'a VsPythonArgs,
     dataset: &'a Path,
     calibration: &'a Path,
@@ -99,7 +100,12 @@ struct Run<'a> {
     plugin: Option<PathBuf>,
 }
 
-pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
+pub fn embeddings(
+    args: EmbeddingsBenchArgs,
+    timing: &TimingArgs,
+    vs: VsPythonArgs,
+    download: DownloadArgs,
+) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let assets = Assets::download(&download)?;
@@ -113,10 +119,9 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
     let (dataset, calibration) =
         (vs.dataset.clone().unwrap_or(assets.dataset), vs.calibration_data.clone().unwrap_or(assets.calibration));
     let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
-    crate::vs_python::ensure_nncf(&py)?;
+    crate::bench::venv::ensure_nncf(&py)?;
     let plugin = if args.no_openvino { None } else { Some(crate::setup::openvino(false)?) };
-    let run =
-        Run { args: &args, cpu: &cpu, vs: &vs, dataset: &dataset, calibration: &calibration, lib, py, qdq, plugin };
+    let run = Run { args: &args, timing, vs: &vs, dataset: &dataset, calibration: &calibration, lib, py, qdq, plugin };
     let mut models = vec![];
     for folder in &folders {
         models.push(one_model(&run, folder)?);
@@ -126,19 +131,14 @@ pub fn embeddings(args: EmbeddingsBenchArgs, cpu: CpuInt8Args, vs: VsPythonArgs,
         git: git_head(),
         models,
     };
-    std::fs::create_dir_all(&vs.out)?;
-    write_atomic(&vs.out.join("embeddings.json"), &serde_json::to_vec_pretty(&bench)?)?;
     let mut md = String::from("# Sentence embeddings: qdq against ONNX Runtime's dynamic INT8 and NNCF\n\n");
     md.push_str(&bench.models.iter().map(render).collect::<Vec<_>>().join("\n"));
-    write_atomic(&vs.out.join("embeddings.md"), md.as_bytes())?;
-    print!("{md}");
-    eprintln!("xtask: written {}", vs.out.join("embeddings.{json,md}").display());
-    Ok(())
+    write(&bench, &md, &vs.out, "embeddings")
 }
 
 /// One embedding model: qdq's INT8 and the peers', scored against FP32 on each EP and timed at 1x and 32x its length.
 fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
-    let (args, cpu) = (run.args, run.cpu);
+    let (args, timing) = (run.args, run.timing);
     let name = model.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let work = run.vs.out.join("embeddings").join(&name);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
@@ -185,7 +185,7 @@ fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
 
     let mut timed: Models = vec![("fp32", "FP32".into(), onnx_in(model))];
     timed.extend(models.iter().cloned());
-    let speed = time_models(&run.py, &timed, cpu, seq_len, run.plugin.as_deref(), &work, run.vs.wait)?;
+    let speed = time_models(&run.py, &timed, timing, seq_len, run.plugin.as_deref(), &work, run.vs.wait)?;
     let made: crate::qdq_json::Results = crate::qdq_json::read(&qdq_dir.join("results.json"))?;
     let report = EmbeddingsReport {
         command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
@@ -195,9 +195,9 @@ fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
         samples: args.embedding_samples,
         cal_num: args.embedding_cal_num,
         seq_len,
-        rounds: cpu.rounds,
-        runs: cpu.runs,
-        threads: cpu.threads,
+        rounds: timing.rounds,
+        runs: timing.runs,
+        threads: timing.threads,
         models: rows,
         speed,
         targets: vec![],
@@ -252,7 +252,7 @@ fn peers(
     Ok(vec![
         ("qdq", "qdq INT8 (default: `cpu` preset)".into(), qdq.join("model_qdq.onnx")),
         ("ort-dynamic", "ONNX Runtime dynamic INT8 (sentence-transformers' avx512_vnni export)".into(), dynamic),
-        ("nncf", format!("NNCF INT8 ({}, ModelType.TRANSFORMER)", crate::vs_python::NNCF), nncf),
+        ("nncf", format!("NNCF INT8 ({}, ModelType.TRANSFORMER)", crate::bench::venv::NNCF), nncf),
     ])
 }
 
@@ -314,7 +314,7 @@ pub(crate) fn score(
 fn time_models(
     py: &Path,
     models: &Models,
-    cpu: &CpuInt8Args,
+    timing: &TimingArgs,
     seq_len: usize,
     plugin: Option<&Path>,
     work: &Path,
@@ -327,8 +327,8 @@ fn time_models(
         eprintln!(
             "xtask: timing {} models on {ep} at {shapes} ({} rounds x {} runs)",
             models.len(),
-            cpu.rounds,
-            cpu.runs
+            timing.rounds,
+            timing.runs
         );
         let at = if ep == "openvino" { "@f32" } else { "" };
         let list: Vec<String> = models.iter().map(|(n, _, p)| format!("{n}={}{at}", p.display())).collect();
@@ -338,8 +338,9 @@ fn time_models(
         if let Some(p) = plugin.filter(|_| ep == "openvino") {
             c.arg("--plugin").arg(p);
         }
-        c.args(["--models", &list.join(","), "--shapes", &shapes, "--rounds", &cpu.rounds.to_string()]);
-        c.args(["--runs", &cpu.runs.to_string(), "--threads", &cpu.threads.to_string(), "--out"]).arg(&times_path);
+        c.args(["--models", &list.join(","), "--shapes", &shapes, "--rounds", &timing.rounds.to_string()]);
+        c.args(["--runs", &timing.runs.to_string(), "--threads", &timing.threads.to_string(), "--out"])
+            .arg(&times_path);
         // An EP that cannot run here (OpenVINO's plugin offers no device on a CPU it does not support) is reported,
         // not fatal: the CPU EP's figures stand.
         let output = c.output().with_context(|| format!("cannot start the {ep} timing harness"))?;
@@ -415,7 +416,7 @@ fn targets(r: &EmbeddingsReport) -> Vec<Target> {
 }
 
 fn target(name: String, goal: String, value: f64, pass: bool) -> Target {
-    Target { name, target: goal, value: format!("{value:.5}"), pass }
+    Target::new(name, goal, format!("{value:.5}"), pass)
 }
 
 /// qdq's INT8 against FP32: retrieval within [`MAX_LOSS`] (paired), cosine and neighbours.
@@ -517,9 +518,6 @@ fn render(r: &EmbeddingsReport) -> String {
             }
         }
     }
-    md.push_str("\n| target | goal | value | verdict |\n|---|---|---:|---|\n");
-    for t in &r.targets {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "pass" } else { "FAIL" });
-    }
+    targets_table(&mut md, &format!("Targets ({})", r.model.display()), &r.targets);
     md
 }

@@ -3,6 +3,19 @@
 //! INT8 latency / size / F1 comparison with ORT's quantize_dynamic (see `cpu_int8`), `--big-model` a model over 2 GiB
 //! through qdq with each command's peak memory (see `big_model`).
 
+pub(crate) mod big_model;
+pub(crate) mod cpu_int8;
+pub(crate) mod embeddings;
+pub(crate) mod measure;
+pub(crate) mod openvino;
+pub(crate) mod qnn;
+pub(crate) mod report;
+pub(crate) mod rounds;
+pub(crate) mod rows;
+pub(crate) mod serve;
+pub(crate) mod venv;
+pub(crate) mod vs_python;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -13,25 +26,25 @@ use crate::workspace::{cargo, root, run_cmd};
 
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.vs_python {
-        return crate::vs_python::vs_python(args.vs, args.download);
+        return crate::bench::vs_python::vs_python(args.vs, args.download);
     }
     if args.big.big_model {
-        return crate::big_model::big_model(args.big, &args.vs.out);
+        return crate::bench::big_model::big_model(args.big, &args.vs.out);
     }
     if args.embeddings.embeddings {
-        return crate::embed_bench::embeddings(args.embeddings, args.cpu, args.vs, args.download);
+        return crate::bench::embeddings::embeddings(args.embeddings, &args.timing, args.vs, args.download);
     }
     if args.serve {
-        return crate::serve_bench::serve(args.vs, args.download);
+        return crate::bench::serve::serve(args.vs, args.download);
     }
     if args.qnn.qnn {
-        return crate::qnn_bench::qnn(args.qnn, args.vs, args.download);
+        return crate::bench::qnn::qnn(args.qnn, args.vs, args.download);
     }
     if args.openvino.openvino {
-        return crate::openvino_bench::openvino(args.openvino, args.cpu, args.embeddings, args.vs, args.download);
+        return crate::bench::openvino::openvino(args.openvino, &args.timing, args.embeddings, args.vs, args.download);
     }
     if args.cpu.cpu_int8 {
-        return crate::cpu_int8::cpu_int8(args.cpu, args.vs, args.download);
+        return crate::bench::cpu_int8::cpu_int8(args.cpu, &args.timing, args.vs, args.download);
     }
     run_cmd(cargo().args(["bench", "--locked", "-p", "qdq-calib"]))?;
     let out = root().join("out/bench");

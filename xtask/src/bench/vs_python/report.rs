@@ -300,15 +300,15 @@ pub(super) struct PassView {
     pub(super) in_ort_s: f64,
     pub(super) statistics_s: f64,
     pub(super) inference_s: f64,
-    pub(super) ratio: crate::rounds::Ratio,
+    pub(super) ratio: crate::bench::rounds::Ratio,
     /// Inference alone in one session, and the pass against it (None in a report written before the rounds).
-    pub(super) one_session: Option<(f64, crate::rounds::Ratio)>,
+    pub(super) one_session: Option<(f64, crate::bench::rounds::Ratio)>,
     pub(super) values_observed: Option<u64>,
 }
 
 pub(super) fn pass_views(r: &Report) -> Vec<PassView> {
     let observed = |method: &str| r.methods.iter().find(|m| m.method == method).and_then(|m| m.ours.values_observed);
-    let mid = |v: &[f64]| crate::rounds::Ratio::of(v.to_vec()).median;
+    let mid = |v: &[f64]| crate::bench::rounds::Ratio::of(v.to_vec()).median;
     if !r.pass_rounds.is_empty() {
         return r
             .pass_rounds
@@ -340,7 +340,7 @@ pub(super) fn pass_views(r: &Report) -> Vec<PassView> {
                 in_ort_s: p.inference_seconds,
                 statistics_s: p.statistics_seconds,
                 inference_s: floor,
-                ratio: crate::rounds::Ratio::of(vec![p.pass_seconds / floor]),
+                ratio: crate::bench::rounds::Ratio::of(vec![p.pass_seconds / floor]),
                 one_session: None,
                 values_observed: m.ours.values_observed,
             })
@@ -353,7 +353,7 @@ fn pass_section(md: &mut String, r: &Report) {
     let views = pass_views(r);
     let rounds = views.first().map_or(0, |v| v.rounds);
     let features = count(r.inference_on_calibration_features.features);
-    let ratio = |x: &crate::rounds::Ratio| {
+    let ratio = |x: &crate::bench::rounds::Ratio| {
         if rounds > 1 { format!("{:.2}x [{:.2}, {:.2}]", x.median, x.min, x.max) } else { format!("{:.2}x", x.median) }
     };
     if views.iter().all(|v| v.one_session.is_none()) {

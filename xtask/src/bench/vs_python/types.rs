@@ -240,13 +240,15 @@ pub(crate) struct PassRounds {
 
 impl PassRounds {
     /// Pass / inference alone with the same sessions, over the rounds: median, min, max.
-    pub(crate) fn ratio(&self) -> crate::rounds::Ratio {
-        crate::rounds::Ratio::of(self.pass_s.iter().zip(&self.inference_s).map(|(p, i)| p / i).collect())
+    pub(crate) fn ratio(&self) -> crate::bench::rounds::Ratio {
+        crate::bench::rounds::Ratio::of(self.pass_s.iter().zip(&self.inference_s).map(|(p, i)| p / i).collect())
     }
 
     /// Pass / inference alone in one session (`qdq eval`'s default), over the rounds.
-    pub(crate) fn ratio_to_one_session(&self) -> crate::rounds::Ratio {
-        crate::rounds::Ratio::of(self.pass_s.iter().zip(&self.one_session_inference_s).map(|(p, i)| p / i).collect())
+    pub(crate) fn ratio_to_one_session(&self) -> crate::bench::rounds::Ratio {
+        crate::bench::rounds::Ratio::of(
+            self.pass_s.iter().zip(&self.one_session_inference_s).map(|(p, i)| p / i).collect(),
+        )
     }
 }
 
@@ -403,4 +405,44 @@ pub(crate) struct StateCounts {
 #[serde(default)]
 pub(crate) struct TensorCount {
     pub count: u64,
+}
+
+impl crate::bench::measure::Run {
+    /// The run as the report records it.
+    pub(super) fn record(&self) -> RunRecord {
+        RunRecord {
+            wall_s: Some(self.wall_s),
+            peak_rss_mb: Some(self.peak_rss_mb),
+            exit_code: self.code,
+            load1_before: Some(self.load1).filter(|l| l.is_finite()),
+            other_cpu_s: Some(self.other_cpu_s),
+            log: Some(self.log.clone()),
+        }
+    }
+}
+
+/// Timed runs during which other processes used more than a tenth of the wall time in CPU: `log: X CPU-s during
+/// Y s`, for every run the report records.
+pub(crate) fn disturbed(r: &Report) -> Vec<String> {
+    let mut runs: Vec<&RunRecord> = Vec::new();
+    for m in &r.methods {
+        runs.extend([&m.ours.run, &m.ort.run]);
+    }
+    for m in &r.memory {
+        runs.extend([&m.ours_small, &m.ours_large.run, &m.ort_small.run, &m.ort_large.run]);
+    }
+    runs.extend(r.one_pass.as_ref().map(|o| &o.run));
+    let mut out: Vec<String> = runs
+        .into_iter()
+        .filter_map(|run| {
+            let (wall, other) = (run.wall_s?, run.other_cpu_s?);
+            (other > 0.1 * wall).then(|| {
+                let log = run.log.as_deref().and_then(|l| l.file_stem()?.to_str()).unwrap_or("?");
+                format!("{log}: other processes used {other:.1} CPU-s during its {wall:.1} s")
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }

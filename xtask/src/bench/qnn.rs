@@ -15,12 +15,12 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::cpu_int8::Target;
+use crate::bench::report::{Target, targets_table, write};
+use crate::bench::venv::{ensure_venv, export_features, git_head, resolve_paths};
 use crate::download::DownloadArgs;
 use crate::e2e::{build_qdq, ort_library};
 use crate::flags::{QnnBenchArgs, VsPythonArgs};
 use crate::setup::LIBRARY_ENV;
-use crate::vs_python::{ensure_venv, export_features, git_head, resolve_paths};
 use crate::workspace::{root, run_cmd, write_atomic};
 
 /// qdq's model on QNN within this many F1 points of FP32 (the goal, on the point estimate).
@@ -64,7 +64,7 @@ struct QnnReport {
 }
 
 /// The models the bench compares: name, description, file.
-fn models(paths: &crate::vs_python::Paths, qdq_dir: &Path, recipe: &Path) -> [(&'static str, String, PathBuf); 3] {
+fn models(paths: &crate::bench::venv::Paths, qdq_dir: &Path, recipe: &Path) -> [(&'static str, String, PathBuf); 3] {
     [
         ("fp32", "FP32".to_owned(), paths.model.clone()),
         ("qdq", "qdq, `qnn` preset (A16W8, per-channel weights)".to_owned(), qdq_dir.join("model_qdq.onnx")),
@@ -122,12 +122,13 @@ pub fn qnn(args: QnnBenchArgs, paths_from: VsPythonArgs, download: DownloadArgs)
         targets: vec![],
     };
     let report = compare(report, &paths.dataset, &models, &legs, &predictions)?;
-    write_report(&QnnReport { targets: targets(&report), ..report }, &paths_from.out)
+    let report = QnnReport { targets: targets(&report), ..report };
+    write(&report, &render(&report), &paths_from.out, "qnn")
 }
 
 /// How both quantized models are made.
 struct Make<'a> {
-    paths: &'a crate::vs_python::Paths,
+    paths: &'a crate::bench::venv::Paths,
     cal_num: usize,
     doc_stride: usize,
     seq_len: usize,
@@ -173,7 +174,7 @@ struct Eval<'a> {
     ep: &'a str,
     samples: usize,
     seq_len: &'a str,
-    paths: &'a crate::vs_python::Paths,
+    paths: &'a crate::bench::venv::Paths,
 }
 
 impl Eval<'_> {
@@ -309,20 +310,8 @@ fn render(r: &QnnReport) -> String {
     if let Some(d) = r.qdq_vs_recipe {
         let _ = writeln!(md, "\nqdq's model against the recipe's on QNN (paired): dF1 {}.", d.describe());
     }
-    let _ = writeln!(md, "\n## Targets (qdq's model on QNN)\n\n| target | goal | value | verdict |\n|---|---|---|---|");
-    for t in &r.targets {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "pass" } else { "FAIL" });
-    }
+    targets_table(&mut md, "Targets (qdq's model on QNN)", &r.targets);
     md
-}
-
-fn write_report(r: &QnnReport, out: &Path) -> Result<()> {
-    write_atomic(&out.join("qnn.json"), &serde_json::to_vec_pretty(r)?)?;
-    let md = render(r);
-    write_atomic(&out.join("qnn.md"), md.as_bytes())?;
-    print!("{md}");
-    eprintln!("xtask: written {}", out.join("qnn.{json,md}").display());
-    Ok(())
 }
 
 #[cfg(test)]
@@ -434,7 +423,7 @@ mod tests {
         let model = dir.join("m.onnx");
         std::fs::write(&model, b"model one").unwrap();
         let (dataset, vocab) = (dir.join("dev.json"), dir.join("vocab.txt"));
-        let paths = crate::vs_python::Paths { model: model.clone(), vocab, dataset, calibration: PathBuf::new() };
+        let paths = crate::bench::venv::Paths { model: model.clone(), vocab, dataset, calibration: PathBuf::new() };
         let eval = Eval { model: &model, ep: "qnn", samples: 200, seq_len: "256", paths: &paths };
         let stem = dir.join("m_qnn");
         // `false` stands for qdq eval: a leg that has to be scored fails here.

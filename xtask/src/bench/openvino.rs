@@ -19,16 +19,17 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cpu_int8::{ShapeRow, Target, Times, shape_rows};
+use crate::bench::embeddings::onnx_in;
+use crate::bench::measure::wait_quiet;
+use crate::bench::report::{Target, targets_table, write};
+use crate::bench::rounds::Ratio;
+use crate::bench::rows::{ShapeRow, Times, shape_rows};
+use crate::bench::venv::{NNCF, ensure_nncf, ensure_package, ensure_venv, export_features, git_head, resolve_paths};
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
-use crate::embed_bench::onnx_in;
-use crate::flags::{CpuInt8Args, EmbeddingsBenchArgs, OpenVinoBenchArgs, VsPythonArgs};
+use crate::flags::{EmbeddingsBenchArgs, OpenVinoBenchArgs, TimingArgs, VsPythonArgs};
 use crate::qdq_json::Embedding;
-use crate::rounds::Ratio;
 use crate::setup::LIBRARY_ENV;
-use crate::vs_python::measure::wait_quiet;
-use crate::vs_python::{NNCF, ensure_nncf, ensure_package, ensure_venv, export_features, git_head, resolve_paths};
 use crate::workspace::{root, run_cmd, write_atomic};
 
 /// The OpenVINO runtime of the plugin's release, for timing where the plugin offers no device.
@@ -156,7 +157,7 @@ struct Bench<'a> {
     py: PathBuf,
     plugin: PathBuf,
     devices: Devices,
-    cpu: &'a CpuInt8Args,
+    timing: &'a TimingArgs,
     work: PathBuf,
     wait: bool,
 }
@@ -196,8 +197,8 @@ impl Bench<'_> {
                 "xtask: timing {task}'s {} models on OpenVINO ({}) at {precision}, {shapes} ({} rounds x {} runs)",
                 models.len(),
                 if self.devices.plugin_cpu { "plugin EP" } else { "runtime" },
-                self.cpu.rounds,
-                self.cpu.runs
+                self.timing.rounds,
+                self.timing.runs
             );
             let list: Vec<String> =
                 models.iter().map(|m| format!("{}={}@{precision}", m.name, m.path.display())).collect();
@@ -210,8 +211,8 @@ impl Bench<'_> {
                 c.arg("runtime");
             }
             c.args(["--models", &list.join(","), "--shapes", shapes]);
-            c.args(["--rounds", &self.cpu.rounds.to_string(), "--runs", &self.cpu.runs.to_string()]);
-            run_cmd(c.args(["--threads", &self.cpu.threads.to_string(), "--out"]).arg(&times_path))?;
+            c.args(["--rounds", &self.timing.rounds.to_string(), "--runs", &self.timing.runs.to_string()]);
+            run_cmd(c.args(["--threads", &self.timing.threads.to_string(), "--out"]).arg(&times_path))?;
             let times: Times =
                 serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")?;
             let shapes = shape_rows(&times);
@@ -230,7 +231,7 @@ impl Bench<'_> {
 
 pub fn openvino(
     args: OpenVinoBenchArgs,
-    cpu: CpuInt8Args,
+    timing: &TimingArgs,
     embed: EmbeddingsBenchArgs,
     vs: VsPythonArgs,
     download: DownloadArgs,
@@ -259,7 +260,7 @@ pub fn openvino(
             devices.cpu
         );
     }
-    let bench = Bench { qdq, lib, py, plugin, devices, cpu: &cpu, work, wait: vs.wait };
+    let bench = Bench { qdq, lib, py, plugin, devices, timing, work, wait: vs.wait };
     let mut tasks = vec![squad(&bench, &paths, &vs, &args)?];
     if !args.ov_squad_only {
         let assets = Assets::download(&download)?;
@@ -279,15 +280,16 @@ pub fn openvino(
         scored_on: if bench.devices.plugin_cpu { "openvino" } else { "cpu" }.into(),
         devices: bench.devices.clone(),
         amx,
-        rounds: cpu.rounds,
-        runs: cpu.runs,
-        threads: cpu.threads,
+        rounds: timing.rounds,
+        runs: timing.runs,
+        threads: timing.threads,
         tasks,
         targets: vec![],
         not_measured: vec![],
     };
     let (targets, not_measured) = targets(&report);
-    write_report(&OpenVinoReport { targets, not_measured, ..report }, &vs.out)
+    let report = OpenVinoReport { targets, not_measured, ..report };
+    write(&report, &render(&report), &vs.out, "openvino")
 }
 
 /// FP32, qdq's and NNCF's models of a task, as the report names them.
@@ -310,7 +312,7 @@ fn bytes(path: &Path) -> u64 {
 /// `--ov-samples` dev questions (0: all).
 fn squad(
     b: &Bench,
-    paths: &crate::vs_python::Paths,
+    paths: &crate::bench::venv::Paths,
     vs: &VsPythonArgs,
     args: &OpenVinoBenchArgs,
 ) -> Result<TaskReport> {
@@ -346,7 +348,7 @@ fn squad(
 
 /// Each model's predictions on the first `samples` dev questions (0: all), scored and paired with FP32's and with
 /// each other by question.
-fn score_squad(b: &Bench, paths: &crate::vs_python::Paths, models: &[ModelFile], samples: usize) -> Result<QaScores> {
+fn score_squad(b: &Bench, paths: &crate::bench::venv::Paths, models: &[ModelFile], samples: usize) -> Result<QaScores> {
     let mut dataset = squad_metrics::load_dataset(&paths.dataset)?;
     if samples > 0 {
         dataset = dataset.first_n(samples);
@@ -402,7 +404,7 @@ fn embedding(
     let name = folder.file_name().map_or("embedding".into(), |n| n.to_string_lossy().into_owned());
     let work = b.work.join(&name);
     std::fs::create_dir_all(&work)?;
-    let seq_len = crate::embed_bench::max_seq_length(folder).unwrap_or(128);
+    let seq_len = crate::bench::embeddings::max_seq_length(folder).unwrap_or(128);
     eprintln!(
         "xtask: {name}: qdq's INT8 for --ep openvino ({} calibration questions and their paragraphs)",
         args.embedding_cal_num
@@ -413,8 +415,12 @@ fn embedding(
     run_cmd(e2e.args(["--cal-num", &args.embedding_cal_num.to_string(), "--out"]).arg(&qdq_dir))?;
     eprintln!("xtask: {name}: NNCF's INT8 from the same calibration texts");
     let texts = work.join("calibration_texts.json");
-    let ids =
-        crate::embed_bench::calibration_ids(calibration, &folder.join("vocab.txt"), args.embedding_cal_num, seq_len)?;
+    let ids = crate::bench::embeddings::calibration_ids(
+        calibration,
+        &folder.join("vocab.txt"),
+        args.embedding_cal_num,
+        seq_len,
+    )?;
     write_atomic(&texts, &serde_json::to_vec(&ids)?)?;
     let fp32 = onnx_in(folder);
     let nncf = work.join("nncf_int8.onnx");
@@ -427,14 +433,10 @@ fn embedding(
     let mut embeddings = BTreeMap::new();
     for m in models.iter().filter(|m| m.name != "fp32") {
         eprintln!("xtask: {name}: qdq eval {} against FP32 ({} queries; 0 = all)", m.name, args.embedding_samples);
-        let e = crate::embed_bench::score(b.eval(), &m.path, folder, (dataset, args.embedding_samples), seq_len)?;
+        let e = crate::bench::embeddings::score(b.eval(), &m.path, folder, (dataset, args.embedding_samples), seq_len)?;
         embeddings.insert(m.name.clone(), e);
     }
     Ok(TaskReport { name, models, timing, qa: None, embeddings })
-}
-
-fn target(name: String, goal: String, value: String, pass: bool) -> Target {
-    Target { name, target: goal, value, pass }
 }
 
 /// The targets, and what this host cannot measure.
@@ -450,7 +452,7 @@ fn targets(r: &OpenVinoReport) -> (Vec<Target>, Vec<String>) {
             for (shape, v) in &f32.vs_nncf {
                 let name = format!("{}: speed against NNCF's at {shape} (f32, median of rounds)", t.name);
                 let value = format!("{:.3}x [{:.3}, {:.3}]", v.median, v.min, v.max);
-                out.push(target(name, goal.clone(), value, v.median >= min));
+                out.push(Target::new(name, goal.clone(), value, v.median >= min));
             }
         }
         match (r.amx, at("bf16")) {
@@ -459,7 +461,7 @@ fn targets(r: &OpenVinoReport) -> (Vec<Target>, Vec<String>) {
                     let Some(q) = s.speedup.get("qdq") else { continue };
                     let name = format!("{}: speed against FP32 at OpenVINO's bf16 at {} (AMX)", t.name, s.shape);
                     let value = format!("{:.2}x [{:.2}, {:.2}]", q.median, q.min, q.max);
-                    out.push(target(name, format!(">= {MIN_VS_BF16_AMX}x"), value, q.median >= MIN_VS_BF16_AMX));
+                    out.push(Target::new(name, format!(">= {MIN_VS_BF16_AMX}x"), value, q.median >= MIN_VS_BF16_AMX));
                 }
             }
             _ if t.qa.is_some() => not.push(format!(
@@ -473,16 +475,16 @@ fn targets(r: &OpenVinoReport) -> (Vec<Target>, Vec<String>) {
             if let Some(d) = q.and_then(|q| q.df1) {
                 let name =
                     format!("{}: dF1 against FP32 on {} questions (paired, on {})", t.name, qa.questions, r.scored_on);
-                out.push(target(name, format!(">= -{MAX_DF1}"), d.describe(), d.delta >= -MAX_DF1));
+                out.push(Target::new(name, format!(">= -{MAX_DF1}"), d.describe(), d.delta >= -MAX_DF1));
             }
             let s = &qa.qdq_vs_nncf_same;
             let name = format!("{}: answers = FP32's, qdq minus NNCF (points, paired, on {})", t.name, r.scored_on);
-            out.push(target(name, format!(">= +{MIN_SAME_LEAD:.1}"), s.describe(), s.delta >= MIN_SAME_LEAD));
+            out.push(Target::new(name, format!(">= +{MIN_SAME_LEAD:.1}"), s.describe(), s.delta >= MIN_SAME_LEAD));
         }
         if let (Some(q), Some(n)) = (t.embeddings.get("qdq"), t.embeddings.get("nncf")) {
             let (a, b) = (q.fidelity.mean_cosine, n.fidelity.mean_cosine);
             let name = format!("{}: mean cosine to FP32 against NNCF's (on {})", t.name, r.scored_on);
-            out.push(target(name, format!(">= {b:.5}"), format!("{a:.5}"), a >= b));
+            out.push(Target::new(name, format!(">= {b:.5}"), format!("{a:.5}"), a >= b));
         }
     }
     if r.timed_with == "runtime" {
@@ -528,10 +530,7 @@ fn render(r: &OpenVinoReport) -> String {
             render_embeddings(&mut md, &t.embeddings);
         }
     }
-    md.push_str("## Targets\n\n| target | goal | value | verdict |\n|---|---|---|---|\n");
-    for t in &r.targets {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "pass" } else { "FAIL" });
-    }
+    targets_table(&mut md, "Targets", &r.targets);
     for n in &r.not_measured {
         let _ = writeln!(md, "\nNot measured: {n}.");
     }
@@ -601,16 +600,6 @@ fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn write_report(r: &OpenVinoReport, out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_atomic(&out.join("openvino.json"), &serde_json::to_vec_pretty(r)?)?;
-    let md = render(r);
-    write_atomic(&out.join("openvino.md"), md.as_bytes())?;
-    print!("{md}");
-    eprintln!("xtask: written {}", out.join("openvino.{json,md}").display());
-    Ok(())
 }
 
 #[cfg(test)]

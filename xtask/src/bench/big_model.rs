@@ -21,12 +21,12 @@ use onnx_ir::proto::{StringStringEntryProto, TensorProto};
 use onnx_ir::tiny_bert::{TinyBertConfig, build};
 use serde::{Deserialize, Serialize};
 
-use crate::cpu_int8::Target;
+use crate::bench::measure::measure;
+use crate::bench::report::{Target, targets_table, write};
 use crate::e2e::{build_qdq, ort_library};
 use crate::flags::BigModelArgs;
 use crate::setup::LIBRARY_ENV;
-use crate::vs_python::measure::measure;
-use crate::workspace::{root, write_atomic};
+use crate::workspace::root;
 
 /// Peak RSS limit of `quantize` and `eval`, as a multiple of the model's size.
 const MAX_RSS_RATIO: f64 = 1.5;
@@ -157,11 +157,7 @@ pub fn big_model(args: BigModelArgs, out: &Path) -> Result<()> {
         steps,
         targets,
     };
-    let json = serde_json::to_vec_pretty(&report)?;
-    write_atomic(&out.join("big_model.json"), &json)?;
-    let md = render(&report);
-    write_atomic(&out.join("big_model.md"), md.as_bytes())?;
-    print!("{md}");
+    write(&report, &render(&report), out, "big_model")?;
     // The model files are large: keep only the logs and the report.
     for f in ["big.onnx", "big.onnx.data", "q_tensorrt.onnx", "q_tensorrt.onnx.data", "q_cpu.onnx"] {
         let _ = std::fs::remove_file(work.join(f));
@@ -251,10 +247,7 @@ fn render(r: &BigModelReport) -> String {
         gib(r.model_bytes),
         r.model_bytes
     );
-    md.push_str("## Targets\n\n| target | goal | measured | verdict |\n|---|---|---|---|\n");
-    for t in &r.targets {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "PASS" } else { "MISS" });
-    }
+    targets_table(&mut md, "Targets", &r.targets);
     md.push_str("\n## Steps\n\n| step | exit | wall s | peak RSS MB | / model size | F1 | last words |\n|---|---:|---:|---:|---:|---:|---|\n");
     for s in &r.steps {
         let f1 = s.f1.map_or("—".to_owned(), |f| format!("{f:.2}"));

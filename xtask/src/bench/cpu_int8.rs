@@ -6,20 +6,22 @@
 //! own dynamic-padding latency is reported too). Writes out/bench/cpu_int8.{json,md} with targets and verdicts.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::bench::measure::wait_quiet;
+use crate::bench::report::{Target, targets_table, write};
+use crate::bench::rounds::Ratio;
+use crate::bench::rows::{ShapeRow, Times, run_eval, shape_rows};
+use crate::bench::venv::{ensure_venv, git_head, resolve_paths};
 use crate::download::DownloadArgs;
 use crate::e2e::{build_qdq, ort_library};
-use crate::flags::{CpuInt8Args, VsPythonArgs};
-use crate::rounds::Ratio;
+use crate::flags::{CpuInt8Args, TimingArgs, VsPythonArgs};
 use crate::setup::LIBRARY_ENV;
-use crate::vs_python::measure::wait_quiet;
-use crate::vs_python::{ensure_venv, git_head, resolve_paths};
-use crate::workspace::{root, run_cmd, write_atomic};
+use crate::workspace::{root, run_cmd};
 
 /// The size target of the default CPU model, in MB (10^6 bytes).
 const MAX_MB: f64 = 25.0;
@@ -47,24 +49,6 @@ impl ModelRow {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ShapeRow {
-    pub(crate) shape: String,
-    /// Per model, the median latency of each round, ms.
-    pub(crate) rounds_ms: std::collections::BTreeMap<String, Vec<f64>>,
-    /// Per INT8 model, FP32 / model per round.
-    pub(crate) speedup: std::collections::BTreeMap<String, Ratio>,
-}
-
-/// A bench target and its verdict (also `bench --big-model`'s).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Target {
-    pub(crate) name: String,
-    pub(crate) target: String,
-    pub(crate) value: String,
-    pub(crate) pass: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
 struct CpuInt8Report {
     command: String,
     git: Option<String>,
@@ -86,14 +70,12 @@ struct CpuInt8Report {
     targets: Vec<Target>,
 }
 
-/// The Python harness's output.
-#[derive(Debug, Deserialize)]
-pub(crate) struct Times {
-    pub(crate) versions: std::collections::BTreeMap<String, String>,
-    shapes: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<f64>>>,
-}
-
-pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadArgs) -> Result<()> {
+pub fn cpu_int8(
+    args: CpuInt8Args,
+    timing: &TimingArgs,
+    paths_from: VsPythonArgs,
+    download: DownloadArgs,
+) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let paths = resolve_paths(&paths_from, &download)?;
@@ -151,15 +133,21 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
 
     // Latency: every model in one harness, alternating.
     wait_quiet(paths_from.wait);
-    eprintln!("xtask: timing {} models at {} ({} rounds x {} runs)", models.len(), args.shapes, args.rounds, args.runs);
+    eprintln!(
+        "xtask: timing {} models at {} ({} rounds x {} runs)",
+        models.len(),
+        args.shapes,
+        timing.rounds,
+        timing.runs
+    );
     let times_path = work.join("times.json");
     let list: Vec<String> = models.iter().map(|(n, _, p)| format!("{n}={}", p.display())).collect();
     run_cmd(
         Command::new(&py)
             .arg(&script)
             .args(["time", "--models", &list.join(","), "--shapes", &args.shapes])
-            .args(["--rounds", &args.rounds.to_string(), "--runs", &args.runs.to_string()])
-            .args(["--threads", &args.threads.to_string(), "--out"])
+            .args(["--rounds", &timing.rounds.to_string(), "--runs", &timing.runs.to_string()])
+            .args(["--threads", &timing.threads.to_string(), "--out"])
             .arg(&times_path),
     )?;
     let times: Times =
@@ -204,46 +192,15 @@ pub fn cpu_int8(args: CpuInt8Args, paths_from: VsPythonArgs, download: DownloadA
         onnxruntime: times.versions.get("onnxruntime").cloned().unwrap_or_default(),
         samples: args.f1_samples,
         eval_samples: args.eval_samples,
-        rounds: args.rounds,
-        runs: args.runs,
-        threads: args.threads,
+        rounds: timing.rounds,
+        runs: timing.runs,
+        threads: timing.threads,
         shapes: shape_rows(&times),
         targets: vec![],
         models: rows,
     };
     let report = CpuInt8Report { targets: targets(&report), ..report };
-    write_report(&report, &paths_from.out, name)
-}
-
-/// `qdq eval --json` of `model` on the first `samples` dev questions.
-pub(crate) fn run_eval(
-    mut eval: Command,
-    paths: &crate::vs_python::Paths,
-    model: &Path,
-    samples: usize,
-) -> Result<crate::qdq_json::Eval> {
-    eval.arg("--model").arg(model).arg("--vocab").arg(&paths.vocab).arg("--dataset").arg(&paths.dataset);
-    let out = eval.args(["--samples", &samples.to_string(), "--json"]).current_dir(root()).output()?;
-    if !out.status.success() {
-        bail!("qdq eval of {} failed:\n{}", model.display(), String::from_utf8_lossy(&out.stderr));
-    }
-    crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")
-}
-
-pub(crate) fn shape_rows(times: &Times) -> Vec<ShapeRow> {
-    times
-        .shapes
-        .iter()
-        .map(|(shape, rounds)| {
-            let fp32 = rounds.get("fp32").cloned().unwrap_or_default();
-            let speedup = rounds
-                .iter()
-                .filter(|(m, _)| *m != "fp32")
-                .map(|(m, r)| (m.clone(), Ratio::of(fp32.iter().zip(r).map(|(f, x)| f / x).collect())))
-                .collect();
-            ShapeRow { shape: shape.clone(), rounds_ms: rounds.clone(), speedup }
-        })
-        .collect()
+    write(&report, &render(&report), &paths_from.out, name)
 }
 
 /// The goals for qdq's default CPU model: at least ORT dynamic's speed-up at every shape and in `qdq eval`,
@@ -336,25 +293,8 @@ fn render(r: &CpuInt8Report) -> String {
         let df1 = fp32.filter(|f| f.name != m.name).map(|f| format!("{:+.2}", m.f1 - f.f1)).unwrap_or_default();
         let _ = writeln!(md, " {eval} | {:.1} | {:.2} | {:.2} | {df1} |", m.bytes as f64 / 1e6, m.em, m.f1);
     }
-    let _ = writeln!(
-        md,
-        "\n## Targets (qdq's default CPU model)\n\n| target | goal | value | verdict |\n|---|---|---|---|"
-    );
-    for t in &r.targets {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "pass" } else { "FAIL" });
-    }
+    targets_table(&mut md, "Targets (qdq's default CPU model)", &r.targets);
     md
-}
-
-/// Writes `<name>.json` and `<name>.md` into `out`.
-fn write_report(r: &CpuInt8Report, out: &Path, name: &str) -> Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    write_atomic(&out.join(format!("{name}.json")), &serde_json::to_vec_pretty(r)?)?;
-    let md = render(r);
-    write_atomic(&out.join(format!("{name}.md")), md.as_bytes())?;
-    print!("{md}");
-    eprintln!("xtask: written {}", out.join(format!("{name}.{{json,md}}")).display());
-    Ok(())
 }
 
 #[cfg(test)]

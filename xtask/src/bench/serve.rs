@@ -13,12 +13,12 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cpu_int8::Target;
+use crate::bench::report::{Target, targets_table, write};
+use crate::bench::venv::{export_features, git_head};
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
 use crate::flags::VsPythonArgs;
 use crate::setup::LIBRARY_ENV;
-use crate::vs_python::{export_features, git_head};
 use crate::workspace::{root, run_cmd, write_atomic};
 
 /// The Python packages users serve such folders with, pinned to versions that resolve together on PyPI
@@ -157,12 +157,7 @@ pub fn serve(vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
         targets: vec![],
     };
     let report = ServeReport { targets: targets(&report), ..report };
-    write_atomic(&vs.out.join("serve.json"), &serde_json::to_vec_pretty(&report)?)?;
-    let md = render(&report);
-    write_atomic(&vs.out.join("serve.md"), md.as_bytes())?;
-    print!("{md}");
-    eprintln!("xtask: written {}", vs.out.join("serve.{json,md}").display());
-    Ok(())
+    write(&report, &render(&report), &vs.out, "serve")
 }
 
 /// A QA folder as the hub holds one (the asset's model and vocabulary, the base model's config.json as a
@@ -226,10 +221,7 @@ fn targets(r: &ServeReport) -> Vec<Target> {
 fn render(r: &ServeReport) -> String {
     let mut md = String::from("# Serving qdq's output folders\n\n");
     let _ = writeln!(md, "`{}` ({}), with {}.\n", r.command, r.git.as_deref().unwrap_or("?"), r.packages.join(", "));
-    md.push_str("| target | goal | value | verdict |\n|---|---|---|---|\n");
-    for t in &r.targets {
-        let _ = writeln!(md, "| {} | {} | {} | {} |", t.name, t.target, t.value, if t.pass { "pass" } else { "FAIL" });
-    }
+    targets_table(&mut md, "Targets", &r.targets);
     for s in r.embeddings.iter().filter(|s| s.error.as_deref().is_some_and(|e| e.starts_with("not applicable"))) {
         let _ = writeln!(md, "\n{}: {}.", s.model, s.error.as_deref().unwrap_or_default());
     }

@@ -1,7 +1,15 @@
 //! Measuring a child process the same way for both tools (wall time, peak RSS from `wait4`, CPU other processes
 //! used meanwhile), and waiting for a quiet machine before each timed step.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::workspace::root;
 
 /// One measured child process.
 #[derive(Debug, Clone)]
@@ -23,17 +31,6 @@ pub(crate) struct Run {
 impl Run {
     pub(super) fn ok(&self) -> bool {
         self.code == Some(0)
-    }
-    /// The run as the report records it.
-    pub(super) fn record(&self) -> RunRecord {
-        RunRecord {
-            wall_s: Some(self.wall_s),
-            peak_rss_mb: Some(self.peak_rss_mb),
-            exit_code: self.code,
-            load1_before: Some(self.load1).filter(|l| l.is_finite()),
-            other_cpu_s: Some(self.other_cpu_s),
-            log: Some(self.log.clone()),
-        }
     }
     /// Everything the command printed: stderr, then stdout.
     pub(crate) fn log_text(&self) -> String {
@@ -176,32 +173,6 @@ pub(super) fn cpu_between(before: &Snapshot, after: &Snapshot, me: u32) -> Vec<(
             (used > 0).then(|| (pid, used as f64 / hz, argv.join(" ").chars().take(160).collect()))
         })
         .collect()
-}
-
-/// Timed runs during which other processes used more than a tenth of the wall time in CPU: `log: X CPU-s during
-/// Y s`, for every run the report records.
-pub(super) fn disturbed(r: &Report) -> Vec<String> {
-    let mut runs: Vec<&RunRecord> = Vec::new();
-    for m in &r.methods {
-        runs.extend([&m.ours.run, &m.ort.run]);
-    }
-    for m in &r.memory {
-        runs.extend([&m.ours_small, &m.ours_large.run, &m.ort_small.run, &m.ort_large.run]);
-    }
-    runs.extend(r.one_pass.as_ref().map(|o| &o.run));
-    let mut out: Vec<String> = runs
-        .into_iter()
-        .filter_map(|run| {
-            let (wall, other) = (run.wall_s?, run.other_cpu_s?);
-            (other > 0.1 * wall).then(|| {
-                let log = run.log.as_deref().and_then(|l| l.file_stem()?.to_str()).unwrap_or("?");
-                format!("{log}: other processes used {other:.1} CPU-s during its {wall:.1} s")
-            })
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
 }
 
 /// Waits (polling every 20 s) until [`disturbers`] finds nothing; returns the seconds waited.
