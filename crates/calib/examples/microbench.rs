@@ -74,23 +74,13 @@ struct Searched<'a> {
     max: f32,
 }
 
-fn main() -> Result<(), Error> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let arrays = get("--arrays").ok_or("--arrays A.npy[,B.npy...] is required")?;
-    let num_bins: Vec<usize> = get("--num-bins")
-        .ok_or("--num-bins N[,M...] is required")?
-        .split(',')
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    if num_bins.is_empty() {
-        return Err("--num-bins needs at least one value".into());
-    }
-    let repeat: usize = get("--repeat").map_or(Ok(5), |r| r.parse())?;
-    let nq: usize = get("--num-quantized-bins").map_or(Ok(255), |r| r.parse())?;
-    let top: usize = get("--tensors").map_or(Ok(1), |r| r.parse())?;
-    let out = get("--histograms-out").ok_or("--histograms-out H.json is required")?;
-
+/// Each array of `arrays` (comma-separated .npy files) observed with each per-side bin count of `num_bins`
+/// (median of `repeat` runs), as JSON rows; and the last array's state (with the first bin count), named.
+fn collect_arrays(
+    arrays: &str,
+    num_bins: &[usize],
+    repeat: usize,
+) -> Result<(Vec<Value>, Option<(String, CalibState)>), Error> {
     let mut collection = Vec::new();
     let mut last: Option<(String, CalibState)> = None;
     for path in arrays.split(',') {
@@ -103,7 +93,7 @@ fn main() -> Result<(), Error> {
             s.observe("t", &data, &[n]).map(|()| s)
         });
         let max_abs = data.iter().fold(0f32, |a, x| if x.is_finite() { a.max(x.abs()) } else { a });
-        for &per_side in &num_bins {
+        for &per_side in num_bins {
             let opts = CollectOptions { num_bins: per_side, signed_histogram: true, ..Default::default() };
             let observe = median_seconds(repeat, || {
                 let mut s = CalibState::new(opts.clone());
@@ -129,6 +119,56 @@ fn main() -> Result<(), Error> {
         let name = format!("normal {}", Path::new(path).file_stem().map(|f| f.to_string_lossy()).unwrap_or_default());
         last = Some((name, s));
     }
+    Ok((collection, last))
+}
+
+/// The entropy threshold search on each of `searched` (median of `repeat` runs, at least 20) as JSON rows, and each
+/// histogram exported with the threshold found.
+fn entropy_rows(searched: &[Searched], repeat: usize, nq: usize) -> (Vec<Value>, Vec<Value>) {
+    let mut entropy = Vec::new();
+    let mut exported = Vec::new();
+    for s in searched {
+        let seconds = median_seconds(repeat.max(20), || entropy_threshold(s.hist, nq));
+        let threshold = entropy_threshold(s.hist, nq);
+        let candidates = (extent(s.hist).min(s.hist.per_side() as i64) - nq.div_ceil(2) as i64 + 1).max(0);
+        entropy.push(json!({
+            "name": s.name,
+            "bins": s.hist.counts().len(),
+            "candidates": candidates,
+            "seconds": seconds,
+            "threshold": threshold,
+        }));
+        exported.push(json!({
+            "name": s.name,
+            "per_side": s.hist.per_side(),
+            "width": s.hist.width(),
+            "counts": s.hist.counts(),
+            "min": s.min,
+            "max": s.max,
+            "ours": threshold,
+        }));
+    }
+    (entropy, exported)
+}
+
+fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let arrays = get("--arrays").ok_or("--arrays A.npy[,B.npy...] is required")?;
+    let num_bins: Vec<usize> = get("--num-bins")
+        .ok_or("--num-bins N[,M...] is required")?
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    if num_bins.is_empty() {
+        return Err("--num-bins needs at least one value".into());
+    }
+    let repeat: usize = get("--repeat").map_or(Ok(5), |r| r.parse())?;
+    let nq: usize = get("--num-quantized-bins").map_or(Ok(255), |r| r.parse())?;
+    let top: usize = get("--tensors").map_or(Ok(1), |r| r.parse())?;
+    let out = get("--histograms-out").ok_or("--histograms-out H.json is required")?;
+
+    let (collection, last) = collect_arrays(&arrays, &num_bins, repeat)?;
 
     let mut searched: Vec<Searched> = Vec::new();
     if let Some((name, s)) = &last
@@ -151,29 +191,7 @@ fn main() -> Result<(), Error> {
         searched.extend(real.into_iter().take(top));
     }
 
-    let mut entropy = Vec::new();
-    let mut exported = Vec::new();
-    for s in &searched {
-        let seconds = median_seconds(repeat.max(20), || entropy_threshold(s.hist, nq));
-        let threshold = entropy_threshold(s.hist, nq);
-        let candidates = (extent(s.hist).min(s.hist.per_side() as i64) - nq.div_ceil(2) as i64 + 1).max(0);
-        entropy.push(json!({
-            "name": s.name,
-            "bins": s.hist.counts().len(),
-            "candidates": candidates,
-            "seconds": seconds,
-            "threshold": threshold,
-        }));
-        exported.push(json!({
-            "name": s.name,
-            "per_side": s.hist.per_side(),
-            "width": s.hist.width(),
-            "counts": s.hist.counts(),
-            "min": s.min,
-            "max": s.max,
-            "ours": threshold,
-        }));
-    }
+    let (entropy, exported) = entropy_rows(&searched, repeat, nq);
     let tmp = format!("{out}.tmp");
     std::fs::write(&tmp, serde_json::to_vec(&Value::Array(exported))?)?;
     std::fs::rename(&tmp, &out)?;

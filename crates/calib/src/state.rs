@@ -444,34 +444,7 @@ impl CalibState {
         t.non_finite.pos_inf += s.non_finite.pos_inf;
         t.non_finite.neg_inf += s.non_finite.neg_inf;
         if let Some((channels, inner)) = checked.channels {
-            let ch = t.channels.get_or_insert_with(|| vec![None; channels]);
-            if inner == 1 && channels > 0 {
-                // Channels on the last axis: one running min/max per channel over the rows.
-                let mut lo = vec![f32::INFINITY; channels];
-                let mut hi = vec![f32::NEG_INFINITY; channels];
-                for row in data.chunks_exact(channels) {
-                    for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(row) {
-                        if v.is_finite() {
-                            *l = l.min(v);
-                            *h = h.max(v);
-                        }
-                    }
-                }
-                for ((slot, l), h) in ch.iter_mut().zip(lo).zip(hi) {
-                    if l <= h {
-                        *slot = union(*slot, Some(Range { min: l, max: h }));
-                    }
-                }
-            } else if inner > 0 {
-                for (i, block) in data.chunks_exact(inner).enumerate() {
-                    let b = scan(block);
-                    if b.finite > 0
-                        && let Some(slot) = ch.get_mut(i % channels.max(1))
-                    {
-                        *slot = union(*slot, Some(Range { min: b.min, max: b.max }));
-                    }
-                }
-            }
+            observe_channels(t.channels.get_or_insert_with(|| vec![None; channels]), data, channels, inner);
         }
         if s.finite == 0 {
             return;
@@ -543,31 +516,7 @@ impl CalibState {
     /// Add `other`'s statistics. Options must be equal (the error names the differing field). Histograms merge
     /// exactly; moving averages cannot be merged (error) when both states saw the same tensor.
     pub fn merge(&mut self, other: &CalibState) -> Result<()> {
-        let (a, b) = (&self.options, &other.options);
-        let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch { field, ours, theirs };
-        if a.num_bins != b.num_bins {
-            return Err(mismatch("num_bins", a.num_bins.to_string(), b.num_bins.to_string()));
-        }
-        if a.signed_histogram != b.signed_histogram {
-            return Err(mismatch("signed_histogram", a.signed_histogram.to_string(), b.signed_histogram.to_string()));
-        }
-        if a.abs_histogram != b.abs_histogram {
-            return Err(mismatch("abs_histogram", a.abs_histogram.to_string(), b.abs_histogram.to_string()));
-        }
-        if a.moving_average != b.moving_average {
-            return Err(mismatch(
-                "moving_average",
-                format!("{:?}", a.moving_average),
-                format!("{:?}", b.moving_average),
-            ));
-        }
-        if a.per_channel_axis != b.per_channel_axis {
-            return Err(mismatch(
-                "per_channel_axis",
-                format!("{:?}", a.per_channel_axis),
-                format!("{:?}", b.per_channel_axis),
-            ));
-        }
+        check_same_options(&self.options, &other.options)?;
         let mut merged = self.tensors.clone();
         for (name, theirs) in &other.tensors {
             let Some(ours) = merged.get_mut(name) else {
@@ -579,30 +528,7 @@ impl CalibState {
                     "tensor `{name}`: moving-average min/max depends on batch order"
                 )));
             }
-            ours.moving = ours.moving.or(theirs.moving);
-            ours.count += theirs.count;
-            ours.minmax = union(ours.minmax, theirs.minmax);
-            ours.non_finite.nan += theirs.non_finite.nan;
-            ours.non_finite.pos_inf += theirs.non_finite.pos_inf;
-            ours.non_finite.neg_inf += theirs.non_finite.neg_inf;
-            match (ours.channels.as_mut(), theirs.channels.as_ref()) {
-                (Some(x), Some(y)) if x.len() != y.len() => {
-                    return Err(Error::Shape {
-                        tensor: name.clone(),
-                        message: format!("{} channels vs {} in the other state", x.len(), y.len()),
-                    });
-                }
-                (Some(x), Some(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p = union(*p, *q)),
-                (None, Some(y)) => ours.channels = Some(y.clone()),
-                _ => {}
-            }
-            for (h, o) in [(&mut ours.signed, &theirs.signed), (&mut ours.abs, &theirs.abs)] {
-                if let (Some(h), Some(o)) = (h.as_mut(), o.as_ref())
-                    && !h.merge(o)
-                {
-                    return Err(Error::Shape { tensor: name.clone(), message: "histogram layouts differ".into() });
-                }
-            }
+            merge_tensor(name, ours, theirs)?;
         }
         self.tensors = merged;
         Ok(())
@@ -641,4 +567,90 @@ impl CalibState {
         }
         Ok(state)
     }
+}
+
+/// Folds `data`'s per-channel min/max into `ch`: `channels` channels, each a run of `inner` consecutive values
+/// (1: the channels are the last axis).
+fn observe_channels(ch: &mut [Option<Range>], data: &[f32], channels: usize, inner: usize) {
+    if inner == 1 && channels > 0 {
+        // Channels on the last axis: one running min/max per channel over the rows.
+        let mut lo = vec![f32::INFINITY; channels];
+        let mut hi = vec![f32::NEG_INFINITY; channels];
+        for row in data.chunks_exact(channels) {
+            for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(row) {
+                if v.is_finite() {
+                    *l = l.min(v);
+                    *h = h.max(v);
+                }
+            }
+        }
+        for ((slot, l), h) in ch.iter_mut().zip(lo).zip(hi) {
+            if l <= h {
+                *slot = union(*slot, Some(Range { min: l, max: h }));
+            }
+        }
+    } else if inner > 0 {
+        for (i, block) in data.chunks_exact(inner).enumerate() {
+            let b = scan(block);
+            if b.finite > 0
+                && let Some(slot) = ch.get_mut(i % channels.max(1))
+            {
+                *slot = union(*slot, Some(Range { min: b.min, max: b.max }));
+            }
+        }
+    }
+}
+
+/// The options two states must share to merge (the error names the first that differs).
+fn check_same_options(a: &CollectOptions, b: &CollectOptions) -> Result<()> {
+    let mismatch = |field: &'static str, ours: String, theirs: String| Error::MergeMismatch { field, ours, theirs };
+    if a.num_bins != b.num_bins {
+        return Err(mismatch("num_bins", a.num_bins.to_string(), b.num_bins.to_string()));
+    }
+    if a.signed_histogram != b.signed_histogram {
+        return Err(mismatch("signed_histogram", a.signed_histogram.to_string(), b.signed_histogram.to_string()));
+    }
+    if a.abs_histogram != b.abs_histogram {
+        return Err(mismatch("abs_histogram", a.abs_histogram.to_string(), b.abs_histogram.to_string()));
+    }
+    if a.moving_average != b.moving_average {
+        return Err(mismatch("moving_average", format!("{:?}", a.moving_average), format!("{:?}", b.moving_average)));
+    }
+    if a.per_channel_axis != b.per_channel_axis {
+        return Err(mismatch(
+            "per_channel_axis",
+            format!("{:?}", a.per_channel_axis),
+            format!("{:?}", b.per_channel_axis),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds `theirs`'s statistics of tensor `name` to `ours` (their moving averages already checked).
+fn merge_tensor(name: &str, ours: &mut TensorState, theirs: &TensorState) -> Result<()> {
+    ours.moving = ours.moving.or(theirs.moving);
+    ours.count += theirs.count;
+    ours.minmax = union(ours.minmax, theirs.minmax);
+    ours.non_finite.nan += theirs.non_finite.nan;
+    ours.non_finite.pos_inf += theirs.non_finite.pos_inf;
+    ours.non_finite.neg_inf += theirs.non_finite.neg_inf;
+    match (ours.channels.as_mut(), theirs.channels.as_ref()) {
+        (Some(x), Some(y)) if x.len() != y.len() => {
+            return Err(Error::Shape {
+                tensor: name.to_owned(),
+                message: format!("{} channels vs {} in the other state", x.len(), y.len()),
+            });
+        }
+        (Some(x), Some(y)) => x.iter_mut().zip(y).for_each(|(p, q)| *p = union(*p, *q)),
+        (None, Some(y)) => ours.channels = Some(y.clone()),
+        _ => {}
+    }
+    for (h, o) in [(&mut ours.signed, &theirs.signed), (&mut ours.abs, &theirs.abs)] {
+        if let (Some(h), Some(o)) = (h.as_mut(), o.as_ref())
+            && !h.merge(o)
+        {
+            return Err(Error::Shape { tensor: name.to_owned(), message: "histogram layouts differ".into() });
+        }
+    }
+    Ok(())
 }

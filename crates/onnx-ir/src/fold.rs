@@ -73,12 +73,7 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
     let mut fold = vec![false; g.node.len()];
     let mut folded = Folded::default();
     for (i, n) in g.node.iter().enumerate() {
-        if !n.domain().is_empty() && n.domain() != "ai.onnx"
-            || !FOLDED_OPS.contains(&n.op_type())
-            || n.output.len() != 1
-            || n.output[0].is_empty()
-            || outputs.contains(&n.output[0])
-        {
+        if !foldable(n, &outputs) {
             continue;
         }
         if n.op_type() == "Identity" && !in_subgraphs.contains(n.output[0].as_str()) {
@@ -110,8 +105,30 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
     if made.is_empty() && alias.is_empty() {
         return Ok(folded);
     }
+    replace_folded(g, &fold, made, &alias);
+    Ok(folded)
+}
+
+/// Whether `n` is a node folding may evaluate: a default-domain op of [`FOLDED_OPS`] with one named output that is
+/// not a graph output (in `outputs`).
+fn foldable(n: &NodeProto, outputs: &HashSet<String>) -> bool {
+    (n.domain().is_empty() || n.domain() == "ai.onnx")
+        && FOLDED_OPS.contains(&n.op_type())
+        && n.output.len() == 1
+        && !n.output[0].is_empty()
+        && !outputs.contains(&n.output[0])
+}
+
+/// The nodes marked in `fold` taken out of `g`: the values they `made` become initializers, the readers of an
+/// Identity's output read its source (`alias`), and initializers only they read are dropped.
+fn replace_folded(
+    g: &mut GraphProto,
+    fold: &[bool],
+    made: HashMap<String, TensorProto>,
+    alias: &HashMap<String, String>,
+) {
     let read_by_folded: HashSet<String> =
-        g.node.iter().zip(&fold).filter(|(_, f)| **f).flat_map(|(n, _)| n.input.iter().cloned()).collect();
+        g.node.iter().zip(fold).filter(|(_, f)| **f).flat_map(|(n, _)| n.input.iter().cloned()).collect();
     let mut k = 0;
     g.node.retain(|_| {
         k += 1;
@@ -133,7 +150,6 @@ pub fn fold_constants(g: &mut GraphProto) -> Result<Folded> {
         g.add_initializer(t);
     }
     g.drop_unread_initializers(&read_by_folded);
-    Ok(folded)
 }
 
 /// The value node `n` computes from constant `inputs` (`None` for an omitted optional input), or `None` when this

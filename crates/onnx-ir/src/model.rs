@@ -201,17 +201,15 @@ fn read_external(r: &ExternalRef, t: &TensorProto) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Finds and checks the external data of `t` below `dir` without reading it.
-fn locate_external(dir: &Path, t: &TensorProto) -> Result<ExternalRef> {
-    let tensor = t.name().to_string();
+/// The `location`, `offset` (0 when absent) and `length` entries of `t`'s external data (named `tensor` in errors).
+fn external_entries<'a>(t: &'a TensorProto, tensor: &str) -> Result<(Option<&'a str>, u64, Option<u64>)> {
     let mut location = None;
     let mut offset: u64 = 0;
     let mut length: Option<u64> = None;
-    let loc_str = |l: &Option<&str>| l.unwrap_or("").to_string();
     for e in &t.external_data {
         let parse = |v: &str| {
             v.parse::<u64>().map_err(|_| Error::ExternalData {
-                tensor: tensor.clone(),
+                tensor: tensor.to_owned(),
                 location: String::new(),
                 reason: format!("'{}' entry is not a non-negative integer: '{v}'", e.key()),
             })
@@ -223,23 +221,36 @@ fn locate_external(dir: &Path, t: &TensorProto) -> Result<ExternalRef> {
             _ => {}
         }
     }
-    let bad = |reason: String| Error::ExternalData { tensor: tensor.clone(), location: loc_str(&location), reason };
-    let Some(loc) = location else {
-        return Err(bad("the tensor is marked EXTERNAL but has no 'location' entry".into()));
-    };
-    check_location(&tensor, loc)?;
+    Ok((location, offset, length))
+}
+
+/// `loc` below `dir` as written (`full`), resolved (`canon`, which must stay inside `dir`) and its size: a regular
+/// file only (a FIFO would block forever, a device such as /dev/zero never ends). Errors through `bad`.
+fn regular_file_below(dir: &Path, loc: &str, bad: &dyn Fn(String) -> Error) -> Result<(PathBuf, PathBuf, u64)> {
     let full = dir.join(loc);
     let canon_dir = dir.canonicalize().map_err(|e| bad(format!("model directory {}: {e}", dir.display())))?;
     let canon = full.canonicalize().map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
     if !canon.starts_with(&canon_dir) {
         return Err(bad(format!("resolves to {} outside the model's directory", canon.display())));
     }
-    // Regular files only: a FIFO would block forever, a device (/dev/zero) never ends.
     let meta = std::fs::metadata(&canon).map_err(|e| bad(format!("cannot open {}: {e}", full.display())))?;
     if !meta.is_file() {
         return Err(bad(format!("{} is {}, not a regular file", full.display(), files::what_it_is(&meta))));
     }
-    let size = meta.len();
+    Ok((full, canon, meta.len()))
+}
+
+/// Finds and checks the external data of `t` below `dir` without reading it.
+fn locate_external(dir: &Path, t: &TensorProto) -> Result<ExternalRef> {
+    let tensor = t.name().to_string();
+    let (location, offset, length) = external_entries(t, &tensor)?;
+    let loc_str = |l: &Option<&str>| l.unwrap_or("").to_string();
+    let bad = |reason: String| Error::ExternalData { tensor: tensor.clone(), location: loc_str(&location), reason };
+    let Some(loc) = location else {
+        return Err(bad("the tensor is marked EXTERNAL but has no 'location' entry".into()));
+    };
+    check_location(&tensor, loc)?;
+    let (full, canon, size) = regular_file_below(dir, loc, &bad)?;
     let end = match length {
         Some(l) => offset.checked_add(l),
         None => Some(size),

@@ -264,121 +264,56 @@ const BROADCAST: &[&str] = &[
     "BitShift",
 ];
 
-fn infer(n: &NodeProto, known: &mut HashMap<String, Known>, values: &mut HashMap<String, Vec<i64>>) {
-    let get = |known: &HashMap<String, Known>, i: usize| -> Known {
-        n.input.get(i).filter(|t| !t.is_empty()).and_then(|t| known.get(t.as_str())).copied().unwrap_or_default()
-    };
-    let rank = |known: &HashMap<String, Known>, i: usize| get(known, i).rank;
-    // Axes given as an attribute (older opsets) or as a constant input (newer): their count.
-    let axes_count = |known: &HashMap<String, Known>, input: usize| -> Option<usize> {
-        match get_attr_ints(n, "axes") {
+/// A node's inputs as far as their ranks (and 1-D lengths) are known.
+struct Inputs<'a> {
+    n: &'a NodeProto,
+    known: &'a HashMap<String, Known>,
+}
+
+impl Inputs<'_> {
+    fn get(&self, i: usize) -> Known {
+        self.n
+            .input
+            .get(i)
+            .filter(|t| !t.is_empty())
+            .and_then(|t| self.known.get(t.as_str()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn rank(&self, i: usize) -> Option<usize> {
+        self.get(i).rank
+    }
+
+    /// Axes given as an attribute (older opsets) or as a constant input (newer): their count.
+    fn axes_count(&self, input: usize) -> Option<usize> {
+        match get_attr_ints(self.n, "axes") {
             Ok(Some(a)) => Some(a.len()),
-            _ => get(known, input).len,
+            _ => self.get(input).len,
         }
-    };
+    }
+
+    fn count(&self) -> usize {
+        self.n.input.len()
+    }
+}
+
+/// A result of rank `r`, its length not known.
+fn of_rank(r: Option<usize>) -> Known {
+    Known { rank: r, len: None }
+}
+
+fn infer(n: &NodeProto, known: &mut HashMap<String, Known>, values: &mut HashMap<String, Vec<i64>>) {
     let op = n.op_type();
-    let out = |r: Option<usize>| Known { rank: r, len: None };
-    let first = match op {
-        "Constant" => match constant_value(n) {
-            Ok(Some(t)) => {
-                if let (Some(v), Some(y)) = (small_ints(&t), n.output.first()) {
-                    values.insert(y.clone(), v);
-                }
-                of_constant(&t)
-            }
-            _ => Known::default(),
-        },
-        _ if SAME_RANK.contains(&op) => {
-            let x = get(known, 0);
-            Known { rank: x.rank, len: if matches!(op, "Identity" | "Cast" | "CastLike") { x.len } else { None } }
-        }
-        _ if BROADCAST.contains(&op) => {
-            let rs: Option<Vec<usize>> = (0..n.input.len()).map(|i| rank(known, i)).collect();
-            let r = rs.and_then(|rs| rs.into_iter().max());
-            // A 1-D result is as long as its 1-D inputs (scalars broadcast without changing it).
-            let vectors: Vec<Known> = (0..n.input.len()).map(|i| get(known, i)).filter(|k| k.rank == Some(1)).collect();
-            let len = if r == Some(1) && vectors.iter().all(|k| k.len.is_some()) {
-                vectors.iter().filter_map(|k| k.len).max()
-            } else {
-                None
-            };
-            Known { rank: r, len }
-        }
-        "MatMul"
-        | "MatMulInteger"
-        | "MatMulIntegerToFloat"
-        | "FusedMatMul"
-        | "QLinearMatMul"
-        | "DynamicQuantizeMatMul" => {
-            let b = if op == "QLinearMatMul" { 3 } else { 1 };
-            out(match (rank(known, 0), rank(known, b)) {
-                (Some(1), Some(1)) => Some(0),
-                (Some(1), Some(rb)) => Some(rb - 1),
-                (Some(ra), Some(1)) => Some(ra - 1),
-                (Some(ra), Some(rb)) => Some(ra.max(rb)),
-                _ => None,
-            })
-        }
-        "Gemm" | "Flatten" | "NonZero" => out(Some(2)),
-        "Transpose" => out(match get_attr_ints(n, "perm") {
-            Ok(Some(p)) => Some(p.len()),
-            _ => rank(known, 0),
-        }),
-        "Reshape" | "ConstantOfShape" => {
-            let shape = if op == "Reshape" { 1 } else { 0 };
-            let r = get(known, shape).len;
-            // A 1-D result's length: a constant target, or (Reshape to [-1]) the 1-D input's own.
-            let len = match (r, n.input.get(shape).and_then(|s| values.get(s.as_str())).map(Vec::as_slice)) {
-                (Some(1), Some(&[v])) if v > 0 || (op == "ConstantOfShape" && v == 0) => Some(v as usize),
-                (Some(1), Some(&[-1])) if op == "Reshape" && rank(known, 0) == Some(1) => get(known, 0).len,
-                _ => None,
-            };
-            Known { rank: r, len }
-        }
-        "Expand" => out(rank(known, 0).zip(get(known, 1).len).map(|(a, b)| a.max(b))),
-        "Unsqueeze" => out(rank(known, 0).zip(axes_count(known, 1)).map(|(r, a)| r + a)),
-        "Squeeze" => out(rank(known, 0).zip(axes_count(known, 1)).and_then(|(r, a)| r.checked_sub(a))),
-        "Gather" => out(rank(known, 0).zip(rank(known, 1)).and_then(|(d, i)| (d + i).checked_sub(1))),
-        "Shape" => {
-            let full = rank(known, 0);
-            let ranged =
-                get_attr_int(n, "start").ok().flatten().is_some() || get_attr_int(n, "end").ok().flatten().is_some();
-            Known { rank: Some(1), len: if ranged { None } else { full } }
-        }
-        "Size" => out(Some(0)),
-        "Range" => out(Some(1)),
-        "Concat" => {
-            let r = (0..n.input.len()).find_map(|i| rank(known, i));
-            let len =
-                if r == Some(1) { (0..n.input.len()).map(|i| get(known, i).len).sum::<Option<usize>>() } else { None };
-            Known { rank: r, len }
-        }
-        _ if op.starts_with("Reduce") => {
-            let keep = get_attr_int(n, "keepdims").ok().flatten().unwrap_or(1) != 0;
-            out(if keep {
-                rank(known, 0)
-            } else {
-                rank(known, 0).zip(axes_count(known, 1)).and_then(|(r, a)| r.checked_sub(a))
-            })
-        }
-        _ => Known::default(),
-    };
-    // Unsqueeze of a scalar by one axis is a 1-D tensor of length 1 (an exporter's way of building a shape).
-    let first = match (op, first) {
-        ("Unsqueeze", Known { rank: Some(1), .. }) if rank(known, 0) == Some(0) => {
-            Known { rank: Some(1), len: Some(1) }
-        }
-        ("Gather", Known { rank: Some(1), .. }) if rank(known, 0) == Some(1) => {
-            Known { rank: Some(1), len: get(known, 1).len }
-        }
-        _ => first,
-    };
+    let ins = Inputs { n, known };
+    let first = adjusted(&ins, op, first_output(&ins, op, values));
+    let (rank0, len0) = (ins.rank(0), ins.get(0).len);
     let Some(y) = n.output.first().filter(|y| !y.is_empty()) else { return };
     // The shape of a 1-D tensor of known length is a known constant.
     if op == "Shape"
         && first.len.is_some()
-        && rank(known, 0) == Some(1)
-        && let Some(l) = get(known, 0).len
+        && rank0 == Some(1)
+        && let Some(l) = len0
     {
         values.insert(y.clone(), vec![l as i64]);
     }
@@ -392,11 +327,125 @@ fn infer(n: &NodeProto, known: &mut HashMap<String, Known>, values: &mut HashMap
     }
     // Split's outputs all have the input's rank.
     if op == "Split"
-        && let Some(r) = rank(known, 0)
+        && let Some(r) = rank0
     {
         for o in n.output.iter().skip(1).filter(|o| !o.is_empty()) {
             known.entry(o.clone()).or_insert(Known { rank: Some(r), len: None });
         }
+    }
+}
+
+/// The first output of `op` on `ins` by the op's rank rule (a constant's small integer values recorded in
+/// `values`).
+fn first_output(ins: &Inputs<'_>, op: &str, values: &mut HashMap<String, Vec<i64>>) -> Known {
+    match op {
+        "Constant" => match constant_value(ins.n) {
+            Ok(Some(t)) => {
+                if let (Some(v), Some(y)) = (small_ints(&t), ins.n.output.first()) {
+                    values.insert(y.clone(), v);
+                }
+                of_constant(&t)
+            }
+            _ => Known::default(),
+        },
+        _ if SAME_RANK.contains(&op) => {
+            let x = ins.get(0);
+            Known { rank: x.rank, len: if matches!(op, "Identity" | "Cast" | "CastLike") { x.len } else { None } }
+        }
+        _ if BROADCAST.contains(&op) => broadcast(ins),
+        "MatMul"
+        | "MatMulInteger"
+        | "MatMulIntegerToFloat"
+        | "FusedMatMul"
+        | "QLinearMatMul"
+        | "DynamicQuantizeMatMul" => {
+            let b = if op == "QLinearMatMul" { 3 } else { 1 };
+            of_rank(match (ins.rank(0), ins.rank(b)) {
+                (Some(1), Some(1)) => Some(0),
+                (Some(1), Some(rb)) => Some(rb - 1),
+                (Some(ra), Some(1)) => Some(ra - 1),
+                (Some(ra), Some(rb)) => Some(ra.max(rb)),
+                _ => None,
+            })
+        }
+        "Gemm" | "Flatten" | "NonZero" => of_rank(Some(2)),
+        "Transpose" => of_rank(match get_attr_ints(ins.n, "perm") {
+            Ok(Some(p)) => Some(p.len()),
+            _ => ins.rank(0),
+        }),
+        "Reshape" | "ConstantOfShape" => reshaped(ins, op, values),
+        "Expand" => of_rank(ins.rank(0).zip(ins.get(1).len).map(|(a, b)| a.max(b))),
+        "Unsqueeze" => of_rank(ins.rank(0).zip(ins.axes_count(1)).map(|(r, a)| r + a)),
+        "Squeeze" => of_rank(ins.rank(0).zip(ins.axes_count(1)).and_then(|(r, a)| r.checked_sub(a))),
+        "Gather" => of_rank(ins.rank(0).zip(ins.rank(1)).and_then(|(d, i)| (d + i).checked_sub(1))),
+        _ => shapes_and_reductions(ins, op),
+    }
+}
+
+/// An elementwise op's result: the largest input rank; a 1-D result is as long as its 1-D inputs (scalars
+/// broadcast without changing it).
+fn broadcast(ins: &Inputs<'_>) -> Known {
+    let rs: Option<Vec<usize>> = (0..ins.count()).map(|i| ins.rank(i)).collect();
+    let r = rs.and_then(|rs| rs.into_iter().max());
+    let vectors: Vec<Known> = (0..ins.count()).map(|i| ins.get(i)).filter(|k| k.rank == Some(1)).collect();
+    let len = if r == Some(1) && vectors.iter().all(|k| k.len.is_some()) {
+        vectors.iter().filter_map(|k| k.len).max()
+    } else {
+        None
+    };
+    Known { rank: r, len }
+}
+
+/// Reshape's and ConstantOfShape's result: the target shape's length; a 1-D result's length from a constant target,
+/// or (Reshape to `[-1]`) the 1-D input's own.
+fn reshaped(ins: &Inputs<'_>, op: &str, values: &HashMap<String, Vec<i64>>) -> Known {
+    let shape = if op == "Reshape" { 1 } else { 0 };
+    let r = ins.get(shape).len;
+    let len = match (r, ins.n.input.get(shape).and_then(|s| values.get(s.as_str())).map(Vec::as_slice)) {
+        (Some(1), Some(&[v])) if v > 0 || (op == "ConstantOfShape" && v == 0) => Some(v as usize),
+        (Some(1), Some(&[-1])) if op == "Reshape" && ins.rank(0) == Some(1) => ins.get(0).len,
+        _ => None,
+    };
+    Known { rank: r, len }
+}
+
+/// Shape, Size, Range, Concat and the Reduce ops; nothing known of any other op.
+fn shapes_and_reductions(ins: &Inputs<'_>, op: &str) -> Known {
+    match op {
+        "Shape" => {
+            let full = ins.rank(0);
+            let ranged = get_attr_int(ins.n, "start").ok().flatten().is_some()
+                || get_attr_int(ins.n, "end").ok().flatten().is_some();
+            Known { rank: Some(1), len: if ranged { None } else { full } }
+        }
+        "Size" => of_rank(Some(0)),
+        "Range" => of_rank(Some(1)),
+        "Concat" => {
+            let r = (0..ins.count()).find_map(|i| ins.rank(i));
+            let len = if r == Some(1) { (0..ins.count()).map(|i| ins.get(i).len).sum::<Option<usize>>() } else { None };
+            Known { rank: r, len }
+        }
+        _ if op.starts_with("Reduce") => {
+            let keep = get_attr_int(ins.n, "keepdims").ok().flatten().unwrap_or(1) != 0;
+            of_rank(if keep {
+                ins.rank(0)
+            } else {
+                ins.rank(0).zip(ins.axes_count(1)).and_then(|(r, a)| r.checked_sub(a))
+            })
+        }
+        _ => Known::default(),
+    }
+}
+
+/// `first` with what the op's rule leaves out: Unsqueeze of a scalar by one axis is a 1-D tensor of length 1 (an
+/// exporter's way of building a shape), and Gather from a 1-D tensor is as long as its indices.
+fn adjusted(ins: &Inputs<'_>, op: &str, first: Known) -> Known {
+    match (op, first) {
+        ("Unsqueeze", Known { rank: Some(1), .. }) if ins.rank(0) == Some(0) => Known { rank: Some(1), len: Some(1) },
+        ("Gather", Known { rank: Some(1), .. }) if ins.rank(0) == Some(1) => {
+            Known { rank: Some(1), len: ins.get(1).len }
+        }
+        _ => first,
     }
 }
 

@@ -283,32 +283,42 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
         GraphForm::Hf | GraphForm::Gemm => hf_encoder(&mut b, cfg, hidden, heads, inter),
     };
 
+    add_head(&mut b, cfg, &x, hidden, &bs);
+    finish(b, cfg)
+}
+
+/// `cfg.head` on the last hidden state `x`: its nodes and the graph outputs.
+fn add_head(b: &mut Builder, cfg: &TinyBertConfig, x: &str, hidden: usize, bs: &[std::result::Result<i64, &str>]) {
     match cfg.head {
-        Head::Qa => qa_head(&mut b, &x, hidden, &bs),
+        Head::Qa => qa_head(b, x, hidden, bs),
         Head::QaStacked => {
-            let logits = b.dense(&x, "/qa_outputs", "qa_outputs", hidden, 2);
+            let logits = b.dense(x, "/qa_outputs", "qa_outputs", hidden, 2);
             b.g.push_node(node("Identity", "/Identity_logits", &[&logits], &["cls_squad_logits"]));
             let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(2)]).collect();
             b.g.output.push(value_info("cls_squad_logits", DataType::Float, Some(&dims)));
         }
-        Head::Classifier { labels } => classifier_head(&mut b, &x, hidden, labels.max(1)),
-        Head::MeanPooled { torch_names } => mean_pooled_head(&mut b, &x, hidden, torch_names),
+        Head::Classifier { labels } => classifier_head(b, x, hidden, labels.max(1)),
+        Head::MeanPooled { torch_names } => mean_pooled_head(b, x, hidden, torch_names),
         Head::Hidden { pooler } => {
-            b.g.push_node(node("Identity", "/Identity_hidden", &[&x], &["last_hidden_state"]));
+            b.g.push_node(node("Identity", "/Identity_hidden", &[x], &["last_hidden_state"]));
             let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(hidden as i64)]).collect();
             b.g.output.push(value_info("last_hidden_state", DataType::Float, Some(&dims)));
             if pooler {
-                pooler_head(&mut b, &x, hidden, "pooler_output");
+                pooler_head(b, x, hidden, "pooler_output");
             }
         }
         Head::Token { labels } => {
-            let logits = b.dense(&x, "/classifier", "classifier", hidden, labels.max(1));
+            let logits = b.dense(x, "/classifier", "classifier", hidden, labels.max(1));
             b.g.push_node(node("Identity", "/Identity_logits", &[&logits], &["logits"]));
             let dims: Vec<std::result::Result<i64, &str>> = bs.iter().cloned().chain([Ok(labels as i64)]).collect();
             b.g.output.push(value_info("logits", DataType::Float, Some(&dims)));
         }
     }
+}
 
+/// The model of graph `b.g`: the opset `cfg`'s LayerNorm form needs (and ONNX Runtime's domain for the fused
+/// form), the seed in its metadata.
+fn finish(b: Builder, cfg: &TinyBertConfig) -> Model {
     let opset = match cfg.layer_norm {
         LayerNormKind::Decomposed => 14,
         LayerNormKind::Fused => 17,
@@ -329,7 +339,16 @@ pub fn build(cfg: &TinyBertConfig) -> Model {
 
 /// The HF (and Gemm) form's embeddings and encoder layers; returns the last hidden state.
 fn hf_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: usize, inter: usize) -> String {
-    let head_dim = hidden / heads;
+    let mut x = hf_embeddings(b, cfg, hidden);
+    let c = HfConstants::new(b, hidden, heads);
+    for l in 0..cfg.layers {
+        x = hf_layer(b, cfg, l, &x, &c, (hidden, inter));
+    }
+    x
+}
+
+/// The HF form's embeddings (word, token type, position), through their LayerNorm.
+fn hf_embeddings(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize) -> String {
     // Embeddings.
     let e = "/bert/embeddings";
     let word = b.weight("bert.embeddings.word_embeddings.weight", &[cfg.vocab_size.max(1), hidden], 0.0, 0.02);
@@ -353,63 +372,86 @@ fn hf_encoder(b: &mut Builder, cfg: &TinyBertConfig, hidden: usize, heads: usize
     };
     let pe = b.op("Gather", &format!("{e}/position_embeddings/Gather"), &[&pos_table, &pos]);
     let s2 = b.op("Add", &format!("{e}/Add_1"), &[&s1, &pe]);
-    let mut x = b.layer_norm(&s2, &format!("{e}/LayerNorm"), "bert.embeddings.LayerNorm", hidden);
+    b.layer_norm(&s2, &format!("{e}/LayerNorm"), "bert.embeddings.LayerNorm", hidden)
+}
 
-    // Extended attention mask: (1 - mask) * -10000, shape [batch, 1, 1, sequence].
-    let axes12 = b.ints("/bert/Constant_axes_1_2", &[1, 2]);
-    let um = b.op("Unsqueeze", "/bert/Unsqueeze", &["attention_mask", &axes12]);
-    let cm = b.op_with("Cast", "/bert/Cast", &[&um], vec![attr_int("to", DataType::Float as i64)]);
-    let one = b.scalar("/bert/Constant_one", 1.0);
-    let inv = b.op("Sub", "/bert/Sub", &[&one, &cm]);
-    let big = b.scalar("/bert/Constant_neg", -10000.0);
-    let mask = b.op("Mul", "/bert/Mul", &[&inv, &big]);
+/// What every HF layer reads: the extended attention mask and the constants of its attention and GELU.
+struct HfConstants {
+    mask: String,
+    one: String,
+    split_shape: String,
+    merge_shape: String,
+    scale: String,
+    sqrt2: String,
+    half: String,
+}
 
-    let split_shape = b.ints("/bert/Constant_heads_shape", &[0, 0, heads as i64, head_dim as i64]);
-    let merge_shape = b.ints("/bert/Constant_hidden_shape", &[0, 0, hidden as i64]);
-    let scale = b.scalar("/bert/Constant_sqrt_head_dim", (head_dim as f32).sqrt());
-    let sqrt2 = b.scalar("/bert/Constant_sqrt2", std::f32::consts::SQRT_2);
-    let half = b.scalar("/bert/Constant_half", 0.5);
+impl HfConstants {
+    fn new(b: &mut Builder, hidden: usize, heads: usize) -> HfConstants {
+        let head_dim = hidden / heads;
+        // Extended attention mask: (1 - mask) * -10000, shape [batch, 1, 1, sequence].
+        let axes12 = b.ints("/bert/Constant_axes_1_2", &[1, 2]);
+        let um = b.op("Unsqueeze", "/bert/Unsqueeze", &["attention_mask", &axes12]);
+        let cm = b.op_with("Cast", "/bert/Cast", &[&um], vec![attr_int("to", DataType::Float as i64)]);
+        let one = b.scalar("/bert/Constant_one", 1.0);
+        let inv = b.op("Sub", "/bert/Sub", &[&one, &cm]);
+        let big = b.scalar("/bert/Constant_neg", -10000.0);
+        let mask = b.op("Mul", "/bert/Mul", &[&inv, &big]);
 
-    for l in 0..cfg.layers {
-        let p = format!("/bert/encoder/layer.{l}");
-        let w = format!("bert.encoder.layer.{}", if cfg.shared_layers { 0 } else { l });
-        let a = format!("{p}/attention/self");
-        let heads_of = |b: &mut Builder, which: &str, perm: &[i64]| {
-            let y = b.dense(&x, &format!("{a}/{which}"), &format!("{w}.attention.self.{which}"), hidden, hidden);
-            let r = b.op("Reshape", &format!("{a}/{which}/Reshape"), &[&y, &split_shape]);
-            b.op_with("Transpose", &format!("{a}/{which}/Transpose"), &[&r], vec![attr_ints("perm", perm)])
-        };
-        let q = heads_of(b, "query", &[0, 2, 1, 3]);
-        let k = heads_of(b, "key", &[0, 2, 3, 1]);
-        let v = heads_of(b, "value", &[0, 2, 1, 3]);
-        let scores = b.op("MatMul", &format!("{a}/MatMul"), &[&q, &k]);
-        let scaled = b.op("Div", &format!("{a}/Div"), &[&scores, &scale]);
-        let masked = b.op("Add", &format!("{a}/Add"), &[&scaled, &mask]);
-        let probs = b.op_with("Softmax", &format!("{a}/Softmax"), &[&masked], vec![attr_int("axis", -1)]);
-        let ctx = b.op("MatMul", &format!("{a}/MatMul_1"), &[&probs, &v]);
-        let ctx_t =
-            b.op_with("Transpose", &format!("{a}/Transpose_3"), &[&ctx], vec![attr_ints("perm", &[0, 2, 1, 3])]);
-        let merged = b.op("Reshape", &format!("{a}/Reshape_3"), &[&ctx_t, &merge_shape]);
-        let o = format!("{p}/attention/output");
-        let dense = b.dense(&merged, &format!("{o}/dense"), &format!("{w}.attention.output.dense"), hidden, hidden);
-        let res = b.op("Add", &format!("{o}/Add"), &[&dense, &x]);
-        x = b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.attention.output.LayerNorm"), hidden);
-
-        let i = format!("{p}/intermediate");
-        let h = b.dense(&x, &format!("{i}/dense"), &format!("{w}.intermediate.dense"), hidden, inter);
-        let g = format!("{i}/intermediate_act_fn");
-        let d = b.op("Div", &format!("{g}/Div"), &[&h, &sqrt2]);
-        let erf = b.op("Erf", &format!("{g}/Erf"), &[&d]);
-        let e1 = b.op("Add", &format!("{g}/Add"), &[&erf, &one]);
-        let m = b.op("Mul", &format!("{g}/Mul"), &[&h, &e1]);
-        let gelu = b.op("Mul", &format!("{g}/Mul_1"), &[&m, &half]);
-        let o = format!("{p}/output");
-        let f = b.dense(&gelu, &format!("{o}/dense"), &format!("{w}.output.dense"), inter, hidden);
-        let res = b.op("Add", &format!("{o}/Add"), &[&f, &x]);
-        x = b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.output.LayerNorm"), hidden);
+        let split_shape = b.ints("/bert/Constant_heads_shape", &[0, 0, heads as i64, head_dim as i64]);
+        let merge_shape = b.ints("/bert/Constant_hidden_shape", &[0, 0, hidden as i64]);
+        let scale = b.scalar("/bert/Constant_sqrt_head_dim", (head_dim as f32).sqrt());
+        let sqrt2 = b.scalar("/bert/Constant_sqrt2", std::f32::consts::SQRT_2);
+        let half = b.scalar("/bert/Constant_half", 0.5);
+        HfConstants { mask, one, split_shape, merge_shape, scale, sqrt2, half }
     }
+}
 
-    x
+/// HF layer `l` (its weights layer 0's when `cfg.shared_layers`) on `x`; returns its output.
+fn hf_layer(
+    b: &mut Builder,
+    cfg: &TinyBertConfig,
+    l: usize,
+    x: &str,
+    c: &HfConstants,
+    (hidden, inter): (usize, usize),
+) -> String {
+    let HfConstants { mask, one, split_shape, merge_shape, scale, sqrt2, half } = c;
+    let p = format!("/bert/encoder/layer.{l}");
+    let w = format!("bert.encoder.layer.{}", if cfg.shared_layers { 0 } else { l });
+    let a = format!("{p}/attention/self");
+    let heads_of = |b: &mut Builder, which: &str, perm: &[i64]| {
+        let y = b.dense(x, &format!("{a}/{which}"), &format!("{w}.attention.self.{which}"), hidden, hidden);
+        let r = b.op("Reshape", &format!("{a}/{which}/Reshape"), &[&y, split_shape]);
+        b.op_with("Transpose", &format!("{a}/{which}/Transpose"), &[&r], vec![attr_ints("perm", perm)])
+    };
+    let q = heads_of(b, "query", &[0, 2, 1, 3]);
+    let k = heads_of(b, "key", &[0, 2, 3, 1]);
+    let v = heads_of(b, "value", &[0, 2, 1, 3]);
+    let scores = b.op("MatMul", &format!("{a}/MatMul"), &[&q, &k]);
+    let scaled = b.op("Div", &format!("{a}/Div"), &[&scores, scale]);
+    let masked = b.op("Add", &format!("{a}/Add"), &[&scaled, mask]);
+    let probs = b.op_with("Softmax", &format!("{a}/Softmax"), &[&masked], vec![attr_int("axis", -1)]);
+    let ctx = b.op("MatMul", &format!("{a}/MatMul_1"), &[&probs, &v]);
+    let ctx_t = b.op_with("Transpose", &format!("{a}/Transpose_3"), &[&ctx], vec![attr_ints("perm", &[0, 2, 1, 3])]);
+    let merged = b.op("Reshape", &format!("{a}/Reshape_3"), &[&ctx_t, merge_shape]);
+    let o = format!("{p}/attention/output");
+    let dense = b.dense(&merged, &format!("{o}/dense"), &format!("{w}.attention.output.dense"), hidden, hidden);
+    let res = b.op("Add", &format!("{o}/Add"), &[&dense, x]);
+    let x = b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.attention.output.LayerNorm"), hidden);
+
+    let i = format!("{p}/intermediate");
+    let h = b.dense(&x, &format!("{i}/dense"), &format!("{w}.intermediate.dense"), hidden, inter);
+    let g = format!("{i}/intermediate_act_fn");
+    let d = b.op("Div", &format!("{g}/Div"), &[&h, sqrt2]);
+    let erf = b.op("Erf", &format!("{g}/Erf"), &[&d]);
+    let e1 = b.op("Add", &format!("{g}/Add"), &[&erf, one]);
+    let m = b.op("Mul", &format!("{g}/Mul"), &[&h, &e1]);
+    let gelu = b.op("Mul", &format!("{g}/Mul_1"), &[&m, half]);
+    let o = format!("{p}/output");
+    let f = b.dense(&gelu, &format!("{o}/dense"), &format!("{w}.output.dense"), inter, hidden);
+    let res = b.op("Add", &format!("{o}/Add"), &[&f, &x]);
+    b.layer_norm(&res, &format!("{o}/LayerNorm"), &format!("{w}.output.LayerNorm"), hidden)
 }
 
 /// ONNX Runtime's fused form ([`GraphForm::OrtFused`]); returns the last hidden state.

@@ -723,6 +723,25 @@ impl Session {
         Ok(())
     }
 
+    /// Every one of `outputs` is an output of the model, of float32 (or float16) values.
+    fn check_outputs(&self, outputs: &[&str]) -> Result<(), Error> {
+        for out in outputs {
+            let info = self.outputs.iter().find(|o| o.name == *out).ok_or_else(|| Error::MissingOutput {
+                model: self.model.clone(),
+                output: (*out).to_owned(),
+                available: self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", "),
+            })?;
+            if !matches!(info.kind, TensorKind::F32 | TensorKind::F16) {
+                return Err(Error::BadOutput {
+                    model: self.model.clone(),
+                    output: (*out).to_owned(),
+                    reason: format!("expected float32 (or float16), the model declares {:?}", info.kind),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the model. `inputs` may hold more arrays than the model takes (DistilBERT has no `token_type_ids`):
     /// only the model's inputs are fed; a model input that is missing from `inputs` is an error naming it, unless
     /// [`Session::feed_zeros`] named it.
@@ -737,21 +756,7 @@ impl Session {
         outputs: &[&str],
         with: impl FnOnce(&[OutputRef<'_>]) -> Result<R, E>,
     ) -> Result<R, E> {
-        for out in outputs {
-            let info = self.outputs.iter().find(|o| o.name == *out).ok_or_else(|| Error::MissingOutput {
-                model: self.model.clone(),
-                output: (*out).to_owned(),
-                available: self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", "),
-            })?;
-            if !matches!(info.kind, TensorKind::F32 | TensorKind::F16) {
-                return Err(Error::BadOutput {
-                    model: self.model.clone(),
-                    output: (*out).to_owned(),
-                    reason: format!("expected float32 (or float16), the model declares {:?}", info.kind),
-                }
-                .into());
-            }
-        }
+        self.check_outputs(outputs)?;
         // Converted copies (and zeros) must outlive the feeds that borrow them.
         let mut fed: Vec<(usize, ArrayView2<'_, i64>)> = Vec::with_capacity(self.inputs.len());
         let mut made: Vec<(usize, Fed)> = Vec::new();

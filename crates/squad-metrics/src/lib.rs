@@ -562,16 +562,9 @@ fn best_thresh(scored: &[Scored], na_probs: &HashMap<String, f64>, score: impl F
     (if total == 0 { 0.0 } else { 100.0 * best / total as f64 }, thresh)
 }
 
-/// Official v2.0 evaluation.
-///
-/// A question is predicted unanswerable when its na-prob is `> threshold` (the official default threshold is 1.0;
-/// questions absent from `na_probs` count as na-prob 0). With `na_probs`, the `best_*` fields are filled.
-pub fn evaluate_v2(
-    dataset: &Dataset,
-    predictions: &HashMap<String, String>,
-    na_probs: Option<&HashMap<String, f64>>,
-    threshold: f64,
-) -> MetricsV2 {
+/// Each question of `dataset` scored against `predictions` as v2.0 does (an unanswerable question's gold answer is
+/// the empty string), and how many questions have no prediction.
+fn score_v2<'a>(dataset: &'a Dataset, predictions: &'a HashMap<String, String>) -> (Vec<Scored<'a>>, usize) {
     let mut scored = Vec::new();
     let mut missing = 0;
     for qa in dataset.questions() {
@@ -594,6 +587,20 @@ pub fn evaluate_v2(
         };
         scored.push(Scored { id: &qa.id, has_ans, pred, exact, f1 });
     }
+    (scored, missing)
+}
+
+/// Official v2.0 evaluation.
+///
+/// A question is predicted unanswerable when its na-prob is `> threshold` (the official default threshold is 1.0;
+/// questions absent from `na_probs` count as na-prob 0). With `na_probs`, the `best_*` fields are filled.
+pub fn evaluate_v2(
+    dataset: &Dataset,
+    predictions: &HashMap<String, String>,
+    na_probs: Option<&HashMap<String, f64>>,
+    threshold: f64,
+) -> MetricsV2 {
+    let (scored, missing) = score_v2(dataset, predictions);
     let thresholded = |s: &Scored, raw: f64| {
         let p = na_probs.and_then(|m| m.get(s.id)).copied().unwrap_or(0.0);
         if p > threshold { f64::from(u8::from(!s.has_ans)) } else { raw }
