@@ -74,13 +74,12 @@ struct Searched<'a> {
     max: f32,
 }
 
+/// A state and its name.
+type Named = (String, CalibState);
+
 /// Each array of `arrays` (comma-separated .npy files) observed with each per-side bin count of `num_bins`
 /// (median of `repeat` runs), as JSON rows; and the last array's state (with the first bin count), named.
-fn collect_arrays(
-    arrays: &str,
-    num_bins: &[usize],
-    repeat: usize,
-) -> Result<(Vec<Value>, Option<(String, CalibState)>), Error> {
+fn collect_arrays(arrays: &str, num_bins: &[usize], repeat: usize) -> Result<(Vec<Value>, Option<Named>), Error> {
     let mut collection = Vec::new();
     let mut last: Option<(String, CalibState)> = None;
     for path in arrays.split(',') {

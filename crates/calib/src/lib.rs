@@ -47,6 +47,16 @@
 //!   bit-identical state and ranges to one pass, whatever the batch order.
 //! * Every error is a typed [`Error`] naming the tensor, field, file or line at fault; nothing panics on user input
 //!   and every written file is written to a temporary sibling first and then renamed.
+//!
+//! What it offers the crates that use it: `CalibState` (`observe`, `observe_batch`, `merge`, JSON state),
+//! `CollectOptions::for_methods`, `Method` built from `MethodKind` + `MethodOptions`, `compute_ranges` / `compute_all`
+//! -> `RangeTable` (`min_max()` for placement), `range_spread` -> `RangeSpread` (how far two tables' ranges lie apart)
+//! and `median`, `ErrorStats` / `softmax_kl` / `argmax` (how far a tensor or logits are from a reference),
+//! `tables::{write_*, read_*}` and `tables::read_ranges`, which reads any table by content: qdq's, the three ONNX
+//! Runtime's `write_calibration_table` writes (fixtures from onnxruntime 1.31.1 in testdata/calib/) and TensorRT's
+//! cache, listing bad entries instead of failing on them; `Float8` (the E4M3FN / E4M3FNUZ grids, through the
+//! `microfloat` crate, saturated as ONNX's `QuantizeLinear`: what the `fp8-mse` method prices and what the tests hold
+//! ONNX Runtime's float8 pairs to). Its lib.rs doctest observes two shards and merges them.
 
 mod compare;
 mod error;

@@ -26,6 +26,13 @@
 //! assert!(qdq_files::read_regular(std::path::Path::new("/dev/zero"), 1 << 20).is_err());
 //! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! What it offers the crates that use it: `read_regular` / `open_regular` (with a limit; `MAX_INPUT_BYTES` by default),
+//! `AtomicFile` (`create`, `Write`, `commit`, `discard`), `write_atomic`, `what_it_is` (a path that is not a regular
+//! file, in words), `RunDir` (a run's output directory: opened before any work by writing its `INCOMPLETE` marker,
+//! finished by removing it, put back as it was when dropped before anything was written),
+//! `signals::{defer_during_commits, hold, remove_on_signal, say_on_signal}` (the handler also settles an open `RunDir`
+//! and says one line). Its lib.rs doctest writes and reads a file; `RunDir`'s doctest opens, finishes and drops one.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read as _, Write};

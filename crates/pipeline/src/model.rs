@@ -231,8 +231,8 @@ pub fn has_float8_pairs(g: &onnx_ir::proto::GraphProto) -> bool {
 /// `cfg` for a model with float8 pairs (`float8`): on the CPU EP (or falling back to it), ONNX Runtime's basic level
 /// at most, unless the level was chosen.
 /// ONNX Runtime 1.31.1's CPU EP fuses float8 pairs into integer kernels that refuse them at its extended level and
-/// above, and with those fusions off its other extended rewrites change an FP8 model's answers (MiniLM, 300 dev
-/// questions: F1 74.36 basic, 74.34 with no optimisation, 72.35 extended); docs/QUANTIZATION.md.
+/// above, and with those fusions off its other extended rewrites change an FP8 model's answers where the basic level
+/// scores as no optimisation does (docs/QUANTIZATION.md).
 pub fn session_for(cfg: &runtime::SessionConfig, float8: bool) -> runtime::SessionConfig {
     use runtime::OptLevel;
     let mut cfg = cfg.clone();

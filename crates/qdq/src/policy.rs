@@ -817,8 +817,8 @@ impl Policy {
     /// (`bounded_pairs`, GPTQ-rounded), the GELU outputs' outlier channels in float beside the integer MatMul
     /// (`outlier_channels`), int8 embedding tables, outputs in float: ORT 1.31's CPU EP (opt level All) turns each
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
-    /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips: on
-    /// the first 1,000 dev questions that choice was worth 3 F1 and ran slower too (docs/QUANTIZATION.md). `qnn`: see
+    /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips, and
+    /// runs faster too (docs/QUANTIZATION.md). `qnn`: see
     /// `Policy::qnn` (private) and docs/QUANTIZATION.md. `openvino`: the `cpu` placement, weights and outlier channels
     /// as plain Q/DQ with int8 activations with a zero point, the attention scores `Q·Kᵀ` integer, every smoothed
     /// input divided by a `Mul` OpenVINO fuses with its pair (docs/QUANTIZATION.md, "OpenVINO").
@@ -826,8 +826,7 @@ impl Policy {
         let base = Policy::ort_compatible(preset);
         match preset {
             Preset::OrtCompatible => base,
-            // The seed placement with four changes (docs/QUANTIZATION.md; whole dev set: from ~30 F1 below FP32 to
-            // 0.33 below): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8 cannot hold)
+            // The seed placement with four changes (docs/QUANTIZATION.md, which measures each): residual Adds (the LayerNorm inputs, whose outlier channels per-tensor int8 cannot hold)
             // stay in float, and so do the non-MatMul readers of a quantized tensor; every constant-weight MatMul
             // input is smoothed into its weights (alpha DEFAULT_SMOOTH_ALPHA); Softmax outputs are quantized shifted
             // by -0.5 to use all int8 levels. Every MatMul still reads only quantized inputs.
@@ -845,8 +844,7 @@ impl Policy {
             // (the attention MatMuls stay float, as ORT's dynamic quantization leaves them: faster at batch 1),
             // int8 weight initializers with 7-bit range, uint8 activations, int8 embedding tables, smoothed: LayerNorm
             // outputs and attention contexts (in their value projections: no Mul, a kernel of its own on the CPU EP),
-            // not the GELU outputs (whole dev set 73.10 against 73.22 with them, inside the noise; 6 fewer Muls over
-            // the FFN's widest activation).
+            // not the GELU outputs (no measurable loss, and 6 fewer Muls over the FFN's widest activation).
             Preset::Cpu => Policy {
                 op_types: crate::types::MATMUL_OPS.map(String::from).to_vec(),
                 matmul_const_b_only: true,
@@ -890,7 +888,7 @@ impl Policy {
             shared_pair_feeds_all: false,
             quantize_fc_outputs: true,
             // Not shifted: the HTP adds the shift's correction (half the sum of V) back in fp16 after P·V, where the
-            // two nearly cancel: the attention context lost 30 dB on QNN against the CPU EP (docs/QUANTIZATION.md).
+            // two nearly cancel: the attention context lost most of its precision there (docs/QUANTIZATION.md).
             // Sixteen bits hold [0, 1] finely enough without it.
             softmax_range: SoftmaxRange::Full,
             smooth: Some(DEFAULT_SMOOTH_ALPHA),
@@ -912,7 +910,7 @@ impl Policy {
             // float).
             activations: Activations::Int8Asymmetric,
             // The scores Q·K^T integer (OpenVINO's attention runs in int8), K with zero point 0; the probabilities and
-            // P·V in float (integer P·V cost 1.2 points of answers identical to FP32's even with 256 levels).
+            // P·V in float (integer P·V moved answers away from FP32's even with 256 levels: docs/QUANTIZATION.md).
             matmul_const_b_only: false,
             softmax_range: SoftmaxRange::Float,
             variable_b: VariableB::Int8Symmetric,

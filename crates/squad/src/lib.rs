@@ -13,6 +13,9 @@
 //!   as its last window is scored;
 //! * bad input is a typed [`Error`] naming the file and JSON path, never a panic; output files are written to a
 //!   temporary file and renamed.
+//!
+//! What it offers the crates that use it: `SquadTokenizer`, `FeatureStream` / `Batch`, `PredictionAccumulator`,
+//! `ModelIo`.
 
 mod batch;
 mod dataset;

@@ -64,8 +64,6 @@ fn os(parts: &[&dyn AsRef<OsStr>]) -> Vec<OsString> {
 
 /// Runs the bench (see the module docs).
 pub fn big_model(args: BigModelArgs, out: &Path) -> Result<()> {
-    let qdq = build_qdq()?;
-    let lib = ort_library()?;
     let work = out.join("big_model");
     if work.exists() {
         std::fs::remove_dir_all(&work).with_context(|| format!("cannot clear {}", work.display()))?;
@@ -76,78 +74,9 @@ pub fn big_model(args: BigModelArgs, out: &Path) -> Result<()> {
     build(&cfg).save(&small)?;
     let (big, bytes, rows) = grow(&small, &work, args.size_gib)?;
     eprintln!("xtask: {} is {:.2} GiB ({rows} word-embedding rows, sparse)", big.display(), gib(bytes));
-
-    let data = root().join("testdata/squad");
-    let common = |cmd: &mut Command| {
-        cmd.env(LIBRARY_ENV, &lib).arg("--vocab").arg(data.join("vocab.txt"));
-        cmd.args(["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"]);
-    };
-    let dataset = data.join("tiny-v1.1.json");
-    let mut commands = Vec::new();
-    let mut steps = Vec::new();
-    let mut step = |name: &str, args: Vec<OsString>, with_data: bool| -> Result<Step> {
-        let mut cmd = Command::new(&qdq);
-        cmd.args(args);
-        if with_data {
-            common(&mut cmd);
-        }
-        eprintln!("xtask: qdq {name}");
-        let run = measure(&mut cmd, &work.join(format!("{name}.log")), &mut commands)?;
-        let log = run.log_text();
-        let said: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
-        let s = Step {
-            name: name.to_owned(),
-            command: format!("{cmd:?}"),
-            exit_code: run.code,
-            wall_s: run.wall_s,
-            peak_rss_mb: run.peak_rss_mb,
-            rss_ratio: run.peak_rss_mb * 1e6 / bytes as f64,
-            f1: run.stdout_json::<crate::qdq_json::Eval>().map(|e| e.f1),
-            said: said[said.len().saturating_sub(3)..].join("\n"),
-        };
-        eprintln!(
-            "xtask:   exit {:?}, {:.1} s, peak {:.0} MB ({:.2}x)",
-            s.exit_code, s.wall_s, s.peak_rss_mb, s.rss_ratio
-        );
-        Ok(s)
-    };
-    let (cal, cal_big) = (work.join("cal"), work.join("cal_big"));
-    let calibrate = |model: &Path, out: &Path| {
-        os(&[&"calibrate", &"--model", &model, &"--calibration-data", &dataset, &"--policy", &"tensorrt"])
-            .into_iter()
-            .chain(os(&[&"--policy-option", &"smooth=off", &"--out", &out]))
-            .collect::<Vec<_>>()
-    };
-    let predictions = |model: &Path| model.with_extension("predictions.json");
-    let eval = |model: &Path| {
-        let p = predictions(model);
-        os(&[&"eval", &"--model", &model, &"--dataset", &dataset, &"--out", &p, &"--json"])
-    };
-    let small_cal = step("calibrate_small", calibrate(&small, &cal), true)?;
-    if small_cal.exit_code != Some(0) {
-        bail!("calibrating the small model failed:\n{}", small_cal.said);
-    }
-    let small_eval = step("eval_small", eval(&small), true)?;
-    let ranges = cal.join("calibration.json");
-    let (q_trt, q_cpu) = (work.join("q_tensorrt.onnx"), work.join("q_cpu.onnx"));
-    steps.push(step("inspect", os(&[&"inspect", &big, &"--json"]), false)?);
-    for (preset, q) in [("tensorrt", &q_trt), ("cpu", &q_cpu)] {
-        let a = os(&[&"quantize", &"--model", &big, &"--ranges", &ranges, &"--policy", &preset]);
-        let b = os(&[&"--policy-option", &"smooth=off", &"-o", q]);
-        steps.push(step(&format!("quantize_{preset}"), a.into_iter().chain(b).collect(), false)?);
-    }
-    for (name, m) in [("eval_big", &big), ("eval_q_tensorrt", &q_trt), ("eval_q_cpu", &q_cpu)] {
-        steps.push(step(name, eval(m), true)?);
-    }
-    steps.push(step("calibrate_big", calibrate(&big, &cal_big), true)?);
-    // The whole job with the preset's defaults (smoothing on).
-    let e2e_out = work.join("e2e");
-    let a = os(&[&"e2e", &"--model", &big, &"--dataset", &dataset, &"--policy", &"tensorrt", &"--out", &e2e_out]);
-    steps.push(step("e2e_big", a, true)?);
-
-    let small_f1 = small_eval.f1;
-    let read = |p: PathBuf| std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    let same_predictions = read(predictions(&small)).is_some_and(|a| Some(a) == read(predictions(&big)));
+    let mut runner =
+        Runner { qdq: build_qdq()?, lib: ort_library()?, data: root().join("testdata/squad"), work, bytes };
+    let (steps, small_f1, same_predictions) = runner.all_steps(&small, &big)?;
     let targets = targets(&steps, same_predictions);
     let report = BigModelReport {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -159,13 +88,99 @@ pub fn big_model(args: BigModelArgs, out: &Path) -> Result<()> {
     };
     write(&report, &render(&report), out, "big_model")?;
     // The model files are large: keep only the logs and the report.
+    let work = &runner.work;
     for f in ["big.onnx", "big.onnx.data", "q_tensorrt.onnx", "q_tensorrt.onnx.data", "q_cpu.onnx"] {
         let _ = std::fs::remove_file(work.join(f));
     }
     for f in ["model_qdq.onnx", "model_qdq.onnx.data", "model_smoothed.onnx", "model_smoothed.onnx.data"] {
-        let _ = std::fs::remove_file(e2e_out.join(f));
+        let _ = std::fs::remove_file(work.join("e2e").join(f));
     }
     Ok(())
+}
+
+/// Runs and measures the bench's `qdq` commands: the built binary on `lib`, the tiny SQuAD fixtures in `data`,
+/// logs in `work`; `bytes` is the big model's size (each step's peak memory is set against it).
+struct Runner {
+    qdq: PathBuf,
+    lib: PathBuf,
+    data: PathBuf,
+    work: PathBuf,
+    bytes: u64,
+}
+
+impl Runner {
+    /// Every step on the small model and on `big` (grown from `small`): the steps measured on the big model, the
+    /// small model's F1, and whether both models gave the same predictions.
+    fn all_steps(&mut self, small: &Path, big: &Path) -> Result<(Vec<Step>, Option<f64>, bool)> {
+        let dataset = self.data.join("tiny-v1.1.json");
+        let work = self.work.clone();
+        let (cal, cal_big) = (work.join("cal"), work.join("cal_big"));
+        let calibrate = |model: &Path, out: &Path| {
+            os(&[&"calibrate", &"--model", &model, &"--calibration-data", &dataset, &"--policy", &"tensorrt"])
+                .into_iter()
+                .chain(os(&[&"--policy-option", &"smooth=off", &"--out", &out]))
+                .collect::<Vec<_>>()
+        };
+        let predictions = |model: &Path| model.with_extension("predictions.json");
+        let eval = |model: &Path| {
+            let p = predictions(model);
+            os(&[&"eval", &"--model", &model, &"--dataset", &dataset, &"--out", &p, &"--json"])
+        };
+        let small_cal = self.step("calibrate_small", calibrate(small, &cal), true)?;
+        if small_cal.exit_code != Some(0) {
+            bail!("calibrating the small model failed:\n{}", small_cal.said);
+        }
+        let small_eval = self.step("eval_small", eval(small), true)?;
+        let ranges = cal.join("calibration.json");
+        let (q_trt, q_cpu) = (work.join("q_tensorrt.onnx"), work.join("q_cpu.onnx"));
+        let mut steps = vec![self.step("inspect", os(&[&"inspect", &big, &"--json"]), false)?];
+        for (preset, q) in [("tensorrt", &q_trt), ("cpu", &q_cpu)] {
+            let a = os(&[&"quantize", &"--model", &big, &"--ranges", &ranges, &"--policy", &preset]);
+            let b = os(&[&"--policy-option", &"smooth=off", &"-o", q]);
+            steps.push(self.step(&format!("quantize_{preset}"), a.into_iter().chain(b).collect(), false)?);
+        }
+        for (name, m) in [("eval_big", big), ("eval_q_tensorrt", &q_trt), ("eval_q_cpu", &q_cpu)] {
+            steps.push(self.step(name, eval(m), true)?);
+        }
+        steps.push(self.step("calibrate_big", calibrate(big, &cal_big), true)?);
+        // The whole job with the preset's defaults (smoothing on).
+        let e2e_out = work.join("e2e");
+        let a = os(&[&"e2e", &"--model", &big, &"--dataset", &dataset, &"--policy", &"tensorrt", &"--out", &e2e_out]);
+        steps.push(self.step("e2e_big", a, true)?);
+        let read =
+            |p: PathBuf| std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let same_predictions = read(predictions(small)).is_some_and(|a| Some(a) == read(predictions(big)));
+        Ok((steps, small_eval.f1, same_predictions))
+    }
+
+    /// `qdq <args>` (with the tiny SQuAD vocabulary and lengths when `with_data`), measured, as step `name`.
+    fn step(&mut self, name: &str, args: Vec<OsString>, with_data: bool) -> Result<Step> {
+        let mut cmd = Command::new(&self.qdq);
+        cmd.args(args);
+        if with_data {
+            cmd.env(LIBRARY_ENV, &self.lib).arg("--vocab").arg(self.data.join("vocab.txt"));
+            cmd.args(["--seq-len", "64", "--query-len", "16", "--doc-stride", "24"]);
+        }
+        eprintln!("xtask: qdq {name}");
+        let run = measure(&mut cmd, &self.work.join(format!("{name}.log")), &mut Vec::new())?;
+        let log = run.log_text();
+        let said: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+        let s = Step {
+            name: name.to_owned(),
+            command: format!("{cmd:?}"),
+            exit_code: run.code,
+            wall_s: run.wall_s,
+            peak_rss_mb: run.peak_rss_mb,
+            rss_ratio: run.peak_rss_mb * 1e6 / self.bytes as f64,
+            f1: run.stdout_json::<crate::qdq_json::Eval>().map(|e| e.f1),
+            said: said[said.len().saturating_sub(3)..].join("\n"),
+        };
+        eprintln!(
+            "xtask:   exit {:?}, {:.1} s, peak {:.0} MB ({:.2}x)",
+            s.exit_code, s.wall_s, s.peak_rss_mb, s.rss_ratio
+        );
+        Ok(s)
+    }
 }
 
 fn gib(bytes: u64) -> f64 {

@@ -6,7 +6,7 @@
 //! own dynamic-padding latency is reported too). Writes out/bench/cpu_int8.{json,md} with targets and verdicts.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -16,7 +16,7 @@ use crate::bench::measure::wait_quiet;
 use crate::bench::report::{Target, targets_table, write};
 use crate::bench::rounds::Ratio;
 use crate::bench::rows::{ShapeRow, Times, run_eval, shape_rows};
-use crate::bench::venv::{ensure_venv, git_head, resolve_paths};
+use crate::bench::venv::{Paths, ensure_venv, git_head, resolve_paths};
 use crate::download::DownloadArgs;
 use crate::e2e::{build_qdq, ort_library};
 use crate::flags::{CpuInt8Args, TimingArgs, VsPythonArgs};
@@ -70,6 +70,27 @@ struct CpuInt8Report {
     targets: Vec<Target>,
 }
 
+/// The four models of the comparison, each named and described, and the qdq run that made the default one.
+type Models = ([(&'static str, String, PathBuf); 4], PathBuf);
+
+/// What the bench runs its steps with: the built `qdq` and the ONNX Runtime it loads, the bench venv's Python and
+/// the harness.
+struct Tools {
+    qdq: PathBuf,
+    lib: PathBuf,
+    py: PathBuf,
+    script: PathBuf,
+}
+
+impl Tools {
+    /// `qdq <sub>` on the bench's ONNX Runtime.
+    fn qdq(&self, sub: &str) -> Command {
+        let mut c = Command::new(&self.qdq);
+        c.arg(sub).env(LIBRARY_ENV, &self.lib);
+        c
+    }
+}
+
 pub fn cpu_int8(
     args: CpuInt8Args,
     timing: &TimingArgs,
@@ -78,111 +99,30 @@ pub fn cpu_int8(
 ) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
-    let paths = resolve_paths(&paths_from, &download)?;
-    let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
+    let mut paths = resolve_paths(&paths_from, &download)?;
+    let script = root().join("xtask/python/cpu_int8.py");
+    let tools = Tools { lib: ort_library()?, py: ensure_venv()?, qdq: build_qdq()?, script };
     let name = if args.ort_optimized { "cpu_int8_ort_optimized" } else { "cpu_int8" };
     let work = paths_from.out.join(name);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
-    let script = root().join("xtask/python/cpu_int8.py");
-    let mut paths = paths;
     if args.ort_optimized {
         let optimized = work.join("model_ort_optimized.onnx");
         eprintln!("xtask: ONNX Runtime's transformers optimizer on {}", paths.model.display());
         run_cmd(
-            Command::new(&py).arg(&script).args(["optimize", "--model"]).arg(&paths.model).arg("--out").arg(&optimized),
+            Command::new(&tools.py)
+                .arg(&tools.script)
+                .args(["optimize", "--model"])
+                .arg(&paths.model)
+                .arg("--out")
+                .arg(&optimized),
         )?;
         paths.model = optimized;
     }
-    let qdq_cmd = |sub: &str| {
-        let mut c = Command::new(&qdq);
-        c.arg(sub).env(LIBRARY_ENV, &lib);
-        c
-    };
-
-    // The models.
-    eprintln!("xtask: qdq's default CPU model (qdq e2e --ep cpu --no-eval)");
-    let static_dir = work.join("static");
-    run_cmd(
-        qdq_cmd("e2e")
-            .args(["--ep", "cpu", "--no-eval", "--model"])
-            .arg(&paths.model)
-            .arg("--vocab")
-            .arg(&paths.vocab)
-            .arg("--calibration-data")
-            .arg(&paths.calibration)
-            .arg("--cal-num")
-            .arg(paths_from.cal_num.to_string())
-            .arg("--out")
-            .arg(&static_dir),
-    )?;
-    let dynamic = work.join("qdq_dynamic.onnx");
-    eprintln!("xtask: qdq quantize --mode dynamic");
-    run_cmd(qdq_cmd("quantize").arg("--model").arg(&paths.model).args(["--mode", "dynamic", "-o"]).arg(&dynamic))?;
-    let ort_dynamic = work.join("ort_dynamic.onnx");
-    eprintln!("xtask: ONNX Runtime quantize_dynamic");
-    run_cmd(
-        Command::new(&py).arg(&script).args(["dynamic", "--model"]).arg(&paths.model).arg("--out").arg(&ort_dynamic),
-    )?;
-    let form = if args.ort_optimized { ", ORT-optimized form" } else { "" };
-    let models = [
-        ("fp32", format!("FP32{form}"), paths.model.clone()),
-        ("qdq", format!("qdq default for --ep cpu (static, `cpu` preset{form})"), static_dir.join("model_qdq.onnx")),
-        ("qdq-dynamic", format!("qdq --mode dynamic{form}"), dynamic),
-        ("ort-dynamic", format!("ORT quantize_dynamic (defaults{form})"), ort_dynamic),
-    ];
-
+    let (models, static_dir) = make_models(&tools, &args, &paths, paths_from.cal_num, &work)?;
     // Latency: every model in one harness, alternating.
     wait_quiet(paths_from.wait);
-    eprintln!(
-        "xtask: timing {} models at {} ({} rounds x {} runs)",
-        models.len(),
-        args.shapes,
-        timing.rounds,
-        timing.runs
-    );
-    let times_path = work.join("times.json");
-    let list: Vec<String> = models.iter().map(|(n, _, p)| format!("{n}={}", p.display())).collect();
-    run_cmd(
-        Command::new(&py)
-            .arg(&script)
-            .args(["time", "--models", &list.join(","), "--shapes", &args.shapes])
-            .args(["--rounds", &timing.rounds.to_string(), "--runs", &timing.runs.to_string()])
-            .args(["--threads", &timing.threads.to_string(), "--out"])
-            .arg(&times_path),
-    )?;
-    let times: Times =
-        serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")?;
-
-    // Accuracy: each model scored once on the bench's questions.
-    let mut rows = vec![];
-    for (name, what, path) in &models {
-        eprintln!("xtask: qdq eval {name} on {} dev questions (F1)", args.f1_samples);
-        let doc = run_eval(qdq_cmd("eval"), &paths, path, args.f1_samples)?;
-        let (bytes, em, f1) = (std::fs::metadata(path)?.len(), doc.exact_match, doc.f1);
-        let (name, what, path) = ((*name).to_owned(), what.clone(), path.clone());
-        rows.push(ModelRow { name, what, path, bytes, em, f1, eval_ms_per_feature: vec![] });
-    }
-    // qdq eval's own latency: short passes, every model in turn, round after round, each round starting one model
-    // later (no model always runs right after another); a model's answers must not change between rounds.
-    let mut first_f1: Vec<Option<f64>> = vec![None; models.len()];
-    for round in 0..args.eval_rounds {
-        eprintln!(
-            "xtask: qdq eval latency, {} dev questions, round {} of {}",
-            args.eval_samples,
-            round + 1,
-            args.eval_rounds
-        );
-        for i in (0..models.len()).map(|k| (k + round) % models.len()) {
-            let doc = run_eval(qdq_cmd("eval"), &paths, &models[i].2, args.eval_samples)?;
-            match first_f1[i] {
-                Some(f1) if f1 != doc.f1 => {
-                    bail!("qdq eval of {} scored F1 {f1} in round 1 and {} in round {}", models[i].0, doc.f1, round + 1)
-                }
-                _ => first_f1[i] = Some(doc.f1),
-            }
-            rows[i].eval_ms_per_feature.push(doc.latency.ms_per_feature.unwrap_or(f64::NAN));
-        }
-    }
+    let times = time_models(&tools, &models, &args.shapes, timing, &work)?;
+    let rows = score_models(&tools, &models, &paths, &args)?;
     let made: crate::qdq_json::Results = crate::qdq_json::read(&static_dir.join("results.json"))?;
     let report = CpuInt8Report {
         command: format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
@@ -201,6 +141,105 @@ pub fn cpu_int8(
     };
     let report = CpuInt8Report { targets: targets(&report), ..report };
     write(&report, &render(&report), &paths_from.out, name)
+}
+
+/// FP32, qdq's default CPU model (`qdq e2e --ep cpu --no-eval` on `cal_num` calibration questions), qdq's dynamic
+/// mode and ORT's quantize_dynamic, made into `work`.
+fn make_models(tools: &Tools, args: &CpuInt8Args, paths: &Paths, cal_num: usize, work: &Path) -> Result<Models> {
+    eprintln!("xtask: qdq's default CPU model (qdq e2e --ep cpu --no-eval)");
+    let static_dir = work.join("static");
+    run_cmd(
+        tools
+            .qdq("e2e")
+            .args(["--ep", "cpu", "--no-eval", "--model"])
+            .arg(&paths.model)
+            .arg("--vocab")
+            .arg(&paths.vocab)
+            .arg("--calibration-data")
+            .arg(&paths.calibration)
+            .arg("--cal-num")
+            .arg(cal_num.to_string())
+            .arg("--out")
+            .arg(&static_dir),
+    )?;
+    let dynamic = work.join("qdq_dynamic.onnx");
+    eprintln!("xtask: qdq quantize --mode dynamic");
+    run_cmd(tools.qdq("quantize").arg("--model").arg(&paths.model).args(["--mode", "dynamic", "-o"]).arg(&dynamic))?;
+    let ort_dynamic = work.join("ort_dynamic.onnx");
+    eprintln!("xtask: ONNX Runtime quantize_dynamic");
+    run_cmd(
+        Command::new(&tools.py)
+            .arg(&tools.script)
+            .args(["dynamic", "--model"])
+            .arg(&paths.model)
+            .arg("--out")
+            .arg(&ort_dynamic),
+    )?;
+    let form = if args.ort_optimized { ", ORT-optimized form" } else { "" };
+    let models = [
+        ("fp32", format!("FP32{form}"), paths.model.clone()),
+        ("qdq", format!("qdq default for --ep cpu (static, `cpu` preset{form})"), static_dir.join("model_qdq.onnx")),
+        ("qdq-dynamic", format!("qdq --mode dynamic{form}"), dynamic),
+        ("ort-dynamic", format!("ORT quantize_dynamic (defaults{form})"), ort_dynamic),
+    ];
+    Ok((models, static_dir))
+}
+
+/// Every model timed by the harness at each of `shapes`, in alternation, into `work`/times.json.
+fn time_models(
+    tools: &Tools,
+    models: &[(&'static str, String, PathBuf)],
+    shapes: &str,
+    timing: &TimingArgs,
+    work: &Path,
+) -> Result<Times> {
+    eprintln!("xtask: timing {} models at {shapes} ({} rounds x {} runs)", models.len(), timing.rounds, timing.runs);
+    let times_path = work.join("times.json");
+    let list: Vec<String> = models.iter().map(|(n, _, p)| format!("{n}={}", p.display())).collect();
+    run_cmd(
+        Command::new(&tools.py)
+            .arg(&tools.script)
+            .args(["time", "--models", &list.join(","), "--shapes", shapes])
+            .args(["--rounds", &timing.rounds.to_string(), "--runs", &timing.runs.to_string()])
+            .args(["--threads", &timing.threads.to_string(), "--out"])
+            .arg(&times_path),
+    )?;
+    serde_json::from_slice(&std::fs::read(&times_path)?).context("the timing harness wrote bad JSON")
+}
+
+/// Each model scored once on the bench's questions, then `qdq eval`'s own latency: short passes, every model in
+/// turn, round after round, each round starting one model later (no model always runs right after another); a
+/// model's answers must not change between rounds.
+fn score_models(
+    tools: &Tools,
+    models: &[(&'static str, String, PathBuf)],
+    paths: &Paths,
+    args: &CpuInt8Args,
+) -> Result<Vec<ModelRow>> {
+    let mut rows = vec![];
+    for (name, what, path) in models {
+        eprintln!("xtask: qdq eval {name} on {} dev questions (F1)", args.f1_samples);
+        let doc = run_eval(tools.qdq("eval"), paths, path, args.f1_samples)?;
+        let (bytes, em, f1) = (std::fs::metadata(path)?.len(), doc.exact_match, doc.f1);
+        let (name, what, path) = ((*name).to_owned(), what.clone(), path.clone());
+        rows.push(ModelRow { name, what, path, bytes, em, f1, eval_ms_per_feature: vec![] });
+    }
+    let mut first_f1: Vec<Option<f64>> = vec![None; models.len()];
+    for round in 0..args.eval_rounds {
+        let (n, rounds) = (args.eval_samples, args.eval_rounds);
+        eprintln!("xtask: qdq eval latency, {n} dev questions, round {} of {rounds}", round + 1);
+        for i in (0..models.len()).map(|k| (k + round) % models.len()) {
+            let doc = run_eval(tools.qdq("eval"), paths, &models[i].2, args.eval_samples)?;
+            match first_f1[i] {
+                Some(f1) if f1 != doc.f1 => {
+                    bail!("qdq eval of {} scored F1 {f1} in round 1 and {} in round {}", models[i].0, doc.f1, round + 1)
+                }
+                _ => first_f1[i] = Some(doc.f1),
+            }
+            rows[i].eval_ms_per_feature.push(doc.latency.ms_per_feature.unwrap_or(f64::NAN));
+        }
+    }
+    Ok(rows)
 }
 
 /// The goals for qdq's default CPU model: at least ORT dynamic's speed-up at every shape and in `qdq eval`,

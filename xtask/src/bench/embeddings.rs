@@ -160,28 +160,7 @@ fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
     run_cmd(e2e.args(["--no-eval", "--out"]).arg(&qdq_dir))?;
     let models = peers(&run.py, model, run.calibration, args.embedding_cal_num, seq_len, &work, &qdq_dir)?;
 
-    let mut rows = vec![];
-    for ep in std::iter::once("cpu").chain(run.plugin.as_ref().map(|_| "openvino")) {
-        for (name, what, path) in &models {
-            eprintln!("xtask: qdq eval {name} against FP32 on {ep} ({} queries; 0 = all)", args.embedding_samples);
-            let mut eval = qdq_cmd("eval");
-            if let Some(p) = run.plugin.as_ref().filter(|_| ep == "openvino") {
-                eval.args(["--ep", "openvino", "--ep-plugin"]).arg(p);
-            }
-            let (eval, not_scored) = match score(eval, path, model, (run.dataset, args.embedding_samples), seq_len) {
-                Ok(e) => (Some(e), None),
-                Err(e) => (None, Some(short_reason(&format!("{e:#}")))),
-            };
-            rows.push(ModelRow {
-                name: (*name).into(),
-                what: what.clone(),
-                ep: ep.into(),
-                path: path.clone(),
-                eval,
-                not_scored,
-            });
-        }
-    }
+    let rows = score_all(run, &models, model, seq_len)?;
 
     let mut timed: Models = vec![("fp32", "FP32".into(), onnx_in(model))];
     timed.extend(models.iter().cloned());
@@ -203,6 +182,41 @@ fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
         targets: vec![],
     };
     Ok(EmbeddingsReport { targets: targets(&report), ..report })
+}
+
+/// Every one of `models` (of the FP32 folder `model`) scored against FP32 on each EP (`qdq eval --baseline`), a
+/// failure kept as the row's reason.
+fn score_all(
+    run: &Run<'_>,
+    models: &[(&'static str, String, PathBuf)],
+    model: &Path,
+    seq_len: usize,
+) -> Result<Vec<ModelRow>> {
+    let args = run.args;
+    let mut rows = vec![];
+    for ep in std::iter::once("cpu").chain(run.plugin.as_ref().map(|_| "openvino")) {
+        for (name, what, path) in models {
+            eprintln!("xtask: qdq eval {name} against FP32 on {ep} ({} queries; 0 = all)", args.embedding_samples);
+            let mut eval = Command::new(&run.qdq);
+            eval.arg("eval").env(LIBRARY_ENV, &run.lib);
+            if let Some(p) = run.plugin.as_ref().filter(|_| ep == "openvino") {
+                eval.args(["--ep", "openvino", "--ep-plugin"]).arg(p);
+            }
+            let (eval, not_scored) = match score(eval, path, model, (run.dataset, args.embedding_samples), seq_len) {
+                Ok(e) => (Some(e), None),
+                Err(e) => (None, Some(short_reason(&format!("{e:#}")))),
+            };
+            rows.push(ModelRow {
+                name: (*name).into(),
+                what: what.clone(),
+                ep: ep.into(),
+                path: path.clone(),
+                eval,
+                not_scored,
+            });
+        }
+    }
+    Ok(rows)
 }
 
 /// The ONNX file of a sentence-transformers folder (`model.onnx`) or of the hub layout (`onnx/model.onnx`).
@@ -451,6 +465,43 @@ fn against_fp32(e: &Embedding) -> Vec<Target> {
     out
 }
 
+/// One model's row of the scores table.
+fn model_line(md: &mut String, m: &ModelRow) {
+    let Some(e) = &m.eval else {
+        let _ = writeln!(
+            md,
+            "| {} | {} | not scored: {} | | | | | |",
+            m.name,
+            m.ep,
+            m.not_scored.as_deref().unwrap_or("?")
+        );
+        return;
+    };
+    let f = &e.fidelity;
+    let (kept, dn, dm) = match &e.retrieval {
+        Some(r) => {
+            let p = |d: crate::qdq_json::Paired| format!("{:+.2} [{:+.2}, {:+.2}]", d.delta, d.low, d.high);
+            (
+                format!("{:.2} %", 100.0 * r.difference.ndcg_at_10_retained),
+                p(r.difference.ndcg_at_10),
+                p(r.difference.mrr_at_10),
+            )
+        }
+        None => Default::default(),
+    };
+    let _ = writeln!(
+        md,
+        "| {} | {} | {kept} | {dn} | {dm} | {:.5} / {:.5} / {:.4} | {:.2} % | {:.2} % |",
+        m.name,
+        m.ep,
+        f.mean_cosine,
+        f.p1_cosine,
+        f.min_cosine,
+        100.0 * f.neighbours.top1_same,
+        100.0 * f.neighbours.top10_overlap
+    );
+}
+
 fn render(r: &EmbeddingsReport) -> String {
     let name = r.model.file_name().map_or_else(|| r.model.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut md = format!("## {name}\n\n");
@@ -469,39 +520,7 @@ fn render(r: &EmbeddingsReport) -> String {
     md.push_str("| model | EP | nDCG@10 kept | dnDCG@10 [95 %] | dMRR@10 [95 %] | cosine mean / p1 / min | top-1 kept | top-10 kept |\n");
     md.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
     for m in &r.models {
-        let Some(e) = &m.eval else {
-            let _ = writeln!(
-                md,
-                "| {} | {} | not scored: {} | | | | | |",
-                m.name,
-                m.ep,
-                m.not_scored.as_deref().unwrap_or("?")
-            );
-            continue;
-        };
-        let f = &e.fidelity;
-        let (kept, dn, dm) = match &e.retrieval {
-            Some(r) => {
-                let p = |d: crate::qdq_json::Paired| format!("{:+.2} [{:+.2}, {:+.2}]", d.delta, d.low, d.high);
-                (
-                    format!("{:.2} %", 100.0 * r.difference.ndcg_at_10_retained),
-                    p(r.difference.ndcg_at_10),
-                    p(r.difference.mrr_at_10),
-                )
-            }
-            None => Default::default(),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {kept} | {dn} | {dm} | {:.5} / {:.5} / {:.4} | {:.2} % | {:.2} % |",
-            m.name,
-            m.ep,
-            f.mean_cosine,
-            f.p1_cosine,
-            f.min_cosine,
-            100.0 * f.neighbours.top1_same,
-            100.0 * f.neighbours.top10_overlap
-        );
+        model_line(&mut md, m);
     }
     md.push_str("\nSpeed-up over FP32 (median of rounds, slowest-fastest round):\n\n| EP | shape | model | speed-up |\n|---|---|---|---:|\n");
     for s in &r.speed {

@@ -24,6 +24,7 @@ use anyhow::{Context, Result};
 use crate::flags::BenchArgs;
 use crate::workspace::{cargo, root, run_cmd};
 
+/// `cargo xtask bench`: the bench its flags name, else the criterion benchmarks and the end-to-end timing.
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.vs_python {
         return crate::bench::vs_python::vs_python(args.vs, args.download);
@@ -57,32 +58,38 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let _ = writeln!(md, "| {name} | {} | {thr} |", human_ns(median_ns));
     }
     if !args.no_e2e {
-        let e2e_out = out.join("e2e");
-        crate::e2e::e2e(crate::flags::E2eArgs {
-            download: args.download,
-            check: false,
-            int8_tolerance: 1.0,
-            qdq: vec!["--out".to_owned(), e2e_out.display().to_string()],
-        })?;
-        let results = std::fs::read_to_string(e2e_out.join("results.json")).context("e2e wrote no results.json")?;
-        let v: crate::qdq_json::E2e = crate::qdq_json::parse(&results).context("e2e's results.json")?;
-        let _ = writeln!(md, "\n## end to end\n");
-        let seconds = v.calibration.and_then(|c| c.seconds).unwrap_or(f64::NAN);
-        let _ = writeln!(md, "calibration: {seconds:.1} s\n");
-        for (leg, e) in [("fp32", &v.fp32), ("int8", &v.int8)] {
-            let _ = writeln!(
-                md,
-                "- {leg}: F1 {:.2}, {:.2} ms/feature, {:.1} features/s",
-                e.f1,
-                e.latency.ms_per_feature.unwrap_or(f64::NAN),
-                e.latency.features_per_second.unwrap_or(f64::NAN)
-            );
-        }
+        end_to_end(&mut md, args.download, &out)?;
     }
     let path = out.join("summary.md");
     crate::workspace::write_atomic(&path, md.as_bytes())?;
     print!("{md}");
     eprintln!("xtask: summary written to {}", path.display());
+    Ok(())
+}
+
+/// The end-to-end run on the shipped model into `out`/e2e, its calibration time and both legs' F1 and speed in `md`.
+fn end_to_end(md: &mut String, download: crate::download::DownloadArgs, out: &Path) -> Result<()> {
+    let e2e_out = out.join("e2e");
+    crate::e2e::e2e(crate::flags::E2eArgs {
+        download,
+        check: false,
+        int8_tolerance: 1.0,
+        qdq: vec!["--out".to_owned(), e2e_out.display().to_string()],
+    })?;
+    let results = std::fs::read_to_string(e2e_out.join("results.json")).context("e2e wrote no results.json")?;
+    let v: crate::qdq_json::E2e = crate::qdq_json::parse(&results).context("e2e's results.json")?;
+    let _ = writeln!(md, "\n## end to end\n");
+    let seconds = v.calibration.and_then(|c| c.seconds).unwrap_or(f64::NAN);
+    let _ = writeln!(md, "calibration: {seconds:.1} s\n");
+    for (leg, e) in [("fp32", &v.fp32), ("int8", &v.int8)] {
+        let _ = writeln!(
+            md,
+            "- {leg}: F1 {:.2}, {:.2} ms/feature, {:.1} features/s",
+            e.f1,
+            e.latency.ms_per_feature.unwrap_or(f64::NAN),
+            e.latency.features_per_second.unwrap_or(f64::NAN)
+        );
+    }
     Ok(())
 }
 

@@ -229,6 +229,28 @@ impl Bench<'_> {
     }
 }
 
+/// What OpenVINO offers here (`ov_bench.py devices` through the bench venv's `py`, with the plugin library
+/// `plugin`), said when the plugin has no CPU device.
+fn devices(py: &Path, plugin: &Path) -> Result<Devices> {
+    let probe = Command::new(py)
+        .arg(root().join("xtask/python/ov_bench.py"))
+        .args(["devices", "--plugin"])
+        .arg(plugin)
+        .output()?;
+    if !probe.status.success() {
+        bail!("cannot query OpenVINO:\n{}", String::from_utf8_lossy(&probe.stderr));
+    }
+    let devices: Devices = serde_json::from_slice(&probe.stdout).context("ov_bench.py devices wrote bad JSON")?;
+    if !devices.plugin_cpu {
+        eprintln!(
+            "xtask: the OpenVINO plugin offers no CPU device on this {} (it serves Intel CPUs): timing with the openvino \
+             package's runtime of the same release, scoring on the CPU EP",
+            devices.cpu
+        );
+    }
+    Ok(devices)
+}
+
 pub fn openvino(
     args: OpenVinoBenchArgs,
     timing: &TimingArgs,
@@ -244,22 +266,7 @@ pub fn openvino(
     ensure_package(&py, "openvino", OPENVINO)?;
     let work = vs.out.join("openvino");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
-    let probe = Command::new(&py)
-        .arg(root().join("xtask/python/ov_bench.py"))
-        .args(["devices", "--plugin"])
-        .arg(&plugin)
-        .output()?;
-    if !probe.status.success() {
-        bail!("cannot query OpenVINO:\n{}", String::from_utf8_lossy(&probe.stderr));
-    }
-    let devices: Devices = serde_json::from_slice(&probe.stdout).context("ov_bench.py devices wrote bad JSON")?;
-    if !devices.plugin_cpu {
-        eprintln!(
-            "xtask: the OpenVINO plugin offers no CPU device on this {} (it serves Intel CPUs): timing with the openvino \
-             package's runtime of the same release, scoring on the CPU EP",
-            devices.cpu
-        );
-    }
+    let devices = devices(&py, &plugin)?;
     let bench = Bench { qdq, lib, py, plugin, devices, timing, work, wait: vs.wait };
     let mut tasks = vec![squad(&bench, &paths, &vs, &args)?];
     if !args.ov_squad_only {

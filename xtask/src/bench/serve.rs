@@ -113,36 +113,7 @@ pub fn serve(vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
             "xtask: {name}: qdq e2e on the first {SAMPLES} dev questions, then sentence-transformers on its output"
         );
         e2e(folder, &out, SAMPLES)?;
-        let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json"))?)?;
-        let fidelity = &results["embedding"]["fidelity"];
-        let samples = SAMPLES.to_string();
-        let args: Vec<&std::ffi::OsStr> = vec![
-            "embedding".as_ref(),
-            "--source".as_ref(),
-            folder.as_os_str(),
-            "--out".as_ref(),
-            out.as_os_str(),
-            "--dataset".as_ref(),
-            assets.dataset.as_os_str(),
-            "--samples".as_ref(),
-            samples.as_ref(),
-        ];
-        // A source folder without config.json does not load in sentence-transformers itself: nothing to serve alike.
-        let (loaded, error) = match (folder.join("config.json").is_file(), check(&py, &args)) {
-            (false, _) => {
-                (None, Some("not applicable: the source folder has no config.json, so it does not load either".into()))
-            }
-            (true, Ok(v)) => (Some(v), None),
-            (true, Err(e)) => (None, Some(e)),
-        };
-        embeddings.push(Served {
-            model: name,
-            out,
-            qdq_mean_cosine: fidelity["mean_cosine"].as_f64().unwrap_or(f64::NAN),
-            qdq_texts: fidelity["texts"].as_u64().unwrap_or(0) as usize,
-            loaded,
-            error,
-        });
+        embeddings.push(served(&py, folder, name, out, &assets.dataset)?);
     }
     let (qa_out, features) = qa_folder(&work, &assets, &e2e)?;
     let args: Vec<&std::ffi::OsStr> =
@@ -158,6 +129,41 @@ pub fn serve(vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
     };
     let report = ServeReport { targets: targets(&report), ..report };
     write(&report, &render(&report), &vs.out, "serve")
+}
+
+/// qdq's output `out` of the embedding `folder` (named `name`) loaded by sentence-transformers and compared with
+/// qdq's own embeddings on the first dev questions of `dataset`.
+fn served(py: &Path, folder: &Path, name: String, out: PathBuf, dataset: &Path) -> Result<Served> {
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json"))?)?;
+    let fidelity = &results["embedding"]["fidelity"];
+    let samples = SAMPLES.to_string();
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "embedding".as_ref(),
+        "--source".as_ref(),
+        folder.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--dataset".as_ref(),
+        dataset.as_os_str(),
+        "--samples".as_ref(),
+        samples.as_ref(),
+    ];
+    // A source folder without config.json does not load in sentence-transformers itself: nothing to serve alike.
+    let (loaded, error) = match (folder.join("config.json").is_file(), check(py, &args)) {
+        (false, _) => {
+            (None, Some("not applicable: the source folder has no config.json, so it does not load either".into()))
+        }
+        (true, Ok(v)) => (Some(v), None),
+        (true, Err(e)) => (None, Some(e)),
+    };
+    Ok(Served {
+        model: name,
+        out,
+        qdq_mean_cosine: fidelity["mean_cosine"].as_f64().unwrap_or(f64::NAN),
+        qdq_texts: fidelity["texts"].as_u64().unwrap_or(0) as usize,
+        loaded,
+        error,
+    })
 }
 
 /// A QA folder as the hub holds one (the asset's model and vocabulary, the base model's config.json as a

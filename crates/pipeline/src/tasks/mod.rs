@@ -79,9 +79,8 @@ impl Task {
     }
 
     /// Calibration units when none are asked for: 100 SQuAD questions (the seed scripts'), 100 inputs; 1,000
-    /// questions (with their paragraphs) or texts for an embedding model, whose short texts hold few tokens each: on
-    /// paraphrase-MiniLM-L3, 100 questions left the 1st percentile of the cosine to FP32 at 0.9957 where 1,000 gave
-    /// 0.9987 (docs/QUANTIZATION.md).
+    /// questions (with their paragraphs) or texts for an embedding model, whose short texts hold few tokens each
+    /// (docs/QUANTIZATION.md measures both counts).
     pub fn default_cal_num(&self) -> usize {
         match self {
             Task::Embed(_) => 1000,
@@ -93,8 +92,8 @@ impl Task {
     /// clipping error per value) where each token's output counts alone (a QA head's logits, a token classifier);
     /// percentile (99.999) for a pooled sentence embedding: pooling averages the rounding noise of a text's tokens
     /// away, which is independent from token to token, but keeps the error of values clipped at the range, which
-    /// all lean one way, so the range that serves the pooled output clips less than mse's. On all-MiniLM-L6-v2
-    /// (docs/QUANTIZATION.md) it halved the distance of the embeddings to FP32's.
+    /// all lean one way, so the range that serves the pooled output clips less than mse's (docs/QUANTIZATION.md,
+    /// "all-MiniLM-L6-v2").
     pub fn integer_method(&self) -> calib::MethodKind {
         match self {
             Task::Embed(_) => calib::MethodKind::Percentile,

@@ -252,69 +252,16 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
         let mut report: Report = read_json(&opts.out.join("vs_python.json"))?;
         return write_report(&mut report, &opts.out);
     }
-
-    let paths = resolve_paths(&opts, &download)?;
-    let lib = ort_library()?;
-    let py = ensure_venv()?;
-    let qdq = build_qdq()?;
-    eprintln!("xtask: building calib's microbench example (release)");
-    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-calib", "--example", "microbench"]))?;
-    let microbench = target_dir().join("release/examples/microbench");
-
-    let work = opts.out.join("vs_python");
-    for d in [work.join("logs"), work.join("micro")] {
-        std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
-    }
-    let features = work.join("features");
-    let questions = opts.cal_num.max(opts.memory_cal_num);
-    eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
-    let example_index =
-        export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
-    let mut cx = Ctx {
-        opts,
-        paths,
-        qdq,
-        lib,
-        py,
-        script: root().join("xtask/python/vs_ort.py"),
-        work,
-        features,
-        commands: Vec::new(),
-        waited_s: 0.0,
-    };
+    let (mut cx, example_index, microbench) = prepare(opts, &download)?;
     let o = cx.opts.clone();
-
     let mut report = Report { command, ..Default::default() };
     let Calibrated { models, tensors, ort_versions } = calibrate_each_method(&mut cx, &mut report.methods)?;
     report.one_pass = Some(one_pass(&mut cx)?);
     report.own_workflow = Some(own_workflow(&mut cx)?);
     report.memory = memory_rows(&mut cx, &report.methods)?;
-
-    // Inference alone on the calibration features (no tensor read, no statistics): the floor of a calibration.
-    eprintln!("xtask: FP32 inference alone on the calibration features");
-    cx.quiet();
-    let model = cx.paths.model.clone();
-    let calibration = cx.paths.calibration.clone();
-    let (_, doc) =
-        cx.eval(&model, &calibration, o.cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
-    report.inference_on_calibration_features = Inference {
-        ms_per_feature: doc.and_then(|d| d.latency.ms_per_feature),
-        features: Some(n_features_for(&example_index, o.cal_num)),
-    };
-
+    report.inference_on_calibration_features = inference_alone(&mut cx, &example_index)?;
     report.pass_rounds = pass_rounds(&mut cx)?;
-
-    // F1 of every model on the first K dev questions.
-    eprintln!("xtask: evaluating FP32 and the INT8 models on {} dev questions", o.samples);
-    let dataset = cx.paths.dataset.clone();
-    report.fp32 = Some(cx.eval(&model, &dataset, o.samples, &[], "eval_fp32")?.0);
-    for (method, tool, path) in &models {
-        let (score, _) = cx.eval(path, &dataset, o.samples, &[], &format!("eval_{tool}_{method}"))?;
-        if let Some(m) = report.methods.iter_mut().find(|m| m.method == *method) {
-            *if *tool == "ours" { &mut m.f1.ours } else { &mut m.f1.ort } = Some(score);
-        }
-    }
-
+    f1_of_models(&mut cx, &mut report, &models)?;
     report.micro = micro_benchmarks(&mut cx, &microbench)?;
     report.setup = Setup {
         model: cx.paths.model.clone(),
@@ -340,6 +287,59 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
     report.commands = std::mem::take(&mut cx.commands);
     estimate_skipped(&mut report);
     write_report(&mut report, &o.out)
+}
+
+/// The run's context (the files, the tools, the work directory), the exported features' question indices and the
+/// calib microbench built.
+fn prepare(opts: Opts, download: &DownloadArgs) -> Result<(Ctx, Vec<i64>, PathBuf)> {
+    let paths = resolve_paths(&opts, download)?;
+    let lib = ort_library()?;
+    let py = ensure_venv()?;
+    let qdq = build_qdq()?;
+    eprintln!("xtask: building calib's microbench example (release)");
+    run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-calib", "--example", "microbench"]))?;
+    let microbench = target_dir().join("release/examples/microbench");
+    let work = opts.out.join("vs_python");
+    for d in [work.join("logs"), work.join("micro")] {
+        std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let features = work.join("features");
+    let questions = opts.cal_num.max(opts.memory_cal_num);
+    eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
+    let example_index =
+        export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
+    let script = root().join("xtask/python/vs_ort.py");
+    let commands = Vec::new();
+    let cx = Ctx { opts, paths, qdq, lib, py, script, work, features, commands, waited_s: 0.0 };
+    Ok((cx, example_index, microbench))
+}
+
+/// Inference alone on the calibration features (no tensor read, no statistics): the floor of a calibration.
+fn inference_alone(cx: &mut Ctx, example_index: &[i64]) -> Result<Inference> {
+    eprintln!("xtask: FP32 inference alone on the calibration features");
+    cx.quiet();
+    let (model, calibration, cal_num) = (cx.paths.model.clone(), cx.paths.calibration.clone(), cx.opts.cal_num);
+    let (_, doc) =
+        cx.eval(&model, &calibration, cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
+    Ok(Inference {
+        ms_per_feature: doc.and_then(|d| d.latency.ms_per_feature),
+        features: Some(n_features_for(example_index, cal_num)),
+    })
+}
+
+/// F1 of FP32 and every one of `models` on the first dev questions, into `report`.
+fn f1_of_models(cx: &mut Ctx, report: &mut Report, models: &[ModelToEvaluate]) -> Result<()> {
+    let samples = cx.opts.samples;
+    eprintln!("xtask: evaluating FP32 and the INT8 models on {samples} dev questions");
+    let (model, dataset) = (cx.paths.model.clone(), cx.paths.dataset.clone());
+    report.fp32 = Some(cx.eval(&model, &dataset, samples, &[], "eval_fp32")?.0);
+    for (method, tool, path) in models {
+        let (score, _) = cx.eval(path, &dataset, samples, &[], &format!("eval_{tool}_{method}"))?;
+        if let Some(m) = report.methods.iter_mut().find(|m| m.method == *method) {
+            *if *tool == "ours" { &mut m.f1.ours } else { &mut m.f1.ort } = Some(score);
+        }
+    }
+    Ok(())
 }
 
 /// A model to evaluate: (method, "ours" | "ort", path).
@@ -438,27 +438,7 @@ fn calibrate_each_method(cx: &mut Ctx, methods: &mut Vec<MethodRow>) -> Result<C
             ort_v.error.as_deref().map(|e| format!(" (ORT failed: {e})")).unwrap_or_default()
         );
 
-        // Quantize both tables.
-        let ours_q = cx.work.join(format!("ours_{method}_qdq.onnx"));
-        let mut cmd = cx.qdq("quantize");
-        cmd.arg("--model")
-            .arg(&cx.paths.model)
-            .arg("--ranges")
-            .arg(dir.join("calibration.json"))
-            .args(["--policy", "ort-compatible", "--strict", "-o"])
-            .arg(&ours_q);
-        let log = cx.log(&format!("ours_quantize_{method}"));
-        measure_ok(&mut cmd, &log, &mut cx.commands)?;
-        models.push((method.clone(), "ours", ours_q));
-        if ranges.is_some() {
-            let ort_q = cx.work.join(format!("ort_{method}_qdq.onnx"));
-            let mut cmd = cx.python("quantize");
-            cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(&ort_json).arg("--out").arg(&ort_q);
-            let log = cx.log(&format!("ort_quantize_{method}"));
-            if measure(&mut cmd, &log, &mut cx.commands)?.ok() {
-                models.push((method.clone(), "ort", ort_q));
-            }
-        }
+        quantize_both(cx, method, &dir, &ort_json, ranges.is_some(), &mut models)?;
         methods.push(MethodRow {
             method: method.clone(),
             ours_flags: ours_flags.join(" "),
@@ -470,6 +450,39 @@ fn calibrate_each_method(cx: &mut Ctx, methods: &mut Vec<MethodRow>) -> Result<C
         });
     }
     Ok(Calibrated { models, tensors, ort_versions })
+}
+
+/// Both tables of `method` quantized with the same policy (ours from `dir`, ORT's from `ort_json` when it has
+/// ranges), each model made into `models`.
+fn quantize_both(
+    cx: &mut Ctx,
+    method: &str,
+    dir: &Path,
+    ort_json: &Path,
+    ort_has_ranges: bool,
+    models: &mut Vec<ModelToEvaluate>,
+) -> Result<()> {
+    let ours_q = cx.work.join(format!("ours_{method}_qdq.onnx"));
+    let mut cmd = cx.qdq("quantize");
+    cmd.arg("--model")
+        .arg(&cx.paths.model)
+        .arg("--ranges")
+        .arg(dir.join("calibration.json"))
+        .args(["--policy", "ort-compatible", "--strict", "-o"])
+        .arg(&ours_q);
+    let log = cx.log(&format!("ours_quantize_{method}"));
+    measure_ok(&mut cmd, &log, &mut cx.commands)?;
+    models.push((method.to_owned(), "ours", ours_q));
+    if ort_has_ranges {
+        let ort_q = cx.work.join(format!("ort_{method}_qdq.onnx"));
+        let mut cmd = cx.python("quantize");
+        cmd.arg("--model").arg(&cx.paths.model).arg("--ranges").arg(ort_json).arg("--out").arg(&ort_q);
+        let log = cx.log(&format!("ort_quantize_{method}"));
+        if measure(&mut cmd, &log, &mut cx.commands)?.ok() {
+            models.push((method.to_owned(), "ort", ort_q));
+        }
+    }
+    Ok(())
 }
 
 /// Ours, every method from one pass.

@@ -196,6 +196,66 @@ fn worst_tensor(ranges: &RangeAgreement) -> Option<String> {
     ))
 }
 
+/// One method's row of the calibration table; ORT's errors and skipped runs go to `errors` and `skipped`.
+fn method_row(md: &mut String, m: &MethodRow, (errors, skipped): (&mut Vec<String>, &mut Vec<String>)) {
+    let name = &m.method;
+    let (ours, ort) = (&m.ours.run, &m.ort.run);
+    let est = m.ort.estimated_wall_s;
+    let ratio = match (div(ours.wall_s, ort.wall_s), div(ours.wall_s, est)) {
+        (Some(x), _) => format!("{x:.2}x"),
+        (None, Some(x)) => format!("≈ {x:.2}x (est.)"),
+        _ => "—".to_owned(),
+    };
+    let ort_wall = match (ort.wall_s, est) {
+        (Some(w), _) => format!("{w:.1}"),
+        (None, Some(e)) => format!("skipped (≈ {e:.0} est.)"),
+        _ => "—".to_owned(),
+    };
+    let ranges = m.ranges.as_ref().and_then(worst_tensor).unwrap_or_else(|| "—".to_owned());
+    let f1 = |v: &Option<Score>| match v.as_ref().and_then(|v| v.em.zip(v.f1)) {
+        Some((em, f1)) => format!("{f1:.2} (EM {em:.2})"),
+        None => "—".to_owned(),
+    };
+    let _ = writeln!(
+        md,
+        "| {name} | {} | {ort_wall} | {ratio} | {} | {} | {ranges} | {} | {} | {} |",
+        num(ours.wall_s, 1),
+        num(ours.peak_rss_mb, 0),
+        num(ort.peak_rss_mb, 0),
+        pct(m.ranges.as_ref().and_then(|r| r.median_rel_diff)),
+        f1(&m.f1.ours),
+        f1(&m.f1.ort),
+    );
+    if let Some(e) = &m.ort.error {
+        errors.push(format!("- ORT {name}: `{e}`"));
+    }
+    if let Some(why) = &m.ort.skipped {
+        let est = m.ort.estimate.as_ref().map(|e| format!(" Estimate: {e}.")).unwrap_or_default();
+        skipped.push(format!("- ORT {name}: {why}.{est}"));
+    }
+}
+
+/// ORT's phases per method, as its script timed them.
+fn ort_phases(md: &mut String, r: &Report) {
+    let _ = writeln!(
+        md,
+        "\nORT's phases (seconds inside its script):\n\n| method | create_calibrator | inference (session.run) | collect_data other (copies, histograms) | compute_data |\n|---|---:|---:|---:|---:|"
+    );
+    for m in &r.methods {
+        let p = m.ort.phases.clone().unwrap_or_default();
+        let other = div(p.collect_data.zip(p.inference).map(|(a, b)| a - b), Some(1.0));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            m.method,
+            num(p.create_calibrator, 1),
+            num(p.inference, 1),
+            num(other, 1),
+            num(p.compute_data, 1)
+        );
+    }
+}
+
 fn calibration_section(md: &mut String, r: &Report) {
     let _ = writeln!(
         md,
@@ -204,41 +264,7 @@ fn calibration_section(md: &mut String, r: &Report) {
     );
     let (mut errors, mut skipped) = (Vec::new(), Vec::new());
     for m in &r.methods {
-        let name = &m.method;
-        let (ours, ort) = (&m.ours.run, &m.ort.run);
-        let est = m.ort.estimated_wall_s;
-        let ratio = match (div(ours.wall_s, ort.wall_s), div(ours.wall_s, est)) {
-            (Some(x), _) => format!("{x:.2}x"),
-            (None, Some(x)) => format!("≈ {x:.2}x (est.)"),
-            _ => "—".to_owned(),
-        };
-        let ort_wall = match (ort.wall_s, est) {
-            (Some(w), _) => format!("{w:.1}"),
-            (None, Some(e)) => format!("skipped (≈ {e:.0} est.)"),
-            _ => "—".to_owned(),
-        };
-        let ranges = m.ranges.as_ref().and_then(worst_tensor).unwrap_or_else(|| "—".to_owned());
-        let f1 = |v: &Option<Score>| match v.as_ref().and_then(|v| v.em.zip(v.f1)) {
-            Some((em, f1)) => format!("{f1:.2} (EM {em:.2})"),
-            None => "—".to_owned(),
-        };
-        let _ = writeln!(
-            md,
-            "| {name} | {} | {ort_wall} | {ratio} | {} | {} | {ranges} | {} | {} | {} |",
-            num(ours.wall_s, 1),
-            num(ours.peak_rss_mb, 0),
-            num(ort.peak_rss_mb, 0),
-            pct(m.ranges.as_ref().and_then(|r| r.median_rel_diff)),
-            f1(&m.f1.ours),
-            f1(&m.f1.ort),
-        );
-        if let Some(e) = &m.ort.error {
-            errors.push(format!("- ORT {name}: `{e}`"));
-        }
-        if let Some(why) = &m.ort.skipped {
-            let est = m.ort.estimate.as_ref().map(|e| format!(" Estimate: {e}.")).unwrap_or_default();
-            skipped.push(format!("- ORT {name}: {why}.{est}"));
-        }
+        method_row(md, m, (&mut errors, &mut skipped));
     }
     if let Some(fp32) = r.fp32.as_ref().and_then(|s| s.f1) {
         let em = r.fp32.as_ref().and_then(|s| s.em);
@@ -271,23 +297,7 @@ fn calibration_section(md: &mut String, r: &Report) {
     if !skipped.is_empty() {
         let _ = writeln!(md, "\nNot run:\n\n{}", skipped.join("\n"));
     }
-    let _ = writeln!(
-        md,
-        "\nORT's phases (seconds inside its script):\n\n| method | create_calibrator | inference (session.run) | collect_data other (copies, histograms) | compute_data |\n|---|---:|---:|---:|---:|"
-    );
-    for m in &r.methods {
-        let p = m.ort.phases.clone().unwrap_or_default();
-        let other = div(p.collect_data.zip(p.inference).map(|(a, b)| a - b), Some(1.0));
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} |",
-            m.method,
-            num(p.create_calibrator, 1),
-            num(p.inference, 1),
-            num(other, 1),
-            num(p.compute_data, 1)
-        );
-    }
+    ort_phases(md, r);
 }
 
 /// One method's calibration pass against FP32 inference alone on the same features: from the alternating rounds
@@ -634,10 +644,17 @@ fn wall_time_note(r: &Report, m: &MethodRow) -> Option<String> {
             }
         }
     }
+    ort_side(&mut s, ort, (wall, total), floor);
+    Some(s)
+}
+
+/// The ORT side of [`wall_time_note`]: where its `total` seconds go, and how FP32 inference alone (`floor`) bounds
+/// ours (`wall`).
+fn ort_side(s: &mut String, ort: &OrtRun, (wall, total): (f64, f64), floor: Option<f64>) {
     let ph = ort.phases.clone().unwrap_or_default();
     if let Some(run) = ph.inference {
         let _ = write!(
-            s,
+            *s,
             " ORT: {run:.1} s in session.run (its augmented model, optimisation disabled), {} s in the rest of collect_data, {} s in compute_data, {} s outside both (Python start-up and imports, create_calibrator, writing).",
             div(ph.collect_data.map(|c| c - run), Some(1.0)).map_or("?".into(), |x| format!("{x:.1}")),
             num(ph.compute_data, 1),
@@ -647,7 +664,7 @@ fn wall_time_note(r: &Report, m: &MethodRow) -> Option<String> {
     }
     if let Some(fl) = floor {
         let share = fl / total;
-        let _ = write!(s, " FP32 inference alone is {share:.2}x of ORT's whole run");
+        let _ = write!(*s, " FP32 inference alone is {share:.2}x of ORT's whole run");
         if share > 0.5 {
             s.push_str(": with free statistics and no overhead ours would still miss 0.5x; the model's inference, which both tools leave to ONNX Runtime, is what limits it.");
         } else {
@@ -658,7 +675,6 @@ fn wall_time_note(r: &Report, m: &MethodRow) -> Option<String> {
             );
         }
     }
-    Some(s)
 }
 
 /// Why histogram collection misses 5x numpy: the per-value costs of its two steps and how they scale.
