@@ -54,8 +54,7 @@ pub struct OutlierSplit {
 
 /// The tensors a split model's MatMuls read in place of a split input (the input with its outlier channels zeroed):
 /// their range should be their observed min/max, which the remaining channels bound. A range method that clips
-/// (mse) fits the calibration sample's rest too closely: on the real MiniLM its GELU outputs' rest clipped at 4.3
-/// instead of 5.6 gave held-out logits a KL 2.5x the min/max range's (docs/QUANTIZATION.md).
+/// (mse) fits the calibration sample's rest too closely, and the held-out logits pay for it (docs/QUANTIZATION.md).
 pub fn outlier_rests(model: &Model) -> Vec<String> {
     model
         .graph()

@@ -50,7 +50,7 @@ impl Report for E2eReport {
 /// What the table's rows of another EP (`--ep cpu,openvino`) do not show: each model there against the same model on
 /// the first EP (paired dF1, answers the same, logits), and INT8's speed against FP32 there.
 fn other_ep_note(o: &OtherEp) -> String {
-    let label = o.int8.as_ref().map_or(o.ep.clone(), |r| ep_label(&r.ep, r.ep_precision.as_deref(), None));
+    let label = o.int8.as_ref().map_or(o.ep.clone(), |r| ep_label(&r.ran.ep, r.ran.ep_precision.as_deref(), None));
     let logits = |l: &Option<crate::steps::speed::LogitsAgreement>| {
         l.map_or(String::new(), |l| format!("; logits differ by {}", l.describe()))
     };
@@ -167,11 +167,11 @@ impl E2eResults {
             };
             undecided.extend(vs.filter(|_| i < first_ep_rows).and_then(|c| c.undecided(&name, "FP32")));
             // No speed from an EP that is not timed (QNN's emulated HTP): "-".
-            let timed = runtime::Ep::is_timed_name(&r.ep);
+            let timed = runtime::Ep::is_timed_name(&r.ran.ep);
             let speed = |v: f64, digits: usize| if timed { format!("{v:.digits$}") } else { "-".to_owned() };
             t.add_row([
                 name,
-                ep_label(&r.ep, r.ep_precision.as_deref(), r.fallback_from.as_deref()),
+                r.ran.label(),
                 format!("{:.2}", r.score.exact_match),
                 format!("{:.2}", r.score.f1),
                 d,
@@ -180,7 +180,7 @@ impl E2eResults {
                 speed(r.latency.p50_ms_per_feature, 2),
                 speed(r.latency.p90_ms_per_feature, 2),
                 speed(r.latency.features_per_second, 1),
-                format!("{:.1}", r.model_bytes as f64 / 1e6),
+                format!("{:.1}", r.ran.model_bytes as f64 / 1e6),
             ]);
         }
         for c in t.column_iter_mut().skip(2) {
@@ -194,11 +194,8 @@ impl E2eResults {
     fn float8_ran_on(&self) -> Option<String> {
         let main = self.quantization.precision.starts_with("fp8").then_some(self.int8.as_ref()).flatten();
         let compared = self.compared_precisions.iter().filter(|c| c.precision.starts_with("fp8"));
-        let mut eps: Vec<String> = main
-            .into_iter()
-            .chain(compared.filter_map(|c| c.result.as_ref()))
-            .map(|r| ep_label(&r.ep, r.ep_precision.as_deref(), r.fallback_from.as_deref()))
-            .collect();
+        let mut eps: Vec<String> =
+            main.into_iter().chain(compared.filter_map(|c| c.result.as_ref())).map(|r| r.ran.label()).collect();
         eps.dedup();
         match eps.as_slice() {
             [] => None,
@@ -248,7 +245,7 @@ impl E2eResults {
                 s.rounds
             ));
             if let Some(d) = &self.speedup_default_precision {
-                let ep = self.int8.as_ref().map_or("the EP", |r| r.ep.as_str());
+                let ep = self.int8.as_ref().map_or("the EP", |r| r.ran.ep.as_str());
                 text.push_str(&format!("{}\n", d.describe(ep, &main)));
             }
         }

@@ -14,9 +14,8 @@ pub struct EvalOptions {
     /// EP allocates on it); predictions are unaffected.
     pub warmup: usize,
     /// Sessions run side by side on the CPU EP, each on its share of `session`'s intra-op threads and taking the
-    /// next batch when done: more questions per second where one session's threads wait on each other (MiniLM with
-    /// the `tensorrt` layout's Q/DQ pairs on 2 cores: 1.37x with two one-thread sessions, FP32 1.08x), the same
-    /// answers (ONNX Runtime's CPU kernels do not split a sum across threads). 1 = one session; other EPs always
+    /// next batch when done: more questions per second where one session's threads wait on each other (a model of
+    /// many small Q/DQ kernels most: docs/BENCHMARKS.md), the same answers (ONNX Runtime's CPU kernels do not split a sum across threads). 1 = one session; other EPs always
     /// one. Latency is then each session's own per batch: a throughput run, not a latency measurement.
     pub workers: usize,
 }

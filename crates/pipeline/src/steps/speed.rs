@@ -421,7 +421,7 @@ pub(crate) fn profile_batches(
 
 /// One untimed run of every batch before a model's rounds: ONNX Runtime plans and allocates for each new input shape
 /// on its first run (and TensorRT builds its engine), which would otherwise fall on the first round of the model
-/// timed second (MiniLM, tensorrt layout: 0.72x in that round against 1.05x median).
+/// timed second (docs/BENCHMARKS.md measured it).
 fn warm_up(session: &mut Session, work: &Workload) -> Result<()> {
     time_all(session, work).map(|_| ())
 }

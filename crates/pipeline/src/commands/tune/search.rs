@@ -135,8 +135,7 @@ pub enum ScreenVerdict {
 impl ScreenVerdict {
     /// The verdict on a screen's dF1 against the budget and the best screen among the candidates over budget on
     /// every question (`failed`). The rest (the questions FP32 answers firmly) moved every candidate alike where
-    /// measured (MiniLM, tensorrt: -0.15, -0.12, -0.11 F1 over the screens), so what failed with a better screen is
-    /// not expected to pass.
+    /// measured (docs/QUANTIZATION.md), so what failed with a better screen is not expected to pass.
     pub fn of(screen_delta_f1: f64, budget: f64, failed: Option<f64>) -> ScreenVerdict {
         if -screen_delta_f1 > budget {
             ScreenVerdict::OverBudget

@@ -15,23 +15,16 @@ use crate::model::model_size;
 use crate::progress::Progress;
 use crate::steps::run::{EvalOptions, Latency};
 use crate::steps::speed::{self, AtDefaultPrecision, LogitsAgreement, PairedTiming, Speedup, logits_agreement};
-use crate::tasks::E2eRun;
 use crate::tasks::squad::data::{Comparison, Corpus, Score};
 use crate::tasks::squad::evaluate::{Evaluation, evaluate};
+use crate::tasks::{E2eRun, RanOn};
 
-/// One evaluated model in results.json.
+/// One evaluated model in results.json: which model ran where (flattened: the same keys as every task's), its
+/// scores and latency.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ModelResult {
-    pub model: String,
-    pub model_bytes: u64,
-    /// The EP it ran on (`cpu` after a permitted fallback).
-    pub ep: String,
-    /// The precision the EP ran the float parts in, where that is a setting of the EP's (OpenVINO's `f32`, `bf16`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ep_precision: Option<String>,
-    /// The EP asked for, when it fell back to CPU from it (`--allow-fallback`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback_from: Option<String>,
+    #[serde(flatten)]
+    pub ran: RanOn,
     #[serde(flatten)]
     pub score: Score,
     pub latency: Latency,
@@ -86,15 +79,14 @@ type Phases = BTreeMap<String, f64>;
 
 /// One evaluation as results.json records it.
 pub(crate) fn model_result(e: &Evaluation, model: &Path, bytes: u64) -> ModelResult {
-    ModelResult {
+    let ran = RanOn {
         model: model.display().to_string(),
         model_bytes: bytes,
         ep: e.ep.clone(),
         ep_precision: e.ep_precision.clone(),
         fallback_from: e.fallback_from.clone(),
-        score: e.score.clone(),
-        latency: e.latency.clone(),
-    }
+    };
+    ModelResult { ran, score: e.score.clone(), latency: e.latency.clone() }
 }
 
 /// FP32 and the quantized model of `run` (and its compared models) on `data`: predictions files, scores, the
