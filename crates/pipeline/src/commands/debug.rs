@@ -190,6 +190,7 @@ impl DebugJob {
             if self.sensitivity { sensitivity(held, int8, measured.logits.loss(), progress)? } else { Vec::new() };
         let confirmation = if self.confirm > 0 && !sensitivity.is_empty() {
             let on = confirm::ConfirmOn {
+                task: held.task(),
                 dataset: &self.dataset,
                 samples: self.samples,
                 nodes: self.confirm,

@@ -378,6 +378,8 @@ pub struct HeldOut {
     unit: &'static str,
     /// Which inputs, in words (`the last 32 questions of dev.json (33 features)`).
     what: String,
+    /// The task the inputs are held out for (set by `Task::held_out`).
+    task: Option<Task>,
 }
 
 impl HeldOut {
@@ -411,12 +413,22 @@ impl HeldOut {
 
     fn with_fp32(runs: Runs, fp32: &Model, units: usize, unit: &'static str) -> Result<Self> {
         let fp32 = runs.values(fp32, "FP32 model")?;
-        Ok(HeldOut { runs, fp32, units, unit, what: String::new() })
+        Ok(HeldOut { runs, fp32, units, unit, what: String::new(), task: None })
     }
 
     /// The held-out inputs described as `what`.
     pub(crate) fn described(self, what: String) -> Self {
         HeldOut { what, ..self }
+    }
+
+    /// These inputs as held out for `task`.
+    fn for_task(self, task: &Task) -> Self {
+        HeldOut { task: Some(task.clone()), ..self }
+    }
+
+    /// The task the inputs are held out for.
+    pub(crate) fn task(&self) -> Option<&Task> {
+        self.task.as_ref()
     }
 
     /// Which inputs are held out, in words.
@@ -486,7 +498,7 @@ impl Task {
                     dataset.display(),
                     held.features()
                 );
-                Ok(held.described(what))
+                Ok(held.described(what).for_task(self))
             }
             Task::Embed(e) => {
                 let texts = EmbedData::held_out_texts(dataset, n)?;
@@ -501,7 +513,7 @@ impl Task {
                 } else {
                     format!("the last {} texts of {}", set.len(), dataset.display())
                 };
-                Ok(held.described(what))
+                Ok(held.described(what).for_task(self))
             }
             Task::Classify { output } => Err(crate::tasks::not_held_out(output, fp32_path)),
         }

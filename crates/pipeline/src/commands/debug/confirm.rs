@@ -20,6 +20,8 @@ use crate::tasks::{Side, Task};
 /// What `--confirm` scores: the first `samples` units of `dataset` in the model's task's score, the first `nodes` nodes of the
 /// sensitivity.
 pub(super) struct ConfirmOn<'a> {
+    /// The model's task, when already told (else confirm tells it).
+    pub task: Option<&'a Task>,
     pub dataset: &'a Path,
     pub samples: usize,
     pub nodes: usize,
@@ -51,7 +53,15 @@ pub(super) fn confirm(
         // No screen: every unit.
         screen: 1.0,
     };
-    let mut scoring = Task::detect(&graph, fp32_path, &data)?.scoring(&req, progress)?;
+    let detected;
+    let task = match on.task {
+        Some(t) => t,
+        None => {
+            detected = Task::detect(&graph, fp32_path, &data)?;
+            &detected
+        }
+    };
+    let mut scoring = task.scoring(&req, progress)?;
     drop(graph);
     let int8_session = on.runtime.evaluation_session(&fp32_session);
     // Each model scored is written here first (ONNX Runtime reads a model over 2 GiB from its file).
