@@ -416,14 +416,9 @@ impl HeldOut {
         Ok(HeldOut { runs, fp32, units, unit, what: String::new(), task: None })
     }
 
-    /// The held-out inputs described as `what`.
-    pub(crate) fn described(self, what: String) -> Self {
-        HeldOut { what, ..self }
-    }
-
-    /// These inputs as held out for `task`.
-    fn for_task(self, task: &Task) -> Self {
-        HeldOut { task: Some(task.clone()), ..self }
+    /// These inputs as held out for `task`, described as `what`.
+    fn held_for(self, task: &Task, what: String) -> Self {
+        HeldOut { what, task: Some(task.clone()), ..self }
     }
 
     /// The task the inputs are held out for.
@@ -498,7 +493,7 @@ impl Task {
                     dataset.display(),
                     held.features()
                 );
-                Ok(held.described(what).for_task(self))
+                Ok(held.held_for(self, what))
             }
             Task::Embed(e) => {
                 let texts = EmbedData::held_out_texts(dataset, n)?;
@@ -513,7 +508,7 @@ impl Task {
                 } else {
                     format!("the last {} texts of {}", set.len(), dataset.display())
                 };
-                Ok(held.described(what).for_task(self))
+                Ok(held.held_for(self, what))
             }
             Task::Classify { output } => Err(crate::tasks::not_held_out(output, fp32_path)),
         }

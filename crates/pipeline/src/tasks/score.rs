@@ -39,6 +39,8 @@ pub struct UnitScores {
     pub ms_per_text: f64,
     /// The units these scores were measured on (the screen's, or all).
     pub scored: usize,
+    /// Completing a screened model ([`Questions::Rest`]): its points on the screen.
+    pub screen_points: Option<f64>,
 }
 
 impl UnitScores {

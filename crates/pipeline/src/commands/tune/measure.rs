@@ -3,8 +3,8 @@
 //! alternation, and scored on the evaluation questions (one one-thread session per core: a throughput pass).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 use std::time::Instant;
 
 use onnx_ir::Model;
@@ -98,8 +98,6 @@ pub struct Measure<'a> {
     pub tuned: Option<qdq::Ranges>,
     /// The last `qdq debug` of a candidate: its pairs, worst own rounding first.
     pub debugged: Option<DebugReport>,
-    /// A screened candidate's difference to FP32 on the screen, by model file.
-    pub screened: HashMap<PathBuf, f64>,
 }
 
 impl Measure<'_> {
@@ -180,11 +178,8 @@ impl Scorer for Measure<'_> {
             screen_delta_f1: None,
         };
         Ok(match on {
-            Questions::Screen => {
-                self.screened.insert(t.model.clone(), scored.delta_f1);
-                Scored { screen_delta_f1: Some(scored.delta_f1), screen_only: true, ..scored }
-            }
-            Questions::Rest => Scored { screen_delta_f1: self.screened.remove(&t.model), ..scored },
+            Questions::Screen => Scored { screen_delta_f1: Some(scored.delta_f1), screen_only: true, ..scored },
+            Questions::Rest => Scored { screen_delta_f1: u.screen_points.map(|p| p - fp32.points), ..scored },
             Questions::All => scored,
         })
     }

@@ -10,7 +10,6 @@ mod measure;
 mod outputs;
 pub mod search;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -295,7 +294,6 @@ impl TuneJob {
             progress: cx.progress,
             tuned: None,
             debugged: None,
-            screened: HashMap::new(),
         };
         let outcome = search.run(&mut measure, cx.progress)?;
         let report = self.report(outcome, measure.questions.as_ref());

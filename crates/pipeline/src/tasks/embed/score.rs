@@ -75,6 +75,7 @@ impl EmbedScoring {
                 same_top1: (0, 0),
                 ms_per_text: model.latency.ms_per_feature,
                 scored: 0,
+                screen_points: None,
             },
         };
         let (mut per_unit, top1) = scoring.units_of(&scoring.fp32);
@@ -129,6 +130,7 @@ impl EmbedScoring {
             per_unit,
             same_top1: (same, ranked),
             ms_per_text: m.latency.ms_per_feature,
+            screen_points: None,
         })
     }
 

@@ -113,10 +113,14 @@ pub(crate) fn e2e(run: &E2eRun<'_>, data: &Corpus, progress: &dyn Progress, phas
         speedup_default_precision: None,
         other_eps: vec![],
     };
-    timed(run, data, &mut r, progress, phases)?;
+    // The features speed and the other EPs' logits are measured on: enough batches for speed::FEATURES features
+    // (each holds at least one); PairedTiming takes the first of them.
+    let batches: Vec<squad::Batch> =
+        data.batches(run.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
+    timed(run, (data, &batches), &mut r, progress, phases)?;
     others(run, data, (&int8_opts, &fp32), &mut r, progress, phases)?;
     let first = First { fp32: &fp32, int8: &int8, int8_session: run.int8.session };
-    r.other_eps = on_other_eps(run, data, &first, progress, phases)?;
+    r.other_eps = on_other_eps(run, (data, &batches), &first, progress, phases)?;
     Ok(r)
 }
 
@@ -124,25 +128,22 @@ pub(crate) fn e2e(run: &E2eRun<'_>, data: &Corpus, progress: &dyn Progress, phas
 /// No speed on an emulated NPU (`Ep::is_timed`).
 fn timed(
     run: &E2eRun<'_>,
-    data: &Corpus,
+    (data, batches): (&Corpus, &[squad::Batch]),
     r: &mut SquadE2e,
     progress: &dyn Progress,
     phases: &mut Phases,
 ) -> Result<()> {
     let t = Instant::now();
-    // Enough batches for speed::FEATURES features (each holds at least one); PairedTiming takes the first of them.
-    let batches: Vec<squad::Batch> =
-        data.batches(run.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
     if batches.is_empty() || !run.int8.session.ep.is_timed() {
         return Ok(());
     }
     let (fp32, qpath) = (run.fp32.path, run.int8.path);
-    let timing = PairedTiming::new(fp32, run.fp32.session, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
+    let timing = PairedTiming::new(fp32, run.fp32.session, batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
     let s = timing.against(qpath, run.int8.session)?;
     progress.note(&format!("{} against FP32, in alternation on {} features: {}", run.label, s.features, s.describe()));
     r.speedup = Some(s);
     let time = |f: &SessionConfig, q: &SessionConfig| {
-        PairedTiming::new(fp32, f, &batches, data.io(), speed::FEATURES, speed::ROUNDS)?.against(qpath, q)
+        PairedTiming::new(fp32, f, batches, data.io(), speed::FEATURES, speed::ROUNDS)?.against(qpath, q)
     };
     r.speedup_default_precision = speed::at_default_precision(run.fp32.session, run.int8.session, time);
     if let Some(d) = &r.speedup_default_precision {
@@ -198,14 +199,12 @@ struct First<'a> {
 /// between the two EPs by more than these questions' paired noise is warned about.
 fn on_other_eps(
     run: &E2eRun<'_>,
-    data: &Corpus,
+    (data, batches): (&Corpus, &[squad::Batch]),
     first: &First<'_>,
     progress: &dyn Progress,
     phases: &mut Phases,
 ) -> Result<Vec<OtherEp>> {
     let (fp32_path, qpath, label) = (run.fp32.path, run.int8.path, run.label);
-    let batches: Vec<squad::Batch> =
-        data.batches(run.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
     let io = data.io();
     let mut out = Vec::new();
     for (other_fp32, other_int8) in &run.other_eps {
@@ -236,15 +235,15 @@ fn on_other_eps(
         };
         if !batches.is_empty() {
             if other_int8.ep.is_timed() {
-                time_on(&mut r, (fp32_path, qpath), (other_fp32, other_int8), &batches, io)?;
+                time_on(&mut r, (fp32_path, qpath), (other_fp32, other_int8), batches, io)?;
             }
             let first_ep = &first.fp32.ep;
             let stage = format!("FP32's logits on {ep} against {first_ep}");
             let sessions = (run.fp32.session, *other_fp32);
-            r.fp32_logits = Some(logits_agreement(fp32_path, sessions, &batches, io, (&stage, progress))?);
+            r.fp32_logits = Some(logits_agreement(fp32_path, sessions, batches, io, (&stage, progress))?);
             let stage = format!("{label}'s logits on {ep} against {first_ep}");
             let sessions = (first.int8_session, *other_int8);
-            r.int8_logits = Some(logits_agreement(qpath, sessions, &batches, io, (&stage, progress))?);
+            r.int8_logits = Some(logits_agreement(qpath, sessions, batches, io, (&stage, progress))?);
         }
         say(&r, label, progress);
         out.push(r);

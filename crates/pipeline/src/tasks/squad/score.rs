@@ -26,8 +26,8 @@ pub struct SquadScoring {
     fp32: Evaluation,
     fp32_scores: UnitScores,
     opts: EvalOptions,
-    /// A screened candidate's answers (FP32's to the rest), its scores there and the questions screened, by model.
-    screened: HashMap<PathBuf, (HashMap<String, String>, f64, usize)>,
+    /// A screened candidate's answers (FP32's to the rest) and its scores on the screen, by model.
+    screened: HashMap<PathBuf, (HashMap<String, String>, UnitScores)>,
 }
 
 impl SquadScoring {
@@ -49,6 +49,7 @@ impl SquadScoring {
             same_top1: (gold.num_questions(), gold.num_questions()),
             ms_per_text: fp32.wall_ms_per_feature(),
             scored: fp32.score.questions,
+            screen_points: None,
         };
         let screen = match ScreenSplit::new(&gold, &fp32.margins, req.screen) {
             Some(s) => {
@@ -90,6 +91,7 @@ impl SquadScoring {
             same_top1: (same, self.gold.num_questions()),
             ms_per_text,
             scored,
+            screen_points: None,
         }
     }
 }
@@ -121,18 +123,19 @@ impl TaskScoring for SquadScoring {
                 let mut answers = self.fp32.predictions.clone();
                 answers.extend(e.predictions);
                 let s = self.rate(&answers, fragile, ms);
-                self.screened.insert(model.path.to_path_buf(), (answers, ms, fragile));
+                self.screened.insert(model.path.to_path_buf(), (answers, s.clone()));
                 Ok(s)
             }
             Questions::Rest => {
-                let Some((mut answers, screen_ms, n)) = self.screened.remove(model.path) else {
+                let Some((mut answers, screened)) = self.screened.remove(model.path) else {
                     return self.score(model, Questions::All, progress);
                 };
                 let rest = self.screen.as_ref().map_or(0, |(s, _, _)| s.rest.len());
                 let e = self.answers(model, on, progress)?;
-                let ms = (screen_ms * n as f64 + e.wall_ms_per_feature() * rest as f64) / (n + rest) as f64;
+                let n = screened.scored;
+                let ms = (screened.ms_per_text * n as f64 + e.wall_ms_per_feature() * rest as f64) / (n + rest) as f64;
                 answers.extend(e.predictions);
-                Ok(self.rate(&answers, total, ms))
+                Ok(UnitScores { screen_points: Some(screened.points), ..self.rate(&answers, total, ms) })
             }
         }
     }
