@@ -143,7 +143,7 @@ fn check(built: &Built) -> Result<()> {
         ];
         let report: serde_json::Value = serde_json::from_str(&installed(exe, &e2e, scratch.path())?)
             .with_context(|| format!("{how}: `qdq e2e --json` printed no JSON document"))?;
-        if report["int8"]["f1"].as_f64().is_none() || !out.join("model_qdq.onnx").is_file() {
+        if report["result"]["int8"]["f1"].as_f64().is_none() || !out.join("model_qdq.onnx").is_file() {
             bail!("{how}: `qdq e2e` did not evaluate both models:\n{report:#}");
         }
         eprintln!("xtask: installed by {how}: qdq providers and qdq e2e on the tiny BERT ran with no set-up");

@@ -239,6 +239,7 @@ fn check_scorer(dataset: &Path, predictions: &Path, reference: &Path) -> Result<
 /// The INT8 model of the default CPU run is faster (median of the alternating rounds above 1) and smaller than FP32;
 /// the line says by how much.
 fn pays_off(r: &qdq_json::E2e) -> Result<String> {
+    let r = &r.result;
     let s =
         r.speedup.context("results.json has no `speedup` (INT8 timed against FP32): a qdq older than this check")?;
     let (fp32, int8) = match (r.fp32.model_bytes, r.int8.model_bytes) {
@@ -262,7 +263,7 @@ fn pays_off(r: &qdq_json::E2e) -> Result<String> {
 /// of FP32.
 fn check_results(results: &Path, reference: &Path, samples: &str, int8_tolerance: f64) -> Result<()> {
     let r: qdq_json::E2e = qdq_json::read(results)?;
-    let (fp32, int8) = (r.fp32.f1, r.int8.f1);
+    let (fp32, int8) = (r.result.fp32.f1, r.result.int8.f1);
     let key = match samples {
         "0" => "all_10570",
         "1000" => "first_1000",
@@ -290,9 +291,9 @@ mod tests {
 
     fn results(median: f64, fp32_bytes: u64, int8_bytes: u64) -> qdq_json::E2e {
         qdq_json::parse(&format!(
-            r#"{{"fp32": {{"exact_match": 60, "f1": 73.4, "model_bytes": {fp32_bytes}}},
+            r#"{{"result": {{"fp32": {{"exact_match": 60, "f1": 73.4, "model_bytes": {fp32_bytes}}},
                 "int8": {{"exact_match": 60, "f1": 73.3, "model_bytes": {int8_bytes}}},
-                "speedup": {{"median": {median}, "min": 0.9, "max": 2.0, "rounds": 5, "features": 16}}}}"#
+                "speedup": {{"median": {median}, "min": 0.9, "max": 2.0, "rounds": 5, "features": 16}}}}}}"#
         ))
         .unwrap()
     }
@@ -305,8 +306,10 @@ mod tests {
         assert!(slow.contains("not faster"), "{slow}");
         let big = pays_off(&results(1.2, 90_300_000, 90_600_000)).unwrap_err().to_string();
         assert!(big.contains("not smaller"), "{big}");
-        let old: qdq_json::E2e =
-            qdq_json::parse(r#"{"fp32": {"exact_match": 1, "f1": 1}, "int8": {"exact_match": 1, "f1": 1}}"#).unwrap();
+        let old: qdq_json::E2e = qdq_json::parse(
+            r#"{"result": {"fp32": {"exact_match": 1, "f1": 1}, "int8": {"exact_match": 1, "f1": 1}}}"#,
+        )
+        .unwrap();
         assert!(pays_off(&old).unwrap_err().to_string().contains("no `speedup`"));
     }
 }

@@ -61,15 +61,21 @@ pub(crate) struct PassTimes {
     pub sessions: Option<usize>,
 }
 
-/// `qdq e2e`'s results.json.
+/// `qdq e2e`'s results.json of a SQuAD model.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct E2e {
     /// None when the run used a given range table instead of calibrating.
     #[serde(default)]
     pub calibration: Option<Calibrate>,
+    pub result: SquadResult,
+}
+
+/// results.json's `result` of task `squad`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct SquadResult {
     pub fp32: Eval,
     pub int8: Eval,
-    /// Absent before qdq timed the two models in alternation.
+    /// Absent where the EP is not timed.
     #[serde(default)]
     pub speedup: Option<Speedup>,
 }
@@ -138,14 +144,17 @@ mod tests {
     #[test]
     fn results_read_with_extra_fields_and_name_a_missing_one() {
         let r: E2e = parse(
-            r#"{"calibration": {"seconds": 3.5, "method": "entropy"}, "fp32": {"exact_match": 60, "f1": 73.4,
-                "latency": {"ms_per_feature": 20.0}}, "int8": {"exact_match": 59, "f1": 73.1}, "quantization": {}}"#,
+            r#"{"calibration": {"seconds": 3.5, "method": "entropy"}, "result": {"task": "squad", "fp32": {"exact_match":
+                60, "f1": 73.4, "latency": {"ms_per_feature": 20.0}}, "int8": {"exact_match": 59, "f1": 73.1}},
+                "quantization": {}}"#,
         )
         .unwrap();
-        assert_eq!((r.fp32.f1, r.int8.f1, r.calibration.unwrap().seconds), (73.4, 73.1, Some(3.5)));
-        assert_eq!(r.fp32.latency.ms_per_feature, Some(20.0));
-        assert_eq!(r.int8.latency.ms_per_feature, None);
-        let e = parse::<E2e>(r#"{"fp32": {"exact_match": 60, "f1": 73.4}, "int8": {"exact_match": 59}}"#).unwrap_err();
+        let s = &r.result;
+        assert_eq!((s.fp32.f1, s.int8.f1, r.calibration.unwrap().seconds), (73.4, 73.1, Some(3.5)));
+        assert_eq!(s.fp32.latency.ms_per_feature, Some(20.0));
+        assert_eq!(s.int8.latency.ms_per_feature, None);
+        let e = parse::<E2e>(r#"{"result": {"fp32": {"exact_match": 60, "f1": 73.4}, "int8": {"exact_match": 59}}}"#)
+            .unwrap_err();
         assert!(e.to_string().contains("missing field `f1`"), "{e}");
     }
 
@@ -168,10 +177,11 @@ mod tests {
 /// comparison of a quantized model's embeddings with FP32's.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct EmbeddingResults {
+    #[serde(rename = "result")]
     pub embedding: Embedding,
 }
 
-/// results.json's `embedding`.
+/// results.json's `result` of task `embedding`.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub(crate) struct Embedding {
     pub fp32: EmbeddingModel,

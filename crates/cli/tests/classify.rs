@@ -37,7 +37,7 @@ fn eval_compares_a_classifier_with_its_baseline() {
     assert!(eval.status.success(), "{}", stderr(&eval));
     let eval: Value = serde_json::from_slice(&eval.stdout).unwrap();
     assert_eq!((eval["schema"].as_str(), eval["task"].as_str()), (Some("qdq.eval/1"), Some("classification")));
-    let (a, b) = (&eval["vs_baseline"]["agreement"], &e2e["classification"]["agreement"]);
+    let (a, b) = (&eval["vs_baseline"]["agreement"], &e2e["result"]["agreement"]);
     assert_eq!((a["inputs"].as_u64(), a["classes"].as_u64()), (Some(5), Some(3)), "{a}");
     // The same two models on the same inputs: e2e's comparison.
     assert_eq!(a["top1"], b["top1"], "{a} {b}");

@@ -19,7 +19,7 @@ fn a_config_file_supplies_settings_and_the_command_line_wins() {
     assert_eq!(results["calibration"]["method"], "minmax");
     // --cal_num 4 on the command line beats cal_num = 2 in the file; seq-len 64 beats 999.
     assert_eq!(results["calibration"]["questions"], 4);
-    assert!(results["fp32"].is_null() && !out.join("predictions_fp32.json").exists());
+    assert!(results["result"].is_null() && !out.join("predictions_fp32.json").exists());
 
     std::fs::write(&cfg, "seq_lenn = 128\n").unwrap();
     let e = one_error(&qdq(&["e2e", "--config", cfg.to_str().unwrap()]));
@@ -309,8 +309,10 @@ fn every_command_speaks_json() {
     let o = run(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(r["schema"], "qdq.e2e/1");
-    assert!(r["int8"]["f1"].as_f64().is_some() && r["quantization"]["quantized_tensors"].as_u64().unwrap() > 0);
+    assert_eq!(r["schema"], "qdq.e2e/2");
+    assert!(
+        r["result"]["int8"]["f1"].as_f64().is_some() && r["quantization"]["quantized_tensors"].as_u64().unwrap() > 0
+    );
 }
 
 /// `qdq help` is a command like the others: `qdq help --help` explains it (clap's built-in one exited 2), `qdq help

@@ -47,12 +47,13 @@ fn e2e_prints_the_table_and_writes_every_output() {
     let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["calibration"]["method"], "entropy");
     assert_eq!(results["calibration"]["questions"], 4);
-    assert_eq!(results["int8"]["questions"], 9);
-    let f1 = &results["int8_vs_fp32"]["f1"];
+    assert_eq!((results["task"].as_str(), results["result"]["task"].as_str()), (Some("squad"), Some("squad")));
+    assert_eq!(results["result"]["int8"]["questions"], 9);
+    let f1 = &results["result"]["int8_vs_fp32"]["f1"];
     assert_eq!(f1["questions"], 9);
     let (low, delta, high) = (f1["low"].as_f64().unwrap(), f1["delta"].as_f64().unwrap(), f1["high"].as_f64().unwrap());
     assert!(low <= delta && delta <= high && (delta - numbers[0]).abs() < 0.006, "{f1}");
-    let dropped = results["fp32"]["f1"].as_f64().unwrap() - results["int8"]["f1"].as_f64().unwrap();
+    let dropped = results["result"]["fp32"]["f1"].as_f64().unwrap() - results["result"]["int8"]["f1"].as_f64().unwrap();
     assert!((dropped + delta).abs() < 1e-6, "{f1} vs {dropped}");
     // The share of answers identical to FP32's (issue 61), as the two predictions files say, with its interval.
     let read = |f: &str| -> serde_json::Map<String, serde_json::Value> {
@@ -60,7 +61,7 @@ fn e2e_prints_the_table_and_writes_every_output() {
     };
     let (fp32, int8) = (read("predictions_fp32.json"), read("predictions_int8.json"));
     let same = fp32.iter().filter(|(id, a)| int8.get(*id) == Some(*a)).count();
-    let s = &results["int8_vs_fp32"]["same_answers"];
+    let s = &results["result"]["int8_vs_fp32"]["same_answers"];
     assert_eq!((s["share"].as_f64().unwrap(), s["questions"].as_u64()), (same as f64 / 9.0, Some(9)), "{s}");
     assert!(s["low"].as_f64().unwrap() <= s["share"].as_f64().unwrap() && s["share"].as_f64() <= s["high"].as_f64());
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -266,7 +267,7 @@ fn output_models_carry_their_tokenizer() {
         let o = qdq(&[&args[..], &TINY_SHAPE].concat());
         assert!(o.status.success(), "{}", stderr(&o));
         let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        assert_eq!(e["f1"], results["int8"]["f1"], "{out}");
+        assert_eq!(e["f1"], results["result"]["int8"]["f1"], "{out}");
         assert!(stderr(&o).contains(&format!("{out}/vocab.txt (no --vocab / --token given)")), "{}", stderr(&o));
     }
     // quantize: the files beside the model read go beside the model written.
@@ -297,7 +298,7 @@ fn a_fallback_to_cpu_runs_at_cpus_optimisation_level_and_says_so() {
     let out = f.dir.path().join("out");
     let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(
-        (results["int8"]["ep"].as_str(), results["int8"]["fallback_from"].as_str()),
+        (results["result"]["int8"]["ep"].as_str(), results["result"]["int8"]["fallback_from"].as_str()),
         (Some("cpu"), Some("tensorrt"))
     );
     // The model ONNX Runtime ran: its Q/DQ MatMuls fused into integer kernels, which only graph optimisation does.
@@ -323,7 +324,7 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
     let o = run(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let fp8 = &r["compared_precisions"][0];
+    let fp8 = &r["result"]["compared_precisions"][0];
     assert_eq!((fp8["precision"].as_str(), fp8["method"].as_str()), (Some("fp8-e4m3fnuz"), Some("fp8-mse")));
     assert!(fp8["vs_fp32"]["f1"]["low"].is_number() && fp8["vs_fp32"]["f1"]["high"].is_number(), "{fp8}");
     assert_eq!(r["quantization"]["precision"], "int8");
@@ -331,7 +332,7 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
     let q = onnx_ir::Model::load(dir.join("model_qdq_fp8.onnx")).unwrap();
     assert_eq!(q.opset(""), Some(19));
     let cov = qdq::coverage(&q);
-    assert_eq!(cov.precisions(), format!("{} e4m3fnuz", fp8["pairs"]));
+    assert_eq!(cov.precisions(), format!("{} e4m3fnuz", r["compared_precisions"][0]["pairs"]));
     let weights = q.graph().initializer.iter().filter(|t| t.data_type() == onnx_ir::DataType::Float8e4m3fnuz as i32);
     assert!(weights.filter(|t| t.dims.len() == 2).count() >= 12, "the weights as float8 initializers");
     assert!(dir.join("calibration_fp8-mse.json").is_file() && dir.join("predictions_fp8.json").is_file());
@@ -407,7 +408,7 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
         dir.join("predictions_fp32_openvino.json").is_file() && dir.join("predictions_int8_openvino.json").is_file()
     );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
-    let ov = &r["other_eps"][0];
+    let ov = &r["result"]["other_eps"][0];
     assert_eq!((ov["ep"].as_str(), ov["first_ep"].as_str()), (Some("openvino"), Some("cpu")), "{ov}");
     assert_eq!((ov["int8"]["ep"].as_str(), ov["int8"]["ep_precision"].as_str()), (Some("openvino"), Some("f32")));
     assert!(ov["int8_vs_first"]["f1"]["low"].is_number() && ov["int8_vs_fp32"]["f1"]["high"].is_number(), "{ov}");
@@ -426,7 +427,7 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
         (e["f1"].as_f64(), e["other_eps"][0]["f1"].as_f64()),
-        (r["int8"]["f1"].as_f64(), ov["int8"]["f1"].as_f64())
+        (r["result"]["int8"]["f1"].as_f64(), ov["int8"]["f1"].as_f64())
     );
     assert_eq!(e["other_eps"][0]["ep_precision"], "f32");
     assert_eq!(e["other_eps"][0]["vs_first"]["f1"]["delta"], ov["int8_vs_first"]["f1"]["delta"]);
@@ -454,7 +455,7 @@ fn the_openvino_preset_is_plain_qdq_with_integer_attention_scores() {
     let dir = f.dir.path().join("ov");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(r["quantization"]["policy"], "openvino", "{}", r["quantization"]);
-    let d = r["int8_vs_fp32"]["f1"]["delta"].as_f64().unwrap();
+    let d = r["result"]["int8_vs_fp32"]["f1"]["delta"].as_f64().unwrap();
     assert!(d.abs() <= 10.0, "dF1 {d} on the tiny model");
     use onnx_ir::GraphExt as _;
     let m = onnx_ir::Model::load(dir.join("model_qdq.onnx")).unwrap();
@@ -497,7 +498,7 @@ fn the_openvino_preset_is_plain_qdq_with_integer_attention_scores() {
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(f.dir.path().join("both/results.json")).unwrap()).unwrap();
-    let ov = &r["other_eps"][0];
+    let ov = &r["result"]["other_eps"][0];
     let (fp32, int8) =
         (ov["fp32_logits"]["max_abs"].as_f64().unwrap(), ov["int8_logits"]["mean_abs"].as_f64().unwrap());
     assert!(fp32 < 1e-3 && int8 < 0.05, "OpenVINO against the CPU EP: FP32 {fp32}, INT8 mean {int8}: {ov}");

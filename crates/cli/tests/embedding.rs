@@ -45,7 +45,7 @@ fn e2e(model: &Path, out: &Path, extra: &[&str]) -> Value {
 }
 
 fn retrieval(r: &Value, side: &str) -> Vec<f64> {
-    let s = &r["embedding"][side]["retrieval"];
+    let s = &r["result"][side]["retrieval"];
     ["mrr_at_10", "ndcg_at_10", "recall_at_1", "recall_at_5", "recall_at_10"]
         .iter()
         .map(|k| s[k].as_f64().unwrap())
@@ -62,7 +62,8 @@ fn a_sentence_transformers_folder_needs_no_flags() {
     let (dir, model) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &files);
     let r = e2e(&model, &dir.path().join("out"), &[]);
     assert_eq!(r["task"], "embedding");
-    let e = &r["embedding"];
+    assert_eq!(r["result"]["task"], "embedding", "{r}");
+    let e = &r["result"];
     assert_eq!((e["output"].as_str(), e["token_states"].as_bool()), (Some("17"), Some(false)), "{e}");
     assert_eq!(e["seq_len"], 24, "max_seq_length of sentence_bert_config.json");
     // 9 questions retrieve among 4 paragraphs; every text embedded by both.
@@ -114,22 +115,22 @@ fn token_states_are_pooled_as_the_folder_says() {
     let mean = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
     let (dir, hub) = folder(Head::Hidden { pooler: true }, "onnx/model.onnx", &mean);
     let states = e2e(&hub, &dir.path().join("states"), &[]);
-    let e = &states["embedding"];
+    let e = &states["result"];
     assert_eq!((e["output"].as_str(), e["token_states"].as_bool()), (Some("last_hidden_state"), Some(true)), "{e}");
     assert_eq!(e["pooling"], "mean");
     assert!(e["pooling_from"].as_str().unwrap().ends_with("1_Pooling/config.json"), "{e}");
     let (pdir, pooled) = folder(Head::MeanPooled { torch_names: false }, "model.onnx", &mean);
     let in_graph = e2e(&pooled, &pdir.path().join("pooled"), &[]);
-    assert_eq!(in_graph["embedding"]["output"], "sentence_embedding");
+    assert_eq!(in_graph["result"]["output"], "sentence_embedding");
     assert_eq!(retrieval(&states, "fp32"), retrieval(&in_graph, "fp32"), "mean pooling outside the graph = inside");
     // The folder's CLS pooling, and --pooling over it.
     let cls = [("modules.json", MODULES), ("1_Pooling/config.json", CLS), ("sentence_bert_config.json", LENGTH)];
     let (cdir, hub_cls) = folder(Head::Hidden { pooler: true }, "onnx/model.onnx", &cls);
     let first = e2e(&hub_cls, &cdir.path().join("cls"), &[]);
-    assert_eq!(first["embedding"]["pooling"], "cls");
+    assert_eq!(first["result"]["pooling"], "cls");
     assert_ne!(retrieval(&first, "fp32"), retrieval(&states, "fp32"));
     let asked = e2e(&hub_cls, &cdir.path().join("asked"), &["--pooling", "mean"]);
-    assert_eq!(asked["embedding"]["pooling_from"], "--pooling");
+    assert_eq!(asked["result"]["pooling_from"], "--pooling");
     assert_eq!(retrieval(&asked, "fp32"), retrieval(&states, "fp32"));
     // A model `qdq quantize` writes elsewhere takes the folder's tokenizer and pooling along: `qdq eval` reads it as
     // the original (the hub layout's tokenizer sits above `onnx/`).
@@ -171,9 +172,9 @@ fn eval_measures_an_embedding_model_against_its_baseline() {
     let against = qdq(&args(true));
     assert!(against.status.success(), "{}", stderr(&against));
     let against: Value = serde_json::from_slice(&against.stdout).unwrap();
-    let (a, b) = (&against["vs_baseline"]["fidelity"], &r["embedding"]["fidelity"]);
+    let (a, b) = (&against["vs_baseline"]["fidelity"], &r["result"]["fidelity"]);
     assert_eq!(a["mean_cosine"], b["mean_cosine"], "the same models, texts and measures as e2e");
-    assert_eq!(against["vs_baseline"]["retrieval"]["difference"], r["embedding"]["retrieval"]["difference"]);
+    assert_eq!(against["vs_baseline"]["retrieval"]["difference"], r["result"]["retrieval"]["difference"]);
 }
 
 /// Text lines (no labels): fidelity and neighbours among the texts; JSONL queries with a corpus: retrieval by id.
@@ -197,7 +198,7 @@ fn any_text_measures_fidelity_and_labelled_data_measures_retrieval() {
     let plain = run(t, "plain", &[]);
     assert!(plain.status.success(), "{}", stderr(&plain));
     let plain: Value = serde_json::from_slice(&plain.stdout).unwrap();
-    let e = &plain["embedding"];
+    let e = &plain["result"];
     assert!(e["retrieval"].is_null(), "{e}");
     assert_eq!(
         (e["fidelity"]["texts"].as_u64(), e["fidelity"]["neighbours"]["among"].as_str()),
@@ -218,9 +219,9 @@ fn any_text_measures_fidelity_and_labelled_data_measures_retrieval() {
     let labelled = run(queries.to_str().unwrap(), "labelled", &["--corpus", c]);
     assert!(labelled.status.success(), "{}", stderr(&labelled));
     let labelled: Value = serde_json::from_slice(&labelled.stdout).unwrap();
-    let r = &labelled["embedding"]["retrieval"];
+    let r = &labelled["result"]["retrieval"];
     assert_eq!((r["queries"].as_u64(), r["documents"].as_u64()), (Some(2), Some(2)), "{labelled}");
-    assert!(labelled["embedding"]["corpus"].as_str().unwrap().ends_with("corpus.jsonl"));
+    assert!(labelled["result"]["corpus"].as_str().unwrap().ends_with("corpus.jsonl"));
     std::fs::write(&queries, "{\"text\": \"x\", \"relevant\": [\"d9\"]}\n").unwrap();
     let e = one_error(&run(queries.to_str().unwrap(), "bad", &["--corpus", c]));
     assert!(e.contains("queries.jsonl: line 1: relevant document `d9` is not in the corpus"), "{e}");
@@ -292,7 +293,7 @@ fn debug_measures_an_embedding_model_by_its_cosine_to_fp32() {
     assert_eq!((d["texts"].as_u64(), d.get("logits")), (Some(13), None), "{d}");
     let (cos, min) =
         (d["embeddings"]["mean_cosine"].as_f64().unwrap(), d["embeddings"]["min_cosine"].as_f64().unwrap());
-    let e2e_cos = r["embedding"]["fidelity"]["mean_cosine"].as_f64().unwrap();
+    let e2e_cos = r["result"]["fidelity"]["mean_cosine"].as_f64().unwrap();
     assert!((cos - e2e_cos).abs() < 1e-4, "debug {cos} against e2e {e2e_cos}");
     assert!(min <= cos && cos < 1.0, "{d}");
     assert!(!d["tensors"].as_array().unwrap().is_empty());

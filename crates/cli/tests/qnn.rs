@@ -49,10 +49,14 @@ fn e2e_on_qnn_runs_the_qnn_preset_whole_beside_fp32_on_the_cpu_ep() {
     assert!(stderr(&o).contains("QNNExecutionProvider runs static shapes only"), "{}", stderr(&o));
     let out = f.dir.path().join("out");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
-    assert_eq!((r["fp32"]["ep"].as_str(), r["int8"]["ep"].as_str()), (Some("cpu"), Some("qnn")), "{r}");
+    assert_eq!(
+        (r["result"]["fp32"]["ep"].as_str(), r["result"]["int8"]["ep"].as_str()),
+        (Some("cpu"), Some("qnn")),
+        "{r}"
+    );
     let q = &r["quantization"];
     assert_eq!((q["policy"].as_str(), q["precision"].as_str()), (Some("qnn"), Some("a16w8")), "{q}");
-    assert!(r["speedup"].is_null(), "no speed from an emulated NPU: {}", r["speedup"]);
+    assert!(r["result"]["speedup"].is_null(), "no speed from an emulated NPU: {}", r["result"]["speedup"]);
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.contains("A16W8 (QDQ)"), "{table}");
     // The same preset on both EPs: the quantized model's logits on QNN against the CPU EP's.
@@ -64,7 +68,7 @@ fn e2e_on_qnn_runs_the_qnn_preset_whole_beside_fp32_on_the_cpu_ep() {
     assert!(stderr(&o).contains("A16W8's logits on qnn against cpu: 16 features"), "{}", stderr(&o));
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(f.dir.path().join("both/results.json")).unwrap()).unwrap();
-    let qnn = &r["other_eps"][0];
+    let qnn = &r["result"]["other_eps"][0];
     assert_eq!(qnn["ep"], "qnn", "{qnn}");
     assert!(qnn["speedup"].is_null(), "{qnn}");
     // The HTP runs the float parts in fp16: the float model moves there as much as the quantized one does, and the

@@ -53,11 +53,14 @@ pub use report::eval::EvalReport;
 pub use report::inspect::Inspection;
 pub use report::providers::ProvidersReport;
 pub use report::quantize::QuantizeReport;
-pub use report::results::{CalibrationSummary, E2eResults, OpProfiles, QuantizationSummary};
+pub use report::results::{
+    CalibrationSummary, ComparedMethod, ComparedPrecision, E2eResults, OpProfiles, QuantizationSummary,
+};
 pub use report::tune::{CalibratorChoice, Candidate, Scored, Timed, TuneReport};
+pub use tasks::TaskResult;
 pub use tasks::classify::ClassifierEvalReport;
 pub use tasks::embed::eval::EmbeddingEvalReport;
-pub use tasks::squad::e2e::{ModelResult, OtherEp};
+pub use tasks::squad::e2e::{MethodResult, ModelResult, OtherEp, PrecisionResult, SquadE2e};
 pub use tasks::squad::eval::{OtherEpEval, SquadEvalReport};
 
 // The settings, grouped as the command line groups its flags.

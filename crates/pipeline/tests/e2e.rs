@@ -5,9 +5,15 @@ use std::path::{Path, PathBuf};
 use onnx_ir::tiny_bert::{GraphForm, LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, Invocation, IoNames,
-    MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadVersion,
+    MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadE2e, SquadVersion,
+    TaskResult,
 };
 use runtime::SessionConfig;
+
+/// A SQuAD run's measurements (results.json's `result`).
+fn squad(r: &E2eResults) -> &SquadE2e {
+    r.result.as_ref().and_then(TaskResult::squad).expect("a SQuAD model's result")
+}
 
 fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(rel)
@@ -135,8 +141,8 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         // --compare-methods: every other method quantized and evaluated like the main one.
         let compared: Vec<&str> = results.compared_methods.iter().map(|c| c.method.as_str()).collect();
         assert_eq!(compared, ["minmax", "entropy"], "{kind:?}");
-        for c in &results.compared_methods {
-            let r = c.int8.as_ref().unwrap();
+        for c in &squad(&results).compared_methods {
+            let r = &c.int8;
             assert_eq!(r.score.questions, questions_in(&cfg.dataset), "{kind:?} {}", c.method);
             assert!(out.join(format!("model_qdq_{}.onnx", c.method)).is_file());
             assert!(out.join(format!("predictions_int8_{}.json", c.method)).is_file());
@@ -144,7 +150,7 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         }
         assert!(results.table().contains("| INT8 (QDQ, percentile) "), "{}", results.table());
         // INT8 timed against FP32 in alternation on the first evaluation features (batches of 3: 15 of at most 16).
-        let s = results.speedup.expect("a SQuAD run times INT8 against FP32");
+        let s = squad(&results).speedup.expect("a SQuAD run times INT8 against FP32");
         assert!(0.0 < s.min && s.min <= s.median && s.median <= s.max && s.max.is_finite(), "{s:?}");
         assert_eq!((s.rounds, s.features), (5, 15), "{s:?}");
         assert!(results.table().contains(&format!("INT8 runs at {} FP32's speed", s.describe())));
@@ -167,7 +173,10 @@ fn e2e_on_tiny_bert_writes_every_output_and_scores_the_written_predictions() {
         }
         let total = questions_in(&cfg.dataset);
         let gold = squad_metrics::load_dataset(&cfg.dataset).unwrap();
-        for (r, file) in [(&results.fp32, "predictions_fp32.json"), (&results.int8, "predictions_int8.json")] {
+        for (r, file) in [
+            (Some(&squad(&results).fp32), "predictions_fp32.json"),
+            (Some(&squad(&results).int8), "predictions_int8.json"),
+        ] {
             let r = r.as_ref().unwrap();
             assert_eq!((r.score.questions, r.score.missing_predictions), (total, 0), "{kind:?} {file}");
             let preds = squad_metrics::load_predictions(out.join(file)).unwrap();
@@ -247,7 +256,7 @@ fn a_model_without_token_type_ids_runs_end_to_end() {
     let cfg = config(model_path, out.clone(), "tensorrt");
     let results = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
     let total = questions_in(&cfg.dataset);
-    for r in [&results.fp32, &results.int8] {
+    for r in [Some(&squad(&results).fp32), Some(&squad(&results).int8)] {
         let r = r.as_ref().unwrap();
         assert_eq!((r.score.questions, r.score.missing_predictions), (total, 0));
     }
@@ -505,7 +514,7 @@ fn other_graph_forms_run_end_to_end() {
             let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
             let q = &r.quantization;
             assert!(q.smoothing.is_some() && q.quantized_tensors > 0, "{form:?} {policy}: {q:?}");
-            let (fp32, int8) = (r.fp32.unwrap(), r.int8.unwrap());
+            let (fp32, int8) = (squad(&r).fp32.clone(), squad(&r).int8.clone());
             assert_eq!(int8.score.questions, fp32.score.questions);
             let float_by_design = |n: &String| n.contains("/attention/self/MatMul");
             match (form, policy) {
@@ -601,7 +610,7 @@ fn weights_behind_constant_transpose_or_cast_nodes_are_quantized_as_weights() {
         let cfg = config(path, out.clone(), "cpu");
         let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
         let q = &r.quantization;
-        let int8 = r.int8.unwrap();
+        let int8 = squad(&r).int8.clone();
         let predictions = std::fs::read_to_string(out.join("predictions_int8.json")).unwrap();
         answers.push((q.quantized_tensors, q.float_matmul_like.clone(), int8.score.f1, predictions));
     }
@@ -638,10 +647,10 @@ fn position_ids_taken_as_an_input_are_fed_0_1_2() {
             let mut cfg = config(path.clone(), out.clone(), "tensorrt");
             cfg.data = DataSettings { io_names, ..data_settings() }.config(&path).unwrap();
             let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
-            assert_eq!(r.int8.unwrap().score.missing_predictions, 0);
+            assert_eq!(squad(&r).int8.clone().score.missing_predictions, 0);
             runs.push((
                 name,
-                r.fp32.unwrap().score.f1,
+                squad(&r).fp32.clone().score.f1,
                 std::fs::read_to_string(out.join("predictions_fp32.json")).unwrap(),
             ));
         }
@@ -719,10 +728,10 @@ fn a_float16_model_is_quantized_as_its_float32_twin() {
         let out = dir.path().join(format!("out_{name}"));
         let cfg = config(path, out.clone(), "cpu");
         let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
-        let fp32 = r.fp32.unwrap();
+        let fp32 = squad(&r).fp32.clone();
         assert_eq!(fp32.score.missing_predictions, 0, "{name}: the float16 logits are read");
         let q = &r.quantization;
-        let int8 = r.int8.unwrap();
+        let int8 = squad(&r).int8.clone();
         let predictions = std::fs::read_to_string(out.join("predictions_int8.json")).unwrap();
         runs.push((q.quantized_tensors, q.float_matmul_like.clone(), int8.score.f1, predictions));
     }
@@ -759,7 +768,7 @@ fn initializers_listed_as_graph_inputs_are_quantized_as_constants() {
     }
     assert_eq!(r.quantization.embedding_tables, 3, "{:?}", r.quantization);
     assert!(r.quantization.float_matmul_like.iter().all(|n| n.contains("/attention/self/MatMul")));
-    let (fp32, int8) = (r.fp32.unwrap(), r.int8.unwrap());
+    let (fp32, int8) = (squad(&r).fp32.clone(), squad(&r).int8.clone());
     assert!(
         int8.ran.model_bytes * 2 < fp32.ran.model_bytes,
         "{} against {}",
@@ -783,7 +792,7 @@ fn dynamic_mode_needs_no_calibration() {
     assert_eq!(results.quantization.mode, Mode::Dynamic);
     assert!(results.quantization.quantized_tensors > 0 && results.quantization.embedding_tables > 0);
     assert!(!out.join("calibration.json").exists() && out.join("model_qdq.onnx").is_file());
-    let (fp32, int8) = (results.fp32.unwrap(), results.int8.unwrap());
+    let (fp32, int8) = (squad(&results).fp32.clone(), squad(&results).int8.clone());
     assert_eq!(int8.score.questions, fp32.score.questions);
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("- mode: dynamic") && report.contains("dynamic mode quantizes"), "{report}");
@@ -873,11 +882,11 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
         assert_eq!((cfg.data.features.max_seq_len, cfg.data.padding), (64, squad::Padding::Fixed(64)), "{name}");
         let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
         let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
-        let int8 = r.int8.unwrap();
+        let int8 = squad(&r).int8.clone();
         assert_eq!(int8.score.missing_predictions, 0, "{name}");
         let ranges: serde_json::Value = serde_json::from_str(&read("calibration.json")).unwrap();
         runs.push((
-            r.fp32.unwrap().score.f1,
+            squad(&r).fp32.clone().score.f1,
             int8.score.f1,
             read("predictions_fp32.json"),
             read("predictions_int8.json"),
@@ -1004,7 +1013,7 @@ fn a_stacked_qa_output_is_both_logits() {
         let mut cfg = config(path.clone(), out.clone(), policy);
         cfg.data = auto.clone();
         let results = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
-        let int8 = results.int8.as_ref().unwrap();
+        let int8 = &squad(&results).int8;
         assert_eq!((int8.score.questions, int8.score.missing_predictions), (questions_in(&cfg.dataset), 0));
         let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
         assert_eq!(q.graph().output.iter().map(|o| o.name()).collect::<Vec<_>>(), ["cls_squad_logits"], "{policy}");
@@ -1131,7 +1140,7 @@ fn io_roles_are_found_in_the_graph() {
     let (_keep, cfg) = cfg_of(&tf_plain, "tf");
     let run = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
     assert_eq!(answers(&cfg), reference, "the TF form computes the same answers");
-    assert!(run.int8.unwrap().score.missing_predictions == 0);
+    assert!(squad(&run).int8.score.missing_predictions == 0);
     // Named roles win over what the graph says (here: start and end swapped on purpose).
     let m = renamed(odd, false);
     let swapped: IoNames = "start=output.1,end=output.0".parse().unwrap();
@@ -1291,7 +1300,11 @@ fn a_token_classifier_is_compared_on_its_unmasked_tokens() {
         (c.dataset, c.calibration_data) = (txt.clone(), txt.clone());
         c.eval.batch = batch;
         c.data = DataSettings { io_names: IoNames::Auto, ..data_settings() }.config(&model_path).unwrap();
-        qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap().classification.unwrap()
+        qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress)
+            .unwrap()
+            .result
+            .and_then(|r| r.classification().cloned())
+            .unwrap()
     };
     let (one, padded) = (run(1), run(4));
     assert!(one.agreement.per_token && padded.agreement.per_token);
@@ -1347,8 +1360,8 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     assert_eq!((p.fp32.features, p.int8.features), (5, 5));
     let ran = |p: &qdq_pipeline::OpProfile, op: &str| p.ops.iter().any(|o| o.op == op);
     assert!(ran(&p.int8, "MatMulIntegerToFloat") && !ran(&p.fp32, "MatMulIntegerToFloat"), "{p:?}");
-    assert!(r.fp32.is_none() && r.int8.is_none());
-    let c = r.classification.as_ref().unwrap();
+    assert!(r.result.as_ref().and_then(TaskResult::squad).is_none());
+    let c = r.result.as_ref().and_then(TaskResult::classification).unwrap();
     assert_eq!((c.agreement.inputs, c.agreement.classes, c.agreement.output.as_str()), (5, 3, "logits"));
     assert!(c.agreement.max_abs_diff > 0.0 && c.agreement.mean_kl >= 0.0 && c.agreement.top1 >= 0.6, "{c:?}");
     assert_eq!((c.fp32.accuracy, c.int8.accuracy), (None, None), "no labels in plain text");
@@ -1364,7 +1377,8 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
     assert!(report.contains("top-1 = FP32") && report.contains("task: classification"), "{report}");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("out_text/results.json")).unwrap()).unwrap();
-    assert_eq!(json["classification"]["agreement"]["inputs"], 5);
+    assert_eq!(json["result"]["agreement"]["inputs"], 5);
+    assert_eq!(json["result"]["task"], "classification", "results.json's result tagged by its task");
 
     // Labelled JSONL whose labels are FP32's argmax.
     let fp32_logits = {
@@ -1397,7 +1411,7 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
         .collect();
     std::fs::write(&jsonl, lines.join("\n")).unwrap();
     let r = run(&jsonl, "out_jsonl", "tensorrt");
-    let c = r.classification.unwrap();
+    let c = r.result.as_ref().and_then(TaskResult::classification).unwrap();
     assert_eq!(c.fp32.accuracy, Some(1.0), "labels are FP32's answers");
     assert_eq!(c.int8.accuracy, Some(c.agreement.top1));
     // The same as a GLUE-style TSV: a header naming the columns (here in another order, with an extra one).
@@ -1408,7 +1422,7 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
         rows.push(format!("{k}\t{l}\t{a}\t{b}"));
     }
     std::fs::write(&tsv, rows.join("\n")).unwrap();
-    let c = run(&tsv, "out_tsv", "cpu").classification.unwrap();
+    let c = run(&tsv, "out_tsv", "cpu").result.and_then(|r| r.classification().cloned()).unwrap();
     assert_eq!((c.agreement.inputs, c.fp32.accuracy), (5, Some(1.0)));
     // Calibrated on the evaluated file itself (through another path to it): its first 4 rows are also evaluated.
     let mut same = config(model_path.clone(), dir.path().join("out_same"), "cpu");
@@ -1510,7 +1524,7 @@ fn an_opset_11_export_is_carried_over_to_opset_13_and_quantized_as_the_original(
             let cfg = config(path, out.clone(), policy);
             let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
             let q = &r.quantization;
-            let int8 = r.int8.unwrap();
+            let int8 = squad(&r).int8.clone();
             let predictions = std::fs::read_to_string(out.join("predictions_int8.json")).unwrap();
             let written = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
             assert_eq!(written.opset(""), Some(if name == "opset11" { 13 } else { 14 }), "{name}");
@@ -1553,8 +1567,8 @@ fn pytorch_exports_of_bert_and_albert_are_quantized_as_their_graphs_mean() {
             let out = dir.path().join(format!("{file}_{policy}"));
             let cfg = config(path.clone(), out.clone(), policy);
             let r = qdq_pipeline::e2e(&cfg, &cfg.eval.session, &NoProgress).unwrap();
-            let int8 = r.int8.unwrap();
-            assert_eq!(int8.score.questions, r.fp32.unwrap().score.questions, "{file} {policy}");
+            let int8 = squad(&r).int8.clone();
+            assert_eq!(int8.score.questions, squad(&r).fp32.clone().score.questions, "{file} {policy}");
             let q = onnx_ir::Model::load(out.join("model_qdq.onnx")).unwrap();
             assert_eq!(weights(&q), stored, "{file} {policy}: every weight written once");
             // Each Softmax's input and output declared with one shape (ORT may then compute it in place), whichever
@@ -1623,7 +1637,7 @@ fn a_hub_folder_with_tokenizer_json_and_three_inputs_embeds_with_its_pooling() {
     );
     let r = qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap();
     assert_eq!(r.task, "embedding");
-    let e = r.embedding.unwrap();
+    let e = r.result.as_ref().and_then(TaskResult::embedding).unwrap().clone();
     assert_eq!((e.output.as_str(), e.token_states, e.pooling.as_deref()), ("last_hidden_state", true, Some("cls")));
     assert_eq!(e.seq_len, 20, "the paragraphs (up to 100 tokens) cut to max_seq_length");
     let r = e.retrieval.unwrap();

@@ -81,7 +81,7 @@ fn end_to_end(md: &mut String, download: crate::download::DownloadArgs, out: &Pa
     let _ = writeln!(md, "\n## end to end\n");
     let seconds = v.calibration.and_then(|c| c.seconds).unwrap_or(f64::NAN);
     let _ = writeln!(md, "calibration: {seconds:.1} s\n");
-    for (leg, e) in [("fp32", &v.fp32), ("int8", &v.int8)] {
+    for (leg, e) in [("fp32", &v.result.fp32), ("int8", &v.result.int8)] {
         let _ = writeln!(
             md,
             "- {leg}: F1 {:.2}, {:.2} ms/feature, {:.1} features/s",

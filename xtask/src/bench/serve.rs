@@ -135,7 +135,7 @@ pub fn serve(vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
 /// qdq's own embeddings on the first dev questions of `dataset`.
 fn served(py: &Path, folder: &Path, name: String, out: PathBuf, dataset: &Path) -> Result<Served> {
     let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json"))?)?;
-    let fidelity = &results["embedding"]["fidelity"];
+    let fidelity = &results["result"]["fidelity"];
     let samples = SAMPLES.to_string();
     let args: Vec<&std::ffi::OsStr> = vec![
         "embedding".as_ref(),

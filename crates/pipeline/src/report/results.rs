@@ -9,25 +9,17 @@ use crate::error::Result;
 use crate::provenance::Provenance;
 use crate::settings::policy::Mode;
 use crate::steps::collect::PassTimes;
-use crate::steps::speed::{AtDefaultPrecision, OpProfile, Speedup};
+use crate::steps::speed::OpProfile;
 use crate::tasks::TaskResult;
-use crate::tasks::classify::ClassifierEval;
-use crate::tasks::embed::EmbeddingEval;
-use crate::tasks::squad::data::Comparison;
-use crate::tasks::squad::e2e::{ModelResult, OtherEp};
 
-/// One `--compare-methods` method: its model and, unless `--no-eval`, its INT8 result.
+/// One `--compare-methods` method's model (its evaluation is in the task's result).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ComparedMethod {
     pub method: String,
     pub model: String,
-    pub int8: Option<ModelResult>,
-    /// Its answers against FP32's: dF1 and dEM with their paired 95 % intervals.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vs_fp32: Option<Comparison>,
 }
 
-/// One more `--precision` of an e2e run: its model and, unless `--no-eval`, its result.
+/// One more `--precision` of an e2e run: its model (its evaluation is in the task's result).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ComparedPrecision {
     /// The policy's `precision` (`fp8-e4m3fn`, `fp8-e4m3fnuz`, `int8`).
@@ -37,17 +29,18 @@ pub struct ComparedPrecision {
     pub model: String,
     /// Q/DQ pairs it has.
     pub pairs: usize,
-    pub result: Option<ModelResult>,
-    /// Its answers against FP32's: dF1 and dEM with their paired 95 % intervals.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vs_fp32: Option<Comparison>,
 }
 
 /// Calibration summary in results.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CalibrationSummary {
     pub data: String,
+    /// Calibration units: SQuAD questions, a classifier's inputs, an embedding model's texts (`unit` says which).
     pub questions: usize,
+    /// What `questions` counts: `questions`, `inputs` or `texts` (absent in results.json files written before it was
+    /// recorded: questions).
+    #[serde(default = "questions")]
+    pub unit: String,
     pub features: usize,
     pub tensors: usize,
     pub method: String,
@@ -116,40 +109,22 @@ pub struct QuantizationSummary {
 pub struct E2eResults {
     pub qdq_version: String,
     pub dataset: String,
-    /// `squad` (start / end logits, EM / F1 in `fp32` / `int8`), `classification` (class logits, compared in
-    /// `classification`) or `embedding` (a sentence embedding, compared in `embedding`).
+    /// `squad` (start / end logits), `classification` (class logits) or `embedding` (a sentence embedding): the
+    /// task detected, whose measurements `result` holds.
     #[serde(default = "squad_task")]
     pub task: String,
     /// `None` in dynamic mode (no calibration).
     pub calibration: Option<CalibrationSummary>,
     pub quantization: QuantizationSummary,
-    pub fp32: Option<ModelResult>,
-    pub int8: Option<ModelResult>,
-    /// A model that is not a SQuAD model: INT8 against FP32 on its inputs.
+    /// The task's measurements of FP32 against the quantized model(s), tagged by `task` (absent with `--no-eval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub classification: Option<ClassifierEval>,
-    /// A sentence-embedding model: INT8 against FP32 on texts (cosine, neighbours) and, with labels, retrieval.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub embedding: Option<EmbeddingEval>,
+    pub result: Option<TaskResult>,
     /// `--compare-methods`: the same placement with each other method's ranges.
     #[serde(default)]
     pub compared_methods: Vec<ComparedMethod>,
     /// `--precision`'s others (e.g. fp8 after int8): quantized from the same calibration, evaluated the same way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compared_precisions: Vec<ComparedPrecision>,
-    /// INT8's answers against FP32's on the same questions: dF1 and dEM with their paired 95 % intervals.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub int8_vs_fp32: Option<Comparison>,
-    /// `--ep`'s others (`--ep cpu,openvino`): the same FP32 and quantized models evaluated on each.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub other_eps: Vec<OtherEp>,
-    /// INT8 against FP32 timed in alternation on the first evaluation features (SQuAD models).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speedup: Option<Speedup>,
-    /// The same with both models at the EP's own default float precision, where that is not the run's (OpenVINO's
-    /// bf16 on a CPU with bf16 matrix instructions, FP16 engines on TensorRT / MIGraphX): the FP32 its users run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speedup_default_precision: Option<AtDefaultPrecision>,
     /// `--profile-ops`: where each model's time goes, on the same features.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op_profile: Option<OpProfiles>,
@@ -169,38 +144,18 @@ fn int8() -> String {
     "int8".to_owned()
 }
 
+fn questions() -> String {
+    "questions".to_owned()
+}
+
 fn squad_task() -> String {
     "squad".to_owned()
 }
 
 impl E2eResults {
-    /// The task's measurements in their places: a SQuAD model's beside its compared models and other EPs, a
-    /// classifier's `classification`, an embedding model's `embedding`.
+    /// The task's measurements in their place.
     pub(crate) fn set_task(&mut self, result: TaskResult) {
-        match result {
-            TaskResult::Squad(r) => {
-                let r = *r;
-                self.fp32 = Some(r.fp32);
-                self.int8 = Some(r.int8);
-                self.int8_vs_fp32 = Some(r.int8_vs_fp32);
-                for (c, (m, vs)) in self.compared_methods.iter_mut().zip(r.compared) {
-                    (c.int8, c.vs_fp32) = (Some(m), Some(vs));
-                }
-                for (c, (m, vs)) in self.compared_precisions.iter_mut().zip(r.precisions) {
-                    (c.result, c.vs_fp32) = (Some(m), Some(vs));
-                }
-                self.speedup = r.speedup;
-                self.speedup_default_precision = r.speedup_default_precision;
-                self.other_eps = r.other_eps;
-            }
-            TaskResult::Classify(c) => self.classification = Some(*c),
-            TaskResult::Embed(e) => self.embedding = Some(*e),
-        }
-    }
-
-    /// INT8's F1 minus FP32's, when both were evaluated.
-    pub fn delta_f1(&self) -> Option<f64> {
-        Some(self.int8.as_ref()?.score.f1 - self.fp32.as_ref()?.score.f1)
+        self.result = Some(result);
     }
 
     /// results.json and report.md ([`E2eResults::markdown`]) into `dir`.

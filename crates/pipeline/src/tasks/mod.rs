@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use onnx_ir::Model;
 use runtime::SessionConfig;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::inputs::config::DataConfig;
@@ -233,19 +234,82 @@ pub(crate) struct E2eRun<'a> {
     pub label: &'a str,
     /// `--compare-methods`: each method and its model.
     pub compared: &'a [(String, PathBuf)],
-    /// `--precision`'s others: each precision, its label and its model.
-    pub precisions: Vec<(String, String, PathBuf)>,
+    /// `--precision`'s others, in their order.
+    pub precisions: Vec<OtherPrecision>,
     /// `--ep`'s others: the FP32 and the quantized model's session on each.
     pub other_eps: Vec<(&'a SessionConfig, &'a SessionConfig)>,
     pub seq_len: usize,
     pub fixed_batch: Option<usize>,
 }
 
-/// What the task measured in an e2e run (each into its place in results.json).
-pub(crate) enum TaskResult {
+/// One more `--precision`'s model of an e2e run.
+pub(crate) struct OtherPrecision {
+    /// The policy's `precision` (`fp8-e4m3fn`).
+    pub precision: String,
+    /// The range method its ranges came from.
+    pub method: String,
+    /// Its name in progress lines and tables (`FP8 E4M3FN`).
+    pub label: String,
+    pub path: PathBuf,
+}
+
+/// What the task measured in an e2e run: results.json's `result`, tagged by `task` (the task's name).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "task")]
+pub enum TaskResult {
+    #[serde(rename = "squad")]
     Squad(Box<squad::e2e::SquadE2e>),
+    #[serde(rename = "classification")]
     Classify(Box<classify::ClassifierEval>),
+    #[serde(rename = "embedding")]
     Embed(Box<embed::EmbeddingEval>),
+}
+
+/// How an e2e table names the quantized model.
+pub(crate) struct TableLabels {
+    /// Its row: `INT8 (QDQ)`, `FP8 E4M3FN (QDQ)`, `INT8 (dynamic)`.
+    pub row: String,
+    /// Its precision as rows name it: `INT8`, `FP8 E4M3FN`.
+    pub precision: String,
+    /// Its pairs' precision as the policy names it: `int8`, `fp8-e4m3fn`.
+    pub pairs: String,
+    /// The range method of its calibration (none in dynamic mode).
+    pub method: Option<String>,
+}
+
+impl TaskResult {
+    /// A SQuAD model's measurements, if that is the task.
+    pub fn squad(&self) -> Option<&squad::e2e::SquadE2e> {
+        match self {
+            TaskResult::Squad(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// A classifier's, if that is the task.
+    pub fn classification(&self) -> Option<&classify::ClassifierEval> {
+        match self {
+            TaskResult::Classify(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// An embedding model's, if that is the task.
+    pub fn embedding(&self) -> Option<&embed::EmbeddingEval> {
+        match self {
+            TaskResult::Embed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The task's FP32 vs INT8 table, as printed and as in report.md.
+    pub(crate) fn table(&self, labels: &TableLabels) -> String {
+        match self {
+            TaskResult::Squad(r) => squad::table::table(r, labels),
+            TaskResult::Classify(c) => classify::table(c, &labels.row),
+            TaskResult::Embed(e) => embed::report::embedding_table(e, &labels.row),
+        }
+    }
 }
 
 impl TaskData {

@@ -56,6 +56,7 @@ pub(crate) fn quantize_static(
     let calibration = CalibrationSummary {
         data: cfg.calibration_data.display().to_string(),
         questions: cal.questions,
+        unit: "questions".to_owned(),
         features: cal.features,
         tensors: cal.tensors.len(),
         method: main.method.clone(),

@@ -17,12 +17,12 @@ use crate::inputs::files::TextInputs;
 use crate::model::{carry_tokenizer, load_for_quantization, save_model};
 use crate::progress::Progress;
 use crate::provenance::{Machine, Provenance, onnxruntime};
-use crate::report::e2e::precision_label;
 use crate::report::results::{
     CalibrationSummary, ComparedMethod, ComparedPrecision, E2eResults, OVERLAP_EFFECT, QuantizationSummary,
 };
 use crate::settings::policy::Mode;
-use crate::tasks::{E2eRun, Side, Task, TaskData};
+use crate::settings::policy::precision_label;
+use crate::tasks::{E2eRun, OtherPrecision, Side, Task, TaskData};
 
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings. What the model is evaluated on follows
 /// its [`Task`]: a classifier on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]), compared with FP32
@@ -54,6 +54,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         _ => quantize_dynamic(cfg, &model, &mut phases)?,
     };
     if let Some(c) = calibration.as_mut() {
+        c.unit = task.unit().to_owned();
         say_overlap(cfg, c, eval_data.as_ref(), task.unit());
     }
     let qpath = cfg.out.join("model_qdq.onnx");
@@ -72,8 +73,6 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
             method: p.method,
             model: p.path.display().to_string(),
             pairs: p.pairs,
-            result: None,
-            vs_fp32: None,
         })
         .collect();
     // 3. evaluate
@@ -117,7 +116,12 @@ fn evaluate_task(
         precisions: results
             .compared_precisions
             .iter()
-            .map(|c| (c.precision.clone(), precision_label(&c.precision), PathBuf::from(&c.model)))
+            .map(|c| OtherPrecision {
+                precision: c.precision.clone(),
+                method: c.method.clone(),
+                label: precision_label(&c.precision),
+                path: PathBuf::from(&c.model),
+            })
             .collect(),
         other_eps: cfg.other_eps.iter().map(|o| (&o.fp32, &o.int8)).collect(),
         seq_len: cfg.data.features.max_seq_len,
@@ -142,24 +146,12 @@ fn unevaluated(
         task: task.to_owned(),
         calibration,
         quantization,
-        fp32: None,
-        int8: None,
-        classification: None,
-        embedding: None,
+        result: None,
         compared_methods: compared
             .iter()
-            .map(|(method, path)| ComparedMethod {
-                method: method.clone(),
-                model: path.display().to_string(),
-                int8: None,
-                vs_fp32: None,
-            })
+            .map(|(method, path)| ComparedMethod { method: method.clone(), model: path.display().to_string() })
             .collect(),
         compared_precisions: vec![],
-        int8_vs_fp32: None,
-        other_eps: vec![],
-        speedup: None,
-        speedup_default_precision: None,
         op_profile: None,
         provenance: Provenance::default(),
     }

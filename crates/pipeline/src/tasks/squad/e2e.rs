@@ -60,18 +60,50 @@ pub struct OtherEp {
     pub speedup_default_precision: Option<AtDefaultPrecision>,
 }
 
-/// What the SQuAD leg of an e2e run measured (results.json keeps its fields where they were).
+/// What the SQuAD leg of an e2e run measured: results.json's `result` of task `squad`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SquadE2e {
     pub fp32: ModelResult,
     pub int8: ModelResult,
+    /// INT8's answers against FP32's on the same questions: dF1 and dEM with their paired 95 % intervals.
     pub int8_vs_fp32: Comparison,
     /// `--compare-methods`' models, in their order, each with its answers against FP32's.
-    pub compared: Vec<(ModelResult, Comparison)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compared_methods: Vec<MethodResult>,
     /// `--precision`'s others, in their order.
-    pub precisions: Vec<(ModelResult, Comparison)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compared_precisions: Vec<PrecisionResult>,
+    /// INT8 against FP32 timed in alternation on the first evaluation features.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup: Option<Speedup>,
+    /// The same with both models at the EP's own default float precision, where that is not the run's (OpenVINO's
+    /// bf16 on a CPU with bf16 matrix instructions, FP16 engines on TensorRT / MIGraphX): the FP32 its users run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_default_precision: Option<AtDefaultPrecision>,
+    /// `--ep`'s others (`--ep cpu,openvino`): the same FP32 and quantized models evaluated on each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_eps: Vec<OtherEp>,
+}
+
+/// One `--compare-methods` model: the same placement with another method's ranges, evaluated as the main one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MethodResult {
+    pub method: String,
+    pub int8: ModelResult,
+    /// Its answers against FP32's: dF1 and dEM with their paired 95 % intervals.
+    pub vs_fp32: Comparison,
+}
+
+/// One more `--precision`'s model (e.g. fp8 after int8), evaluated as the main one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PrecisionResult {
+    /// The policy's `precision` (`fp8-e4m3fn`, `fp8-e4m3fnuz`, `int8`).
+    pub precision: String,
+    /// The range method its ranges came from.
+    pub method: String,
+    pub result: ModelResult,
+    /// Its answers against FP32's: dF1 and dEM with their paired 95 % intervals.
+    pub vs_fp32: Comparison,
 }
 
 /// Where each of the leg's phases took its seconds.
@@ -107,8 +139,8 @@ pub(crate) fn e2e(run: &E2eRun<'_>, data: &Corpus, progress: &dyn Progress, phas
         fp32: model_result(&fp32, fp32_path, model_size(fp32_path)),
         int8: model_result(&int8, qpath, model_size(qpath)),
         int8_vs_fp32: data.compare(&int8.predictions, &fp32.predictions),
-        compared: vec![],
-        precisions: vec![],
+        compared_methods: vec![],
+        compared_precisions: vec![],
         speedup: None,
         speedup_default_precision: None,
         other_eps: vec![],
@@ -168,18 +200,27 @@ fn others(
         let label = format!("INT8 {method}");
         let e = evaluate(ModelSource::File(path), &path.display().to_string(), data, int8_opts, &label, progress)?;
         write_predictions(&run.out.join(format!("predictions_int8_{method}.json")), &e.predictions)?;
-        r.compared.push((model_result(&e, path, model_size(path)), data.compare(&e.predictions, &fp32.predictions)));
+        let vs_fp32 = data.compare(&e.predictions, &fp32.predictions);
+        let int8 = model_result(&e, path, model_size(path));
+        r.compared_methods.push(MethodResult { method: method.clone(), int8, vs_fp32 });
     }
     if !run.compared.is_empty() {
         phases.insert("compared_methods_eval".to_owned(), t.elapsed().as_secs_f64());
     }
     let t = Instant::now();
-    for (precision, label, path) in &run.precisions {
-        let name = path.display().to_string();
-        let e = evaluate(ModelSource::File(path), &name, data, int8_opts, label, progress)?;
+    for p in &run.precisions {
+        let (path, precision) = (&p.path, &p.precision);
+        let e = evaluate(ModelSource::File(path), &path.display().to_string(), data, int8_opts, &p.label, progress)?;
         let short = precision.split('-').next().unwrap_or(precision);
         write_predictions(&run.out.join(format!("predictions_{short}.json")), &e.predictions)?;
-        r.precisions.push((model_result(&e, path, model_size(path)), data.compare(&e.predictions, &fp32.predictions)));
+        let vs_fp32 = data.compare(&e.predictions, &fp32.predictions);
+        let result = model_result(&e, path, model_size(path));
+        r.compared_precisions.push(PrecisionResult {
+            precision: precision.clone(),
+            method: p.method.clone(),
+            result,
+            vs_fp32,
+        });
     }
     if !run.precisions.is_empty() {
         phases.insert("compared_precisions_eval".to_owned(), t.elapsed().as_secs_f64());

@@ -9,3 +9,4 @@ pub mod evaluate;
 pub mod logits;
 pub mod score;
 pub mod screen;
+pub mod table;
