@@ -215,8 +215,8 @@ pub struct EmbeddingsBenchArgs {
     /// Dev questions used as queries (0: all 10,570; every paragraph is a document).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub embedding_samples: usize,
-    /// Calibration questions (with their paragraphs), for qdq and NNCF alike.
-    #[arg(long, default_value_t = 1000, value_parser = positive, value_name = "N")]
+    /// Calibration questions (with their paragraphs), for qdq and NNCF alike (qdq's default for embedding models).
+    #[arg(long, default_value_t = 2000, value_parser = positive, value_name = "N")]
     pub embedding_cal_num: usize,
     /// The CPU EP only (no OpenVINO plugin).
     #[arg(long)]

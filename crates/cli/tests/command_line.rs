@@ -82,7 +82,7 @@ fn e2e_help_documents_every_seed_flag() {
     for default in [
         "Default: 64, or half the sequence length",
         "Default: 128, or half the window",
-        "[default: 100; embeddings: 1000]",
+        "[default: 100; embeddings: 2000]",
     ] {
         assert!(help.contains(default), "{default} not in help");
     }
@@ -304,6 +304,13 @@ fn every_command_speaks_json() {
     assert!(low <= share && share <= high && high <= 1.0, "{b}");
     let i = json(&["inspect", out.to_str().unwrap()]);
     assert_eq!(i["schema"], "qdq.inspect/1");
+    // e2e settles the method once it knows the task: a SQuAD model's is mse, which --percentile does not reach.
+    let mut args = e2e_args(&f, "refused", vocab, data);
+    args.extend(["--percentile".to_owned(), "99".to_owned()]);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(one_error(&o).contains("--percentile 99 is an option of the percentile method, and this run computes mse"));
+    assert!(!f.dir.path().join("refused").exists(), "nothing written on a usage error");
     let mut args = e2e_args(&f, "e2e", vocab, data);
     args.push("--json".into());
     let o = run(&args);

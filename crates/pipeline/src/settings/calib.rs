@@ -81,7 +81,9 @@ impl MethodSettings {
     /// The methods of a run quantizing with each of `precisions` (the first makes the main model): the first's
     /// method, each of `compare` once, then the others' ([`MethodSettings::method_for`]). A method option that none
     /// of them reads is an error naming it (a mistyped or forgotten `--calibrate-method` would otherwise pass
-    /// unnoticed). fp8-mse prices the first float8 format among `precisions` (E4M3FN without one).
+    /// unnoticed); `--percentile` alone passes while the task's own method is not known yet (no
+    /// [`MethodSettings::integer_default`]). fp8-mse prices the first float8 format among `precisions` (E4M3FN
+    /// without one).
     pub fn methods(&self, precisions: &[qdq::Precision]) -> Result<Vec<Method>> {
         let kinds = self.kinds(precisions);
         let unused = |flag: &str, value: String, wants: &[MethodKind]| -> Error {
@@ -95,8 +97,12 @@ impl MethodSettings {
                 wants[0]
             ))
         };
+        // Before the task is known (`qdq e2e` builds its settings first), the integer pairs' method may still turn
+        // out to be percentile (an embedding model's): the task's settings check again.
+        let undecided = self.method.is_none() && self.integer_default.is_none();
         if let Some(p) = self.percentile
             && !kinds.contains(&MethodKind::Percentile)
+            && !undecided
         {
             return Err(unused("--percentile", format!(" {p}"), &[MethodKind::Percentile]));
         }
@@ -144,9 +150,9 @@ pub struct CalibSettings {
     /// dev is the sound protocol.
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub calibration_data: Option<PathBuf>,
-    /// Calibration questions or inputs, the first N (0 = all) [default: 100; embeddings: 1000]
+    /// Calibration questions or inputs, the first N (0 = all) [default: 100; embeddings: 2000]
     ///
-    /// 100 is the seed scripts' default. An embedding model takes 1000 by default: questions are short, and its
+    /// 100 is the seed scripts' default. An embedding model takes 2000 by default: questions are short, and its
     /// ranges need more tokens than 100 give (docs/QUANTIZATION.md). 0 takes every one in the file: a SQuAD training
     /// set's 87,599 questions take hours on a CPU.
     #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]

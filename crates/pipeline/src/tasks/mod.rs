@@ -79,12 +79,12 @@ impl Task {
         }
     }
 
-    /// Calibration units when none are asked for: 100 SQuAD questions (the seed scripts'), 100 inputs; 1,000
+    /// Calibration units when none are asked for: 100 SQuAD questions (the seed scripts'), 100 inputs; 2,000
     /// questions (with their paragraphs) or texts for an embedding model, whose short texts hold few tokens each
-    /// (docs/QUANTIZATION.md measures both counts).
+    /// (docs/QUANTIZATION.md measures the counts).
     pub fn default_cal_num(&self) -> usize {
         match self {
-            Task::Embed(_) => 1000,
+            Task::Embed(_) => 2000,
             Task::Squad | Task::Classify { .. } => 100,
         }
     }

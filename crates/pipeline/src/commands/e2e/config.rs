@@ -61,15 +61,20 @@ impl E2eConfig {
     /// task's method for integer pairs is not the one settled (an embedding model's percentile): `None` when nothing
     /// changes.
     pub(crate) fn for_task(&self, task: &Task) -> Result<Option<E2eConfig>> {
-        let methods = self.methods.with_integer_default(task.integer_method());
-        let main = methods.method_for(self.policy.precision);
-        if self.methods.method.is_some() || self.calibrate.methods.first().is_some_and(|m| m.kind() == main) {
+        if self.methods.method.is_some() {
             return Ok(None);
         }
+        let methods = self.methods.with_integer_default(task.integer_method());
+        let main = methods.method_for(self.policy.precision);
         let precisions: Vec<qdq::Precision> =
             std::iter::once(self.policy.precision).chain(self.also.iter().map(|a| a.policy.precision)).collect();
+        // Also checks the method options against the task's methods (`--percentile` with a SQuAD model's mse).
+        let task_methods = methods.methods(&precisions)?;
+        if self.calibrate.methods.first().is_some_and(|m| m.kind() == main) {
+            return Ok(None);
+        }
         let mut cfg = self.clone();
-        cfg.calibrate.methods = methods.methods(&precisions)?;
+        cfg.calibrate.methods = task_methods;
         cfg.compare = methods.compared(self.policy.precision);
         for a in &mut cfg.also {
             a.method = methods.method_for(a.policy.precision).name().to_owned();
