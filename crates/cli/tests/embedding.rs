@@ -81,10 +81,14 @@ fn a_sentence_transformers_folder_needs_no_flags() {
     assert_eq!(asked["calibration"]["method"], "mse", "{:#}", asked["calibration"]);
     // --percentile alone reaches the embedding model's own percentile method (it was refused as an option of a method
     // the run did not compute, before the task was known).
-    let p = e2e(&model, &dir.path().join("out_p"), &["--percentile", "99.9", "--no-eval"]);
+    let p = e2e(&model, &dir.path().join("out_p"), &["--percentile", "99.9", "--symmetric", "--no-eval"]);
     assert_eq!(p["calibration"]["method"], "percentile", "{:#}", p["calibration"]);
     let methods = &p["provenance"]["settings"]["calibration"]["methods"];
-    assert!(methods.to_string().contains("99.9"), "{methods}");
+    assert_eq!(
+        (methods[0]["options"]["percentile"].as_f64(), methods[0]["options"]["symmetric"].as_bool()),
+        (Some(99.9), Some(true)),
+        "{methods}"
+    );
     // `qdq calibrate` settles the method for the task as e2e does.
     let (squad, cal) = (testdata("squad/tiny-v1.1.json"), dir.path().join("cal"));
     let args = ["calibrate", "--model", model.to_str().unwrap(), "--calibration-data", squad.to_str().unwrap()];

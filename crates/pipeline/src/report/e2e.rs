@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use crate::job::Report;
 use crate::report::results::{CalibrationSummary, E2eResults, OVERLAP_EFFECT, QuantizationSummary};
-use crate::settings::policy::{Mode, precision_label};
+use crate::settings::policy::Mode;
 use crate::steps::ops::op_table;
-use crate::tasks::TableLabels;
+use crate::tasks::{TableLabels, precision_label};
 
 /// What `qdq e2e` did: the results (as results.json) and where everything went.
 #[derive(Debug, Clone)]
@@ -43,13 +43,9 @@ impl E2eResults {
     /// How the tables name the quantized model: `INT8 (QDQ)`, `FP8 E4M3FN (QDQ)`, `INT8 (dynamic)`.
     fn labels(&self) -> TableLabels {
         let q = &self.quantization;
-        let precision = match q.mode {
-            Mode::Dynamic => "INT8".to_owned(),
-            Mode::Static => precision_label(&q.precision),
-        };
-        let row = match q.mode {
-            Mode::Dynamic => "INT8 (dynamic)".to_owned(),
-            Mode::Static => format!("{precision} (QDQ)"),
+        let (precision, row) = match q.mode {
+            Mode::Dynamic => ("INT8".to_owned(), "INT8 (dynamic)".to_owned()),
+            Mode::Static => (precision_label(&q.precision), format!("{} (QDQ)", precision_label(&q.precision))),
         };
         TableLabels {
             row,

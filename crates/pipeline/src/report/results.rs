@@ -153,11 +153,6 @@ fn squad_task() -> String {
 }
 
 impl E2eResults {
-    /// The task's measurements in their place.
-    pub(crate) fn set_task(&mut self, result: TaskResult) {
-        self.result = Some(result);
-    }
-
     /// results.json and report.md ([`E2eResults::markdown`]) into `dir`.
     pub fn write(&self, dir: &Path) -> Result<()> {
         write_json(&dir.join("results.json"), self)?;

@@ -81,11 +81,15 @@ impl MethodSettings {
     /// The methods of a run quantizing with each of `precisions` (the first makes the main model): the first's
     /// method, each of `compare` once, then the others' ([`MethodSettings::method_for`]). A method option that none
     /// of them reads is an error naming it (a mistyped or forgotten `--calibrate-method` would otherwise pass
-    /// unnoticed); `--percentile` alone passes while the task's own method is not known yet (no
-    /// [`MethodSettings::integer_default`]). fp8-mse prices the first float8 format among `precisions` (E4M3FN
-    /// without one).
+    /// unnoticed). While the task's own method is not known yet (no --calibrate-method and no
+    /// [`MethodSettings::integer_default`]), an option of a method a task may still choose passes: the task's
+    /// settings check again. fp8-mse prices the first float8 format among `precisions` (E4M3FN without one).
     pub fn methods(&self, precisions: &[qdq::Precision]) -> Result<Vec<Method>> {
         let kinds = self.kinds(precisions);
+        let mut may_run = kinds.clone();
+        if self.method.is_none() && self.integer_default.is_none() {
+            may_run.extend(crate::tasks::Task::INTEGER_METHODS.iter().filter(|k| !kinds.contains(k)));
+        }
         let unused = |flag: &str, value: String, wants: &[MethodKind]| -> Error {
             let names = |ks: &[MethodKind]| ks.iter().map(|k| k.name()).collect::<Vec<_>>().join(" or ");
             Error::Usage(format!(
@@ -97,21 +101,17 @@ impl MethodSettings {
                 wants[0]
             ))
         };
-        // Before the task is known (`qdq e2e` builds its settings first), the integer pairs' method may still turn
-        // out to be percentile (an embedding model's): the task's settings check again.
-        let undecided = self.method.is_none() && self.integer_default.is_none();
         if let Some(p) = self.percentile
-            && !kinds.contains(&MethodKind::Percentile)
-            && !undecided
+            && !may_run.contains(&MethodKind::Percentile)
         {
             return Err(unused("--percentile", format!(" {p}"), &[MethodKind::Percentile]));
         }
         if let Some(n) = self.num_quantized_bins
-            && !kinds.contains(&MethodKind::Entropy)
+            && !may_run.contains(&MethodKind::Entropy)
         {
             return Err(unused("--num-quantized-bins", format!(" {n}"), &[MethodKind::Entropy]));
         }
-        if self.symmetric && !kinds.iter().any(|k| matches!(k, MethodKind::MinMax | MethodKind::Percentile)) {
+        if self.symmetric && !may_run.iter().any(|k| matches!(k, MethodKind::MinMax | MethodKind::Percentile)) {
             return Err(unused("--symmetric", String::new(), &[MethodKind::MinMax, MethodKind::Percentile]));
         }
         let d = MethodOptions::default();

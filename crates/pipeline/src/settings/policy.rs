@@ -354,11 +354,3 @@ pub fn describe_policies() -> String {
     }
     out.trim_end().to_owned()
 }
-
-/// A policy's precision as the table's rows name it: `INT8`, `FP8 E4M3FN`, `FP8 E4M3FNUZ`.
-pub(crate) fn precision_label(precision: &str) -> String {
-    match precision.split_once('-') {
-        Some((fp8, format)) => format!("{} {}", fp8.to_uppercase(), format.to_uppercase()),
-        None => precision.to_uppercase(),
-    }
-}

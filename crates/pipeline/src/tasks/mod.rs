@@ -89,6 +89,9 @@ impl Task {
         }
     }
 
+    /// Every method [`Task::integer_method`] may choose.
+    pub(crate) const INTEGER_METHODS: [calib::MethodKind; 2] = [calib::MethodKind::Mse, calib::MethodKind::Percentile];
+
     /// The range method of integer pairs when none is asked for. mse (the range of least expected rounding and
     /// clipping error per value) where each token's output counts alone (a QA head's logits, a token classifier);
     /// percentile (99.999) for a pooled sentence embedding: pooling averages the rounding noise of a text's tokens
@@ -263,6 +266,14 @@ pub enum TaskResult {
     Classify(Box<classify::ClassifierEval>),
     #[serde(rename = "embedding")]
     Embed(Box<embed::EmbeddingEval>),
+}
+
+/// A policy's precision as the table's rows name it: `INT8`, `FP8 E4M3FN`, `FP8 E4M3FNUZ`.
+pub(crate) fn precision_label(precision: &str) -> String {
+    match precision.split_once('-') {
+        Some((fp8, format)) => format!("{} {}", fp8.to_uppercase(), format.to_uppercase()),
+        None => precision.to_uppercase(),
+    }
 }
 
 /// How an e2e table names the quantized model.

@@ -21,8 +21,7 @@ use crate::report::results::{
     CalibrationSummary, ComparedMethod, ComparedPrecision, E2eResults, OVERLAP_EFFECT, QuantizationSummary,
 };
 use crate::settings::policy::Mode;
-use crate::settings::policy::precision_label;
-use crate::tasks::{E2eRun, OtherPrecision, Side, Task, TaskData};
+use crate::tasks::{E2eRun, OtherPrecision, Side, Task, TaskData, precision_label};
 
 /// Runs the whole job. `int8_session` is the INT8 leg's session settings. What the model is evaluated on follows
 /// its [`Task`]: a classifier on `.npz` / `.npy` / text / JSONL inputs ([`InputSet`]), compared with FP32
@@ -127,7 +126,7 @@ fn evaluate_task(
         seq_len: cfg.data.features.max_seq_len,
         fixed_batch: cfg.data.fixed_batch,
     };
-    results.set_task(data.e2e(&run, progress, phases)?);
+    results.result = Some(data.e2e(&run, progress, phases)?);
     let profile = |m: &Path, s: &SessionConfig| data.profile(m, s, cfg.eval.batch);
     profile_both(cfg, (qpath, int8_session), results, phases, progress, profile)
 }

@@ -1,11 +1,10 @@
 //! A SQuAD model's e2e table: EM, F1 and dF1 with its interval, the answers FP32 gives, speed and size, one row per
 //! model and EP, and what is said under it.
 
-use crate::settings::policy::precision_label;
 use crate::steps::run::ep_label;
-use crate::tasks::TableLabels;
 use crate::tasks::squad::data::Comparison;
 use crate::tasks::squad::e2e::{ModelResult, OtherEp, SquadE2e};
+use crate::tasks::{TableLabels, precision_label};
 
 /// One row of the table: its name, the model's result, its comparison with FP32.
 type SquadRow<'a> = (String, Option<&'a ModelResult>, Option<Comparison>);
@@ -61,11 +60,7 @@ pub(crate) fn table(res: &SquadE2e, l: &TableLabels) -> String {
     let mut undecided = Vec::new();
     for (i, (name, r, vs)) in rows.into_iter().enumerate() {
         let Some(r) = r else { continue };
-        let d = match vs {
-            Some(c) => c.f1.describe(),
-            None if name != "FP32" => format!("{:+.2}", r.score.f1 - res.fp32.score.f1),
-            None => String::new(),
-        };
+        let d = vs.map_or(String::new(), |c| c.f1.describe());
         undecided.extend(vs.filter(|_| i < first_ep_rows).and_then(|c| c.undecided(&name, "FP32")));
         // No speed from an EP that is not timed (QNN's emulated HTP): "-".
         let timed = runtime::Ep::is_timed_name(&r.ran.ep);
@@ -110,16 +105,12 @@ fn float8_ran_on(r: &SquadE2e, l: &TableLabels) -> Option<String> {
 /// The table's `text` and what is said under it: what the interval is, which differences these questions cannot
 /// tell from none (`undecided`), the speed against FP32.
 fn notes(r: &SquadE2e, l: &TableLabels, mut text: String, undecided: Vec<String>) -> String {
-    {
-        let c = &r.int8_vs_fp32;
-        text.push_str(&format!(
-            "\ndF1 [95 %]: F1 minus FP32's, with the 95 % interval of that difference over these {} questions \
-             (paired: each question's F1 against FP32's; it is as wide as which answers happen to flip). answers = \
-             FP32: the questions answered with FP32's very text, the fidelity measure these questions resolve \
-             where F1 cannot.\n",
-            c.f1.questions
-        ));
-    }
+    text.push_str(&format!(
+        "\ndF1 [95 %]: F1 minus FP32's, with the 95 % interval of that difference over these {} questions (paired: \
+         each question's F1 against FP32's; it is as wide as which answers happen to flip). answers = FP32: the \
+         questions answered with FP32's very text, the fidelity measure these questions resolve where F1 cannot.\n",
+        r.int8_vs_fp32.f1.questions
+    ));
     for line in undecided {
         text.push_str(&format!("{line}\n"));
     }
