@@ -41,15 +41,21 @@ pub enum RowDequantize {
     /// `Cast` to float, then `Mul` by the `[columns]` scales: what ONNX Runtime's CPU EP runs fastest (its per-axis
     /// DequantizeLinear took 0.6-1.3 ms for MiniLM's three lookups of 256 rows, Cast + Mul 0.1-0.35 ms).
     CastMul,
+    /// One `DequantizeLinear` of the whole table (axis 1) before its Gathers, which read the float table: a constant
+    /// an EP folds at load (`embeddings = int8-table`).
+    Table,
 }
 
 /// The tables `policy` stores as int8: float 2-D initializers (also those an old exporter listed as graph inputs:
 /// constants all the same; not excluded by `exclude_tensors`)
 /// whose every reader is a Gather on axis 0 with an output that the node lists pass.
 pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<EmbeddingTable>> {
-    if policy.embeddings != Embeddings::Int8 {
-        return Ok(vec![]);
-    }
+    let rows = match (policy.embeddings, policy.contrib_ops) {
+        (Embeddings::Float, _) => return Ok(vec![]),
+        (Embeddings::Int8Table, _) => RowDequantize::Table,
+        (Embeddings::Int8, true) => RowDequantize::CastMul,
+        (Embeddings::Int8, false) => RowDequantize::DequantizeLinear,
+    };
     let m = policy.matchers()?;
     let g = ix.graph();
     let mut tables = vec![];
@@ -77,7 +83,6 @@ pub(crate) fn plan_tables(ix: &GraphIndex, policy: &Policy) -> Result<Vec<Embedd
             .iter()
             .map(|&(n, slot)| Consumer { node: n, node_name: ix.node(n).name().to_owned(), slot })
             .collect();
-        let rows = if policy.contrib_ops { RowDequantize::CastMul } else { RowDequantize::DequantizeLinear };
         tables.push(EmbeddingTable { table: t.to_owned(), gathers, scales: column_scales(init)?, rows });
     }
     Ok(tables)
@@ -112,6 +117,23 @@ fn column_scales(init: &TensorProto) -> Result<Vec<f32>> {
     Ok(amax.into_iter().map(|a| compute_scale_zp(-a, a, SPEC).scale).collect())
 }
 
+/// The whole int8 table `q` (with its `scale` and zero point) dequantized by one node before the first of `t`'s
+/// Gathers, which read it as they read the float one ([`RowDequantize::Table`]): the node and where it goes.
+fn dequantize_whole(
+    g: &mut GraphProto,
+    names: &mut NameSet,
+    t: &EmbeddingTable,
+    [q, scale, zp]: [&str; 3],
+) -> Result<(usize, Vec<NodeProto>)> {
+    let float = names.fresh(&format!("{}_dequantized", t.table));
+    let dq_name = names.fresh(&format!("{}_DequantizeLinear", t.table));
+    let dq = node("DequantizeLinear", &dq_name, &[q, scale, zp], &[&float]).with_attr(attr_int("axis", 1));
+    for c in &t.gathers {
+        g.rewire_input(c.node, 0, &float)?;
+    }
+    Ok((t.gathers.iter().map(|c| c.node).min().unwrap_or(0), vec![dq]))
+}
+
 /// Replaces each table by its int8 form and gives each of its Gathers the nodes that dequantize its rows
 /// ([`RowDequantize`]; returned with the index of the node they must precede; the caller inserts them). Node indices
 /// must be those the plan was made for.
@@ -130,9 +152,13 @@ pub(crate) fn apply_tables(
         let cols = [t.scales.len()];
         g.add_initializer(qt);
         g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&scale, &cols, t.scales.clone())?);
-        let zp = (t.rows == RowDequantize::DequantizeLinear).then(|| names.fresh(&format!("{}_zero_point", t.table)));
+        let zp = (t.rows != RowDequantize::CastMul).then(|| names.fresh(&format!("{}_zero_point", t.table)));
         if let Some(zp) = &zp {
             g.add_initializer(onnx_ir::tensor_from_vec::<i8>(zp, &cols, vec![0; t.scales.len()])?);
+        }
+        if let (RowDequantize::Table, Some(zp)) = (t.rows, &zp) {
+            inserts.push(dequantize_whole(g, names, t, [&q, &scale, zp])?);
+            continue;
         }
         for c in &t.gathers {
             g.rewire_input(c.node, 0, &q)?;

@@ -29,7 +29,7 @@ use onnx_ir::{GraphExt as _, GraphIndex, Model, NameSet, NodeExt as _, attr_int,
 
 use crate::error::{Error, Result};
 use crate::patterns;
-use crate::policy::Policy;
+use crate::policy::{OutlierBranch, Policy};
 
 /// Model metadata key recording that (and how) a model's outlier channels were split off.
 pub const OUTLIER_METADATA_KEY: &str = "qdq.outlier_channels";
@@ -178,6 +178,25 @@ fn branch_matmuls(model: &Model, policy: &Policy, x: &str) -> Result<Vec<(usize,
         .collect())
 }
 
+/// The nodes giving `out` the `channels` of split input `x`: recomputed from `source` where there is one, else
+/// gathered from `x`.
+fn outlier_source(
+    g: &mut onnx_ir::proto::GraphProto,
+    names: &mut NameSet,
+    (x, source): (&str, Option<Recompute>),
+    channels: &[usize],
+    out: &str,
+) -> Result<Vec<NodeProto>> {
+    if let Some(source) = source {
+        return source.branch(g, names, channels, out);
+    }
+    let idx = names.fresh(&format!("{x}_outlier_channels"));
+    let ids: Vec<i64> = channels.iter().map(|&k| k as i64).collect();
+    g.add_initializer(onnx_ir::tensor_from_vec::<i64>(&idx, &[channels.len()], ids)?);
+    let gather = node("Gather", &names.fresh(&format!("{x}_outlier_Gather")), &[x, &idx], &[out]);
+    Ok(vec![marked(gather.with_attr(attr_int("axis", -1)))])
+}
+
 fn split_one(
     model: &mut Model,
     policy: &Policy,
@@ -195,20 +214,19 @@ fn split_one(
             reason: format!("its weight contracts {rows} channels, but '{x}' was calibrated with {c}"),
         });
     }
+    let source = match policy.outlier_branch {
+        OutlierBranch::Recompute => recompute_source(&GraphIndex::new(model.graph()), x, c)?,
+        OutlierBranch::Gather => None,
+    };
     let g = model.graph_mut();
     let mut names = NameSet::from_graph(g);
-    let (mask, idx) = (names.fresh(&format!("{x}_outlier_mask")), names.fresh(&format!("{x}_outlier_channels")));
+    let mask = names.fresh(&format!("{x}_outlier_mask"));
     let keep: Vec<f32> = (0..c).map(|k| if channels.contains(&k) { 0.0 } else { 1.0 }).collect();
     g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&mask, &[c], keep)?);
-    let ids: Vec<i64> = channels.iter().map(|&k| k as i64).collect();
-    g.add_initializer(onnx_ir::tensor_from_vec::<i64>(&idx, &[channels.len()], ids)?);
     let rest = names.fresh(&format!("{x}_without_outliers"));
     let gathered = names.fresh(&format!("{x}_outliers"));
-    let mut front = vec![
-        marked(node("Mul", &names.fresh(&format!("{x}_outlier_mask_Mul")), &[x, &mask], &[&rest])),
-        marked(node("Gather", &names.fresh(&format!("{x}_outlier_Gather")), &[x, &idx], &[&gathered]))
-            .with_attr(attr_int("axis", -1)),
-    ];
+    let mut front = vec![marked(node("Mul", &names.fresh(&format!("{x}_outlier_mask_Mul")), &[x, &mask], &[&rest]))];
+    front.extend(outlier_source(g, &mut names, (x, source), &channels, &gathered)?);
     let mut matmuls = vec![];
     let mut adds = vec![];
     for (i, w, _) in &readers {
@@ -233,6 +251,158 @@ fn split_one(
     let rest_max = (0..c).filter(|k| !channels.contains(k)).map(|k| absmax[k]).fold(0.0f32, f32::max);
     let max = channels.iter().map(|&k| absmax[k]).fold(0.0f32, f32::max);
     Ok(OutlierSplit { tensor: x.to_owned(), rest, channels, max, rest_max, matmuls })
+}
+
+/// Elementwise ops an activation between a fully connected layer and a split input may be made of (ONNX's own).
+const ELEMENTWISE: [&str; 16] = [
+    "Add", "Sub", "Mul", "Div", "Pow", "Erf", "Tanh", "Sigmoid", "Relu", "Abs", "Neg", "Sqrt", "Exp", "Log", "Gelu",
+    "Softplus",
+];
+/// The most nodes such an activation is followed through (the decomposed GELU has 5).
+const MAX_CHAIN: usize = 16;
+
+/// Where a split input's outlier channels can be recomputed from ([`OutlierBranch::Recompute`]): the fully connected
+/// layer that made it (`input` times `weight` `[K, C]`, plus `bias`, giving `pre`) and the elementwise activation
+/// after it (`chain`, in graph order, its other inputs scalars).
+struct Recompute {
+    /// What the branch's MatMul reads: the layer's input, or where smoothing's per-channel `Mul` in front of it reads
+    /// from (its factors folded into `weight`'s rows), so the branch adds no reader to the pair's input.
+    input: String,
+    weight: ndarray::Array2<f32>,
+    bias: Option<Vec<f32>>,
+    pre: String,
+    chain: Vec<NodeProto>,
+}
+
+impl Recompute {
+    /// The branch's nodes computing `channels` of the split input into `out`: the layer on those columns, then the
+    /// activation, each node marked.
+    fn branch(
+        self,
+        g: &mut onnx_ir::proto::GraphProto,
+        names: &mut NameSet,
+        channels: &[usize],
+        out: &str,
+    ) -> Result<Vec<NodeProto>> {
+        let w = names.fresh(&format!("{}_outlier_columns", self.pre));
+        let columns = self.weight.select(ndarray::Axis(1), channels);
+        g.add_initializer(onnx_ir::array_to_tensor(&w, &columns.into_dyn()));
+        let product = names.fresh(&format!("{}_outlier_product", self.pre));
+        let mut nodes =
+            vec![marked(node("MatMul", &names.fresh(&format!("{w}_MatMul")), &[&self.input, &w], &[&product]))];
+        let mut renamed = std::collections::HashMap::from([(self.pre.clone(), product.clone())]);
+        if let Some(bias) = &self.bias {
+            let (b, pre) =
+                (names.fresh(&format!("{}_outlier_bias", self.pre)), names.fresh(&format!("{}_outliers", self.pre)));
+            let taken: Vec<f32> = channels.iter().map(|&k| bias[k]).collect();
+            g.add_initializer(onnx_ir::tensor_from_vec::<f32>(&b, &[channels.len()], taken)?);
+            nodes.push(marked(node("Add", &names.fresh(&format!("{b}_Add")), &[&product, &b], &[&pre])));
+            renamed.insert(self.pre.clone(), pre);
+        }
+        let last = self.chain.len().saturating_sub(1);
+        for (i, n) in self.chain.into_iter().enumerate() {
+            let mut copy = n.clone();
+            copy.name = Some(names.fresh(&format!("{}_outlier_recompute", n.name())));
+            for t in copy.input.iter_mut() {
+                if let Some(r) = renamed.get(t) {
+                    *t = r.clone();
+                }
+            }
+            let o = if i == last { out.to_owned() } else { names.fresh(&format!("{}_outliers", n.output[0])) };
+            renamed.insert(n.output[0].clone(), o.clone());
+            copy.output = vec![o];
+            nodes.push(marked(copy));
+        }
+        Ok(nodes)
+    }
+}
+
+/// A scalar initializer (one value), as an activation's constants are.
+fn scalar(ix: &GraphIndex, t: &str) -> bool {
+    ix.initializer(t).is_some_and(|i| i.dims.iter().product::<i64>() == 1)
+}
+
+/// A fully connected layer: its input, weight `[K, C]` and bias `[C]`.
+type Layer = (String, ndarray::Array2<f32>, Option<Vec<f32>>);
+
+/// The fully connected layer whose output is `t`: `(input, weight [K, C], bias)` of `MatMul(input, W)` with a constant
+/// 2-D float `W` of `channels` columns, or of an `Add` of a constant `[C]` bias to it.
+fn fully_connected(ix: &GraphIndex, t: &str, channels: usize) -> Result<Option<Layer>> {
+    let Some(p) = ix.producer_node(t) else { return Ok(None) };
+    let (mm, bias) = match p.op_type() {
+        "MatMul" => (p, None),
+        "Add" if p.input.len() == 2 => {
+            let (b, other) = match (ix.initializer(&p.input[0]), ix.initializer(&p.input[1])) {
+                (Some(b), None) => (b, &p.input[1]),
+                (None, Some(b)) => (b, &p.input[0]),
+                _ => return Ok(None),
+            };
+            let Some(mm) = ix.producer_node(other).filter(|m| m.op_type() == "MatMul") else { return Ok(None) };
+            let b = onnx_ir::tensor_to_array::<f32>(b).ok().filter(|b| b.len() == channels);
+            let Some(b) = b else { return Ok(None) };
+            (mm, Some(b.iter().copied().collect()))
+        }
+        _ => return Ok(None),
+    };
+    let w = match ix.initializer(&mm.input[1]) {
+        Some(w) if w.data_type() == onnx_ir::DataType::Float as i32 && w.dims.len() == 2 => w,
+        _ => return Ok(None),
+    };
+    let Ok(w) = onnx_ir::tensor_to_array::<f32>(w)?.into_dimensionality::<ndarray::Ix2>() else { return Ok(None) };
+    Ok((w.ncols() == channels && !ix.is_initializer(&mm.input[0])).then(|| (mm.input[0].clone(), w, bias)))
+}
+
+/// Where split input `x` (`channels` wide) can be recomputed from ([`Recompute`]), when it is a fully connected
+/// layer's output through an elementwise activation; `None` otherwise (its branch then gathers the channels).
+fn recompute_source(ix: &GraphIndex, x: &str, channels: usize) -> Result<Option<Recompute>> {
+    let (mut chain, mut pending, mut pre): (Vec<usize>, Vec<String>, Option<String>) =
+        (vec![], vec![x.to_owned()], None);
+    while let Some(t) = pending.pop() {
+        if pre.as_deref() == Some(t.as_str()) || chain.iter().any(|&i| ix.node(i).output.first() == Some(&t)) {
+            continue;
+        }
+        if t != x && fully_connected(ix, &t, channels)?.is_some() {
+            // One layer feeds the activation.
+            if pre.is_some() {
+                return Ok(None);
+            }
+            pre = Some(t);
+            continue;
+        }
+        let Some(i) = ix.producer(&t) else { return Ok(None) };
+        let n = ix.node(i);
+        if !ELEMENTWISE.contains(&n.op_type())
+            || !n.domain().is_empty()
+            || n.output.len() != 1
+            || chain.len() >= MAX_CHAIN
+        {
+            return Ok(None);
+        }
+        chain.push(i);
+        pending.extend(n.input.iter().filter(|t| !scalar(ix, t)).cloned());
+    }
+    let Some(pre) = pre.filter(|_| !chain.is_empty()) else { return Ok(None) };
+    let Some((input, mut weight, bias)) = fully_connected(ix, &pre, channels)? else { return Ok(None) };
+    // Through smoothing's per-channel Mul in front of the layer: its factors scale the weight's rows.
+    let (input, weight) = match ix.producer_node(&input).filter(|m| m.op_type() == "Mul" && m.input.len() == 2) {
+        Some(m) => {
+            let factors = m.input.iter().find_map(|t| ix.initializer(t)).map(onnx_ir::tensor_to_array::<f32>);
+            let other = m.input.iter().find(|t| !ix.is_initializer(t));
+            match (factors, other) {
+                (Some(f), Some(v)) if f.as_ref().is_ok_and(|f| f.len() == weight.nrows()) => {
+                    for (mut row, f) in weight.rows_mut().into_iter().zip(f?.iter()) {
+                        row *= *f;
+                    }
+                    (v.clone(), weight)
+                }
+                _ => (input, weight),
+            }
+        }
+        None => (input, weight),
+    };
+    chain.sort_unstable();
+    let chain = chain.into_iter().map(|i| ix.node(i).clone()).collect();
+    Ok(Some(Recompute { input, weight, bias, pre, chain }))
 }
 
 fn marked(mut n: NodeProto) -> NodeProto {

@@ -178,8 +178,9 @@ fn activation_range(
 }
 
 /// How activation `t` is quantized: as the policy's activations, except attention probabilities under
-/// `softmax_range = full-uint8` (uint8, zero point 0) and, under `variable_b = int8-symmetric`, a tensor a selected
-/// MatMul reads as its variable B (int8, zero point 0), unless the pairs are float8.
+/// `softmax_range = full-uint8` (uint8, zero point 0) and, under `variable_a` / `variable_b = int8-symmetric`, a
+/// tensor a selected MatMul whose B is not a constant reads as that operand (int8, zero point 0), unless the pairs are
+/// float8.
 fn activation_spec(ix: &GraphIndex, sel: &Selection, t: &str, policy: &Policy) -> QuantSpec {
     let spec = policy.activation_spec();
     if spec.qtype.is_float8() {
@@ -188,11 +189,18 @@ fn activation_spec(ix: &GraphIndex, sel: &Selection, t: &str, policy: &Policy) -
     if policy.softmax_range == SoftmaxRange::FullUint8 && patterns::is_softmax_output(ix, t) {
         return QuantSpec { qtype: QuantType::UInt8, symmetric: false, reduce_range: false };
     }
-    let variable_b =
+    // The operands (0: A, 1: B) of selected MatMuls of two variables that read `t`.
+    let read_as = |slot: usize| {
         sel.receivers(t).iter().map(|&i| ix.node(i)).any(|n| {
-            patterns::matmul_rule(n).is_some() && n.input.get(1).is_some_and(|b| b == t) && !ix.is_initializer(t)
-        });
-    if policy.variable_b == VariableB::Int8Symmetric && variable_b {
+            patterns::matmul_rule(n).is_some()
+                && n.input.get(slot).is_some_and(|x| x == t)
+                && n.input.get(1).is_some_and(|b| !ix.is_initializer(b))
+        })
+    };
+    let symmetric = [(policy.variable_a, 0), (policy.variable_b, 1)]
+        .into_iter()
+        .any(|(kind, slot)| kind == VariableB::Int8Symmetric && read_as(slot));
+    if symmetric {
         return QuantSpec { qtype: QuantType::Int8, symmetric: true, reduce_range: false };
     }
     spec

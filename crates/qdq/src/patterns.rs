@@ -414,6 +414,44 @@ pub(crate) fn packed_attention_value(ix: &GraphIndex, x: &str, channels: usize) 
     (weight_ok && bias_ok).then(|| (n.name().to_string(), total - channels))
 }
 
+/// How many elements a MatMul of two variables contracts over (attention's head size in `Q·Kᵀ`), where the graph tells:
+/// the last axis of A as `value_info` declares it, else followed back from A through Transposes (and scalings,
+/// pairs) to the Reshape that split the heads (`[.., heads, head_size]`). `None` when it cannot be told.
+pub(crate) fn contracted_depth(ix: &GraphIndex, n: &NodeProto) -> Option<i64> {
+    let a = n.input.first()?;
+    if let Some(d) = declared_axis(ix, a, 1).filter(|&d| d > 0) {
+        return Some(d);
+    }
+    // The axis followed, counted from the end (1: the last).
+    let (mut t, mut from_end) = (a.as_str(), 1usize);
+    for _ in 0..8 {
+        let p = ix.producer_node(t)?;
+        match p.op_type() {
+            "Transpose" => {
+                let perm = get_attr_int_list(p, "perm")?;
+                let axis = perm.len().checked_sub(from_end)?;
+                from_end = perm.len().checked_sub(*perm.get(axis)?)?;
+                t = p.input.first()?;
+            }
+            "Reshape" => {
+                let [heads, size] = shape_suffix(ix, p.input.get(1)?)?;
+                let d = match from_end {
+                    1 => size,
+                    2 => heads,
+                    _ => return None,
+                };
+                return (d > 0).then_some(d);
+            }
+            // A scaling by a constant, a pair: the same axes.
+            "Mul" | "Div" | "QuantizeLinear" | "DequantizeLinear" => {
+                t = p.input.iter().find(|i| constant_of(ix, i).is_none())?;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// The value the graph's `value_info` declares for axis `rank - from_end` of `tensor`, if it declares one.
 fn declared_axis(ix: &GraphIndex, tensor: &str, from_end: usize) -> Option<i64> {
     let v = ix.graph().value_info.iter().find(|v| v.name() == tensor)?;

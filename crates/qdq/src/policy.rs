@@ -79,8 +79,8 @@ keywords! {
         Cpu = "cpu",
         /// For Qualcomm's QNN EP (HTP): the `tensorrt` layout, 16-bit activations, fully connected outputs quantized.
         Qnn = "qnn",
-        /// For OpenVINO: the `cpu` placement in plain Q/DQ (no contrib op), int8 activations with a zero point, the
-        /// attention scores integer, the smoothing in a form OpenVINO fuses with the pairs.
+        /// For OpenVINO: the `cpu` placement in plain Q/DQ (no contrib op), the attention scores integer on int8
+        /// operands without a zero point, the smoothing in a form OpenVINO fuses with the pairs.
         OpenVino = "openvino",
     }
 }
@@ -166,14 +166,16 @@ keywords! {
 }
 
 keywords! {
-    /// The type of a pair read as B by a MatMul whose B is not a constant (attention's `K` in `Q·Kᵀ`, `V` in `P·V`).
+    /// The type of a pair read by a MatMul whose B is not a constant: as A (attention's `Q` in `Q·Kᵀ`, `P` in `P·V`;
+    /// [`Policy::variable_a`]) or as B (`K`, `V`; [`Policy::variable_b`]).
     #[derive(Default)]
     VariableB {
         /// The policy's `activations`.
         #[default]
         Activations = "activations",
-        /// int8 with zero point 0 whatever `activations` says: x86 int8 GEMMs multiply u8 by s8, and OpenVINO runs an
-        /// attention of two uint8 inputs slower.
+        /// int8 with zero point 0 whatever `activations` says: x86 int8 GEMMs multiply u8 by s8, and OpenVINO runs its
+        /// int8 attention only on operands without a zero point (with one it runs the attention in float, the zero
+        /// point a `Subtract` of its own).
         Int8Symmetric = "int8-symmetric",
     }
 }
@@ -189,6 +191,21 @@ keywords! {
         /// integers without the `Mul`, where no other reader shares the weight; a weight-only float reference then
         /// holds the outlier channels in its input.
         Fold = "fold",
+    }
+}
+
+keywords! {
+    /// Where the float branch of split-off outlier channels (`outlier_channels`) takes them from.
+    #[derive(Default)]
+    OutlierBranch {
+        /// Gathered from the MatMul's input itself (a second reader of the widest activation).
+        #[default]
+        Gather = "gather",
+        /// Recomputed from the layer before, where the input is a fully connected layer's output through an
+        /// elementwise activation (the FFN's GELU): that layer and activation on the outlier channels alone, so the
+        /// input keeps one reader (OpenVINO then fuses its pair, and with `outlier_mask = fold` the activation, into
+        /// the layer); gathered where it is not.
+        Recompute = "recompute",
     }
 }
 
@@ -224,6 +241,10 @@ keywords! {
         /// int8, one symmetric scale per column, a DequantizeLinear after each Gather (`Cast` + `Mul` in ONNX
         /// Runtime's CPU layout, `contrib_ops`: the same values, faster there; [`crate::EmbeddingTable`]).
         Int8 = "int8",
+        /// int8 in the file as `int8`, dequantized whole by one DequantizeLinear before its Gathers: a constant an EP
+        /// that folds constants (OpenVINO) turns back into the float table at load, so each lookup gathers float rows
+        /// with no kernel of its own (the table then takes float's memory at run time).
+        Int8Table = "int8-table",
     }
 }
 
@@ -496,6 +517,29 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "variable_min_depth",
+        doc: "a MatMul of two variables (attention's Q·Kᵀ) is quantized only when it contracts over at least this many \
+              elements (its head size), where the graph tells: AMX's int8 tiles contract 64 bytes, so a shallower one \
+              runs faster in bf16 there; 0 = any",
+        values: "a whole number (0 = any)",
+        get: |p| p.variable_min_depth.to_string(),
+        set: |p, v| {
+            p.variable_min_depth = v.parse().map_err(|_| "a whole number (0 = any)".to_owned())?;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "variable_a",
+        doc: "the type of a pair read as A by a MatMul whose B is not a constant (attention's Q, P): as `activations`, \
+              or int8 with zero point 0 (OpenVINO's int8 attention takes no zero point)",
+        values: "activations or int8-symmetric",
+        get: |p| p.variable_a.to_string(),
+        set: |p, v| {
+            p.variable_a = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "precision",
         doc: "the pairs' 8-bit type: integers (as `activations` says), or E4M3 floats for TensorRT (fp8-e4m3fn, largest \
               value 448) or MIGraphX (fp8-e4m3fnuz, 240): zero point 0, scale = range / that value, per-channel \
@@ -541,8 +585,8 @@ pub const OPTIONS: &[PolicyOption] = &[
     },
     PolicyOption {
         key: "embeddings",
-        doc: "embedding tables (float initializers only Gathers read) as they are, or int8 with one scale per column and a DequantizeLinear after each Gather (a 4x smaller table; with contrib_ops, Cast + Mul: the same values, faster on ORT's CPU EP)",
-        values: "float or int8",
+        doc: "embedding tables (float initializers only Gathers read) as they are, or int8 with one scale per column and a DequantizeLinear after each Gather (a 4x smaller table; with contrib_ops, Cast + Mul: the same values, faster on ORT's CPU EP), or int8-table: int8 in the file, dequantized whole before the Gathers (a constant OpenVINO folds at load)",
+        values: "float, int8 or int8-table",
         get: |p| p.embeddings.to_string(),
         set: |p, v| {
             p.embeddings = v.parse()?;
@@ -609,6 +653,18 @@ pub const OPTIONS: &[PolicyOption] = &[
         get: |p| p.outlier_channels.map_or_else(|| "off".to_string(), |r| r.to_string()),
         set: |p, v| {
             p.outlier_channels = off_or_number(v, ratio, "off or a ratio > 1, e.g. 8")?;
+            Ok(())
+        },
+    },
+    PolicyOption {
+        key: "outlier_branch",
+        doc: "where the float branch of outlier channels takes them from: gathered from the MatMul's input, or \
+              recomputed from the fully connected layer and elementwise activation that made it (the input then \
+              keeps one reader, which OpenVINO fuses into that layer)",
+        values: "gather or recompute",
+        get: |p| p.outlier_branch.to_string(),
+        set: |p, v| {
+            p.outlier_branch = v.parse()?;
             Ok(())
         },
     },
@@ -736,6 +792,13 @@ pub struct Policy {
     pub quantize_fc_outputs: bool,
     /// Activation quantization.
     pub activations: Activations,
+    /// A MatMul of two variables (attention's `Q·Kᵀ`) is quantized only when it contracts over at least this many
+    /// elements (its head size), where the graph tells; 0: any (recipes written before it existed read as 0).
+    #[serde(default)]
+    pub variable_min_depth: u32,
+    /// The type of a variable MatMul's A (recipes written before it existed read as `activations`).
+    #[serde(default)]
+    pub variable_a: VariableB,
     /// The type of a variable MatMul's B (recipes written before it existed read as `activations`).
     #[serde(default)]
     pub variable_b: VariableB,
@@ -788,6 +851,9 @@ pub struct Policy {
     /// How outlier channels leave the integer MatMul's input (recipes written before it existed read as `mul`).
     #[serde(default)]
     pub outlier_mask: OutlierMask,
+    /// Where their float branch takes them from (recipes written before it existed read as `gather`).
+    #[serde(default)]
+    pub outlier_branch: OutlierBranch,
     /// Node-name globs: when non-empty, only matching nodes are quantized.
     pub include_nodes: Vec<String>,
     /// Node-name globs never quantized.
@@ -819,9 +885,9 @@ impl Policy {
     /// DQ -> MatMul into `MatMulIntegerToFloat` (real model: all 49), whose float output keeps the outlier channels of
     /// the residual stream that a quantized output (`quantize_outputs = true`, fused into `QLinearMatMul`) clips, and
     /// runs faster too (docs/QUANTIZATION.md). `qnn`: see
-    /// `Policy::qnn` (private) and docs/QUANTIZATION.md. `openvino`: the `cpu` placement, weights and outlier channels
-    /// as plain Q/DQ with int8 activations with a zero point, the attention scores `Q·Kᵀ` integer, every smoothed
-    /// input divided by a `Mul` OpenVINO fuses with its pair (docs/QUANTIZATION.md, "OpenVINO").
+    /// `Policy::qnn` (private) and docs/QUANTIZATION.md. `openvino`: the `cpu` placement, weights, uint8 activations
+    /// and outlier channels as plain Q/DQ, the attention scores `Q·Kᵀ` integer on int8 operands with zero point 0,
+    /// every smoothed input divided by a `Mul` OpenVINO fuses with its pair (docs/QUANTIZATION.md, "OpenVINO").
     pub fn of(preset: Preset) -> Policy {
         let base = Policy::ort_compatible(preset);
         match preset {
@@ -905,20 +971,29 @@ impl Policy {
             preset: Preset::OpenVino,
             // OpenVINO reads Q/DQ pairs; ONNX Runtime's contrib ops it would run as they are written.
             contrib_ops: false,
-            // int8 with a zero point: the grid of the `cpu` preset's uint8 (a GELU output's one-sided range gets all
-            // 256 levels), in the signed type OpenVINO's int8 attention takes (with uint8 it runs the attention in
-            // float).
-            activations: Activations::Int8Asymmetric,
-            // The scores Q·K^T integer (OpenVINO's attention runs in int8), K with zero point 0; the probabilities and
-            // P·V in float (integer P·V moved answers away from FP32's even with 256 levels: docs/QUANTIZATION.md).
+            // The `cpu` preset's uint8 with a zero point for the fully connected layers' inputs (a GELU output's
+            // one-sided range gets all 256 levels): OpenVINO runs u8 x s8 GEMMs natively, an int8 input with zero
+            // point 0 through a slower path with compensation (docs/QUANTIZATION.md). The scores Q·K^T integer, Q and
+            // K int8 with zero point 0: OpenVINO's int8 attention takes signed operands without a zero point (else it
+            // runs the whole attention in float). The probabilities and P·V in float (integer P·V moved answers away
+            // from FP32's even with 256 levels).
             matmul_const_b_only: false,
             softmax_range: SoftmaxRange::Float,
+            variable_a: VariableB::Int8Symmetric,
             variable_b: VariableB::Int8Symmetric,
-            // Every smoothed input divided by a Mul in front of its MatMuls (LayerNorm outputs, attention contexts),
-            // and the outlier channels masked by one: OpenVINO runs each such Mul with the pair's quantization fused
-            // into it, where a pair with no Mul before it is a FakeQuantize of its own (and, at bf16, two conversions).
+            // Every smoothed input divided by a Mul in front of its MatMuls (LayerNorm outputs, attention contexts):
+            // OpenVINO runs each such Mul with the pair's quantization fused into it, where a pair with no Mul before
+            // it is a FakeQuantize of its own (and, at bf16, two conversions).
             smooth_layernorm: SmoothLayerNorm::Mul,
             smooth_context: SmoothContext::Mul,
+            // The outlier channels recomputed from the FFN's input and saturated in the pair (no mask, no second
+            // reader): the GELU output keeps one reader, and OpenVINO fuses the activation and the pair into the up
+            // projection, where a mask Mul over the widest activation was a kernel of its own (docs/QUANTIZATION.md).
+            outlier_branch: OutlierBranch::Recompute,
+            outlier_mask: OutlierMask::Fold,
+            // The embedding tables int8 in the file, dequantized whole before their Gathers: OpenVINO folds that
+            // constant at load, where a DequantizeLinear after each Gather is a Multiply per lookup.
+            embeddings: Embeddings::Int8Table,
             ..cpu
         }
     }
@@ -935,6 +1010,8 @@ impl Policy {
             quantize_outputs: false,
             quantize_fc_outputs: false,
             activations: Activations::Int8Symmetric,
+            variable_min_depth: 0,
+            variable_a: VariableB::Activations,
             variable_b: VariableB::Activations,
             precision: Precision::Int8,
             per_channel: true,
@@ -951,6 +1028,7 @@ impl Policy {
             smooth_layernorm: SmoothLayerNorm::Parameters,
             outlier_channels: None,
             outlier_mask: OutlierMask::Mul,
+            outlier_branch: OutlierBranch::Gather,
             include_nodes: vec![],
             exclude_nodes: vec![],
             exclude_tensors: vec![],
@@ -1227,12 +1305,15 @@ mod tests {
         let mut seed = cpu.clone();
         for (k, v) in [
             ("contrib_ops", "false"),
-            ("activations", "int8-asymmetric"),
             ("matmul_const_b_only", "false"),
             ("softmax_range", "float"),
+            ("variable_a", "int8-symmetric"),
             ("variable_b", "int8-symmetric"),
             ("smooth_layernorm", "mul"),
             ("smooth_context", "mul"),
+            ("outlier_branch", "recompute"),
+            ("outlier_mask", "fold"),
+            ("embeddings", "int8-table"),
         ] {
             seed.set(k, v).unwrap();
         }

@@ -104,15 +104,22 @@ fn check_selected(ix: &GraphIndex, n: &NodeProto, i: usize) -> Result<()> {
 }
 
 /// Whether a selected node's inputs are quantized under `policy`: Adds only when residual (and the policy
-/// quantizes those), MatMul-like ops with a variable B only unless `matmul_const_b_only`, and not one reading
-/// attention probabilities (`P·V`) under `softmax_range = float`.
+/// quantizes those), MatMul-like ops with a variable B only unless `matmul_const_b_only` and when they contract at
+/// least `variable_min_depth` elements, and not one reading attention probabilities (`P·V`) under `softmax_range =
+/// float`.
 fn wants_inputs(ix: &GraphIndex, n: &NodeProto, policy: &Policy) -> bool {
     match n.op_type() {
         "Add" => patterns::is_residual_add(ix, n) && policy.residual_add == ResidualAdd::Quantize,
         _ if patterns::matmul_rule(n).is_some() => {
             let float_probabilities = policy.softmax_range == SoftmaxRange::Float
                 && n.input[..2].iter().any(|t| patterns::is_softmax_output(ix, t));
-            (!policy.matmul_const_b_only || ix.is_initializer(&n.input[1])) && !float_probabilities
+            let constant_b = ix.is_initializer(&n.input[1]);
+            // A MatMul of two variables contracting fewer elements than `variable_min_depth` stays float (one whose
+            // depth the graph does not tell is quantized as the rest of the policy says).
+            let deep_enough = constant_b
+                || policy.variable_min_depth == 0
+                || patterns::contracted_depth(ix, n).is_none_or(|d| d >= i64::from(policy.variable_min_depth));
+            (!policy.matmul_const_b_only || constant_b) && !float_probabilities && deep_enough
         }
         _ => true,
     }

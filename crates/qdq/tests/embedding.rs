@@ -11,7 +11,7 @@ fn cpu_with_int8_embeddings(fp32: &Model) -> (Model, qdq::Plan) {
 }
 
 fn quantized_with(fp32: &Model, policy: qdq::Policy) -> (Model, qdq::Plan) {
-    assert_eq!(policy.embeddings, qdq::Embeddings::Int8);
+    assert_ne!(policy.embeddings, qdq::Embeddings::Float);
     let tensors = qdq::tensors_to_calibrate(fp32, &policy).unwrap();
     qdq::quantize(fp32, &observed_ranges(fp32, &tensors), &policy).unwrap()
 }
@@ -123,4 +123,36 @@ fn tables_with_other_readers_or_excluded_stay_float() {
     let (q, plan) = qdq::quantize(&fp32, &observed_ranges(&fp32, &tensors), &policy).unwrap();
     assert!(plan.embeddings.is_empty());
     assert!(q.graph().initializer(words).is_some());
+}
+
+/// Issue 75: `embeddings = int8-table` (the `openvino` preset's) stores the same int8 table and scales, dequantized
+/// whole by one DequantizeLinear (axis 1) before its Gathers, which read float rows: exactly the row-dequantized
+/// model's outputs, with no node after any Gather.
+#[test]
+fn a_table_dequantized_whole_computes_what_its_rows_do() {
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let mut rows = unsmoothed("cpu");
+        rows.set("contrib_ops", "false").unwrap();
+        let mut whole = rows.clone();
+        whole.set("embeddings", "int8-table").unwrap();
+        let (by_rows, _) = quantized_with(&fp32, rows);
+        let (q, plan) = quantized_with(&fp32, whole);
+        assert!(!plan.embeddings.is_empty() && plan.embeddings.iter().all(|e| e.rows == qdq::RowDequantize::Table));
+        let g = q.graph();
+        for e in &plan.embeddings {
+            let dq = g
+                .node
+                .iter()
+                .filter(|n| n.op_type() == "DequantizeLinear" && n.input[0] == format!("{}_quantized", e.table));
+            let dq: Vec<_> = dq.collect();
+            assert_eq!(dq.len(), 1, "{}: one DequantizeLinear of the table", e.table);
+            let gathers = g.node.iter().filter(|n| n.op_type() == "Gather" && n.input[0] == dq[0].output[0]).count();
+            assert_eq!(gathers, e.gathers.len(), "{}", e.table);
+        }
+        let gathered: Vec<&String> = g.node.iter().filter(|n| n.op_type() == "Gather").map(|n| &n.output[0]).collect();
+        assert!(!g.node.iter().any(|n| n.op_type() == "DequantizeLinear" && gathered.contains(&&n.input[0])));
+        let outputs = ["start_logits", "end_logits"];
+        assert_eq!(run(&q, &outputs), run(&by_rows, &outputs), "{ln:?}");
+    }
 }

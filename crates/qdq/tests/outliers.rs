@@ -179,3 +179,74 @@ fn a_folded_mask_leaves_the_same_integers_without_its_mul() {
     let (kept, _) = qdq::quantize(&s, &ranges, &folding).unwrap();
     assert_eq!(mask_muls(&kept), 1, "a shared weight keeps its rows: the mask stays");
 }
+
+/// Issue 75: `outlier_branch = recompute` takes the outlier channels from the layer that made the GELU output (the up
+/// projection on those columns, then a copy of the activation) instead of gathering them from it: the float model
+/// computes the same, the GELU output keeps one reader besides the mask (folded away with `outlier_mask = fold`, so
+/// only its pair reads it), through a smoothing `Mul` in front of the up projection too (read from its input, the
+/// factors in the branch's weight). A policy without it gathers as before; an input no layer and activation made is
+/// gathered too.
+#[test]
+fn a_recomputed_branch_leaves_the_gelu_output_one_reader() {
+    let fp32 = with_gelu_outlier(tiny_bert(Ln::Fused));
+    let mut recompute = policy();
+    recompute.set("outlier_branch", "recompute").unwrap();
+    let absmax = channel_absmax_on(&fp32, &qdq::outlier_candidates(&fp32, &recompute).unwrap(), &feed());
+    let mut s = fp32.clone();
+    let done = qdq::split_outliers(&mut s, &recompute, &absmax).unwrap();
+    assert!(done.iter().any(|d| d.tensor == GELU && d.channels == [PLANTED]), "{done:?}");
+    s.validate().unwrap();
+    let d = max_abs_diff(&logits(&s), &logits(&fp32));
+    assert!(d < 1e-4, "the recomputed branch moved the float logits by {d}");
+    let ops = |m: &Model| -> Vec<String> {
+        m.graph().node.iter().filter(|n| qdq::is_outlier_branch(n)).map(|n| n.op_type().to_owned()).collect()
+    };
+    let branch = ops(&s);
+    assert!(!branch.iter().any(|o| o == "Gather"), "{branch:?}");
+    assert!(branch.iter().any(|o| o == "Erf"), "the GELU recomputed on the outlier channel: {branch:?}");
+    let readers = |m: &Model| m.graph().node.iter().filter(|n| n.input.iter().any(|i| i == GELU)).count();
+    assert_eq!(readers(&s), 1, "the mask alone reads the GELU output");
+    // Quantized with the mask folded: the pair alone reads it, and the down projection's output is what the
+    // gathering split gives up to the branch's float (the same integers in the pair).
+    let mut folding = recompute.clone();
+    folding.set("outlier_mask", "fold").unwrap();
+    let ranges = observed_ranges(&s, &qdq::tensors_to_calibrate(&s, &folding).unwrap());
+    let (q, _) = qdq::quantize(&s, &ranges, &folding).unwrap();
+    let only: Vec<&str> =
+        q.graph().node.iter().filter(|n| n.input.iter().any(|i| i == GELU)).map(|n| n.op_type()).collect();
+    assert_eq!(only, ["QuantizeLinear"]);
+    let (g, _) = split(&fp32);
+    let (gathered, _) = qdq::quantize(&g, &ranges_of(&g), &policy()).unwrap();
+    let (a, b, want) = (ffn_out(&q), ffn_out(&gathered), ffn_out(&fp32));
+    assert!(max_abs_diff(&a, &b) < 0.05 * max_abs_diff(&b, &want).max(1e-3) + 1e-3, "{a:?} {b:?}");
+
+    // Through a smoothing Mul in front of the up projection: the branch reads its input.
+    let mut smoothed = fp32.clone();
+    let up = "/bert/encoder/layer.0/intermediate/dense/MatMul";
+    let x = smoothed.graph().node.iter().find(|n| n.name() == up).unwrap().input[0].clone();
+    let factors: Vec<f32> = (0..HIDDEN).map(|k| 0.5 + k as f32 / HIDDEN as f32).collect();
+    let w = smoothed.graph().node.iter().find(|n| n.name() == up).unwrap().input[1].clone();
+    let mut wt = onnx_ir::tensor_to_array::<f32>(smoothed.graph().initializer(&w).unwrap()).unwrap();
+    for (mut row, f) in wt.outer_iter_mut().zip(&factors) {
+        row /= *f;
+    }
+    let g = smoothed.graph_mut();
+    g.add_initializer(onnx_ir::array_to_tensor(&w, &wt));
+    g.add_initializer(tensor_from_vec::<f32>("smooth_f", &[HIDDEN], factors).unwrap());
+    let i = g.node.iter().position(|n| n.name() == up).unwrap();
+    g.node[i].input[0] = "x_smoothed".into();
+    g.insert_nodes(i, vec![onnx_ir::node("Mul", "x_smooth", &[&x, "smooth_f"], &["x_smoothed"])]);
+    let mut s2 = smoothed.clone();
+    let absmax = channel_absmax_on(&smoothed, &qdq::outlier_candidates(&smoothed, &recompute).unwrap(), &feed());
+    qdq::split_outliers(&mut s2, &recompute, &absmax).unwrap();
+    let d = max_abs_diff(&logits(&s2), &logits(&smoothed));
+    assert!(d < 1e-4, "through the smoothing Mul: {d}");
+    let branch_mm = s2.graph().node.iter().find(|n| qdq::is_outlier_branch(n) && n.name().contains("outlier_columns"));
+    assert_eq!(branch_mm.map(|n| n.input[0].as_str()), Some(x.as_str()), "the branch reads the Mul's input");
+    assert_eq!(s2.graph().node.iter().filter(|n| n.input.iter().any(|t| t == "x_smoothed")).count(), 1);
+}
+
+/// The ranges of every tensor `policy()` calibrates on `m`.
+fn ranges_of(m: &Model) -> qdq::Ranges {
+    observed_ranges(m, &qdq::tensors_to_calibrate(m, &policy()).unwrap())
+}

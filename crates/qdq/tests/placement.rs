@@ -308,3 +308,39 @@ fn attention_scores_alone_or_probabilities_as_uint8() {
         }
     }
 }
+
+/// Issue 75: OpenVINO runs its int8 attention only on operands without a zero point, so `variable_a` makes the scores'
+/// A (`Q`) int8 with zero point 0 as `variable_b` does `K`; and `variable_min_depth` leaves `Q·Kᵀ` float when it
+/// contracts fewer elements than that (the head size, told from the Reshape that split the heads): AMX's int8 tiles
+/// contract 64 bytes.
+#[test]
+fn attention_operands_without_a_zero_point_and_only_deep_enough() {
+    let scores = format!("{LAYER}/attention/self/MatMul");
+    for ln in [Ln::Decomposed, Ln::Fused] {
+        let fp32 = tiny_bert(ln);
+        let mut policy = unsmoothed("openvino");
+        policy.set("outlier_channels", "off").unwrap();
+        let (q, _) = qdq::quantize(&fp32, &ranges_for(&fp32, &policy), &policy).unwrap();
+        q.validate().unwrap();
+        assert!(input_is_dq(&q, &scores, 0) && input_is_dq(&q, &scores, 1), "{ln:?}");
+        let cov = qdq::coverage(&q);
+        for slot in [0, 1] {
+            let p = cov.pairs.iter().find(|p| p.consumers.contains(&(scores.clone(), slot))).unwrap();
+            assert_eq!((p.qtype, p.zero_points.as_slice()), (qdq::QuantType::Int8, &[0][..]), "{ln:?} input {slot}");
+        }
+        // The other activations keep their zero points (the fully connected layers' uint8).
+        let asymmetric = cov.pairs.iter().filter(|p| !p.is_initializer).any(|p| p.zero_points.iter().any(|&z| z != 0));
+        assert!(asymmetric, "{ln:?}");
+        // The tiny BERT's one head holds HIDDEN channels: at that depth the scores stay integer, one deeper they are
+        // float, and nothing else changes.
+        for (depth, integer) in [(HIDDEN, true), (HIDDEN + 1, false)] {
+            policy.set("variable_min_depth", &depth.to_string()).unwrap();
+            let (d, _) = qdq::quantize(&fp32, &ranges_for(&fp32, &policy), &policy).unwrap();
+            assert_eq!(input_is_dq(&d, &scores, 0), integer, "{ln:?} depth {depth}");
+            let float: Vec<String> = qdq::coverage(&d).float_matmul_like.into_iter().map(|f| f.node).collect();
+            assert_eq!(float.contains(&scores), !integer, "{ln:?} {float:?}");
+            assert!(float.iter().all(|n| n.contains("/attention/self/MatMul")), "{float:?}");
+        }
+        policy.set("variable_min_depth", "0").unwrap();
+    }
+}
