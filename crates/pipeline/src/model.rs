@@ -128,6 +128,21 @@ pub fn save_model(model: &onnx_ir::Model, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The model's metadata key naming the kind of CPU its layout was made for ([`record_target_cpu`]).
+pub const TARGET_CPU_KEY: &str = "qdq.target_cpu";
+
+/// Records in `model`'s metadata the kind of CPU its layout was made for (`amx`, `avx512-bf16`, `vnni`, `avx2`), where
+/// the preset's layout depends on it: whoever serves the model can tell what it was made for.
+pub fn record_target_cpu(model: &mut onnx_ir::Model, cpu: Option<runtime::CpuKind>) {
+    let Some(cpu) = cpu else { return };
+    let props = &mut model.proto.metadata_props;
+    props.retain(|e| e.key() != TARGET_CPU_KEY);
+    props.push(onnx_ir::proto::StringStringEntryProto {
+        key: Some(TARGET_CPU_KEY.to_owned()),
+        value: Some(cpu.to_string()),
+    });
+}
+
 /// What the model at `p` takes on disk, in bytes: the file and the external data files it references (0 if it
 /// cannot be read).
 pub fn model_size(p: &Path) -> u64 {

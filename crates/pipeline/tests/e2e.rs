@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use onnx_ir::tiny_bert::{GraphForm, LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, Invocation, IoNames,
-    MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicySettings, SquadE2e, SquadVersion,
-    TaskResult,
+    MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicyOverride, PolicySettings,
+    SquadE2e, SquadVersion, TaskResult,
 };
 use runtime::SessionConfig;
 
@@ -75,10 +75,20 @@ fn config(model: PathBuf, out: PathBuf, policy: &str) -> E2eConfig {
         policy: qdq::Policy::preset(policy).unwrap(),
         compare: vec!["minmax".to_owned(), "entropy".to_owned()],
         also: vec![],
-        policy_choice: PolicyChoice { preset: policy.parse().unwrap(), chosen_by: "--policy".to_owned() },
+        policy_choice: PolicyChoice {
+            preset: policy.parse().unwrap(),
+            chosen_by: "--policy".to_owned(),
+            target_cpu: None,
+        },
         mode: Mode::Static,
         invocation: Invocation { command_line: vec!["qdq".into(), "e2e".into()], build_commit: String::new() },
-        eval: EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 1, workers: 1 },
+        eval: EvalOptions {
+            batch: 3,
+            session: SessionConfig::default(),
+            warmup: 1,
+            workers: 1,
+            at_default_float: true,
+        },
         no_eval: false,
         other_eps: vec![],
         profile_ops: false,
@@ -433,7 +443,8 @@ fn warmup_runs_are_not_timed_and_change_nothing() {
     let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
     data.fit_model(&model, Path::new("tiny.onnx")).unwrap();
     let run = |warmup| {
-        let opts = EvalOptions { batch: 2, session: SessionConfig::default(), warmup, workers: 1 };
+        let opts =
+            EvalOptions { batch: 2, session: SessionConfig::default(), warmup, workers: 1, at_default_float: true };
         qdq_pipeline::evaluate(runtime::ModelSource::Bytes(&bytes), "tiny.onnx", &data, &opts, "eval", &NoProgress)
             .unwrap()
     };
@@ -457,7 +468,7 @@ fn sessions_side_by_side_answer_as_one_session() {
     let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &cfg, &tok, 0).unwrap();
     data.fit_model(&model, Path::new("tiny.onnx")).unwrap();
     let run = |workers, batch| {
-        let opts = EvalOptions { batch, session: SessionConfig::default(), warmup: 0, workers };
+        let opts = EvalOptions { batch, session: SessionConfig::default(), warmup: 0, workers, at_default_float: true };
         qdq_pipeline::evaluate(runtime::ModelSource::Bytes(&bytes), "tiny.onnx", &data, &opts, "eval", &NoProgress)
             .unwrap()
     };
@@ -487,7 +498,9 @@ fn the_policy_follows_the_ep_unless_given() {
     let ep = |name: &str| name.parse::<runtime::Ep>().unwrap();
     for (name, preset) in [("cpu", "cpu"), ("tensorrt", "tensorrt"), ("migraphx", "migraphx"), ("cuda", "tensorrt")] {
         let (policy, choice) = settings(None, false).policy(&ep(name)).unwrap();
-        assert_eq!(choice, PolicyChoice { preset: preset.parse().unwrap(), chosen_by: format!("--ep {name}") });
+        let expected =
+            PolicyChoice { preset: preset.parse().unwrap(), chosen_by: format!("--ep {name}"), target_cpu: None };
+        assert_eq!(choice, expected);
         assert_eq!(policy.preset.to_string(), preset);
         assert!(choice.to_string().contains("--policy chooses another"), "{choice}");
     }
@@ -497,6 +510,42 @@ fn the_policy_follows_the_ep_unless_given() {
     assert_eq!((choice.preset.to_string().as_str(), choice.chosen_by.as_str()), ("ort-compatible", "--ort-quant"));
     // A preset that does not exist is not a value of the setting at all (the command line refuses it, exit 2).
     assert!("nope".parse::<qdq::Preset>().is_err());
+}
+
+/// Issue 75: the `openvino` preset is laid out for the CPU the model is for, OpenVINO's `--ov-cpu` (this machine's
+/// unless named; on another EP, this machine's): on AMX the attention scores stay float below 64 contracted
+/// elements, every other kind takes the preset as it is; a `--policy-option` still wins, and the choice says the kind.
+#[test]
+fn the_openvino_preset_follows_the_cpu_it_is_for() {
+    let settings = |options: Vec<PolicyOverride>| PolicySettings {
+        preset: None,
+        mode: Mode::Static,
+        ort_quant: false,
+        precision: vec![],
+        options,
+        exclude_nodes: vec![],
+        strict: false,
+    };
+    let ov = |cpu: runtime::CpuKind| runtime::Ep::OpenVino(runtime::OpenVinoOptions { cpu, ..Default::default() });
+    let base = qdq::Policy::preset("openvino").unwrap();
+    for cpu in [runtime::CpuKind::Amx, runtime::CpuKind::Avx512Bf16, runtime::CpuKind::Vnni, runtime::CpuKind::Avx2] {
+        let (policy, choice) = settings(vec![]).policy(&ov(cpu)).unwrap();
+        assert_eq!((choice.preset, choice.target_cpu), (qdq::Preset::OpenVino, Some(cpu)));
+        assert!(choice.to_string().contains(&format!("for {cpu} CPUs")), "{choice}");
+        let depth = if cpu == runtime::CpuKind::Amx { 64 } else { 0 };
+        assert_eq!(policy.variable_min_depth, depth, "{cpu}");
+        // Nothing else differs from the preset.
+        assert_eq!(qdq::Policy { variable_min_depth: 0, ..policy }, base, "{cpu}");
+    }
+    let option = vec![PolicyOverride { key: "variable_min_depth", value: "16".into() }];
+    let (policy, _) = settings(option).policy(&ov(runtime::CpuKind::Amx)).unwrap();
+    assert_eq!(policy.variable_min_depth, 16);
+    // `--policy openvino` on the CPU EP: this machine's kind; other presets name none.
+    let on_cpu = PolicySettings { preset: Some(qdq::Preset::OpenVino), ..settings(vec![]) };
+    let (_, choice) = on_cpu.policy(&runtime::Ep::Cpu).unwrap();
+    assert_eq!(choice.target_cpu, Some(runtime::CpuKind::host()));
+    let (_, choice) = settings(vec![]).policy(&runtime::Ep::Cpu).unwrap();
+    assert_eq!(choice.target_cpu, None);
 }
 
 /// Issue 16: the Gemm form and ONNX Runtime's fused form go through the whole job (smoothing, calibration,
@@ -1000,7 +1049,8 @@ fn a_stacked_qa_output_is_both_logits() {
         model.save(&path).unwrap();
         let mut data = Corpus::load(&testdata("squad/tiny-v1.1.json"), &auto, &tok, 0).unwrap();
         data.fit_model(model, &path).unwrap();
-        let opts = EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 0, workers: 1 };
+        let opts =
+            EvalOptions { batch: 3, session: SessionConfig::default(), warmup: 0, workers: 1, at_default_float: true };
         let e =
             qdq_pipeline::evaluate(runtime::ModelSource::File(&path), name, &data, &opts, "eval", &NoProgress).unwrap();
         f1.push((e.score.f1, e.score.exact_match, e.predictions));

@@ -58,3 +58,96 @@ pub fn bf16_matmul() -> Option<&'static str> {
     }
     None
 }
+
+/// The kind of x86 CPU a model is laid out for, by what decides its INT8 and bf16 speed: the instructions OpenVINO's
+/// and ONNX Runtime's kernels choose between. A model is often quantized on one machine and served on another, so the
+/// kind is a setting ([`CpuKind::host`] when none is named) and recorded with the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CpuKind {
+    /// AMX tiles (Xeons since Sapphire Rapids): bf16 and int8 matrix multiplies, int8 tiles contracting 64 bytes.
+    Amx,
+    /// AVX512-BF16 without AMX (Zen 4 / 5, Cooper Lake): bf16 dot products and AVX-512 VNNI.
+    Avx512Bf16,
+    /// 8-bit dot products (AVX-512 VNNI, AVX-VNNI), no bf16 instructions.
+    Vnni,
+    /// None of those (AVX2): 8-bit products in widening multiply-adds, bf16 emulated.
+    Avx2,
+}
+
+impl CpuKind {
+    /// Every kind's name, as [`CpuKind::from_str`](std::str::FromStr) takes it.
+    pub const NAMES: &'static [&'static str] = &["amx", "avx512-bf16", "vnni", "avx2"];
+
+    /// The kind of the CPU running this process.
+    pub fn host() -> CpuKind {
+        match bf16_matmul() {
+            Some("AMX") => CpuKind::Amx,
+            Some(_) => CpuKind::Avx512Bf16,
+            None if int8_dot_product().is_some() => CpuKind::Vnni,
+            None => CpuKind::Avx2,
+        }
+    }
+
+    /// Its name ([`CpuKind::NAMES`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuKind::Amx => "amx",
+            CpuKind::Avx512Bf16 => "avx512-bf16",
+            CpuKind::Vnni => "vnni",
+            CpuKind::Avx2 => "avx2",
+        }
+    }
+
+    /// Its bf16 matrix instructions, as [`bf16_matmul`] names the host's: where there are some, OpenVINO's CPU device
+    /// runs a float model in bf16 unless told otherwise.
+    pub fn bf16_matmul(self) -> Option<&'static str> {
+        match self {
+            CpuKind::Amx => Some("AMX"),
+            CpuKind::Avx512Bf16 => Some("AVX512-BF16"),
+            CpuKind::Vnni | CpuKind::Avx2 => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CpuKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CpuKind {
+    /// What is accepted.
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.trim().to_ascii_lowercase().replace('_', "-");
+        match lower.as_str() {
+            "amx" => Ok(CpuKind::Amx),
+            "avx512-bf16" | "avx512bf16" => Ok(CpuKind::Avx512Bf16),
+            "vnni" | "avx512-vnni" | "avx-vnni" => Ok(CpuKind::Vnni),
+            "avx2" => Ok(CpuKind::Avx2),
+            _ => Err(format!("`{s}`: expected {}", CpuKind::NAMES.join(", "))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name parses back to its kind; the host is one of them; only the bf16 kinds name bf16 instructions, as
+    /// the host's own answer does.
+    #[test]
+    fn kinds_round_trip_and_agree_with_the_host() {
+        for name in CpuKind::NAMES {
+            let kind: CpuKind = name.parse().unwrap();
+            assert_eq!(kind.name(), *name);
+            assert_eq!(kind.to_string(), *name);
+        }
+        assert_eq!("AVX512_VNNI".parse::<CpuKind>(), Ok(CpuKind::Vnni));
+        assert!("sse4".parse::<CpuKind>().unwrap_err().contains("amx, avx512-bf16, vnni, avx2"));
+        let host = CpuKind::host();
+        assert_eq!(host.bf16_matmul(), bf16_matmul());
+        assert_eq!(matches!(host, CpuKind::Amx | CpuKind::Avx512Bf16), host.bf16_matmul().is_some());
+    }
+}

@@ -44,11 +44,14 @@ pub struct OpenVinoOptions {
     pub precision: String,
     /// OpenVINO's model cache (`CACHE_DIR`): compiled models are kept there between runs.
     pub cache_dir: Option<PathBuf>,
+    /// The kind of CPU the models are for (the CPU device's): its bf16 instructions make bf16 the float its users run
+    /// ([`Ep::default_float`]). This machine's unless named.
+    pub cpu: crate::CpuKind,
 }
 
 impl Default for OpenVinoOptions {
     fn default() -> Self {
-        OpenVinoOptions { device: "CPU".into(), precision: "f32".into(), cache_dir: None }
+        OpenVinoOptions { device: "CPU".into(), precision: "f32".into(), cache_dir: None, cpu: crate::CpuKind::host() }
     }
 }
 
@@ -335,18 +338,22 @@ impl Ep {
         }
     }
 
-    /// The precision the float parts run in, for EPs where it is a setting of its own (OpenVINO's): what a result
-    /// on this EP has to say next to its F1.
+    /// The precision the float parts run in, for EPs where it is a setting of its own (OpenVINO's; TensorRT's and
+    /// MIGraphX's FP16 mode, when on): what a result on this EP has to say next to its F1.
     pub fn float_precision(&self) -> Option<&str> {
         match self {
             Ep::OpenVino(o) => Some(&o.precision),
-            _ => None,
+            Ep::TensorRt(TensorRtOptions { fp16: true, .. }) | Ep::MiGraphX(MiGraphXOptions { fp16: true, .. }) => {
+                Some("fp16")
+            }
+            Ep::Cpu | Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } | Ep::Qnn(_) => None,
         }
     }
 
     /// This EP as its users run a float model when they set nothing, where that differs from this configuration, with
     /// the precision's name: the FP32 baseline a speed-up is honestly measured against. OpenVINO's CPU device runs
-    /// float parts in bf16 on a CPU with bf16 matrix instructions ([`crate::bf16_matmul`]; qdq's sessions ask for f32
+    /// float parts in bf16 on a CPU with bf16 matrix instructions (its `cpu` kind's, [`crate::CpuKind::bf16_matmul`]:
+    /// this machine's unless another is named; qdq's sessions ask for f32
     /// unless told otherwise), its GPU device in f16; TensorRT and MIGraphX users build FP16 engines. `None`: no other
     /// precision to compare in (the CPU EP, CUDA and ROCm run a float model's own types; QNN is not timed).
     pub fn default_float(&self) -> Option<(Ep, &'static str)> {
@@ -356,7 +363,7 @@ impl Ep {
         match self {
             Ep::OpenVino(o) => {
                 let native = match self.device_kind() {
-                    "CPU" => crate::bf16_matmul().map(|_| "bf16")?,
+                    "CPU" => o.cpu.bf16_matmul().map(|_| "bf16")?,
                     "GPU" => "f16",
                     _ => return None,
                 };
@@ -373,6 +380,18 @@ impl Ep {
                 Some((ep, "fp16"))
             }
             Ep::Cpu | Ep::Cuda { .. } | Ep::Rocm { .. } | Ep::Qnn(_) => None,
+        }
+    }
+
+    /// The kind of CPU models on this EP are for: OpenVINO's CPU device's (its `cpu` option), this machine's for the CPU
+    /// EP; `None` for EPs on other devices.
+    pub fn cpu_kind(&self) -> Option<crate::CpuKind> {
+        match self {
+            Ep::OpenVino(o) if self.device_kind() == "CPU" => Some(o.cpu),
+            Ep::Cpu => Some(crate::CpuKind::host()),
+            Ep::OpenVino(_) | Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } | Ep::Qnn(_) => {
+                None
+            }
         }
     }
 
@@ -507,6 +526,7 @@ impl std::fmt::Display for Ep {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CpuKind;
 
     #[test]
     fn every_ep_has_a_row_the_predicates_read() {
@@ -568,7 +588,17 @@ mod tests {
             }
             None => assert!(ov.default_float().is_none()),
         }
+        // A CPU named for another machine: bf16 where that kind has bf16 matrix instructions, whatever this one has.
+        for (kind, native) in [(CpuKind::Amx, Some("bf16")), (CpuKind::Avx512Bf16, Some("bf16")), (CpuKind::Vnni, None)]
+        {
+            let ep = Ep::OpenVino(OpenVinoOptions { cpu: kind, ..Default::default() });
+            assert_eq!(ep.default_float().map(|(_, n)| n), native, "{kind}");
+            assert_eq!(ep.cpu_kind(), Some(kind));
+        }
+        let bf16 = Ep::OpenVino(OpenVinoOptions { cpu: CpuKind::Amx, precision: "bf16".into(), ..Default::default() });
+        assert!(bf16.default_float().is_none(), "already at its default");
         let gpu = Ep::OpenVino(OpenVinoOptions { device: "GPU.0".into(), ..Default::default() });
+        assert_eq!(gpu.cpu_kind(), None);
         assert_eq!(
             gpu.default_float().map(|(e, n)| (e.float_precision().map(str::to_owned), n)),
             Some((Some("f16".into()), "f16"))

@@ -54,7 +54,7 @@ mod profile;
 mod session;
 mod tensor;
 
-pub use cpu::{bf16_matmul, int8_dot_product};
+pub use cpu::{CpuKind, bf16_matmul, int8_dot_product};
 pub use ep::{Capabilities, Ep, MiGraphXOptions, OpenVinoOptions, QnnOptions, TensorRtOptions};
 pub use library::{Install, LIBRARY_ENV, OrtInfo, available_providers, init, locate_library};
 pub use observe::Observer;

@@ -64,7 +64,7 @@ impl Job for CalibrateJob {
         if self.policy.mode == Mode::Dynamic {
             return Err(Error::Usage("--mode dynamic needs no calibration: run `qdq quantize --mode dynamic`".into()));
         }
-        let (policy, choice) = self.policy.policy(&self.target.ep)?;
+        let (policy, choice) = self.policy.policy(&self.target.ep())?;
         tracing::info!("{choice}");
         // An --out that cannot hold the tables fails now, not after the pass.
         let run = open_run_dir(&self.out, "--out", "qdq calibrate")?;

@@ -90,13 +90,13 @@ impl Job for QuantizeJob {
                 recipe.display(),
                 r.policy.preset
             );
-            return self.quantize_static(&resolve_model(&r.model)?, &r.ranges, &r.policy);
+            return self.quantize_static(&resolve_model(&r.model)?, &r.ranges, (&r.policy, None));
         }
         let Some(model) = &self.model else {
             return Err(Error::Usage("qdq quantize needs --model FILE (or --recipe FILE)".into()));
         };
         let model = resolve_model(model)?;
-        let (policy, choice) = self.policy.policy(&self.target.ep)?;
+        let (policy, choice) = self.policy.policy(&self.target.ep())?;
         tracing::info!("{choice}");
         if self.policy.mode == Mode::Dynamic {
             return self.quantize_dynamic(&model, &policy);
@@ -104,13 +104,19 @@ impl Job for QuantizeJob {
         let Some(ranges) = &self.ranges else {
             return Err(Error::Usage("qdq quantize needs --ranges FILE (or --mode dynamic, which needs none)".into()));
         };
-        self.quantize_static(&model, ranges, &policy)
+        self.quantize_static(&model, ranges, (&policy, choice.target_cpu))
     }
 }
 
 impl QuantizeJob {
-    /// Q/DQ pairs placed by `policy` with the ranges of the table `ranges` into the model at `model_path`.
-    fn quantize_static(&self, model_path: &Path, ranges: &Path, policy: &Policy) -> Result<QuantizeReport> {
+    /// Q/DQ pairs placed by `policy` with the ranges of the table `ranges` into the model at `model_path`, the kind of
+    /// CPU its layout was made for (`target_cpu`) recorded in it.
+    fn quantize_static(
+        &self,
+        model_path: &Path,
+        ranges: &Path,
+        (policy, target_cpu): (&Policy, Option<runtime::CpuKind>),
+    ) -> Result<QuantizeReport> {
         let model = load_for_quantization(model_path)?;
         let table = read_table(ranges, &model, model_path, policy)?;
         let plan = plan(&model, model_path, &table, policy)?;
@@ -119,6 +125,7 @@ impl QuantizeJob {
         };
         let mut model = model;
         plan.apply(&mut model)?;
+        crate::model::record_target_cpu(&mut model, target_cpu);
         save_model(&model, output)?;
         carry_tokenizer_files(model_path, output)?;
         carry_folder(model_path, output)?;

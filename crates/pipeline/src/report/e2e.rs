@@ -113,10 +113,11 @@ fn calibration_section(md: &mut String, c: &CalibrationSummary) {
 fn quantization_section(md: &mut String, q: &QuantizationSummary) {
     let _ = writeln!(
         md,
-        "- mode: {}\n- policy: {} (chosen by {})\n- quantized tensors: {}\n- int8 embedding tables: {}\n- \
+        "- mode: {}\n- policy: {}{} (chosen by {})\n- quantized tensors: {}\n- int8 embedding tables: {}\n- \
          QuantizeLinear nodes: {}, DequantizeLinear nodes: {}",
         q.mode,
         q.policy,
+        q.target_cpu.as_ref().map_or(String::new(), |c| format!(", laid out for {c} CPUs")),
         q.policy_chosen_by,
         q.quantized_tensors,
         q.embedding_tables,

@@ -80,6 +80,10 @@ pub struct QuantizationSummary {
     /// What chose the preset: `--policy`, `--ort-quant`, or `--ep <name>` (the EP's own preset).
     #[serde(default)]
     pub policy_chosen_by: String,
+    /// The kind of CPU the preset laid the model out for, where its layout depends on it (`amx`, `avx512-bf16`,
+    /// `vnni`, `avx2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_cpu: Option<String>,
     pub quantized_tensors: usize,
     pub quantize_nodes: usize,
     pub dequantize_nodes: usize,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use qdq::{Policy, Preset};
-use runtime::Ep;
+use runtime::{CpuKind, Ep};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -98,6 +98,22 @@ pub struct Target {
     /// --cal-ep.
     #[cfg_attr(feature = "cli", arg(long, default_value = "cpu", value_name = "EP"))]
     pub ep: Ep,
+    /// OpenVINO: the CPU the model is for: amx, avx512-bf16, vnni, avx2 [default: this one]
+    ///
+    /// The `openvino` preset lays the model out for it (docs/QUANTIZATION.md), and the model records it.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "KIND", hide_short_help = true))]
+    pub ov_cpu: Option<CpuKind>,
+}
+
+impl Target {
+    /// The EP with the CPU `--ov-cpu` names, for OpenVINO.
+    pub fn ep(&self) -> Ep {
+        let mut ep = self.ep.clone();
+        if let (Ep::OpenVino(o), Some(cpu)) = (&mut ep, self.ov_cpu) {
+            o.cpu = cpu;
+        }
+        ep
+    }
 }
 
 /// One `--policy-option KEY=VALUE`, checked as it is read: the key is an option of [`qdq::OPTIONS`] and the value
@@ -254,15 +270,42 @@ pub struct PolicyChoice {
     pub preset: Preset,
     /// `--policy`, `--ort-quant`, or `--ep <name>` when the preset followed the EP.
     pub chosen_by: String,
+    /// The kind of CPU the preset laid the model out for, where its layout depends on it (`openvino`: the EP's
+    /// `--ov-cpu`, this machine's unless named).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "cpu_name")]
+    pub target_cpu: Option<CpuKind>,
 }
 
 impl fmt::Display for PolicyChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = self.target_cpu.map_or(String::new(), |c| format!(" for {c} CPUs"));
         if self.chosen_by.starts_with("--ep") {
-            write!(f, "policy {} (the preset for {}; --policy chooses another)", self.preset, self.chosen_by)
+            write!(f, "policy {}{target} (the preset for {}; --policy chooses another)", self.preset, self.chosen_by)
         } else {
-            write!(f, "policy {} (from {})", self.preset, self.chosen_by)
+            write!(f, "policy {}{target} (from {})", self.preset, self.chosen_by)
         }
+    }
+}
+
+/// A CPU kind by its name.
+fn cpu_name<S: serde::Serializer>(cpu: &Option<CpuKind>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match cpu {
+        Some(c) => s.serialize_str(c.name()),
+        None => s.serialize_none(),
+    }
+}
+
+/// The depth AMX's int8 tiles contract (64 bytes): a MatMul of two variables contracting fewer elements (attention
+/// heads of 32) ran its int8 attention slower than bf16 there (docs/QUANTIZATION.md, "OpenVINO").
+pub const AMX_INT8_DEPTH: u32 = 64;
+
+/// The `openvino` preset's choices for the kind of CPU the model is for (docs/QUANTIZATION.md, "OpenVINO"): on AMX the
+/// attention scores stay float where they contract fewer elements than its int8 tiles do; the other kinds take the
+/// preset as it is (their int8 attention ran faster than bf16 and f32).
+pub fn for_cpu(policy: &mut Policy, cpu: CpuKind) {
+    match cpu {
+        CpuKind::Amx => policy.variable_min_depth = AMX_INT8_DEPTH,
+        CpuKind::Avx512Bf16 | CpuKind::Vnni | CpuKind::Avx2 => {}
     }
 }
 
@@ -275,7 +318,9 @@ impl PolicySettings {
             (Some(p), false) => (p, "--policy".to_owned()),
             (None, false) => (preset_for_ep(ep), format!("--ep {}", ep.short_name())),
         };
-        PolicyChoice { preset, chosen_by }
+        // The CPU the model is for: OpenVINO's CPU device's, this machine's on an EP that names none.
+        let target_cpu = (preset == Preset::OpenVino).then(|| ep.cpu_kind().unwrap_or_else(CpuKind::host));
+        PolicyChoice { preset, chosen_by, target_cpu }
     }
 
     /// The policy for a model meant for `ep` (overrides applied in order, then the exclusions and `strict`), and
@@ -315,6 +360,9 @@ impl PolicySettings {
         let mut out = vec![];
         for p in self.precisions() {
             let mut policy = Policy::of(choice.preset);
+            if let Some(cpu) = choice.target_cpu {
+                for_cpu(&mut policy, cpu);
+            }
             policy.precision = p.for_preset(choice.preset)?;
             if p == PrecisionChoice::Fp8 {
                 // The weights as float8 initializers: the values a float weight behind its pair stands for, in a

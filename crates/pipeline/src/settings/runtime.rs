@@ -46,11 +46,18 @@ pub struct OpenVinoSettings {
     /// OpenVINO: model cache directory (compiled models kept between runs)
     #[cfg_attr(feature = "cli", arg(long, value_name = "DIR", hide_short_help = true))]
     pub ov_cache: Option<PathBuf>,
+    /// OpenVINO: the CPU the model is for: amx, avx512-bf16, vnni, avx2 [default: this one]
+    ///
+    /// The `openvino` preset lays the model out for it (docs/QUANTIZATION.md), FP32 is also measured at the float its
+    /// users run there (bf16 on amx and avx512-bf16), and the model and results.json record it. Speed measured on
+    /// another kind of CPU says little of this one's.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "KIND", hide_short_help = true))]
+    pub ov_cpu: Option<runtime::CpuKind>,
 }
 
 impl Default for OpenVinoSettings {
     fn default() -> Self {
-        OpenVinoSettings { ov_precision: "f32".into(), ov_device: "CPU".into(), ov_cache: None }
+        OpenVinoSettings { ov_precision: "f32".into(), ov_device: "CPU".into(), ov_cache: None, ov_cpu: None }
     }
 }
 
@@ -60,6 +67,7 @@ impl OpenVinoSettings {
         o.precision.clone_from(&self.ov_precision);
         o.device = self.ov_device.to_ascii_uppercase();
         o.cache_dir.clone_from(&self.ov_cache);
+        o.cpu = self.ov_cpu.unwrap_or_else(runtime::CpuKind::host);
     }
 }
 
@@ -179,6 +187,14 @@ pub struct RuntimeSettings {
     /// TensorRT builds its engine on the first run, and every EP allocates on it; answers are unaffected.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N", hide_short_help = true))]
     pub warmup: usize,
+    /// Do not evaluate the models again at the EP's own default float precision
+    ///
+    /// Where the EP runs a float model in another precision than the session's when nothing is set (OpenVINO's bf16
+    /// on a CPU with bf16 instructions, FP16 engines), e2e and eval --baseline evaluate both models again at it (the
+    /// table's rows of the float its users run) and tune times its candidates at it; this leaves that out (e2e still
+    /// times INT8 against FP32 at it).
+    #[cfg_attr(feature = "cli", arg(long, hide_short_help = true))]
+    pub no_default_float: bool,
 }
 
 impl Default for RuntimeSettings {
@@ -198,6 +214,7 @@ impl Default for RuntimeSettings {
             openvino: OpenVinoSettings::default(),
             qnn: QnnSettings::default(),
             warmup: 1,
+            no_default_float: false,
         }
     }
 }
@@ -206,6 +223,19 @@ impl RuntimeSettings {
     /// The EP that runs the models: the first of `--ep`.
     pub fn ep(&self) -> &Ep {
         self.eps.first().unwrap_or(&Ep::Cpu)
+    }
+
+    /// The first of `--ep` with its EP's own settings applied (TensorRT's engine cache, OpenVINO's and QNN's options,
+    /// the CPU OpenVINO's device is for): what the preset is chosen and laid out for.
+    pub fn configured_ep(&self) -> Ep {
+        let mut ep = self.ep().clone();
+        match &mut ep {
+            Ep::TensorRt(o) => o.engine_cache_dir.clone_from(&self.trt_engine_cache),
+            Ep::OpenVino(o) => self.openvino.apply(o),
+            Ep::Qnn(o) => self.qnn.apply(o),
+            Ep::Cpu | Ep::Cuda { .. } | Ep::MiGraphX(_) | Ep::Rocm { .. } => {}
+        }
+        ep
     }
 
     /// The EPs after the first, on which e2e evaluates the same models again.
@@ -267,14 +297,8 @@ impl RuntimeSettings {
     /// The session of an FP32 model: the EP with the seeds' environment switches and `fp16` applied, INT8 mode off;
     /// with `save_load`, the optimised model goes to `dir/model_<tag>_optimized.onnx`.
     pub fn fp32_session(&self, dir: Option<&Path>, tag: &str) -> SessionConfig {
-        let mut ep = self.ep().clone().with_seed_env().without_int8();
+        let mut ep = self.configured_ep().with_seed_env().without_int8();
         ep.set_precision(self.fp16, false);
-        match &mut ep {
-            Ep::TensorRt(o) => o.engine_cache_dir.clone_from(&self.trt_engine_cache),
-            Ep::OpenVino(o) => self.openvino.apply(o),
-            Ep::Qnn(o) => self.qnn.apply(o),
-            _ => {}
-        }
         SessionConfig {
             ep,
             allow_fallback: self.allow_fallback,

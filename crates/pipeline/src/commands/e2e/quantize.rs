@@ -173,6 +173,7 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
         precision: precision_name(&cfg.policy),
         policy: cfg.policy_choice.preset.to_string(),
         policy_chosen_by: cfg.policy_choice.chosen_by.clone(),
+        target_cpu: cfg.policy_choice.target_cpu.map(|c| c.to_string()),
         quantized_tensors: 0,
         quantize_nodes: counts.quantize,
         dequantize_nodes: counts.dequantize,
