@@ -49,4 +49,40 @@ fn eval_compares_a_classifier_with_its_baseline() {
     // Without a baseline there is nothing to compare a classifier with: one error that says what to give.
     let alone = qdq(&["eval", "--model", q, "--dataset", t, "--vocab", v]);
     assert!(one_error(&alone).contains("--baseline"), "{}", stderr(&alone));
+
+    // Issue 75: on OpenVINO for an AMX CPU (named; this one may be another), both at bf16 too, the float AMX users
+    // run: rows of their own against FP32's logits at f32. Skipped where the plugin serves no device here.
+    let ov = ["--ep", "openvino", "--ov-cpu", "amx", "--json"];
+    let eval = qdq(&[&["eval", "--model", q, "--baseline", m, "--dataset", t, "--vocab", v][..], &ov].concat());
+    if !eval.status.success() && stderr(&eval).contains("registered but offers no CPU device") {
+        eprintln!("OpenVINO part skipped on this machine: {}", one_error(&eval));
+        return;
+    }
+    assert!(eval.status.success(), "{}", stderr(&eval));
+    let eval: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let d = &eval["vs_baseline"]["default_float"];
+    assert_eq!(d["precision"], "bf16", "{d}");
+    for side in ["fp32", "int8"] {
+        assert_eq!(
+            (d[side]["ep_precision"].as_str(), d[side]["agreement"]["inputs"].as_u64()),
+            (Some("bf16"), Some(5))
+        );
+    }
+    let shown = qdq(&[
+        "eval",
+        "--model",
+        q,
+        "--baseline",
+        m,
+        "--dataset",
+        t,
+        "--vocab",
+        v,
+        "--ep",
+        "openvino",
+        "--ov-cpu",
+        "amx",
+    ]);
+    let table = String::from_utf8_lossy(&shown.stdout);
+    assert!(table.contains("| openvino bf16 |") && table.contains("The rows at bf16 (AMX)"), "{table}");
 }

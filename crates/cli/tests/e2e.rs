@@ -377,6 +377,12 @@ fn int8_and_fp8_side_by_side_from_one_calibration() {
     assert!(stderr(&o).contains("this command makes one model"), "{}", stderr(&o));
 }
 
+/// Whether this CPU has bf16 matrix instructions (AMX or AVX512-BF16): OpenVINO's own default precision is bf16 there.
+fn runtime_bf16() -> bool {
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16")
+}
+
 /// Issue 49: `--ep cpu,openvino` evaluates the same FP32 and quantized models on both EPs (OpenVINO from its plugin,
 /// which `cargo xtask test` provisions) in one table, each EP's rows naming it (OpenVINO with the precision its float
 /// parts ran in), and sets each model on OpenVINO against the same model on the CPU EP: paired dF1, answers, logits.
@@ -396,13 +402,25 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     }
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
+    // The table's rows by their first two cells (model, EP).
+    let rows: Vec<(String, String)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells.len() > 3).then(|| (cells[1].to_owned(), cells[2].to_owned()))
+        })
+        .collect();
+    let has = |model: &str, ep: &str| rows.iter().any(|(m, e)| m == model && e == ep);
     for (model, ep) in
         [("FP32", "cpu"), ("INT8 (QDQ)", "cpu"), ("FP32", "openvino f32"), ("INT8 (QDQ)", "openvino f32")]
     {
-        let row = format!("| {model:<10} | {ep:<12} |");
-        assert!(stdout.lines().any(|l| l.starts_with(&row)), "no row {row}:\n{stdout}");
+        assert!(has(model, ep), "no row {model} on {ep}:\n{stdout}");
     }
     assert!(stdout.contains("On openvino f32 against cpu, the same models (paired)"), "{stdout}");
+    // Issue 75: where OpenVINO's own default precision is bf16 (a CPU with bf16 instructions), both models again at
+    // it, against FP32's answers on OpenVINO at f32; nowhere else.
+    let bf16 = runtime_bf16();
+    assert_eq!(has("FP32", "openvino bf16") && has("INT8 (QDQ)", "openvino bf16"), bf16, "{stdout}");
     let dir = f.dir.path().join("both");
     assert!(
         dir.join("predictions_fp32_openvino.json").is_file() && dir.join("predictions_int8_openvino.json").is_file()
@@ -415,6 +433,16 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     assert!(ov["int8_logits"]["features"].as_u64().unwrap() > 0, "{ov}");
     // The same FP32 model in f32 on both EPs: the same logits up to float rounding.
     assert!(ov["fp32_logits"]["max_abs"].as_f64().unwrap() < 1e-3, "{ov}");
+    let default = &ov["default_float"];
+    assert_eq!(default["precision"].as_str(), bf16.then_some("bf16"), "{ov}");
+    if bf16 {
+        assert!(dir.join("predictions_fp32_openvino_bf16.json").is_file());
+        for model in ["fp32", "int8"] {
+            let m = &default[model];
+            assert_eq!(m["ep_precision"], "bf16", "{default}");
+            assert!((0.0..=1.0).contains(&m["vs_fp32"]["same_answers"]["share"].as_f64().unwrap()), "{default}");
+        }
+    }
     assert!((0.0..=1.0).contains(&ov["int8_same_answers"].as_f64().unwrap()), "{ov}");
 
     // qdq eval of the quantized model on both: the same answers and F1 as e2e's evaluations on each EP.
@@ -438,9 +466,9 @@ fn one_run_evaluates_the_same_models_on_cpu_and_openvino() {
     assert!(one_error(&o).contains("tune runs on one execution provider"), "{}", stderr(&o));
 }
 
-/// Issue 68: the `openvino` preset's model is plain Q/DQ (no contrib op) with every quantized MatMul reading
-/// DequantizeLinear outputs on both inputs: the constant-weight ones and the attention scores `Q·Kᵀ` (K with zero
-/// point 0, the other activations int8 with a zero point), the probabilities and `P·V` in float. On the CPU EP (the
+/// Issues 68 and 75: the `openvino` preset's model is plain Q/DQ (no contrib op) with every quantized MatMul reading
+/// DequantizeLinear outputs on both inputs: the constant-weight ones (their inputs uint8 with a zero point) and the
+/// attention scores `Q·Kᵀ` (Q and K int8 with zero point 0), the probabilities and `P·V` in float. On the CPU EP (the
 /// same Q/DQ arithmetic) its answers stay close to FP32's; where OpenVINO's plugin serves this CPU, the same model's
 /// logits there stay as close to the CPU EP's as FP32's do, with every speed-up also against OpenVINO's own default
 /// precision when that is not f32.
@@ -463,12 +491,17 @@ fn the_openvino_preset_is_plain_qdq_with_integer_attention_scores() {
     assert!(g.node.iter().all(|n| n.domain().is_empty()), "a contrib op in the openvino layout");
     let producer = |t: &str| g.node.iter().find(|n| n.output.iter().any(|o| o == t));
     let dequantized = |t: &str| producer(t).is_some_and(|p| p.op_type() == "DequantizeLinear");
-    let zero_point = |t: &str| -> Vec<i8> {
+    // The pair's type and zero points.
+    let zero_point = |t: &str| -> (i32, Vec<i32>) {
         let dq = producer(t).unwrap();
         let zp = g.initializer(&dq.input[2]).unwrap();
-        assert_eq!(zp.data_type(), onnx_ir::DataType::Int8 as i32, "{t}: an int8 pair");
-        onnx_ir::tensor_to_array::<i8>(zp).unwrap().iter().copied().collect()
+        let values = match zp.data_type() {
+            d if d == onnx_ir::DataType::Int8 as i32 => onnx_ir::tensor_to_array::<i8>(zp).unwrap().map(|&z| z.into()),
+            _ => onnx_ir::tensor_to_array::<u8>(zp).unwrap().map(|&z| z.into()),
+        };
+        (zp.data_type(), values.iter().copied().collect())
     };
+    let (int8, uint8) = (onnx_ir::DataType::Int8 as i32, onnx_ir::DataType::Uint8 as i32);
     let (mut scores, mut contexts, mut zero_points) = (0, 0, vec![]);
     for n in g.node.iter().filter(|n| n.op_type() == "MatMul") {
         if n.name().ends_with("attention/self/MatMul_1") {
@@ -478,14 +511,26 @@ fn the_openvino_preset_is_plain_qdq_with_integer_attention_scores() {
         }
         assert!(dequantized(&n.input[0]) && dequantized(&n.input[1]), "{}: not fed by DequantizeLinear", n.name());
         if n.name().ends_with("attention/self/MatMul") {
+            // OpenVINO's int8 attention: both operands signed, without a zero point.
             scores += 1;
-            assert_eq!(zero_point(&n.input[1]), [0], "{}: K with zero point 0", n.name());
+            for slot in [0, 1] {
+                assert_eq!(zero_point(&n.input[slot]), (int8, vec![0]), "{}: operand {slot}", n.name());
+            }
         } else {
-            zero_points.extend(zero_point(&n.input[0]));
+            // A fully connected layer's input: uint8 with a zero point (OpenVINO's native u8 x s8 GEMMs).
+            let (kind, z) = zero_point(&n.input[0]);
+            assert_eq!(kind, uint8, "{}: a uint8 pair", n.name());
+            zero_points.extend(z);
         }
     }
     assert!(scores > 0 && scores == contexts, "{scores} scores, {contexts} contexts");
     assert!(zero_points.iter().any(|&z| z != 0), "activations with a zero point: {zero_points:?}");
+    // The kind of CPU the layout was made for (this machine's: no OpenVINO device named one), in the model and in
+    // results.json.
+    let kind = r["quantization"]["target_cpu"].as_str().unwrap_or_default().to_owned();
+    assert!(["amx", "avx512-bf16", "vnni", "avx2"].contains(&kind.as_str()), "{}", r["quantization"]);
+    let recorded = m.proto.metadata_props.iter().find(|e| e.key() == "qdq.target_cpu").map(|e| e.value());
+    assert_eq!(recorded, Some(kind.as_str()));
 
     // The same model on OpenVINO, where its plugin serves this CPU.
     let mut both = e2e_args(&f, "both", vocab.to_str().unwrap(), data.to_str().unwrap());
@@ -503,9 +548,45 @@ fn the_openvino_preset_is_plain_qdq_with_integer_attention_scores() {
         (ov["fp32_logits"]["max_abs"].as_f64().unwrap(), ov["int8_logits"]["mean_abs"].as_f64().unwrap());
     assert!(fp32 < 1e-3 && int8 < 0.05, "OpenVINO against the CPU EP: FP32 {fp32}, INT8 mean {int8}: {ov}");
     // On a CPU with bf16 matrix instructions OpenVINO's own default is bf16: the speed-up is also measured there.
-    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let bf16 = flags.split_whitespace().any(|f| f == "avx512_bf16" || f == "amx_bf16");
+    let bf16 = runtime_bf16();
     let default = &ov["speedup_default_precision"];
     assert_eq!(default["precision"].as_str(), bf16.then_some("bf16"), "{ov}");
     assert!(!bf16 || default["speedup"]["median"].as_f64().is_some_and(|m| m > 0.0), "{ov}");
+
+    // Issue 75: laid out for an AMX CPU named on the command line (this one may be another): the tiny BERT's heads
+    // contract fewer than 64 elements, so its attention scores stay float; its FP32 is also compared at bf16, the
+    // float AMX users run, in the table's rows and results.json, whatever this CPU has (bf16 without its instructions
+    // is emulated: slow, the same numbers).
+    let mut amx = e2e_args(&f, "amx", vocab.to_str().unwrap(), data.to_str().unwrap());
+    amx.extend(["--ep", "openvino", "--ov-cpu", "amx"].map(String::from));
+    let o = run(&amx);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.dir.path().join("amx/results.json")).unwrap()).unwrap();
+    assert_eq!(r["quantization"]["target_cpu"], "amx", "{}", r["quantization"]);
+    let q = onnx_ir::Model::load(f.dir.path().join("amx/model_qdq.onnx")).unwrap();
+    let g = q.graph();
+    let scores = g.node.iter().filter(|n| n.name().ends_with("attention/self/MatMul")).collect::<Vec<_>>();
+    let dequantized =
+        |t: &str| g.node.iter().any(|p| p.output.iter().any(|o| o == t) && p.op_type() == "DequantizeLinear");
+    assert!(!scores.is_empty() && scores.iter().all(|n| !dequantized(&n.input[0])), "scores float on AMX");
+    let d = &r["result"]["default_float"];
+    assert_eq!((d["precision"].as_str(), d["instructions"].as_str()), (Some("bf16"), Some("AMX")), "{d}");
+    assert_eq!((d["fp32"]["ep_precision"].as_str(), d["int8"]["ep_precision"].as_str()), (Some("bf16"), Some("bf16")));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("At bf16 (AMX), openvino's own default float precision here"), "{stdout}");
+
+    // `qdq eval --baseline` on OpenVINO compares both at that precision too, against the baseline's answers at f32.
+    let (qm, model) = (f.dir.path().join("amx/model_qdq.onnx"), f.model.to_str().unwrap());
+    let args = ["eval", "--model", qm.to_str().unwrap(), "--baseline", model, "--vocab", vocab.to_str().unwrap()];
+    let more = ["--dataset", data.to_str().unwrap(), "--ep", "openvino", "--ov-cpu", "amx", "--json"];
+    let o = qdq(&[&args[..], &more, &TINY_SHAPE].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(e["default_float"]["precision"], "bf16", "{e}");
+    assert!(e["default_float"]["fp32"]["vs_fp32"]["f1"]["delta"].is_number(), "{e}");
+    // Left out on request.
+    let o = qdq(&[&args[..], &more, &TINY_SHAPE, &["--no-default-float"]].concat());
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(e.get("default_float").is_none(), "{e}");
 }

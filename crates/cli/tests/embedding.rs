@@ -455,3 +455,45 @@ fn a_quantized_folder_loads_where_its_source_does() {
         "{said}"
     );
 }
+
+/// Issue 75: on OpenVINO for an AMX CPU (named; this one may be another), both models are embedded again at bf16, the
+/// float AMX users run, and set against FP32's embeddings at f32 in the table's rows, the notes and results.json;
+/// `--no-default-float` leaves that out. Skipped where OpenVINO's plugin serves no device for this CPU.
+#[test]
+fn the_float_users_run_is_a_compared_model() {
+    let files = [("modules.json", MODULES), ("1_Pooling/config.json", MEAN), ("sentence_bert_config.json", LENGTH)];
+    let (dir, model) = folder(Head::MeanPooled { torch_names: true }, "model.onnx", &files);
+    let squad = testdata("squad/tiny-v1.1.json");
+    let (m, s, o) = (model.to_str().unwrap(), squad.to_str().unwrap(), dir.path().join("ov"));
+    let args = ["e2e", "--model", m, "--dataset", s, "--calibration-data", s, "--cal-num", "4", "-o"];
+    let run = qdq(&[&args[..], &[o.to_str().unwrap(), "--ep", "openvino", "--ov-cpu", "amx", "--json"]].concat());
+    if !run.status.success() && stderr(&run).contains("registered but offers no CPU device") {
+        eprintln!("skipped on this machine: {}", one_error(&run));
+        return;
+    }
+    assert!(run.status.success(), "{}", stderr(&run));
+    let r: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let d = &r["result"]["default_float"];
+    assert_eq!(d["precision"], "bf16", "{d}");
+    for side in ["fp32", "int8"] {
+        assert_eq!(d[side]["ep_precision"], "bf16", "{d}");
+        let cos = d[side]["fidelity"]["mean_cosine"].as_f64().unwrap();
+        assert!(cos > 0.9 && cos <= 1.0 + 1e-6, "{side}: {cos}");
+        assert!(d[side]["retrieval"]["difference"]["ndcg_at_10"]["delta"].is_number(), "{d}");
+    }
+    // bf16 FP32 stays closer to FP32 than... nothing is claimed on a tiny model; only that both are measured.
+    assert!(d["fp32_speedup"].as_array().is_some_and(|a| !a.is_empty()), "{d}");
+    let report = std::fs::read_to_string(o.join("report.md")).unwrap();
+    assert!(
+        report.contains("| openvino bf16 |") && report.contains("At bf16 (AMX), openvino's own default"),
+        "{report}"
+    );
+    assert_markdown_tables(&report);
+    let o2 = dir.path().join("ov2");
+    let run = qdq(
+        &[&args[..], &[o2.to_str().unwrap(), "--ep", "openvino", "--ov-cpu", "amx", "--no-default-float"]].concat()
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    let r: Value = serde_json::from_slice(&std::fs::read(o2.join("results.json")).unwrap()).unwrap();
+    assert!(r["result"].get("default_float").is_none(), "{}", r["result"]);
+}

@@ -99,8 +99,13 @@ impl Job for EvalJob {
             progress.note(&format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
         }
         let session = self.runtime.evaluation_session(&session);
-        let opts =
-            EvalOptions { batch: self.batching.batch, session, warmup: self.runtime.warmup, workers: self.workers };
+        let opts = EvalOptions {
+            batch: self.batching.batch,
+            session,
+            warmup: self.runtime.warmup,
+            workers: self.workers,
+            at_default_float: !self.runtime.no_default_float,
+        };
         let req = EvalRequest {
             model: &model,
             graph: &graph,

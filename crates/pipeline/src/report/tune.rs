@@ -142,6 +142,25 @@ pub struct CalibratorChoice {
     pub kl_after: f64,
 }
 
+/// On an EP whose own default float precision is not the run's (OpenVINO's bf16 on a CPU with bf16 instructions, FP16
+/// engines): every candidate was timed with its float parts at that precision against FP32 at it, the float its users
+/// run, and FP32 at it was scored as the candidates are.
+#[derive(Debug, Clone, Serialize)]
+pub struct TunedAtDefault {
+    /// `bf16`, `f16`, `fp16`.
+    pub precision: String,
+    /// What gives the CPU that precision (`AMX`, `AVX512-BF16`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// FP32 at that precision on the evaluation questions, against FP32 at the run's (its `same_answers`: the share
+    /// `--min-same-of default` reads `--min-same` against), when it could be scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fp32: Option<Scored>,
+    /// Why FP32 at that precision could not be scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// What `qdq tune` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct TuneReport {
@@ -149,9 +168,13 @@ pub struct TuneReport {
     /// What the scores and the budget are in.
     pub metric: Metric,
     pub budget: f64,
-    /// `--min-same`: the smallest share (0-1) of answers identical to FP32's accepted, if any.
+    /// `--min-same`: the smallest share (0-1) of answers identical to FP32's accepted, if any (with `--min-same-of
+    /// default`, already scaled by the share FP32 at the EP's default float precision keeps).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_same_answers: Option<f64>,
+    /// Candidates timed at the EP's own default float precision, where that is not the run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_float: Option<TunedAtDefault>,
     pub fp32_f1: f64,
     pub fp32_ms_per_feature: f64,
     pub questions: usize,
@@ -306,6 +329,7 @@ impl fmt::Display for TuneReport {
         writeln!(f, "Model: {}; recipe: {}\n", self.out.join("model_qdq.onnx").display(), self.recipe.display())?;
         write!(f, "{}", self.curve_table())?;
         self.notes(f)?;
+        self.default_float_note(f)?;
         self.time_split(f)?;
         self.unscored(f)?;
         self.calibrator_list(f)
@@ -313,6 +337,43 @@ impl fmt::Display for TuneReport {
 }
 
 impl TuneReport {
+    /// The speed column's head: against FP32 at the run's precision, or at the EP's own default.
+    fn speed_header(&self) -> String {
+        match &self.default_float {
+            Some(d) => format!("vs FP32 {} (median, range)", d.precision),
+            None => "vs FP32 (median, range)".to_owned(),
+        }
+    }
+
+    /// What the timing at the EP's own default float precision means, and how much of FP32's answers that float
+    /// keeps itself.
+    fn default_float_note(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(d) = &self.default_float else { return Ok(()) };
+        let by = d.instructions.as_ref().map_or(String::new(), |i| format!(" ({i})"));
+        write!(
+            f,
+            "\n\nTimed at {}{by}, the EP's own default float precision here: every candidate with its float parts in \
+             it, against FP32 in it (the float its users run).",
+            d.precision
+        )?;
+        match (&d.fp32, &d.error) {
+            (Some(s), _) => write!(
+                f,
+                " FP32 at {} against FP32 at the run's precision: {} {:.2} ({:+.2} [{:+.2}, {:+.2}]), {}: {}.",
+                d.precision,
+                self.metric.name,
+                s.f1,
+                s.delta_f1,
+                s.delta_f1_interval.0,
+                s.delta_f1_interval.1,
+                self.metric.same(),
+                s.same_answers.describe()
+            ),
+            (None, Some(e)) => write!(f, " FP32 at {} could not be scored: {e}.", d.precision),
+            (None, None) => Ok(()),
+        }
+    }
+
     /// Every candidate of the curve, one row each.
     fn curve_table(&self) -> Table {
         let m = self.metric;
@@ -324,7 +385,7 @@ impl TuneReport {
             .chain(m.squad().then_some("EM"))
             .map(str::to_owned)
             .chain([m.name.to_owned(), delta, same, m.unit.to_owned(), format!("ms/{per}")])
-            .chain(["vs FP32 (median, range)", "integer MatMuls", m.proxy(), "last added"].map(str::to_owned))
+            .chain([self.speed_header(), "integer MatMuls".to_owned(), m.proxy().to_owned(), "last added".to_owned()])
             .collect();
         let columns = header.len();
         t.set_header(header);
@@ -506,6 +567,7 @@ mod tests {
             metric: Metric::F1,
             budget: 1.0,
             min_same_answers: None,
+            default_float: None,
             fp32_f1: 70.0,
             fp32_ms_per_feature: 20.0,
             questions: 100,
@@ -548,6 +610,28 @@ mod tests {
         assert!(report(-0.5, None).advice().is_none());
         let a = report(-3.0, None).advice().unwrap();
         assert!(a.contains("raise --max-float") && !a.contains("--samples"), "{a}");
+    }
+
+    /// Issue 75: on an EP whose own default float precision is not the run's, the speed column says which FP32 it is
+    /// read against, the lines under the table say what FP32 at that precision keeps itself, and tune.json has it.
+    #[test]
+    fn timing_at_the_default_float_is_said() {
+        let plain = report(-0.5, None);
+        assert!(plain.to_string().contains("| vs FP32 (median, range) |"), "{plain}");
+        let fp32 = Scored { same_answers: squad_metrics::Proportion::of(986, 1000), ..plain.curve[0].scored };
+        let at = TunedAtDefault {
+            precision: "bf16".into(),
+            instructions: Some("AMX".into()),
+            fp32: Some(fp32),
+            error: None,
+        };
+        let r = TuneReport { default_float: Some(at), ..report(-0.5, None) };
+        let text = r.to_string();
+        assert!(text.contains("| vs FP32 bf16 (median, range) |"), "{text}");
+        assert!(text.contains("Timed at bf16 (AMX)") && text.contains("answers = FP32: 98.60 %"), "{text}");
+        let v = r.json();
+        assert_eq!(v["default_float"]["precision"], "bf16", "{v}");
+        assert!(v["default_float"]["fp32"]["same_answers"].is_object(), "{v}");
     }
 
     /// A candidate's scores sit beside its build in tune.json, under the keys they always had.

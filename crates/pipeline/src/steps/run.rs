@@ -18,13 +18,17 @@ pub struct EvalOptions {
     /// many small Q/DQ kernels most: docs/BENCHMARKS.md), the same answers (ONNX Runtime's CPU kernels do not split a sum across threads). 1 = one session; other EPs always
     /// one. Latency is then each session's own per batch: a throughput run, not a latency measurement.
     pub workers: usize,
+    /// Also evaluate the models again at their EP's own default float precision, where that is not the session's
+    /// (OpenVINO's bf16, FP16 engines: `tasks::default_float`): the rows of the float its users run.
+    pub at_default_float: bool,
 }
 
 impl EvalOptions {
     /// One session per intra-op thread (`session`'s, else one per core) on the CPU EP: the throughput setting of
     /// scoring passes whose latency nobody reads ([`EvalOptions::workers`]).
     pub fn throughput(batch: usize, session: SessionConfig) -> EvalOptions {
-        EvalOptions { batch, warmup: 0, workers: runtime::threads_or_cores(session.intra_threads), session }
+        let workers = runtime::threads_or_cores(session.intra_threads);
+        EvalOptions { batch, warmup: 0, workers, session, at_default_float: false }
     }
 }
 

@@ -129,10 +129,10 @@ pub(crate) fn at_default_precision<T>(
     if !q.ep.is_timed() {
         return None;
     }
-    let instructions = matches!(q.ep, runtime::Ep::OpenVino(_) if q.ep.device_kind() == "CPU")
-        .then(runtime::bf16_matmul)
-        .flatten()
-        .map(str::to_owned);
+    let instructions = match q.ep {
+        runtime::Ep::OpenVino(_) => q.ep.cpu_kind().and_then(runtime::CpuKind::bf16_matmul).map(str::to_owned),
+        _ => None,
+    };
     let (speedup, error) = match time(&f, &q) {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e.to_string())),

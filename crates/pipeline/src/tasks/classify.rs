@@ -13,6 +13,7 @@ use crate::inputs::files::{InputSet, TextInputs};
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::run::{EvalOptions, Latency};
+use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::{EvalRequest, RanOn, Side};
 
 /// One model's side of a classifier evaluation.
@@ -52,6 +53,18 @@ pub struct ClassifierEval {
     pub data: String,
     pub fp32: ClassifierModel,
     pub int8: ClassifierModel,
+    pub agreement: Agreement,
+    /// Both models again with their float parts at the EP's own default precision, where that is not the run's: the
+    /// FP32 its users run, with its logits against FP32's at the run's precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_float: Option<DefaultFloat<ClassifierAt>>,
+}
+
+/// A model at the EP's default float precision: its side, and its logits against FP32's at the run's precision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassifierAt {
+    #[serde(flatten)]
+    pub model: ClassifierModel,
     pub agreement: Agreement,
 }
 
@@ -147,7 +160,8 @@ pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str, per_token: 
     }
 }
 
-/// Runs both models on `set` and compares them.
+/// Runs both models on `set` and compares them; again at their EP's own default float precision, where that is not
+/// the sessions' ([`default_float::measure`]).
 pub fn evaluate_classifier(
     fp32: Side,
     int8: Side,
@@ -166,8 +180,24 @@ pub fn evaluate_classifier(
     };
     let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;
     let (int8_model, int8_rows, _) = run(&int8, "INT8")?;
-    let agreement = agreement(&fp32_rows, &int8_rows, output, per_token);
-    Ok(ClassifierEval { data: set.path().display().to_string(), fp32: fp32_model, int8: int8_model, agreement })
+    let agreed = agreement(&fp32_rows, &int8_rows, output, per_token);
+    let eval = |which: Which, session: &runtime::SessionConfig| -> Result<ClassifierAt> {
+        let (path, label) = match which {
+            Which::Fp32 => (fp32.path, "FP32"),
+            Which::Int8 => (int8.path, "INT8"),
+        };
+        let stage = format!("{label} at {}", session.ep.float_precision().unwrap_or("default"));
+        let (model, rows, _) = run(&Side { path, session }, &stage)?;
+        Ok(ClassifierAt { model, agreement: agreement(&fp32_rows, &rows, output, per_token) })
+    };
+    let default_float = default_float::measure(opts, (fp32.session, int8.session), eval, |_, _| Ok(None), progress);
+    Ok(ClassifierEval {
+        data: set.path().display().to_string(),
+        fp32: fp32_model,
+        int8: int8_model,
+        agreement: agreed,
+        default_float,
+    })
 }
 
 /// A classifier's FP32 vs INT8 table: accuracy (with labels), agreement with FP32, latency and size.
@@ -177,7 +207,14 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
     t.load_preset(ASCII_MARKDOWN);
     t.set_header(["model", "EP", "accuracy", "top-1 = FP32", "mean KL", "max logit diff", "ms/input", "size (MB)"]);
     let a = &c.agreement;
-    for (name, m, same) in [("FP32", &c.fp32, None), (int8, &c.int8, Some(a))] {
+    let mut rows = vec![("FP32", &c.fp32, None), (int8, &c.int8, Some(a))];
+    if let Some(d) = &c.default_float {
+        // The rows at the EP's own default float precision, each against FP32 at the run's.
+        for (name, at) in [("FP32", &d.fp32), (int8, &d.int8)] {
+            rows.extend(at.as_ref().map(|at| (name, &at.model, Some(&at.agreement))));
+        }
+    }
+    for (name, m, same) in rows {
         let pct = |v: f64| format!("{:.2} %", 100.0 * v);
         t.add_row([
             name.to_owned(),
@@ -194,7 +231,20 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
         col.set_cell_alignment(CellAlignment::Right);
     }
     let rows = if a.per_token { "tokens (padding left out)" } else { "inputs" };
-    format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes)
+    let mut text = format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes);
+    if let Some(d) = &c.default_float {
+        let run = c.fp32.ran.ep_precision.as_deref().unwrap_or("the run's precision");
+        text.push_str(&format!(
+            "The rows at {} are {}'s own default float precision here (the FP32 its users run), each against FP32's \
+             logits at {run}.\n",
+            d.name(),
+            c.int8.ran.ep
+        ));
+        if let Some(e) = &d.error {
+            text.push_str(&format!("Not measured at {}: {e}.\n", d.precision));
+        }
+    }
+    text
 }
 
 /// A classifier on the inputs of `req` against its `--baseline` (as the quantized model against FP32 in `qdq e2e`):

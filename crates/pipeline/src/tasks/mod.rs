@@ -8,6 +8,7 @@
 //!   quality ([`embed`]).
 
 pub mod classify;
+pub mod default_float;
 pub mod embed;
 pub mod score;
 pub mod squad;

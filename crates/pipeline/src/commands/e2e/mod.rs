@@ -88,7 +88,7 @@ impl Job for E2eJob {
         let dataset =
             self.dataset.clone().unwrap_or_else(|| PathBuf::from(format!("squad/dev-v{}.json", self.data.version)));
         let (fp32, mut int8, mut other_eps) = self.sessions(progress)?;
-        let (mut policies, choice) = self.policy.policies(self.runtime.ep())?;
+        let (mut policies, choice) = self.policy.policies(&self.runtime.configured_ep())?;
         tracing::info!("{choice}");
         let precisions: Vec<qdq::Precision> = policies.iter().map(|(_, p)| p.precision).collect();
         let methods = &self.calib.methods;
@@ -126,7 +126,13 @@ impl Job for E2eJob {
             policy_choice: choice,
             mode: self.policy.mode,
             invocation: self.invocation.clone(),
-            eval: EvalOptions { batch: self.batching.batch, session: fp32, warmup: self.runtime.warmup, workers: 1 },
+            eval: EvalOptions {
+                batch: self.batching.batch,
+                session: fp32,
+                warmup: self.runtime.warmup,
+                workers: 1,
+                at_default_float: !self.runtime.no_default_float,
+            },
             no_eval: self.no_eval,
             other_eps,
             profile_ops: self.profile_ops,

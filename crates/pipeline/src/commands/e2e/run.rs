@@ -14,7 +14,7 @@ use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::TextInputs;
-use crate::model::{carry_tokenizer, load_for_quantization, save_model};
+use crate::model::{carry_tokenizer, load_for_quantization, record_target_cpu, save_model};
 use crate::progress::Progress;
 use crate::provenance::{Machine, Provenance, onnxruntime};
 use crate::report::results::{
@@ -46,22 +46,18 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     }
     let (eval_data, cal_data) = prepare(cfg, &model, &task)?;
     // 1. calibrate and 2. quantize (or quantize dynamically: no calibration)
-    let Quantized { model: qmodel, mut calibration, quantization, compared, precisions } = match (cfg.mode, &cal_data) {
-        // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
-        // from its file.
-        (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
-        _ => quantize_dynamic(cfg, &model, &mut phases)?,
-    };
+    let Quantized { model: mut qmodel, mut calibration, quantization, compared, precisions } =
+        match (cfg.mode, &cal_data) {
+            // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
+            // from its file.
+            (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
+            _ => quantize_dynamic(cfg, &model, &mut phases)?,
+        };
     if let Some(c) = calibration.as_mut() {
         c.unit = task.unit().to_owned();
         say_overlap(cfg, c, eval_data.as_ref(), task.unit());
     }
-    let qpath = cfg.out.join("model_qdq.onnx");
-    save_model(&qmodel, &qpath)?;
-    carry_tokenizer(&cfg.data.tokenizer_files(), &cfg.out)?;
-    // The source folder's files (config.json, a sentence-transformers folder's modules): the output loads where the
-    // source does.
-    cfg.data.folder.carry_to(&cfg.out)?;
+    let qpath = write_model(cfg, &mut qmodel)?;
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
     let mut results = unevaluated(cfg, task.name(), calibration, quantization, &compared);
@@ -84,6 +80,18 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     results.write(&cfg.out)?;
     finish_run_dir(run)?;
     Ok(results)
+}
+
+/// `qmodel` written to `--out` as model_qdq.onnx (the kind of CPU it was laid out for recorded in it), with the
+/// tokenizer and the source folder's files (config.json, a sentence-transformers folder's modules), so the output
+/// loads where the source does; its path.
+fn write_model(cfg: &E2eConfig, qmodel: &mut Model) -> Result<PathBuf> {
+    let qpath = cfg.out.join("model_qdq.onnx");
+    record_target_cpu(qmodel, cfg.policy_choice.target_cpu);
+    save_model(qmodel, &qpath)?;
+    carry_tokenizer(&cfg.data.tokenizer_files(), &cfg.out)?;
+    cfg.data.folder.carry_to(&cfg.out)?;
+    Ok(qpath)
 }
 
 /// The models of the run's evaluation: the quantized one with its session, and `--compare-methods`' others.

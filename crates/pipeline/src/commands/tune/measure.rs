@@ -88,6 +88,9 @@ pub struct Measure<'a> {
     pub timing: PairedTiming,
     /// The session candidates run on (as `qdq eval` runs them).
     pub session: SessionConfig,
+    /// The session candidates are timed on: `session`, with the float parts at the EP's own default precision where
+    /// that is not the run's (FP32 `timing` then runs at it too).
+    pub timing_session: SessionConfig,
     /// `qdq debug` of candidates (into out/debug).
     pub debug: DebugJob,
     pub fp32_path: &'a Path,
@@ -107,6 +110,32 @@ impl Measure<'_> {
         let g = self.base.model.graph();
         let named: HashSet<&str> = g.node.iter().map(|n| n.name()).collect();
         ranking.into_iter().filter(|n| named.contains(n.as_str())).collect()
+    }
+}
+
+impl Measure<'_> {
+    /// `side`'s scores on `on` against FP32's, the time into the clock's `phase`.
+    pub fn score_side(&mut self, side: Side<'_>, on: Questions, phase: &'static str) -> Result<Scored> {
+        let u = self.clock.time(phase, || self.questions.score(side, on, self.progress))?;
+        let fp32 = self.questions.fp32();
+        let paired = squad_metrics::paired_difference(&u.per_unit, &fp32.per_unit);
+        let scored = Scored {
+            exact_match: u.exact_match,
+            f1: u.points,
+            delta_f1: u.points - fp32.points,
+            delta_f1_se: paired.se,
+            delta_f1_interval: (paired.low, paired.high),
+            same_answers: squad_metrics::Proportion::of(u.same_top1.0, u.same_top1.1),
+            ms_per_feature: u.ms_per_text,
+            questions_scored: u.scored,
+            screen_only: false,
+            screen_delta_f1: None,
+        };
+        Ok(match on {
+            Questions::Screen => Scored { screen_delta_f1: Some(scored.delta_f1), screen_only: true, ..scored },
+            Questions::Rest => Scored { screen_delta_f1: u.screen_points.map(|p| p - fp32.points), ..scored },
+            Questions::All => scored,
+        })
     }
 }
 
@@ -141,7 +170,7 @@ impl Scorer for Measure<'_> {
         let integer_matmuls = matmuls.saturating_sub(float_matmul_like(&model).len());
         let held_out_kl = self.clock.time("held_out_kl", || self.held.agreement(&model, "candidate"))?.loss();
         drop(model);
-        let speedup = self.clock.time("timing", || self.timing.against(&path, &self.session))?;
+        let speedup = self.clock.time("timing", || self.timing.against(&path, &self.timing_session))?;
         Ok(Timed {
             float_nodes: spec.float_nodes.clone(),
             model: path,
@@ -156,32 +185,13 @@ impl Scorer for Measure<'_> {
     }
 
     fn head_to_head(&mut self, preset: &Timed, other: &Timed) -> Result<Speedup> {
-        self.clock.time("timing", || self.timing.head_to_head(&preset.model, &other.model, &self.session))
+        self.clock.time("timing", || self.timing.head_to_head(&preset.model, &other.model, &self.timing_session))
     }
 
     fn score(&mut self, t: &Timed, on: Questions) -> Result<Scored> {
-        let side = Side { path: &t.model, session: &self.session };
         let phase = if on == Questions::Screen { "candidate_screening" } else { "candidate_scoring" };
-        let u = self.clock.time(phase, || self.questions.score(side, on, self.progress))?;
-        let fp32 = self.questions.fp32();
-        let paired = squad_metrics::paired_difference(&u.per_unit, &fp32.per_unit);
-        let scored = Scored {
-            exact_match: u.exact_match,
-            f1: u.points,
-            delta_f1: u.points - fp32.points,
-            delta_f1_se: paired.se,
-            delta_f1_interval: (paired.low, paired.high),
-            same_answers: squad_metrics::Proportion::of(u.same_top1.0, u.same_top1.1),
-            ms_per_feature: u.ms_per_text,
-            questions_scored: u.scored,
-            screen_only: false,
-            screen_delta_f1: None,
-        };
-        Ok(match on {
-            Questions::Screen => Scored { screen_delta_f1: Some(scored.delta_f1), screen_only: true, ..scored },
-            Questions::Rest => Scored { screen_delta_f1: u.screen_points.map(|p| p - fp32.points), ..scored },
-            Questions::All => scored,
-        })
+        let session = self.session.clone();
+        self.score_side(Side { path: &t.model, session: &session }, on, phase)
     }
 
     fn examine(&mut self, t: &Timed, sensitivity: bool) -> Result<Vec<String>> {

@@ -25,15 +25,16 @@ use crate::inputs::config::DataConfig;
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model};
 use crate::progress::Progress;
-use crate::report::tune::TuneReport;
+use crate::report::tune::{TuneReport, TunedAtDefault};
 use crate::settings::calib::CalibSettings;
 use crate::settings::data::DataSettings;
 use crate::settings::policy::{PolicySettings, Target};
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::quantize::read_table;
 use crate::steps::speed::{self, PairedTiming};
-use crate::tasks::Task;
-use crate::tasks::score::{ScoringRequest, TaskScoring};
+use crate::tasks::default_float::{self, DefaultSessions};
+use crate::tasks::score::{Questions, ScoringRequest, TaskScoring};
+use crate::tasks::{Side, Task};
 
 /// `qdq tune`.
 #[derive(Debug, Clone)]
@@ -89,6 +90,16 @@ pub struct TuneJob {
     /// about +-0.5 points).
     #[cfg_attr(feature = "cli", arg(long = "min-same", value_name = "PCT", help_heading = "Search"))]
     pub min_same_answers: Option<f64>,
+    /// What --min-same is a share of: run or default
+    ///
+    /// run: FP32's answers at the run's precision. default: the share FP32 itself keeps at the EP's own default float
+    /// precision (OpenVINO's bf16 on a CPU with bf16 instructions, FP16 engines), the float its users run: with bf16
+    /// keeping 98.6 % of the answers, `--min-same 97` then asks for 95.6 %.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "run", value_name = "OF", value_parser = ["run", "default"], help_heading = "Search")
+    )]
+    pub min_same_of: String,
     /// Share of questions each candidate is screened on first
     ///
     /// Those whose FP32 answer is nearest to flipping (the smallest gap between its score and the next different
@@ -147,7 +158,8 @@ impl Job for TuneJob {
         }
         // The candidates go to out/candidates.
         create_out_dir(&self.out.join("candidates"), "--out")?;
-        let (policy, _) = self.policy.policy(self.runtime.one_ep("tune")?)?;
+        self.runtime.one_ep("tune")?;
+        let (policy, _) = self.policy.policy(&self.runtime.configured_ep())?;
         let cx = Context { fp32: &fp32_path, data: &data, clock: &clock, progress, started };
         let (base_path, ranges_path) = self.calibrated(&cx, &policy)?;
         let base_model = load_for_quantization(&base_path)?;
@@ -180,6 +192,18 @@ struct Context<'a> {
     clock: &'a Clock,
     progress: &'a dyn Progress,
     started: Instant,
+}
+
+/// FP32 (`fp32`) scored on every question at the EP's own default float precision (`at`: its session, name and the
+/// instructions behind it), or why it could not be.
+fn scored_at(measure: &mut Measure<'_>, fp32: &Path, at: DefaultSessions) -> TunedAtDefault {
+    let (session, _, name, instructions) = at;
+    let (fp32, error) = match measure.score_side(Side { path: fp32, session: &session }, Questions::All, "fp32_scoring")
+    {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    TunedAtDefault { precision: name.to_owned(), instructions, fp32, error }
 }
 
 impl TuneJob {
@@ -244,7 +268,7 @@ impl TuneJob {
             },
             calib,
             policy: self.policy.clone(),
-            target: Target { ep: self.runtime.ep().clone() },
+            target: Target { ep: self.runtime.configured_ep(), ov_cpu: None },
             library: self.runtime.library.clone(),
         };
         let wider = Spec { all_integer: policy.matmul_const_b_only, ..Spec::default() }.policy(policy);
@@ -269,24 +293,21 @@ impl TuneJob {
         let held =
             task.held_out((&fp32_model, cx.fp32), held_out_data, self.held_out, self.debug_session(cx.fp32), cx.data)?;
         drop(fp32_model);
-        let fp32_session = self.runtime.fp32_session(None, "tune");
-        let timing = PairedTiming::on(cx.fp32, &fp32_session, held.workload(speed::FEATURES), speed::ROUNDS)?;
-        cx.clock.add("held_out_fp32", held_out_started);
-        let search = Search {
-            budget: self.budget,
-            min_same_answers: self.min_same_answers.map(|p| p / 100.0),
-            max_float: self.max_float,
-            calibrators: self.calibrator_trials > 0,
-            all_integer: base.policy.matmul_const_b_only,
+        let (fp32_session, session, at_default) = self.sessions();
+        let (timing_fp32, timing_session) = match &at_default {
+            Some((f, q, ..)) => (f.clone(), q.clone()),
+            None => (fp32_session, session.clone()),
         };
+        let timing = PairedTiming::on(cx.fp32, &timing_fp32, held.workload(speed::FEATURES), speed::ROUNDS)?;
+        cx.clock.add("held_out_fp32", held_out_started);
         let precision = base.policy.precision;
         let mut measure = Measure {
             base,
             questions,
             held: &held,
             timing,
-            // As `qdq eval` runs the candidates.
-            session: self.runtime.evaluation_session(&fp32_session),
+            session,
+            timing_session,
             debug: self.debug_job(cx.fp32, held_out_data),
             fp32_path: cx.fp32,
             statistics: self.statistics(ranges_path, precision)?,
@@ -295,8 +316,18 @@ impl TuneJob {
             tuned: None,
             debugged: None,
         };
+        let default_float = at_default.map(|at| scored_at(&mut measure, cx.fp32, at));
+        let search = Search {
+            budget: self.budget,
+            min_same_answers: self.min_same(default_float.as_ref())?,
+            max_float: self.max_float,
+            calibrators: self.calibrator_trials > 0,
+            all_integer: measure.base.policy.matmul_const_b_only,
+        };
         let outcome = search.run(&mut measure, cx.progress)?;
-        let report = self.report(outcome, measure.questions.as_ref());
+        let mut report = self.report(outcome, measure.questions.as_ref());
+        report.min_same_answers = search.min_same_answers;
+        report.default_float = default_float;
         self.write(report, &measure, ranges_path, cx.started)
     }
 
@@ -309,6 +340,7 @@ impl TuneJob {
             metric,
             budget: self.budget,
             min_same_answers: self.min_same_answers.map(|p| p / 100.0),
+            default_float: None,
             fp32_f1,
             fp32_ms_per_feature,
             questions,
@@ -323,6 +355,39 @@ impl TuneJob {
             all_integer_slack: ALL_INTEGER_SLACK,
             fail_above: self.fail_above,
         }
+    }
+
+    /// `--min-same` as a share (0-1): of FP32's answers at the run's precision, or with `--min-same-of default` of the
+    /// share FP32 keeps at the EP's own default float precision (`default`, measured); an error when that is asked
+    /// for on an EP without one, or could not be measured.
+    fn min_same(&self, default: Option<&TunedAtDefault>) -> Result<Option<f64>> {
+        let Some(p) = self.min_same_answers.map(|p| p / 100.0) else { return Ok(None) };
+        if self.min_same_of != "default" {
+            return Ok(Some(p));
+        }
+        match default.map(|d| (d, d.fp32.as_ref())) {
+            Some((_, Some(fp32))) => Ok(Some(p * fp32.same_answers.share)),
+            Some((d, None)) => Err(Error::Usage(format!(
+                "--min-same-of default: FP32 at {} could not be scored ({})",
+                d.precision,
+                d.error.as_deref().unwrap_or("no reason given")
+            ))),
+            None => Err(Error::Usage(format!(
+                "--min-same-of default reads --min-same against the EP's own default float precision, and --ep {} runs \
+                 FP32 at the run's (give --min-same-of run)",
+                self.runtime.ep()
+            ))),
+        }
+    }
+
+    /// FP32's session, the candidates' (as `qdq eval` runs them), and both at the EP's own default float precision
+    /// where that is not the run's (OpenVINO's bf16) and not left out (`--no-default-float`): candidates are then
+    /// timed as their users run them, against FP32 at it.
+    fn sessions(&self) -> (runtime::SessionConfig, runtime::SessionConfig, Option<DefaultSessions>) {
+        let fp32 = self.runtime.fp32_session(None, "tune");
+        let session = self.runtime.evaluation_session(&fp32);
+        let at_default = default_float::sessions(&fp32, &session).filter(|_| !self.runtime.no_default_float);
+        (fp32, session, at_default)
     }
 
     /// The session FP32 and the candidates run on for the held-out questions (`qdq debug`'s).

@@ -26,6 +26,7 @@ use crate::inputs::pooling::{PoolMode, Pooling};
 use crate::progress::Progress;
 use crate::steps::run::{EvalOptions, Latency};
 use crate::steps::speed::AtDefaultPrecision;
+use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::data::Retrieval;
 use crate::tasks::embed::head::EmbeddingHead;
@@ -158,6 +159,21 @@ pub struct EmbeddingEval {
     /// bf16 on a CPU with bf16 matrix instructions): the FP32 its users run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_default_precision: Option<AtDefaultPrecision<Vec<SpeedAt>>>,
+    /// Both models again with their float parts at the EP's own default precision, where that is not the run's: the
+    /// FP32 its users run, with its embeddings against FP32's at the run's precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_float: Option<DefaultFloat<EmbeddingAt, Vec<SpeedAt>>>,
+}
+
+/// A model at the EP's default float precision: its side (latency, retrieval scores), how close its embeddings stay
+/// to FP32's at the run's precision, and its retrieval against FP32's there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EmbeddingAt {
+    #[serde(flatten)]
+    pub model: EmbeddingModel,
+    pub fidelity: Fidelity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrieval: Option<RetrievalEval>,
 }
 
 /// One model's embeddings of every text of `set` (unit rows), with its side of the evaluation.
@@ -212,7 +228,8 @@ fn compare(
     }
 }
 
-/// Both models' embeddings of `data` (as `set`) and how they compare: fidelity, neighbours, retrieval.
+/// Both models' embeddings of `data` (as `set`) and how they compare: fidelity, neighbours, retrieval; and again at
+/// their EP's own default float precision, where that is not the sessions' ([`at_default_float`]).
 pub fn evaluate_embeddings(
     (fp32, int8): (Side, Side),
     task: &EmbedTask,
@@ -225,6 +242,7 @@ pub fn evaluate_embeddings(
     let (mut int8_model, b) = embed_side(int8, task, set, opts, ("INT8", progress))?;
     progress.note("comparing the embeddings (cosine, neighbours, retrieval)");
     let (neighbours, retrieval) = compare((&a, &b), data, (&mut fp32_model, &mut int8_model));
+    let default_float = at_default_float((fp32, int8), (task, data, set, opts), (&fp32_model, &a), progress);
     Ok(EmbeddingEval {
         data: data.path.display().to_string(),
         corpus: data.retrieval.as_ref().and_then(|r| r.corpus.as_ref()).map(|c| c.display().to_string()),
@@ -241,7 +259,31 @@ pub fn evaluate_embeddings(
         retrieval,
         speed: vec![],
         speed_default_precision: None,
+        default_float,
     })
+}
+
+/// Both models of `sides` again at their EP's default float precision, when that is another
+/// ([`default_float::measure`]): each one's embeddings against FP32's at the run's precision (`fp32`: its side and
+/// unit rows), in cosine, neighbours and retrieval. Not timed here ([`e2e`] times FP32 at both precisions).
+fn at_default_float(
+    (fp32, int8): (Side, Side),
+    (task, data, set, opts): (&EmbedTask, &EmbedData, &InputSet, &EvalOptions),
+    (fp32_model, a): (&EmbeddingModel, &Array2<f32>),
+    progress: &dyn Progress,
+) -> Option<DefaultFloat<EmbeddingAt, Vec<SpeedAt>>> {
+    let eval = |which: Which, session: &runtime::SessionConfig| -> Result<EmbeddingAt> {
+        let (path, label) = match which {
+            Which::Fp32 => (fp32.path, "FP32"),
+            Which::Int8 => (int8.path, "INT8"),
+        };
+        let stage = format!("{label} at {}", session.ep.float_precision().unwrap_or("default"));
+        let side = Side { path, session };
+        let (mut model, c) = embed_side(side, task, set, opts, (&stage, progress))?;
+        let (neighbours, retrieval) = compare((a, &c), data, (&mut fp32_model.clone(), &mut model));
+        Ok(EmbeddingAt { model, fidelity: fidelity(a.view(), c.view(), &data.texts, neighbours), retrieval })
+    };
+    default_float::measure(opts, (fp32.session, int8.session), eval, |_, _| Ok(None), progress)
 }
 
 /// An embedding model's leg of `qdq e2e`: both models' embeddings of `data` compared ([`evaluate_embeddings`]), then
@@ -268,6 +310,17 @@ pub(crate) fn e2e(
         speed_at_lengths(sides, output, set, seq_len, fixed_batch)
     };
     e.speed_default_precision = crate::steps::speed::at_default_precision(sides.0.session, sides.1.session, time);
+    if let Some(d) = e.default_float.as_mut().filter(|d| d.fp32.is_some()) {
+        // FP32 at the run's precision against FP32 at the default one.
+        let at = default_float::sessions(sides.0.session, sides.1.session).map(|(f, ..)| f);
+        if let Some(f) = at {
+            let pair = (Side { path: sides.0.path, session: &f }, sides.0);
+            match speed_at_lengths(pair, output, set, seq_len, fixed_batch) {
+                Ok(s) => d.fp32_speedup = Some(s),
+                Err(err) => d.error = Some(err.to_string()),
+            }
+        }
+    }
     phases.insert("speed".to_owned(), t.elapsed().as_secs_f64());
     Ok(e)
 }

@@ -4,7 +4,11 @@
 
 use comfy_table::{CellAlignment, Table, presets::ASCII_MARKDOWN};
 
-use crate::tasks::embed::{EmbeddingEval, EmbeddingModel};
+use crate::tasks::default_float::DefaultFloat;
+use crate::tasks::embed::EmbeddingAt;
+use crate::tasks::embed::speed::SpeedAt;
+
+use crate::tasks::embed::{EmbeddingEval, EmbeddingModel, RetrievalEval};
 
 /// The table and its notes; `int8` names the quantized model's row.
 pub fn embedding_table(e: &EmbeddingEval, int8: &str) -> String {
@@ -19,8 +23,15 @@ pub fn embedding_table(e: &EmbeddingEval, int8: &str) -> String {
     }
     header.extend(["ms/text", "texts/s", "size (MB)"]);
     t.set_header(header);
-    for (name, m, quantized) in [("FP32", &e.fp32, false), (int8, &e.int8, true)] {
-        t.add_row(row(e, name, m, quantized));
+    t.add_row(row("FP32", &e.fp32, None));
+    t.add_row(row(int8, &e.int8, Some((e.retrieval.as_ref(), e.fidelity.mean_cosine))));
+    if let Some(d) = &e.default_float {
+        // The rows at the EP's own default float precision, each against FP32 at the run's.
+        for (name, at) in [("FP32", &d.fp32), (int8, &d.int8)] {
+            if let Some(at) = at {
+                t.add_row(row(name, &at.model, Some((at.retrieval.as_ref(), at.fidelity.mean_cosine))));
+            }
+        }
     }
     for c in t.column_iter_mut().skip(2) {
         c.set_cell_alignment(CellAlignment::Right);
@@ -28,16 +39,18 @@ pub fn embedding_table(e: &EmbeddingEval, int8: &str) -> String {
     format!("{t}\n{}", notes(e, int8))
 }
 
-/// One model's row.
-fn row(e: &EmbeddingEval, name: &str, m: &EmbeddingModel, quantized: bool) -> Vec<String> {
+/// One model's row; `vs_fp32` for a model compared with FP32: its retrieval against FP32's (on retrieval data) and
+/// its mean cosine to FP32's embeddings.
+fn row(name: &str, m: &EmbeddingModel, vs_fp32: Option<(Option<&RetrievalEval>, f64)>) -> Vec<String> {
     let mut cells = vec![name.to_owned(), m.ran.label()];
-    match (&m.retrieval, &e.retrieval) {
-        (Some(s), Some(r)) => {
+    match (&m.retrieval, vs_fp32) {
+        (Some(s), vs) => {
             let f = |v: f64| format!("{v:.2}");
             cells.extend([f(s.mrr_at_10), f(s.ndcg_at_10), f(s.recall_at_1), f(s.recall_at_5), f(s.recall_at_10)]);
-            cells.push(if quantized { r.difference.ndcg_at_10.describe() } else { String::new() });
+            let d = vs.and_then(|(r, _)| r).map(|r| r.difference.ndcg_at_10.describe());
+            cells.push(d.unwrap_or_default());
         }
-        _ => cells.push(if quantized { format!("{:.5}", e.fidelity.mean_cosine) } else { String::new() }),
+        (None, vs) => cells.push(vs.map_or(String::new(), |(_, cosine)| format!("{cosine:.5}"))),
     }
     cells.extend([
         format!("{:.2}", m.latency.ms_per_feature),
@@ -91,6 +104,14 @@ fn notes(e: &EmbeddingEval, int8: &str) -> String {
     if let Some(w) = f.worst.first() {
         text.push_str(&format!("Moved most: text {} (cosine {:.5}): {:?}\n", w.index + 1, w.cosine, w.text));
     }
+    text.push_str(&speed_notes(e, int8));
+    text
+}
+
+/// The speed against FP32 in alternation, at the run's precision and at the EP's own default, and what the rows at
+/// that default say.
+fn speed_notes(e: &EmbeddingEval, int8: &str) -> String {
+    let mut text = String::new();
     if !e.speed.is_empty() {
         let at: Vec<String> = e.speed.iter().map(|s| s.describe()).collect();
         text.push_str(&format!(
@@ -105,6 +126,43 @@ fn notes(e: &EmbeddingEval, int8: &str) -> String {
             format!("{int8} against FP32, {}", at.join("; "))
         });
         text.push_str(&format!("{line}\n"));
+    }
+    if let Some(d) = &e.default_float {
+        text.push_str(&default_float_note(e, d, int8));
+    }
+    text
+}
+
+/// What the rows at the EP's own default float precision say: how close each model's embeddings stay to FP32's at the
+/// run's precision, and how fast FP32 runs at each precision.
+fn default_float_note(e: &EmbeddingEval, d: &DefaultFloat<EmbeddingAt, Vec<SpeedAt>>, int8: &str) -> String {
+    let run = e.fp32.ran.ep_precision.as_deref().unwrap_or("the run's precision");
+    let mut text = format!(
+        "At {}, {}'s own default float precision here (the FP32 its users run), against FP32's embeddings at {run}:",
+        d.name(),
+        e.int8.ran.ep
+    );
+    let mut parts = vec![];
+    for (name, at) in [("FP32", &d.fp32), (int8, &d.int8)] {
+        if let Some(at) = at {
+            let f = &at.fidelity;
+            parts.push(format!(
+                " {name} cosine mean {:.5}, 1st percentile {:.5}, nearest {} FP32's for {:.2} %",
+                f.mean_cosine,
+                f.p1_cosine,
+                if f.neighbours.among == "documents" { "document" } else { "text" },
+                100.0 * f.neighbours.top1_same
+            ));
+        }
+    }
+    text.push_str(&parts.join(";"));
+    text.push_str(".\n");
+    if let Some(speeds) = &d.fp32_speedup {
+        let at: Vec<String> = speeds.iter().map(|s| s.describe()).collect();
+        text.push_str(&format!("FP32 at {run} against FP32 at {}: {}.\n", d.precision, at.join("; ")));
+    }
+    if let Some(err) = &d.error {
+        text.push_str(&format!("Not measured at {}: {err}.\n", d.precision));
     }
     text
 }

@@ -38,7 +38,13 @@ impl EmbedScoring {
         let text = TextInputs::for_model(req.graph, req.fp32, req.data);
         let data = EmbedData::load(req.dataset, req.data.corpus.as_deref(), req.samples)?;
         let set = InputSet::from_texts(req.dataset, &data.texts, &text)?;
-        let opts = EvalOptions { batch: EMBED_BATCH, session: req.session.clone(), warmup: req.warmup, workers: 1 };
+        let opts = EvalOptions {
+            batch: EMBED_BATCH,
+            session: req.session.clone(),
+            warmup: req.warmup,
+            workers: 1,
+            at_default_float: false,
+        };
         let fp32 = Side { path: req.fp32, session: &opts.session };
         let scoring = EmbedScoring::new(task, data, set, opts.clone(), fp32, progress)?;
         progress.note(&format!(

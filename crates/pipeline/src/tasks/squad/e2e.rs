@@ -15,6 +15,7 @@ use crate::model::model_size;
 use crate::progress::Progress;
 use crate::steps::run::{EvalOptions, Latency};
 use crate::steps::speed::{self, AtDefaultPrecision, LogitsAgreement, PairedTiming, Speedup, logits_agreement};
+use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::squad::data::{Comparison, Corpus, Score};
 use crate::tasks::squad::evaluate::{Evaluation, evaluate};
 use crate::tasks::{E2eRun, RanOn};
@@ -58,6 +59,9 @@ pub struct OtherEp {
     /// The same with both at this EP's own default float precision, where that is not the run's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_default_precision: Option<AtDefaultPrecision>,
+    /// Both models again at this EP's own default float precision, against FP32's answers on this EP at the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_float: Option<DefaultFloat<SquadAt>>,
 }
 
 /// What the SQuAD leg of an e2e run measured: results.json's `result` of task `squad`.
@@ -80,9 +84,21 @@ pub struct SquadE2e {
     /// bf16 on a CPU with bf16 matrix instructions, FP16 engines on TensorRT / MIGraphX): the FP32 its users run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_default_precision: Option<AtDefaultPrecision>,
+    /// FP32 and the quantized model again with their float parts at the EP's own default precision, where that is
+    /// not the run's: the FP32 its users run, with its answers against FP32's at the run's precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_float: Option<DefaultFloat<SquadAt>>,
     /// `--ep`'s others (`--ep cpu,openvino`): the same FP32 and quantized models evaluated on each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_eps: Vec<OtherEp>,
+}
+
+/// A model at the EP's default float precision: its scores, and its answers against FP32's at the run's precision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SquadAt {
+    #[serde(flatten)]
+    pub result: ModelResult,
+    pub vs_fp32: Comparison,
 }
 
 /// One `--compare-methods` model: the same placement with another method's ranges, evaluated as the main one.
@@ -143,6 +159,7 @@ pub(crate) fn e2e(run: &E2eRun<'_>, data: &Corpus, progress: &dyn Progress, phas
         compared_precisions: vec![],
         speedup: None,
         speedup_default_precision: None,
+        default_float: None,
         other_eps: vec![],
     };
     // The features speed and the other EPs' logits are measured on: enough batches for speed::FEATURES features
@@ -151,6 +168,10 @@ pub(crate) fn e2e(run: &E2eRun<'_>, data: &Corpus, progress: &dyn Progress, phas
         data.batches(run.eval.batch)?.take(speed::FEATURES).collect::<std::result::Result<_, _>>()?;
     timed(run, (data, &batches), &mut r, progress, phases)?;
     others(run, data, (&int8_opts, &fp32), &mut r, progress, phases)?;
+    let t_default = Instant::now();
+    let sessions = (run.fp32.session, run.int8.session);
+    r.default_float = at_default_float(run, sessions, (data, &batches), &fp32, progress);
+    phases.insert("default_float".to_owned(), t_default.elapsed().as_secs_f64());
     let first = First { fp32: &fp32, int8: &int8, int8_session: run.int8.session };
     r.other_eps = on_other_eps(run, (data, &batches), &first, progress, phases)?;
     Ok(r)
@@ -228,6 +249,38 @@ fn others(
     Ok(())
 }
 
+/// FP32 and the quantized model of `run` again at the default float precision of their EP (of `sessions`), when that
+/// is another ([`default_float::measure`]): each model's answers on `data` against FP32's at the run's precision
+/// (`fp32`), their predictions written (`predictions_{fp32,int8}_<ep>_<precision>.json`), and FP32 at the run's
+/// precision timed against FP32 at the default one on `batches`.
+fn at_default_float(
+    run: &E2eRun<'_>,
+    sessions: (&SessionConfig, &SessionConfig),
+    (data, batches): (&Corpus, &[squad::Batch]),
+    fp32: &Evaluation,
+    progress: &dyn Progress,
+) -> Option<DefaultFloat<SquadAt>> {
+    let (fp32_path, qpath) = (run.fp32.path, run.int8.path);
+    let eval = |which: Which, session: &SessionConfig| -> Result<SquadAt> {
+        let (path, label, file) = match which {
+            Which::Fp32 => (fp32_path, "FP32", "fp32"),
+            Which::Int8 => (qpath, run.label, "int8"),
+        };
+        let (ep, precision) = (session.ep.short_name(), session.ep.float_precision().unwrap_or("default"));
+        let opts = EvalOptions { session: session.clone(), ..run.eval.clone() };
+        let what = format!("{label} on {ep} at {precision}");
+        let e = evaluate(ModelSource::File(path), &path.display().to_string(), data, &opts, &what, progress)?;
+        write_predictions(&run.out.join(format!("predictions_{file}_{ep}_{precision}.json")), &e.predictions)?;
+        let vs_fp32 = data.compare(&e.predictions, &fp32.predictions);
+        Ok(SquadAt { result: model_result(&e, path, model_size(path)), vs_fp32 })
+    };
+    let time = |reference: &SessionConfig, at_run: &SessionConfig| {
+        let timing = PairedTiming::new(fp32_path, reference, batches, data.io(), speed::FEATURES, speed::ROUNDS)?;
+        timing.against(fp32_path, at_run).map(Some)
+    };
+    default_float::measure(run.eval, sessions, eval, time, progress)
+}
+
 /// The first EP's evaluations of FP32 and the quantized model, and the quantized model's session there.
 struct First<'a> {
     fp32: &'a Evaluation,
@@ -273,6 +326,7 @@ fn on_other_eps(
             int8_logits: None,
             speedup: None,
             speedup_default_precision: None,
+            default_float: at_default_float(run, (other_fp32, other_int8), (data, batches), &fp32, progress),
         };
         if !batches.is_empty() {
             if other_int8.ep.is_timed() {

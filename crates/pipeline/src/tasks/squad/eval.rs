@@ -9,12 +9,15 @@ use runtime::ModelSource;
 use crate::disk::write_predictions;
 use crate::error::Result;
 use crate::job::Report;
+use crate::model::model_size;
 use crate::progress::Progress;
 use crate::steps::ops::op_table;
 use crate::steps::run::EvalOptions;
 use crate::steps::speed::{self, OpProfile, profile_batches};
 use crate::tasks::EvalRequest;
+use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::squad::data::{Comparison, Corpus};
+use crate::tasks::squad::e2e::{SquadAt, model_result};
 use crate::tasks::squad::evaluate::{Evaluation, evaluate};
 
 /// The SQuAD model of `req` on its questions ([`SquadEvalReport`]).
@@ -34,7 +37,8 @@ pub(crate) fn eval(req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<
             let name = b.display().to_string();
             let e = evaluate(ModelSource::File(&b), &name, &data, &opts, "evaluating the baseline", progress)?;
             let difference = data.compare(&evaluation.predictions, &e.predictions);
-            Some(Baseline { model: b, evaluation: e, difference })
+            let default_float = at_default_float((&b, model), &data, (&opts, &e), progress);
+            Some(Baseline { model: b, evaluation: e, difference, default_float })
         }
         None => None,
     };
@@ -51,6 +55,28 @@ pub(crate) fn eval(req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<
     }
     let model = model.to_path_buf();
     Ok(Box::new(SquadEvalReport { model, evaluation, op_profile, baseline, other_eps: others }))
+}
+
+/// The baseline and the model again at their EP's default float precision, when that is another
+/// ([`default_float::measure`]): each one's answers against the baseline's at the run's precision (`baseline`).
+fn at_default_float(
+    (baseline_path, model): (&Path, &Path),
+    data: &Corpus,
+    (opts, baseline): (&EvalOptions, &Evaluation),
+    progress: &dyn Progress,
+) -> Option<DefaultFloat<SquadAt>> {
+    let eval = |which: Which, session: &runtime::SessionConfig| -> Result<SquadAt> {
+        let (path, label) = match which {
+            Which::Fp32 => (baseline_path, "the baseline"),
+            Which::Int8 => (model, "the model"),
+        };
+        let what = format!("evaluating {label} at {}", session.ep.float_precision().unwrap_or("default"));
+        let o = EvalOptions { session: session.clone(), ..opts.clone() };
+        let e = evaluate(ModelSource::File(path), &path.display().to_string(), data, &o, &what, progress)?;
+        let vs_fp32 = data.compare(&e.predictions, &baseline.predictions);
+        Ok(SquadAt { result: model_result(&e, path, model_size(path)), vs_fp32 })
+    };
+    default_float::measure(opts, (&opts.session, &opts.session), eval, |_, _| Ok(None), progress)
 }
 
 /// The [`OpProfile`] of `model` on the first batches of `data` (at most [`speed::FEATURES`] features, at least one
@@ -95,6 +121,9 @@ pub struct Baseline {
     pub evaluation: Evaluation,
     /// The evaluated model's answers against the baseline's: dF1 and dEM with their paired 95 % intervals.
     pub difference: Comparison,
+    /// The baseline (as FP32) and the model (as the quantized one) again at the EP's own default float precision,
+    /// where that is not the run's, each against the baseline's answers at the run's precision.
+    pub default_float: Option<DefaultFloat<SquadAt>>,
 }
 
 /// An evaluation's fields in `--json`.
@@ -125,6 +154,9 @@ impl Report for SquadEvalReport {
         if let Some(b) = &self.baseline {
             v["baseline"] = evaluation_json(&b.model, &b.evaluation);
             v["vs_baseline"] = serde_json::json!(b.difference);
+            if let Some(d) = &b.default_float {
+                v["default_float"] = serde_json::json!(d);
+            }
         }
         if !self.other_eps.is_empty() {
             let others: Vec<_> = self
@@ -182,6 +214,35 @@ fn line(f: &mut fmt::Formatter<'_>, model: &Path, e: &Evaluation) -> fmt::Result
     }
 }
 
+/// The baseline and the model at the EP's own default float precision, against the baseline's answers at the run's.
+fn default_float_lines(f: &mut fmt::Formatter<'_>, d: &DefaultFloat<SquadAt>, baseline: &Evaluation) -> fmt::Result {
+    let run = baseline.ep_precision.as_deref().unwrap_or("the run's precision");
+    write!(
+        f,
+        "\nAt {}, {}'s own default float precision here (the float its users run), against the baseline's answers at \
+         {run}:",
+        d.name(),
+        baseline.ep
+    )?;
+    for (name, at) in [("the baseline", &d.fp32), ("the model", &d.int8)] {
+        if let Some(at) = at {
+            let (s, v) = (&at.result.score, &at.vs_fp32);
+            write!(
+                f,
+                "\n  {name}: EM {:.2} F1 {:.2}, dF1 {}, the same answer on {}",
+                s.exact_match,
+                s.f1,
+                v.f1.describe(),
+                v.same_answers.describe()
+            )?;
+        }
+    }
+    match &d.error {
+        Some(e) => write!(f, "\n  not measured at {}: {e}", d.precision),
+        None => Ok(()),
+    }
+}
+
 impl fmt::Display for SquadEvalReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         line(f, &self.model, &self.evaluation)?;
@@ -200,6 +261,9 @@ impl fmt::Display for SquadEvalReport {
             )?;
             if let Some(undecided) = d.undecided("the model", "the baseline") {
                 write!(f, "\n{undecided}")?;
+            }
+            if let Some(d) = &b.default_float {
+                default_float_lines(f, d, &b.evaluation)?;
             }
         }
         for o in &self.other_eps {

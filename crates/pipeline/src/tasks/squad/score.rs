@@ -37,7 +37,13 @@ impl SquadScoring {
         all.fit_model(req.graph, req.fp32)?;
         // Scoring is a throughput pass (the speed comes from the timing): one one-thread session per core.
         let workers = runtime::threads_or_cores(req.session.intra_threads);
-        let opts = EvalOptions { batch: 1, session: req.session.clone(), warmup: req.warmup, workers };
+        let opts = EvalOptions {
+            batch: 1,
+            session: req.session.clone(),
+            warmup: req.warmup,
+            workers,
+            at_default_float: false,
+        };
         let name = req.fp32.display().to_string();
         let fp32 = evaluate(ModelSource::File(req.fp32), &name, &all, &opts, "evaluating", progress)?;
         // Per-question F1 against FP32's: how far the question sample alone moves each candidate's dF1.
