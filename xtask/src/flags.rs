@@ -212,6 +212,10 @@ pub struct EmbeddingsBenchArgs {
     /// One model's folder (default: every embedding model of the minilm assets).
     #[arg(long, value_name = "DIR")]
     pub embedding_model: Option<PathBuf>,
+    /// A base-size embedding model's folder benched beside the others (all-mpnet-base-v2, as
+    /// ../shared/tools/make-all-mpnet-base-v2.sh builds it; not in CI): timed at one text of its length and 8x128.
+    #[arg(long, value_name = "DIR")]
+    pub base_model: Option<PathBuf>,
     /// Dev questions used as queries (0: all 10,570; every paragraph is a document).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub embedding_samples: usize,
@@ -243,6 +247,13 @@ pub struct OpenVinoBenchArgs {
     /// The SQuAD model only (no embedding model).
     #[arg(long)]
     pub ov_squad_only: bool,
+    /// `qdq tune --ep openvino --min-same P` of the SQuAD model at each of these shares, benched beside the default
+    /// (none: no tuned model).
+    #[arg(long, value_delimiter = ',', default_value = "97,95", value_name = "PCT,...")]
+    pub ov_tune: Vec<f64>,
+    /// Dev questions `qdq tune` scores its candidates on (the first N).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub ov_tune_samples: usize,
 }
 
 /// Options of `bench --big-model`: a model over protobuf's 2 GiB (onnx-ir's tiny BERT with a word-embedding table

@@ -191,6 +191,27 @@ pub(crate) struct Embedding {
     pub retrieval: Option<RetrievalEval>,
     #[serde(default)]
     pub speed: Vec<SpeedAt>,
+    /// Both models at the EP's own default float precision, against FP32 at the run's (`default_float`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_float: Option<EmbeddingDefaultFloat>,
+}
+
+/// An embedding result's `default_float`: FP32 and the quantized model at the EP's own default float precision.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct EmbeddingDefaultFloat {
+    pub precision: String,
+    #[serde(default)]
+    pub fp32: Option<EmbeddingAt>,
+    #[serde(default)]
+    pub int8: Option<EmbeddingAt>,
+}
+
+/// One model at that precision: its fidelity and retrieval against FP32 at the run's.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct EmbeddingAt {
+    pub fidelity: Fidelity,
+    #[serde(default)]
+    pub retrieval: Option<RetrievalEval>,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]

@@ -109,10 +109,11 @@ pub fn embeddings(
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let assets = Assets::download(&download)?;
-    let folders = match &args.embedding_model {
+    let mut folders = match &args.embedding_model {
         Some(m) => vec![m.clone()],
         None => assets.embedding_models.clone(),
     };
+    folders.extend(args.base_model.clone());
     if folders.is_empty() {
         bail!("no sentence-embedding model: give --embedding-model DIR (a sentence-transformers folder)");
     }
