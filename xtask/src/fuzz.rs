@@ -2,7 +2,10 @@
 //! (issue 18). Seeds are the repository's own fixtures and a tiny BERT: ONNX models through `onnx_ir::Model`
 //! (decoded, checked, re-encoded and decoded again, then through qdq's planning, smoothing and dynamic mode for every
 //! preset), range tables of every format through `calib::tables::read_ranges`, SQuAD files through
-//! `squad::load_squad`, tokenization and windowing, and `squad_metrics` scoring (running ONNX Runtime on mutants is
+//! `squad::load_squad`, tokenization and windowing, `squad_metrics` scoring, tokenizer files through both loaders, a
+//! classifier's data files (TSV, JSONL, text lines: with byte-order marks, CRLF ends and changed labels too) through
+//! `InputSet::load` and its label check, and a sentence-transformers folder's config files through the data
+//! configuration every command reads a folder with (running ONNX Runtime on mutants is
 //! left out: a crash there is not ours to fix). Each case applies one to four mutations (bit flips, random bytes,
 //! truncation, inserted or repeated chunks) chosen by a xorshift generator seeded with the case number, so a failure
 //! is reproduced by `--cases` and `--first`.
@@ -64,6 +67,24 @@ fn mutate(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
                 b.splice(to..to, chunk);
             }
         }
+    }
+    b
+}
+
+/// [`mutate`], then, for the files users write by hand, what editors and spreadsheets do to them: a UTF-8
+/// byte-order mark put first, CRLF line ends, a label or number changed (to another digit, a sign, a letter).
+fn mutate_text(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut b = if rng.below(3) == 0 { bytes.to_vec() } else { mutate(bytes, rng) };
+    if rng.below(3) == 0 {
+        b.splice(0..0, *b"\xEF\xBB\xBF");
+    }
+    if rng.below(3) == 0 {
+        b = b.iter().flat_map(|&c| if c == b'\n' { vec![b'\r', b'\n'] } else { vec![c] }).collect();
+    }
+    let digits: Vec<usize> = b.iter().enumerate().filter(|(_, c)| c.is_ascii_digit()).map(|(i, _)| i).collect();
+    if !digits.is_empty() && rng.below(2) == 0 {
+        let at = digits[rng.below(digits.len())];
+        b[at] = *b"0123456789-x".get(rng.below(12)).unwrap_or(&b'9');
     }
     b
 }
@@ -237,6 +258,167 @@ fn squad_file(path: &Path) -> Result<bool> {
     }
 }
 
+/// A pipeline error, or a message-less one as the failure it is.
+fn refused(e: &pipeline::Error) -> Result<bool> {
+    if e.to_string().trim().is_empty() {
+        bail!("an error without a message");
+    }
+    Ok(false)
+}
+
+/// The model, tokenizer and roles text data is read for: a 3-class tiny BERT classifier and the fixtures' vocabulary.
+static CLASSIFIER: std::sync::OnceLock<Option<(onnx_ir::Model, pipeline::TextInputs)>> = std::sync::OnceLock::new();
+
+/// A classifier's data file (TSV, JSONL, text lines) through `InputSet::load`, its labels checked against the 3
+/// classes: an accepted file has a label for every row or none, each a class.
+fn text_data(path: &Path) -> Result<bool> {
+    let inputs = CLASSIFIER.get_or_init(|| {
+        use onnx_ir::tiny_bert::{Head, TinyBertConfig, build};
+        let cfg = TinyBertConfig {
+            layers: 1,
+            hidden: 8,
+            intermediate: 16,
+            head: Head::Classifier { labels: 3 },
+            ..Default::default()
+        };
+        let model = build(&cfg);
+        let roles = pipeline::detect_inputs(&model, path, &pipeline::IoNames::Auto).ok()?;
+        let vocab = root().join("testdata/squad/vocab.txt");
+        let tok = squad::SquadTokenizer::from_vocab(&vocab, true).ok()?;
+        let text = pipeline::TextInputs {
+            roles: Ok(roles),
+            tokenizer: Ok(std::sync::Arc::new(tok)),
+            tokenizer_file: vocab,
+            max_len: 64,
+        };
+        Some((model, text))
+    });
+    let Some((model, text)) = inputs else { bail!("the tiny classifier's inputs do not load") };
+    let set = match pipeline::InputSet::load(path, model, text, 0) {
+        Ok(set) => set,
+        Err(e) => return refused(&e),
+    };
+    if set.labels.as_ref().is_some_and(|l| l.len() != set.len()) {
+        bail!("{} labels for {} rows", set.labels.as_ref().map_or(0, Vec::len), set.len());
+    }
+    match set.check_labels(3, "logits") {
+        Ok(()) if set.labels.as_ref().is_some_and(|l| l.iter().any(|c| !(0..3).contains(c))) => {
+            bail!("a label outside the 3 classes passed the check")
+        }
+        Ok(()) => Ok(true),
+        Err(e) => refused(&e),
+    }
+}
+
+/// A tokenizer file (vocab.txt or tokenizer.json) through the loaders, then a text through it.
+fn tokenizer(path: &Path) -> Result<bool> {
+    let loaded = if path.extension().is_some_and(|e| e == "json") {
+        squad::SquadTokenizer::from_tokenizer_json(path)
+    } else {
+        squad::SquadTokenizer::from_vocab(path, true)
+    };
+    match loaded {
+        Ok(t) => {
+            if let Err(e) = t.tokenize("Which NFL team won Super Bowl 50?", "text")
+                && e.to_string().is_empty()
+            {
+                bail!("a tokenization error without a message");
+            }
+            Ok(true)
+        }
+        Err(e) if e.to_string().is_empty() => bail!("an error without a message"),
+        Err(_) => Ok(false),
+    }
+}
+
+/// A sentence-transformers folder's config files, each mutant in place of one of them beside a tiny BERT, through
+/// the data configuration every command reads a folder with.
+fn folder_file(path: &Path) -> Result<bool> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let Some(original) = name.strip_prefix("mutant-") else {
+        bail!("{} is not a folder file's mutant", path.display())
+    };
+    let folder = path.parent().unwrap_or(Path::new(".")).join("folder");
+    if !folder.join("model.onnx").is_file() {
+        use onnx_ir::tiny_bert::{Head, TinyBertConfig, build};
+        let cfg = TinyBertConfig {
+            layers: 1,
+            hidden: 8,
+            intermediate: 16,
+            max_positions: 64,
+            head: Head::Hidden { pooler: false },
+            ..Default::default()
+        };
+        std::fs::create_dir_all(folder.join("1_Pooling"))?;
+        build(&cfg).save(folder.join("model.onnx"))?;
+        std::fs::copy(root().join("testdata/squad/vocab.txt"), folder.join("vocab.txt"))?;
+    }
+    for (file, text) in FOLDER_FILES {
+        std::fs::write(folder.join(file), text)?;
+    }
+    std::fs::copy(path, folder.join(original.replace('~', "/")))?;
+    let settings = pipeline::DataSettings {
+        vocab: None,
+        tokenizer_json: None,
+        lowercase: true,
+        version: pipeline::SquadVersion::V1_1,
+        seq_len: None,
+        query_len: None,
+        doc_stride: None,
+        io_names: pipeline::IoNames::Auto,
+        force: false,
+        pad_to_max: false,
+        pooling: None,
+        corpus: None,
+    };
+    match settings.config(&folder.join("model.onnx")) {
+        Ok(cfg) if cfg.features.max_seq_len == 0 || cfg.features.max_seq_len > 64 => {
+            bail!("a length of {} accepted for 64 positions", cfg.features.max_seq_len)
+        }
+        Ok(_) => Ok(true),
+        Err(e) => refused(&e),
+    }
+}
+
+/// A sentence-transformers folder as the tiny BERT's (`~` for `/` in the seed's name).
+const FOLDER_FILES: [(&str, &str); 4] = [
+    (
+        "modules.json",
+        r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+ {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]"#,
+    ),
+    ("1_Pooling/config.json", r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true}"#),
+    ("sentence_bert_config.json", r#"{"max_seq_length": 48, "do_lower_case": true}"#),
+    ("tokenizer_config.json", r#"{"tokenizer_class": "BertTokenizer", "do_lower_case": true}"#),
+];
+
+/// Seeds written to `work`: the folder files (named `mutant-` + their path, `~` for `/`, as [`folder_file`]
+/// reads them back) and a classifier's data files.
+fn text_seeds(work: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let dir = work.join("seeds");
+    std::fs::create_dir_all(&dir)?;
+    let mut folder = vec![];
+    for (file, text) in FOLDER_FILES {
+        let p = dir.join(file.replace('/', "~"));
+        std::fs::write(&p, text)?;
+        folder.push(p);
+    }
+    let data = [
+        ("glue.tsv", "sentence1\tsentence2\tlabel\nthe cat sat\ton the mat\t1\na denver game\tit was long\t0\n"),
+        (
+            "rows.jsonl",
+            "{\"text\": \"the cat sat\", \"text_pair\": \"a mat\", \"label\": 2}\n{\"text\": \"a game\", \"label\": 0}\n",
+        ),
+        ("lines.txt", "the cat sat on the mat\nwhich river\tthe river is long\n"),
+    ];
+    let mut texts = vec![];
+    for (file, text) in data {
+        std::fs::write(dir.join(file), text)?;
+        texts.push(dir.join(file));
+    }
+    Ok((folder, texts))
+}
+
 /// The targets and their seed files.
 fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
     let data = root().join("testdata");
@@ -248,6 +430,7 @@ fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
     let fused = work.join("tiny_bert_fused.onnx");
     let form = onnx_ir::tiny_bert::GraphForm::OrtFused;
     onnx_ir::tiny_bert::build(&onnx_ir::tiny_bert::TinyBertConfig { form, ..cfg }).save(&fused)?;
+    let (folder, texts) = text_seeds(work)?;
     Ok(vec![
         ("onnx model", onnx as Check, vec![tiny, fused, data.join("onnx-ir/attrs.onnx")]),
         (
@@ -262,7 +445,17 @@ fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
         ),
         ("squad file", squad_file as Check, vec![data.join("squad/tiny-v1.1.json"), data.join("squad/tiny-v2.0.json")]),
         ("calibration state", state as Check, state_seeds(work)?),
+        ("tokenizer", tokenizer as Check, vec![data.join("squad/vocab.txt"), tokenizer_json_seed(work)?]),
+        ("text data", text_data as Check, texts),
+        ("model folder file", folder_file as Check, folder),
     ])
+}
+
+/// The fixtures' vocabulary as a tokenizer.json (saved by the loader itself).
+fn tokenizer_json_seed(work: &Path) -> Result<PathBuf> {
+    let path = work.join("tokenizer.json");
+    squad::SquadTokenizer::from_vocab(root().join("testdata/squad/vocab.txt"), true)?.save_tokenizer_json(&path)?;
+    Ok(path)
 }
 
 /// Runs `cases` mutants of every seed of every target, starting at case `first`; returns per target (accepted,
@@ -276,9 +469,17 @@ pub fn run(cases: u64, first: u64) -> Result<Vec<(&'static str, u64, u64)>> {
         for seed in &seeds {
             let bytes = std::fs::read(seed)?;
             let ext = seed.extension().map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
-            let mutant = dir.join(format!("mutant{ext}"));
+            // A folder file's mutant keeps the seed's name: the target puts it back where it belongs.
+            let mutant = match name {
+                "model folder file" => {
+                    dir.join(format!("mutant-{}", seed.file_name().unwrap_or_default().to_string_lossy()))
+                }
+                _ => dir.join(format!("mutant{ext}")),
+            };
+            let text = matches!(name, "tokenizer" | "text data" | "model folder file");
             for case in first..first + cases {
-                std::fs::write(&mutant, mutate(&bytes, &mut Rng::new(case)))?;
+                let mut rng = Rng::new(case);
+                std::fs::write(&mutant, if text { mutate_text(&bytes, &mut rng) } else { mutate(&bytes, &mut rng) })?;
                 let started = Instant::now();
                 let outcome = std::panic::catch_unwind(|| check(&mutant));
                 let took = started.elapsed();
@@ -317,7 +518,7 @@ mod tests {
     #[test]
     fn mutated_inputs_never_panic() {
         let counts = super::run(200, 0).unwrap();
-        assert_eq!(counts.len(), 4);
+        assert_eq!(counts.len(), 7);
         for (name, ok, refused) in counts {
             assert!(refused > 0, "{name}: no mutant refused, the mutator does nothing");
             assert!(ok + refused > 0, "{name}");

@@ -25,7 +25,7 @@ mod tests {
             &["qdq-files", "qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"],
         ),
         ("qdq-cli", &["qdq-pipeline"]),
-        ("xtask", &["qdq-files", "qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib", "qdq"]),
+        ("xtask", &["qdq-files", "qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib", "qdq", "qdq-pipeline"]),
     ];
 
     /// Third-party crates a crate may depend on, where the architecture limits them: squad-metrics is serde alone

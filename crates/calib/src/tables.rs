@@ -29,9 +29,15 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 const MAX_TABLE_BYTES: u64 = 1 << 30;
 
 /// The bytes of `path` if it is a regular file of at most [`MAX_TABLE_BYTES`] (a FIFO would block, `/dev/zero` would be
-/// read until memory runs out).
+/// read until memory runs out), without a leading UTF-8 byte-order mark (a JSON or text table saved by an editor
+/// that writes one; no flatbuffer starts with it: its first four bytes are an offset within the file).
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
-    files::read_regular(path, MAX_TABLE_BYTES).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+    let mut bytes =
+        files::read_regular(path, MAX_TABLE_BYTES).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        bytes.drain(..3);
+    }
+    Ok(bytes)
 }
 
 fn table_err(path: &Path, location: impl Into<String>, message: impl Into<String>) -> Error {
@@ -149,8 +155,7 @@ fn read_any_table(path: &Path) -> Result<TableRanges> {
         return ort_json(&v, path);
     }
     if bytes.starts_with(b"TRT-") {
-        let text =
-            String::from_utf8(bytes).map_err(|_| table_err(path, "file", "a TensorRT cache is text; not UTF-8"))?;
+        let text = files::text(bytes).map_err(|e| table_err(path, "file", format!("a TensorRT cache is text; {e}")))?;
         let ranges = symmetric(decode_trt_cache(&text, path)?.amax());
         return Ok(TableRanges { format: TableFormat::TrtCache, ranges, rejected: vec![], model: None });
     }
@@ -386,7 +391,7 @@ pub fn decode_trt_cache(text: &str, path: &Path) -> Result<TrtCache> {
 pub fn read_trt_cache(path: impl AsRef<Path>) -> Result<TrtCache> {
     let path = path.as_ref();
     let bytes = read(path)?;
-    let text = String::from_utf8(bytes).map_err(|_| table_err(path, "file", "not UTF-8 text"))?;
+    let text = files::text(bytes).map_err(|e| table_err(path, "file", format!("a TensorRT cache is text; {e}")))?;
     decode_trt_cache(&text, path)
 }
 

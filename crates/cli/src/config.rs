@@ -35,8 +35,7 @@ pub fn expand(args: Vec<OsString>, cmd: &clap::Command) -> Result<Vec<OsString>>
 
 /// Reads the TOML file and turns each key into `--key value` (booleans into `--key` when true).
 fn to_args(path: &Path, sub: &clap::Command) -> Result<Vec<OsString>> {
-    let text =
-        String::from_utf8(pipeline::read_bounded(path)?).with_context(|| format!("{}: not UTF-8", path.display()))?;
+    let text = pipeline::read_text(path, "a TOML config file")?;
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("config file {} is not valid TOML", path.display()))?;
     // Long names and their aliases (the seeds' spellings, e.g. `version` for `squad-version`).

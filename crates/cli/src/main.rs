@@ -38,7 +38,7 @@ fn main() -> ExitCode {
         for line in args::deprecated(&argv) {
             eprintln!("qdq: warning: {line}");
         }
-        let matches = cmd.clone().try_get_matches_from(argv).map_err(|e| e.exit())?;
+        let matches = cmd.clone().try_get_matches_from(argv).map_err(usage_error)?;
         Ok(Cli::from_arg_matches(&matches)?)
     }) {
         Ok(c) => c,
@@ -56,6 +56,20 @@ fn main() -> ExitCode {
             if usage { ExitCode::from(2) } else { ExitCode::FAILURE }
         }
     }
+}
+
+/// A command line clap refuses, as every other error is said (`qdq: error: ...`, then clap's tip and usage lines);
+/// help and version requests print and exit as clap does.
+fn usage_error(e: clap::Error) -> anyhow::Error {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    anyhow::anyhow!("{}", text.trim_end().strip_prefix("error: ").unwrap_or(text.trim_end()).to_owned())
 }
 
 /// The error and its causes on one line, skipping a cause whose text the line already holds (library errors

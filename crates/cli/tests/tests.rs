@@ -9,6 +9,7 @@ mod command_line;
 mod e2e;
 mod embedding;
 mod errors;
+mod inputs;
 mod qnn;
 mod quantize;
 mod tune;

@@ -27,8 +27,13 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
+//! - **Inputs are never outputs**: a command names the files it reads ([`protect`]); an `AtomicFile` whose
+//!   destination is one of them, by any name (a symlink, a hard link), is refused before a byte is written.
+//! - **Text as users write it**: [`text`] / [`read_text`] take UTF-8 with or without a byte-order mark and name a
+//!   byte that is not UTF-8 by its line and column; CRLF line ends are left to `str::lines`, which takes both.
+//!
 //! What it offers the crates that use it: `read_regular` / `open_regular` (with a limit; `MAX_INPUT_BYTES` by default),
-//! `AtomicFile` (`create`, `Write`, `commit`, `discard`), `write_atomic`, `what_it_is` (a path that is not a regular
+//! `read_text` / `text`, `protect` / `same_file`, `AtomicFile` (`create`, `Write`, `commit`, `discard`), `write_atomic`, `what_it_is` (a path that is not a regular
 //! file, in words), `RunDir` (a run's output directory: opened before any work by writing its `INCOMPLETE` marker,
 //! finished by removing it, put back as it was when dropped before anything was written),
 //! `signals::{defer_during_commits, hold, remove_on_signal, say_on_signal}` (the handler also settles an open `RunDir`
@@ -38,10 +43,14 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read as _, Write};
 use std::path::{Path, PathBuf};
 
+mod inputs;
 mod run_dir;
 pub mod signals;
+mod text;
 
+pub use inputs::{protect, same_file, unprotect_all};
 pub use run_dir::{INCOMPLETE, RunDir};
+pub use text::{NotText, read_text, text};
 
 /// Largest input file read whole unless a reader states its own limit (a dataset, a vocabulary, a config, arrays):
 /// 4 GiB.
@@ -103,9 +112,11 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
-    /// Starts the output `dest`; fails at once when its directory does not take a new file.
+    /// Starts the output `dest`; fails at once when its directory does not take a new file, or when `dest` is an
+    /// input of this run ([`protect`]).
     pub fn create(dest: impl AsRef<Path>) -> io::Result<Self> {
         let dest = dest.as_ref().to_path_buf();
+        inputs::check_dest(&dest)?;
         let file = atomic_write_file::AtomicWriteFile::options().open(&dest)?;
         Ok(AtomicFile { dest, writer: BufWriter::with_capacity(1 << 20, file) })
     }

@@ -80,6 +80,15 @@ pub fn read_bounded(path: &Path) -> Result<Vec<u8>> {
         .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e.to_string() })
 }
 
+/// The text of `path` ([`read_bounded`]; a UTF-8 byte-order mark dropped): a byte that is not UTF-8 is an error
+/// naming the file, the byte's line and column, and `expected` (what the file should have been).
+pub fn read_text(path: &Path, expected: &str) -> Result<String> {
+    files::text(read_bounded(path)?).map_err(|e| Error::Input {
+        path: path.to_path_buf(),
+        reason: format!("not text (binary?): {e}; expected {expected}"),
+    })
+}
+
 /// The directory `path` is in (`.` for a bare file name).
 pub fn parent_dir(path: &Path) -> &Path {
     path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))

@@ -24,6 +24,7 @@
 mod commands;
 mod disk;
 mod error;
+mod guard;
 mod held_out;
 mod inputs;
 mod job;
@@ -100,7 +101,7 @@ pub use tasks::squad::evaluate::{Evaluation, evaluate};
 pub use tasks::{Side, Task};
 
 // Files, models, progress and provenance.
-pub use disk::{check_writable, open_run_dir, read_bounded, write_atomic, write_predictions};
+pub use disk::{check_writable, open_run_dir, read_bounded, read_text, write_atomic, write_predictions};
 pub use error::{Error, Result};
 /// SIGINT / SIGTERM held while outputs are put in place (the binary calls `signals::defer_during_commits`).
 pub use files::signals;

@@ -7,8 +7,9 @@ use crate::disk::{read_bounded, write_atomic};
 use crate::error::{Error, Result};
 
 /// The model file `path` names: the file itself, or in a directory (a Hugging Face export folder) its model.onnx,
-/// else its only .onnx file; a directory without any looks in its `onnx/` (the Hugging Face hub layout, tokenizer and
-/// configs beside `onnx/`) the same way.
+/// else its only .onnx file; or its `onnx/` the same way (the Hugging Face hub layout, tokenizer and configs beside
+/// `onnx/`). A folder with a model in both is refused, naming both: which one a user means cannot be told (a run's
+/// output written into the folder would otherwise be taken for its model).
 pub fn resolve_model(path: &Path) -> Result<PathBuf> {
     if !path.is_dir() {
         return Ok(path.to_path_buf());
@@ -23,13 +24,15 @@ pub fn resolve_model(path: &Path) -> Result<PathBuf> {
         found.sort();
         Ok(found)
     };
+    let mut found = vec![];
     for dir in [path.to_path_buf(), path.join("onnx")] {
         if dir.join("model.onnx").is_file() {
-            return Ok(dir.join("model.onnx"));
+            found.push(dir.join("model.onnx"));
+            continue;
         }
         match onnx_in(&dir)?.as_slice() {
             [] => continue,
-            [one] => return Ok(one.clone()),
+            [one] => found.push(one.clone()),
             many => {
                 return Err(bad(format!(
                     "{} holds {} .onnx files and no model.onnx; name one: {}",
@@ -44,7 +47,15 @@ pub fn resolve_model(path: &Path) -> Result<PathBuf> {
             }
         }
     }
-    Err(bad("a directory without model.onnx or any .onnx file (nor in onnx/)".into()))
+    match found.as_slice() {
+        [] => Err(bad("a directory without model.onnx or any .onnx file (nor in onnx/)".into())),
+        [one] => Ok(one.clone()),
+        [first, second, ..] => Err(bad(format!(
+            "holds a model at {} and another at {}: give --model the file meant",
+            first.display(),
+            second.display()
+        ))),
+    }
 }
 
 /// Loads an FP32 model to calibrate, smooth or quantize, with what is constant by construction folded into

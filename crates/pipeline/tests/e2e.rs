@@ -1437,7 +1437,12 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
             runtime::Session::from_bytes(&model.to_bytes().unwrap(), "fp32", &SessionConfig::default()).unwrap();
         let tok = data_config().tokenizer().unwrap();
         let roles = qdq_pipeline::detect_inputs(&model, &model_path, &IoNames::Auto).unwrap();
-        let text = qdq_pipeline::TextInputs { roles: Ok(roles), tokenizer: Ok(tok), max_len: 64 };
+        let text = qdq_pipeline::TextInputs {
+            roles: Ok(roles),
+            tokenizer: Ok(tok),
+            tokenizer_file: PathBuf::new(),
+            max_len: 64,
+        };
         let inputs = qdq_pipeline::InputSet::load(&txt, &model, &text, 0).unwrap();
         assert_eq!(inputs.len(), set);
         (0..set)

@@ -271,7 +271,9 @@ pub fn read_regular_file(path: &Path) -> std::io::Result<Vec<u8>> {
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path, expected: &'static str) -> Result<T, Error> {
     let bytes = read_regular_file(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
-    serde_json::from_slice(&bytes).map_err(|source| Error::Json { path: path.to_owned(), expected, source })
+    // A byte-order mark before the JSON (an editor's) is not part of it.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    serde_json::from_slice(bytes).map_err(|source| Error::Json { path: path.to_owned(), expected, source })
 }
 
 /// Reads a SQuAD dataset JSON file.

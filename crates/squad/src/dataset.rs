@@ -94,7 +94,9 @@ pub fn read_dataset(path: impl AsRef<Path>) -> Result<Dataset> {
     let path = path.as_ref();
     let bytes = files::read_regular(path, files::MAX_INPUT_BYTES)
         .map_err(|source| Error::Io { path: path.to_owned(), source })?;
-    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    // A byte-order mark before the JSON (an editor's) is not part of it.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
     let dataset: Dataset = serde_path_to_error::deserialize(de).map_err(|e| {
         let json_path = e.path().to_string();
         let message = e.into_inner().to_string();

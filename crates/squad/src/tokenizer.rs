@@ -86,8 +86,7 @@ impl std::fmt::Debug for SquadTokenizer {
 /// A vocabulary or tokenizer file as UTF-8 text, read as a regular file of bounded size.
 fn read_text(path: &Path) -> Result<String> {
     let io = |source| Error::Io { path: path.to_owned(), source };
-    let bytes = files::read_regular(path, files::MAX_INPUT_BYTES).map_err(io)?;
-    String::from_utf8(bytes).map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+    files::read_text(path, files::MAX_INPUT_BYTES).map_err(io)
 }
 
 impl SquadTokenizer {
@@ -113,8 +112,8 @@ impl SquadTokenizer {
         let [cls_id, sep_id, pad_id, unk_id] = special_ids(|t| vocab.get(t).copied()).map_err(vocab_err)?;
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         let vocab_size = vocab.len();
-        let path_str = path.to_str().ok_or_else(|| vocab_err("path is not UTF-8".into()))?;
-        let wp_vocab = WordPiece::read_file(path_str).map_err(|e| vocab_err(e.to_string()))?;
+        // The text read above (its byte-order mark dropped), not the file again.
+        let wp_vocab = WordPiece::read_bytes(text.as_bytes()).map_err(|e| vocab_err(e.to_string()))?;
         let model = WordPiece::builder()
             .vocab(wp_vocab)
             .unk_token("[UNK]".into())
@@ -220,6 +219,17 @@ impl SquadTokenizer {
     /// The vocab string of a token id, if any.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
+    }
+
+    /// The kind of its model, as Hugging Face names them: `WordPiece`, `BPE`, `Unigram` or `WordLevel`.
+    pub fn model_kind(&self) -> &'static str {
+        use tokenizers::models::ModelWrapper;
+        match self.inner.get_model() {
+            ModelWrapper::WordPiece(_) => "WordPiece",
+            ModelWrapper::BPE(_) => "BPE",
+            ModelWrapper::Unigram(_) => "Unigram",
+            ModelWrapper::WordLevel(_) => "WordLevel",
+        }
     }
 }
 

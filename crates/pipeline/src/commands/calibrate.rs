@@ -1,11 +1,12 @@
 //! `qdq calibrate`: smooth (when the policy does), one statistics pass, the tables into `--out`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use runtime::SessionConfig;
 
 use crate::disk::{finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
+use crate::guard::InOut;
 use crate::inputs::files::TextInputs;
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model, save_model};
@@ -98,6 +99,7 @@ impl CalibrateJob {
         };
         let model = load_for_quantization(&model_path)?;
         let data_cfg = self.data.config(&model_path)?;
+        self.guard(&model_path, calibration_data, &data_cfg)?;
         let text = TextInputs::for_model(&model, &model_path, &data_cfg);
         let task = Task::for_calibration(&model, &model_path, &data_cfg)?;
         let data = task.calibration_feeds(
@@ -140,6 +142,24 @@ impl CalibrateJob {
         self.merge_into(&mut cal, &opts)?;
         write_tables(&cal, &self.out, policy.precision.float8().is_none())?;
         Ok((cal, smoothed))
+    }
+
+    /// The outputs against the inputs ([`InOut`]), before any work.
+    fn guard(
+        &self,
+        model_path: &Path,
+        calibration_data: &Path,
+        data_cfg: &crate::inputs::config::DataConfig,
+    ) -> Result<()> {
+        let mut io = InOut::new()
+            .model("--model", model_path)
+            .input("--calibration-data", Some(calibration_data))
+            .data(data_cfg)
+            .out_dir("--out", &self.out);
+        for m in &self.merge {
+            io = io.input("--merge", Some(m));
+        }
+        io.check()
     }
 
     /// `--merge`: the other runs' statistics folded into `cal`, and the ranges computed again from the sum.

@@ -13,6 +13,7 @@ use onnx_ir::Model;
 
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir, parent_dir};
 use crate::error::{Error, Result};
+use crate::guard::InOut;
 use crate::held_out::HeldOut;
 use crate::held_out::pairs::{across_eps, measure, probes, sensitivity};
 use crate::job::Job;
@@ -105,6 +106,15 @@ impl Job for DebugJob {
         let run = self.out.as_ref().map(|dir| open_run_dir(dir, "--out", "qdq debug")).transpose()?;
         let mut session = self.runtime.fp32_session(Some(parent_dir(&fp32_path)), "debug");
         let mut data = self.data.config(&fp32_path)?;
+        let mut io = InOut::new()
+            .model("--model", &fp32_path)
+            .model("--qdq", &int8_path)
+            .input("--dataset", Some(&self.dataset))
+            .data(&data);
+        if let Some(dir) = &self.out {
+            io = io.out_dir("--out", dir);
+        }
+        io.check()?;
         let mut other = other_ep.map(|ep| self.runtime.fp32_session_on(ep, None, "debug"));
         // An EP of static shapes only (QNN) has every held-out feature padded to --seq-len, on both EPs.
         for s in std::iter::once(&mut session).chain(other.as_mut()) {

@@ -7,6 +7,7 @@ use onnx_ir::Model;
 
 use crate::disk::{check_writable, parent_dir};
 use crate::error::Result;
+use crate::guard::InOut;
 use crate::inputs::config::DataConfig;
 use crate::job::Job;
 use crate::model::resolve_model;
@@ -95,6 +96,18 @@ impl Job for EvalJob {
             tracing::info!("{}", e.describe());
         }
         let (session, other_eps) = self.sessions(&model, &mut data);
+        let baseline = self.baseline.as_deref().map(resolve_model).transpose()?;
+        let mut io = InOut::new().model("--model", &model).input("--dataset", Some(&self.dataset)).data(&data);
+        if let Some(b) = &baseline {
+            io = io.model("--baseline", b);
+        }
+        if let Some(p) = &self.out {
+            io = io.out_file("--out", p);
+        }
+        if let Some(p) = &session.optimized_model_path {
+            io = io.out_file("--save-load", p);
+        }
+        io.check()?;
         if let Some(p) = &session.optimized_model_path {
             progress.note(&format!("the model as optimised by ONNX Runtime goes to {}", p.display()));
         }
@@ -114,7 +127,7 @@ impl Job for EvalJob {
             data,
             opts,
             other_eps,
-            baseline: self.baseline.as_deref().map(resolve_model).transpose()?,
+            baseline,
             out: self.out.as_deref(),
             profile_ops: self.profile_ops,
         };
@@ -125,10 +138,13 @@ impl Job for EvalJob {
 /// The task `qdq eval` measures the model by: as [`Task::detect`] tells, except that a model whose outputs cannot be
 /// told apart is scored on SQuAD, whose checks name what does not fit (unless an embedding was asked for).
 fn eval_task(graph: &Model, model: &Path, data: &DataConfig) -> Result<Task> {
-    match Task::detect(graph, model, data) {
+    if let Some(task) = Task::detect_squad_or_embedding(graph, model, data)? {
+        return Ok(task);
+    }
+    match crate::inputs::roles::class_logits(graph, &data.io_names, model) {
+        Ok(output) => Task::classifier(output, graph, data),
         Err(e) if data.io_names.named().embedding.is_some() || data.pooling.is_some() => Err(e),
         Err(_) => Ok(Task::Squad),
-        found => found,
     }
 }
 

@@ -7,6 +7,7 @@ use qdq::Policy;
 
 use crate::disk::check_writable;
 use crate::error::{Error, Result};
+use crate::guard::InOut;
 use crate::inputs::folder::carry_folder;
 use crate::job::Job;
 use crate::model::{carry_tokenizer_files, load_for_quantization, resolve_model, save_model};
@@ -117,6 +118,7 @@ impl QuantizeJob {
         ranges: &Path,
         (policy, target_cpu): (&Policy, Option<runtime::CpuKind>),
     ) -> Result<QuantizeReport> {
+        self.guard(model_path, Some(ranges))?;
         let model = load_for_quantization(model_path)?;
         let table = read_table(ranges, &model, model_path, policy)?;
         let plan = plan(&model, model_path, &table, policy)?;
@@ -138,11 +140,25 @@ impl QuantizeJob {
         })
     }
 
+    /// The output against the inputs ([`InOut`]), when there is one.
+    fn guard(&self, model_path: &Path, ranges: Option<&Path>) -> Result<()> {
+        let (Some(out), false) = (&self.out, self.dry_run) else { return Ok(()) };
+        let model_flag = if self.recipe.is_some() { "the recipe's model" } else { "--model" };
+        let ranges_flag = if self.recipe.is_some() { "the recipe's ranges" } else { "--ranges" };
+        InOut::new()
+            .model(model_flag, model_path)
+            .input(ranges_flag, ranges)
+            .input("--recipe", self.recipe.as_deref())
+            .out_file("--out", out)
+            .check()
+    }
+
     /// `--mode dynamic`: no ranges ([`qdq::quantize_dynamic`]).
     fn quantize_dynamic(&self, model_path: &Path, policy: &Policy) -> Result<QuantizeReport> {
         if self.ranges.is_some() {
             tracing::warn!("--ranges is not used in dynamic mode");
         }
+        self.guard(model_path, None)?;
         let model = load_for_quantization(model_path)?;
         let (qmodel, plan) = qdq::quantize_dynamic(&model, policy)?;
         let (Some(output), false) = (&self.out, self.dry_run) else {

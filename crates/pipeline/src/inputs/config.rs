@@ -20,6 +20,9 @@ pub struct DataConfig {
     pub vocab: PathBuf,
     /// A Hugging Face tokenizer.json used instead of building WordPiece from `vocab` (the seeds' --token).
     pub tokenizer_json: Option<PathBuf>,
+    /// No --vocab / --token given and no tokenizer found beside the model, in its folder or at the default
+    /// squad/vocab.txt: the folder looked in, which the error of [`DataConfig::tokenizer`] names.
+    pub no_tokenizer_in: Option<PathBuf>,
     /// Lower-case text before WordPiece (uncased models).
     pub lowercase: bool,
     /// A vocabulary much smaller than the word embedding is used, with a warning, not refused (`--force`).
@@ -82,6 +85,14 @@ impl DataConfig {
     }
 
     pub fn tokenizer(&self) -> Result<Arc<SquadTokenizer>> {
+        if let Some(dir) = &self.no_tokenizer_in {
+            return Err(crate::error::Error::Input {
+                path: dir.clone(),
+                reason: "no tokenizer: no tokenizer.json or vocab.txt here or beside the model, and no --vocab / \
+                         --token given"
+                    .into(),
+            });
+        }
         Ok(Arc::new(match &self.tokenizer_json {
             Some(json) => SquadTokenizer::from_tokenizer_json(json)?,
             None => SquadTokenizer::from_vocab(&self.vocab, self.lowercase)?,

@@ -11,19 +11,31 @@ use squad::SquadTokenizer;
 
 use qdq::roles::InputRoles;
 
-use crate::disk::{open_regular, read_bounded};
+use crate::disk::{open_regular, read_text};
 use crate::error::{Error, Result};
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::{BatchFn, Feeds};
-use crate::inputs::roles::detect_inputs;
+use crate::inputs::roles::{Vocabulary, check_tokenizer_kind, check_vocab, detect_inputs};
 use crate::inputs::shape::DeclaredShape;
 
 impl TextInputs {
-    /// The roles found in `model` and the tokenizer of `cfg` (or why not).
+    /// The roles found in `model` and the tokenizer of `cfg` (or why not), the tokenizer checked against the
+    /// model's word embedding ([`check_vocab`]: ids past its table, a much smaller vocabulary).
     pub fn for_model(model: &Model, model_path: &Path, cfg: &DataConfig) -> TextInputs {
+        let roles = detect_inputs(model, model_path, &cfg.io_names).map_err(|e| e.to_string());
+        let mut tokenizer = cfg.tokenizer().map_err(|e| e.to_string());
+        if let (Ok(r), Ok(t)) = (&roles, &tokenizer) {
+            let vocab = Vocabulary { tok: t, path: cfg.tokenizer_source(), force: cfg.force_vocab };
+            let checked = check_vocab(model, model_path, &r.ids, &vocab)
+                .and_then(|()| check_tokenizer_kind(t, cfg.tokenizer_source(), &cfg.folder.folder));
+            if let Err(e) = checked {
+                tokenizer = Err(e.to_string());
+            }
+        }
         TextInputs {
-            roles: detect_inputs(model, model_path, &cfg.io_names).map_err(|e| e.to_string()),
-            tokenizer: cfg.tokenizer().map_err(|e| e.to_string()),
+            roles,
+            tokenizer,
+            tokenizer_file: cfg.no_tokenizer_in.clone().unwrap_or_else(|| cfg.tokenizer_source().to_path_buf()),
             max_len: cfg.features.max_seq_len,
         }
     }
@@ -41,6 +53,8 @@ pub struct InputSet {
     pad: Vec<i64>,
     /// One class per row, if the file has labels.
     pub labels: Option<Vec<i64>>,
+    /// The line of the file each row came from (text files; empty for arrays), for errors about a row.
+    lines: Vec<usize>,
     /// The attention-mask input, when the model's roles name one that is fed: per-token logits are compared on the
     /// positions it keeps.
     mask: Option<String>,
@@ -51,6 +65,8 @@ pub struct InputSet {
 pub struct TextInputs {
     pub roles: std::result::Result<InputRoles, String>,
     pub tokenizer: std::result::Result<Arc<SquadTokenizer>, String>,
+    /// The file the tokenizer is read from: its errors name it, not the data.
+    pub tokenizer_file: PathBuf,
     /// Longest input in tokens ([CLS] and [SEP]s included).
     pub max_len: usize,
 }
@@ -73,7 +89,13 @@ impl TextInputs {
         };
         match (&self.roles, &self.tokenizer) {
             (Ok(r), Ok(t)) => Ok((r, t)),
-            (Err(why), _) | (_, Err(why)) => Err(bad(why)),
+            (Err(why), _) => Err(bad(why)),
+            // The tokenizer's own fault, named by its file (the error's text names it already; said once).
+            (_, Err(why)) => {
+                let file = self.tokenizer_file.display().to_string();
+                let reason = why.split_once(&format!("{file}: ")).map_or(why.as_str(), |(_, r)| r);
+                Err(Error::Input { path: self.tokenizer_file.clone(), reason: reason.to_owned() })
+            }
         }
     }
 }
@@ -97,12 +119,8 @@ impl InputSet {
             "npz" => from_npz(path, model)?,
             "npy" => from_npy(path, text)?,
             _ => {
-                let content = read_bounded(path)?;
-                let content = String::from_utf8(content).map_err(|_| {
-                    bad("is not inputs qdq reads: binary, where text lines (`text` or `text<TAB>pair`), JSONL, a \
-                         SQuAD .json, .npz or .npy were expected"
-                        .into())
-                })?;
+                let expected = "text lines (`text` or `text<TAB>pair`), TSV, JSONL, a SQuAD .json, .npz or .npy";
+                let content = read_text(path, expected)?;
                 from_text(path, &content, ext == "jsonl", text, limit)?
             }
         };
@@ -113,6 +131,7 @@ impl InputSet {
         if let Some(labels) = &mut set.labels {
             labels.truncate(limit);
         }
+        set.lines.truncate(limit);
         set.mask = text.roles.as_ref().ok().map(|r| r.mask.clone()).filter(|m| set.names.contains(m));
         Ok(set)
     }
@@ -130,6 +149,33 @@ impl InputSet {
     /// The file the rows came from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Where row `i` is in its file, for an error: `line 7` of a text file, else `input 3` (1-based).
+    pub fn row_place(&self, i: usize) -> String {
+        match self.lines.get(i) {
+            Some(line) => format!("line {line}"),
+            None => format!("input {}", i + 1),
+        }
+    }
+
+    /// The labels against a model of `classes` classes (its output `output`): one that is not a class (below 0, or
+    /// `classes` and above) is an error naming the first such row and the classes, before any score is taken.
+    pub fn check_labels(&self, classes: usize, output: &str) -> Result<()> {
+        let Some(labels) = &self.labels else { return Ok(()) };
+        let Some((i, label)) = labels.iter().enumerate().find(|(_, l)| !(0..classes as i64).contains(l)) else {
+            return Ok(());
+        };
+        let bad = labels.iter().filter(|l| !(0..classes as i64).contains(l)).count();
+        Err(Error::Input {
+            path: self.path.clone(),
+            reason: format!(
+                "{}: label {label} is not a class of the model, whose output `{output}` has {classes} classes (labels                  0 to {}); {bad} of {} labels are outside them",
+                self.row_place(i),
+                classes.saturating_sub(1),
+                labels.len()
+            ),
+        })
     }
 
     /// The attention-mask input, when known and fed.
@@ -258,6 +304,7 @@ fn from_npz(path: &Path, model: &Model) -> Result<InputSet> {
         rows,
         pad,
         labels,
+        lines: vec![],
         mask: None,
     })
 }
@@ -329,7 +376,7 @@ fn with_roles(
         names.push(p.clone());
         pad.push(0);
     }
-    InputSet { path: path.to_path_buf(), names, rows, pad, labels, mask: None }
+    InputSet { path: path.to_path_buf(), names, rows, pad, labels, lines: vec![], mask: None }
 }
 
 #[derive(serde::Deserialize)]
@@ -395,9 +442,10 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
         reason: format!("line {line}: {reason}"),
     };
     let columns = if jsonl { None } else { content.lines().next().and_then(tsv_columns) };
-    let (mut rows, mut labels) = (vec![], vec![]);
+    let (mut rows, mut labels, mut lines) = (vec![], vec![], vec![]);
     let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
     for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()).take(limit) {
+        lines.push(i + 1);
         let (a, b, label) = parse_line(line, jsonl, columns).map_err(|e| bad(i + 1, e))?;
         let (ids, segment) =
             encode(tokenizer, text.max_len, &a, b.as_deref()).map_err(|e| bad(i + 1, e.to_string()))?;
@@ -415,7 +463,7 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
         });
     }
     let labels = (labelled != 0).then(|| labels.into_iter().flatten().collect());
-    Ok(with_roles(path, rows, roles, tokenizer, labels))
+    Ok(InputSet { lines, ..with_roles(path, rows, roles, tokenizer, labels) })
 }
 
 /// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])`, the longer text cut first until it fits `max_len`.

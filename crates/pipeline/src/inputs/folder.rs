@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::disk::{parent_dir, read_bounded};
+use crate::disk::{parent_dir, read_bounded, read_text};
 use crate::error::{Error, Result};
 use crate::inputs::pooling::{PoolMode, Pooling};
 
@@ -38,11 +38,28 @@ pub struct FolderConfig {
     pub pooling: Option<(Pooling, PathBuf)>,
     /// A Normalize module follows the pooling.
     pub normalize: bool,
-    /// Dense modules after the pooling (their weights are not in an ONNX graph that stops at the token states).
-    pub dense: Vec<String>,
+    /// Modules after the transformer that qdq does not compute from token states (Dense, whose weights are not in
+    /// an ONNX graph that stops at the token states, and any other but Pooling and Normalize), as `Dense (2_Dense)`.
+    pub not_computed: Vec<String>,
     /// `max_seq_length` of sentence_bert_config.json.
     pub max_seq_length: Option<usize>,
+    /// The classes config.json names (`id2label`, else `num_labels`), for a classifier's logits.
+    pub labels: Option<usize>,
 }
+
+/// The files of a model's folder [`FolderConfig::carry_to`] writes beside the models a run writes (the pooling
+/// config too, where modules.json puts it).
+const CARRIED: [&str; 9] = [
+    "config.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "tokenizer.json",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+];
 
 #[derive(Deserialize)]
 struct Module {
@@ -70,8 +87,9 @@ struct PoolingConfig {
 
 #[derive(Deserialize)]
 struct SentenceBertConfig {
+    /// Absent, null (no limit of its own: the model's), or a number of tokens.
     #[serde(default)]
-    max_seq_length: Option<usize>,
+    max_seq_length: serde_json::Value,
 }
 
 /// A JSON file of the folder, or `None` when there is none; an unreadable or malformed one is an error naming it.
@@ -79,16 +97,24 @@ fn json<T: serde::de::DeserializeOwned>(path: &Path, expected: &str) -> Result<O
     if !path.is_file() {
         return Ok(None);
     }
-    let bytes = read_bounded(path)?;
-    serde_json::from_slice(&bytes)
+    let text = read_text(path, expected)?;
+    serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| Error::Input { path: path.to_path_buf(), reason: format!("{e} (expected {expected})") })
 }
 
 impl FolderConfig {
-    /// Reads the sentence-transformers files of `folder` (none of them is required).
+    /// Reads the sentence-transformers files of `folder` (none of them is required), after checking every file a
+    /// run carries from it ([`check_carried`]).
     pub fn read(folder: &Path) -> Result<FolderConfig> {
+        for rel in CARRIED {
+            check_carried(folder, &folder.join(rel))?;
+        }
         let mut cfg = FolderConfig { folder: folder.to_path_buf(), ..Default::default() };
+        cfg.labels = json::<serde_json::Value>(&folder.join("config.json"), "a model's config.json")?.and_then(|c| {
+            let named = c.get("id2label").and_then(|m| m.as_object()).map(serde_json::Map::len);
+            named.or_else(|| c.get("num_labels")?.as_u64().and_then(|n| usize::try_from(n).ok()))
+        });
         let modules_file = folder.join("modules.json");
         let modules: Vec<Module> =
             json(&modules_file, "sentence-transformers' list of modules: [{\"path\": ..., \"type\": ...}, ...]")?
@@ -102,16 +128,21 @@ impl FolderConfig {
         };
         for dir in pooling_dirs {
             let file = dir.join("config.json");
+            check_carried(folder, &file)?;
             let expected = "sentence-transformers' pooling config: {\"pooling_mode_mean_tokens\": true, ...}";
             if let Some(p) = json::<PoolingConfig>(&file, expected)? {
                 cfg.pooling = Some((pooling_of(&p, &file)?, file));
             }
         }
         cfg.normalize = modules.iter().any(|m| kind(m) == "Normalize");
-        cfg.dense = modules.iter().filter(|m| kind(m) == "Dense").map(|m| m.path.clone()).collect();
-        let sbert = folder.join("sentence_bert_config.json");
-        let expected = "sentence-transformers' {\"max_seq_length\": N, ...}";
-        cfg.max_seq_length = json::<SentenceBertConfig>(&sbert, expected)?.and_then(|c| c.max_seq_length);
+        // The transformer the ONNX graph holds is the module at the folder itself (path "").
+        let in_graph = |m: &Module| kind(m) == "Transformer" || m.path.is_empty() || m.path == ".";
+        cfg.not_computed = modules
+            .iter()
+            .filter(|m| !in_graph(m) && !matches!(kind(m).as_str(), "Pooling" | "Normalize"))
+            .map(|m| format!("{} ({})", kind(m), m.path))
+            .collect();
+        cfg.max_seq_length = max_seq_length(folder)?;
         if let Some((p, _)) = &mut cfg.pooling {
             p.normalize = cfg.normalize;
         }
@@ -128,20 +159,7 @@ impl FolderConfig {
     pub fn carry_to(&self, dir: &Path) -> Result<()> {
         // The tokenizer too, where the folder holds it apart from the model (the hub layout's `onnx/`): a file of
         // that name already in `dir` (the run's own tokenizer) is left.
-        let mut files: Vec<PathBuf> = [
-            "config.json",
-            "modules.json",
-            "sentence_bert_config.json",
-            "config_sentence_transformers.json",
-            "tokenizer.json",
-            "vocab.txt",
-            "tokenizer_config.json",
-            "special_tokens_map.json",
-            "added_tokens.json",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
+        let mut files: Vec<PathBuf> = CARRIED.iter().map(PathBuf::from).collect();
         if let Some((_, file)) = &self.pooling
             && let Ok(rel) = file.strip_prefix(&self.folder)
         {
@@ -160,6 +178,73 @@ impl FolderConfig {
         }
         Ok(())
     }
+}
+
+/// `max_seq_length` of the folder's sentence_bert_config.json: absent or null (said once) is none; a number must be
+/// positive.
+fn max_seq_length(folder: &Path) -> Result<Option<usize>> {
+    let sbert = folder.join("sentence_bert_config.json");
+    let expected = "sentence-transformers' {\"max_seq_length\": N, ...}";
+    Ok(match json::<SentenceBertConfig>(&sbert, expected)?.map(|c| c.max_seq_length) {
+        None => None,
+        Some(serde_json::Value::Null) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::info!(
+                    "{}: max_seq_length null (no limit of its own): the length comes from the model (--seq-len to \
+                     choose)",
+                    sbert.display()
+                )
+            });
+            None
+        }
+        Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
+            Some(n) if n > 0 => Some(n),
+            _ => {
+                return Err(Error::Input {
+                    path: sbert,
+                    reason: format!("max_seq_length {v}: expected a positive number of tokens (or null)"),
+                });
+            }
+        },
+    })
+}
+
+/// A file of `folder` a run carries into its outputs, checked before any work: a symbolic link must stay inside the
+/// folder (one to a file elsewhere would copy that file's content into the outputs), or be a Hugging Face cache
+/// snapshot's link to its own `blobs/`; a `.json` file must be JSON. A file that is not there is fine.
+fn check_carried(folder: &Path, file: &Path) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(file) else { return Ok(()) };
+    if meta.file_type().is_symlink() {
+        let inside = match (file.canonicalize(), folder.canonicalize()) {
+            (Ok(target), Ok(folder)) => {
+                (target.starts_with(&folder) || hub_blob(&folder, &target)).then_some(()).ok_or(target)
+            }
+            (Err(_), _) | (_, Err(_)) => Err(PathBuf::from("nothing (a broken link)")),
+        };
+        if let Err(target) = inside {
+            return Err(Error::Input {
+                path: file.to_path_buf(),
+                reason: format!(
+                    "a symbolic link to {}, outside the model's folder {}: qdq copies a folder's own files into its \
+                     outputs; put the file itself there",
+                    target.display(),
+                    folder.display()
+                ),
+            });
+        }
+    }
+    if file.extension().is_some_and(|e| e == "json") {
+        json::<serde::de::IgnoredAny>(file, "JSON")?;
+    }
+    Ok(())
+}
+
+/// Whether `target` is a blob of the Hugging Face cache `folder` is a snapshot of (`models--x/snapshots/REV` links
+/// each file to `models--x/blobs/HASH`).
+fn hub_blob(folder: &Path, target: &Path) -> bool {
+    let repo = folder.ancestors().find(|a| a.file_name().is_some_and(|n| n == "snapshots")).and_then(Path::parent);
+    repo.is_some_and(|r| target.parent() == Some(&r.join("blobs")))
 }
 
 /// How a folder holding `model_file` beside the files [`FolderConfig::carry_to`] writes is loaded by the Python
@@ -271,7 +356,7 @@ mod tests {
         assert_eq!(pooling, Pooling { modes: vec![PoolMode::Cls], normalize: true });
         assert_eq!(file, d.path().join("1_Pooling/config.json"));
         assert_eq!(cfg.max_seq_length, Some(256));
-        assert!(cfg.dense.is_empty());
+        assert!(cfg.not_computed.is_empty());
     }
 
     #[test]
@@ -284,7 +369,7 @@ mod tests {
             {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]"#,
         );
         write(d.path(), "1_Pooling/config.json", r#"{"pooling_mode_mean_tokens": true}"#);
-        assert_eq!(FolderConfig::read(d.path()).unwrap().dense, ["2_Dense"]);
+        assert_eq!(FolderConfig::read(d.path()).unwrap().not_computed, ["Dense (2_Dense)"]);
         write(d.path(), "1_Pooling/config.json", r#"{"pooling_mode_mean_tokens": false}"#);
         let e = FolderConfig::read(d.path()).unwrap_err().to_string();
         assert!(e.contains("1_Pooling/config.json") && e.contains("no pooling mode"), "{e}");

@@ -286,6 +286,56 @@ fn check_anchors(tok: &SquadTokenizer, vocab: &Path) {
     }
 }
 
+/// The tokenizer model `transformers` builds for a `tokenizer_class` (tokenizer_config.json), for the classes of
+/// encoder models; `None` for one not listed. The longer names first: `XLMRobertaTokenizer` is not RoBERTa's BPE.
+fn kind_of_class(class: &str) -> Option<&'static str> {
+    const KINDS: [(&str, &str); 16] = [
+        ("XLMRoberta", "Unigram"),
+        ("DebertaV2", "Unigram"),
+        ("Camembert", "Unigram"),
+        ("Albert", "Unigram"),
+        ("XLNet", "Unigram"),
+        ("T5", "Unigram"),
+        ("Roberta", "BPE"),
+        ("Deberta", "BPE"),
+        ("Longformer", "BPE"),
+        ("Bart", "BPE"),
+        ("GPT2", "BPE"),
+        ("MPNet", "WordPiece"),
+        ("Electra", "WordPiece"),
+        ("Funnel", "WordPiece"),
+        ("LayoutLM", "WordPiece"),
+        ("Bert", "WordPiece"),
+    ];
+    KINDS.iter().find(|(prefix, _)| class.starts_with(prefix)).map(|(_, kind)| *kind)
+}
+
+/// The tokenizer against what the model's folder declares (`tokenizer_class` of its tokenizer_config.json): a
+/// tokenizer of another kind (a BPE tokenizer.json beside a BERT model) is an error naming both files.
+pub(crate) fn check_tokenizer_kind(tok: &SquadTokenizer, tok_path: &Path, folder: &Path) -> Result<()> {
+    let config = folder.join("tokenizer_config.json");
+    let Some(class) = config
+        .is_file()
+        .then(|| crate::disk::read_text(&config, "JSON").ok())
+        .flatten()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("tokenizer_class")?.as_str().map(str::to_owned))
+    else {
+        return Ok(());
+    };
+    match kind_of_class(&class) {
+        Some(kind) if kind != tok.model_kind() => Err(Error::Input {
+            path: tok_path.to_path_buf(),
+            reason: format!(
+                "a {} tokenizer, but {} declares {class}, a {kind} tokenizer: this tokenizer is not the model's",
+                tok.model_kind(),
+                config.display()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// A tokenizer's vocabulary as [`check_vocab`] checks it.
 pub(crate) struct Vocabulary<'a> {
     pub tok: &'a SquadTokenizer,

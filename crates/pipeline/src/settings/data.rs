@@ -137,7 +137,10 @@ impl DataSettings {
         let features = self.windows(seq_len, !embedding_folder)?;
         features.validate()?;
         let (vocab, tokenizer_json) = self.tokenizer_files(model, &folder.folder);
+        let defaulted = self.vocab.is_none() && self.tokenizer_json.is_none() && tokenizer_json.is_none();
+        let no_tokenizer_in = (defaulted && !vocab.is_file()).then(|| folder.folder.clone());
         Ok(DataConfig {
+            no_tokenizer_in,
             lowercase: self.lowercase && !cased_beside(&vocab, self.vocab.is_none()),
             vocab,
             tokenizer_json,
@@ -187,6 +190,16 @@ impl DataSettings {
             }
             (Some(asked), None) => Ok(asked),
             (None, None) if let Some(max) = folder_max.filter(|m| *m > 0) => {
+                if let Some((table, rows)) = positions.filter(|(_, rows)| (*rows as usize) < max) {
+                    return Err(Error::Input {
+                        path: model_folder(model).join("sentence_bert_config.json"),
+                        reason: format!(
+                            "max_seq_length {max}, but the model {} embeds {rows} positions (initializer `{table}`): \
+                             give a max_seq_length of at most {rows} (or --seq-len)",
+                            model.display()
+                        ),
+                    });
+                }
                 tracing::info!(
                     "{}: max_seq_length {max} (sentence_bert_config.json): texts of at most {max} tokens (--seq-len)",
                     model_folder(model).display()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use qdq::Policy;
 use serde::{Deserialize, Serialize};
 
-use crate::disk::read_bounded;
+use crate::disk::read_text;
 use crate::error::{Error, Result};
 
 /// What a recipe holds.
@@ -25,7 +25,7 @@ impl Recipe {
     /// Reads the recipe at `path`; an error names the file and the key that is wrong.
     pub fn read(path: &Path) -> Result<Recipe> {
         let bad = |reason: String| Error::Input { path: path.to_path_buf(), reason };
-        let text = String::from_utf8(read_bounded(path)?).map_err(|_| bad("not UTF-8 text".into()))?;
+        let text = read_text(path, "a recipe of qdq tune (TOML)")?;
         toml::from_str(&text).map_err(|e| bad(format!("not a recipe of qdq tune: {}", e.message())))
     }
 

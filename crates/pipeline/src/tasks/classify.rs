@@ -137,6 +137,50 @@ fn accuracy(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<f64> {
     Some(right as f64 / labels.len() as f64)
 }
 
+/// The classes `model`'s output `output` declares (its last dimension), when the graph fixes it.
+pub(crate) fn declared_classes(model: &onnx_ir::Model, output: &str) -> Option<usize> {
+    let o = model.graph().output.iter().find(|o| o.name() == output)?;
+    let last = onnx_ir::declared_dims(o)?.last()?.clone().ok()?;
+    usize::try_from(last).ok().filter(|c| *c > 0)
+}
+
+/// The classes the model's folder names (config.json's `id2label`, else `num_labels`) against the ones its output
+/// `output` declares: a config.json of another model (5 labels beside 2 logits) is an error naming it, before
+/// anything is run or carried into the outputs.
+pub(crate) fn check_folder_labels(
+    model: &onnx_ir::Model,
+    output: &str,
+    cfg: &crate::inputs::config::DataConfig,
+) -> Result<()> {
+    let (Some(labels), Some(classes)) = (cfg.folder.labels, declared_classes(model, output)) else { return Ok(()) };
+    if labels == classes {
+        return Ok(());
+    }
+    Err(Error::Input {
+        path: cfg.folder.folder.join("config.json"),
+        reason: format!(
+            "names {labels} classes (id2label / num_labels), but the model's output `{output}` has {classes}: this \
+             config.json is not the model's"
+        ),
+    })
+}
+
+/// Loads the inputs of a classifier ([`InputSet::load`]), their labels checked against the classes its output
+/// declares, before any inference (a model that leaves the number open has them checked against its first logits).
+pub(crate) fn load_inputs(
+    path: &std::path::Path,
+    model: &onnx_ir::Model,
+    text: &TextInputs,
+    first: usize,
+    output: &str,
+) -> Result<InputSet> {
+    let set = InputSet::load(path, model, text, first)?;
+    if let Some(classes) = declared_classes(model, output) {
+        set.check_labels(classes, output)?;
+    }
+    Ok(set)
+}
+
 /// Top-1 agreement, KL and largest difference of two models' logits rows (`per_token`: rows are unmasked tokens).
 pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str, per_token: bool) -> Agreement {
     let (mut same, mut kl_sum, mut kl_max, mut diff) = (0usize, 0f64, 0f64, 0f64);
@@ -174,6 +218,9 @@ pub fn evaluate_classifier(
         let o = EvalOptions { session: side.session.clone(), ..opts.clone() };
         let name = side.path.display().to_string();
         let (rows, latency, on, per_token) = run_logits(side.path, &name, set, output, &o, stage, progress)?;
+        if !per_token && let Some(classes) = rows.first().map(Vec::len) {
+            set.check_labels(classes, output)?;
+        }
         let accuracy = accuracy(&rows, set.labels.as_deref());
         let model = ClassifierModel { ran: on, accuracy, latency };
         Ok((model, rows, per_token))
@@ -261,7 +308,7 @@ pub(crate) fn eval(output: &str, req: EvalRequest<'_>, progress: &dyn Progress) 
     req.one_ep_only("a classifier")?;
     let (model, graph) = (req.model, req.graph);
     let text = TextInputs::for_model(graph, model, &req.data);
-    let set = InputSet::load(req.dataset, graph, &text, req.samples)?;
+    let set = load_inputs(req.dataset, graph, &text, req.samples, output)?;
     let opts = EvalOptions { workers: 1, ..req.opts.clone() };
     let (b, m) = (Side { path: baseline, session: &opts.session }, Side { path: model, session: &opts.session });
     let comparison = evaluate_classifier(b, m, &set, output, &opts, progress)?;

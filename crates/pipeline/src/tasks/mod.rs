@@ -51,32 +51,57 @@ impl Task {
     /// is taken for a classifier, its class logits found as [`class_logits`] finds them (an error naming the roles
     /// to give when they cannot be).
     pub fn detect(model: &Model, model_path: &Path, cfg: &DataConfig) -> Result<Task> {
+        match Task::detect_squad_or_embedding(model, model_path, cfg)? {
+            Some(task) => Ok(task),
+            None => Task::classifier(class_logits(model, &cfg.io_names, model_path)?, model, cfg),
+        }
+    }
+
+    /// A classifier of class logits `output`, the classes its folder's config.json names checked against the ones
+    /// the output declares ([`classify::check_folder_labels`]).
+    pub(crate) fn classifier(output: String, model: &Model, cfg: &DataConfig) -> Result<Task> {
+        classify::check_folder_labels(model, &output, cfg)?;
+        Ok(Task::Classify { output })
+    }
+
+    /// A SQuAD or an embedding model as its outputs (and what was named) tell; `None` when they tell neither. An
+    /// error is what contradicts the model's own kind (a folder whose modules qdq cannot compute, a named output
+    /// it does not have): callers that fall back to another task on `None` never fall back past it.
+    pub(crate) fn detect_squad_or_embedding(
+        model: &Model,
+        model_path: &Path,
+        cfg: &DataConfig,
+    ) -> Result<Option<Task>> {
         let named = cfg.io_names.named();
         let g = model.graph();
         if named.embedding.is_none() && named.logits.is_none() {
             let by_name = named.start.is_some() && named.end.is_some();
             if by_name || qdq::roles::logit_roles(g, named).is_ok() {
-                return Ok(Task::Squad);
+                return Ok(Some(Task::Squad));
             }
         }
         if named.logits.is_none() {
             let found = qdq::roles::embedding_output(g, named, cfg.pooling.is_some())
                 .map_err(|e| crate::inputs::roles::role_error(model_path, e))?;
             if let Some(found) = found {
-                return Ok(Task::Embed(Box::new(EmbedTask::settle(found, model_path, cfg)?)));
+                return Ok(Some(Task::Embed(Box::new(EmbedTask::settle(found, model_path, cfg)?))));
             }
         }
-        Ok(Task::Classify { output: class_logits(model, &cfg.io_names, model_path)? })
+        Ok(None)
     }
 
     /// The task as calibration needs it: only how the data feeds the model matters there, so a model whose outputs
     /// cannot be told apart calibrates on arrays or text as a classifier would (its outputs are not read).
     pub fn for_calibration(model: &Model, model_path: &Path, cfg: &DataConfig) -> Result<Task> {
-        match Task::detect(model, model_path, cfg) {
+        if let Some(task) = Task::detect_squad_or_embedding(model, model_path, cfg)? {
+            return Ok(task);
+        }
+        match class_logits(model, &cfg.io_names, model_path) {
+            Ok(output) => Task::classifier(output, model, cfg),
             Err(Error::Input { .. }) if cfg.io_names.named().embedding.is_none() && cfg.pooling.is_none() => {
                 Ok(Task::Classify { output: String::new() })
             }
-            found => found,
+            Err(e) => Err(e),
         }
     }
 
@@ -197,7 +222,7 @@ impl Task {
             }
             Task::Classify { output } => {
                 tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
-                TaskData::Classify(InputSet::load(dataset, model, text, n)?, output.clone())
+                TaskData::Classify(classify::load_inputs(dataset, model, text, n, output)?, output.clone())
             }
             Task::Embed(e) => {
                 let data = EmbedData::load(dataset, cfg.corpus.as_deref(), n)?;

@@ -5,13 +5,14 @@ mod profile;
 mod quantize;
 mod run;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use runtime::{Ep, SessionConfig};
 
 pub use self::config::{AlsoPrecision, E2eConfig, OtherEpSessions};
 pub use self::run::e2e;
 use crate::error::Result;
+use crate::guard::InOut;
 use crate::job::Job;
 use crate::model::resolve_model;
 use crate::progress::Progress;
@@ -108,6 +109,7 @@ impl Job for E2eJob {
         }
         // An EP that takes static shapes only (QNN) has every feature padded to --seq-len, on each EP.
         let mut data = self.data.config(&model)?;
+        self.guard(&model, &dataset, &data)?;
         for s in std::iter::once(&mut int8).chain(other_eps.iter_mut().flat_map(|o| [&mut o.fp32, &mut o.int8])) {
             data.fix_shapes(s, self.batching.batch);
         }
@@ -143,6 +145,17 @@ impl Job for E2eJob {
 }
 
 impl E2eJob {
+    /// The outputs against the inputs ([`InOut`]), before any work.
+    fn guard(&self, model: &Path, dataset: &Path, data: &crate::inputs::config::DataConfig) -> Result<()> {
+        InOut::new()
+            .model("--model", model)
+            .input("--dataset", Some(dataset))
+            .input("--calibration-data", self.calib.calibration_data.as_deref())
+            .data(data)
+            .out_dir("--out", &self.out)
+            .check()
+    }
+
     /// The FP32 and quantized models' sessions on the first EP of `--ep`, and on each other; every one checked
     /// against the loaded ONNX Runtime before any work.
     fn sessions(&self, progress: &dyn Progress) -> Result<(SessionConfig, SessionConfig, Vec<OtherEpSessions>)> {

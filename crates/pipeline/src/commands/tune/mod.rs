@@ -21,6 +21,7 @@ use crate::commands::calibrate::CalibrateJob;
 use crate::commands::debug::DebugJob;
 use crate::disk::{create_out_dir, finish_run_dir, open_run_dir};
 use crate::error::{Error, Result};
+use crate::guard::InOut;
 use crate::inputs::config::DataConfig;
 use crate::job::Job;
 use crate::model::{carry_tokenizer, load_for_quantization, resolve_model};
@@ -149,6 +150,15 @@ impl Job for TuneJob {
         let fp32_path = resolve_model(&self.model)?;
         // The tokenizer found beside the FP32 model serves every model of the run.
         let data = self.data.config(&fp32_path)?;
+        InOut::new()
+            .model("--model", &fp32_path)
+            .input("--dataset", Some(&self.dataset))
+            .input("--held-out-data", self.held_out_data.as_deref())
+            .input("--ranges", self.ranges.as_deref())
+            .input("--calibration-data", self.calib.calibration_data.as_deref())
+            .data(&data)
+            .out_dir("--out", &self.out)
+            .check()?;
         let graph = Model::load_graph_only(&fp32_path)?;
         let task = Task::detect(&graph, &fp32_path, &data)?;
         // Refused before anything is written: the run directory is put back as it was.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::disk::read_bounded;
+use crate::disk::read_text;
 use crate::error::{Error, Result};
 use crate::inputs::files::parse_line;
 
@@ -124,10 +124,7 @@ fn names_relevant(content: &str) -> bool {
 
 /// The file as UTF-8 text.
 fn text_of(path: &Path) -> Result<String> {
-    String::from_utf8(read_bounded(path)?).map_err(|_| Error::Input {
-        path: path.to_path_buf(),
-        reason: "is binary, where text lines, TSV, JSONL or a SQuAD .json were expected".into(),
-    })
+    read_text(path, "text lines, TSV, JSONL or a SQuAD .json")
 }
 
 /// A SQuAD file as a retrieval set: its first `first` questions retrieve among all of its paragraphs.

@@ -79,16 +79,16 @@ impl EmbedTask {
                 (Some(Pooling { modes: vec![PoolMode::Mean], normalize: folder.normalize }), Some("default".into()))
             }
         };
-        if pooling.is_some() && !folder.dense.is_empty() {
+        if pooling.is_some() && !folder.not_computed.is_empty() {
             return Err(Error::Input {
                 path: model_path.to_path_buf(),
                 reason: format!(
-                    "`{}` holds token states, but {} puts Dense module(s) ({}) after the pooling, whose weights are \
-                     not in the graph: export the model with its sentence embedding (sentence-transformers' \
-                     `sentence_embedding` output) and give that",
+                    "`{}` holds token states, but {} puts module(s) after them that qdq cannot compute ({}; qdq \
+                     pools and normalizes, and a Dense module's weights are not in the graph): export the model with \
+                     its sentence embedding (sentence-transformers' `sentence_embedding` output) and give that",
                     found.output.name(),
                     folder.folder.join("modules.json").display(),
-                    folder.dense.join(", ")
+                    folder.not_computed.join(", ")
                 ),
             });
         }

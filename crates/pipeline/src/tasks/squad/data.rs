@@ -200,7 +200,8 @@ impl Corpus {
         roles::check_positions(model, model_path, self.cfg.features.max_seq_len)?;
         let vocab =
             roles::Vocabulary { tok: &self.tokenizer, path: self.cfg.tokenizer_source(), force: self.cfg.force_vocab };
-        roles::check_vocab(model, model_path, &self.cfg.io.input_ids, &vocab)
+        roles::check_vocab(model, model_path, &self.cfg.io.input_ids, &vocab)?;
+        roles::check_tokenizer_kind(&self.tokenizer, self.cfg.tokenizer_source(), &self.cfg.folder.folder)
     }
 }
 

@@ -1,0 +1,103 @@
+//! The files a run reads, kept from its writes: a command names its inputs once ([`protect`]); from then on an
+//! [`crate::AtomicFile`] whose destination is one of them (by path after symlinks, or by file identity: a hard link
+//! is the same file under another name) is refused before a byte is written. Commands check their output flags
+//! against their inputs up front with [`same_file`]; this is the last line behind those checks.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// One protected input: what the run calls it, the path it was given as, and its identity.
+struct Input {
+    what: String,
+    given: PathBuf,
+    id: Identity,
+}
+
+static INPUTS: Mutex<Vec<Input>> = Mutex::new(Vec::new());
+
+/// A file's identity: its device and inode where there are such, else its canonical path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Identity {
+    #[cfg(unix)]
+    Inode(u64, u64),
+    #[cfg_attr(unix, allow(dead_code))]
+    Path(PathBuf),
+}
+
+fn identity(path: &Path) -> Option<Identity> {
+    let meta = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let _ = &meta;
+        Some(Identity::Inode(meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        path.canonicalize().ok().map(Identity::Path)
+    }
+}
+
+/// True when `a` and `b` both exist and are one file: the same path after symlinks, or hard links to one inode.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((identity(a), identity(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// Marks `path` (an existing file; a path that does not exist is ignored) as an input of this run, called `what`
+/// in the refusal (`--dataset`, `the model's external data`).
+pub fn protect(path: &Path, what: &str) {
+    let Some(id) = identity(path) else { return };
+    let mut inputs = INPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !inputs.iter().any(|i| i.id == id) {
+        inputs.push(Input { what: what.to_owned(), given: path.to_path_buf(), id });
+    }
+}
+
+/// Forgets every protected input (a process that runs several commands, such as a test, starts each clean).
+pub fn unprotect_all() {
+    INPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+}
+
+/// The refusal for writing `dest` when it is a protected input: an `InvalidInput` error naming the input.
+pub(crate) fn check_dest(dest: &Path) -> io::Result<()> {
+    let Some(id) = identity(dest) else { return Ok(()) };
+    let inputs = INPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Still the file it was: a protected input removed since (a test's scratch file) frees its inode for another.
+    match inputs.iter().find(|i| i.id == id && identity(&i.given).as_ref() == Some(&id)) {
+        Some(i) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("is {} ({}), which this run reads; qdq does not write over its inputs", i.what, i.given.display()),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_protected_input_is_not_written_under_any_of_its_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("dev.json");
+        std::fs::write(&input, "{}").unwrap();
+        let linked = dir.path().join("hard.json");
+        std::fs::hard_link(&input, &linked).unwrap();
+        let other = dir.path().join("other.json");
+        std::fs::write(&other, "x").unwrap();
+        assert!(same_file(&input, &linked) && !same_file(&input, &other));
+        assert!(!same_file(&input, &dir.path().join("missing")));
+        protect(&input, "--dataset");
+        for dest in [&input, &linked, &dir.path().join(".").join("dev.json")] {
+            let e = crate::write_atomic(dest, b"predictions").unwrap_err();
+            assert!(e.to_string().contains("--dataset") && e.to_string().contains("dev.json"), "{e}");
+        }
+        crate::write_atomic(&other, b"y").unwrap();
+        assert_eq!(std::fs::read(&input).unwrap(), b"{}");
+        unprotect_all();
+        crate::write_atomic(&input, b"z").unwrap();
+        assert_eq!(std::fs::read(&input).unwrap(), b"z");
+    }
+}
