@@ -290,6 +290,7 @@ fn text_data(path: &Path) -> Result<bool> {
             tokenizer: Ok(std::sync::Arc::new(tok)),
             tokenizer_file: vocab,
             max_len: 64,
+            label_ids: None,
         };
         Some((model, text))
     });

@@ -154,6 +154,41 @@ fn text_files_are_read_as_written_and_labels_checked() {
     assert!(e.contains("--out"), "{e}");
 }
 
+/// Issue 77: GLUE's QNLI as GLUE writes it (`index question sentence label`, labels by name) beside a model whose
+/// config.json names its classes: read whole, the names mapped; a name the model lacks is one error naming it and
+/// the classes.
+#[test]
+fn glue_files_are_read_with_their_label_names() {
+    let (dir, model, vocab) = classifier();
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"id2label": {"0": "entailment", "1": "neutral", "2": "contradiction"},
+            "label2id": {"entailment": 0, "neutral": 1, "contradiction": 2}}"#,
+    )
+    .unwrap();
+    let data = dir.path().join("dev.tsv");
+    let rows = ["0\twhich river\tthe river is long\tentailment", "1\ta game\tit was a game\tcontradiction"];
+    std::fs::write(&data, format!("index\tquestion\tsentence\tlabel\n{}\n", rows.join("\n"))).unwrap();
+    let o = eval_classifier(&model, &vocab, &data);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["vs_baseline"]["agreement"]["inputs"].as_u64(), Some(2), "{v}");
+    assert!(v["vs_baseline"]["fp32"]["accuracy"].is_number(), "{v}");
+    // Another tool's model file alone in a directory: the baseline's folder gives the tokenizer and the label names.
+    let peer_dir = tempfile::tempdir().unwrap();
+    let peer = peer_dir.path().join("peer.onnx");
+    std::fs::copy(&model, &peer).unwrap();
+    let o = qdq(&["eval", "--model", s(&peer), "--baseline", s(&model), "--dataset", s(&data), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(
+        &data,
+        format!("index\tquestion\tsentence\tlabel\n{}\t\n2\ta\tb\tnot_entailment\n", rows.join("\n")),
+    )
+    .unwrap();
+    let e = one_error(&eval_classifier(&model, &vocab, &data));
+    assert!(e.contains("`not_entailment` (line 4)") && e.contains("contradiction=2"), "{e}");
+}
+
 #[test]
 fn folders_and_tokenizers_are_checked_against_the_model() {
     let (dir, model, vocab) = classifier();

@@ -1442,6 +1442,7 @@ fn a_classifier_runs_end_to_end_with_npz_and_text_inputs() {
             tokenizer: Ok(tok),
             tokenizer_file: PathBuf::new(),
             max_len: 64,
+            label_ids: None,
         };
         let inputs = qdq_pipeline::InputSet::load(&txt, &model, &text, 0).unwrap();
         assert_eq!(inputs.len(), set);

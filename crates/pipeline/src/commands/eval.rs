@@ -87,7 +87,7 @@ impl Job for EvalJob {
         if let Some(p) = &self.out {
             check_writable(p, "--out")?;
         }
-        let mut data = self.data.config(&model)?;
+        let mut data = self.data_config(&model)?;
         // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model
         // over 2 GiB cannot be serialized inline, and none is held twice).
         let graph = Model::load_graph_only(&model)?;
@@ -149,6 +149,25 @@ fn eval_task(graph: &Model, model: &Path, data: &DataConfig) -> Result<Task> {
 }
 
 impl EvalJob {
+    /// The data configuration for `model`; for another tool's INT8 file alone (no tokenizer beside it), its
+    /// `--baseline`'s folder gives the tokenizer, the length, the pooling and the labels, the shapes staying the
+    /// model's own.
+    fn data_config(&self, model: &Path) -> Result<DataConfig> {
+        let mut data = self.data.config(model)?;
+        if data.no_tokenizer_in.is_some()
+            && let Some(baseline) = &self.baseline
+        {
+            let from = self.data.config(&resolve_model(baseline)?)?;
+            tracing::info!(
+                "tokenizer and folder files: the --baseline's ({}; none beside --model)",
+                from.folder.folder.display()
+            );
+            let own = std::mem::replace(&mut data, from);
+            (data.fixed_batch, data.symbolic_dims, data.padding) = (own.fixed_batch, own.symbolic_dims, own.padding);
+        }
+        Ok(data)
+    }
+
     /// The sessions of the first EP and of the others (`--ep cpu,qnn`), made before the data is read: an EP that runs
     /// static shapes only (QNN) has the features padded to `--seq-len` for every EP ([`DataConfig::fix_shapes`]).
     fn sessions(

@@ -37,6 +37,7 @@ impl TextInputs {
             tokenizer,
             tokenizer_file: cfg.no_tokenizer_in.clone().unwrap_or_else(|| cfg.tokenizer_source().to_path_buf()),
             max_len: cfg.features.max_seq_len,
+            label_ids: cfg.folder.label_ids.clone(),
         }
     }
 }
@@ -67,6 +68,8 @@ pub struct TextInputs {
     pub tokenizer: std::result::Result<Arc<SquadTokenizer>, String>,
     /// The file the tokenizer is read from: its errors name it, not the data.
     pub tokenizer_file: PathBuf,
+    /// Label name -> class (config.json's `label2id`), for data files that name their labels.
+    pub label_ids: Option<std::collections::BTreeMap<String, i64>>,
     /// Longest input in tokens ([CLS] and [SEP]s included).
     pub max_len: usize,
 }
@@ -384,34 +387,83 @@ struct JsonLine {
     text: String,
     #[serde(default)]
     text_pair: Option<String>,
+    /// A class, as a number or a name (`"entailment"`).
     #[serde(default)]
-    label: Option<i64>,
+    label: Option<serde_json::Value>,
 }
 
-/// GLUE-style TSV columns (first line a header): the text, the optional pair and the optional label.
-const TEXT_COLUMNS: [&str; 5] = ["text", "sentence", "sentence1", "question", "question1"];
-const PAIR_COLUMNS: [&str; 4] = ["text_pair", "sentence2", "question2", "sentence_pair"];
-const LABEL_COLUMNS: [&str; 2] = ["label", "labels"];
+/// Header names of the text column, in the order they are taken (a header with `question1` and `question` is
+/// QQP's pair): GLUE's (SST-2 and CoLA `sentence`, RTE / WNLI / MNLI / STS-B `sentence1`, QQP `question1`, QNLI
+/// `question`, MRPC `#1 String`), SNLI / ANLI's `premise`, a cross-encoder's `query`.
+const TEXT_COLUMNS: [&str; 8] =
+    ["text", "sentence1", "question1", "#1 string", "premise", "query", "question", "sentence"];
+/// Header names of the pair column, in order; the text column taken is never its own pair (QNLI: `question` and
+/// `sentence`).
+const PAIR_COLUMNS: [&str; 8] =
+    ["text_pair", "sentence2", "question2", "#2 string", "hypothesis", "passage", "sentence_pair", "sentence"];
+/// Header names of the label column (MRPC `Quality`, QQP `is_duplicate`, MNLI `gold_label`, STS-B `score`).
+const LABEL_COLUMNS: [&str; 6] = ["label", "labels", "gold_label", "quality", "is_duplicate", "score"];
 
 /// Text, pair and label column of a TSV header (`None` if the line is not such a header).
 pub(crate) type Columns = (usize, Option<usize>, Option<usize>);
 
-pub(crate) fn tsv_columns(header: &str) -> Option<Columns> {
+/// The columns of a TSV whose first line is `header`: `Ok(None)` when it is not a header (no cell names a text,
+/// pair or label column: the file is text lines); an error when it is one qdq cannot read a text from, or when it
+/// names a pair column beside a text column it cannot pair it with (never half a pair).
+pub(crate) fn tsv_columns(header: &str) -> std::result::Result<Option<Columns>, String> {
     let cols: Vec<String> = header.split('\t').map(|c| c.trim().to_ascii_lowercase()).collect();
-    let find = |names: &[&str]| cols.iter().position(|c| names.contains(&c.as_str()));
-    Some((find(&TEXT_COLUMNS)?, find(&PAIR_COLUMNS), find(&LABEL_COLUMNS)))
+    let known = |c: &String| [&TEXT_COLUMNS[..], &PAIR_COLUMNS, &LABEL_COLUMNS].iter().any(|l| l.contains(&c.as_str()));
+    if cols.len() < 2 || !cols.iter().any(known) {
+        return Ok(None);
+    }
+    let find = |names: &[&str], not: Option<usize>| {
+        names.iter().find_map(|n| cols.iter().position(|c| c == n).filter(|k| Some(*k) != not))
+    };
+    let Some(text) = find(&TEXT_COLUMNS, None) else {
+        return Err(format!(
+            "the header names the columns [{}], none of which qdq reads a text from ({}): rename the text column",
+            cols.join(", "),
+            TEXT_COLUMNS.join(", ")
+        ));
+    };
+    let pair = find(&PAIR_COLUMNS, Some(text));
+    let label = find(&LABEL_COLUMNS, None);
+    // A second text-like column qdq did not take as the pair would be dropped without a word.
+    let dropped: Vec<&String> = cols
+        .iter()
+        .enumerate()
+        .filter(|(k, c)| Some(*k) != pair && *k != text && TEXT_COLUMNS.contains(&c.as_str()))
+        .map(|(_, c)| c)
+        .collect();
+    if pair.is_none() && !dropped.is_empty() {
+        return Err(format!(
+            "the header names the text column `{}` and also [{}], which qdq does not pair with it: give the pair \
+             column one of the names {}",
+            cols[text],
+            dropped.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
+            PAIR_COLUMNS.join(", ")
+        ));
+    }
+    Ok(Some((text, pair, label)))
 }
 
-/// One line's text, pair and label: JSONL, a TSV row under a header (`columns`), or `text` / `text<TAB>pair`.
+/// One line's text, pair and label (as written): JSONL, a TSV row under a header (`columns`), or `text` /
+/// `text<TAB>pair`.
 pub(crate) fn parse_line(
     line: &str,
     jsonl: bool,
     columns: Option<Columns>,
-) -> std::result::Result<(String, Option<String>, Option<i64>), String> {
+) -> std::result::Result<(String, Option<String>, Option<String>), String> {
     if jsonl {
         let j: JsonLine = serde_json::from_str(line)
-            .map_err(|e| format!("{e} (expected {{\"text\": ..., \"text_pair\": ..., \"label\": N}})"))?;
-        return Ok((j.text, j.text_pair, j.label));
+            .map_err(|e| format!("{e} (expected {{\"text\": ..., \"text_pair\": ..., \"label\": N or \"name\"}})"))?;
+        let label = match j.label {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s),
+            Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
+            Some(v) => return Err(format!("label {v}: expected a class number or name")),
+        };
+        return Ok((j.text, j.text_pair, label));
     }
     let Some((t, p, l)) = columns else {
         return Ok(match line.split_once('\t') {
@@ -422,14 +474,40 @@ pub(crate) fn parse_line(
     let cells: Vec<&str> = line.split('\t').collect();
     let cell =
         |k: usize| cells.get(k).copied().ok_or_else(|| format!("has {} columns, fewer than the header", cells.len()));
-    let label = match l {
-        Some(k) => {
-            let v = cell(k)?.trim();
-            Some(v.parse::<i64>().map_err(|_| format!("label `{v}` is not an integer class"))?)
-        }
-        None => None,
-    };
+    let label = l.map(|k| cell(k).map(|v| v.trim().to_owned())).transpose()?;
     Ok((cell(t)?.to_owned(), p.map(cell).transpose()?.map(str::to_owned), label))
+}
+
+/// Labels as written turned into classes: an integer is a class; a name is looked up in `ids` (config.json's
+/// `label2id`). Every label that is neither is named in one error, with the classes the model has.
+fn classes_of(
+    labels: Vec<(usize, String)>,
+    ids: Option<&std::collections::BTreeMap<String, i64>>,
+) -> std::result::Result<Vec<i64>, String> {
+    let lookup = |name: &str| {
+        ids.and_then(|m| m.get(name).or_else(|| m.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v)))
+    };
+    let mut unknown: Vec<(usize, &str)> = vec![];
+    let mut out = Vec::with_capacity(labels.len());
+    for (line, label) in &labels {
+        match label.parse::<i64>().ok().or_else(|| lookup(label).copied()) {
+            Some(c) => out.push(c),
+            None if unknown.iter().all(|(_, u)| u != label) => unknown.push((*line, label)),
+            None => {}
+        }
+    }
+    if unknown.is_empty() {
+        return Ok(out);
+    }
+    let named: Vec<String> = unknown.iter().take(5).map(|(line, l)| format!("`{l}` (line {line})")).collect();
+    let classes = match ids {
+        Some(m) => format!(
+            "the model's config.json names the classes {}",
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
+        ),
+        None => "labels are class numbers, or names the model's config.json maps (label2id); it has none".to_owned(),
+    };
+    Err(format!("{} label(s) that are not classes: {}; {classes}", unknown.len(), named.join(", ")))
 }
 
 /// Text lines, a GLUE-style TSV (a header naming `sentence` / `sentence1` / `question` ..., an optional pair column
@@ -441,7 +519,10 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
         path: path.to_path_buf(),
         reason: format!("line {line}: {reason}"),
     };
-    let columns = if jsonl { None } else { content.lines().next().and_then(tsv_columns) };
+    let columns = match content.lines().next() {
+        Some(header) if !jsonl => tsv_columns(header).map_err(|e| bad(1, e))?,
+        _ => None,
+    };
     let (mut rows, mut labels, mut lines) = (vec![], vec![], vec![]);
     let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
     for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()).take(limit) {
@@ -462,7 +543,16 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
             reason: format!("{labelled} of {} lines have a label; give every line one or none", labels.len()),
         });
     }
-    let labels = (labelled != 0).then(|| labels.into_iter().flatten().collect());
+    let labels = match labelled {
+        0 => None,
+        _ => {
+            let written = lines.iter().copied().zip(labels.into_iter().flatten()).collect();
+            Some(
+                classes_of(written, text.label_ids.as_ref())
+                    .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e })?,
+            )
+        }
+    };
     Ok(InputSet { lines, ..with_roles(path, rows, roles, tokenizer, labels) })
 }
 
@@ -491,4 +581,53 @@ fn encode(t: &SquadTokenizer, max_len: usize, a: &str, b: Option<&str>) -> Resul
         segment.resize(ids.len(), 1);
     }
     Ok((ids.into_iter().map(i64::from).collect(), segment))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 77: every GLUE task's header as GLUE's files write it, read for its text, pair and label.
+    #[test]
+    fn glue_headers_give_their_text_pair_and_label() {
+        let cases: [(&str, Columns); 8] = [
+            ("sentence\tlabel", (0, None, Some(1))),
+            ("index\tsentence", (1, None, None)),
+            ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", (3, Some(4), Some(0))),
+            ("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate", (3, Some(4), Some(5))),
+            (
+                "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+                (7, Some(8), Some(9)),
+            ),
+            ("index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label", (4, Some(5), Some(7))),
+            ("index\tsentence1\tsentence2\tlabel", (1, Some(2), Some(3))),
+            ("index\tquestion\tsentence\tlabel", (1, Some(2), Some(3))),
+        ];
+        for (header, columns) in cases {
+            assert_eq!(tsv_columns(header), Ok(Some(columns)), "{header}");
+        }
+        // Text lines are not a header.
+        assert_eq!(tsv_columns("the cat sat\tit was a mat"), Ok(None));
+        assert_eq!(tsv_columns("sentence"), Ok(None));
+        // A header with no text column, or two texts that are not a pair: an error, never half a pair.
+        let e = tsv_columns("id\tbody\tlabel").unwrap_err();
+        assert!(e.contains("[id, body, label]") && e.contains("sentence1"), "{e}");
+        let e = tsv_columns("sentence1\tquestion\tlabel").unwrap_err();
+        assert!(e.contains("`question`") && e.contains("sentence2"), "{e}");
+    }
+
+    #[test]
+    fn label_names_map_through_the_config_and_the_rest_are_named() {
+        let ids: std::collections::BTreeMap<String, i64> =
+            [("entailment".to_owned(), 0), ("not_entailment".to_owned(), 1)].into();
+        let written = |v: &[&str]| v.iter().enumerate().map(|(i, l)| (i + 2, l.to_string())).collect::<Vec<_>>();
+        assert_eq!(classes_of(written(&["entailment", "Not_Entailment", "1"]), Some(&ids)), Ok(vec![0, 1, 1]));
+        let e = classes_of(written(&["entailment", "neutral", "neutral", "contradiction"]), Some(&ids)).unwrap_err();
+        assert!(
+            e.starts_with("2 label(s)") && e.contains("`neutral` (line 3)") && e.contains("`contradiction` (line 5)")
+        );
+        assert!(e.contains("entailment=0, not_entailment=1"), "{e}");
+        let e = classes_of(written(&["yes"]), None).unwrap_err();
+        assert!(e.contains("label2id") && e.contains("`yes` (line 2)"), "{e}");
+    }
 }

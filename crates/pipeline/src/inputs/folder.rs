@@ -45,6 +45,9 @@ pub struct FolderConfig {
     pub max_seq_length: Option<usize>,
     /// The classes config.json names (`id2label`, else `num_labels`), for a classifier's logits.
     pub labels: Option<usize>,
+    /// The class of each label name config.json gives (`label2id`, else `id2label` read backwards): string labels
+    /// in data files (GLUE's `entailment`) are mapped through it.
+    pub label_ids: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 /// The files of a model's folder [`FolderConfig::carry_to`] writes beside the models a run writes (the pooling
@@ -107,14 +110,17 @@ impl FolderConfig {
     /// Reads the sentence-transformers files of `folder` (none of them is required), after checking every file a
     /// run carries from it ([`check_carried`]).
     pub fn read(folder: &Path) -> Result<FolderConfig> {
+        // The files read below are parsed there, with what each should hold.
+        let read_here = ["config.json", "modules.json", "sentence_bert_config.json"];
         for rel in CARRIED {
-            check_carried(folder, &folder.join(rel))?;
+            check_carried(folder, &folder.join(rel), !read_here.contains(&rel))?;
         }
         let mut cfg = FolderConfig { folder: folder.to_path_buf(), ..Default::default() };
-        cfg.labels = json::<serde_json::Value>(&folder.join("config.json"), "a model's config.json")?.and_then(|c| {
+        if let Some(c) = json::<serde_json::Value>(&folder.join("config.json"), "a model's config.json")? {
             let named = c.get("id2label").and_then(|m| m.as_object()).map(serde_json::Map::len);
-            named.or_else(|| c.get("num_labels")?.as_u64().and_then(|n| usize::try_from(n).ok()))
-        });
+            cfg.labels = named.or_else(|| c.get("num_labels")?.as_u64().and_then(|n| usize::try_from(n).ok()));
+            cfg.label_ids = label_ids(&c);
+        }
         let modules_file = folder.join("modules.json");
         let modules: Vec<Module> =
             json(&modules_file, "sentence-transformers' list of modules: [{\"path\": ..., \"type\": ...}, ...]")?
@@ -128,7 +134,7 @@ impl FolderConfig {
         };
         for dir in pooling_dirs {
             let file = dir.join("config.json");
-            check_carried(folder, &file)?;
+            check_carried(folder, &file, false)?;
             let expected = "sentence-transformers' pooling config: {\"pooling_mode_mean_tokens\": true, ...}";
             if let Some(p) = json::<PoolingConfig>(&file, expected)? {
                 cfg.pooling = Some((pooling_of(&p, &file)?, file));
@@ -180,6 +186,24 @@ impl FolderConfig {
     }
 }
 
+/// Label name -> class from a config.json: `label2id`, else `id2label` read backwards (`None` without either, or
+/// when they hold no usable entry).
+fn label_ids(config: &serde_json::Value) -> Option<std::collections::BTreeMap<String, i64>> {
+    let forward = config.get("label2id").and_then(|m| m.as_object()).map(|m| {
+        m.iter()
+            .filter_map(|(name, id)| Some((name.clone(), id.as_i64()?)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    });
+    let backward = || {
+        config.get("id2label").and_then(|m| m.as_object()).map(|m| {
+            m.iter()
+                .filter_map(|(id, name)| Some((name.as_str()?.to_owned(), id.parse::<i64>().ok()?)))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+    };
+    forward.filter(|m| !m.is_empty()).or_else(backward).filter(|m| !m.is_empty())
+}
+
 /// `max_seq_length` of the folder's sentence_bert_config.json: absent or null (said once) is none; a number must be
 /// positive.
 fn max_seq_length(folder: &Path) -> Result<Option<usize>> {
@@ -212,8 +236,8 @@ fn max_seq_length(folder: &Path) -> Result<Option<usize>> {
 
 /// A file of `folder` a run carries into its outputs, checked before any work: a symbolic link must stay inside the
 /// folder (one to a file elsewhere would copy that file's content into the outputs), or be a Hugging Face cache
-/// snapshot's link to its own `blobs/`; a `.json` file must be JSON. A file that is not there is fine.
-fn check_carried(folder: &Path, file: &Path) -> Result<()> {
+/// snapshot's link to its own `blobs/`; with `parse`, a `.json` file must be JSON. A file that is not there is fine.
+fn check_carried(folder: &Path, file: &Path, parse: bool) -> Result<()> {
     let Ok(meta) = std::fs::symlink_metadata(file) else { return Ok(()) };
     if meta.file_type().is_symlink() {
         let inside = match (file.canonicalize(), folder.canonicalize()) {
@@ -234,7 +258,7 @@ fn check_carried(folder: &Path, file: &Path) -> Result<()> {
             });
         }
     }
-    if file.extension().is_some_and(|e| e == "json") {
+    if parse && file.extension().is_some_and(|e| e == "json") {
         json::<serde::de::IgnoredAny>(file, "JSON")?;
     }
     Ok(())

@@ -153,7 +153,11 @@ fn squad_retrieval(path: &Path, first: usize) -> Result<EmbedData> {
 /// Every text of a text-lines, TSV or JSONL file (a line's pair, if any, as a text of its own), the first `first`.
 fn plain_texts(path: &Path, content: &str, first: usize) -> Result<Vec<String>> {
     let jsonl = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("jsonl"));
-    let columns = if jsonl { None } else { content.lines().next().and_then(crate::inputs::files::tsv_columns) };
+    let columns = match content.lines().next() {
+        Some(header) if !jsonl => crate::inputs::files::tsv_columns(header)
+            .map_err(|e| Error::Input { path: path.to_path_buf(), reason: format!("line 1: {e}") })?,
+        _ => None,
+    };
     let limit = if first == 0 { usize::MAX } else { first };
     let mut texts = vec![];
     let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
