@@ -126,6 +126,14 @@ fn text_files_are_read_as_written_and_labels_checked() {
         let c = &v["vs_baseline"];
         assert_eq!(c["agreement"]["inputs"].as_u64(), Some(4), "{name}: {c}");
         assert!(c["fp32"]["accuracy"].is_number(), "{name}: labels read: {c}");
+        // Issue 77: the paired difference (one model against itself: 0, no spread) and each class's count.
+        let d = &c["accuracy_difference"];
+        assert_eq!((d["delta"].as_f64(), d["low"].as_f64(), d["questions"].as_u64()), (Some(0.0), Some(0.0), Some(4)));
+        let classes: Vec<u64> =
+            c["per_class"].as_array().unwrap().iter().map(|k| k["inputs"].as_u64().unwrap()).collect();
+        assert_eq!(classes, [1, 2, 1], "{c}");
+        let top1 = &c["agreement"]["top1_interval"];
+        assert!(top1[0].as_f64().unwrap() < 1.0 && top1[1].as_f64() == Some(1.0), "{c}");
     }
     // 5. A label that is not one of the model's 3 classes: one error naming its line and the classes, nothing scored.
     for bad in ["3", "-1"] {

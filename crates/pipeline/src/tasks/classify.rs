@@ -39,6 +39,9 @@ pub struct Agreement {
     pub classes: usize,
     /// Share of rows with the same argmax.
     pub top1: f64,
+    /// Its 95 % interval (Wilson's, over the rows compared).
+    #[serde(default)]
+    pub top1_interval: [f64; 2],
     /// Mean and largest KL(softmax(FP32) ‖ softmax(INT8)) per row, in nats.
     pub mean_kl: f64,
     pub max_kl: f64,
@@ -54,10 +57,26 @@ pub struct ClassifierEval {
     pub fp32: ClassifierModel,
     pub int8: ClassifierModel,
     pub agreement: Agreement,
+    /// With labels: INT8's accuracy minus FP32's in points, paired input by input (each input right or wrong for
+    /// both), with its 95 % interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy_difference: Option<squad_metrics::PairedDifference>,
+    /// With labels: per class, its inputs and how many of them each model gets right.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_class: Vec<ClassCount>,
     /// Both models again with their float parts at the EP's own default precision, where that is not the run's: the
     /// FP32 its users run, with its logits against FP32's at the run's precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_float: Option<DefaultFloat<ClassifierAt>>,
+}
+
+/// One labelled class: its inputs, and how many of them FP32 and INT8 classify right.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClassCount {
+    pub class: i64,
+    pub inputs: usize,
+    pub fp32_right: usize,
+    pub int8_right: usize,
 }
 
 /// A model at the EP's default float precision: its side, and its logits against FP32's at the run's precision.
@@ -127,14 +146,33 @@ fn run_logits(
     Ok((rows, Latency::from_batches(&timings), RanOn::of(&session, name, model), per_token))
 }
 
-/// Share of rows whose argmax is the label (labels are per input; rows per input may be several).
-fn accuracy(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<f64> {
+/// Per input, 1 where the row's argmax is its label, else 0 (`None` without labels, or when rows are not one per
+/// input: a token classifier's).
+fn right(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<Vec<f64>> {
     let labels = labels?;
     if labels.is_empty() || rows.len() != labels.len() {
         return None;
     }
-    let right = rows.iter().zip(labels).filter(|(r, l)| calib::argmax(r, &[]).map(|a| a as i64) == Some(**l)).count();
-    Some(right as f64 / labels.len() as f64)
+    let hit = |(r, l): (&Vec<f32>, &i64)| f64::from(u8::from(calib::argmax(r, &[]).map(|a| a as i64) == Some(*l)));
+    Some(rows.iter().zip(labels).map(hit).collect())
+}
+
+/// Share of rows whose argmax is the label (labels are per input; rows per input may be several).
+fn accuracy(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<f64> {
+    let right = right(rows, labels)?;
+    Some(right.iter().sum::<f64>() / right.len() as f64)
+}
+
+/// Per labelled class, its inputs and each model's right ones.
+fn per_class(fp32: &[f64], int8: &[f64], labels: &[i64]) -> Vec<ClassCount> {
+    let mut counts: std::collections::BTreeMap<i64, ClassCount> = std::collections::BTreeMap::new();
+    for ((&class, a), b) in labels.iter().zip(fp32).zip(int8) {
+        let c = counts.entry(class).or_insert(ClassCount { class, inputs: 0, fp32_right: 0, int8_right: 0 });
+        c.inputs += 1;
+        c.fp32_right += usize::from(*a > 0.5);
+        c.int8_right += usize::from(*b > 0.5);
+    }
+    counts.into_values().collect()
 }
 
 /// The classes `model`'s output `output` declares (its last dimension), when the graph fixes it.
@@ -192,7 +230,9 @@ pub fn agreement(fp32: &[Vec<f32>], int8: &[Vec<f32>], output: &str, per_token: 
         diff = a.iter().zip(b).map(|(x, y)| f64::from((x - y).abs())).fold(diff, f64::max);
     }
     let n = fp32.len().min(int8.len()).max(1) as f64;
+    let interval = squad_metrics::Proportion::of(same, fp32.len().min(int8.len()));
     Agreement {
+        top1_interval: [interval.low, interval.high],
         inputs: fp32.len(),
         per_token,
         output: output.to_owned(),
@@ -238,11 +278,19 @@ pub fn evaluate_classifier(
         Ok(ClassifierAt { model, agreement: agreement(&fp32_rows, &rows, output, per_token) })
     };
     let default_float = default_float::measure(opts, (fp32.session, int8.session), eval, |_, _| Ok(None), progress);
+    let labels = set.labels.as_deref();
+    let (a, b) = (right(&fp32_rows, labels), right(&int8_rows, labels));
+    let (accuracy_difference, per_class) = match (a, b, labels) {
+        (Some(a), Some(b), Some(l)) => (Some(squad_metrics::paired_difference(&b, &a)), per_class(&a, &b, l)),
+        _ => (None, vec![]),
+    };
     Ok(ClassifierEval {
         data: set.path().display().to_string(),
         fp32: fp32_model,
         int8: int8_model,
         agreement: agreed,
+        accuracy_difference,
+        per_class,
         default_float,
     })
 }
@@ -267,7 +315,9 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
             name.to_owned(),
             m.ran.label(),
             m.accuracy.map_or("-".to_owned(), pct),
-            same.map_or(String::new(), |a| pct(a.top1)),
+            same.map_or(String::new(), |a| {
+                format!("{} [{:.2}, {:.2}]", pct(a.top1), 100.0 * a.top1_interval[0], 100.0 * a.top1_interval[1])
+            }),
             same.map_or(String::new(), |a| format!("{:.2e}", a.mean_kl)),
             same.map_or(String::new(), |a| format!("{:.4}", a.max_abs_diff)),
             format!("{:.2}", m.latency.ms_per_feature),
@@ -279,6 +329,7 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
     }
     let rows = if a.per_token { "tokens (padding left out)" } else { "inputs" };
     let mut text = format!("{t}\n{} {rows}, output `{}` ({} classes)\n", a.inputs, a.output, a.classes);
+    text.push_str(&accuracy_lines(c, int8));
     if let Some(d) = &c.default_float {
         let run = c.fp32.ran.ep_precision.as_deref().unwrap_or("the run's precision");
         text.push_str(&format!(
@@ -290,6 +341,28 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
         if let Some(e) = &d.error {
             text.push_str(&format!("Not measured at {}: {e}.\n", d.precision));
         }
+    }
+    text
+}
+
+/// The accuracy difference with its interval and, per class, each model's right inputs (nothing without labels).
+fn accuracy_lines(c: &ClassifierEval, int8: &str) -> String {
+    let Some(d) = &c.accuracy_difference else { return String::new() };
+    let verdict = if d.excludes(0.0) { "" } else { ": these inputs cannot tell the two apart" };
+    let mut text = format!(
+        "Accuracy, {int8} minus FP32: {} points [95 %, paired over the {} labelled inputs]{verdict}.\n",
+        d.describe(),
+        d.questions
+    );
+    if c.per_class.len() > 1 {
+        let each: Vec<String> = c
+            .per_class
+            .iter()
+            .map(|k| {
+                format!("class {}: {} inputs, FP32 {} right, {int8} {}", k.class, k.inputs, k.fp32_right, k.int8_right)
+            })
+            .collect();
+        text.push_str(&format!("Per class: {}.\n", each.join("; ")));
     }
     text
 }
