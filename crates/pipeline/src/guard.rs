@@ -67,15 +67,23 @@ impl InOut {
     }
 
     /// A model file the command reads (resolved from a folder by [`crate::model::resolve_model`]), with its
-    /// external data files and its folder.
+    /// external data files, and its folder with the files a run reads from it (tokenizer, configs).
     pub fn model(mut self, flag: &str, path: &Path) -> InOut {
         self.inputs.push((flag.to_owned(), path.to_path_buf()));
+        let folder = model_folder(path);
+        for dir in [crate::disk::parent_dir(path).to_path_buf(), folder.clone()] {
+            for name in crate::inputs::folder::CARRIED {
+                if dir.join(name).is_file() {
+                    self.inputs.push((format!("the {name} of {flag}"), dir.join(name)));
+                }
+            }
+        }
         let small = std::fs::metadata(path).is_ok_and(|m| m.len() <= EXTERNAL_DATA_SCAN_BYTES);
         if small && let Ok(m) = onnx_ir::Model::load_graph_only(path) {
             let what = format!("the external data of {flag}");
             self.inputs.extend(m.external_files().map(|f| (what.clone(), f.to_path_buf())));
         }
-        self.model_folders.push((flag.to_owned(), model_folder(path)));
+        self.model_folders.push((flag.to_owned(), folder));
         self
     }
 
@@ -193,6 +201,9 @@ mod tests {
         assert!(m.contains("model folder of --model"), "{m}");
         // Beside it, or below it, the folder still loads its own model.
         InOut::new().model("--model", &model).out_dir("--out", &d.path().join("int8")).check().unwrap();
+        // The files read from its folder are inputs too.
+        let m = usage(InOut::new().model("--model", &model).out_file("--out", &d.path().join("config.json")).check());
+        assert!(m.contains("the config.json of --model"), "{m}");
         files::unprotect_all();
     }
 }

@@ -52,7 +52,7 @@ pub struct FolderConfig {
 
 /// The files of a model's folder [`FolderConfig::carry_to`] writes beside the models a run writes (the pooling
 /// config too, where modules.json puts it).
-const CARRIED: [&str; 9] = [
+pub(crate) const CARRIED: [&str; 9] = [
     "config.json",
     "modules.json",
     "sentence_bert_config.json",
