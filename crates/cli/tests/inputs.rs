@@ -197,6 +197,33 @@ fn glue_files_are_read_with_their_label_names() {
     assert!(e.contains("`not_entailment` (line 4)") && e.contains("contradiction=2"), "{e}");
 }
 
+/// Issue 77: a regression head (one output, STS-B's similarity) by its correlations, with scores as labels; the same
+/// scores given to a 3-class classifier are refused as labels.
+#[test]
+fn a_regression_head_is_measured_by_correlation() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("sts.onnx");
+    build(&TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 1 }, ..Default::default() })
+        .save(&model)
+        .unwrap();
+    let vocab = testdata("squad/vocab.txt");
+    let data = dir.path().join("sts.tsv");
+    let rows = ["a cat sat\tthe cat sat\t4.2", "a river\ta game\t0.4", "the city\tthe city is big\t3.0"];
+    std::fs::write(&data, format!("sentence1\tsentence2\tscore\n{}\n", rows.join("\n"))).unwrap();
+    let o = eval_classifier(&model, &vocab, &data);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &v["vs_baseline"]["regression"];
+    assert_eq!((r["inputs"].as_u64(), r["max_abs_diff"].as_f64()), (Some(3), Some(0.0)), "{v}");
+    assert!((r["r_int8_fp32"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{r}");
+    let (f, i) = (r["r_fp32_scores"].as_f64().unwrap(), r["r_int8_scores"].as_f64().unwrap());
+    assert!(f.abs() <= 1.0 && f == i, "{r}");
+    assert!(v["vs_baseline"]["fp32"]["accuracy"].is_null(), "scores are not classes: {v}");
+    let (_cdir, classifier, _) = classifier();
+    let e = one_error(&eval_classifier(&classifier, &vocab, &data));
+    assert!(e.contains("sts.tsv") && e.contains("`4.2` (line 2)"), "{e}");
+}
+
 #[test]
 fn folders_and_tokenizers_are_checked_against_the_model() {
     let (dir, model, vocab) = classifier();

@@ -54,6 +54,11 @@ pub struct InputSet {
     pad: Vec<i64>,
     /// One class per row, if the file has labels.
     pub labels: Option<Vec<i64>>,
+    /// The labels as numbers, when every one is (STS-B's scores: a regression head's targets).
+    pub scores: Option<Vec<f64>>,
+    /// Why the labels are not classes (names the model's config.json lacks, scores like `3.8`), said when the model
+    /// turns out to be a classifier ([`InputSet::check_labels`]); a regression head reads them as scores instead.
+    label_error: Option<String>,
     /// The line of the file each row came from (text files; empty for arrays), for errors about a row.
     lines: Vec<usize>,
     /// The attention-mask input, when the model's roles name one that is fed: per-token logits are compared on the
@@ -135,6 +140,9 @@ impl InputSet {
             labels.truncate(limit);
         }
         set.lines.truncate(limit);
+        if let Some(scores) = &mut set.scores {
+            scores.truncate(limit);
+        }
         set.mask = text.roles.as_ref().ok().map(|r| r.mask.clone()).filter(|m| set.names.contains(m));
         Ok(set)
     }
@@ -164,7 +172,14 @@ impl InputSet {
 
     /// The labels against a model of `classes` classes (its output `output`): one that is not a class (below 0, or
     /// `classes` and above) is an error naming the first such row and the classes, before any score is taken.
+    /// One output (`classes` 1) is a regression head: its labels are scores, not classes.
     pub fn check_labels(&self, classes: usize, output: &str) -> Result<()> {
+        if classes == 1 {
+            return Ok(());
+        }
+        if let Some(e) = &self.label_error {
+            return Err(Error::Input { path: self.path.clone(), reason: e.clone() });
+        }
         let Some(labels) = &self.labels else { return Ok(()) };
         let Some((i, label)) = labels.iter().enumerate().find(|(_, l)| !(0..classes as i64).contains(l)) else {
             return Ok(());
@@ -173,7 +188,8 @@ impl InputSet {
         Err(Error::Input {
             path: self.path.clone(),
             reason: format!(
-                "{}: label {label} is not a class of the model, whose output `{output}` has {classes} classes (labels                  0 to {}); {bad} of {} labels are outside them",
+                "{}: label {label} is not a class of the model, whose output `{output}` has {classes} classes (labels \
+                 0 to {}); {bad} of {} labels are outside them",
                 self.row_place(i),
                 classes.saturating_sub(1),
                 labels.len()
@@ -306,7 +322,9 @@ fn from_npz(path: &Path, model: &Model) -> Result<InputSet> {
         names: inputs.into_iter().map(|(n, _)| n).collect(),
         rows,
         pad,
+        scores: labels.as_ref().map(|l| l.iter().map(|&c| c as f64).collect()),
         labels,
+        label_error: None,
         lines: vec![],
         mask: None,
     })
@@ -379,7 +397,18 @@ fn with_roles(
         names.push(p.clone());
         pad.push(0);
     }
-    InputSet { path: path.to_path_buf(), names, rows, pad, labels, lines: vec![], mask: None }
+    let scores = labels.as_ref().map(|l| l.iter().map(|&c| c as f64).collect());
+    InputSet {
+        path: path.to_path_buf(),
+        names,
+        rows,
+        pad,
+        labels,
+        scores,
+        label_error: None,
+        lines: vec![],
+        mask: None,
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -543,17 +572,19 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
             reason: format!("{labelled} of {} lines have a label; give every line one or none", labels.len()),
         });
     }
-    let labels = match labelled {
-        0 => None,
-        _ => {
-            let written = lines.iter().copied().zip(labels.into_iter().flatten()).collect();
-            Some(
-                classes_of(written, text.label_ids.as_ref())
-                    .map_err(|e| Error::Input { path: path.to_path_buf(), reason: e })?,
-            )
-        }
+    let written: Vec<(usize, String)> = lines.iter().copied().zip(labels.into_iter().flatten()).collect();
+    let scores: Option<Vec<f64>> = (labelled != 0)
+        .then(|| written.iter().map(|(_, l)| l.parse::<f64>().ok().filter(|v| v.is_finite())).collect())
+        .flatten();
+    let (labels, label_error) = match (labelled, classes_of(written, text.label_ids.as_ref())) {
+        (0, _) => (None, None),
+        (_, Ok(classes)) => (Some(classes), None),
+        // Scores are a regression head's targets; the error stands for a classifier.
+        (_, Err(e)) if scores.is_some() => (None, Some(format!("labels are not classes: {e}"))),
+        (_, Err(e)) => return Err(Error::Input { path: path.to_path_buf(), reason: e }),
     };
-    Ok(InputSet { lines, ..with_roles(path, rows, roles, tokenizer, labels) })
+    let set = with_roles(path, rows, roles, tokenizer, labels);
+    Ok(InputSet { lines, scores: scores.or(set.scores.clone()), label_error, ..set })
 }
 
 /// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])`, the longer text cut first until it fits `max_len`.

@@ -64,10 +64,59 @@ pub struct ClassifierEval {
     /// With labels: per class, its inputs and how many of them each model gets right.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_class: Vec<ClassCount>,
+    /// A regression head (one output, STS-B's similarity): INT8's values against FP32's, and each model's against the
+    /// labelled scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regression: Option<Regression>,
     /// Both models again with their float parts at the EP's own default precision, where that is not the run's: the
     /// FP32 its users run, with its logits against FP32's at the run's precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_float: Option<DefaultFloat<ClassifierAt>>,
+}
+
+/// A regression head's values: INT8 against FP32 (Pearson's r, largest difference), and each against the scores the
+/// inputs are labelled with.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Regression {
+    pub inputs: usize,
+    /// Pearson's r of INT8's values against FP32's.
+    pub r_int8_fp32: f64,
+    pub max_abs_diff: f64,
+    /// Pearson's r of each model's values against the labelled scores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r_fp32_scores: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r_int8_scores: Option<f64>,
+}
+
+/// Pearson's correlation of `a` and `b` (NaN without spread).
+fn pearson(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len()) as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        ab += (x - ma) * (y - mb);
+        aa += (x - ma).powi(2);
+        bb += (y - mb).powi(2);
+    }
+    ab / (aa * bb).sqrt()
+}
+
+/// The regression measures of one-output rows (`None` for class logits or per-token rows).
+fn regression(fp32: &[Vec<f32>], int8: &[Vec<f32>], scores: Option<&[f64]>) -> Option<Regression> {
+    if fp32.first().map(Vec::len) != Some(1) {
+        return None;
+    }
+    let values = |rows: &[Vec<f32>]| rows.iter().map(|r| f64::from(r[0])).collect::<Vec<f64>>();
+    let (a, b) = (values(fp32), values(int8));
+    let scores = scores.filter(|s| s.len() == a.len());
+    Some(Regression {
+        inputs: a.len(),
+        r_int8_fp32: pearson(&b, &a),
+        max_abs_diff: a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max),
+        r_fp32_scores: scores.map(|s| pearson(&a, s)),
+        r_int8_scores: scores.map(|s| pearson(&b, s)),
+    })
 }
 
 /// One labelled class: its inputs, and how many of them FP32 and INT8 classify right.
@@ -261,7 +310,8 @@ pub fn evaluate_classifier(
         if !per_token && let Some(classes) = rows.first().map(Vec::len) {
             set.check_labels(classes, output)?;
         }
-        let accuracy = accuracy(&rows, set.labels.as_deref());
+        let classes = set.labels.as_deref().filter(|_| rows.first().map(Vec::len) != Some(1));
+        let accuracy = accuracy(&rows, classes);
         let model = ClassifierModel { ran: on, accuracy, latency };
         Ok((model, rows, per_token))
     };
@@ -278,7 +328,9 @@ pub fn evaluate_classifier(
         Ok(ClassifierAt { model, agreement: agreement(&fp32_rows, &rows, output, per_token) })
     };
     let default_float = default_float::measure(opts, (fp32.session, int8.session), eval, |_, _| Ok(None), progress);
-    let labels = set.labels.as_deref();
+    let regression = if per_token { None } else { regression(&fp32_rows, &int8_rows, set.scores.as_deref()) };
+    // A regression head's labels are scores, not classes.
+    let labels = set.labels.as_deref().filter(|_| regression.is_none());
     let (a, b) = (right(&fp32_rows, labels), right(&int8_rows, labels));
     let (accuracy_difference, per_class) = match (a, b, labels) {
         (Some(a), Some(b), Some(l)) => (Some(squad_metrics::paired_difference(&b, &a)), per_class(&a, &b, l)),
@@ -291,6 +343,7 @@ pub fn evaluate_classifier(
         agreement: agreed,
         accuracy_difference,
         per_class,
+        regression,
         default_float,
     })
 }
@@ -345,8 +398,19 @@ pub fn table(c: &ClassifierEval, int8: &str) -> String {
     text
 }
 
-/// The accuracy difference with its interval and, per class, each model's right inputs (nothing without labels).
+/// The accuracy difference with its interval and, per class, each model's right inputs (nothing without labels); a
+/// regression head's correlations.
 fn accuracy_lines(c: &ClassifierEval, int8: &str) -> String {
+    if let Some(r) = &c.regression {
+        let mut text = format!(
+            "One output (a regression head): {int8} against FP32 Pearson r {:.5}, largest difference {:.4}",
+            r.r_int8_fp32, r.max_abs_diff
+        );
+        if let (Some(f), Some(i)) = (r.r_fp32_scores, r.r_int8_scores) {
+            text.push_str(&format!("; against the labelled scores r {f:.4} (FP32) and {i:.4} ({int8})"));
+        }
+        return text + ".\n";
+    }
     let Some(d) = &c.accuracy_difference else { return String::new() };
     let verdict = if d.excludes(0.0) { "" } else { ": these inputs cannot tell the two apart" };
     let mut text = format!(
