@@ -50,7 +50,8 @@ pub struct InOut {
     /// The folders input models are read from, with the flag.
     model_folders: Vec<(String, PathBuf)>,
     files: Vec<(String, PathBuf)>,
-    dirs: Vec<(String, PathBuf)>,
+    /// Output directories, and whether the command writes a model into them.
+    dirs: Vec<(String, PathBuf, bool)>,
 }
 
 impl InOut {
@@ -99,9 +100,16 @@ impl InOut {
         self
     }
 
-    /// A directory the command writes its files into ([`RUN_DIR_FILES`]).
+    /// A directory the command writes its files into ([`RUN_DIR_FILES`]), a model among them: it must not be an input
+    /// model's folder, which would then load that model.
     pub fn out_dir(mut self, flag: &str, path: &Path) -> InOut {
-        self.dirs.push((flag.to_owned(), path.to_path_buf()));
+        self.dirs.push((flag.to_owned(), path.to_path_buf(), true));
+        self
+    }
+
+    /// A directory the command writes reports into, no model (`qdq debug`): an input model's folder is fine.
+    pub fn report_dir(mut self, flag: &str, path: &Path) -> InOut {
+        self.dirs.push((flag.to_owned(), path.to_path_buf(), false));
         self
     }
 
@@ -122,8 +130,8 @@ impl InOut {
                 }
             }
         }
-        for (out_flag, dir) in &self.dirs {
-            for (in_flag, folder) in &self.model_folders {
+        for (out_flag, dir, model) in &self.dirs {
+            for (in_flag, folder) in self.model_folders.iter().filter(|_| *model) {
                 if files::same_file(dir, folder) {
                     return refuse(out_flag, dir, in_flag, folder, "is the model folder of");
                 }
@@ -201,6 +209,8 @@ mod tests {
         assert!(m.contains("model folder of --model"), "{m}");
         // Beside it, or below it, the folder still loads its own model.
         InOut::new().model("--model", &model).out_dir("--out", &d.path().join("int8")).check().unwrap();
+        // Reports beside a model are fine.
+        InOut::new().model("--qdq", &model).report_dir("--out", d.path()).check().unwrap();
         // The files read from its folder are inputs too.
         let m = usage(InOut::new().model("--model", &model).out_file("--out", &d.path().join("config.json")).check());
         assert!(m.contains("the config.json of --model"), "{m}");

@@ -112,7 +112,7 @@ impl Job for DebugJob {
             .input("--dataset", Some(&self.dataset))
             .data(&data);
         if let Some(dir) = &self.out {
-            io = io.out_dir("--out", dir);
+            io = io.report_dir("--out", dir);
         }
         io.check()?;
         let mut other = other_ep.map(|ep| self.runtime.fp32_session_on(ep, None, "debug"));
