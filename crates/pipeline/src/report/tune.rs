@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::job::Report;
 use crate::steps::speed::Speedup;
+use crate::tasks::score::Metric;
 
 /// A candidate built, measured on the held-out questions and timed against FP32. Scored, it is a [`Candidate`];
 /// unscored, it is listed in [`TuneReport::not_scored`] (the all-integer candidate when it is slower than the
@@ -38,48 +39,6 @@ pub struct Timed {
     /// (above 1: faster than the preset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_preset: Option<Speedup>,
-}
-
-/// What candidates are scored in: a SQuAD model's F1 over questions; an embedding model's nDCG@10 over the queries of
-/// retrieval data, or its cosine to FP32's (x100) over texts without labels. A budget is in its points.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Metric {
-    /// `F1`, `nDCG@10` or `cos x100`.
-    pub name: &'static str,
-    /// What it is averaged over: `questions`, `queries` or `texts`.
-    pub unit: &'static str,
-    /// One of them: `question`, `query`, `text`.
-    #[serde(skip)]
-    pub one: &'static str,
-}
-
-impl Metric {
-    /// SQuAD's.
-    pub const F1: Metric = Metric { name: "F1", unit: "questions", one: "question" };
-
-    fn squad(&self) -> bool {
-        self.name == Metric::F1.name
-    }
-
-    /// The difference to FP32's, as the tables head it: `dF1`, `dnDCG@10`, `dcos x100`.
-    pub fn delta(&self) -> String {
-        format!("d{}", self.name)
-    }
-
-    /// The share of units whose result is FP32's.
-    fn same(&self) -> &'static str {
-        if self.squad() { "answers = FP32" } else { "top-1 = FP32" }
-    }
-
-    /// The held-out proxy candidates are measured by first.
-    fn proxy(&self) -> &'static str {
-        if self.squad() { "held-out KL" } else { "held-out 1 - cos" }
-    }
-
-    /// What a model's time is per: SQuAD features, texts.
-    fn per(&self) -> &'static str {
-        if self.squad() { "feature" } else { "text" }
-    }
 }
 
 /// A candidate's scores on the evaluation questions (or queries, or texts: [`Metric`]); the fields keep SQuAD's names
@@ -275,7 +234,7 @@ impl Report for TuneReport {
     fn json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         v["schema"] = "qdq.tune/1".into();
-        if !self.metric.squad() {
+        if !self.metric.exact_match {
             // The scores under the metric's names: no `f1` holding an nDCG.
             rename_keys(&mut v, &SCORE_KEYS);
             for list in ["curve", "not_scored"] {
@@ -366,7 +325,7 @@ impl TuneReport {
                 s.delta_f1,
                 s.delta_f1_interval.0,
                 s.delta_f1_interval.1,
-                self.metric.same(),
+                self.metric.same,
                 s.same_answers.describe()
             ),
             (None, Some(e)) => write!(f, " FP32 at {} could not be scored: {e}.", d.precision),
@@ -379,13 +338,13 @@ impl TuneReport {
         let m = self.metric;
         let mut t = Table::new();
         t.load_preset(ASCII_MARKDOWN);
-        let (delta, same, per) = (format!("{} [95 %]", m.delta()), format!("{} [95 %]", m.same()), m.per());
+        let (delta, same, per) = (format!("{} [95 %]", m.delta()), format!("{} [95 %]", m.same), m.per);
         let header: Vec<String> = ["float nodes", "other calibrators"]
             .into_iter()
-            .chain(m.squad().then_some("EM"))
+            .chain(m.exact_match.then_some("EM"))
             .map(str::to_owned)
             .chain([m.name.to_owned(), delta, same, m.unit.to_owned(), format!("ms/{per}")])
-            .chain([self.speed_header(), "integer MatMuls".to_owned(), m.proxy().to_owned(), "last added".to_owned()])
+            .chain([self.speed_header(), "integer MatMuls".to_owned(), m.proxy.to_owned(), "last added".to_owned()])
             .collect();
         let columns = header.len();
         t.set_header(header);
@@ -395,7 +354,7 @@ impl TuneReport {
                 format!("{}{}", c.timed.float_nodes.len(), if i == self.chosen { " (chosen)" } else { "" }),
                 c.timed.calibrator_choices.to_string(),
             ];
-            if m.squad() {
+            if m.exact_match {
                 row.push(s.exact_match.map_or(String::new(), |em| format!("{em:.2}")));
             }
             row.extend([
@@ -440,7 +399,7 @@ impl TuneReport {
             m.name,
             m.unit,
             c.timed.speedup.features,
-            m.per(),
+            m.per,
             c.timed.speedup.rounds
         )?;
         if self.curve.iter().any(|c| c.scored.screen_only) {
@@ -489,7 +448,7 @@ impl TuneReport {
                 if t.policy_options.is_empty() { String::new() } else { format!(", {}", t.policy_options.join(", ")) },
                 t.integer_matmuls,
                 t.matmuls,
-                self.metric.proxy(),
+                self.metric.proxy,
                 t.held_out_kl,
                 t.speedup.describe(),
                 t.vs_preset.map_or("?".to_owned(), |h| h.describe()),
@@ -504,7 +463,7 @@ impl TuneReport {
         if self.calibrators.is_empty() {
             return Ok(());
         }
-        writeln!(f, "\n\nRanges from another calibrator ({} before -> after):\n", self.metric.proxy())?;
+        writeln!(f, "\n\nRanges from another calibrator ({} before -> after):\n", self.metric.proxy)?;
         for c in &self.calibrators {
             writeln!(
                 f,

@@ -50,10 +50,54 @@ impl UnitScores {
     }
 }
 
+/// What candidates are scored in, in the task's own words: a SQuAD model's F1 over questions; an embedding model's
+/// nDCG@10 over the queries of retrieval data, or its cosine to FP32's (x100) over texts without labels. A budget is
+/// in its points.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Metric {
+    /// `F1`, `nDCG@10` or `cos x100`.
+    pub name: &'static str,
+    /// What it is averaged over: `questions`, `queries` or `texts`.
+    pub unit: &'static str,
+    /// One of them: `question`, `query`, `text`.
+    #[serde(skip)]
+    pub one: &'static str,
+    /// The share of units whose result is FP32's, as tables head it: `answers = FP32`, `top-1 = FP32`.
+    #[serde(skip)]
+    pub same: &'static str,
+    /// The held-out proxy candidates are measured by first: `held-out KL`, `held-out 1 - cos`.
+    #[serde(skip)]
+    pub proxy: &'static str,
+    /// What a model's time is per: `feature`, `text`.
+    #[serde(skip)]
+    pub per: &'static str,
+    /// Scored with SQuAD's exact match beside its F1 (and tune.json's keys are SQuAD's: `f1`, `delta_f1`).
+    #[serde(skip)]
+    pub exact_match: bool,
+}
+
+impl Metric {
+    /// SQuAD's.
+    pub const F1: Metric = Metric {
+        name: "F1",
+        unit: "questions",
+        one: "question",
+        same: "answers = FP32",
+        proxy: "held-out KL",
+        per: "feature",
+        exact_match: true,
+    };
+
+    /// The difference to FP32's, as the tables head it: `dF1`, `dnDCG@10`, `dcos x100`.
+    pub fn delta(&self) -> String {
+        format!("d{}", self.name)
+    }
+}
+
 /// A task's scoring of candidates: FP32's scores, and a candidate's on the units asked for.
 pub(crate) trait TaskScoring {
-    /// What the score is called, what it is averaged over, and one of those (`F1`, `questions`, `question`).
-    fn metric(&self) -> (&'static str, &'static str, &'static str);
+    /// What the score is, in the task's words.
+    fn metric(&self) -> Metric;
     /// FP32's scores.
     fn fp32(&self) -> &UnitScores;
     /// Whether candidates are screened on part of the units first ([`Questions::Screen`]).

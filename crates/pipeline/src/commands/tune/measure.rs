@@ -19,10 +19,11 @@ use crate::held_out::HeldOut;
 use crate::model::save_model;
 use crate::progress::Progress;
 use crate::report::debug::DebugReport;
-use crate::report::tune::{CalibratorChoice, Metric, Scored, Timed};
+use crate::report::tune::{CalibratorChoice, Scored, Timed};
 use crate::steps::quantize::float_matmul_like;
 use crate::steps::speed::{PairedTiming, Speedup};
 use crate::tasks::Side;
+use crate::tasks::score::Metric;
 use crate::tasks::score::{Questions, TaskScoring};
 
 /// Seconds per phase of a tune, added up over the phase's recurrences: `statistics` (tune's calibration),
@@ -67,9 +68,8 @@ pub struct Base<'a> {
 /// FP32's scores in the task's terms, as the report names them: the score, its wall ms per feature (or text), the
 /// units scored, and what the score is in.
 pub fn fp32_summary(scoring: &dyn TaskScoring) -> (f64, f64, usize, Metric) {
-    let (name, unit, one) = scoring.metric();
     let f = scoring.fp32();
-    (f.points, f.ms_per_text, f.scored, Metric { name, unit, one })
+    (f.points, f.ms_per_text, f.scored, scoring.metric())
 }
 
 /// Other calibrators' ranges: the table as qdq wrote it, the statistics it came from, how many pairs to try.

@@ -14,7 +14,7 @@ use crate::tasks::Side;
 use crate::tasks::embed::data::EmbedData;
 use crate::tasks::embed::measure::{NEIGHBOUR_TEXTS, cosines, rankings};
 use crate::tasks::embed::{EmbedTask, embed_side, retrieval_of};
-use crate::tasks::score::{Questions, ScoringRequest, TaskScoring, UnitScores};
+use crate::tasks::score::{Metric, Questions, ScoringRequest, TaskScoring, UnitScores};
 
 /// The data an embedding model's candidates are scored on, and FP32's embeddings of it.
 pub struct EmbedScoring {
@@ -161,8 +161,16 @@ impl EmbedScoring {
 }
 
 impl TaskScoring for EmbedScoring {
-    fn metric(&self) -> (&'static str, &'static str, &'static str) {
-        (EmbedScoring::metric(self), self.unit(), self.unit_one())
+    fn metric(&self) -> Metric {
+        Metric {
+            name: EmbedScoring::metric(self),
+            unit: self.unit(),
+            one: self.unit_one(),
+            same: "top-1 = FP32",
+            proxy: "held-out 1 - cos",
+            per: "text",
+            exact_match: false,
+        }
     }
 
     fn fp32(&self) -> &UnitScores {

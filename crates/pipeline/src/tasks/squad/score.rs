@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::progress::Progress;
 use crate::steps::run::EvalOptions;
 use crate::tasks::Side;
-use crate::tasks::score::{Questions, ScoringRequest, TaskScoring, UnitScores};
+use crate::tasks::score::{Metric, Questions, ScoringRequest, TaskScoring, UnitScores};
 use crate::tasks::squad::data::{Corpus, Score};
 use crate::tasks::squad::evaluate::{Evaluation, evaluate, scored_questions};
 use crate::tasks::squad::screen::ScreenSplit;
@@ -103,8 +103,8 @@ impl SquadScoring {
 }
 
 impl TaskScoring for SquadScoring {
-    fn metric(&self) -> (&'static str, &'static str, &'static str) {
-        ("F1", "questions", "question")
+    fn metric(&self) -> Metric {
+        Metric::F1
     }
 
     fn fp32(&self) -> &UnitScores {
