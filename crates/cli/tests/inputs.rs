@@ -288,6 +288,10 @@ fn sentence_transformers_folders_are_read_as_they_say_or_refused() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["task"], "embedding", "{v}");
     assert!(v.to_string().contains("\"texts\":2"), "two lines, two texts: {v}");
+    // Issue 76: the texts that moved most, each named with its cosine.
+    let o = qdq(&["eval", "--model", m, "--baseline", m, "--dataset", t]);
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("Moved most (2 smallest cosines):") && shown.contains("\"another text\""), "{shown}");
     // 6. A length past the model's 64 positions, or 0: named with the file, before any work.
     for (len, says) in [("100000", "embeds 64 positions"), ("0", "positive number")] {
         std::fs::write(root.join("sentence_bert_config.json"), format!("{{\"max_seq_length\": {len}}}")).unwrap();

@@ -31,6 +31,8 @@ use crate::workspace::{root, run_cmd, write_atomic};
 const MAX_LOSS: f64 = 0.1;
 const MIN_MEAN_COSINE: f64 = 0.999;
 const MIN_P1_COSINE: f64 = 0.997;
+/// No text left behind (issue 76): the smallest cosine of any text.
+const MIN_COSINE: f64 = 0.99;
 const MIN_TOP1: f64 = 0.97;
 /// Speed-ups over FP32 at one text and at a batch of 32 (the model's length).
 const MIN_SPEEDUP: [(usize, f64); 2] = [(1, 1.3), (32, 1.6)];
@@ -460,6 +462,12 @@ fn against_fp32(e: &Embedding) -> Vec<Target> {
         format!(">= {MIN_P1_COSINE}"),
         f.p1_cosine,
         f.p1_cosine >= MIN_P1_COSINE,
+    ));
+    out.push(target(
+        "smallest cosine to FP32, any text (cpu)".into(),
+        format!(">= {MIN_COSINE}"),
+        f.min_cosine,
+        f.min_cosine >= MIN_COSINE,
     ));
     let top1 = f.neighbours.top1_same;
     out.push(target("top neighbour as FP32's (cpu)".into(), format!(">= {MIN_TOP1}"), top1, top1 >= MIN_TOP1));

@@ -101,8 +101,12 @@ fn notes(e: &EmbeddingEval, int8: &str) -> String {
         n.compared,
         100.0 * n.top10_overlap
     ));
-    if let Some(w) = f.worst.first() {
-        text.push_str(&format!("Moved most: text {} (cosine {:.5}): {:?}\n", w.index + 1, w.cosine, w.text));
+    // No text left behind: the ones that moved most, each with its cosine and its beginning.
+    if !f.worst.is_empty() {
+        text.push_str(&format!("Moved most ({} smallest cosines):\n", f.worst.len()));
+        for w in &f.worst {
+            text.push_str(&format!("- text {} (cosine {:.5}): {:?}\n", w.index + 1, w.cosine, w.text));
+        }
     }
     text.push_str(&speed_notes(e, int8));
     text
