@@ -19,8 +19,10 @@ fn payload() -> Vec<u8> {
 fn child(case: &str, dir: &Path) {
     qdq_files::signals::defer_during_commits();
     let path = dir.join("out.bin");
+    // `raise` signals this thread, so the handler runs before it returns; `kill(getpid())` let another thread of the
+    // test harness take it while this one ran on into `unreachable!` (a failure under load).
     let raise = |sig| unsafe {
-        libc::kill(libc::getpid(), sig);
+        libc::raise(sig);
     };
     match case {
         // The signal arrives inside a hold (as it would inside a commit's sync): the file still lands whole.
