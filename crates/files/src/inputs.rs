@@ -7,51 +7,28 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// One protected input: what the run calls it, the path it was given as, and its identity.
+/// One protected input: what the run calls it, the path it was given as, and an open handle on it (which is its
+/// identity, and keeps its inode from being reused while the run lasts).
 struct Input {
     what: String,
     given: PathBuf,
-    id: Identity,
+    handle: same_file::Handle,
 }
 
 static INPUTS: Mutex<Vec<Input>> = Mutex::new(Vec::new());
 
-/// A file's identity: its device and inode where there are such, else its canonical path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Identity {
-    #[cfg(unix)]
-    Inode(u64, u64),
-    #[cfg_attr(unix, allow(dead_code))]
-    Path(PathBuf),
-}
-
-fn identity(path: &Path) -> Option<Identity> {
-    let meta = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        let _ = &meta;
-        Some(Identity::Inode(meta.dev(), meta.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        path.canonicalize().ok().map(Identity::Path)
-    }
-}
-
 /// True when `a` and `b` both exist and are one file: the same path after symlinks, or hard links to one inode.
 pub fn same_file(a: &Path, b: &Path) -> bool {
-    matches!((identity(a), identity(b)), (Some(x), Some(y)) if x == y)
+    same_file::is_same_file(a, b).unwrap_or(false)
 }
 
-/// Marks `path` (an existing file; a path that does not exist is ignored) as an input of this run, called `what`
+/// Marks `path` (an existing file; a path that cannot be opened is ignored) as an input of this run, called `what`
 /// in the refusal (`--dataset`, `the model's external data`).
 pub fn protect(path: &Path, what: &str) {
-    let Some(id) = identity(path) else { return };
+    let Ok(handle) = same_file::Handle::from_path(path) else { return };
     let mut inputs = INPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !inputs.iter().any(|i| i.id == id) {
-        inputs.push(Input { what: what.to_owned(), given: path.to_path_buf(), id });
+    if !inputs.iter().any(|i| i.handle == handle) {
+        inputs.push(Input { what: what.to_owned(), given: path.to_path_buf(), handle });
     }
 }
 
@@ -62,10 +39,9 @@ pub fn unprotect_all() {
 
 /// The refusal for writing `dest` when it is a protected input: an `InvalidInput` error naming the input.
 pub(crate) fn check_dest(dest: &Path) -> io::Result<()> {
-    let Some(id) = identity(dest) else { return Ok(()) };
+    let Ok(handle) = same_file::Handle::from_path(dest) else { return Ok(()) };
     let inputs = INPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Still the file it was: a protected input removed since (a test's scratch file) frees its inode for another.
-    match inputs.iter().find(|i| i.id == id && identity(&i.given).as_ref() == Some(&id)) {
+    match inputs.iter().find(|i| i.handle == handle) {
         Some(i) => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("is {} ({}), which this run reads; qdq does not write over its inputs", i.what, i.given.display()),
