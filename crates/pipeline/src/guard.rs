@@ -145,26 +145,9 @@ impl InOut {
             }
         }
         for (flag, input) in &self.inputs {
-            protect_all(input, flag);
+            files::protect(input, flag);
         }
         Ok(())
-    }
-}
-
-/// Protects `path`, or every file in it when it is a directory (a model folder: its tokenizer and configs), one
-/// level down and in `onnx/`.
-fn protect_all(path: &Path, flag: &str) {
-    if !path.is_dir() {
-        files::protect(path, flag);
-        return;
-    }
-    for dir in [path.to_path_buf(), path.join("onnx")] {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            if e.path().is_file() {
-                files::protect(&e.path(), &format!("a file of {flag}"));
-            }
-        }
     }
 }
 
