@@ -179,7 +179,7 @@ impl<'a> FeatureStream<'a> {
         let ctx = self.context_tokens(ex)?;
         let query = self.tokenizer.tokenize(&ex.question, &format!("question {}", ex.id))?;
         let t = self.tokenizer;
-        let ids = (t.cls_id, t.sep_id, self.next_example, self.next_feature_id);
+        let ids = (t.framing(), self.next_example, self.next_feature_id);
         let windows = FeatureWindows::new(&self.config, ids, &query.ids, ctx);
         self.next_feature_id += windows.len();
         self.next_example += 1;

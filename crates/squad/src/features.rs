@@ -1,7 +1,7 @@
 //! Sliding-window features in the original BERT `run_squad` layout.
 
 use crate::error::{Error, Result};
-use crate::tokenizer::Tokens;
+use crate::tokenizer::{Framing, Tokens};
 
 /// Windowing settings. Defaults: `max_seq_len` 384, `doc_stride` 128, `max_query_len` 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,8 +117,9 @@ pub fn build_features(
     example_index: usize,
     first_id: usize,
 ) -> Vec<Feature> {
-    let ids = (cls_id, sep_id, example_index, first_id);
-    FeatureWindows::new(config, ids, query_ids, std::sync::Arc::new(context.clone())).collect()
+    let framing = Framing { cls: cls_id, sep: sep_id, pair_seps: 1, pair_type: 1 };
+    FeatureWindows::new(config, (framing, example_index, first_id), query_ids, std::sync::Arc::new(context.clone()))
+        .collect()
 }
 
 /// The features of one example, built one window at a time: a context of any length costs one feature's memory
@@ -128,25 +129,25 @@ pub struct FeatureWindows {
     query: Vec<u32>,
     context: std::sync::Arc<Tokens>,
     spans: Vec<(usize, usize)>,
-    cls_id: u32,
-    sep_id: u32,
+    framing: Framing,
     example_index: usize,
     first_id: usize,
     next: usize,
 }
 
 impl FeatureWindows {
-    /// The windows of one example; `(cls_id, sep_id, example_index, first_id)` as for [`build_features`].
+    /// The windows of one example, framed as the tokenizer frames a pair (`[CLS] query [SEP] context [SEP]`, or
+    /// RoBERTa's `<s> query </s></s> context </s>`); example index and first id as for [`build_features`].
     pub fn new(
         config: &FeatureConfig,
-        (cls_id, sep_id, example_index, first_id): (u32, u32, usize, usize),
+        (framing, example_index, first_id): (Framing, usize, usize),
         query_ids: &[u32],
         context: std::sync::Arc<Tokens>,
     ) -> Self {
         let query = query_ids[..query_ids.len().min(config.max_query_len)].to_vec();
-        let max_doc = config.max_seq_len.saturating_sub(query.len() + 3).max(1);
+        let max_doc = config.max_seq_len.saturating_sub(query.len() + 2 + framing.pair_seps).max(1);
         let spans = windows(context.ids.len(), max_doc, config.doc_stride);
-        FeatureWindows { query, context, spans, cls_id, sep_id, example_index, first_id, next: 0 }
+        FeatureWindows { query, context, spans, framing, example_index, first_id, next: 0 }
     }
 
     /// Windows of this example (features it gives in all).
@@ -168,13 +169,15 @@ impl Iterator for FeatureWindows {
         let &(start, len) = self.spans.get(w)?;
         self.next += 1;
         let (query, context) = (&self.query, &self.context);
-        let total = query.len() + len + 3;
+        let Framing { cls, sep, pair_seps, pair_type } = self.framing;
+        let total = query.len() + len + 2 + pair_seps;
         let mut input_ids = Vec::with_capacity(total);
         let mut token_offsets = Vec::with_capacity(total);
         let mut token_is_max_context = Vec::with_capacity(total);
-        input_ids.push(i64::from(self.cls_id));
+        input_ids.push(i64::from(cls));
         input_ids.extend(query.iter().map(|&t| i64::from(t)));
-        input_ids.push(i64::from(self.sep_id));
+        input_ids.push(i64::from(sep));
+        input_ids.extend(std::iter::repeat_n(i64::from(sep), pair_seps - 1));
         token_offsets.resize(input_ids.len(), None);
         token_is_max_context.resize(input_ids.len(), false);
         for (pos, &id) in context.ids.iter().enumerate().skip(start).take(len) {
@@ -182,11 +185,12 @@ impl Iterator for FeatureWindows {
             token_offsets.push(context.offsets.get(pos).copied());
             token_is_max_context.push(max_context_window(&self.spans, pos) == Some(w));
         }
-        input_ids.push(i64::from(self.sep_id));
+        input_ids.push(i64::from(sep));
         token_offsets.push(None);
         token_is_max_context.push(false);
+        // The separators after the first one belong to the second segment.
         let first_segment = query.len() + 2;
-        let token_type_ids = (0..total).map(|i| i64::from(i >= first_segment)).collect();
+        let token_type_ids = (0..total).map(|i| if i >= first_segment { pair_type } else { 0 }).collect();
         Some(Feature {
             id: self.first_id + w,
             example_index: self.example_index,

@@ -31,4 +31,4 @@ pub use features::{Feature, FeatureConfig, FeatureWindows, ModelIo, build_featur
 pub use postprocess::{
     AnswerText, NbestEntry, PostProcessConfig, Prediction, PredictionAccumulator, write_predictions,
 };
-pub use tokenizer::{SquadTokenizer, Tokens};
+pub use tokenizer::{Framing, SquadTokenizer, Tokens};

@@ -46,16 +46,111 @@ pub struct Tokens {
 /// vocabularies and tokenizer.json files name them `<s>`, `</s>`, `<pad>`, `<unk>`): `[CLS]`, `[SEP]`, `[PAD]`, `[UNK]`.
 const SPECIALS: [[&str; 2]; 4] = [["[CLS]", "<s>"], ["[SEP]", "</s>"], ["[PAD]", "<pad>"], ["[UNK]", "<unk>"]];
 
-/// The ids of [`SPECIALS`] in a vocabulary (`id` of a token), or which one it lacks.
-fn special_ids(id: impl Fn(&str) -> Option<u32>) -> std::result::Result<[u32; 4], String> {
+/// The ids of [`SPECIALS`] in a vocabulary (`id` of a token), or which one it lacks: the name the folder's
+/// tokenizer_config.json or special_tokens_map.json declares (`declared`, in [`SPECIALS`]' order) first, then a name
+/// `special` marks as a special token of the tokenizer, then BERT's name before RoBERTa's.
+fn special_ids(
+    id: impl Fn(&str) -> Option<u32>,
+    declared: &[Option<String>; 4],
+    special: impl Fn(&str) -> bool,
+) -> std::result::Result<[u32; 4], String> {
     let mut out = [0; 4];
-    for (slot, names) in out.iter_mut().zip(SPECIALS) {
-        *slot = names
-            .iter()
-            .find_map(|t| id(t))
+    for ((slot, names), declared) in out.iter_mut().zip(SPECIALS).zip(declared) {
+        let by_declared = declared.as_deref().and_then(&id);
+        let by_special = names.iter().filter(|t| special(t)).find_map(|t| id(t));
+        *slot = by_declared
+            .or(by_special)
+            .or_else(|| names.iter().find_map(|t| id(t)))
             .ok_or_else(|| format!("missing special token {} (or {})", names[0], names[1]))?;
     }
     Ok(out)
+}
+
+/// The special tokens (`cls_token`, `sep_token`, `pad_token`, `unk_token`) a tokenizer file's folder declares in
+/// tokenizer_config.json, else special_tokens_map.json (a name or `{"content": name}`); `None` where neither says.
+/// A file that cannot be read or parsed declares nothing (the pipeline checks the folder's files itself).
+fn declared_specials(tokenizer_file: &Path) -> [Option<String>; 4] {
+    let mut out: [Option<String>; 4] = Default::default();
+    let Some(dir) = tokenizer_file.parent() else { return out };
+    for file in ["tokenizer_config.json", "special_tokens_map.json"] {
+        let Ok(text) = files::read_text(&dir.join(file), files::MAX_INPUT_BYTES) else { continue };
+        let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+        for (slot, key) in out.iter_mut().zip(["cls_token", "sep_token", "pad_token", "unk_token"]) {
+            let v = &json[key];
+            let name = v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str()));
+            if slot.is_none() {
+                *slot = name.map(str::to_owned);
+            }
+        }
+    }
+    out
+}
+
+/// How a tokenizer frames one text and a pair: `first a sep (b sep)` with `pair_seps` separators between the two
+/// texts and the second text's segment id, as its `tokenizer.json` post-processor says (BERT: `[CLS] a [SEP] b
+/// [SEP]`, segment 1; RoBERTa and MPNet: `<s> a </s></s> b </s>`, segment 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    /// The token before the text (`[CLS]`, `<s>`).
+    pub cls: u32,
+    /// The token after each text (`[SEP]`, `</s>`).
+    pub sep: u32,
+    /// Separators between the two texts of a pair (BERT 1, RoBERTa 2).
+    pub pair_seps: usize,
+    /// Segment id of the second text and its separator (BERT 1, RoBERTa 0).
+    pub pair_type: i64,
+}
+
+/// The framing a `tokenizer.json` post-processor declares (`RobertaProcessing`, `BertProcessing`, a
+/// `TemplateProcessing` of one special token before the text and one after, or a `Sequence` holding one of them);
+/// `None` when it declares none that qdq can use. `id` looks a special token's name up.
+fn declared_framing(pp: &serde_json::Value, id: &dyn Fn(&str) -> Option<u32>) -> Option<Framing> {
+    let named = |v: &serde_json::Value| -> Option<u32> {
+        // `["</s>", 2]`: the id as written, checked against the vocabulary when it has the name.
+        let (name, written) = (v.get(0)?.as_str()?, u32::try_from(v.get(1)?.as_u64()?).ok()?);
+        Some(id(name).unwrap_or(written))
+    };
+    match pp.get("type")?.as_str()? {
+        "RobertaProcessing" => {
+            Some(Framing { cls: named(&pp["cls"])?, sep: named(&pp["sep"])?, pair_seps: 2, pair_type: 0 })
+        }
+        "BertProcessing" => {
+            Some(Framing { cls: named(&pp["cls"])?, sep: named(&pp["sep"])?, pair_seps: 1, pair_type: 1 })
+        }
+        "Sequence" => pp.get("processors")?.as_array()?.iter().find_map(|p| declared_framing(p, id)),
+        "TemplateProcessing" => template_framing(pp, id),
+        _ => None,
+    }
+}
+
+/// A `TemplateProcessing`'s framing: `single` must be one special token, `$A`, one special token; `pair` gives the
+/// separators between `$A` and `$B` (all the `single` one's closing token) and `$B`'s segment id.
+fn template_framing(pp: &serde_json::Value, id: &dyn Fn(&str) -> Option<u32>) -> Option<Framing> {
+    let special = |item: &serde_json::Value| -> Option<u32> {
+        let name = item.get("SpecialToken")?.get("id")?.as_str()?;
+        let ids = pp.get("special_tokens")?.get(name)?.get("ids")?.as_array()?;
+        match ids.as_slice() {
+            [one] => u32::try_from(one.as_u64()?).ok(),
+            _ => id(name),
+        }
+    };
+    let single = pp.get("single")?.as_array()?;
+    let [first, text, last] = single.as_slice() else { return None };
+    text.get("Sequence")?;
+    let (cls, sep) = (special(first)?, special(last)?);
+    let mut framing = Framing { cls, sep, pair_seps: 1, pair_type: 1 };
+    if let Some(pair) = pp.get("pair").and_then(|p| p.as_array()) {
+        let a = pair.iter().position(|i| i.get("Sequence").is_some())?;
+        let b = a + 1 + pair[a + 1..].iter().position(|i| i.get("Sequence").is_some())?;
+        let between: Option<Vec<u32>> = pair[a + 1..b].iter().map(special).collect();
+        let between = between?;
+        if between.is_empty() || between.iter().any(|&t| t != sep) {
+            return None;
+        }
+        framing.pair_seps = between.len();
+        framing.pair_type = pair[b]["Sequence"].get("type_id")?.as_i64()?;
+    }
+    Some(framing)
 }
 
 /// BERT WordPiece tokenizer: BertNormalizer (clean text, CJK spacing, accent stripping when lower-casing,
@@ -71,6 +166,10 @@ pub struct SquadTokenizer {
     pub pad_id: u32,
     /// Id of `[UNK]`.
     pub unk_id: u32,
+    /// Separators between the texts of a pair (`[SEP]`: 1; RoBERTa's and MPNet's `</s></s>`: 2).
+    pub pair_seps: usize,
+    /// Segment id of a pair's second text (BERT 1; RoBERTa and MPNet, which have one segment, 0).
+    pub pair_type: i64,
     vocab_size: usize,
     max_token_id: u32,
     /// Its normalizer and pre-tokenizer work word by word (BERT's): a long text may be tokenized in pieces.
@@ -109,7 +208,9 @@ impl SquadTokenizer {
         if vocab.is_empty() {
             return Err(vocab_err("the file has no tokens".into()));
         }
-        let [cls_id, sep_id, pad_id, unk_id] = special_ids(|t| vocab.get(t).copied()).map_err(vocab_err)?;
+        let declared = declared_specials(path);
+        let [cls_id, sep_id, pad_id, unk_id] =
+            special_ids(|t| vocab.get(t).copied(), &declared, |_| false).map_err(vocab_err)?;
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         let vocab_size = vocab.len();
         // The text read above (its byte-order mark dropped), not the file again.
@@ -126,13 +227,28 @@ impl SquadTokenizer {
             .with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase)))
             .map_err(|e| vocab_err(e.to_string()))?;
         inner.with_pre_tokenizer(Some(BertPreTokenizer));
-        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size, max_token_id, word_local: true })
+        // RoBERTa's names (MPNet's vocabulary) come with RoBERTa's pairs: `<s> a </s></s> b </s>`, one segment.
+        let roberta = vocab.get("<s>") == Some(&cls_id);
+        let (pair_seps, pair_type) = if roberta { (2, 0) } else { (1, 1) };
+        Ok(SquadTokenizer {
+            inner,
+            cls_id,
+            sep_id,
+            pad_id,
+            unk_id,
+            pair_seps,
+            pair_type,
+            vocab_size,
+            max_token_id,
+            word_local: true,
+        })
     }
 
     /// Loads a Hugging Face `tokenizer.json` (e.g. one saved with a fine-tuned model). Its normalizer,
-    /// pre-tokenizer and model are used as they are; its post-processor, padding and truncation are dropped
-    /// ([`build_features`](crate::build_features) adds `[CLS]`/`[SEP]` and windows the text itself). Errors name the
-    /// file when it cannot be parsed or lacks `[CLS]`, `[SEP]`, `[PAD]` or `[UNK]`.
+    /// pre-tokenizer and model are used as they are; its truncation is dropped, and its post-processor and padding
+    /// are read for the tokens that frame and pad a text ([`Framing`]: MPNet's `<s>`, `</s></s>` and `<pad>`, not the
+    /// `[CLS]` its vocabulary also holds), then dropped ([`build_features`](crate::build_features) frames and windows
+    /// the text itself). Errors name the file when it cannot be parsed or lacks `[CLS]`, `[SEP]`, `[PAD]` or `[UNK]`.
     pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let vocab_err = |message: String| Error::Vocab { path: path.to_owned(), message };
@@ -146,13 +262,40 @@ impl SquadTokenizer {
         if vocab.is_empty() {
             return Err(vocab_err("the tokenizer has no tokens".into()));
         }
-        let [cls_id, sep_id, pad_id, unk_id] = special_ids(|t| vocab.get(t).copied()).map_err(vocab_err)?;
+        let id = |t: &str| vocab.get(t).copied();
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| vocab_err(format!("not JSON: {e}")))?;
+        let special = |t: &str| {
+            json["added_tokens"].as_array().is_some_and(|added| {
+                added.iter().any(|a| a["content"].as_str() == Some(t) && a["special"].as_bool() == Some(true))
+            })
+        };
+        let declared = declared_specials(path);
+        let [mut cls_id, mut sep_id, mut pad_id, unk_id] = special_ids(id, &declared, special).map_err(vocab_err)?;
+        // The post-processor frames the texts the model was trained on, the padding pads them: they win.
+        let (mut pair_seps, mut pair_type) = (1, 1);
+        if let Some(f) = declared_framing(&json["post_processor"], &id) {
+            (cls_id, sep_id, pair_seps, pair_type) = (f.cls, f.sep, f.pair_seps, f.pair_type);
+        }
+        if let Some(pad) = json["padding"]["pad_id"].as_u64().and_then(|p| u32::try_from(p).ok()) {
+            pad_id = pad;
+        }
         let max_token_id = vocab.values().copied().max().unwrap_or(0);
         // Another tokenizer's pieces could join differently at a cut (a byte-level BPE keeps whitespace in tokens).
         let word_local = matches!(inner.get_pre_tokenizer(), Some(PreTokenizerWrapper::BertPreTokenizer(_)))
             && matches!(inner.get_normalizer(), None | Some(NormalizerWrapper::BertNormalizer(_)));
         let vocab_size = vocab.len();
-        Ok(SquadTokenizer { inner, cls_id, sep_id, pad_id, unk_id, vocab_size, max_token_id, word_local })
+        Ok(SquadTokenizer {
+            inner,
+            cls_id,
+            sep_id,
+            pad_id,
+            unk_id,
+            pair_seps,
+            pair_type,
+            vocab_size,
+            max_token_id,
+            word_local,
+        })
     }
 
     /// Saves this tokenizer as a Hugging Face `tokenizer.json`.
@@ -161,6 +304,11 @@ impl SquadTokenizer {
         let json =
             self.inner.to_string(true).map_err(|e| Error::Vocab { path: path.to_owned(), message: e.to_string() })?;
         files::write_atomic(path, json.as_bytes()).map_err(|source| Error::Io { path: path.to_owned(), source })
+    }
+
+    /// The tokens that frame a text and a pair.
+    pub fn framing(&self) -> Framing {
+        Framing { cls: self.cls_id, sep: self.sep_id, pair_seps: self.pair_seps, pair_type: self.pair_type }
     }
 
     /// Number of distinct tokens in the vocab.

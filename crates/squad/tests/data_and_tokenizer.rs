@@ -1,5 +1,6 @@
 use crate::common::*;
 use qdq_squad::*;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 #[test]
@@ -125,4 +126,78 @@ fn a_saved_tokenizer_json_tokenizes_like_the_vocab_it_came_from() {
     std::fs::write(&p, "{\"not\": \"a tokenizer\"}").unwrap();
     let e = SquadTokenizer::from_tokenizer_json(&p).unwrap_err().to_string();
     assert!(e.contains("tokenizer.json"), "{e}");
+}
+
+/// A WordPiece tokenizer.json whose vocabulary holds both RoBERTa's and BERT's special names, as MPNet's does
+/// (`<s>` 0 ... `[CLS]` 5), with `post_processor` and `added_tokens` as given.
+fn mpnet_like_tokenizer(dir: &tempfile::TempDir, post_processor: &str, specials: &[&str], padding: &str) -> PathBuf {
+    let names = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "[CLS]", "[SEP]", "[PAD]", "hello", "world"];
+    let vocab: Vec<String> = names.iter().enumerate().map(|(i, t)| format!("\"{t}\": {i}")).collect();
+    let added: Vec<String> = specials
+        .iter()
+        .map(|t| {
+            let id = names.iter().position(|n| n == t).unwrap();
+            format!(r#"{{"id": {id}, "content": "{t}", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}}"#)
+        })
+        .collect();
+    let json = format!(
+        r###"{{"version": "1.0", "truncation": null, "padding": {padding}, "added_tokens": [{}],
+        "normalizer": {{"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true}},
+        "pre_tokenizer": {{"type": "BertPreTokenizer"}}, "post_processor": {post_processor}, "decoder": null,
+        "model": {{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {{{}}}}}}}"###,
+        added.join(", "),
+        vocab.join(", ")
+    );
+    let p = dir.path().join("tokenizer.json");
+    std::fs::write(&p, json).unwrap();
+    p
+}
+
+/// Issue 76: MPNet's tokenizer.json frames a text `<s> a </s>` (ids 0, 2) and pads with `<pad>` (1), though its
+/// vocabulary also holds `[CLS]` (its 105th entry); qdq had framed it with `[CLS]` and `[SEP]`, so calibration,
+/// FP32 and INT8 all read texts the model never saw. The post-processor and padding decide; a BERT template keeps
+/// BERT's framing; without either, the special tokens the tokenizer marks special win over BERT's names.
+#[test]
+fn a_tokenizer_json_frames_texts_as_its_post_processor_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let roberta = r#"{"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0], "trim_offsets": true, "add_prefix_space": false}"#;
+    let padding = r#"{"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 1, "pad_type_id": 0, "pad_token": "<pad>"}"#;
+    let p = mpnet_like_tokenizer(&dir, roberta, &["<s>", "<pad>", "</s>", "<unk>", "[UNK]"], padding);
+    let t = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    assert_eq!(t.framing(), Framing { cls: 0, sep: 2, pair_seps: 2, pair_type: 0 });
+    assert_eq!(t.pad_id, 1);
+    assert_eq!(t.tokenize("Hello world", "t").unwrap().ids, [8, 9]);
+    // A pair as RoBERTa frames it: <s> q </s></s> context </s>, one segment.
+    let cfg = FeatureConfig { max_seq_len: 10, doc_stride: 2, max_query_len: 64 };
+    let ctx = Arc::new(t.tokenize("world hello world", "c").unwrap());
+    let f: Vec<Feature> = FeatureWindows::new(&cfg, (t.framing(), 0, 0), &[8], ctx).collect();
+    assert_eq!(f[0].input_ids, [0, 8, 2, 2, 9, 8, 9, 2]);
+    assert_eq!(f[0].token_type_ids, [0; 8]);
+    assert_eq!(f[0].token_offsets[4], Some((0, 5)));
+
+    // No padding block: the token marked special pads; no post-processor: the specials marked special frame.
+    let p = mpnet_like_tokenizer(&dir, "null", &["<s>", "<pad>", "</s>", "[UNK]"], "null");
+    let t = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    assert_eq!((t.cls_id, t.sep_id, t.pad_id, t.unk_id), (0, 2, 1, 4));
+
+    // BERT's template over the same vocabulary: [CLS] a [SEP] b [SEP], the second segment 1.
+    let template = r#"{"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "[SEP]", "type_id": 1}}],
+        "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [5], "tokens": ["[CLS]"]}, "[SEP]": {"id": "[SEP]", "ids": [6], "tokens": ["[SEP]"]}}}"#;
+    let p = mpnet_like_tokenizer(&dir, template, &["[CLS]", "[SEP]", "[PAD]", "[UNK]"], "null");
+    let t = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    assert_eq!(t.framing(), Framing { cls: 5, sep: 6, pair_seps: 1, pair_type: 1 });
+    assert_eq!(t.pad_id, 7);
+
+    // A vocab.txt beside a tokenizer_config.json naming the specials: the declared ones, and RoBERTa's pairs.
+    let v = dir.path().join("vocab.txt");
+    std::fs::write(&v, "<s>\n<pad>\n</s>\n<unk>\n[UNK]\n[CLS]\n[SEP]\n[PAD]\nhello\nworld\n").unwrap();
+    let bert = SquadTokenizer::from_vocab(&v, true).unwrap();
+    assert_eq!((bert.cls_id, bert.sep_id, bert.pad_id), (5, 6, 7), "no declaration: BERT's names");
+    let config = r#"{"cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "[UNK]"}"#;
+    std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
+    let t = SquadTokenizer::from_vocab(&v, true).unwrap();
+    assert_eq!(t.framing(), Framing { cls: 0, sep: 2, pair_seps: 2, pair_type: 0 });
+    assert_eq!((t.pad_id, t.unk_id), (1, 4));
 }

@@ -587,14 +587,16 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
     Ok(InputSet { lines, scores: scores.or(set.scores.clone()), label_error, ..set })
 }
 
-/// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])`, the longer text cut first until it fits `max_len`.
+/// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])` as the tokenizer frames them (RoBERTa and MPNet: `<s> a
+/// </s></s> b </s>`, one segment), the longer text cut first until it fits `max_len`.
 fn encode(t: &SquadTokenizer, max_len: usize, a: &str, b: Option<&str>) -> Result<(Vec<i64>, Vec<i64>)> {
+    let f = t.framing();
     let mut ta = t.tokenize(a, "text")?.ids;
     let mut tb = match b {
         Some(b) => t.tokenize(b, "text pair")?.ids,
         None => vec![],
     };
-    let specials = if b.is_some() { 3 } else { 2 };
+    let specials = if b.is_some() { 2 + f.pair_seps } else { 2 };
     while ta.len() + tb.len() + specials > max_len.max(specials + 1) {
         if ta.len() >= tb.len() {
             ta.pop()
@@ -602,14 +604,15 @@ fn encode(t: &SquadTokenizer, max_len: usize, a: &str, b: Option<&str>) -> Resul
             tb.pop()
         };
     }
-    let mut ids = vec![t.cls_id];
+    let mut ids = vec![f.cls];
     ids.extend(&ta);
-    ids.push(t.sep_id);
+    ids.push(f.sep);
     let mut segment = vec![0; ids.len()];
     if b.is_some() {
+        ids.extend(std::iter::repeat_n(f.sep, f.pair_seps - 1));
         ids.extend(&tb);
-        ids.push(t.sep_id);
-        segment.resize(ids.len(), 1);
+        ids.push(f.sep);
+        segment.resize(ids.len(), f.pair_type);
     }
     Ok((ids.into_iter().map(i64::from).collect(), segment))
 }
@@ -617,6 +620,23 @@ fn encode(t: &SquadTokenizer, max_len: usize, a: &str, b: Option<&str>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 76: a pair is framed as the tokenizer frames one: BERT's `[CLS] a [SEP] b [SEP]` with segments 0 / 1,
+    /// RoBERTa's and MPNet's `<s> a </s></s> b </s>` in one segment; a single text `<s> a </s>`.
+    #[test]
+    fn pairs_are_framed_as_the_tokenizer_frames_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = dir.path().join("vocab.txt");
+        std::fs::write(&v, "<s>\n<pad>\n</s>\n<unk>\n[UNK]\nhello\nworld\n").unwrap();
+        let t = SquadTokenizer::from_vocab(&v, true).unwrap();
+        assert_eq!(encode(&t, 16, "hello", Some("world")).unwrap(), (vec![0, 5, 2, 2, 6, 2], vec![0; 6]));
+        assert_eq!(encode(&t, 16, "hello world", None).unwrap(), (vec![0, 5, 6, 2], vec![0; 4]));
+        std::fs::write(&v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n").unwrap();
+        let t = SquadTokenizer::from_vocab(&v, true).unwrap();
+        assert_eq!(encode(&t, 16, "hello", Some("world")).unwrap(), (vec![2, 4, 3, 5, 3], vec![0, 0, 0, 1, 1]));
+        // Cut to fit: the longer text first (then the first on a tie), the framing kept whole.
+        assert_eq!(encode(&t, 4, "hello world", Some("world")).unwrap().0, [2, 3, 5, 3]);
+    }
 
     /// Issue 77: every GLUE task's header as GLUE's files write it, read for its text, pair and label.
     #[test]
