@@ -84,7 +84,8 @@ Where a QDQ model loses accuracy, on held-out questions (the last --held-out of 
 dequantized tensor against its float value in the QDQ model's float reference (the model without its activation
 pairs, so shifted or smoothed tensors meet what they stand for): SQNR dB, relative error, clipped share, the pair's
 own rounding; and the outputs of the QDQ model and of that reference against FP32: a SQuAD model's logits (KL, argmax
-agreement), an embedding model's sentence embedding (cosine; texts: the questions with their paragraphs).";
+agreement), an embedding model's sentence embedding (cosine; texts: the questions with their paragraphs), a
+classifier's class logits (KL of the class probabilities, class = FP32's; the last rows of a TSV / JSONL / text).";
 
 const TUNE_ABOUT: &str = "\
 The most-integer QDQ model within a budget. Calibrates once (or takes --ranges); quantizes with the policy; if the
@@ -95,7 +96,7 @@ Writes the chosen model, a recipe `qdq quantize --recipe` replays byte for byte,
 
 The budget is in the task's points: SQuAD F1; for an embedding model nDCG@10 on retrieval data (a SQuAD file's
 questions against its paragraphs, or JSONL queries with --corpus), else the cosine to FP32's embedding x100 per
-text (no screen).";
+text; for a classifier accuracy on labelled inputs, else agreement with FP32's class (no screen).";
 
 /// Every command's flags: the job's own, then the two every command shares.
 #[derive(Debug, Args)]

@@ -86,3 +86,102 @@ fn eval_compares_a_classifier_with_its_baseline() {
     let table = String::from_utf8_lossy(&shown.stdout);
     assert!(table.contains("| openvino bf16 |") && table.contains("The rows at bf16 (AMX)"), "{table}");
 }
+
+/// Issue 77: `qdq debug` and `qdq tune` measure a classifier in its own measures. debug: on the last --held-out rows
+/// of a labelled TSV, the KL of the class probabilities and the share of inputs whose class is FP32's (the FP32 model
+/// against itself exact, the nodes' sensitivity in recovered KL); tune: candidates scored in accuracy points, FP32's
+/// the accuracy e2e reports; without labels in agreement with FP32's class.
+#[test]
+fn debug_and_tune_measure_a_classifier_by_its_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fp32 = dir.path().join("classifier.onnx");
+    build(&TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, ..Default::default() })
+        .save(&fp32)
+        .unwrap();
+    let tsv = dir.path().join("dev.tsv");
+    let mut rows = vec!["index\tquestion\tsentence\tlabel".to_owned()];
+    for (i, t) in TEXTS.iter().chain(TEXTS.iter().rev()).enumerate() {
+        let (a, b) = t.split_once('\t').unwrap_or((t, "and so it was"));
+        rows.push(format!("{i}\t{a}\t{b}\t{}", i % 3));
+    }
+    std::fs::write(&tsv, rows.join("\n")).unwrap();
+    let vocab = testdata("squad/vocab.txt");
+    let (m, d, v) = (fp32.to_str().unwrap(), tsv.to_str().unwrap(), vocab.to_str().unwrap());
+    let out = dir.path().join("run");
+    let e2e = qdq(&["e2e", "--model", m, "--dataset", d, "--vocab", v, "-o", out.to_str().unwrap(), "--json"]);
+    assert!(e2e.status.success(), "{}", stderr(&e2e));
+    let e2e: Value = serde_json::from_slice(&e2e.stdout).unwrap();
+    let int8 = out.join("model_qdq.onnx");
+    let q = int8.to_str().unwrap();
+
+    let debug = |qdq_model: &str| -> Value {
+        let args = ["debug", "--model", m, "--qdq", qdq_model, "--dataset", d, "--vocab", v, "--held-out", "4"];
+        let run = qdq(&[&args[..], &["--sensitivity", "--json"]].concat());
+        assert!(run.status.success(), "{}", stderr(&run));
+        serde_json::from_slice(&run.stdout).unwrap()
+    };
+    let r = debug(q);
+    assert_eq!(r["inputs"].as_u64(), Some(4), "{r}");
+    assert!(r["held_out"].as_str().unwrap().contains("the last 4 inputs of"), "{r}");
+    let l = &r["class_logits"];
+    assert_eq!(l["classes"], 3, "{l}");
+    let (kl, same) = (l["mean_kl"].as_f64().unwrap(), l["same_class"].as_f64().unwrap());
+    assert!(kl > 0.0 && kl < 0.5 && (0.0..=1.0).contains(&same), "{l}");
+    assert_eq!(l["flips"].as_u64().unwrap(), ((1.0 - same) * 4.0).round() as u64, "{l}");
+    let sens = r["sensitivity"].as_array().unwrap();
+    assert!(!sens.is_empty() && sens.iter().all(|n| n["class_logits"]["mean_kl"].as_f64().is_some()), "{r}");
+    let exact = debug(m);
+    let e = &exact["class_logits"];
+    assert_eq!((e["mean_kl"].as_f64(), e["same_class"].as_f64()), (Some(0.0), Some(1.0)), "{e}");
+    let shown = qdq(&["debug", "--model", m, "--qdq", q, "--dataset", d, "--vocab", v, "--held-out", "4"]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("class = FP32") && text.contains("class KL"), "{text}");
+    let e = one_error(&qdq(&[
+        "debug",
+        "--model",
+        m,
+        "--qdq",
+        q,
+        "--dataset",
+        d,
+        "--vocab",
+        v,
+        "--sensitivity",
+        "--confirm",
+        "2",
+    ]));
+    assert!(e.contains("--confirm scores SQuAD F1") && e.contains("accuracy points"), "{e}");
+
+    let tune = |data: &str, name: &str| -> Value {
+        let o = dir.path().join(name);
+        let args = ["tune", "--model", m, "--dataset", data, "--calibration-data", d, "--vocab", v, "--held-out", "4"];
+        let run =
+            qdq(&[&args[..], &["--budget", "-1", "--max-float", "2", "-o", o.to_str().unwrap(), "--json"]].concat());
+        assert!(run.status.success(), "{}", stderr(&run));
+        serde_json::from_slice(&run.stdout).unwrap()
+    };
+    let t = tune(d, "tuned");
+    assert_eq!((t["metric"]["name"].as_str(), t["metric"]["unit"].as_str()), (Some("accuracy"), Some("inputs")));
+    assert_eq!(t["questions"], 10);
+    let fp32_accuracy = e2e["result"]["fp32"]["accuracy"].as_f64().unwrap();
+    assert!((t["fp32_score"].as_f64().unwrap() - 100.0 * fp32_accuracy).abs() < 1e-9, "{t} {fp32_accuracy}");
+    let curve = t["curve"].as_array().unwrap();
+    assert!(curve.len() >= 2, "{t}");
+    for c in curve {
+        let (score, delta) = (c["score"].as_f64().unwrap(), c["delta"].as_f64().unwrap());
+        // Ten inputs: every accuracy is a multiple of 10 points.
+        assert!((score / 10.0 - (score / 10.0).round()).abs() < 1e-9, "{c}");
+        assert!((score - delta - t["fp32_score"].as_f64().unwrap()).abs() < 1e-9, "{c}");
+        assert!(c.get("f1").is_none() && c["held_out_distance"].as_f64().unwrap() >= 0.0, "{c}");
+    }
+    let md = std::fs::read_to_string(dir.path().join("tuned/tune.md")).unwrap();
+    for part in ["accuracy |", "accuracy diff [95 %]", "class = FP32 [95 %]", "held-out KL", "inputs"] {
+        assert!(md.contains(part), "{part} not in:\n{md}");
+    }
+    // Unlabelled text lines: agreement with FP32's class, FP32 100.
+    let texts = dir.path().join("texts.txt");
+    std::fs::write(&texts, TEXTS.join("\n")).unwrap();
+    let t = tune(texts.to_str().unwrap(), "texts");
+    assert_eq!(t["metric"]["name"], "agreement", "{t}");
+    assert!((t["fp32_score"].as_f64().unwrap() - 100.0).abs() < 1e-9, "{t}");
+}

@@ -269,18 +269,6 @@ fn what_cannot_be_told_is_named() {
     let args = ["e2e", "--model", hub.to_str().unwrap(), "--dataset", s, "-o", out.to_str().unwrap()];
     let e = one_error(&qdq(&args));
     assert!(e.contains("Dense (2_Dense)") && e.contains("modules.json") && e.contains("sentence_embedding"), "{e}");
-    // debug and tune measure SQuAD and embedding models: a classifier is refused naming what compares it, before any
-    // output.
-    let (cdir, classifier) = folder(Head::Classifier { labels: 3 }, "model.onnx", &[]);
-    let out = cdir.path().join("tuned");
-    let m = classifier.to_str().unwrap();
-    let tune =
-        ["tune", "--model", m, "--dataset", s, "--calibration-data", s, "--budget", "1", "-o", out.to_str().unwrap()];
-    let e = one_error(&qdq(&tune));
-    assert!(e.contains("a classifier (class logits `logits`)") && e.contains("qdq eval --baseline"), "{e}");
-    assert!(!out.exists(), "tune made {}", out.display());
-    let e = one_error(&qdq(&["debug", "--model", m, "--qdq", m, "--dataset", s]));
-    assert!(e.contains("`qdq debug` and `qdq tune` measure SQuAD models"), "{e}");
 }
 
 /// `qdq debug` on an embedding model measures the embedding: on the held-out texts (the last questions of a SQuAD file

@@ -2,7 +2,7 @@
 //! reference ([`qdq::float_reference`]: its activation pairs taken out) on held-out inputs and measures, for every
 //! activation pair, the dequantized tensor against the float value it stands for (any rewrite, a shifted Softmax or
 //! a smoothed input, is the same tensor in both), and the task's outputs against FP32's: a SQuAD model's start and
-//! end logits, an embedding model's sentence embedding. With a second EP (`--ep cpu,qnn`), the same QDQ model there
+//! end logits, an embedding model's sentence embedding, a classifier's class logits. With a second EP (`--ep cpu,qnn`), the same QDQ model there
 //! against the first, pair by pair.
 
 mod confirm;
@@ -38,7 +38,7 @@ pub struct DebugJob {
     ///
     /// Held out from an evaluation of its first ones (--confirm scores the first --samples). An embedding model runs
     /// the last --held-out questions of a SQuAD file with their paragraphs, or the last --held-out texts of any
-    /// other file (text lines, TSV, JSONL).
+    /// other file (text lines, TSV, JSONL); a classifier the last --held-out inputs of its file.
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub dataset: PathBuf,
     /// Held-out questions to run: the last N of --dataset
@@ -123,13 +123,16 @@ impl Job for DebugJob {
         let task = Task::detect(&fp32, &fp32_path, &data)?;
         if let Task::Embed(e) = &task {
             progress.note(&e.describe());
-            if self.confirm > 0 {
-                return Err(Error::Usage(
-                    "--confirm scores SQuAD F1 beside a SQuAD model's sensitivity; for an embedding model `qdq e2e` \
-                     or `qdq eval --baseline` scores retrieval"
-                        .into(),
-                ));
-            }
+        }
+        let scores_instead = match &task {
+            Task::Squad => None,
+            Task::Embed(_) => Some("for an embedding model `qdq e2e` or `qdq eval --baseline` scores retrieval"),
+            Task::Classify { .. } => Some("for a classifier `qdq tune` scores candidates in accuracy points"),
+        };
+        if let Some(instead) = scores_instead.filter(|_| self.confirm > 0) {
+            return Err(Error::Usage(format!(
+                "--confirm scores SQuAD F1 beside a SQuAD model's sensitivity; {instead}"
+            )));
         }
         let held = task.held_out((&fp32, &fp32_path), &self.dataset, self.held_out, session, &data)?;
         drop(fp32);

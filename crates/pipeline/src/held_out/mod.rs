@@ -1,5 +1,6 @@
 //! Held-out inputs run through FP32 once, and how far another model's outputs are from FP32's on them, in the task's
-//! measure: a QA head's start and end logits (KL, argmax agreement) or a sentence embedding (cosine). The proxy
+//! measure: a QA head's start and end logits (KL, argmax agreement), a sentence embedding (cosine) or a classifier's
+//! class logits (KL of the class probabilities, class = FP32's). The proxy
 //! `qdq debug` and `qdq tune` measure candidates by; which inputs and which outputs is the task's choice
 //! (`tasks::Task::held_out`).
 
@@ -60,6 +61,23 @@ pub struct EmbeddingAgreement {
     pub similarity_distortion: f64,
 }
 
+/// How two classifiers' class logits agree, per input (a token classifier: per token the mask keeps).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ClassAgreement {
+    /// Classes per row (1: a regression head, compared by its squared difference).
+    pub classes: usize,
+    /// Mean KL(softmax(FP32) ‖ softmax(other)) of the class probabilities, in nats.
+    pub mean_kl: f64,
+    /// Share of rows whose class (argmax) is FP32's.
+    pub same_class: f64,
+    /// Rows whose class is not FP32's.
+    pub flips: u64,
+    /// Mean squared logit difference (a regression head's distance).
+    pub mean_sq_diff: f64,
+    /// Largest |logit difference|.
+    pub max_abs_diff: f64,
+}
+
 /// How another model agrees with FP32 on the held-out inputs, in its task's measure.
 #[derive(Debug, Clone, Copy, Serialize)]
 #[serde(untagged)]
@@ -68,6 +86,8 @@ pub enum OutputAgreement {
     Logits(LogitAgreement),
     /// A sentence embedding.
     Embeddings(EmbeddingAgreement),
+    /// A classifier's class logits.
+    Classes(ClassAgreement),
 }
 
 impl OutputAgreement {
@@ -77,6 +97,8 @@ impl OutputAgreement {
         match self {
             OutputAgreement::Logits(a) => a.kl(),
             OutputAgreement::Embeddings(a) => 1.0 - a.mean_cosine,
+            OutputAgreement::Classes(a) if a.classes == 1 => a.mean_sq_diff,
+            OutputAgreement::Classes(a) => a.mean_kl,
         }
     }
 
@@ -84,7 +106,7 @@ impl OutputAgreement {
     pub fn as_logits(&self) -> Option<&LogitAgreement> {
         match self {
             OutputAgreement::Logits(a) => Some(a),
-            OutputAgreement::Embeddings(_) => None,
+            OutputAgreement::Embeddings(_) | OutputAgreement::Classes(_) => None,
         }
     }
 
@@ -92,7 +114,7 @@ impl OutputAgreement {
     pub fn as_embeddings(&self) -> Option<&EmbeddingAgreement> {
         match self {
             OutputAgreement::Embeddings(a) => Some(a),
-            OutputAgreement::Logits(_) => None,
+            OutputAgreement::Logits(_) | OutputAgreement::Classes(_) => None,
         }
     }
 
@@ -101,14 +123,25 @@ impl OutputAgreement {
         match self {
             OutputAgreement::Logits(_) => "KL",
             OutputAgreement::Embeddings(_) => "1 - cos",
+            OutputAgreement::Classes(a) if a.classes == 1 => "mean sq diff",
+            OutputAgreement::Classes(_) => "KL",
         }
     }
 
-    /// What is compared: `logits` or `embeddings` (debug.json's keys).
+    /// What is compared, as debug.json's keys name it: `logits`, `embeddings` or `class_logits`.
+    pub fn key(&self) -> &'static str {
+        match self {
+            OutputAgreement::Classes(_) => "class_logits",
+            OutputAgreement::Logits(_) | OutputAgreement::Embeddings(_) => self.measured(),
+        }
+    }
+
+    /// What is compared, in words: `logits`, `embeddings` or `class logits`.
     pub fn measured(&self) -> &'static str {
         match self {
             OutputAgreement::Logits(_) => "logits",
             OutputAgreement::Embeddings(_) => "embeddings",
+            OutputAgreement::Classes(_) => "class logits",
         }
     }
 
@@ -117,16 +150,19 @@ impl OutputAgreement {
     pub fn loss_text(&self) -> String {
         match self {
             OutputAgreement::Logits(a) => format!("{:.4}", a.kl()),
-            OutputAgreement::Embeddings(_) => format!("{:.3e}", self.loss()),
+            OutputAgreement::Embeddings(_) | OutputAgreement::Classes(_) => format!("{:.3e}", self.loss()),
         }
     }
 
     /// The second measure the tables show beside the loss: the share of features with the same argmax (start and
-    /// end together), or the lowest cosine.
+    /// end together), the lowest cosine, or the share of inputs whose class is FP32's (a regression head: the largest
+    /// difference).
     pub fn second(&self) -> (&'static str, String) {
         match self {
             OutputAgreement::Logits(a) => ("same argmax", format!("{:.1} %", 50.0 * (a.argmax_start + a.argmax_end))),
             OutputAgreement::Embeddings(a) => ("min cos", format!("{:.5}", a.min_cosine)),
+            OutputAgreement::Classes(a) if a.classes == 1 => ("max |diff|", format!("{:.4}", a.max_abs_diff)),
+            OutputAgreement::Classes(a) => ("class = FP32", format!("{:.2} %", 100.0 * a.same_class)),
         }
     }
 
@@ -148,15 +184,27 @@ impl OutputAgreement {
                 a.min_cosine,
                 a.similarity_distortion
             ),
+            OutputAgreement::Classes(a) if a.classes == 1 => format!(
+                "regression output: mean squared difference {:.3e}, max |diff| {:.4}",
+                a.mean_sq_diff, a.max_abs_diff
+            ),
+            OutputAgreement::Classes(a) => format!(
+                "class KL {:.3e} nats, class = FP32's {:.2} % ({} flipped), max |diff| {:.3}",
+                a.mean_kl,
+                100.0 * a.same_class,
+                a.flips,
+                a.max_abs_diff
+            ),
         }
     }
 }
 
-/// One held-out batch's values a model is compared on: `[start, end]` logits (`[rows, seq]` each), or one
-/// embedding per row.
+/// One held-out batch's values a model is compared on: `[start, end]` logits (`[rows, seq]` each), one embedding
+/// per row, or class logits (one row per input, or per kept token of a token classifier).
 pub(crate) enum Values {
     Logits([Vec<f32>; 2]),
     Embeddings(Vec<Vec<f32>>),
+    Classes(Vec<Vec<f32>>),
 }
 
 /// Sums of per-input agreement.
@@ -171,6 +219,48 @@ pub(crate) enum Sums {
     Embeddings {
         pairs: Vec<(Vec<f64>, Vec<f64>)>,
     },
+    Classes(ClassSums),
+}
+
+/// Sums of class-logit agreement over rows.
+#[derive(Default)]
+pub(crate) struct ClassSums {
+    classes: usize,
+    kl: f64,
+    sq: f64,
+    sq_n: u64,
+    same: u64,
+    rows: u64,
+    max_abs: f64,
+}
+
+impl ClassSums {
+    fn add(&mut self, a: &[Vec<f32>], b: &[Vec<f32>]) {
+        for (x, y) in a.iter().zip(b) {
+            self.classes = x.len();
+            self.kl += calib::softmax_kl(x, y, &[]);
+            self.same += u64::from(calib::argmax(x, &[]) == calib::argmax(y, &[]));
+            for (p, q) in x.iter().zip(y) {
+                let d = f64::from(p - q);
+                self.sq += d * d;
+                self.max_abs = self.max_abs.max(d.abs());
+            }
+            self.sq_n += x.len() as u64;
+            self.rows += 1;
+        }
+    }
+
+    fn agreement(&self) -> ClassAgreement {
+        let n = self.rows.max(1) as f64;
+        ClassAgreement {
+            classes: self.classes,
+            mean_kl: self.kl / n,
+            same_class: if self.rows == 0 { 1.0 } else { self.same as f64 / n },
+            flips: self.rows - self.same,
+            mean_sq_diff: self.sq / self.sq_n.max(1) as f64,
+            max_abs_diff: self.max_abs,
+        }
+    }
 }
 
 impl Sums {
@@ -197,6 +287,7 @@ impl Sums {
             (Sums::Embeddings { pairs }, Values::Embeddings(a), Values::Embeddings(b)) => {
                 pairs.extend(a.iter().zip(b).map(|(x, y)| (unit(x), unit(y))));
             }
+            (Sums::Classes(sums), Values::Classes(a), Values::Classes(b)) => sums.add(a, b),
             // The two sides of one comparison are read by the same reader.
             _ => {}
         }
@@ -215,6 +306,7 @@ impl Sums {
                 })
             }
             Sums::Embeddings { pairs } => OutputAgreement::Embeddings(embedding_agreement(pairs)),
+            Sums::Classes(sums) => OutputAgreement::Classes(sums.agreement()),
         }
     }
 }
@@ -300,10 +392,12 @@ impl HeldBatch {
     }
 }
 
-/// What a held-out run reads: the QA head's logits (through the SQuAD names), or the sentence embedding.
+/// What a held-out run reads: the QA head's logits (through the SQuAD names), the sentence embedding, or a
+/// classifier's class logits (the output named).
 pub(crate) enum Read {
     Logits(squad::ModelIo),
     Embedding(EmbeddingHead),
+    Classes(String),
 }
 
 /// The held-out batches and how to run a model on them.
@@ -320,6 +414,7 @@ impl Runs {
         match &self.read {
             Read::Logits(io) => io.logit_outputs(),
             Read::Embedding(head) => vec![head.output.name()],
+            Read::Classes(output) => vec![output.as_str()],
         }
     }
 
@@ -333,6 +428,7 @@ impl Runs {
         match &self.read {
             Read::Logits(_) => Sums::Logits { kl: [0.0; 2], same: [0; 2], max_abs: 0.0, features: 0 },
             Read::Embedding(_) => Sums::Embeddings { pairs: vec![] },
+            Read::Classes(_) => Sums::Classes(ClassSums::default()),
         }
     }
 
@@ -349,6 +445,7 @@ impl Runs {
                 rows.truncate(batch.used);
                 Ok(Values::Embeddings(rows))
             }
+            Read::Classes(output) => Ok(Values::Classes(class_rows(&o[0], batch, output, model)?)),
         }
     }
 
@@ -368,6 +465,24 @@ impl Runs {
         }
         Ok(values)
     }
+}
+
+/// A classifier's class-logit rows of one held-out batch: `[rows, classes]` gives a row per input; `[rows, seq,
+/// classes]` over the batch's `[rows, seq]` attention mask (a token classifier) a row per token the mask keeps.
+fn class_rows(o: &runtime::OutputRef<'_>, batch: &HeldBatch, output: &str, model: &str) -> Result<Vec<Vec<f32>>> {
+    let classes = o.shape.last().copied().unwrap_or(0);
+    let bad = |reason: String| runtime::Error::BadOutput { model: model.to_owned(), output: output.to_owned(), reason };
+    if o.shape.first() != Some(&batch.rows()) || classes == 0 || !o.data.len().is_multiple_of(classes) {
+        return Err(bad(format!("expected [batch {}, ..., classes] logits, got {:?}", batch.rows(), o.shape)).into());
+    }
+    let per_row = o.data.len() / batch.rows().max(1);
+    let used = &o.data[..per_row * batch.used];
+    Ok(match batch.mask().filter(|m| o.shape.len() == 3 && m.dim() == (batch.rows(), o.shape[1])) {
+        Some(mask) => {
+            used.chunks(classes).zip(mask.iter()).filter(|(_, m)| **m != 0).map(|(row, _)| row.to_vec()).collect()
+        }
+        None => used.chunks(classes).map(<[f32]>::to_vec).collect(),
+    })
 }
 
 /// Held-out inputs and FP32's values on them: scores other models by how their outputs agree with FP32's.
@@ -409,6 +524,24 @@ impl HeldOut {
         }
         let runs = Runs { cfg: session, zero_inputs: vec![], read: Read::Embedding(head), batches };
         HeldOut::with_fp32(runs, fp32, set.len(), "texts")
+    }
+
+    /// The inputs `picked` of `set`, one per batch, and FP32's class logits `output` on them, run on `session`.
+    pub(crate) fn inputs(
+        fp32: &Model,
+        set: &InputSet,
+        picked: std::ops::Range<usize>,
+        output: &str,
+        session: SessionConfig,
+    ) -> Result<Self> {
+        let mut batches = vec![];
+        for i in picked.clone() {
+            let feeds = set.batch_of(&[i], 0);
+            let mask = feeds.iter().position(|(n, _)| Some(n.as_str()) == set.mask());
+            batches.push(HeldBatch { feeds, used: 1, units: 1, mask });
+        }
+        let runs = Runs { cfg: session, zero_inputs: vec![], read: Read::Classes(output.to_owned()), batches };
+        HeldOut::with_fp32(runs, fp32, picked.len(), "inputs")
     }
 
     fn with_fp32(runs: Runs, fp32: &Model, units: usize, unit: &'static str) -> Result<Self> {
@@ -510,7 +643,14 @@ impl Task {
                 };
                 Ok(held.held_for(self, what))
             }
-            Task::Classify { output } => Err(crate::tasks::not_held_out(output, fp32_path)),
+            Task::Classify { output } => {
+                let text = TextInputs::for_model(fp32, fp32_path, cfg);
+                let set = crate::tasks::classify::load_inputs(dataset, fp32, &text, 0, output)?;
+                let picked = set.len().saturating_sub(n)..set.len();
+                let held = HeldOut::inputs(fp32, &set, picked, output, session)?;
+                let what = format!("the last {} inputs of {}", held.units(), dataset.display());
+                Ok(held.held_for(self, what))
+            }
         }
     }
 }

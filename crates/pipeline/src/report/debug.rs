@@ -94,8 +94,8 @@ impl Report for DebugReport {
                 })
             })
             .collect();
-        // `logits` for a SQuAD model, `embeddings` for an embedding model.
-        let measured = self.logits.measured();
+        // `logits` for a SQuAD model, `embeddings` for an embedding model, `class_logits` for a classifier.
+        let measured = self.logits.key();
         let mut doc = serde_json::json!({
             "schema": "qdq.debug/1",
             "model": self.model,
@@ -282,6 +282,8 @@ impl DebugReport {
         let explained = match self.logits {
             OutputAgreement::Logits(_) => "KL: mean of start and end",
             OutputAgreement::Embeddings(_) => "1 - cos: mean cosine distance to FP32's embedding",
+            OutputAgreement::Classes(a) if a.classes == 1 => "mean squared difference of the regression output",
+            OutputAgreement::Classes(_) => "KL: of the class probabilities, mean over inputs",
         };
         writeln!(
             f,

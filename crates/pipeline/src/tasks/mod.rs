@@ -447,37 +447,13 @@ impl Task {
 }
 
 impl Task {
-    /// Whether `qdq debug` and `qdq tune` measure this task's model (at `path`): SQuAD and embedding models; a
-    /// classifier is refused naming what compares it.
-    pub(crate) fn check_held_out(&self, path: &Path) -> Result<()> {
-        match self {
-            Task::Classify { output } => Err(not_held_out(output, path)),
-            Task::Squad | Task::Embed(_) => Ok(()),
-        }
-    }
-}
-
-impl Task {
-    /// The scoring of this task's candidates ([`Task::check_held_out`] refuses the tasks `qdq tune` does not
-    /// measure).
+    /// The scoring of this task's candidates.
     pub(crate) fn scoring(&self, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn TaskScoring>> {
         Ok(match self {
             Task::Embed(task) => Box::new(embed::score::EmbedScoring::of(task, req, progress)?),
             Task::Squad => Box::new(squad::score::SquadScoring::of(req, progress)?),
-            Task::Classify { output } => return Err(not_held_out(output, req.fp32)),
+            Task::Classify { output } => Box::new(classify::score::ClassifyScoring::of(output, req, progress)?),
         })
-    }
-}
-
-/// The error for a classifier (class logits `output`, the model at `path`) given to `qdq debug` or `qdq tune`.
-pub(crate) fn not_held_out(output: &str, path: &Path) -> Error {
-    Error::Input {
-        path: path.to_path_buf(),
-        reason: format!(
-            "a classifier (class logits `{output}`): `qdq debug` and `qdq tune` measure SQuAD models (start / end \
-             logits) and sentence-embedding models (cosine to FP32's); `qdq e2e` and `qdq eval --baseline` compare a \
-             classifier's logits with FP32's"
-        ),
     }
 }
 

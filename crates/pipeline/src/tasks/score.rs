@@ -71,6 +71,9 @@ pub struct Metric {
     /// What a model's time is per: `feature`, `text`.
     #[serde(skip)]
     pub per: &'static str,
+    /// The difference to FP32's, as the tables head it: `dF1`, `dnDCG@10`, `dcos x100`, `accuracy diff`.
+    #[serde(skip)]
+    pub delta: &'static str,
     /// Scored with SQuAD's exact match beside its F1 (and tune.json's keys are SQuAD's: `f1`, `delta_f1`).
     #[serde(skip)]
     pub exact_match: bool,
@@ -85,12 +88,13 @@ impl Metric {
         same: "answers = FP32",
         proxy: "held-out KL",
         per: "feature",
+        delta: "dF1",
         exact_match: true,
     };
 
-    /// The difference to FP32's, as the tables head it: `dF1`, `dnDCG@10`, `dcos x100`.
+    /// The difference to FP32's, as the tables head it.
     pub fn delta(&self) -> String {
-        format!("d{}", self.name)
+        self.delta.to_owned()
     }
 }
 

@@ -1,5 +1,5 @@
 //! `qdq tune`: the most-integer QDQ model within a budget of the task's score (SQuAD F1; an embedding model's
-//! nDCG@10, or cosine to FP32's). Calibrates once (or takes `--ranges`), then searches ([`search`]): the preset, its
+//! nDCG@10, or cosine to FP32's; a classifier's accuracy, or agreement with FP32's class). Calibrates once (or takes `--ranges`), then searches ([`search`]): the preset, its
 //! all-integer form, other calibrators' ranges for the worst pairs ([`calibrators`]), then the most sensitive nodes in
 //! float, each candidate built in memory, measured and timed on held-out inputs and scored on the evaluation
 //! questions (screened first: [`screen`]) or texts by [`measure`]. Writes the chosen model, a
@@ -73,10 +73,10 @@ pub struct TuneJob {
     pub calib: CalibSettings,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub policy: PolicySettings,
-    /// The largest loss against FP32 accepted, in F1 (or nDCG@10) points
+    /// The largest loss against FP32 accepted, in F1 (nDCG@10, accuracy) points
     ///
     /// In the task's points: SQuAD F1; an embedding model's nDCG@10 x100 on retrieval data, else its cosine to FP32's
-    /// x100 per text. A negative one, met by no candidate, walks the whole float ladder up to --max-float: the full
+    /// x100 per text; a classifier's accuracy on labelled inputs, else its agreement with FP32's class (%). A negative one, met by no candidate, walks the whole float ladder up to --max-float: the full
     /// trade-off curve.
     #[cfg_attr(
         feature = "cli",
@@ -86,7 +86,8 @@ pub struct TuneJob {
     /// And at least this % of answers identical to FP32's
     ///
     /// A candidate is within budget only when it also answers at least this share of the questions with FP32's very
-    /// text (an embedding model: retrieves FP32's nearest document for this share of the queries): the fidelity the
+    /// text (an embedding model: retrieves FP32's nearest document for this share of the queries; a classifier: gives
+    /// FP32's class for this share of the inputs): the fidelity the
     /// questions resolve where F1 cannot (its interval on the whole SQuAD dev set is about +-0.25 F1, this share's
     /// about +-0.5 points).
     #[cfg_attr(feature = "cli", arg(long = "min-same", value_name = "PCT", help_heading = "Search"))]
@@ -161,8 +162,6 @@ impl Job for TuneJob {
             .check()?;
         let graph = Model::load_graph_only(&fp32_path)?;
         let task = Task::detect(&graph, &fp32_path, &data)?;
-        // Refused before anything is written: the run directory is put back as it was.
-        task.check_held_out(&fp32_path)?;
         if let Task::Embed(e) = &task {
             progress.note(&e.describe());
         }
@@ -220,7 +219,7 @@ impl TuneJob {
     fn check(&self) -> Result<()> {
         if !self.budget.is_finite() {
             return Err(Error::Usage(format!(
-                "--budget must be a number of points (F1, nDCG@10), not {}",
+                "--budget must be a number of points (F1, nDCG@10, accuracy), not {}",
                 self.budget
             )));
         }

@@ -16,6 +16,8 @@ use crate::steps::run::{EvalOptions, Latency};
 use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::{EvalRequest, RanOn, Side};
 
+pub mod score;
+
 /// One model's side of a classifier evaluation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClassifierModel {
@@ -139,7 +141,7 @@ pub struct ClassifierAt {
 /// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings. Per-token logits
 /// (`[batch, seq, classes]` over a `[batch, seq]` mask, a token-classification head) give one row per position the
 /// mask keeps, and `true`: padding is not compared.
-fn run_logits(
+pub(crate) fn run_logits(
     model: &std::path::Path,
     name: &str,
     set: &InputSet,
@@ -197,7 +199,7 @@ fn run_logits(
 
 /// Per input, 1 where the row's argmax is its label, else 0 (`None` without labels, or when rows are not one per
 /// input: a token classifier's).
-fn right(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<Vec<f64>> {
+pub(crate) fn right(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<Vec<f64>> {
     let labels = labels?;
     if labels.is_empty() || rows.len() != labels.len() {
         return None;

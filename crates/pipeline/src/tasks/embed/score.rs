@@ -169,6 +169,7 @@ impl TaskScoring for EmbedScoring {
             same: "top-1 = FP32",
             proxy: "held-out 1 - cos",
             per: "text",
+            delta: if self.data.retrieval.is_some() { "dnDCG@10" } else { "dcos x100" },
             exact_match: false,
         }
     }
