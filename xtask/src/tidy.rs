@@ -349,4 +349,55 @@ mod tests {
             wrong.join("\n  ")
         );
     }
+
+    /// The wildcard arms (`_ =>`) of `text` in a match whose other arms name `Task` or `Ep` variants, as
+    /// (line, first such arm): an arm that decides for a task or an EP it does not know (issue 77).
+    fn wildcard_arms_over_variants(text: &str) -> Vec<(usize, String)> {
+        let lines: Vec<&str> = text.lines().collect();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            if !(t.starts_with("_ =>") || t.starts_with("_ if ")) {
+                continue;
+            }
+            let at = indent(line);
+            for prev in lines[..i].iter().rev() {
+                if prev.trim().is_empty() || indent(prev) > at {
+                    continue;
+                }
+                if indent(prev) < at {
+                    break;
+                }
+                let arm = prev.trim_start().trim_start_matches(['(', '|', ' ']);
+                let arm = arm.trim_start_matches("runtime::").trim_start_matches("crate::tasks::");
+                if arm.starts_with("Task::") || arm.starts_with("Ep::") {
+                    out.push((i + 1, prev.trim().to_owned()));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn no_wildcard_arm_decides_for_a_task_or_an_ep() {
+        let sample =
+            "match t {\n    Task::Squad => 1,\n    _ => 2,\n}\nmatch s {\n    \"a\" => Ep::Cpu,\n    _ => x,\n}\n";
+        assert_eq!(wildcard_arms_over_variants(sample), [(3, "Task::Squad => 1,".to_owned())]);
+        let mut wrong = Vec::new();
+        for dir in ["crates/pipeline/src", "crates/runtime/src"] {
+            for f in rust_files(&root().join(dir)) {
+                let text = std::fs::read_to_string(&f).unwrap();
+                for (line, arm) in wildcard_arms_over_variants(&text) {
+                    wrong.push(format!("{}:{line}: `_ =>` beside `{arm}`", f.display()));
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "a wildcard arm decides for the Task / Ep variants it does not name; list them:\n  {}",
+            wrong.join("\n  ")
+        );
+    }
 }

@@ -277,7 +277,9 @@ impl Ep {
     pub fn device_kind(&self) -> &str {
         match self {
             Ep::OpenVino(o) => o.device.split(['.', ':']).next().unwrap_or("CPU"),
-            _ => self.capabilities().device,
+            Ep::Cpu | Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } | Ep::Qnn(_) => {
+                self.capabilities().device
+            }
         }
     }
 
@@ -287,7 +289,7 @@ impl Ep {
         match self {
             Ep::OpenVino(o) => vec![(format!("{}.load_config", self.ort_name()), o.load_config(threads))],
             Ep::Qnn(o) => o.all().into_iter().map(|(k, v)| (format!("{}.{k}", self.ort_name()), v)).collect(),
-            _ => Vec::new(),
+            Ep::Cpu | Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } => Vec::new(),
         }
     }
 
@@ -323,7 +325,13 @@ impl Ep {
                 ": QNN's emulated HTP finalizes a graph with float parts only when it knows the SoC it compiles for \
                  (`--qnn-option soc_model=<SoC>`, SC8380XP unless given; 0 is none: docs/QUANTIZATION.md)"
             }
-            _ => "",
+            Ep::Qnn(_)
+            | Ep::Cpu
+            | Ep::Cuda { .. }
+            | Ep::TensorRt(_)
+            | Ep::MiGraphX(_)
+            | Ep::Rocm { .. }
+            | Ep::OpenVino(_) => "",
         }
     }
 
@@ -334,7 +342,7 @@ impl Ep {
                 "; QNN takes static shapes only: a model whose token inputs declare a fixed batch and length (its \
                  nodes with a dynamic dimension are refused one by one)"
             }
-            _ => "",
+            Ep::Cpu | Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } | Ep::OpenVino(_) => "",
         }
     }
 
@@ -400,7 +408,7 @@ impl Ep {
         match self {
             Ep::TensorRt(o) => o.int8,
             Ep::MiGraphX(o) => o.int8,
-            _ => false,
+            Ep::Cpu | Ep::Cuda { .. } | Ep::Rocm { .. } | Ep::OpenVino(_) | Ep::Qnn(_) => false,
         }
     }
 
@@ -409,7 +417,7 @@ impl Ep {
         match self {
             Ep::TensorRt(o) => Some((&mut o.fp16, &mut o.int8, &mut o.calibration_table)),
             Ep::MiGraphX(o) => Some((&mut o.fp16, &mut o.int8, &mut o.calibration_table)),
-            _ => None,
+            Ep::Cpu | Ep::Cuda { .. } | Ep::Rocm { .. } | Ep::OpenVino(_) | Ep::Qnn(_) => None,
         }
     }
 
@@ -420,7 +428,7 @@ impl Ep {
         let prefix = match self {
             Ep::TensorRt(_) => "ORT_TENSORRT",
             Ep::MiGraphX(_) => "ORT_MIGRAPHX",
-            _ => return self,
+            Ep::Cpu | Ep::Cuda { .. } | Ep::Rocm { .. } | Ep::OpenVino(_) | Ep::Qnn(_) => return self,
         };
         let (fp16, int8) = (env_flag(&format!("{prefix}_FP16_ENABLE")), env_flag(&format!("{prefix}_INT8_ENABLE")));
         self.set_precision(fp16, int8);

@@ -131,7 +131,12 @@ pub(crate) fn at_default_precision<T>(
     }
     let instructions = match q.ep {
         runtime::Ep::OpenVino(_) => q.ep.cpu_kind().and_then(runtime::CpuKind::bf16_matmul).map(str::to_owned),
-        _ => None,
+        runtime::Ep::Cpu
+        | runtime::Ep::Cuda { .. }
+        | runtime::Ep::TensorRt(_)
+        | runtime::Ep::MiGraphX(_)
+        | runtime::Ep::Rocm { .. }
+        | runtime::Ep::Qnn(_) => None,
     };
     let (speedup, error) = match time(&f, &q) {
         Ok(s) => (Some(s), None),

@@ -60,7 +60,12 @@ pub(crate) fn sessions(fp32: &SessionConfig, int8: &SessionConfig) -> Option<Def
     }
     let instructions = match q.ep {
         runtime::Ep::OpenVino(_) => q.ep.cpu_kind().and_then(runtime::CpuKind::bf16_matmul).map(str::to_owned),
-        _ => None,
+        runtime::Ep::Cpu
+        | runtime::Ep::Cuda { .. }
+        | runtime::Ep::TensorRt(_)
+        | runtime::Ep::MiGraphX(_)
+        | runtime::Ep::Rocm { .. }
+        | runtime::Ep::Qnn(_) => None,
     };
     Some((f, q, name, instructions))
 }

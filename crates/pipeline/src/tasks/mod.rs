@@ -185,7 +185,7 @@ impl Task {
                     ),
                 });
             }
-            _ => Box::new(InputSet::load(path, model, text, n)?),
+            (Task::Squad | Task::Classify { .. }, _) => Box::new(InputSet::load(path, model, text, n)?),
         };
         if n == 0 {
             let (units, unit) = feeds.units();
