@@ -41,7 +41,58 @@ pub struct Fidelity {
     pub min_cosine: f64,
     /// The texts of the smallest cosines, smallest first.
     pub worst: Vec<WorstText>,
+    /// The same cosines per kind of text (queries, documents) and per length in tokens (issue 76: where the distance
+    /// is).
+    #[serde(default)]
+    pub groups: Vec<CosineGroup>,
     pub neighbours: Neighbours,
+}
+
+/// The cosines of one group of texts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CosineGroup {
+    /// `queries`, `documents`, or a length: `1-32 tokens`, `33-128 tokens`, ...
+    pub name: String,
+    pub texts: usize,
+    pub mean_cosine: f64,
+    pub p1_cosine: f64,
+    pub min_cosine: f64,
+}
+
+/// Token lengths the groups of [`Fidelity::groups`] split texts at (the upper end of each, the last open).
+const LENGTHS: [usize; 3] = [32, 128, 256];
+
+/// Named groups of text indices for [`fidelity`]: the queries and documents when the first `queries` texts are
+/// queries, and the texts of each length range of [`LENGTHS`] (`lens`: each text's tokens); empty groups left out.
+pub fn text_groups(queries: Option<usize>, lens: &[usize]) -> Vec<(String, Vec<usize>)> {
+    let n = lens.len();
+    let mut groups = Vec::new();
+    if let Some(q) = queries.filter(|&q| q > 0 && q < n) {
+        groups.push(("queries".to_owned(), (0..q).collect()));
+        groups.push(("documents".to_owned(), (q..n).collect()));
+    }
+    let mut low = 1;
+    for high in LENGTHS.iter().copied().map(Some).chain([None]) {
+        let name = match high {
+            Some(h) => format!("{low}-{h} tokens"),
+            None => format!("{low}+ tokens"),
+        };
+        let picked: Vec<usize> = (0..n).filter(|&i| lens[i] >= low && high.is_none_or(|h| lens[i] <= h)).collect();
+        if !picked.is_empty() {
+            groups.push((name, picked));
+        }
+        low = high.map_or(low, |h| h + 1);
+    }
+    groups
+}
+
+/// Mean, 1st percentile and smallest of `cos` at `picked` (all of them for `None`).
+fn summary(cos: &[f64], picked: Option<&[usize]>) -> (f64, f64, f64, Vec<usize>) {
+    let mut order: Vec<usize> = picked.map_or_else(|| (0..cos.len()).collect(), <[usize]>::to_vec);
+    order.sort_by(|&i, &j| cos[i].total_cmp(&cos[j]));
+    let at = |q: f64| order.get(((order.len().saturating_sub(1)) as f64 * q).floor() as usize).map_or(1.0, |&i| cos[i]);
+    let mean = order.iter().map(|&i| cos[i]).sum::<f64>() / order.len().max(1) as f64;
+    (mean, at(0.01), at(0.0), order)
 }
 
 /// One text whose embedding moved most.
@@ -76,17 +127,30 @@ pub fn cosines(a: ArrayView2<f32>, b: ArrayView2<f32>) -> Vec<f64> {
         .collect()
 }
 
-/// The fidelity of `int8` to `fp32` (unit rows) over `texts`, with the neighbour agreement `neighbours`.
-pub fn fidelity(fp32: ArrayView2<f32>, int8: ArrayView2<f32>, texts: &[String], neighbours: Neighbours) -> Fidelity {
+/// The fidelity of `int8` to `fp32` (unit rows) over `texts`, with the neighbour agreement `neighbours`, and per group
+/// of `groups` ([`text_groups`]).
+pub fn fidelity(
+    fp32: ArrayView2<f32>,
+    int8: ArrayView2<f32>,
+    texts: &[String],
+    groups: &[(String, Vec<usize>)],
+    neighbours: Neighbours,
+) -> Fidelity {
     let cos = cosines(fp32, int8);
-    let mut order: Vec<usize> = (0..cos.len()).collect();
-    order.sort_by(|&i, &j| cos[i].total_cmp(&cos[j]));
-    let at = |q: f64| order.get(((cos.len().saturating_sub(1)) as f64 * q).floor() as usize).map_or(1.0, |&i| cos[i]);
+    let (mean_cosine, p1_cosine, min_cosine, order) = summary(&cos, None);
+    let groups = groups
+        .iter()
+        .map(|(name, picked)| {
+            let (mean_cosine, p1_cosine, min_cosine, _) = summary(&cos, Some(picked));
+            CosineGroup { name: name.clone(), texts: picked.len(), mean_cosine, p1_cosine, min_cosine }
+        })
+        .collect();
     Fidelity {
         texts: cos.len(),
-        mean_cosine: cos.iter().sum::<f64>() / cos.len().max(1) as f64,
-        p1_cosine: at(0.01),
-        min_cosine: at(0.0),
+        mean_cosine,
+        p1_cosine,
+        min_cosine,
+        groups,
         worst: order
             .iter()
             .take(WORST)
@@ -288,7 +352,15 @@ mod tests {
         let int8 = unit_rows(&[vec![1.0, 0.0], vec![0.1, 1.0], vec![1.0, -1.0]]);
         let texts: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
         let n = Neighbours { among: "texts".into(), compared: 3, top1_same: 1.0, top10_overlap: 1.0 };
-        let f = fidelity(fp32.view(), int8.view(), &texts, n);
+        let groups = text_groups(Some(1), &[4, 40, 300]);
+        let names: Vec<&str> = groups.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(names, ["queries", "documents", "1-32 tokens", "33-128 tokens", "257+ tokens"]);
+        let f = fidelity(fp32.view(), int8.view(), &texts, &groups, n);
+        // Per group: the query alone is exact; the documents hold b and c.
+        assert_eq!((f.groups[0].texts, f.groups[0].mean_cosine, f.groups[0].min_cosine), (1, 1.0, 1.0));
+        assert_eq!((f.groups[1].texts, f.groups[1].min_cosine), (2, f.min_cosine));
+        assert_eq!(f.groups[4].texts, 1);
+        assert!(text_groups(None, &[]).is_empty());
         assert_eq!(f.texts, 3);
         assert!(f.min_cosine.abs() < 1e-6 && f.p1_cosine == f.min_cosine, "{f:?}");
         assert_eq!(f.worst.iter().map(|w| w.text.as_str()).collect::<Vec<_>>(), ["c", "b", "a"]);

@@ -32,7 +32,7 @@ use crate::tasks::embed::data::Retrieval;
 use crate::tasks::embed::head::EmbeddingHead;
 use crate::tasks::embed::measure::{
     Fidelity, Neighbours, PerQuery, RetrievalDifference, RetrievalScores, TOP_K, fidelity, neighbour_agreement,
-    rankings, unit_rows,
+    rankings, text_groups, unit_rows,
 };
 use crate::tasks::embed::run::embed_all;
 use crate::tasks::embed::speed::{SpeedAt, speed_at_lengths};
@@ -228,6 +228,12 @@ fn compare(
     }
 }
 
+/// The groups of `data`'s texts (as `set`) fidelity is told per: queries and documents, and lengths in tokens.
+fn groups_of(data: &EmbedData, set: &InputSet) -> Vec<(String, Vec<usize>)> {
+    let lens: Vec<usize> = (0..set.len()).map(|i| set.row_len(i)).collect();
+    text_groups(data.retrieval.as_ref().map(|r| r.queries), &lens)
+}
+
 /// Both models' embeddings of `data` (as `set`) and how they compare: fidelity, neighbours, retrieval; and again at
 /// their EP's own default float precision, where that is not the sessions' ([`at_default_float`]).
 pub fn evaluate_embeddings(
@@ -255,7 +261,7 @@ pub fn evaluate_embeddings(
         texts: set.len(),
         fp32: fp32_model,
         int8: int8_model,
-        fidelity: fidelity(a.view(), b.view(), &data.texts, neighbours),
+        fidelity: fidelity(a.view(), b.view(), &data.texts, &groups_of(data, set), neighbours),
         retrieval,
         speed: vec![],
         speed_default_precision: None,
@@ -281,7 +287,8 @@ fn at_default_float(
         let side = Side { path, session };
         let (mut model, c) = embed_side(side, task, set, opts, (&stage, progress))?;
         let (neighbours, retrieval) = compare((a, &c), data, (&mut fp32_model.clone(), &mut model));
-        Ok(EmbeddingAt { model, fidelity: fidelity(a.view(), c.view(), &data.texts, neighbours), retrieval })
+        let groups = groups_of(data, set);
+        Ok(EmbeddingAt { model, fidelity: fidelity(a.view(), c.view(), &data.texts, &groups, neighbours), retrieval })
     };
     default_float::measure(opts, (fp32.session, int8.session), eval, |_, _| Ok(None), progress)
 }

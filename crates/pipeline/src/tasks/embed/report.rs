@@ -93,6 +93,16 @@ fn notes(e: &EmbeddingEval, int8: &str) -> String {
          {:.5}, smallest {:.5}.\n",
         f.texts, f.mean_cosine, f.p1_cosine, f.min_cosine
     ));
+    if !f.groups.is_empty() {
+        let parts: Vec<String> = f
+            .groups
+            .iter()
+            .map(|g| {
+                format!("{} ({}) {:.5} / {:.5} / {:.5}", g.name, g.texts, g.mean_cosine, g.p1_cosine, g.min_cosine)
+            })
+            .collect();
+        text.push_str(&format!("By kind and length (mean / 1st percentile / smallest): {}.\n", parts.join("; ")));
+    }
     let n = &f.neighbours;
     let (what, of) = if n.among == "documents" { ("document", "queries") } else { ("other text", "texts") };
     text.push_str(&format!(
