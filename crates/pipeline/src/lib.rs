@@ -78,7 +78,6 @@ pub use settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings, calibration_
 
 // The steps, for callers that drive them themselves.
 pub use held_out::pairs::{NodeSensitivity, TensorError};
-pub use held_out::{EmbeddingAgreement, LogitAgreement, OutputAgreement};
 pub use inputs::config::DataConfig;
 pub use inputs::feeds::Feeds;
 pub use inputs::files::{InputSet, TextInputs};
@@ -92,12 +91,16 @@ pub use steps::collect::{
 pub use steps::run::{EvalOptions, Latency};
 pub use steps::smooth::{Smoothing, smooth_model};
 pub use steps::speed::{OpProfile, OpShare, Speedup};
+pub use tasks::classify::held::ClassAgreement;
 pub use tasks::classify::{Agreement, ClassifierEval, ClassifierModel};
 pub use tasks::embed::data::{EmbedData, Retrieval};
+pub use tasks::embed::held::EmbeddingAgreement;
 pub use tasks::embed::measure::{Fidelity, Neighbours, RetrievalDifference, RetrievalScores};
 pub use tasks::embed::{EmbedTask, EmbeddingEval, EmbeddingModel, RetrievalEval};
+pub use tasks::held::OutputAgreement;
 pub use tasks::squad::data::{Batches, Comparison, Corpus, Score};
 pub use tasks::squad::evaluate::{Evaluation, evaluate};
+pub use tasks::squad::held::LogitAgreement;
 pub use tasks::{Side, Task};
 
 // Files, models, progress and provenance.

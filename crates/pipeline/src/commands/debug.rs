@@ -124,16 +124,7 @@ impl Job for DebugJob {
         if let Task::Embed(e) = &task {
             progress.note(&e.describe());
         }
-        let scores_instead = match &task {
-            Task::Squad => None,
-            Task::Embed(_) => Some("for an embedding model `qdq e2e` or `qdq eval --baseline` scores retrieval"),
-            Task::Classify { .. } => Some("for a classifier `qdq tune` scores candidates in accuracy points"),
-        };
-        if let Some(instead) = scores_instead.filter(|_| self.confirm > 0) {
-            return Err(Error::Usage(format!(
-                "--confirm scores SQuAD F1 beside a SQuAD model's sensitivity; {instead}"
-            )));
-        }
+        self.check_confirm(&task)?;
         let held = task.held_out((&fp32, &fp32_path), &self.dataset, self.held_out, session, &data)?;
         drop(fp32);
         // Loaded once: a second EP runs the same QDQ model with the same pairs exposed.
@@ -153,6 +144,21 @@ impl Job for DebugJob {
 }
 
 impl DebugJob {
+    /// `--confirm` scores SQuAD's F1: refused for another task, naming what scores it.
+    fn check_confirm(&self, task: &Task) -> Result<()> {
+        let scores_instead = match task {
+            Task::Squad => None,
+            Task::Embed(_) => Some("for an embedding model `qdq e2e` or `qdq eval --baseline` scores retrieval"),
+            Task::Classify { .. } => Some("for a classifier `qdq tune` scores candidates in accuracy points"),
+        };
+        match scores_instead.filter(|_| self.confirm > 0) {
+            Some(instead) => {
+                Err(Error::Usage(format!("--confirm scores SQuAD F1 beside a SQuAD model's sensitivity; {instead}")))
+            }
+            None => Ok(()),
+        }
+    }
+
     fn check(&self) -> Result<()> {
         if self.held_out == 0 {
             return Err(Error::Usage("--held-out must be at least 1".into()));

@@ -10,10 +10,10 @@ use serde::Serialize;
 
 use crate::disk::{write_atomic, write_json};
 use crate::error::Result;
-use crate::held_out::OutputAgreement;
 use crate::held_out::pairs::{EpComparison, NodeSensitivity, TensorError};
 use crate::job::Report;
 use crate::report::plots::sqnr_svg;
+use crate::tasks::held::OutputAgreement;
 
 /// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
 #[derive(Debug, Clone, Serialize)]
@@ -279,12 +279,7 @@ impl DebugReport {
     fn sensitivity_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shown = self.top.min(self.sensitivity.len());
         let (loss, measured) = (self.logits.loss_name(), self.logits.measured());
-        let explained = match self.logits {
-            OutputAgreement::Logits(_) => "KL: mean of start and end",
-            OutputAgreement::Embeddings(_) => "1 - cos: mean cosine distance to FP32's embedding",
-            OutputAgreement::Classes(a) if a.classes == 1 => "mean squared difference of the regression output",
-            OutputAgreement::Classes(_) => "KL: of the class probabilities, mean over inputs",
-        };
+        let explained = self.logits.explained();
         writeln!(
             f,
             "\n\nSensitivity: the {shown} nodes (of {}) whose quantized inputs, kept in float alone, bring the \

@@ -10,6 +10,7 @@
 pub mod classify;
 pub mod default_float;
 pub mod embed;
+pub mod held;
 pub mod score;
 pub mod squad;
 

@@ -16,6 +16,7 @@ use crate::steps::run::{EvalOptions, Latency};
 use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::{EvalRequest, RanOn, Side};
 
+pub mod held;
 pub mod score;
 
 /// One model's side of a classifier evaluation.

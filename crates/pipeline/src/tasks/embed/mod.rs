@@ -6,6 +6,7 @@
 pub mod data;
 pub mod eval;
 pub mod head;
+pub mod held;
 pub mod measure;
 pub mod report;
 pub mod run;

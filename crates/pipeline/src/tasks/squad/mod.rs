@@ -6,6 +6,7 @@ pub mod data;
 pub mod e2e;
 pub mod eval;
 pub mod evaluate;
+pub mod held;
 pub mod logits;
 pub mod score;
 pub mod screen;
