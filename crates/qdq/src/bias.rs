@@ -27,7 +27,7 @@ pub struct PlannedBias {
 /// `[N]` initializer with `beta = 1`.
 pub(crate) fn plan_biases(ix: &GraphIndex, tensors: &[PlannedTensor], policy: &Policy) -> Vec<PlannedBias> {
     // int32 biases go with integer weights only.
-    if policy.weights != WeightStorage::Int8Initializer || policy.precision.float8().is_some() {
+    if policy.weights != WeightStorage::Int8Initializer || !policy.precision.is_integer() {
         return vec![];
     }
     let planned = |t: &str| tensors.iter().find(|p| p.tensor == t);

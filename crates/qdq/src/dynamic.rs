@@ -97,13 +97,13 @@ type Quantized = [String; 3];
 /// was done. Errors when no MatMul qualifies.
 /// Dynamic quantization is integer: a float8 `precision` is refused.
 fn integer_only(policy: &Policy) -> Result<()> {
-    match policy.precision.float8() {
-        Some(_) => Err(crate::error::Error::BadOptionValue {
+    match policy.precision.grid() {
+        crate::Grid::Float8(_) => Err(crate::error::Error::BadOptionValue {
             key: "precision".into(),
             value: policy.precision.to_string(),
             expected: "int8 in dynamic mode (DynamicQuantizeLinear has no float8 form)".into(),
         }),
-        None => Ok(()),
+        crate::Grid::Integer => Ok(()),
     }
 }
 

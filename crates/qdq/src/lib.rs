@@ -77,9 +77,9 @@ pub use plan::{
     check_mergeable, plan, quantize, tensors_to_calibrate,
 };
 pub use policy::{
-    Activations, DEFAULT_OUTLIER_RATIO, DEFAULT_SMOOTH_ALPHA, Embeddings, KEYS, OPTIONS, OutlierBranch, OutlierMask,
-    PRESETS, Policy, PolicyOption, Precision, Preset, ResidualAdd, SmoothContext, SmoothLayerNorm, SmoothTargets,
-    SoftmaxRange, VariableB, WeightRounding, WeightStorage,
+    Activations, DEFAULT_OUTLIER_RATIO, DEFAULT_SMOOTH_ALPHA, Embeddings, Grid, KEYS, OPTIONS, OutlierBranch,
+    OutlierMask, PRESETS, Policy, PolicyOption, Precision, Preset, ResidualAdd, SmoothContext, SmoothLayerNorm,
+    SmoothTargets, SoftmaxRange, VariableB, WeightRounding, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use rounding::{

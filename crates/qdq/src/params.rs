@@ -118,7 +118,7 @@ fn weight_axis(ix: &GraphIndex, sel: &Selection, t: &str) -> Option<Option<usize
 /// MatMul-like `readers` under `policy` (`bounded_pairs`): each reader's contracted axis, or every axis when a reader's
 /// is unknown. Empty when the policy does not bound pairs.
 pub(crate) fn pair_axes<'n>(readers: impl Iterator<Item = &'n NodeProto>, rank: usize, policy: &Policy) -> Vec<usize> {
-    if !policy.bounded_pairs || policy.precision.float8().is_some() {
+    if !policy.bounded_pairs || !policy.precision.is_integer() {
         return vec![];
     }
     let mut axes = BTreeSet::new();
@@ -166,7 +166,7 @@ fn activation_range(
 ) -> Result<RangeAndShift> {
     let softmax_out = patterns::is_softmax_output(ix, t);
     // A float8 pair is finest near 0, where most probabilities are: it takes [0, 1] as it is, unshifted.
-    let float8 = policy.precision.float8().is_some();
+    let float8 = !policy.precision.is_integer();
     Ok(match policy.softmax_range {
         SoftmaxRange::Shifted if softmax_out && !float8 => {
             let (range, shift) = shift::softmax_range(ix, t, sel.receivers(t), policy)?;

@@ -278,13 +278,36 @@ keywords! {
     }
 }
 
+/// The kind of grid a [`Precision`]'s pairs put values on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grid {
+    /// Integers with a scale and zero point: what GPTQ rounding, bounded pairs, int32 biases, the shifted Softmax
+    /// range, TensorRT / MIGraphX tables, ONNX Runtime's integer contrib ops and dynamic mode work on.
+    Integer,
+    /// A float8 format (its element type): finest near 0, no zero point.
+    Float8(QuantType),
+}
+
 impl Precision {
-    /// The float8 type, if this is one.
-    pub fn float8(self) -> Option<QuantType> {
+    /// The grid its pairs put values on.
+    pub fn grid(self) -> Grid {
         match self {
-            Precision::Int8 => None,
-            Precision::Fp8E4M3Fn => Some(QuantType::Float8E4M3Fn),
-            Precision::Fp8E4M3Fnuz => Some(QuantType::Float8E4M3Fnuz),
+            Precision::Int8 => Grid::Integer,
+            Precision::Fp8E4M3Fn => Grid::Float8(QuantType::Float8E4M3Fn),
+            Precision::Fp8E4M3Fnuz => Grid::Float8(QuantType::Float8E4M3Fnuz),
+        }
+    }
+
+    /// Whether its pairs are integer ones ([`Grid::Integer`]).
+    pub fn is_integer(self) -> bool {
+        self.grid() == Grid::Integer
+    }
+
+    /// The element type of its weights' pairs (int8, or the float8 format).
+    pub fn weight_type(self) -> QuantType {
+        match self.grid() {
+            Grid::Integer => QuantType::Int8,
+            Grid::Float8(q) => q,
         }
     }
 }
@@ -1069,29 +1092,29 @@ impl Policy {
     /// Weight quantization: symmetric int8, or the float8 type of [`Policy::precision`] (per-channel or per-tensor
     /// per [`Policy::per_channel`]).
     pub fn weight_spec(&self) -> QuantSpec {
-        let qtype = self.precision.float8().unwrap_or(QuantType::Int8);
+        let qtype = self.precision.weight_type();
         QuantSpec { qtype, symmetric: true, reduce_range: self.reduce_range && !qtype.is_float8() }
     }
 
     /// Activation quantization: [`Policy::activations`], or the float8 type of [`Policy::precision`].
     pub fn activation_spec(&self) -> QuantSpec {
-        match self.precision.float8() {
-            Some(qtype) => QuantSpec { qtype, symmetric: true, reduce_range: false },
-            None => self.activations.spec(),
+        match self.precision.grid() {
+            Grid::Float8(qtype) => QuantSpec { qtype, symmetric: true, reduce_range: false },
+            Grid::Integer => self.activations.spec(),
         }
     }
 
     /// Options that cannot go with [`Policy::precision`]'s float8: ONNX Runtime's integer contrib ops. (Weights
     /// stored as 8-bit initializers are float8 ones then.) `Err` names the option and what to set.
     pub fn check_precision(&self) -> Result<()> {
-        if self.activations == Activations::Int16Symmetric && self.precision.float8().is_none() && self.contrib_ops {
+        if self.activations == Activations::Int16Symmetric && self.precision.is_integer() && self.contrib_ops {
             return Err(Error::BadOptionValue {
                 key: "contrib_ops".to_owned(),
                 value: "true with activations = int16-symmetric".to_owned(),
                 expected: "false (ONNX Runtime's integer contrib ops take int8 / uint8 only)".to_owned(),
             });
         }
-        if self.precision.float8().is_none() {
+        if self.precision.is_integer() {
             return Ok(());
         }
         let clash = if self.contrib_ops {

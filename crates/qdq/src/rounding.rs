@@ -160,7 +160,7 @@ pub struct RoundingSite {
 /// The weights `policy` has rounded by GPTQ ([`WeightRounding::Gptq`] with integer weights): every 2-D float weight
 /// whose readers are all constant-weight MatMul-like nodes the policy selects, contracting the same axis.
 pub fn rounding_sites(model: &Model, policy: &Policy) -> Result<Vec<RoundingSite>> {
-    if policy.weight_rounding != WeightRounding::Gptq || policy.precision.float8().is_some() {
+    if policy.weight_rounding != WeightRounding::Gptq || !policy.precision.is_integer() {
         return Ok(vec![]);
     }
     if !policy.op_types.iter().any(|o| crate::types::MATMUL_OPS.contains(&o.as_str())) {

@@ -140,7 +140,7 @@ impl CalibrateJob {
         let tensors = qdq::tensors_to_calibrate(&model, policy)?;
         let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
         self.merge_into(&mut cal, &opts)?;
-        write_tables(&cal, &self.out, policy.precision.float8().is_none())?;
+        write_tables(&cal, &self.out, policy.precision.is_integer())?;
         Ok((cal, smoothed))
     }
 

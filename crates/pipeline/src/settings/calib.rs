@@ -59,7 +59,7 @@ impl MethodSettings {
     /// method for integer pairs (mse unless [`MethodSettings::integer_default`] says otherwise) and fp8-mse for
     /// float8 ones.
     pub fn method_for(&self, precision: qdq::Precision) -> MethodKind {
-        self.method.unwrap_or(if precision.float8().is_some() {
+        self.method.unwrap_or(if !precision.is_integer() {
             MethodKind::Fp8Mse
         } else {
             self.integer_default.unwrap_or(MethodKind::Mse)
@@ -119,7 +119,13 @@ impl MethodSettings {
             percentile: self.percentile.unwrap_or(d.percentile),
             symmetric: self.symmetric,
             num_quantized_bins: self.num_quantized_bins.unwrap_or(d.num_quantized_bins),
-            float8: precisions.iter().find_map(|p| p.float8()?.float8()).unwrap_or_default(),
+            float8: precisions
+                .iter()
+                .find_map(|p| match p.grid() {
+                    qdq::Grid::Float8(q) => q.float8(),
+                    qdq::Grid::Integer => None,
+                })
+                .unwrap_or_default(),
         };
         kinds.into_iter().map(|k| Ok(Method::new(k, &options)?)).collect()
     }

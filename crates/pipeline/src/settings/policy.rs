@@ -378,7 +378,7 @@ impl PolicySettings {
             }
             policy.strict |= self.strict;
             policy.check_precision()?;
-            if self.mode == Mode::Dynamic && policy.precision.float8().is_some() {
+            if self.mode == Mode::Dynamic && !policy.precision.is_integer() {
                 return Err(Error::Usage(
                     "--mode dynamic quantizes inputs at run time with integer ops only: give --precision int8".into(),
                 ));

@@ -41,7 +41,7 @@ pub(crate) fn quantize_static(
     if let Some(h) = &cal.halves {
         progress.note(&describe_spread(h));
     }
-    write_tables(&cal, &cfg.out, cfg.policy.precision.float8().is_none())?;
+    write_tables(&cal, &cfg.out, cfg.policy.precision.is_integer())?;
     let non_finite: Vec<String> =
         cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
     phases.insert("smoothing_and_calibration".to_owned(), t.elapsed().as_secs_f64());
@@ -158,7 +158,7 @@ fn float_work(qmodel: &Model) -> Vec<String> {
 /// The precision a run's quantized model is named by (results.json's `precision`; the table's `A16W8 (QDQ)`): the
 /// policy's, but 16-bit activations beside 8-bit weights (the qnn preset) are `a16w8`, not int8.
 pub(crate) fn precision_name(policy: &qdq::Policy) -> String {
-    if policy.activations == qdq::Activations::Int16Symmetric && policy.precision.float8().is_none() {
+    if policy.activations == qdq::Activations::Int16Symmetric && policy.precision.is_integer() {
         "a16w8".to_owned()
     } else {
         policy.precision.to_string()
