@@ -73,11 +73,11 @@ pub struct TuneJob {
     pub calib: CalibSettings,
     #[cfg_attr(feature = "cli", command(flatten))]
     pub policy: PolicySettings,
-    /// The largest loss against FP32 accepted, in F1 (nDCG@10, accuracy) points
+    /// The largest loss against FP32 accepted, in task points
     ///
     /// In the task's points: SQuAD F1; an embedding model's nDCG@10 x100 on retrieval data, else its cosine to FP32's
-    /// x100 per text; a classifier's accuracy on labelled inputs, else its agreement with FP32's class (%). A negative one, met by no candidate, walks the whole float ladder up to --max-float: the full
-    /// trade-off curve.
+    /// x100 per text; a classifier's accuracy on labelled inputs, else its agreement with FP32's class (%). A
+    /// negative one, met by no candidate, walks the whole float ladder up to --max-float: the full trade-off curve.
     #[cfg_attr(
         feature = "cli",
         arg(long, default_value_t = 1.0, value_name = "DF1", allow_negative_numbers = true, help_heading = "Search")
