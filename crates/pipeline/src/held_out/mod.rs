@@ -7,13 +7,14 @@ use ndarray::{Array2, ArrayView2};
 use onnx_ir::Model;
 use runtime::SessionConfig;
 
+pub mod agreement;
 pub mod pairs;
 
 use crate::error::Result;
+use crate::held_out::agreement::OutputAgreement;
 use crate::steps::augment::session_with_outputs;
 use crate::steps::speed::{Workload, leading_by};
 use crate::tasks::Task;
-use crate::tasks::held::OutputAgreement;
 
 /// One held-out batch's values a model is compared on, as its task's reader lays them out (`[start, end]` logits,
 /// one embedding per row, one class-logit row per input).

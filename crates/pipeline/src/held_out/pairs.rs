@@ -12,10 +12,10 @@ use runtime::SessionConfig;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::held_out::agreement::OutputAgreement;
 use crate::held_out::{HeldOut, Values};
 use crate::progress::Progress;
 use crate::steps::augment::{session_with_outputs, used_data};
-use crate::tasks::held::OutputAgreement;
 
 /// One activation pair of the QDQ model, measured.
 #[derive(Debug, Clone, Serialize)]

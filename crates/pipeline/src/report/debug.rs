@@ -10,10 +10,10 @@ use serde::Serialize;
 
 use crate::disk::{write_atomic, write_json};
 use crate::error::Result;
+use crate::held_out::agreement::OutputAgreement;
 use crate::held_out::pairs::{EpComparison, NodeSensitivity, TensorError};
 use crate::job::Report;
 use crate::report::plots::sqnr_svg;
-use crate::tasks::held::OutputAgreement;
 
 /// `--confirm`: F1 on evaluation questions, beside the sensitivity's KL.
 #[derive(Debug, Clone, Serialize)]
