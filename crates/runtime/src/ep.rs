@@ -391,6 +391,15 @@ impl Ep {
         }
     }
 
+    /// The CPU instructions its own default float precision runs on, where that is a CPU's bf16 (OpenVINO's CPU device:
+    /// `AMX`, `AVX512-BF16`); `None` elsewhere.
+    pub fn default_float_instructions(&self) -> Option<&'static str> {
+        match self {
+            Ep::OpenVino(_) => self.cpu_kind().and_then(crate::CpuKind::bf16_matmul),
+            Ep::Cpu | Ep::Cuda { .. } | Ep::TensorRt(_) | Ep::MiGraphX(_) | Ep::Rocm { .. } | Ep::Qnn(_) => None,
+        }
+    }
+
     /// The kind of CPU models on this EP are for: OpenVINO's CPU device's (its `cpu` option), this machine's for the CPU
     /// EP; `None` for EPs on other devices.
     pub fn cpu_kind(&self) -> Option<crate::CpuKind> {

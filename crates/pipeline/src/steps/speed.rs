@@ -118,6 +118,20 @@ pub(crate) fn default_precision_sessions(
     Some((SessionConfig { ep: fp32_ep, ..fp32.clone() }, SessionConfig { ep: int8_ep, ..int8.clone() }, name))
 }
 
+/// [`default_precision_sessions`] with the CPU instructions behind that precision, where the EP is timed (not an
+/// emulated NPU, whose float precision is the device's, not a choice).
+pub(crate) fn timed_default_sessions(
+    fp32: &SessionConfig,
+    int8: &SessionConfig,
+) -> Option<(SessionConfig, SessionConfig, &'static str, Option<String>)> {
+    let (f, q, name) = default_precision_sessions(fp32, int8)?;
+    if !q.ep.is_timed() {
+        return None;
+    }
+    let instructions = q.ep.default_float_instructions().map(str::to_owned);
+    Some((f, q, name, instructions))
+}
+
 /// The quantized model against FP32 with both at their EP's default float precision, when that is not the sessions'
 /// own: `time(fp32, int8)` times them; a failure (the EP refusing the precision) is recorded, not raised.
 pub(crate) fn at_default_precision<T>(
@@ -125,19 +139,7 @@ pub(crate) fn at_default_precision<T>(
     int8: &SessionConfig,
     time: impl FnOnce(&SessionConfig, &SessionConfig) -> Result<T>,
 ) -> Option<AtDefaultPrecision<T>> {
-    let (f, q, name) = default_precision_sessions(fp32, int8)?;
-    if !q.ep.is_timed() {
-        return None;
-    }
-    let instructions = match q.ep {
-        runtime::Ep::OpenVino(_) => q.ep.cpu_kind().and_then(runtime::CpuKind::bf16_matmul).map(str::to_owned),
-        runtime::Ep::Cpu
-        | runtime::Ep::Cuda { .. }
-        | runtime::Ep::TensorRt(_)
-        | runtime::Ep::MiGraphX(_)
-        | runtime::Ep::Rocm { .. }
-        | runtime::Ep::Qnn(_) => None,
-    };
+    let (f, q, name, instructions) = timed_default_sessions(fp32, int8)?;
     let (speedup, error) = match time(&f, &q) {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e.to_string())),

@@ -54,20 +54,7 @@ pub(crate) type DefaultSessions = (SessionConfig, SessionConfig, &'static str, O
 /// name and the CPU instructions behind it; `None` when that is the sessions' own, or the EP is not timed (an emulated
 /// NPU: its float precision is the device's, not a choice).
 pub(crate) fn sessions(fp32: &SessionConfig, int8: &SessionConfig) -> Option<DefaultSessions> {
-    let (f, q, name) = crate::steps::speed::default_precision_sessions(fp32, int8)?;
-    if !q.ep.is_timed() {
-        return None;
-    }
-    let instructions = match q.ep {
-        runtime::Ep::OpenVino(_) => q.ep.cpu_kind().and_then(runtime::CpuKind::bf16_matmul).map(str::to_owned),
-        runtime::Ep::Cpu
-        | runtime::Ep::Cuda { .. }
-        | runtime::Ep::TensorRt(_)
-        | runtime::Ep::MiGraphX(_)
-        | runtime::Ep::Rocm { .. }
-        | runtime::Ep::Qnn(_) => None,
-    };
-    Some((f, q, name, instructions))
+    crate::steps::speed::timed_default_sessions(fp32, int8)
 }
 
 /// Which model a default-float measurement runs.
