@@ -260,7 +260,7 @@ fn peers(
     let texts = work.join("calibration_texts.json");
     write_atomic(
         &texts,
-        &serde_json::to_vec(&calibration_ids(calibration, &model.join("vocab.txt"), cal_num, seq_len)?)?,
+        &serde_json::to_vec(&calibration_ids(calibration, model, cal_num, seq_len)?)?,
     )?;
     let nncf = work.join("nncf_int8.onnx");
     let mut c = Command::new(py);
@@ -273,17 +273,30 @@ fn peers(
     ])
 }
 
+/// The tokenizer qdq reads from a model's folder, as `qdq eval`'s flag and file: its tokenizer.json (`--token`; its
+/// post-processor frames the texts, `<s> text </s>` for MPNet) when it has one, else its vocab.txt (`--vocab`).
+pub(crate) fn folder_tokenizer(folder: &Path) -> (&'static str, PathBuf) {
+    match folder.join("tokenizer.json") {
+        json if json.is_file() => ("--token", json),
+        _ => ("--vocab", folder.join("vocab.txt")),
+    }
+}
+
 /// The calibration texts qdq takes from a SQuAD file (each paragraph, then its questions, until `cal_num`
-/// questions) as token ids `[CLS] text [SEP]`, at most `seq_len` of them, tokenized with the model's lower-cased
-/// WordPiece vocabulary.
+/// questions) as token ids framed as the model's tokenizer in `folder` frames one text (`[CLS] text [SEP]`,
+/// `<s> text </s>`), at most `seq_len` of them.
 pub(crate) fn calibration_ids(
     calibration: &Path,
-    vocab: &Path,
+    folder: &Path,
     cal_num: usize,
     seq_len: usize,
 ) -> Result<Vec<Vec<i64>>> {
     let data = squad_metrics::load_dataset(calibration)?;
-    let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
+    let tok = match folder_tokenizer(folder) {
+        ("--token", json) => squad::SquadTokenizer::from_tokenizer_json(json)?,
+        (_, vocab) => squad::SquadTokenizer::from_vocab(vocab, true)?,
+    };
+    let framing = tok.framing();
     let (mut texts, mut questions) = (vec![], 0);
     for p in data.data.iter().flat_map(|a| &a.paragraphs) {
         if questions >= cal_num {
@@ -297,9 +310,9 @@ pub(crate) fn calibration_ids(
     texts
         .iter()
         .map(|t| {
-            let mut ids: Vec<i64> = vec![i64::from(tok.cls_id)];
+            let mut ids: Vec<i64> = vec![i64::from(framing.cls)];
             ids.extend(tok.tokenize(t, "text")?.ids.iter().take(seq_len.saturating_sub(2)).map(|&i| i64::from(i)));
-            ids.push(i64::from(tok.sep_id));
+            ids.push(i64::from(framing.sep));
             Ok(ids)
         })
         .collect()
@@ -317,7 +330,8 @@ pub(crate) fn score(
     // Texts sorted by length in batches of 32: the same for every model, FP32 included; the peers' files have no
     // folder of their own, so the tokenizer and the length are given.
     let (samples, seq_len) = (samples.to_string(), seq_len.to_string());
-    eval.args(["--samples", &samples, "--batch", "32", "--seq-len", &seq_len, "--vocab"]).arg(fp32.join("vocab.txt"));
+    let (flag, tokenizer) = folder_tokenizer(fp32);
+    eval.args(["--samples", &samples, "--batch", "32", "--seq-len", &seq_len, flag]).arg(tokenizer);
     let out = eval.arg("--json").current_dir(root()).output()?;
     if !out.status.success() {
         bail!("qdq eval of {} failed:\n{}", model.display(), String::from_utf8_lossy(&out.stderr));

@@ -485,7 +485,7 @@ fn embedding(
     let texts = work.join("calibration_texts.json");
     let ids = crate::bench::embeddings::calibration_ids(
         calibration,
-        &folder.join("vocab.txt"),
+        folder,
         args.embedding_cal_num,
         seq_len,
     )?;
