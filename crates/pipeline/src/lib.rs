@@ -77,7 +77,7 @@ pub use settings::recipe::Recipe;
 pub use settings::runtime::{BatchSize, OrtLibrary, RuntimeSettings, calibration_session};
 
 // The steps, for callers that drive them themselves.
-pub use held_out::agreement::{ClassAgreement, EmbeddingAgreement, LogitAgreement, OutputAgreement};
+pub use held_out::agreement::OutputAgreement;
 pub use held_out::pairs::{NodeSensitivity, TensorError};
 pub use inputs::config::DataConfig;
 pub use inputs::feeds::Feeds;
@@ -92,12 +92,15 @@ pub use steps::collect::{
 pub use steps::run::{EvalOptions, Latency};
 pub use steps::smooth::{Smoothing, smooth_model};
 pub use steps::speed::{OpProfile, OpShare, Speedup};
+pub use tasks::classify::held::ClassAgreement;
 pub use tasks::classify::{Agreement, ClassifierEval, ClassifierModel};
 pub use tasks::embed::data::{EmbedData, Retrieval};
+pub use tasks::embed::held::EmbeddingAgreement;
 pub use tasks::embed::measure::{Fidelity, Neighbours, RetrievalDifference, RetrievalScores};
 pub use tasks::embed::{EmbedTask, EmbeddingEval, EmbeddingModel, RetrievalEval};
 pub use tasks::squad::data::{Batches, Comparison, Corpus, Score};
 pub use tasks::squad::evaluate::{Evaluation, evaluate};
+pub use tasks::squad::held::LogitAgreement;
 pub use tasks::{Side, Task};
 
 // Files, models, progress and provenance.

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use onnx_ir::tiny_bert::{GraphForm, LayerNormKind, TinyBertConfig, build};
 use qdq_pipeline::{
     CalibrateOptions, Corpus, DataConfig, DataSettings, E2eConfig, E2eResults, EvalOptions, Invocation, IoNames,
-    MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicyOverride, PolicySettings,
-    SquadE2e, SquadVersion, TaskResult,
+    LogitAgreement, MethodKind, MethodOptions, MethodSettings, Mode, NoProgress, PolicyChoice, PolicyOverride,
+    PolicySettings, SquadE2e, SquadVersion, TaskResult,
 };
 use runtime::SessionConfig;
 
@@ -1007,7 +1007,8 @@ fn the_model_zoo_bert_squad_form_runs_as_exported() {
     };
     let (d8, d1) = (debug("zoo8"), debug("zoo1"));
     assert_eq!((d8.features, d8.tensors.len()), (d1.features, d1.tensors.len()));
-    let (k8, k1) = (d8.logits.as_logits().unwrap().kl_start, d1.logits.as_logits().unwrap().kl_start);
+    let (k8, k1) =
+        (d8.logits.of::<LogitAgreement>().unwrap().kl_start, d1.logits.of::<LogitAgreement>().unwrap().kl_start);
     assert!((k8 - k1).abs() <= 1e-3 * k1.max(1e-3), "{d8} {d1}");
     let batch8 = dir.path().join("batch8.onnx");
     zoo8.save(&batch8).unwrap();
@@ -1275,7 +1276,7 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     // Itself: no pairs, identical logits.
     let same = qdq_pipeline::Job::run(&job(model_path.clone()), &NoProgress).unwrap();
     assert!(same.tensors.is_empty() && same.features >= 3, "{same}");
-    let l = same.logits.as_logits().unwrap();
+    let l = same.logits.of::<LogitAgreement>().unwrap();
     assert_eq!((l.kl_start, l.argmax_start, l.max_abs_diff), (0.0, 1.0, 0.0));
 
     let qdq_path = out.join("model_qdq.onnx");
@@ -1306,7 +1307,10 @@ fn debug_finds_the_tensor_that_does_the_damage() {
     assert_eq!(found.tensors[0].tensor, victim, "{found}");
     let before = honest.tensors.iter().find(|t| t.tensor == victim).unwrap();
     assert!(found.tensors[0].own.sqnr_db() < before.own.sqnr_db() - 20.0, "{found}");
-    assert!(found.logits.as_logits().unwrap().kl_start > honest.logits.as_logits().unwrap().kl_start, "{found}");
+    assert!(
+        found.logits.of::<LogitAgreement>().unwrap().kl_start > honest.logits.of::<LogitAgreement>().unwrap().kl_start,
+        "{found}"
+    );
     // Sensitivity: keeping the broken pair's reader in float recovers (nearly) all of the damage, more than any other
     // node; every node reading quantized activations is measured.
     let readers: std::collections::BTreeSet<&str> =

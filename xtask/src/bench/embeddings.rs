@@ -258,10 +258,7 @@ fn peers(
     run_cmd(Command::new(py).arg(&script).args(["dynamic", "--model"]).arg(&fp32).arg("--out").arg(&dynamic))?;
     eprintln!("xtask: NNCF's INT8 from the same calibration texts");
     let texts = work.join("calibration_texts.json");
-    write_atomic(
-        &texts,
-        &serde_json::to_vec(&calibration_ids(calibration, model, cal_num, seq_len)?)?,
-    )?;
+    write_atomic(&texts, &serde_json::to_vec(&calibration_ids(calibration, model, cal_num, seq_len)?)?)?;
     let nncf = work.join("nncf_int8.onnx");
     let mut c = Command::new(py);
     c.arg(&script).args(["nncf", "--model"]).arg(&fp32).arg("--texts").arg(&texts).arg("--out").arg(&nncf);

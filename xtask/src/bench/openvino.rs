@@ -483,12 +483,7 @@ fn embedding(
     run_cmd(e2e.args(["--cal-num", &args.embedding_cal_num.to_string(), "--out"]).arg(&qdq_dir))?;
     eprintln!("xtask: {name}: NNCF's INT8 from the same calibration texts");
     let texts = work.join("calibration_texts.json");
-    let ids = crate::bench::embeddings::calibration_ids(
-        calibration,
-        folder,
-        args.embedding_cal_num,
-        seq_len,
-    )?;
+    let ids = crate::bench::embeddings::calibration_ids(calibration, folder, args.embedding_cal_num, seq_len)?;
     write_atomic(&texts, &serde_json::to_vec(&ids)?)?;
     let fp32 = onnx_in(folder);
     let nncf = work.join("nncf_int8.onnx");

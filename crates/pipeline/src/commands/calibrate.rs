@@ -20,7 +20,7 @@ use crate::steps::calibrate::{Calibration, calibrate, write_tables};
 use crate::steps::collect::CalibrateOptions;
 use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
-use crate::tasks::Task;
+use crate::tasks::{Task, Unclaimed};
 
 /// `qdq calibrate`.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ impl CalibrateJob {
         let data_cfg = self.data.config(&model_path)?;
         self.guard(&model_path, calibration_data, &data_cfg)?;
         let text = TextInputs::for_model(&model, &model_path, &data_cfg);
-        let task = Task::for_calibration(&model, &model_path, &data_cfg)?;
+        let task = Task::detect_or(&model, &model_path, &data_cfg, Unclaimed::CalibrateInputs)?;
         let data = task.calibration_feeds(
             (&model, &model_path),
             calibration_data,

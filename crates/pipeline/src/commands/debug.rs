@@ -121,8 +121,8 @@ impl Job for DebugJob {
             data.fix_shapes(s, 1);
         }
         let task = Task::detect(&fp32, &fp32_path, &data)?;
-        if let Task::Embed(e) = &task {
-            progress.note(&e.describe());
+        if let Some(d) = task.describe() {
+            progress.note(&d);
         }
         self.check_confirm(&task)?;
         let held = task.held_out((&fp32, &fp32_path), &self.dataset, self.held_out, session, &data)?;
@@ -146,11 +146,7 @@ impl Job for DebugJob {
 impl DebugJob {
     /// `--confirm` scores SQuAD's F1: refused for another task, naming what scores it.
     fn check_confirm(&self, task: &Task) -> Result<()> {
-        let scores_instead = match task {
-            Task::Squad => None,
-            Task::Embed(_) => Some("for an embedding model `qdq e2e` or `qdq eval --baseline` scores retrieval"),
-            Task::Classify { .. } => Some("for a classifier `qdq tune` scores candidates in accuracy points"),
-        };
+        let scores_instead = task.confirm_instead();
         match scores_instead.filter(|_| self.confirm > 0) {
             Some(instead) => {
                 Err(Error::Usage(format!("--confirm scores SQuAD F1 beside a SQuAD model's sensitivity; {instead}")))

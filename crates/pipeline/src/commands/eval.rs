@@ -16,7 +16,7 @@ use crate::report::eval::EvalReport;
 use crate::settings::data::DataSettings;
 use crate::settings::runtime::{BatchSize, RuntimeSettings};
 use crate::steps::run::EvalOptions;
-use crate::tasks::{EvalRequest, Task};
+use crate::tasks::{EvalRequest, Task, Unclaimed};
 
 /// `qdq eval`.
 #[derive(Debug, Clone)]
@@ -91,9 +91,10 @@ impl Job for EvalJob {
         // The graph is enough for the checks; ONNX Runtime reads the file itself, with any external data (a model
         // over 2 GiB cannot be serialized inline, and none is held twice).
         let graph = Model::load_graph_only(&model)?;
-        let task = eval_task(&graph, &model, &data)?;
-        if let Task::Embed(e) = &task {
-            tracing::info!("{}", e.describe());
+        // A model whose outputs cannot be told apart is scored on SQuAD, whose checks name what does not fit.
+        let task = Task::detect_or(&graph, &model, &data, Unclaimed::ScoreAsSquad)?;
+        if let Some(d) = task.describe() {
+            tracing::info!("{d}");
         }
         let (session, other_eps) = self.sessions(&model, &mut data);
         let baseline = self.baseline.as_deref().map(resolve_model).transpose()?;
@@ -132,19 +133,6 @@ impl Job for EvalJob {
             profile_ops: self.profile_ops,
         };
         Ok(EvalReport(task.eval(req, progress)?))
-    }
-}
-
-/// The task `qdq eval` measures the model by: as [`Task::detect`] tells, except that a model whose outputs cannot be
-/// told apart is scored on SQuAD, whose checks name what does not fit (unless an embedding was asked for).
-fn eval_task(graph: &Model, model: &Path, data: &DataConfig) -> Result<Task> {
-    if let Some(task) = Task::detect_squad_or_embedding(graph, model, data)? {
-        return Ok(task);
-    }
-    match crate::inputs::roles::class_logits(graph, &data.io_names, model) {
-        Ok(output) => Task::classifier(output, graph, data),
-        Err(e) if data.io_names.named().embedding.is_some() || data.pooling.is_some() => Err(e),
-        Err(_) => Ok(Task::Squad),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Held-out inputs run through FP32 once, and how far another model's outputs are from FP32's on them, in the task's
 //! measure: the proxy `qdq debug` and `qdq tune` measure candidates by. What is read and how two models' values
 //! compare is each task room's [`HeldReader`] (its `held` module); which inputs, its `held_out` function there,
-//! chosen by `Task::held_out` (tasks/held.rs).
+//! chosen by the room ([`crate::tasks::TaskRoom::held_out`]).
 
 use ndarray::{Array2, ArrayView2};
 use onnx_ir::Model;

@@ -120,8 +120,8 @@ impl Report for DebugReport {
             doc["other_ep"] = other_ep_json(o, measured);
         }
         doc[self.unit] = self.units.into();
-        doc[measured] = serde_json::to_value(self.logits).unwrap_or_default();
-        doc[format!("weights_only_{measured}")] = serde_json::to_value(self.weights_only_logits).unwrap_or_default();
+        doc[measured] = serde_json::to_value(&self.logits).unwrap_or_default();
+        doc[format!("weights_only_{measured}")] = serde_json::to_value(&self.weights_only_logits).unwrap_or_default();
         doc
     }
 }
@@ -144,8 +144,8 @@ fn other_ep_json(o: &EpComparison, measured: &str) -> serde_json::Value {
         })
         .collect();
     let mut doc = serde_json::json!({ "ep": o.ep, "against": o.against, "tensors": tensors });
-    doc[format!("{measured}_vs_fp32")] = serde_json::to_value(o.vs_fp32).unwrap_or_default();
-    doc[format!("{measured}_vs_first")] = serde_json::to_value(o.vs_first).unwrap_or_default();
+    doc[format!("{measured}_vs_fp32")] = serde_json::to_value(&o.vs_fp32).unwrap_or_default();
+    doc[format!("{measured}_vs_first")] = serde_json::to_value(&o.vs_first).unwrap_or_default();
     doc
 }
 

@@ -1,6 +1,7 @@
-//! The tasks a BERT is measured on, behind one shape: [`Task::detect`] tells from the graph, the model's folder and
-//! the names the user gave what the model is (once, into one value), and each task feeds its data, compares FP32 with
-//! the quantized model in its own measures and reports them.
+//! The tasks a BERT is measured on, behind one shape: each task's room (`squad/`, `classify/`, `embed/`) implements
+//! [`TaskRoom`] (what the task calibrates on, evaluates on, scores `qdq tune`'s candidates by, holds out for `qdq
+//! debug`) and [`TaskData`] (its evaluation data in `qdq e2e`), its results.json part is a [`TaskOutcome`], and
+//! [`DETECTORS`] lists the rooms in the order they claim a model. [`Task`] is the room that claimed it.
 //!
 //! - SQuAD question answering (start / end logits): EM / F1 on SQuAD questions ([`squad`]);
 //! - classification and token classification (class logits): agreement with FP32 on any inputs ([`classify`]);
@@ -10,152 +11,214 @@
 pub mod classify;
 pub mod default_float;
 pub mod embed;
-pub mod held;
 pub mod score;
 pub mod squad;
 
+use std::any::Any;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use onnx_ir::Model;
 use runtime::SessionConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::held_out::HeldOut;
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
-use crate::inputs::roles::class_logits;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::run::EvalOptions;
 use crate::steps::speed::OpProfile;
-use crate::tasks::embed::EmbedTask;
-use crate::tasks::embed::data::EmbedData;
 use crate::tasks::score::{ScoringRequest, TaskScoring};
-use crate::tasks::squad::data::Corpus;
 
-/// What a model is, as far as measuring it goes.
-#[derive(Debug, Clone)]
-pub enum Task {
-    /// Start and end logits: SQuAD questions, EM / F1.
-    Squad,
-    /// Class logits (`[batch, classes]`, or `[batch, seq, classes]` per token): agreement with FP32.
-    Classify { output: String },
-    /// A sentence embedding: cosine to FP32's, neighbours, retrieval.
-    Embed(Box<EmbedTask>),
+/// What qdq asks of one task, each task's room answering for its own: its name and units, how it calibrates, what it
+/// evaluates on and how, how `qdq tune` scores its candidates and which inputs `qdq debug` holds out.
+pub(crate) trait TaskRoom: std::fmt::Debug + Send + Sync {
+    /// results.json's `task`.
+    fn name(&self) -> &'static str;
+    /// What the task's evaluation units are called (`questions`, `inputs`, `texts`).
+    fn unit(&self) -> &'static str;
+    /// Calibration units when none are asked for.
+    fn default_cal_num(&self) -> usize;
+    /// The range method of integer pairs when none is asked for (one of [`Task::INTEGER_METHODS`]).
+    fn integer_method(&self) -> calib::MethodKind;
+    /// What the model was settled as, in one line for the log (an embedding model's output and pooling).
+    fn describe(&self) -> Option<String> {
+        None
+    }
+    /// Whether `qdq e2e` evaluates this task on each of several `--ep`s (else on the first only).
+    fn on_several_eps(&self) -> bool {
+        false
+    }
+    /// What scores a candidate when `qdq debug --confirm` (SQuAD's F1 beside the sensitivity) does not apply: `None`
+    /// when it does.
+    fn confirm_instead(&self) -> Option<&'static str>;
+    /// Calibration inputs for `model` (loaded from `model_path`) from `path` (not `.npz` / `.npy`, which every task
+    /// reads alike), its first `n` units (0 = all).
+    fn calibration_feeds(
+        &self,
+        model: (&Model, &Path),
+        path: &Path,
+        n: usize,
+        cfg: &DataConfig,
+        text: &TextInputs,
+    ) -> Result<Box<dyn Feeds>>;
+    /// The first `n` units (0 = all) of `dataset` as this task evaluates `model` on them.
+    fn eval_data(
+        &self,
+        model: (&Model, &Path),
+        dataset: &Path,
+        n: usize,
+        cfg: &DataConfig,
+        text: &TextInputs,
+    ) -> Result<Box<dyn TaskData>>;
+    /// `qdq eval`: the model of `req` in this task's measures (against its baseline where one is given).
+    fn eval(&self, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>>;
+    /// The scoring of `qdq tune`'s candidates.
+    fn scoring(&self, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn TaskScoring>>;
+    /// The last `n` units of `dataset` held out for `qdq debug` and `qdq tune`, with FP32's outputs on them.
+    fn held_out(
+        &self,
+        fp32: (&Model, &Path),
+        dataset: &Path,
+        n: usize,
+        session: SessionConfig,
+        cfg: &DataConfig,
+    ) -> Result<HeldOut>;
 }
 
+/// A task's evaluation data in `qdq e2e`, as its room reads it.
+pub(crate) trait TaskData {
+    /// How many of the first `cal_num` units of `calibration` are also evaluated, when that can be told.
+    fn calibration_overlap(&self, calibration: &Path, cal_num: usize, same_file: bool) -> Option<usize>;
+    /// FP32 against the quantized model(s) of `run` in this task's measures; each phase's seconds into `phases`.
+    fn e2e(
+        &self,
+        run: &E2eRun<'_>,
+        progress: &dyn Progress,
+        phases: &mut std::collections::BTreeMap<String, f64>,
+    ) -> Result<TaskResult>;
+    /// Where `model`'s time goes on `session` (`--profile-ops`): on the first features of the data (at most
+    /// [`crate::steps::speed::FEATURES`]), in batches of `batch`.
+    fn profile(&self, model: &Path, session: &SessionConfig, batch: usize) -> Result<OpProfile>;
+}
+
+/// Whether a room claims a model: [`Detected::Is`] its task; [`Detected::Not`] with why, when the room can say
+/// (the error shown if no room claims the model). An `Err` is a model that contradicts its own kind (a folder whose
+/// modules qdq cannot compute, a named output the graph lacks): detection stops there.
+pub(crate) enum Detected {
+    Is(Task),
+    Not(Option<Error>),
+}
+
+/// A room's detector: whether `model` (loaded from the path) is its task under the data configuration.
+pub(crate) type Detector = fn(&Model, &Path, &DataConfig) -> Result<Detected>;
+
+/// The rooms in the order they claim a model: start / end logits make a SQuAD model; then a sentence embedding or
+/// token states an embedding model ([`qdq::roles::embedding_output`]); then class logits a classifier
+/// ([`crate::inputs::roles::class_logits`]). The roles `--io-names` names decide first within each. A new task is
+/// its room and one line here.
+pub(crate) const DETECTORS: [(&str, Detector); 3] =
+    [("squad", squad::room::detect), ("embedding", embed::room::detect), ("classification", classify::room::detect)];
+
+/// What a command does with a model no room claims (its outputs cannot be told apart), unless an embedding or a
+/// pooling was asked for (then it is always the error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unclaimed {
+    /// Refuse it, with the last room's reason (`qdq e2e`, `debug`, `tune`).
+    Refuse,
+    /// Calibrate on its inputs alone, its outputs unread (`qdq calibrate`: only how the data feeds the model matters).
+    CalibrateInputs,
+    /// Score it on SQuAD, whose checks name what does not fit (`qdq eval`).
+    ScoreAsSquad,
+}
+
+/// What a model is, as far as measuring it goes: the room that claimed it ([`DETECTORS`]).
+#[derive(Debug, Clone)]
+pub struct Task(Arc<dyn TaskRoom>);
+
 impl Task {
-    /// The task of `model` (loaded from `model_path`) under `cfg`: the roles `--io-names` names decide
-    /// (`start`/`end`, `logits`, `embedding`); else start / end logits found in the graph make a SQuAD model, a
-    /// sentence embedding or token states ([`qdq::roles::embedding_output`]) an embedding model, and anything else
-    /// is taken for a classifier, its class logits found as [`class_logits`] finds them (an error naming the roles
-    /// to give when they cannot be).
+    /// The task of `room`.
+    pub(crate) fn of(room: impl TaskRoom + 'static) -> Task {
+        Task(Arc::new(room))
+    }
+
+    /// The task of `model` (loaded from `model_path`) under `cfg`: the first room of [`DETECTORS`] to claim it; a
+    /// model none claims is an error naming the roles to give.
     pub fn detect(model: &Model, model_path: &Path, cfg: &DataConfig) -> Result<Task> {
-        match Task::detect_squad_or_embedding(model, model_path, cfg)? {
-            Some(task) => Ok(task),
-            None => Task::classifier(class_logits(model, &cfg.io_names, model_path)?, model, cfg),
+        Task::detect_or(model, model_path, cfg, Unclaimed::Refuse)
+    }
+
+    /// As [`Task::detect`], a model no room claims taken as `unclaimed` says.
+    pub fn detect_or(model: &Model, model_path: &Path, cfg: &DataConfig, unclaimed: Unclaimed) -> Result<Task> {
+        let mut why = None;
+        for (_, detect) in DETECTORS {
+            match detect(model, model_path, cfg)? {
+                Detected::Is(task) => return Ok(task),
+                Detected::Not(reason) => why = reason.or(why),
+            }
+        }
+        let named = cfg.io_names.named().embedding.is_some() || cfg.pooling.is_some();
+        let why = why.unwrap_or_else(|| Error::Input {
+            path: model_path.to_path_buf(),
+            reason: "no output qdq can measure: name the outputs with --io-names".to_owned(),
+        });
+        match (unclaimed, why) {
+            (Unclaimed::CalibrateInputs, Error::Input { .. }) if !named => {
+                Ok(Task::of(classify::room::ClassifyTask { output: String::new() }))
+            }
+            (Unclaimed::ScoreAsSquad, _) if !named => Ok(Task::of(squad::room::SquadTask)),
+            (_, why) => Err(why),
         }
     }
 
-    /// A classifier of class logits `output`, the classes its folder's config.json names checked against the ones
-    /// the output declares ([`classify::check_folder_labels`]).
-    pub(crate) fn classifier(output: String, model: &Model, cfg: &DataConfig) -> Result<Task> {
-        classify::check_folder_labels(model, &output, cfg)?;
-        Ok(Task::Classify { output })
-    }
-
-    /// A SQuAD or an embedding model as its outputs (and what was named) tell; `None` when they tell neither. An
-    /// error is what contradicts the model's own kind (a folder whose modules qdq cannot compute, a named output
-    /// it does not have): callers that fall back to another task on `None` never fall back past it.
-    pub(crate) fn detect_squad_or_embedding(
-        model: &Model,
-        model_path: &Path,
-        cfg: &DataConfig,
-    ) -> Result<Option<Task>> {
-        let named = cfg.io_names.named();
-        let g = model.graph();
-        if named.embedding.is_none() && named.logits.is_none() {
-            let by_name = named.start.is_some() && named.end.is_some();
-            if by_name || qdq::roles::logit_roles(g, named).is_ok() {
-                return Ok(Some(Task::Squad));
-            }
-        }
-        if named.logits.is_none() {
-            let found = qdq::roles::embedding_output(g, named, cfg.pooling.is_some())
-                .map_err(|e| crate::inputs::roles::role_error(model_path, e))?;
-            if let Some(found) = found {
-                return Ok(Some(Task::Embed(Box::new(EmbedTask::settle(found, model_path, cfg)?))));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The task as calibration needs it: only how the data feeds the model matters there, so a model whose outputs
-    /// cannot be told apart calibrates on arrays or text as a classifier would (its outputs are not read).
-    pub fn for_calibration(model: &Model, model_path: &Path, cfg: &DataConfig) -> Result<Task> {
-        if let Some(task) = Task::detect_squad_or_embedding(model, model_path, cfg)? {
-            return Ok(task);
-        }
-        match class_logits(model, &cfg.io_names, model_path) {
-            Ok(output) => Task::classifier(output, model, cfg),
-            Err(Error::Input { .. }) if cfg.io_names.named().embedding.is_none() && cfg.pooling.is_none() => {
-                Ok(Task::Classify { output: String::new() })
-            }
-            Err(e) => Err(e),
-        }
-    }
+    /// Every method [`TaskRoom::integer_method`] may choose.
+    pub(crate) const INTEGER_METHODS: [calib::MethodKind; 2] = [calib::MethodKind::Mse, calib::MethodKind::Percentile];
 
     /// Calibration units when none are asked for: 100 SQuAD questions (the seed scripts'), 100 inputs; 2,000
     /// questions (with their paragraphs) or texts for an embedding model, whose short texts hold few tokens each
     /// (docs/QUANTIZATION.md measures the counts).
     pub fn default_cal_num(&self) -> usize {
-        match self {
-            Task::Embed(_) => 2000,
-            Task::Squad | Task::Classify { .. } => 100,
-        }
+        self.0.default_cal_num()
     }
 
-    /// Every method [`Task::integer_method`] may choose.
-    pub(crate) const INTEGER_METHODS: [calib::MethodKind; 2] = [calib::MethodKind::Mse, calib::MethodKind::Percentile];
-
-    /// The range method of integer pairs when none is asked for. mse (the range of least expected rounding and
-    /// clipping error per value) where each token's output counts alone (a QA head's logits, a token classifier);
-    /// percentile (99.999) for a pooled sentence embedding: pooling averages the rounding noise of a text's tokens
-    /// away, which is independent from token to token, but keeps the error of values clipped at the range, which
-    /// all lean one way, so the range that serves the pooled output clips less than mse's (docs/QUANTIZATION.md,
+    /// The range method of integer pairs when none is asked for: mse where each token's output counts alone (a QA
+    /// head's logits, a classifier); percentile for a pooled sentence embedding (docs/QUANTIZATION.md,
     /// "all-MiniLM-L6-v2").
     pub fn integer_method(&self) -> calib::MethodKind {
-        match self {
-            Task::Embed(_) => calib::MethodKind::Percentile,
-            Task::Squad | Task::Classify { .. } => calib::MethodKind::Mse,
-        }
+        self.0.integer_method()
     }
 
     /// results.json's `task`.
     pub fn name(&self) -> &'static str {
-        match self {
-            Task::Squad => "squad",
-            Task::Classify { .. } => "classification",
-            Task::Embed(_) => "embedding",
-        }
+        self.0.name()
     }
 
     /// What the task's evaluation units are called.
     pub fn unit(&self) -> &'static str {
-        match self {
-            Task::Squad => "questions",
-            Task::Classify { .. } => "inputs",
-            Task::Embed(_) => "texts",
-        }
+        self.0.unit()
     }
-}
 
-impl Task {
+    /// What the model was settled as, in one line for the log (an embedding model's output and pooling).
+    pub fn describe(&self) -> Option<String> {
+        self.0.describe()
+    }
+
+    /// Whether `qdq e2e` evaluates this task on each of several `--ep`s.
+    pub(crate) fn on_several_eps(&self) -> bool {
+        self.0.on_several_eps()
+    }
+
+    /// [`TaskRoom::confirm_instead`].
+    pub(crate) fn confirm_instead(&self) -> Option<&'static str> {
+        self.0.confirm_instead()
+    }
+
     /// Calibration inputs for this task's `model` (loaded from `model_path`) from `path`, its first `n` units (0 =
-    /// all): `.npz` / `.npy` arrays for any model; a SQuAD `.json` as questions for a SQuAD model and as both kinds of
-    /// text (questions and their paragraphs, [`EmbedData::calibration_texts`]) for an embedding model; any other file
-    /// as text lines, TSV or JSONL (for an embedding model, each text alone).
+    /// all): `.npz` / `.npy` arrays for any model; any other file as the task reads it (a SQuAD `.json` as questions
+    /// for a SQuAD model and as both kinds of text for an embedding model; text lines, TSV or JSONL).
     pub fn calibration_feeds(
         &self,
         (model, model_path): (&Model, &Path),
@@ -165,28 +228,9 @@ impl Task {
         text: &TextInputs,
     ) -> Result<Box<dyn Feeds>> {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-        let feeds: Box<dyn Feeds> = match (self, ext.as_str()) {
-            (_, "npz" | "npy") => Box::new(InputSet::load(path, model, text, n)?),
-            (Task::Embed(_), _) => {
-                let texts = EmbedData::calibration_texts(path, n)?;
-                Box::new(InputSet::from_texts(path, &texts, text)?)
-            }
-            (Task::Squad, "json") => {
-                let mut c = Corpus::load(path, cfg, &text.loaded_tokenizer(cfg)?, n)?;
-                c.fit_model(model, model_path)?;
-                Box::new(c)
-            }
-            (Task::Classify { .. }, "json") => {
-                return Err(Error::Input {
-                    path: path.to_path_buf(),
-                    reason: format!(
-                        "SQuAD JSON calibrates SQuAD and embedding models, and {} is a classifier: give .npz (arrays \
-                         named after the model inputs), .npy (token ids), text lines or JSONL",
-                        model_path.display()
-                    ),
-                });
-            }
-            (Task::Squad | Task::Classify { .. }, _) => Box::new(InputSet::load(path, model, text, n)?),
+        let feeds: Box<dyn Feeds> = match ext.as_str() {
+            "npz" | "npy" => Box::new(InputSet::load(path, model, text, n)?),
+            _ => self.0.calibration_feeds((model, model_path), path, n, cfg, text)?,
         };
         if n == 0 {
             let (units, unit) = feeds.units();
@@ -194,62 +238,48 @@ impl Task {
         }
         Ok(feeds)
     }
-}
 
-/// What a model is evaluated on, as its task reads it: SQuAD questions (checked against the model), a classifier's
-/// inputs and the logits it compares, or the texts an embedding model embeds (and, with labels, retrieves among).
-pub(crate) enum TaskData {
-    Squad(Box<Corpus>),
-    Classify(InputSet, String),
-    Embed(Box<EmbedTask>, EmbedData, InputSet),
-}
-
-impl Task {
     /// The first `n` units (0 = all) of `dataset` as this task evaluates `model` (loaded from `model_path`) on them,
     /// read through `cfg` and the model's text inputs `text`.
     pub(crate) fn eval_data(
         &self,
-        (model, model_path): (&Model, &Path),
+        model: (&Model, &Path),
         dataset: &Path,
         n: usize,
         cfg: &DataConfig,
         text: &TextInputs,
-    ) -> Result<TaskData> {
-        Ok(match self {
-            Task::Squad => {
-                let mut d = Corpus::load(dataset, cfg, &text.loaded_tokenizer(cfg)?, n)?;
-                d.fit_model(model, model_path)?;
-                TaskData::Squad(Box::new(d))
-            }
-            Task::Classify { output } => {
-                tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
-                TaskData::Classify(classify::load_inputs(dataset, model, text, n, output)?, output.clone())
-            }
-            Task::Embed(e) => {
-                let data = EmbedData::load(dataset, cfg.corpus.as_deref(), n)?;
-                let set = InputSet::from_texts(dataset, &data.texts, text)?;
-                TaskData::Embed(e.clone(), data, set)
-            }
-        })
+    ) -> Result<Box<dyn TaskData>> {
+        self.0.eval_data(model, dataset, n, cfg, text)
+    }
+
+    /// `qdq eval`: the model of `req` in this task's measures (against its baseline where one is given).
+    pub(crate) fn eval(&self, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>> {
+        self.0.eval(req, progress)
+    }
+
+    /// The scoring of this task's candidates.
+    pub(crate) fn scoring(&self, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn TaskScoring>> {
+        self.0.scoring(req, progress)
+    }
+
+    /// The held-out inputs `qdq debug` and `qdq tune` measure this task's models on, the last `n` units of `dataset`,
+    /// with FP32's (`fp32`, loaded from `fp32_path`) outputs on them, run on `session`.
+    pub(crate) fn held_out(
+        &self,
+        fp32: (&Model, &Path),
+        dataset: &Path,
+        n: usize,
+        session: SessionConfig,
+        cfg: &DataConfig,
+    ) -> Result<HeldOut> {
+        Ok(self.0.held_out(fp32, dataset, n, session, cfg)?.held_for(self))
     }
 }
 
-impl TaskData {
-    /// How many of the first `cal_num` units of `calibration` are also evaluated: SQuAD questions by id (`None`
-    /// unless `calibration` reads as a SQuAD dataset); inputs of a file have no ids, so when calibration and
-    /// evaluation read one file (`same_file`) both take its first rows and the shorter run is all shared.
-    pub(crate) fn calibration_overlap(&self, calibration: &Path, cal_num: usize, same_file: bool) -> Option<usize> {
-        match self {
-            TaskData::Squad(evaluated) => {
-                let all = squad_metrics::load_dataset(calibration).ok()?;
-                let calibrated = if cal_num == 0 { all } else { all.first_n(cal_num) };
-                let evaluated: std::collections::HashSet<&str> = evaluated.question_ids().collect();
-                Some(calibrated.questions().filter(|q| evaluated.contains(q.id.as_str())).count())
-            }
-            TaskData::Classify(set, _) | TaskData::Embed(_, _, set) if same_file => Some(cal_num.min(set.len())),
-            _ => None,
-        }
-    }
+/// The inputs of a file as a classifier or an embedding model reads them have no ids: when calibration and
+/// evaluation read one file (`same_file`) both take its first rows and the shorter run is all shared.
+pub(crate) fn rows_shared(set: &InputSet, cal_num: usize, same_file: bool) -> Option<usize> {
+    same_file.then(|| cal_num.min(set.len()))
 }
 
 /// What `qdq e2e` asks of the model's task once both models are written: FP32 and the quantized model with their
@@ -283,18 +313,6 @@ pub(crate) struct OtherPrecision {
     pub path: PathBuf,
 }
 
-/// What the task measured in an e2e run: results.json's `result`, tagged by `task` (the task's name).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "task")]
-pub enum TaskResult {
-    #[serde(rename = "squad")]
-    Squad(Box<squad::e2e::SquadE2e>),
-    #[serde(rename = "classification")]
-    Classify(Box<classify::ClassifierEval>),
-    #[serde(rename = "embedding")]
-    Embed(Box<embed::EmbeddingEval>),
-}
-
 /// A policy's precision as the table's rows name it: `INT8`, `FP8 E4M3FN`, `FP8 E4M3FNUZ`.
 pub(crate) fn precision_label(precision: &str) -> String {
     match precision.split_once('-') {
@@ -315,79 +333,86 @@ pub(crate) struct TableLabels {
     pub method: Option<String>,
 }
 
+/// What a task measured in an e2e run, as its room reports it: results.json's `result`, tagged by `task` (the
+/// room registers its type under the task's name with `#[typetag::serde(name = ...)]`).
+#[typetag::serde(tag = "task")]
+pub(crate) trait TaskOutcome: OutcomeBase + std::fmt::Debug + Send + Sync {
+    /// The task's FP32 vs INT8 table, as printed and as in report.md.
+    fn table(&self, labels: &TableLabels) -> String;
+}
+
+/// What every [`TaskOutcome`] has by being a plain value: a downcast, a clone, an equality.
+pub(crate) trait OutcomeBase {
+    fn as_any(&self) -> &dyn Any;
+    fn boxed(&self) -> Box<dyn TaskOutcome>;
+    fn same_as(&self, other: &dyn TaskOutcome) -> bool;
+}
+
+impl<T: TaskOutcome + Clone + PartialEq + 'static> OutcomeBase for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn boxed(&self) -> Box<dyn TaskOutcome> {
+        Box::new(self.clone())
+    }
+    fn same_as(&self, other: &dyn TaskOutcome) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+}
+
+/// What the task measured in an e2e run: results.json's `result`, tagged by `task` (the task's name).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskResult(Box<dyn TaskOutcome>);
+
+impl Clone for TaskResult {
+    fn clone(&self) -> Self {
+        TaskResult(self.0.boxed())
+    }
+}
+
+impl PartialEq for TaskResult {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.same_as(&*other.0)
+    }
+}
+
 impl TaskResult {
+    /// A room's measurements as a result.
+    pub(crate) fn new(outcome: impl TaskOutcome + 'static) -> TaskResult {
+        TaskResult(Box::new(outcome))
+    }
+
+    /// The measurements, if they are a `T` (a task room's: [`squad::e2e::SquadE2e`], [`classify::ClassifierEval`],
+    /// [`embed::EmbeddingEval`]).
+    pub fn of<T: 'static>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
+
     /// A SQuAD model's measurements, if that is the task.
     pub fn squad(&self) -> Option<&squad::e2e::SquadE2e> {
-        match self {
-            TaskResult::Squad(r) => Some(r),
-            _ => None,
-        }
+        self.of()
     }
 
     /// A classifier's, if that is the task.
     pub fn classification(&self) -> Option<&classify::ClassifierEval> {
-        match self {
-            TaskResult::Classify(c) => Some(c),
-            _ => None,
-        }
+        self.of()
     }
 
     /// An embedding model's, if that is the task.
     pub fn embedding(&self) -> Option<&embed::EmbeddingEval> {
-        match self {
-            TaskResult::Embed(e) => Some(e),
-            _ => None,
-        }
+        self.of()
     }
 
     /// The task's FP32 vs INT8 table, as printed and as in report.md.
     pub(crate) fn table(&self, labels: &TableLabels) -> String {
-        match self {
-            TaskResult::Squad(r) => squad::table::table(r, labels),
-            TaskResult::Classify(c) => classify::table(c, &labels.row),
-            TaskResult::Embed(e) => embed::report::embedding_table(e, &labels.row),
-        }
-    }
-}
-
-impl TaskData {
-    /// FP32 against the quantized model(s) of `run` in this task's measures; each phase's seconds into `phases`.
-    pub(crate) fn e2e(
-        &self,
-        run: &E2eRun<'_>,
-        progress: &dyn Progress,
-        phases: &mut std::collections::BTreeMap<String, f64>,
-    ) -> Result<TaskResult> {
-        let t = std::time::Instant::now();
-        let sides = (run.fp32, run.int8);
-        Ok(match self {
-            TaskData::Squad(data) => TaskResult::Squad(Box::new(squad::e2e::e2e(run, data, progress, phases)?)),
-            TaskData::Classify(set, output) => {
-                let c = classify::evaluate_classifier(sides.0, sides.1, set, output, run.eval, progress)?;
-                phases.insert("evaluation".to_owned(), t.elapsed().as_secs_f64());
-                TaskResult::Classify(Box::new(c))
-            }
-            TaskData::Embed(task, data, set) => {
-                let e = embed::e2e(sides, task, data, set, (run.eval, run.seq_len, run.fixed_batch), progress, phases)?;
-                TaskResult::Embed(Box::new(e))
-            }
-        })
-    }
-
-    /// Where `model`'s time goes on `session` (`--profile-ops`): on the first features of the data (at most
-    /// [`crate::steps::speed::FEATURES`]), in batches of `batch`.
-    pub(crate) fn profile(&self, model: &Path, session: &SessionConfig, batch: usize) -> Result<OpProfile> {
-        match self {
-            TaskData::Squad(data) => squad::eval::profile_first_features(model, data, batch, session),
-            TaskData::Classify(set, output) => profile_inputs(model, session, batch, set, output),
-            TaskData::Embed(task, _, set) => profile_inputs(model, session, batch, set, task.head.output.name()),
-        }
+        self.0.table(labels)
     }
 }
 
 /// The [`OpProfile`] of `model` (on `session`) on the first inputs of `set` (at most
 /// [`crate::steps::speed::FEATURES`], in batches of `batch`), reading `output`.
-fn profile_inputs(
+pub(crate) fn profile_inputs(
     model: &Path,
     session: &SessionConfig,
     batch: usize,
@@ -433,28 +458,6 @@ impl EvalRequest<'_> {
             )));
         }
         Ok(())
-    }
-}
-
-impl Task {
-    /// `qdq eval`: the model of `req` in this task's measures (against its baseline where one is given).
-    pub(crate) fn eval(&self, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>> {
-        match self {
-            Task::Squad => squad::eval::eval(req, progress),
-            Task::Embed(task) => embed::eval::eval(task, req, progress),
-            Task::Classify { output } => classify::eval(output, req, progress),
-        }
-    }
-}
-
-impl Task {
-    /// The scoring of this task's candidates.
-    pub(crate) fn scoring(&self, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn TaskScoring>> {
-        Ok(match self {
-            Task::Embed(task) => Box::new(embed::score::EmbedScoring::of(task, req, progress)?),
-            Task::Squad => Box::new(squad::score::SquadScoring::of(req, progress)?),
-            Task::Classify { output } => Box::new(classify::score::ClassifyScoring::of(output, req, progress)?),
-        })
     }
 }
 

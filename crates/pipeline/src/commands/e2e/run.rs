@@ -32,12 +32,12 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let mut phases = Phases::new();
     let model = load_for_quantization(&cfg.model)?;
     let task = Task::detect(&model, &cfg.model, &cfg.data)?;
-    if let Task::Embed(e) = &task {
-        tracing::info!("{}", e.describe());
+    if let Some(d) = task.describe() {
+        tracing::info!("{d}");
     }
     let settled = cfg.for_task(&task)?;
     let cfg = settled.as_ref().unwrap_or(cfg);
-    if !matches!(task, Task::Squad) && !cfg.other_eps.is_empty() {
+    if !task.on_several_eps() && !cfg.other_eps.is_empty() {
         return Err(Error::Usage(format!(
             "--ep with several EPs evaluates SQuAD models on each; a {} model is evaluated on the first: give one --ep \
              (and `qdq eval --ep <other> --baseline` for another)",
@@ -55,7 +55,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         };
     if let Some(c) = calibration.as_mut() {
         c.unit = task.unit().to_owned();
-        say_overlap(cfg, c, eval_data.as_ref(), task.unit());
+        say_overlap(cfg, c, eval_data.as_deref(), task.unit());
     }
     let qpath = write_model(cfg, &mut qmodel)?;
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
@@ -71,7 +71,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         })
         .collect();
     // 3. evaluate
-    if let Some(data) = &eval_data {
+    if let Some(data) = eval_data.as_deref() {
         let on = Evaluated { qpath: &qpath, int8_session, compared: &compared };
         evaluate_task(cfg, data, &on, &mut results, progress, &mut phases)?;
     }
@@ -105,7 +105,7 @@ struct Evaluated<'a> {
 /// `--profile-ops`, where each one's time goes.
 fn evaluate_task(
     cfg: &E2eConfig,
-    data: &TaskData,
+    data: &dyn TaskData,
     on: &Evaluated,
     results: &mut E2eResults,
     progress: &dyn Progress,
@@ -183,7 +183,7 @@ fn provenance(cfg: &E2eConfig, int8_session: &SessionConfig, phases: Phases) -> 
 
 /// Counts the calibration questions (or inputs, texts) that are also evaluated into `c`, and warns when there are
 /// any.
-fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&TaskData>, unit: &str) {
+fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&dyn TaskData>, unit: &str) {
     let same_file = files_are_one(&cfg.dataset, &cfg.calibration_data);
     c.also_evaluated = match eval_data {
         Some(data) => data.calibration_overlap(&cfg.calibration_data, c.questions, same_file),
@@ -196,7 +196,7 @@ fn say_overlap(cfg: &E2eConfig, c: &mut CalibrationSummary, eval_data: Option<&T
 }
 
 /// What the model is evaluated on (unless `--no-eval`) and calibrated with (static mode).
-type Prepared = (Option<TaskData>, Option<Box<dyn Feeds>>);
+type Prepared = (Option<Box<dyn TaskData>>, Option<Box<dyn Feeds>>);
 
 /// The evaluation set as the task reads it (SQuAD questions checked against the model; a classifier's inputs; an
 /// embedding model's texts, through the model's tokenizer and input roles) and the calibration data

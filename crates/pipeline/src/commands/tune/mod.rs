@@ -162,8 +162,8 @@ impl Job for TuneJob {
             .check()?;
         let graph = Model::load_graph_only(&fp32_path)?;
         let task = Task::detect(&graph, &fp32_path, &data)?;
-        if let Task::Embed(e) = &task {
-            progress.note(&e.describe());
+        if let Some(d) = task.describe() {
+            progress.note(&d);
         }
         // The candidates go to out/candidates.
         create_out_dir(&self.out.join("candidates"), "--out")?;

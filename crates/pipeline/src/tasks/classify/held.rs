@@ -7,11 +7,12 @@ use onnx_ir::Model;
 use runtime::SessionConfig;
 
 use crate::error::Result;
-use crate::held_out::agreement::{ClassAgreement, OutputAgreement};
+use crate::held_out::agreement::{HeldAgreement, OutputAgreement};
 use crate::held_out::{AgreementSums, HeldBatch, HeldOut, HeldReader, Runs, Values};
 use crate::inputs::config::DataConfig;
 use crate::inputs::files::TextInputs;
 use crate::tasks::classify::load_inputs;
+use serde::Serialize;
 
 /// Reads a classifier's class logits (the output named): one row per input, or per kept token.
 struct ClassReader(String);
@@ -60,7 +61,7 @@ impl AgreementSums for ClassSums {
 
     fn agreement(&self) -> OutputAgreement {
         let n = self.rows.max(1) as f64;
-        OutputAgreement::Classes(ClassAgreement {
+        OutputAgreement::new(ClassAgreement {
             classes: self.classes,
             mean_kl: self.kl / n,
             same_class: if self.rows == 0 { 1.0 } else { self.same as f64 / n },
@@ -107,4 +108,77 @@ pub(crate) fn held_out(
     let held = HeldOut::with_fp32(runs, fp32, picked.len(), "inputs")?;
     let what = format!("the last {} inputs of {}", held.units(), dataset.display());
     Ok(held.described(what))
+}
+
+/// How two classifiers' class logits agree, per input (a token classifier: per token the mask keeps).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ClassAgreement {
+    /// Classes per row (1: a regression head, compared by its squared difference).
+    pub classes: usize,
+    /// Mean KL(softmax(FP32) ‖ softmax(other)) of the class probabilities, in nats.
+    pub mean_kl: f64,
+    /// Share of rows whose class (argmax) is FP32's.
+    pub same_class: f64,
+    /// Rows whose class is not FP32's.
+    pub flips: u64,
+    /// Mean squared logit difference (a regression head's distance).
+    pub mean_sq_diff: f64,
+    /// Largest |logit difference|.
+    pub max_abs_diff: f64,
+}
+
+impl HeldAgreement for ClassAgreement {
+    /// The class KL; a regression head's mean squared difference.
+    fn loss(&self) -> f64 {
+        if self.classes == 1 { self.mean_sq_diff } else { self.mean_kl }
+    }
+
+    fn loss_name(&self) -> &'static str {
+        if self.classes == 1 { "mean sq diff" } else { "KL" }
+    }
+
+    fn loss_text(&self) -> String {
+        format!("{:.3e}", self.loss())
+    }
+
+    fn explained(&self) -> &'static str {
+        if self.classes == 1 {
+            "mean squared difference of the regression output"
+        } else {
+            "KL: of the class probabilities, mean over inputs"
+        }
+    }
+
+    fn measured(&self) -> &'static str {
+        "class logits"
+    }
+
+    fn key(&self) -> &'static str {
+        "class_logits"
+    }
+
+    /// The share of inputs whose class is FP32's (a regression head: the largest difference).
+    fn second(&self) -> (&'static str, String) {
+        if self.classes == 1 {
+            ("max |diff|", format!("{:.4}", self.max_abs_diff))
+        } else {
+            ("class = FP32", format!("{:.2} %", 100.0 * self.same_class))
+        }
+    }
+
+    fn describe(&self) -> String {
+        if self.classes == 1 {
+            return format!(
+                "regression output: mean squared difference {:.3e}, max |diff| {:.4}",
+                self.mean_sq_diff, self.max_abs_diff
+            );
+        }
+        format!(
+            "class KL {:.3e} nats, class = FP32's {:.2} % ({} flipped), max |diff| {:.3}",
+            self.mean_kl,
+            100.0 * self.same_class,
+            self.flips,
+            self.max_abs_diff
+        )
+    }
 }

@@ -17,6 +17,7 @@ use crate::tasks::default_float::{self, DefaultFloat, Which};
 use crate::tasks::{EvalRequest, RanOn, Side};
 
 pub mod held;
+pub mod room;
 pub mod score;
 
 /// One model's side of a classifier evaluation.

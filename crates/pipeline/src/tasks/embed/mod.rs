@@ -9,6 +9,7 @@ pub mod head;
 pub mod held;
 pub mod measure;
 pub mod report;
+pub mod room;
 pub mod run;
 pub mod score;
 pub mod speed;

@@ -7,11 +7,12 @@ use onnx_ir::Model;
 use runtime::SessionConfig;
 
 use crate::error::Result;
-use crate::held_out::agreement::{LogitAgreement, OutputAgreement};
+use crate::held_out::agreement::{HeldAgreement, OutputAgreement};
 use crate::held_out::{AgreementSums, HeldBatch, HeldOut, HeldReader, Runs, Values};
 use crate::inputs::config::DataConfig;
 use crate::tasks::squad::data::{Corpus, questions_done};
 use crate::tasks::squad::logits::run_logits;
+use serde::Serialize;
 
 /// Reads a QA head's start and end logits through the SQuAD names: `[start, end]` values (`[rows, seq]` each).
 struct LogitReader(squad::ModelIo);
@@ -61,7 +62,7 @@ impl AgreementSums for LogitSums {
 
     fn agreement(&self) -> OutputAgreement {
         let n = self.features.max(1) as f64;
-        OutputAgreement::Logits(LogitAgreement {
+        OutputAgreement::new(LogitAgreement {
             kl_start: self.kl[0] / n,
             kl_end: self.kl[1] / n,
             argmax_start: self.same[0] as f64 / n,
@@ -95,4 +96,66 @@ pub(crate) fn held_out(
     let held = HeldOut::with_fp32(runs, fp32, corpus.questions(), "questions")?;
     let what = format!("the last {} questions of {} ({} features)", held.units(), dataset.display(), held.features());
     Ok(held.described(what))
+}
+
+/// How two models' start and end logits agree, per feature, over the feature's real tokens.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LogitAgreement {
+    /// Mean KL(softmax(FP32) ‖ softmax(other)) in nats.
+    pub kl_start: f64,
+    pub kl_end: f64,
+    /// Share of features whose argmax is the same.
+    pub argmax_start: f64,
+    pub argmax_end: f64,
+    /// Largest |logit difference|.
+    pub max_abs_diff: f64,
+}
+
+impl LogitAgreement {
+    /// The mean of the start and end KL.
+    pub fn kl(&self) -> f64 {
+        (self.kl_start + self.kl_end) / 2.0
+    }
+}
+
+impl HeldAgreement for LogitAgreement {
+    fn loss(&self) -> f64 {
+        self.kl()
+    }
+
+    fn loss_name(&self) -> &'static str {
+        "KL"
+    }
+
+    fn loss_text(&self) -> String {
+        format!("{:.4}", self.kl())
+    }
+
+    fn explained(&self) -> &'static str {
+        "KL: mean of start and end"
+    }
+
+    fn measured(&self) -> &'static str {
+        "logits"
+    }
+
+    fn key(&self) -> &'static str {
+        "logits"
+    }
+
+    /// The share of features with the same argmax, start and end together.
+    fn second(&self) -> (&'static str, String) {
+        ("same argmax", format!("{:.1} %", 50.0 * (self.argmax_start + self.argmax_end)))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "KL start {:.4} / end {:.4} nats, same argmax {:.1} % / {:.1} %, max |diff| {:.3}",
+            self.kl_start,
+            self.kl_end,
+            100.0 * self.argmax_start,
+            100.0 * self.argmax_end,
+            self.max_abs_diff
+        )
+    }
 }

@@ -8,6 +8,7 @@ pub mod eval;
 pub mod evaluate;
 pub mod held;
 pub mod logits;
+pub mod room;
 pub mod score;
 pub mod screen;
 pub mod table;
