@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU INT8 latency harness, driven by `cargo xtask bench --cpu-int8`.
+"""CPU INT8 latency harness, driven by `cargo xtask bench cpu-int8`.
 
     cpu_int8.py dynamic --model M --out Q.onnx
         ONNX Runtime's one-liner: onnxruntime.quantization.quantize_dynamic(M, Q) with its defaults (plus the

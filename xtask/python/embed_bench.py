@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sentence-embedding peers, made for `cargo xtask bench --embeddings`.
+"""Sentence-embedding peers, made for `cargo xtask bench embeddings`.
 
     embed_bench.py dynamic --model M --out Q.onnx
         ONNX Runtime's dynamic INT8 as sentence-transformers' export_dynamic_quantized_onnx_model writes it with
@@ -8,8 +8,9 @@
 
     embed_bench.py nncf --model M --texts T.json --out Q.onnx
         NNCF's static INT8 (nncf.quantize, ModelType.TRANSFORMER and its other defaults, SmoothQuant among them) of M,
-        calibrated on every text in T.json (token ids, one list per text, as qdq feeds them: [CLS] text [SEP]), one
-        text per item, the attention mask all ones.
+        calibrated on every text in T.json (token ids, one list per text, framed as the model's tokenizer frames
+        it: [CLS] text [SEP]; or a sentence pair's {"ids": [...], "types": [...]}), one per item, the attention mask
+        all ones.
 
 The timing of the models is cpu_int8.py's and ov_bench.py's `time`. Tested with onnxruntime==1.31.1, nncf==3.4.0,
 onnx, numpy.
@@ -49,14 +50,16 @@ def quantize_nncf(args):
     with open(args.texts) as f:
         texts = json.load(f)
     items = []
-    for ids in texts:
+    for text in texts:
+        # A text's ids, or a pair's {"ids": [...], "types": [...]} (its segment ids as the tokenizer frames it).
+        ids, types = (text["ids"], text["types"]) if isinstance(text, dict) else (text, [0] * len(text))
         row = np.array([ids], dtype=np.int64)
         item = {}
         for n in names:
             if "mask" in n:
                 item[n] = np.ones_like(row)
             elif "type" in n or "segment" in n:
-                item[n] = np.zeros_like(row)
+                item[n] = np.array([types], dtype=np.int64)
             else:
                 item[n] = row
         items.append(item)

@@ -1,4 +1,4 @@
-"""A real fine-tuned sentence-pair classifier for `cargo xtask bench --classify` (issue 77): QNLI rebuilt from SQuAD
+"""A real fine-tuned sentence-pair classifier for `cargo xtask bench classify` (issue 77): QNLI rebuilt from SQuAD
 v1.1 as GLUE built it (does this sentence of the paragraph hold the answer to the question?), written in GLUE's own
 TSV layout (index, question, sentence, label; labels `entailment` / `not_entailment`), and all-MiniLM-L6-v2's encoder
 (its ONNX export's weights, read back into a BertModel) fine-tuned on the training pairs, then exported by Hugging Face

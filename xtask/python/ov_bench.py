@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""OpenVINO bench harness, driven by `cargo xtask bench --openvino`.
+"""OpenVINO bench harness, driven by `cargo xtask bench openvino`.
 
     ov_bench.py nncf --model M --features DIR --out Q.onnx
         NNCF's INT8 model of M: nncf.quantize with ModelType.TRANSFORMER and its other defaults (SmoothQuant among

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ONNX Runtime's own QNN recipe, driven by `cargo xtask bench --qnn`.
+"""ONNX Runtime's own QNN recipe, driven by `cargo xtask bench qnn`.
 
     qnn_bench.py recipe --model M --features DIR --out Q.onnx [--activations uint16|uint8]
         The model ONNX Runtime's documentation prescribes for QNN's HTP: M's inputs fixed to the features' shape

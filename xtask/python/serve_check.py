@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does qdq's output folder load where its source loads? Driven by `cargo xtask bench --serve`.
+"""Does qdq's output folder load where its source loads? Driven by `cargo xtask bench serve`.
 
     serve_check.py embedding --source DIR --out DIR --dataset DEV.json --samples N
         Loads the quantized folder with sentence-transformers as its users do (backend="onnx",

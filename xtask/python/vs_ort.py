@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ONNX Runtime's Python quantization tools, driven by `cargo xtask bench --vs-python`.
+"""ONNX Runtime's Python quantization tools, driven by `cargo xtask bench vs-python`.
 
 Every input comes from files the Rust side wrote, so both tools see byte-identical data:
 

@@ -35,8 +35,8 @@ pub enum Cmd {
     Download(DownloadArgs),
     /// setup + download, build qdq in release, run `qdq e2e` on the assets (default --samples 1000, --out out/e2e).
     E2e(E2eArgs),
-    /// criterion benchmarks of calib, then an e2e run for timing (out/bench/summary.md); with --vs-python, the
-    /// comparison with ONNX Runtime's Python calibration instead.
+    /// criterion benchmarks of calib, then an e2e run for timing (out/bench/summary.md); `bench <name>` runs one
+    /// comparison instead (vs-python, cpu-int8, openvino, embeddings, classify, qnn, serve, big-model).
     Bench(Box<BenchArgs>),
     /// Seeded mutation of ONNX models, range tables and SQuAD files through the library loaders: no panic, no
     /// case over 5 s, every error with a message (runs briefly inside `cargo xtask test`; this runs it long).
@@ -96,7 +96,7 @@ pub struct TestArgs {
     pub cargo_test: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Default, PartialEq, Args)]
 pub struct DownloadArgs {
     /// Take the files from this local copy of the assets instead of the internet (default: QDQ_ASSETS_MIRROR, else
     /// a shared/assets folder beside the checkout if there is one).
@@ -151,46 +151,156 @@ pub struct E2eArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
-    /// Compare qdq's calibration with ONNX Runtime's Python tools (see the options below) instead of the criterion
-    /// benchmarks.
-    #[arg(long)]
-    pub vs_python: bool,
-    /// Without --vs-python: criterion only, no e2e timing run.
+    /// The bench to run (none: the criterion benchmarks and the end-to-end timing).
+    #[command(subcommand)]
+    pub bench: Option<BenchCmd>,
+    /// criterion only, no e2e timing run.
     #[arg(long)]
     pub no_e2e: bool,
     #[command(flatten)]
     pub download: DownloadArgs,
+}
+
+/// The benches, one subcommand each (`cargo xtask bench <name> --help` lists its options).
+#[derive(Debug, Clone, Subcommand)]
+pub enum BenchCmd {
+    /// qdq's calibration against ONNX Runtime's Python tools on the same model and features (out/bench/vs_python.*).
+    VsPython(VsPythonArgs),
+    /// FP32, qdq's CPU models and ONNX Runtime's quantize_dynamic: latency, size, F1 (out/bench/cpu_int8.*).
+    CpuInt8(CpuInt8Bench),
+    /// A model over protobuf's 2 GiB through qdq, each command's peak memory (out/bench/big_model.*).
+    BigModel(BigModelBench),
+    /// FP32, qdq's INT8 for OpenVINO and NNCF's, timed and scored on OpenVINO (out/bench/openvino.*).
+    Openvino(OpenVinoBench),
+    /// Sentence-embedding models: qdq against ORT dynamic and NNCF, fidelity, retrieval, speed
+    /// (out/bench/embeddings.*).
+    Embeddings(EmbeddingsBench),
+    /// A sentence-pair classifier: qdq against ORT dynamic and NNCF, accuracy, agreement, speed
+    /// (out/bench/classify.*).
+    Classify(ClassifyBench),
+    /// qdq's model for QNN against ONNX Runtime's QNN recipe, on the CPU EP and the emulated HTP (out/bench/qnn.*).
+    Qnn(QnnBench),
+    /// Whether qdq's output folders load where their sources load (sentence-transformers, optimum) (out/bench/serve.*).
+    Serve(ServeBench),
+}
+
+/// `bench cpu-int8`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct CpuInt8Bench {
     #[command(flatten)]
-    pub vs: VsPythonArgs,
-    #[command(flatten)]
-    pub cpu: CpuInt8Args,
+    pub args: CpuInt8Args,
     #[command(flatten)]
     pub timing: TimingArgs,
     #[command(flatten)]
-    pub big: BigModelArgs,
+    pub data: BenchData,
     #[command(flatten)]
-    pub openvino: OpenVinoBenchArgs,
-    #[command(flatten)]
-    pub embeddings: EmbeddingsBenchArgs,
-    #[command(flatten)]
-    pub qnn: QnnBenchArgs,
-    /// Whether qdq's output folders load where their sources load: each embedding model's in sentence-transformers
-    /// (its cosine to FP32 against qdq's), a QA folder's in optimum, from a git-ignored venv (.venv-serve; torch
-    /// comes with them). Writes out/bench/serve.{json,md}.
-    #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino", "embeddings", "qnn"])]
-    pub serve: bool,
+    pub download: DownloadArgs,
 }
 
-/// Options of `bench --qnn`: qdq's model for `--ep qnn` against ONNX Runtime's QNN recipe (`get_qnn_qdq_config`) of
+/// `bench big-model`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct BigModelBench {
+    #[command(flatten)]
+    pub args: BigModelArgs,
+    /// Output directory.
+    #[arg(long, default_value_os_t = root().join("out/bench"), value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+/// `bench openvino`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct OpenVinoBench {
+    #[command(flatten)]
+    pub args: OpenVinoBenchArgs,
+    #[command(flatten)]
+    pub embeddings: EmbeddingModels,
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    #[command(flatten)]
+    pub data: BenchData,
+    #[command(flatten)]
+    pub download: DownloadArgs,
+}
+
+/// `bench embeddings`' options.
+#[derive(Debug, Clone, Args)]
+pub struct EmbeddingsBench {
+    #[command(flatten)]
+    pub args: EmbeddingsBenchArgs,
+    #[command(flatten)]
+    pub models: EmbeddingModels,
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    #[command(flatten)]
+    pub data: BenchData,
+    #[command(flatten)]
+    pub download: DownloadArgs,
+}
+
+/// `bench classify`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ClassifyBench {
+    #[command(flatten)]
+    pub args: ClassifyBenchArgs,
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Output directory.
+    #[arg(long, default_value_os_t = root().join("out/bench"), value_name = "DIR")]
+    pub out: PathBuf,
+    /// Do not wait for other `qdq` runs or busy processes to finish before timing.
+    #[arg(long = "no-wait", action = ArgAction::SetFalse)]
+    pub wait: bool,
+}
+
+/// `bench qnn`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct QnnBench {
+    #[command(flatten)]
+    pub args: QnnBenchArgs,
+    #[command(flatten)]
+    pub data: BenchData,
+    #[command(flatten)]
+    pub download: DownloadArgs,
+}
+
+/// `bench serve`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeBench {
+    #[command(flatten)]
+    pub data: BenchData,
+    #[command(flatten)]
+    pub download: DownloadArgs,
+}
+
+/// Options of `bench classify`: a fine-tuned sentence-pair classifier (a folder holding `model/` with its
+/// config.json and tokenizer, and GLUE-layout `dev.tsv` / `train.tsv`, as xtask/python/make_qnli_classifier.py writes
+/// it; not in CI): `qdq e2e` on it with no flag beyond the files, ONNX Runtime's dynamic INT8 and NNCF's INT8 of the
+/// same calibration pairs, each scored by `qdq eval --baseline` on every dev pair (accuracy, the paired difference with
+/// its interval, class = FP32's, KL) and timed at 1 and 32 pairs on the CPU EP. Writes out/bench/classify.{json,md}.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ClassifyBenchArgs {
+    /// The classifier's folder (model/, dev.tsv, train.tsv).
+    #[arg(long, value_name = "DIR")]
+    pub classifier: PathBuf,
+    /// Calibration pairs for every tool (default: each its own, qdq 100 and NNCF 300).
+    #[arg(long, value_parser = positive, value_name = "N")]
+    pub classify_cal_num: Option<usize>,
+    /// Dev pairs scored (0: all).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub classify_samples: usize,
+    /// Tokens per pair the models are timed at.
+    #[arg(long, default_value_t = 128, value_parser = positive, value_name = "N")]
+    pub classify_seq_len: usize,
+}
+
+/// Options of `bench qnn`: qdq's model for `--ep qnn` against ONNX Runtime's QNN recipe (`get_qnn_qdq_config`) of
 /// the same calibration questions, each scored with `qdq eval` on the CPU EP and on QNN's emulated HTP beside FP32.
 /// No speed (the HTP is emulated). Takes --model, --vocab, --dataset, --calibration-data, --cal-num, --doc-stride and
 /// --out above. Writes out/bench/qnn.{json,md}; a rerun scores again only the legs whose model changed.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct QnnBenchArgs {
-    /// Run the QNN comparison instead of the criterion benchmarks (after `cargo xtask setup --qnn`, done by itself).
-    #[arg(long = "qnn", conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino", "embeddings"])]
-    pub qnn: bool,
     /// Dev questions each model is scored on (the emulated HTP takes 20-30 s per feature: about an hour per 200).
     #[arg(long, default_value_t = 200, value_parser = positive, value_name = "N")]
     pub qnn_samples: usize,
@@ -199,16 +309,20 @@ pub struct QnnBenchArgs {
     pub qnn_seq_len: usize,
 }
 
-/// Options of `bench --embeddings`: qdq's INT8 sentence-embedding model against ONNX Runtime's dynamic INT8 (as
+/// Options of `bench embeddings`: qdq's INT8 sentence-embedding model against ONNX Runtime's dynamic INT8 (as
 /// sentence-transformers exports it) and NNCF's INT8 of the same calibration texts, scored by `qdq eval --baseline`
-/// on SQuAD dev as retrieval and timed at 1 and 32 texts, on the CPU EP and on OpenVINO. Takes --rounds, --runs and
-/// --threads of --cpu-int8 and --dataset, --calibration-data, --out and --no-wait above. Writes
+/// on SQuAD dev as retrieval and timed at 1 and 32 texts, on the CPU EP and on OpenVINO. Writes
 /// out/bench/embeddings.{json,md}.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct EmbeddingsBenchArgs {
-    /// Run the sentence-embedding comparison instead of the criterion benchmarks.
-    #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8", "big_model", "openvino"])]
-    pub embeddings: bool,
+    /// The CPU EP only (no OpenVINO plugin).
+    #[arg(long)]
+    pub no_openvino: bool,
+}
+
+/// Which embedding models `bench embeddings` and `bench openvino` take, and on how much of the data.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct EmbeddingModels {
     /// One model's folder (default: every embedding model of the minilm assets).
     #[arg(long, value_name = "DIR")]
     pub embedding_model: Option<PathBuf>,
@@ -222,22 +336,14 @@ pub struct EmbeddingsBenchArgs {
     /// Calibration questions (with their paragraphs), for qdq and NNCF alike (qdq's default for embedding models).
     #[arg(long, default_value_t = 2000, value_parser = positive, value_name = "N")]
     pub embedding_cal_num: usize,
-    /// The CPU EP only (no OpenVINO plugin).
-    #[arg(long)]
-    pub no_openvino: bool,
 }
 
-/// Options of `bench --openvino`: FP32, qdq's INT8 for `--ep openvino` and NNCF's INT8 of the same calibration data,
+/// Options of `bench openvino`: FP32, qdq's INT8 for `--ep openvino` and NNCF's INT8 of the same calibration data,
 /// for the SQuAD model and every embedding model of the assets, timed on OpenVINO at f32 and at its own default
 /// precision (bf16 on CPUs with AMX or AVX512-BF16) and scored on OpenVINO (the CPU EP where its plugin offers no
-/// device). Takes --rounds, --runs, --threads of --cpu-int8, --embedding-model, --embedding-samples,
-/// --embedding-cal-num of --embeddings, and --model, --vocab, --dataset, --calibration-data, --cal-num, --seq-len,
-/// --doc-stride, --out above. Writes out/bench/openvino.{json,md}.
+/// device). Writes out/bench/openvino.{json,md}.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct OpenVinoBenchArgs {
-    /// Run the OpenVINO comparison instead of the criterion benchmarks.
-    #[arg(long = "openvino", conflicts_with_all = ["vs_python", "cpu_int8", "big_model"])]
-    pub openvino: bool,
     /// Batch x sequence shapes the SQuAD models are timed at (embedding models: 1 and 32 texts at their length).
     #[arg(long, default_value = "1x128,1x256,1x384,8x128,32x128", value_name = "BxS,...")]
     pub ov_shapes: String,
@@ -256,20 +362,17 @@ pub struct OpenVinoBenchArgs {
     pub ov_tune_samples: usize,
 }
 
-/// Options of `bench --big-model`: a model over protobuf's 2 GiB (onnx-ir's tiny BERT with a word-embedding table
+/// Options of `bench big-model`: a model over protobuf's 2 GiB (onnx-ir's tiny BERT with a word-embedding table
 /// grown in a sparse external data file) through `qdq inspect`, `quantize`, `eval` and `calibrate`, each one's peak
 /// memory against the model's size. Writes out/bench/big_model.{json,md} (the model files are removed after).
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct BigModelArgs {
-    /// Run the big-model check instead of the criterion benchmarks.
-    #[arg(long, conflicts_with_all = ["vs_python", "cpu_int8"])]
-    pub big_model: bool,
     /// Size of the grown model, GiB.
     #[arg(long, default_value_t = 2.2, value_name = "GIB", value_parser = size_gib)]
     pub size_gib: f64,
 }
 
-/// How the timing benches (`--cpu-int8`, `--embeddings`, `--openvino`) time their models.
+/// How the timing benches (`cpu-int8`, `embeddings`, `openvino`, `classify`) time their models.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct TimingArgs {
     /// Rounds; in each, every model in turn runs once untimed, then --runs timed runs (a block: never timed beside another
@@ -284,14 +387,11 @@ pub struct TimingArgs {
     pub threads: usize,
 }
 
-/// Options of `bench --cpu-int8`: FP32, qdq's CPU models (static default, --mode dynamic) and ONNX Runtime's
+/// Options of `bench cpu-int8`: FP32, qdq's CPU models (static default, --mode dynamic) and ONNX Runtime's
 /// quantize_dynamic, timed on the same fixed batches and scored with `qdq eval`. Also takes --model, --vocab,
 /// --dataset, --calibration-data, --cal-num, --out and --no-wait above. Writes out/bench/cpu_int8.{json,md}.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct CpuInt8Args {
-    /// Run the CPU INT8 comparison instead of the criterion benchmarks.
-    #[arg(long, conflicts_with = "vs_python")]
-    pub cpu_int8: bool,
     /// Batch x sequence shapes timed (fixed random tokens).
     #[arg(long, default_value = "1x256,8x128,1x384", value_name = "BxS,...")]
     pub shapes: String,
@@ -314,13 +414,13 @@ pub struct CpuInt8Args {
     pub ort_optimized: bool,
 }
 
-/// The calibration methods `bench --vs-python` compares.
+/// The calibration methods `bench vs-python` compares.
 pub const METHODS: [&str; 3] = ["minmax", "percentile", "entropy"];
 
-/// Options of `bench --vs-python`: qdq's calibration against ONNX Runtime's Python tools (onnxruntime==1.31.1, onnx,
-/// numpy in a .venv-bench/ venv) on the same model and byte-identical features. Writes out/bench/vs_python.{json,md}.
+/// The model, data, output and waiting every bench that runs qdq on SQuAD data shares.
 #[derive(Debug, Clone, PartialEq, Args)]
-pub struct VsPythonArgs {
+#[command(next_help_heading = "Model and data")]
+pub struct BenchData {
     /// The model (default: the minilm assets).
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
@@ -339,6 +439,25 @@ pub struct VsPythonArgs {
     /// Calibration questions.
     #[arg(long, visible_alias = "cal_num", default_value_t = 100, value_parser = positive, value_name = "N")]
     pub cal_num: usize,
+    /// Sequence length; features are padded to it.
+    #[arg(long, visible_alias = "seq_len", default_value_t = 384, value_parser = positive, value_name = "N")]
+    pub seq_len: usize,
+    /// Step between window starts over a long context.
+    #[arg(long, visible_alias = "doc_stride", default_value_t = 128, value_parser = positive, value_name = "N")]
+    pub doc_stride: usize,
+    /// Do not wait for other `qdq` runs or busy processes to finish before each timed step.
+    #[arg(long = "no-wait", action = ArgAction::SetFalse)]
+    pub wait: bool,
+}
+
+/// Options of `bench vs-python`: qdq's calibration against ONNX Runtime's Python tools (onnxruntime==1.31.1, onnx,
+/// numpy in a .venv-bench/ venv) on the same model and byte-identical features. Writes out/bench/vs_python.{json,md}.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct VsPythonArgs {
+    #[command(flatten)]
+    pub data: BenchData,
+    #[command(flatten)]
+    pub download: DownloadArgs,
     /// Calibration questions of the small peak-memory run.
     #[arg(long, default_value_t = 10, value_parser = positive, value_name = "N")]
     pub memory_cal_num: usize,
@@ -349,12 +468,6 @@ pub struct VsPythonArgs {
     #[arg(long, value_delimiter = ',', default_values_t = METHODS.map(String::from), ignore_case = true,
           value_parser = clap::builder::PossibleValuesParser::new(METHODS).map(|m| m.to_lowercase()), value_name = "LIST")]
     pub methods: Vec<String>,
-    /// Sequence length; features are padded to it.
-    #[arg(long, visible_alias = "seq_len", default_value_t = 384, value_parser = positive, value_name = "N")]
-    pub seq_len: usize,
-    /// Step between window starts over a long context.
-    #[arg(long, visible_alias = "doc_stride", default_value_t = 128, value_parser = positive, value_name = "N")]
-    pub doc_stride: usize,
     /// Questions per collect_data call on the ONNX Runtime side (as its TensorRT BERT example).
     #[arg(long, default_value_t = 10, value_parser = positive, value_name = "N")]
     pub stride: usize,
@@ -365,9 +478,6 @@ pub struct VsPythonArgs {
     /// calibration features (`qdq eval --pad-to-max`) then `qdq calibrate`, in turn.
     #[arg(long, default_value_t = 3, value_parser = positive, value_name = "R")]
     pub pass_rounds: usize,
-    /// Do not wait for other `qdq` runs or busy processes to finish before each timed step.
-    #[arg(long = "no-wait", action = ArgAction::SetFalse)]
-    pub wait: bool,
     /// Skip ONNX Runtime's entropy calibration (its threshold search alone takes ~5 minutes on 2 cores); report an
     /// estimate of its time instead.
     #[arg(long)]
@@ -432,70 +542,72 @@ mod tests {
     }
 
     #[test]
-    fn cpu_int8_options_parse_and_conflict_with_vs_python() {
-        let Ok(Cmd::Bench(b)) = parse(&[
-            "bench",
-            "--cpu-int8",
-            "--rounds",
-            "3",
-            "--f1-samples",
-            "300",
-            "--eval-samples",
-            "50",
-            "--no-wait",
-        ]) else {
-            panic!("bench --cpu-int8 did not parse")
-        };
-        assert!(b.cpu.cpu_int8 && !b.vs_python && !b.vs.wait);
+    fn cpu_int8_options_parse_in_their_subcommand() {
+        let args = ["bench", "cpu-int8", "--rounds", "3", "--f1-samples", "300", "--eval-samples", "50", "--no-wait"];
+        let Ok(Cmd::Bench(b)) = parse(&args) else { panic!("bench cpu-int8 did not parse") };
+        let Some(BenchCmd::CpuInt8(c)) = b.bench else { panic!("not cpu-int8: {:?}", b.bench) };
+        assert!(!c.data.wait);
         assert_eq!(
-            (
-                b.timing.rounds,
-                b.timing.runs,
-                b.cpu.f1_samples,
-                b.cpu.eval_samples,
-                b.cpu.eval_rounds,
-                b.cpu.shapes.as_str()
-            ),
-            (3, 8, 300, 50, 11, "1x256,8x128,1x384")
+            (c.timing.rounds, c.timing.runs, c.args.f1_samples, c.args.eval_samples, c.args.eval_rounds),
+            (3, 8, 300, 50, 11)
         );
-        assert!(parse(&["bench", "--cpu-int8", "--vs-python"]).is_err());
-        assert!(parse(&["bench", "--cpu-int8", "--rounds", "0"]).is_err());
+        assert_eq!(c.args.shapes, "1x256,8x128,1x384");
+        assert!(parse(&["bench", "cpu-int8", "--rounds", "0"]).is_err());
+        // Another bench's option is not this one's.
+        let e = parse(&["bench", "cpu-int8", "--methods", "minmax"]).unwrap_err().to_string();
+        assert!(e.contains("--methods"), "{e}");
     }
 
     #[test]
     fn big_model_options_parse_and_bound_the_size() {
-        let Ok(Cmd::Bench(b)) = parse(&["bench", "--big-model", "--size-gib", "2.5"]) else {
-            panic!("bench --big-model did not parse")
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "big-model", "--size-gib", "2.5"]) else {
+            panic!("bench big-model did not parse")
         };
-        assert!(b.big.big_model && !b.vs_python && !b.cpu.cpu_int8);
-        assert_eq!(b.big.size_gib, 2.5);
+        let Some(BenchCmd::BigModel(m)) = b.bench else { panic!("not big-model") };
+        assert_eq!(m.args.size_gib, 2.5);
         for bad in ["1.5", "-3", "NaN", "100", "x"] {
-            assert!(parse(&["bench", "--big-model", "--size-gib", bad]).is_err(), "{bad}");
+            assert!(parse(&["bench", "big-model", "--size-gib", bad]).is_err(), "{bad}");
         }
-        assert!(parse(&["bench", "--big-model", "--cpu-int8"]).is_err());
+        assert!(parse(&["bench", "big-model", "cpu-int8"]).is_err());
+    }
+
+    #[test]
+    fn classify_takes_its_folder_and_each_tool_its_own_calibration_by_default() {
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "classify", "--classifier", "/q", "--rounds", "2"]) else {
+            panic!("bench classify did not parse")
+        };
+        let Some(BenchCmd::Classify(c)) = b.bench else { panic!("not classify") };
+        assert_eq!((c.args.classifier.as_path(), c.args.classify_cal_num, c.timing.rounds), (Path::new("/q"), None, 2));
+        assert!(parse(&["bench", "classify"]).unwrap_err().to_string().contains("--classifier"));
+        assert!(parse(&["bench", "classify", "--classifier", "/q", "--classify-cal-num", "0"]).is_err());
     }
 
     #[test]
     fn vs_python_options_parse_with_both_spellings_and_reject_unknowns() {
-        let args = ["bench", "--vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy,minmax"];
+        let args = ["bench", "vs-python", "--cal-num=20", "--samples", "50", "--methods", "Entropy,minmax"];
         let Ok(Cmd::Bench(b)) =
             parse(&[&args[..], &["--no-wait", "--model", "m.onnx", "--quick", "--cal_num", "21"]].concat())
         else {
             panic!("not bench")
         };
-        let o = b.vs;
-        assert!(b.vs_python && o.quick && !o.render && !o.wait);
-        assert_eq!((o.cal_num, o.samples, o.memory_cal_num), (21, 50, 10));
+        let Some(BenchCmd::VsPython(o)) = b.bench else { panic!("not vs-python") };
+        assert!(o.quick && !o.render && !o.data.wait);
+        assert_eq!((o.data.cal_num, o.samples, o.memory_cal_num), (21, 50, 10));
         assert_eq!(o.methods, ["entropy", "minmax"]);
-        assert_eq!(o.model.as_deref(), Some(Path::new("m.onnx")));
-        let Ok(Cmd::Bench(b)) = parse(&["bench"]) else { panic!("not bench") };
-        assert!(b.vs.wait && b.vs.methods == METHODS && b.vs.cal_num == 100);
+        assert_eq!(o.data.model.as_deref(), Some(Path::new("m.onnx")));
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "vs-python"]) else { panic!("not bench") };
+        let Some(BenchCmd::VsPython(o)) = b.bench else { panic!("not vs-python") };
+        assert!(o.data.wait && o.methods == METHODS && o.data.cal_num == 100);
+        let Ok(Cmd::Bench(b)) = parse(&["bench", "--no-e2e"]) else { panic!("not bench") };
+        assert!(b.bench.is_none() && b.no_e2e);
         for (bad, says) in [
-            (&["bench", "--methods", "kl"][..], "kl"),
+            (&["bench", "vs-python", "--methods", "kl"][..], "kl"),
             (&["bench", "--frobnicate"], "--frobnicate"),
-            (&["bench", "--samples"], "--samples"),
-            (&["bench", "--cal-num", "x"], "whole number"),
-            (&["bench", "--cal-num", "0"], "at least 1"),
+            (&["bench", "vs-python", "--samples"], "--samples"),
+            (&["bench", "vs-python", "--cal-num", "x"], "whole number"),
+            (&["bench", "vs-python", "--cal-num", "0"], "at least 1"),
+            (&["bench", "--vs-python"], "--vs-python"),
+            (&["bench", "frobnicate"], "frobnicate"),
             (&["setup", "--cpu"], "--cpu"),
             (&["download", "--assets", "bert"], "minilm"),
         ] {

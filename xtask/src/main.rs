@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's automation, in Rust: anyhow and clap (its command line, declared in `flags`).
 //!
 //! Commands: `setup`, `test`, `download`, `e2e`, `bench`, `fuzz`, `dist`. Run `cargo xtask help` or `cargo xtask <command> --help`.
-//! (`bench --vs-python` also uses the `squad` crate, to featurize exactly as `qdq` does, and `libc` for `wait4`;
+//! (`bench vs-python` also uses the `squad` crate, to featurize exactly as `qdq` does, and `libc` for `wait4`;
 //! `e2e --check` uses `squad-metrics` to score the reference predictions.)
 
 mod bench;

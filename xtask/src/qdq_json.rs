@@ -263,6 +263,35 @@ pub(crate) struct RetrievalDifference {
     pub mrr_at_10_retained: f64,
 }
 
+/// `qdq eval --json` of a classifier against its baseline.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ClassifierEvalDoc {
+    pub vs_baseline: ClassifierEval,
+}
+
+/// A classifier's comparison with FP32 (the baseline): each model's accuracy, the paired difference, the agreement.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct ClassifierEval {
+    pub fp32: ClassifierModel,
+    pub int8: ClassifierModel,
+    pub agreement: ClassAgreement,
+    #[serde(default)]
+    pub accuracy_difference: Option<Paired>,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct ClassifierModel {
+    pub accuracy: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub(crate) struct ClassAgreement {
+    pub inputs: usize,
+    pub top1: f64,
+    pub top1_interval: [f64; 2],
+    pub mean_kl: f64,
+}
+
 /// A paired difference with its 95 % interval.
 #[derive(Debug, Clone, Copy, Deserialize, serde::Serialize)]
 pub(crate) struct Paired {

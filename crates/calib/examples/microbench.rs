@@ -1,4 +1,4 @@
-//! Micro-benchmarks of calib on files another tool reads too (`cargo xtask bench --vs-python` compares them with
+//! Micro-benchmarks of calib on files another tool reads too (`cargo xtask bench vs-python` compares them with
 //! numpy and ONNX Runtime's Python calibrators):
 //!
 //! ```text

@@ -162,7 +162,7 @@ fn a_byte_count_past_u64_is_an_error() {
 
 /// Item 4: a model over 2 GiB (a 2.4 GB tensor as external data, in a sparse file) is summarised under a 1 GiB data
 /// limit: its large tensors are checked, not read. (Quantizing and evaluating such a model is `cargo xtask bench
-/// --big-model`: it writes gigabytes.)
+/// big-model`: it writes gigabytes.)
 #[test]
 fn a_model_over_2_gib_is_inspected_without_reading_its_weights() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! `cargo xtask bench --big-model`: a model over protobuf's 2 GiB through qdq, with each command's peak memory.
+//! `cargo xtask bench big-model`: a model over protobuf's 2 GiB through qdq, with each command's peak memory.
 //!
 //! The model is onnx-ir's tiny BERT whose word-embedding table is grown to `--size-gib` with external data in a sparse
 //! file (the real rows first, zeros after: the tokens of the fixtures never reach them, so the big model answers

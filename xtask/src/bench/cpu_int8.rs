@@ -1,4 +1,4 @@
-//! `cargo xtask bench --cpu-int8`: qdq's CPU INT8 models against FP32 and ONNX Runtime's `quantize_dynamic`
+//! `cargo xtask bench cpu-int8`: qdq's CPU INT8 models against FP32 and ONNX Runtime's `quantize_dynamic`
 //! one-liner, on ORT's CPU EP. Four models: FP32; qdq's default for `--ep cpu` (static, the `cpu` preset); qdq
 //! `--mode dynamic`; ORT's `quantize_dynamic` with its defaults, made by the bench venv's onnxruntime. Each is timed by
 //! the same Python harness (xtask/python/cpu_int8.py: one session per model, fixed random-token batches at each shape,
@@ -19,7 +19,7 @@ use crate::bench::rows::{ShapeRow, Times, run_eval, shape_rows};
 use crate::bench::venv::{Paths, ensure_venv, git_head, resolve_paths};
 use crate::download::DownloadArgs;
 use crate::e2e::{build_qdq, ort_library};
-use crate::flags::{CpuInt8Args, TimingArgs, VsPythonArgs};
+use crate::flags::{BenchData, CpuInt8Args, TimingArgs};
 use crate::setup::LIBRARY_ENV;
 use crate::workspace::{root, run_cmd};
 
@@ -91,12 +91,7 @@ impl Tools {
     }
 }
 
-pub fn cpu_int8(
-    args: CpuInt8Args,
-    timing: &TimingArgs,
-    paths_from: VsPythonArgs,
-    download: DownloadArgs,
-) -> Result<()> {
+pub fn cpu_int8(args: CpuInt8Args, timing: &TimingArgs, paths_from: BenchData, download: DownloadArgs) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let mut paths = resolve_paths(&paths_from, &download)?;

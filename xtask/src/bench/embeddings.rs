@@ -1,4 +1,4 @@
-//! `cargo xtask bench --embeddings`: qdq's INT8 sentence-embedding model against the two INT8 models users make with
+//! `cargo xtask bench embeddings`: qdq's INT8 sentence-embedding model against the two INT8 models users make with
 //! sentence-transformers' export helpers: ONNX Runtime's dynamic INT8 as `export_dynamic_quantized_onnx_model` writes
 //! it (optimum's avx512_vnni configuration) and NNCF's static INT8 of the same calibration texts (its ONNX backend,
 //! `ModelType.TRANSFORMER`), both made in the bench venv (xtask/python/embed_bench.py). Every model is scored by
@@ -20,9 +20,8 @@ use crate::bench::measure::wait_quiet;
 use crate::bench::report::{Target, targets_table, write};
 use crate::bench::rows::{ShapeRow, Times, shape_rows};
 use crate::bench::venv::{ensure_venv, git_head};
-use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
-use crate::flags::{EmbeddingsBenchArgs, TimingArgs, VsPythonArgs};
+use crate::flags::{BenchData, EmbeddingModels, TimingArgs};
 use crate::qdq_json::{Embedding, EmbeddingEval};
 use crate::setup::LIBRARY_ENV;
 use crate::workspace::{root, run_cmd, write_atomic};
@@ -91,9 +90,9 @@ struct EmbeddingsBench {
 
 /// What every model's run shares.
 struct Run<'a> {
-    args: &'a EmbeddingsBenchArgs,
+    which: &'a EmbeddingModels,
     timing: &'a TimingArgs,
-    vs: &'a VsPythonArgs,
+    vs: &'a BenchData,
     dataset: &'a Path,
     calibration: &'a Path,
     lib: PathBuf,
@@ -102,20 +101,17 @@ struct Run<'a> {
     plugin: Option<PathBuf>,
 }
 
-pub fn embeddings(
-    args: EmbeddingsBenchArgs,
-    timing: &TimingArgs,
-    vs: VsPythonArgs,
-    download: DownloadArgs,
-) -> Result<()> {
+pub fn embeddings(bench: crate::flags::EmbeddingsBench) -> Result<()> {
+    let crate::flags::EmbeddingsBench { args, models: which, timing, data: vs, download } = bench;
+    let timing = &timing;
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let assets = Assets::download(&download)?;
-    let mut folders = match &args.embedding_model {
+    let mut folders = match &which.embedding_model {
         Some(m) => vec![m.clone()],
         None => assets.embedding_models.clone(),
     };
-    folders.extend(args.base_model.clone());
+    folders.extend(which.base_model.clone());
     if folders.is_empty() {
         bail!("no sentence-embedding model: give --embedding-model DIR (a sentence-transformers folder)");
     }
@@ -124,7 +120,8 @@ pub fn embeddings(
     let (lib, py, qdq) = (ort_library()?, ensure_venv()?, build_qdq()?);
     crate::bench::venv::ensure_nncf(&py)?;
     let plugin = if args.no_openvino { None } else { Some(crate::setup::openvino(false)?) };
-    let run = Run { args: &args, timing, vs: &vs, dataset: &dataset, calibration: &calibration, lib, py, qdq, plugin };
+    let run =
+        Run { which: &which, timing, vs: &vs, dataset: &dataset, calibration: &calibration, lib, py, qdq, plugin };
     let mut models = vec![];
     for folder in &folders {
         models.push(one_model(&run, folder)?);
@@ -141,7 +138,7 @@ pub fn embeddings(
 
 /// One embedding model: qdq's INT8 and the peers', scored against FP32 on each EP and timed at 1x and 32x its length.
 fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
-    let (args, timing) = (run.args, run.timing);
+    let timing = run.timing;
     let name = model.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let work = run.vs.out.join("embeddings").join(&name);
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
@@ -154,14 +151,14 @@ fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
 
     eprintln!(
         "xtask: {name}: qdq's INT8 (qdq e2e --no-eval, {} calibration questions and their paragraphs)",
-        args.embedding_cal_num
+        run.which.embedding_cal_num
     );
     let qdq_dir = work.join("qdq");
-    let cal_num = args.embedding_cal_num.to_string();
+    let cal_num = run.which.embedding_cal_num.to_string();
     let mut e2e = qdq_cmd("e2e");
     e2e.arg("--model").arg(model).arg("--calibration-data").arg(run.calibration).args(["--cal-num", &cal_num]);
     run_cmd(e2e.args(["--no-eval", "--out"]).arg(&qdq_dir))?;
-    let models = peers(&run.py, model, run.calibration, args.embedding_cal_num, seq_len, &work, &qdq_dir)?;
+    let models = peers(&run.py, model, run.calibration, run.which.embedding_cal_num, seq_len, &work, &qdq_dir)?;
 
     let rows = score_all(run, &models, model, seq_len)?;
 
@@ -174,8 +171,8 @@ fn one_model(run: &Run<'_>, model: &Path) -> Result<EmbeddingsReport> {
         git: git_head(),
         machine: made.provenance.machine,
         model: model.to_path_buf(),
-        samples: args.embedding_samples,
-        cal_num: args.embedding_cal_num,
+        samples: run.which.embedding_samples,
+        cal_num: run.which.embedding_cal_num,
         seq_len,
         rounds: timing.rounds,
         runs: timing.runs,
@@ -195,17 +192,17 @@ fn score_all(
     model: &Path,
     seq_len: usize,
 ) -> Result<Vec<ModelRow>> {
-    let args = run.args;
     let mut rows = vec![];
     for ep in std::iter::once("cpu").chain(run.plugin.as_ref().map(|_| "openvino")) {
         for (name, what, path) in models {
-            eprintln!("xtask: qdq eval {name} against FP32 on {ep} ({} queries; 0 = all)", args.embedding_samples);
+            eprintln!("xtask: qdq eval {name} against FP32 on {ep} ({} queries; 0 = all)", run.which.embedding_samples);
             let mut eval = Command::new(&run.qdq);
             eval.arg("eval").env(LIBRARY_ENV, &run.lib);
             if let Some(p) = run.plugin.as_ref().filter(|_| ep == "openvino") {
                 eval.args(["--ep", "openvino", "--ep-plugin"]).arg(p);
             }
-            let (eval, not_scored) = match score(eval, path, model, (run.dataset, args.embedding_samples), seq_len) {
+            let (eval, not_scored) = match score(eval, path, model, (run.dataset, run.which.embedding_samples), seq_len)
+            {
                 Ok(e) => (Some(e), None),
                 Err(e) => (None, Some(short_reason(&format!("{e:#}")))),
             };

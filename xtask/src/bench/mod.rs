@@ -1,9 +1,10 @@
 //! `cargo xtask bench`: criterion benchmarks plus the end-to-end timing, summarised in out/bench/summary.md;
-//! `--vs-python` runs the comparison with ONNX Runtime's Python tools instead (see `vs_python`), `--cpu-int8` the CPU
-//! INT8 latency / size / F1 comparison with ORT's quantize_dynamic (see `cpu_int8`), `--big-model` a model over 2 GiB
-//! through qdq with each command's peak memory (see `big_model`).
+//! `cargo xtask bench <name>` runs one comparison instead, a module each: `vs_python` (qdq's calibration against ONNX
+//! Runtime's Python tools), `cpu_int8` (CPU INT8 latency / size / F1 against ORT's quantize_dynamic), `big_model` (a
+//! model over 2 GiB, each command's peak memory), `openvino`, `embeddings`, `classify`, `qnn`, `serve`.
 
 pub(crate) mod big_model;
+pub(crate) mod classify;
 pub(crate) mod cpu_int8;
 pub(crate) mod embeddings;
 pub(crate) mod measure;
@@ -21,31 +22,21 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::flags::BenchArgs;
+use crate::flags::{BenchArgs, BenchCmd};
 use crate::workspace::{cargo, root, run_cmd};
 
 /// `cargo xtask bench`: the bench its flags name, else the criterion benchmarks and the end-to-end timing.
 pub fn bench(args: BenchArgs) -> Result<()> {
-    if args.vs_python {
-        return crate::bench::vs_python::vs_python(args.vs, args.download);
-    }
-    if args.big.big_model {
-        return crate::bench::big_model::big_model(args.big, &args.vs.out);
-    }
-    if args.embeddings.embeddings {
-        return crate::bench::embeddings::embeddings(args.embeddings, &args.timing, args.vs, args.download);
-    }
-    if args.serve {
-        return crate::bench::serve::serve(args.vs, args.download);
-    }
-    if args.qnn.qnn {
-        return crate::bench::qnn::qnn(args.qnn, args.vs, args.download);
-    }
-    if args.openvino.openvino {
-        return crate::bench::openvino::openvino(args.openvino, &args.timing, args.embeddings, args.vs, args.download);
-    }
-    if args.cpu.cpu_int8 {
-        return crate::bench::cpu_int8::cpu_int8(args.cpu, &args.timing, args.vs, args.download);
+    match args.bench {
+        Some(BenchCmd::VsPython(a)) => return crate::bench::vs_python::vs_python(a),
+        Some(BenchCmd::BigModel(a)) => return crate::bench::big_model::big_model(a.args, &a.out),
+        Some(BenchCmd::Embeddings(a)) => return crate::bench::embeddings::embeddings(a),
+        Some(BenchCmd::Classify(a)) => return crate::bench::classify::classify(a),
+        Some(BenchCmd::Serve(a)) => return crate::bench::serve::serve(a.data, a.download),
+        Some(BenchCmd::Qnn(a)) => return crate::bench::qnn::qnn(a.args, a.data, a.download),
+        Some(BenchCmd::Openvino(a)) => return crate::bench::openvino::openvino(a),
+        Some(BenchCmd::CpuInt8(a)) => return crate::bench::cpu_int8::cpu_int8(a.args, &a.timing, a.data, a.download),
+        None => {}
     }
     run_cmd(cargo().args(["bench", "--locked", "-p", "qdq-calib"]))?;
     let out = root().join("out/bench");

@@ -1,4 +1,4 @@
-//! `cargo xtask bench --openvino`: qdq's INT8 models for `--ep openvino` (the `openvino` preset) against NNCF's of the
+//! `cargo xtask bench openvino`: qdq's INT8 models for `--ep openvino` (the `openvino` preset) against NNCF's of the
 //! same calibration data and against FP32, on OpenVINO, for the SQuAD model and every sentence-embedding model of the
 //! assets. FP32 is the baseline twice: with OpenVINO's float parts at f32, and at OpenVINO's own default precision
 //! for this CPU (bf16 where it has AMX or AVX512-BF16), the FP32 its users run.
@@ -25,9 +25,8 @@ use crate::bench::report::{Target, targets_table, write};
 use crate::bench::rounds::Ratio;
 use crate::bench::rows::{ShapeRow, Times, shape_rows};
 use crate::bench::venv::{NNCF, ensure_nncf, ensure_package, ensure_venv, export_features, git_head, resolve_paths};
-use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
-use crate::flags::{EmbeddingsBenchArgs, OpenVinoBenchArgs, TimingArgs, VsPythonArgs};
+use crate::flags::{BenchData, EmbeddingModels, OpenVinoBenchArgs, TimingArgs};
 use crate::qdq_json::Embedding;
 use crate::setup::LIBRARY_ENV;
 use crate::workspace::{root, run_cmd, write_atomic};
@@ -270,13 +269,9 @@ fn devices(py: &Path, plugin: &Path) -> Result<Devices> {
     Ok(devices)
 }
 
-pub fn openvino(
-    args: OpenVinoBenchArgs,
-    timing: &TimingArgs,
-    embed: EmbeddingsBenchArgs,
-    vs: VsPythonArgs,
-    download: DownloadArgs,
-) -> Result<()> {
+pub fn openvino(bench: crate::flags::OpenVinoBench) -> Result<()> {
+    let crate::flags::OpenVinoBench { args, embeddings: embed, timing, data: vs, download } = bench;
+    let timing = &timing;
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let paths = resolve_paths(&vs, &download)?;
@@ -339,12 +334,7 @@ fn bytes(path: &Path) -> u64 {
 
 /// The SQuAD model: qdq's and NNCF's INT8 from the same calibration questions, timed, and scored on the first
 /// `--ov-samples` dev questions (0: all).
-fn squad(
-    b: &Bench,
-    paths: &crate::bench::venv::Paths,
-    vs: &VsPythonArgs,
-    args: &OpenVinoBenchArgs,
-) -> Result<TaskReport> {
+fn squad(b: &Bench, paths: &crate::bench::venv::Paths, vs: &BenchData, args: &OpenVinoBenchArgs) -> Result<TaskReport> {
     eprintln!("xtask: qdq's INT8 for --ep openvino (qdq e2e --policy openvino --no-eval)");
     let qdq_dir = b.work.join("qdq");
     let cal_num = vs.cal_num.to_string();
@@ -381,7 +371,7 @@ fn squad(
 fn tuned(
     b: &Bench,
     paths: &crate::bench::venv::Paths,
-    vs: &VsPythonArgs,
+    vs: &BenchData,
     args: &OpenVinoBenchArgs,
 ) -> Result<Vec<ModelFile>> {
     if !b.devices.plugin_cpu {
@@ -466,7 +456,7 @@ fn embedding(
     folder: &Path,
     dataset: &Path,
     calibration: &Path,
-    args: &EmbeddingsBenchArgs,
+    args: &EmbeddingModels,
     base: bool,
 ) -> Result<TaskReport> {
     let name = folder.file_name().map_or("embedding".into(), |n| n.to_string_lossy().into_owned());

@@ -1,4 +1,4 @@
-//! `cargo xtask bench --qnn`: qdq's model for `--ep qnn` (the `qnn` preset, A16W8) against ONNX Runtime's own QNN
+//! `cargo xtask bench qnn`: qdq's model for `--ep qnn` (the `qnn` preset, A16W8) against ONNX Runtime's own QNN
 //! recipe (`qnn_preprocess_model`, then `quantize` with `get_qnn_qdq_config`: uint16 activations, uint8 weights),
 //! both calibrated on the same questions' features, each scored with `qdq eval` on the CPU EP and on QNN's HTP
 //! (`cargo xtask setup --qnn`'s plugin; emulated on x86-64, so no speed is measured) beside FP32 on the CPU EP. Every
@@ -19,7 +19,7 @@ use crate::bench::report::{Target, targets_table, write};
 use crate::bench::venv::{ensure_venv, export_features, git_head, resolve_paths};
 use crate::download::DownloadArgs;
 use crate::e2e::{build_qdq, ort_library};
-use crate::flags::{QnnBenchArgs, VsPythonArgs};
+use crate::flags::{BenchData, QnnBenchArgs};
 use crate::setup::LIBRARY_ENV;
 use crate::workspace::{root, run_cmd, write_atomic};
 
@@ -72,7 +72,7 @@ fn models(paths: &crate::bench::venv::Paths, qdq_dir: &Path, recipe: &Path) -> [
     ]
 }
 
-pub fn qnn(args: QnnBenchArgs, paths_from: VsPythonArgs, download: DownloadArgs) -> Result<()> {
+pub fn qnn(args: QnnBenchArgs, paths_from: BenchData, download: DownloadArgs) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let paths = resolve_paths(&paths_from, &download)?;

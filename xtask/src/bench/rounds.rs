@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A ratio over alternating rounds (latency FP32 / model in `bench --cpu-int8`, pass / inference alone in
-/// `bench --vs-python`).
+/// A ratio over alternating rounds (latency FP32 / model in `bench cpu-int8`, pass / inference alone in
+/// `bench vs-python`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Ratio {
     pub(crate) median: f64,

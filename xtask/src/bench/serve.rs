@@ -1,4 +1,4 @@
-//! `cargo xtask bench --serve`: do qdq's output folders load where their sources load? For every embedding model of
+//! `cargo xtask bench serve`: do qdq's output folders load where their sources load? For every embedding model of
 //! the assets, `qdq e2e` on the first dev questions, then sentence-transformers in a git-ignored venv (`.venv-serve`)
 //! loads the output folder as its users load one (nothing copied by hand) and the source folder, embeds the texts qdq
 //! embedded, and the two embeddings' cosine is set against the fidelity qdq measured: the same model, read the same
@@ -17,7 +17,7 @@ use crate::bench::report::{Target, targets_table, write};
 use crate::bench::venv::{export_features, git_head};
 use crate::download::DownloadArgs;
 use crate::e2e::{Assets, build_qdq, ort_library};
-use crate::flags::VsPythonArgs;
+use crate::flags::BenchData;
 use crate::setup::LIBRARY_ENV;
 use crate::workspace::{root, run_cmd, write_atomic};
 
@@ -92,7 +92,7 @@ fn check(py: &Path, args: &[&std::ffi::OsStr]) -> std::result::Result<serde_json
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).map_err(|e| format!("serve_check.py: {e}"))
 }
 
-pub fn serve(vs: VsPythonArgs, download: DownloadArgs) -> Result<()> {
+pub fn serve(vs: BenchData, download: DownloadArgs) -> Result<()> {
     let mut download = download.resolved();
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let assets = Assets::download(&download)?;

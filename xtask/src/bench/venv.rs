@@ -13,7 +13,7 @@ use crate::setup::{ORT_VERSION, python};
 use crate::workspace::{root, run_cmd};
 
 /// Python packages of the benchmark venv (ORT's quantization tools need onnx and numpy).
-/// sympy: ONNX Runtime's transformers optimizer needs it (its symbolic shape inference), for `--cpu-int8
+/// sympy: ONNX Runtime's transformers optimizer needs it (its symbolic shape inference), for `bench cpu-int8
 /// --ort-optimized`.
 const PY_PACKAGES: [&str; 4] = ["onnxruntime==1.31.1", "onnx==1.23.2", "numpy==2.4.6", "sympy==1.14.0"];
 const VENV: &str = ".venv-bench";
@@ -110,7 +110,7 @@ pub(crate) struct Paths {
 }
 
 /// The files `o` names, the shipped assets' for those it leaves out (downloaded when missing).
-pub(crate) fn resolve_paths(o: &crate::flags::VsPythonArgs, download: &DownloadArgs) -> Result<Paths> {
+pub(crate) fn resolve_paths(o: &crate::flags::BenchData, download: &DownloadArgs) -> Result<Paths> {
     let given = [&o.model, &o.vocab, &o.dataset, &o.calibration_data];
     let assets = if given.iter().all(|p| p.is_some()) { None } else { Some(Assets::download(download)?) };
     let pick = |given: &Option<PathBuf>, default: fn(&Assets) -> &PathBuf| -> PathBuf {

@@ -1,4 +1,4 @@
-//! `cargo xtask bench --vs-python`: our pipeline against ONNX Runtime's Python quantization tools, side by side on
+//! `cargo xtask bench vs-python`: our pipeline against ONNX Runtime's Python quantization tools, side by side on
 //! the same model and byte-identical calibration features.
 //!
 //! Steps: (1) featurize the first `--cal-num` calibration questions with the `squad` crate exactly as `qdq calibrate`
@@ -38,7 +38,7 @@ const MICRO_SIZES: [(usize, &str); 2] = [(1 << 20, "normal_1m"), (16 << 20, "nor
 /// (the size of the seeds' 8001-bin entropy histograms) and 2048 (ORT's default for percentile).
 const MICRO_BINS_PER_SIDE: [usize; 2] = [4000, 1024];
 
-/// Options of `bench --vs-python`.
+/// Options of `bench vs-python`.
 pub type Opts = crate::flags::VsPythonArgs;
 
 /// How each tool is told to use a method (the seeds' settings; our `--num-bins` is per side of zero for the signed
@@ -148,13 +148,13 @@ impl Ctx {
             "--vocab".into(),
             self.paths.vocab.display().to_string(),
             "--seq-len".into(),
-            self.opts.seq_len.to_string(),
+            self.opts.data.seq_len.to_string(),
             "--doc-stride".into(),
-            self.opts.doc_stride.to_string(),
+            self.opts.data.doc_stride.to_string(),
         ]
     }
     fn quiet(&mut self) {
-        self.waited_s += wait_quiet(self.opts.wait);
+        self.waited_s += wait_quiet(self.opts.data.wait);
     }
 
     /// `qdq calibrate` of `method` on the first `cal_num` questions into `dir`.
@@ -243,14 +243,14 @@ fn ort_summary(run: &Run, result: &OrtCalibration) -> OrtRun {
     OrtRun { run: run.record(), phases: result.phases.clone(), features: result.features, error, ..Default::default() }
 }
 
-pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
-    let mut download = download.resolved();
+pub fn vs_python(opts: Opts) -> Result<()> {
+    let mut download = opts.download.clone().resolved();
     // The project's reference model by default, even without a mirror once it is in .assets/.
     download.set.get_or_insert_with(|| "minilm".to_owned());
     let command = format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
     if opts.render {
-        let mut report: Report = read_json(&opts.out.join("vs_python.json"))?;
-        return write_report(&mut report, &opts.out);
+        let mut report: Report = read_json(&opts.data.out.join("vs_python.json"))?;
+        return write_report(&mut report, &opts.data.out);
     }
     let (mut cx, example_index, microbench) = prepare(opts, &download)?;
     let o = cx.opts.clone();
@@ -268,46 +268,52 @@ pub fn vs_python(opts: Opts, download: DownloadArgs) -> Result<()> {
         vocab: cx.paths.vocab.clone(),
         dataset: cx.paths.dataset.clone(),
         calibration_data: cx.paths.calibration.clone(),
-        cal_num: o.cal_num,
+        cal_num: o.data.cal_num,
         memory_cal_num: o.memory_cal_num,
         samples: o.samples,
-        seq_len: o.seq_len,
-        doc_stride: o.doc_stride,
+        seq_len: o.data.seq_len,
+        doc_stride: o.data.doc_stride,
         stride: o.stride,
         micro_repeat: o.micro_repeat,
-        features: Some(n_features_for(&example_index, o.cal_num)),
+        features: Some(n_features_for(&example_index, o.data.cal_num)),
         features_exported: example_index.len(),
         tensors,
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         versions: ort_versions.unwrap_or_else(|| report.micro.versions.clone()),
         git: git_head(),
         waited_for_quiet_s: cx.waited_s,
-        quiet_check: o.wait,
+        quiet_check: o.data.wait,
     };
     report.commands = std::mem::take(&mut cx.commands);
     estimate_skipped(&mut report);
-    write_report(&mut report, &o.out)
+    write_report(&mut report, &o.data.out)
 }
 
 /// The run's context (the files, the tools, the work directory), the exported features' question indices and the
 /// calib microbench built.
 fn prepare(opts: Opts, download: &DownloadArgs) -> Result<(Ctx, Vec<i64>, PathBuf)> {
-    let paths = resolve_paths(&opts, download)?;
+    let paths = resolve_paths(&opts.data, download)?;
     let lib = ort_library()?;
     let py = ensure_venv()?;
     let qdq = build_qdq()?;
     eprintln!("xtask: building calib's microbench example (release)");
     run_cmd(cargo().args(["build", "--release", "--locked", "-p", "qdq-calib", "--example", "microbench"]))?;
     let microbench = target_dir().join("release/examples/microbench");
-    let work = opts.out.join("vs_python");
+    let work = opts.data.out.join("vs_python");
     for d in [work.join("logs"), work.join("micro")] {
         std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
     }
     let features = work.join("features");
-    let questions = opts.cal_num.max(opts.memory_cal_num);
+    let questions = opts.data.cal_num.max(opts.memory_cal_num);
     eprintln!("xtask: featurizing the first {questions} calibration questions into {}", features.display());
-    let example_index =
-        export_features(&paths.calibration, &paths.vocab, questions, opts.seq_len, opts.doc_stride, &features)?;
+    let example_index = export_features(
+        &paths.calibration,
+        &paths.vocab,
+        questions,
+        opts.data.seq_len,
+        opts.data.doc_stride,
+        &features,
+    )?;
     let script = root().join("xtask/python/vs_ort.py");
     let commands = Vec::new();
     let cx = Ctx { opts, paths, qdq, lib, py, script, work, features, commands, waited_s: 0.0 };
@@ -318,7 +324,7 @@ fn prepare(opts: Opts, download: &DownloadArgs) -> Result<(Ctx, Vec<i64>, PathBu
 fn inference_alone(cx: &mut Ctx, example_index: &[i64]) -> Result<Inference> {
     eprintln!("xtask: FP32 inference alone on the calibration features");
     cx.quiet();
-    let (model, calibration, cal_num) = (cx.paths.model.clone(), cx.paths.calibration.clone(), cx.opts.cal_num);
+    let (model, calibration, cal_num) = (cx.paths.model.clone(), cx.paths.calibration.clone(), cx.opts.data.cal_num);
     let (_, doc) =
         cx.eval(&model, &calibration, cal_num, &["--pad-to-max", "--batch", "1"], "fp32_on_calibration_features")?;
     Ok(Inference {
@@ -368,7 +374,7 @@ fn pass_rounds(cx: &mut Ctx) -> Result<Vec<PassRounds>> {
             eprintln!("xtask: pass against inference, round {round}/{}: {}", o.pass_rounds, row.method);
             let (flags, _) = method_flags(&row.method);
             let dir = cx.work.join("pass_rounds").join(&row.method);
-            let run = cx.ours_calibrate(&flags, o.cal_num, &dir, "pass_rounds_calibrate")?;
+            let run = cx.ours_calibrate(&flags, o.data.cal_num, &dir, "pass_rounds_calibrate")?;
             let json = run.stdout_json::<qdq_json::Calibrate>();
             let pass = json.and_then(|j| j.pass).context("qdq calibrate --json gave no pass")?;
             let sessions = pass.sessions.unwrap_or(1);
@@ -379,7 +385,7 @@ fn pass_rounds(cx: &mut Ctx) -> Result<Vec<PassRounds>> {
             let mut inference = |workers: usize| -> Result<f64> {
                 cx.quiet();
                 let flags = ["--pad-to-max", "--batch", "1", "--workers", &workers.to_string()];
-                let (_, doc) = cx.eval(&model, &calibration, o.cal_num, &flags, "pass_rounds_eval")?;
+                let (_, doc) = cx.eval(&model, &calibration, o.data.cal_num, &flags, "pass_rounds_eval")?;
                 let wall = doc.and_then(|d| d.wall_seconds.or(d.latency.total_seconds));
                 wall.context("qdq eval --json gave no inference time")
             };
@@ -399,7 +405,7 @@ fn calibrate_each_method(cx: &mut Ctx, methods: &mut Vec<MethodRow>) -> Result<C
         let (ours_flags, ort_flags) = method_flags(method);
         let dir = cx.work.join(format!("ours_{method}"));
         eprintln!("xtask: [{method}] qdq calibrate");
-        let ours = cx.ours_calibrate(&ours_flags, o.cal_num, &dir, &format!("ours_calibrate_{method}"))?;
+        let ours = cx.ours_calibrate(&ours_flags, o.data.cal_num, &dir, &format!("ours_calibrate_{method}"))?;
         let table: OursTable = read_json(&dir.join("calibration.json"))?;
         tensors = table.ranges.len();
         let json = ours.stdout_json::<qdq_json::Calibrate>();
@@ -418,7 +424,7 @@ fn calibrate_each_method(cx: &mut Ctx, methods: &mut Vec<MethodRow>) -> Result<C
             eprintln!("xtask: [{method}] ORT create_calibrator/collect_data/compute_data");
             let (ort, ort_result) = cx.ort_calibrate(
                 &ort_flags,
-                o.cal_num,
+                o.data.cal_num,
                 &dir.join("calibration.json"),
                 &ort_json,
                 &format!("ort_calibrate_{method}"),
@@ -496,7 +502,7 @@ fn one_pass(cx: &mut Ctx) -> Result<OnePass> {
     flags.extend(["--percentile", "99.999", "--symmetric", "--num-bins", "8001", "--num-quantized-bins", "255"]);
     eprintln!("xtask: ours, all methods in one pass");
     let dir = cx.work.join("ours_one_pass");
-    let one = cx.ours_calibrate(&flags, cx.opts.cal_num, &dir, "ours_calibrate_one_pass")?;
+    let one = cx.ours_calibrate(&flags, cx.opts.data.cal_num, &dir, "ours_calibrate_one_pass")?;
     Ok(OnePass { run: one.record(), flags: flags.join(" ") })
 }
 
@@ -505,7 +511,8 @@ fn own_workflow(cx: &mut Ctx) -> Result<OnePass> {
     eprintln!("xtask: ours, the default workflow (dynamic padding)");
     let mut cmd = cx.qdq("calibrate");
     cmd.arg("--model").arg(&cx.paths.model).args(cx.data_flags()).arg("--calibration-data").arg(&cx.paths.calibration);
-    cmd.args(["--cal-num", &cx.opts.cal_num.to_string(), "--json", "--out"]).arg(cx.work.join("ours_own_workflow"));
+    cmd.args(["--cal-num", &cx.opts.data.cal_num.to_string(), "--json", "--out"])
+        .arg(cx.work.join("ours_own_workflow"));
     cx.quiet();
     let log = cx.log("ours_calibrate_own_workflow");
     let run = measure_ok(&mut cmd, &log, &mut cx.commands)?;
@@ -636,7 +643,7 @@ mod tests {
 
     fn sample_value() -> Value {
         json!({
-            "command": "cargo xtask bench --vs-python",
+            "command": "cargo xtask bench vs-python",
             "setup": {"model": "m.onnx", "cal_num": 100, "memory_cal_num": 10, "features": 105, "seq_len": 384,
                       "doc_stride": 128, "samples": 300, "stride": 10, "tensors": 63, "cpus": 2, "micro_repeat": 5,
                       "versions": {"onnxruntime": "1.31.1"}},
