@@ -224,13 +224,13 @@ fn state_seeds(work: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// The fixtures' vocabulary, loaded once.
-static VOCAB: std::sync::OnceLock<Option<squad::SquadTokenizer>> = std::sync::OnceLock::new();
+static VOCAB: std::sync::OnceLock<Option<tokenizer::Tokenizer>> = std::sync::OnceLock::new();
 
 /// An accepted SQuAD file goes on through tokenization and windowing, as evaluation and calibration feed it.
 fn featurize(path: &Path) -> Result<bool> {
     let Ok(data) = squad::load_squad(path) else { return Ok(false) };
     let tok =
-        VOCAB.get_or_init(|| squad::SquadTokenizer::from_vocab(root().join("testdata/squad/vocab.txt"), true).ok());
+        VOCAB.get_or_init(|| tokenizer::Tokenizer::from_vocab(root().join("testdata/squad/vocab.txt"), true).ok());
     let Some(tok) = tok else { bail!("the fixtures' vocab.txt does not load") };
     let cfg = squad::FeatureConfig { max_seq_len: 64, doc_stride: 24, max_query_len: 16 };
     for batch in squad::FeatureStream::new(&data.examples, tok, cfg, 4, squad::Padding::Longest)? {
@@ -284,7 +284,7 @@ fn text_data(path: &Path) -> Result<bool> {
         let model = build(&cfg);
         let roles = pipeline::detect_inputs(&model, path, &pipeline::IoNames::Auto).ok()?;
         let vocab = root().join("testdata/squad/vocab.txt");
-        let tok = squad::SquadTokenizer::from_vocab(&vocab, true).ok()?;
+        let tok = tokenizer::Tokenizer::from_vocab(&vocab, true).ok()?;
         let text = pipeline::TextInputs {
             roles: Ok(roles),
             tokenizer: Ok(std::sync::Arc::new(tok)),
@@ -314,9 +314,9 @@ fn text_data(path: &Path) -> Result<bool> {
 /// A tokenizer file (vocab.txt or tokenizer.json) through the loaders, then a text through it.
 fn tokenizer(path: &Path) -> Result<bool> {
     let loaded = if path.extension().is_some_and(|e| e == "json") {
-        squad::SquadTokenizer::from_tokenizer_json(path)
+        tokenizer::Tokenizer::from_tokenizer_json(path)
     } else {
-        squad::SquadTokenizer::from_vocab(path, true)
+        tokenizer::Tokenizer::from_vocab(path, true)
     };
     match loaded {
         Ok(t) => {
@@ -455,7 +455,7 @@ fn targets(work: &Path) -> Result<Vec<(&'static str, Check, Vec<PathBuf>)>> {
 /// The fixtures' vocabulary as a tokenizer.json (saved by the loader itself).
 fn tokenizer_json_seed(work: &Path) -> Result<PathBuf> {
     let path = work.join("tokenizer.json");
-    squad::SquadTokenizer::from_vocab(root().join("testdata/squad/vocab.txt"), true)?.save_tokenizer_json(&path)?;
+    tokenizer::Tokenizer::from_vocab(root().join("testdata/squad/vocab.txt"), true)?.save_tokenizer_json(&path)?;
     Ok(path)
 }
 

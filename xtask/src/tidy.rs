@@ -18,14 +18,38 @@ mod tests {
         ("qdq-calib", &["qdq-files"]),
         ("qdq-onnx-ir", &["qdq-files"]),
         ("qdq-runtime", &[]),
-        ("qdq-squad", &["qdq-files", "qdq-squad-metrics"]),
-        ("qdq", &["qdq-calib", "qdq-onnx-ir"]),
+        ("qdq-tokenizer", &["qdq-files"]),
+        ("qdq-squad", &["qdq-files", "qdq-squad-metrics", "qdq-tokenizer"]),
+        ("qdq", &["qdq-calib", "qdq-onnx-ir", "qdq-model-io"]),
+        ("qdq-model-io", &["qdq-onnx-ir", "qdq"]),
         (
             "qdq-pipeline",
-            &["qdq-files", "qdq-squad-metrics", "qdq-calib", "qdq-onnx-ir", "qdq-runtime", "qdq-squad", "qdq"],
+            &[
+                "qdq-files",
+                "qdq-squad-metrics",
+                "qdq-calib",
+                "qdq-onnx-ir",
+                "qdq-runtime",
+                "qdq-tokenizer",
+                "qdq-squad",
+                "qdq",
+                "qdq-model-io",
+            ],
         ),
         ("qdq-cli", &["qdq-pipeline"]),
-        ("xtask", &["qdq-files", "qdq-squad-metrics", "qdq-squad", "qdq-onnx-ir", "qdq-calib", "qdq", "qdq-pipeline"]),
+        (
+            "xtask",
+            &[
+                "qdq-files",
+                "qdq-squad-metrics",
+                "qdq-tokenizer",
+                "qdq-squad",
+                "qdq-onnx-ir",
+                "qdq-calib",
+                "qdq",
+                "qdq-pipeline",
+            ],
+        ),
     ];
 
     /// Third-party crates a crate may depend on, where the architecture limits them: squad-metrics is serde alone

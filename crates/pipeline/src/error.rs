@@ -17,6 +17,8 @@ pub enum Error {
     Qdq(#[from] qdq::Error),
     #[error(transparent)]
     Squad(#[from] squad::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] tokenizer::Error),
     /// A file that cannot be used: `reason` says what it holds and what was expected.
     #[error("{path}: {reason}")]
     Input { path: PathBuf, reason: String },

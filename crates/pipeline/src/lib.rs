@@ -84,7 +84,7 @@ pub use inputs::feeds::Feeds;
 pub use inputs::files::{InputSet, TextInputs};
 pub use inputs::pooling::{PoolMode, Pooling};
 pub use inputs::roles::{IoNames, class_logits, detect_inputs, detect_io, is_squad_model};
-pub use qdq::roles::{InputRoles, NamedRoles};
+pub use model_io::roles::{InputRoles, NamedRoles};
 pub use steps::calibrate::{Calibration, calibrate, write_tables};
 pub use steps::collect::{
     CalibrateOptions, Pass, PassTimes, Reading, SIDE_BY_SIDE_MAX_BYTES, collect_stats, pass_workers,

@@ -1673,7 +1673,7 @@ fn a_hub_folder_with_tokenizer_json_and_three_inputs_embeds_with_its_pooling() {
     let cfg =
         TinyBertConfig { max_positions: 64, type_vocab: 2, head: Head::Hidden { pooler: false }, ..Default::default() };
     build(&cfg).save(root.join("onnx/model.onnx")).unwrap();
-    squad::SquadTokenizer::from_vocab(testdata("squad/vocab.txt"), true)
+    tokenizer::Tokenizer::from_vocab(testdata("squad/vocab.txt"), true)
         .unwrap()
         .save_tokenizer_json(root.join("tokenizer.json"))
         .unwrap();

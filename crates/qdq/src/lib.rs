@@ -50,7 +50,6 @@ mod patterns;
 mod plan;
 mod policy;
 mod reference;
-pub mod roles;
 mod rounding;
 mod scale;
 mod select;
@@ -71,7 +70,7 @@ pub use outliers::{
     MAX_SHARE, OUTLIER_METADATA_KEY, OutlierSplit, outlier_candidates, outlier_channels, outlier_record, outlier_rests,
     split_outliers,
 };
-pub use patterns::is_outlier_branch;
+pub use patterns::{is_outlier_branch, layer_norm_channels};
 pub use plan::{
     Consumer, MIN_FLOAT8_OPSET, MIN_INT16_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind,
     check_mergeable, plan, quantize, tensors_to_calibrate,

@@ -182,6 +182,12 @@ pub(crate) struct LayerNormParams {
     pub channels: usize,
 }
 
+/// The channels a LayerNorm whose last node is `n` normalises (fused or decomposed, over the last axis with constant
+/// per-channel γ / β), if it is one: what `model_io::roles` asks to tell a model's token states.
+pub fn layer_norm_channels(ix: &GraphIndex, n: &NodeProto) -> Option<usize> {
+    layer_norm_params(ix, n).ok().flatten().map(|p| p.channels)
+}
+
 /// γ / β of the LayerNorm whose last node is `n`, if it is one normalising the last axis with constant
 /// per-channel parameters.
 pub(crate) fn layer_norm_params(ix: &GraphIndex, n: &NodeProto) -> Result<Option<LayerNormParams>> {

@@ -5,6 +5,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use qdq_squad::*;
 use std::hint::black_box;
 use std::path::PathBuf;
+use tokenizer::Tokenizer;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad").join(name)
@@ -12,7 +13,7 @@ fn fixture(name: &str) -> PathBuf {
 
 fn bench(c: &mut Criterion) {
     let data = load_squad(fixture("tiny-v1.1.json")).unwrap();
-    let tok = SquadTokenizer::from_vocab(fixture("vocab.txt"), true).unwrap();
+    let tok = Tokenizer::from_vocab(fixture("vocab.txt"), true).unwrap();
     let config = FeatureConfig { max_seq_len: 64, doc_stride: 16, max_query_len: 16 };
     let stream = || FeatureStream::new(&data.examples, &tok, config, 8, Padding::Longest).unwrap();
     c.bench_function("featurize tiny-v1.1 (seq 64)", |b| {

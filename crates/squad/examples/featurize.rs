@@ -1,7 +1,8 @@
 //! `cargo run --release -p qdq-squad --example featurize -- DATASET VOCAB [MAX_SEQ_LEN DOC_STRIDE]`: featurizes a SQuAD
 //! file and prints the number of examples, features and tokens, and the time taken.
 
-use qdq_squad::{FeatureConfig, FeatureStream, Padding, SquadTokenizer, load_squad};
+use qdq_squad::{FeatureConfig, FeatureStream, Padding, load_squad};
+use tokenizer::Tokenizer;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let t0 = std::time::Instant::now();
     let data = load_squad(dataset)?;
-    let tok = SquadTokenizer::from_vocab(vocab, true)?;
+    let tok = Tokenizer::from_vocab(vocab, true)?;
     let (mut features, mut tokens, mut multi) = (0usize, 0usize, 0usize);
     for batch in FeatureStream::new(&data.examples, &tok, config, 32, Padding::Longest)? {
         let batch = batch?;

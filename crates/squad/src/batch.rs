@@ -3,10 +3,10 @@
 use crate::dataset::Example;
 use crate::error::{Error, Result};
 use crate::features::{Feature, FeatureConfig, FeatureWindows, ModelIo};
-use crate::tokenizer::{SquadTokenizer, Tokens};
 use ndarray::{Array2, ArrayView2};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use tokenizer::{Tokenizer, Tokens};
 
 /// How a batch is padded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +117,7 @@ impl Batch {
 /// consecutive questions on it; only one batch of features is held at a time.
 pub struct FeatureStream<'a> {
     examples: &'a [Example],
-    tokenizer: &'a SquadTokenizer,
+    tokenizer: &'a Tokenizer,
     config: FeatureConfig,
     batch_size: usize,
     padding: Padding,
@@ -133,7 +133,7 @@ impl<'a> FeatureStream<'a> {
     /// A stream over `examples`; fails on an invalid config or a zero batch size.
     pub fn new(
         examples: &'a [Example],
-        tokenizer: &'a SquadTokenizer,
+        tokenizer: &'a Tokenizer,
         config: FeatureConfig,
         batch_size: usize,
         padding: Padding,

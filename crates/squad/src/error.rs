@@ -24,22 +24,9 @@ pub enum Error {
         /// What was expected.
         message: String,
     },
-    /// The vocabulary file is unusable.
-    #[error("vocab {path}: {message}")]
-    Vocab {
-        /// The vocab file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-    /// The tokenizers library failed on a text.
-    #[error("tokenizing {what}: {message}")]
-    Tokenize {
-        /// Which text (e.g. the question id).
-        what: String,
-        /// The library's message.
-        message: String,
-    },
+    /// The tokenizer or a text it tokenizes.
+    #[error(transparent)]
+    Text(#[from] tokenizer::Error),
     /// A [`FeatureConfig`](crate::FeatureConfig) or post-processing setting is unusable.
     #[error("invalid configuration: {0}")]
     Config(String),

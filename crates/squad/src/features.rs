@@ -1,7 +1,7 @@
 //! Sliding-window features in the original BERT `run_squad` layout.
 
 use crate::error::{Error, Result};
-use crate::tokenizer::{Framing, Tokens};
+use tokenizer::{Framing, Tokens};
 
 /// Windowing settings. Defaults: `max_seq_len` 384, `doc_stride` 128, `max_query_len` 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

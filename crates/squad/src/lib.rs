@@ -1,7 +1,7 @@
 //! SQuAD for BERT question answering: dataset loading, WordPiece tokenization, sliding-window features, batching and
 //! answer post-processing, matching the original BERT `run_squad` reference.
 //!
-//! Flow: [`load_squad`] → [`SquadTokenizer`] → [`FeatureStream`] (batches of [`Feature`]s as `i64` arrays) → model →
+//! Flow: [`load_squad`] → `tokenizer::Tokenizer` → [`FeatureStream`] (batches of [`Feature`]s as `i64` arrays) → model →
 //! [`PredictionAccumulator`] (logits to [`Prediction`]s) → [`write_predictions`] → `squad_metrics`.
 //!
 //! Invariants:
@@ -14,15 +14,14 @@
 //! * bad input is a typed [`Error`] naming the file and JSON path, never a panic; output files are written to a
 //!   temporary file and renamed.
 //!
-//! What it offers the crates that use it: `SquadTokenizer`, `FeatureStream` / `Batch`, `PredictionAccumulator`,
-//! `ModelIo`.
+//! What it offers the crates that use it: `FeatureStream` / `Batch`, `PredictionAccumulator`, `ModelIo`; texts are
+//! tokenized by `tokenizer::Tokenizer`.
 
 mod batch;
 mod dataset;
 mod error;
 mod features;
 mod postprocess;
-mod tokenizer;
 
 pub use batch::{Batch, FeatureStream, Padding};
 pub use dataset::{DocTokens, Example, SquadData, load_squad, read_dataset};
@@ -31,4 +30,3 @@ pub use features::{Feature, FeatureConfig, FeatureWindows, ModelIo, build_featur
 pub use postprocess::{
     AnswerText, NbestEntry, PostProcessConfig, Prediction, PredictionAccumulator, write_predictions,
 };
-pub use tokenizer::{Framing, SquadTokenizer, Tokens};

@@ -3,10 +3,10 @@
 use crate::dataset::{DocTokens, Example};
 use crate::error::{Error, Result};
 use crate::features::Feature;
-use crate::tokenizer::SquadTokenizer;
 use ndarray::ArrayView2;
 use serde::Serialize;
 use std::path::Path;
+use tokenizer::Tokenizer;
 
 /// How the answer text is taken from the chosen token span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -101,7 +101,7 @@ fn top_n(logits: &[f32], n: usize) -> Vec<usize> {
 /// finalised as soon as its last window arrives, so only the current example's candidates are kept.
 pub struct PredictionAccumulator<'a> {
     examples: &'a [Example],
-    tokenizer: Option<&'a SquadTokenizer>,
+    tokenizer: Option<&'a Tokenizer>,
     config: PostProcessConfig,
     next_feature_id: usize,
     candidates: Vec<Candidate>,
@@ -111,11 +111,7 @@ pub struct PredictionAccumulator<'a> {
 
 impl<'a> PredictionAccumulator<'a> {
     /// An accumulator for `examples`. [`AnswerText::FinalText`] needs the tokenizer.
-    pub fn new(
-        examples: &'a [Example],
-        tokenizer: Option<&'a SquadTokenizer>,
-        config: PostProcessConfig,
-    ) -> Result<Self> {
+    pub fn new(examples: &'a [Example], tokenizer: Option<&'a Tokenizer>, config: PostProcessConfig) -> Result<Self> {
         if config.answer_text == AnswerText::FinalText && tokenizer.is_none() {
             return Err(Error::Config("AnswerText::FinalText needs the tokenizer".into()));
         }

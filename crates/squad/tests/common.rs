@@ -1,13 +1,13 @@
 #![allow(dead_code)]
-use qdq_squad::*;
 use std::path::PathBuf;
+pub use tokenizer::{Framing, Tokenizer, Tokens};
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad").join(name)
 }
 
-pub fn tokenizer() -> SquadTokenizer {
-    SquadTokenizer::from_vocab(fixture("vocab.txt"), true).unwrap()
+pub fn tokenizer() -> Tokenizer {
+    Tokenizer::from_vocab(fixture("vocab.txt"), true).unwrap()
 }
 
 /// Context tokens for a text of space-separated words, one token per word, with byte offsets.

@@ -68,16 +68,16 @@ fn vocab_checks_and_sizes() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("v.txt");
     std::fs::write(&p, "[PAD]\n[UNK]\n[CLS]\nhello\n").unwrap();
-    let e = SquadTokenizer::from_vocab(&p, true).unwrap_err().to_string();
+    let e = Tokenizer::from_vocab(&p, true).unwrap_err().to_string();
     assert!(e.contains("v.txt") && e.contains("[SEP]"), "{e}");
-    assert!(SquadTokenizer::from_vocab(dir.path().join("none.txt"), true).is_err());
+    assert!(Tokenizer::from_vocab(dir.path().join("none.txt"), true).is_err());
     // A binary file (a model given to --vocab) is named as no vocabulary, with where a tokenizer.json goes.
     std::fs::write(&p, b"\x08\x07\x12\x04\xff\xfe onnx").unwrap();
-    let e = SquadTokenizer::from_vocab(&p, true).unwrap_err().to_string();
+    let e = Tokenizer::from_vocab(&p, true).unwrap_err().to_string();
     assert!(e.contains("v.txt") && e.contains("not a WordPiece vocabulary") && e.contains("--token"), "{e}");
     // MPNet's and RoBERTa's names for the same tokens (sentence-transformers' mpnet models): framed as BERT's.
     std::fs::write(&p, "<s>\n<pad>\n</s>\n<unk>\nhello\nworld\n").unwrap();
-    let m = SquadTokenizer::from_vocab(&p, true).unwrap();
+    let m = Tokenizer::from_vocab(&p, true).unwrap();
     assert_eq!((m.cls_id, m.pad_id, m.sep_id, m.unk_id), (0, 1, 2, 3));
     assert_eq!(m.tokenize("Hello world", "text").unwrap().ids, [4, 5]);
 }
@@ -114,7 +114,7 @@ fn a_saved_tokenizer_json_tokenizes_like_the_vocab_it_came_from() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("tokenizer.json");
     t.save_tokenizer_json(&p).unwrap();
-    let j = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    let j = Tokenizer::from_tokenizer_json(&p).unwrap();
     assert_eq!((j.vocab_size(), j.max_token_id()), (t.vocab_size(), t.max_token_id()));
     assert_eq!((j.pad_id, j.unk_id, j.cls_id, j.sep_id), (t.pad_id, t.unk_id, t.cls_id, t.sep_id));
     let data = load_squad(fixture("tiny-v1.1.json")).unwrap();
@@ -124,7 +124,7 @@ fn a_saved_tokenizer_json_tokenizes_like_the_vocab_it_came_from() {
         }
     }
     std::fs::write(&p, "{\"not\": \"a tokenizer\"}").unwrap();
-    let e = SquadTokenizer::from_tokenizer_json(&p).unwrap_err().to_string();
+    let e = Tokenizer::from_tokenizer_json(&p).unwrap_err().to_string();
     assert!(e.contains("tokenizer.json"), "{e}");
 }
 
@@ -163,7 +163,7 @@ fn a_tokenizer_json_frames_texts_as_its_post_processor_says() {
     let roberta = r#"{"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0], "trim_offsets": true, "add_prefix_space": false}"#;
     let padding = r#"{"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 1, "pad_type_id": 0, "pad_token": "<pad>"}"#;
     let p = mpnet_like_tokenizer(&dir, roberta, &["<s>", "<pad>", "</s>", "<unk>", "[UNK]"], padding);
-    let t = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    let t = Tokenizer::from_tokenizer_json(&p).unwrap();
     assert_eq!(t.framing(), Framing { cls: 0, sep: 2, pair_seps: 2, pair_type: 0 });
     assert_eq!(t.pad_id, 1);
     assert_eq!(t.tokenize("Hello world", "t").unwrap().ids, [8, 9]);
@@ -177,7 +177,7 @@ fn a_tokenizer_json_frames_texts_as_its_post_processor_says() {
 
     // No padding block: the token marked special pads; no post-processor: the specials marked special frame.
     let p = mpnet_like_tokenizer(&dir, "null", &["<s>", "<pad>", "</s>", "[UNK]"], "null");
-    let t = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    let t = Tokenizer::from_tokenizer_json(&p).unwrap();
     assert_eq!((t.cls_id, t.sep_id, t.pad_id, t.unk_id), (0, 2, 1, 4));
 
     // BERT's template over the same vocabulary: [CLS] a [SEP] b [SEP], the second segment 1.
@@ -186,18 +186,18 @@ fn a_tokenizer_json_frames_texts_as_its_post_processor_says() {
         "pair": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "[SEP]", "type_id": 1}}],
         "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [5], "tokens": ["[CLS]"]}, "[SEP]": {"id": "[SEP]", "ids": [6], "tokens": ["[SEP]"]}}}"#;
     let p = mpnet_like_tokenizer(&dir, template, &["[CLS]", "[SEP]", "[PAD]", "[UNK]"], "null");
-    let t = SquadTokenizer::from_tokenizer_json(&p).unwrap();
+    let t = Tokenizer::from_tokenizer_json(&p).unwrap();
     assert_eq!(t.framing(), Framing { cls: 5, sep: 6, pair_seps: 1, pair_type: 1 });
     assert_eq!(t.pad_id, 7);
 
     // A vocab.txt beside a tokenizer_config.json naming the specials: the declared ones, and RoBERTa's pairs.
     let v = dir.path().join("vocab.txt");
     std::fs::write(&v, "<s>\n<pad>\n</s>\n<unk>\n[UNK]\n[CLS]\n[SEP]\n[PAD]\nhello\nworld\n").unwrap();
-    let bert = SquadTokenizer::from_vocab(&v, true).unwrap();
+    let bert = Tokenizer::from_vocab(&v, true).unwrap();
     assert_eq!((bert.cls_id, bert.sep_id, bert.pad_id), (5, 6, 7), "no declaration: BERT's names");
     let config = r#"{"cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "[UNK]"}"#;
     std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
-    let t = SquadTokenizer::from_vocab(&v, true).unwrap();
+    let t = Tokenizer::from_vocab(&v, true).unwrap();
     assert_eq!(t.framing(), Framing { cls: 0, sep: 2, pair_seps: 2, pair_type: 0 });
     assert_eq!((t.pad_id, t.unk_id), (1, 4));
 }

@@ -203,10 +203,7 @@ fn pair_ids(tsv: &Path, model: &Path, n: usize, seq_len: usize) -> Result<Vec<se
     let Some((a, b)) = PAIR_COLUMNS.iter().find_map(|(a, b)| Some((col(a)?, col(b)?))) else {
         bail!("{}: no pair of text columns GLUE names ({PAIR_COLUMNS:?}) in its header {header:?}", tsv.display());
     };
-    let tok = match crate::bench::embeddings::folder_tokenizer(model) {
-        ("--token", json) => squad::SquadTokenizer::from_tokenizer_json(json)?,
-        (_, vocab) => squad::SquadTokenizer::from_vocab(vocab, true)?,
-    };
+    let tok = crate::bench::embeddings::load_folder_tokenizer(model)?;
     let f = tok.framing();
     let specials = 2 + f.pair_seps;
     lines

@@ -276,6 +276,14 @@ pub(crate) fn folder_tokenizer(folder: &Path) -> (&'static str, PathBuf) {
     }
 }
 
+/// The tokenizer of [`folder_tokenizer`], loaded.
+pub(crate) fn load_folder_tokenizer(folder: &Path) -> Result<tokenizer::Tokenizer> {
+    Ok(match folder_tokenizer(folder) {
+        ("--token", json) => tokenizer::Tokenizer::from_tokenizer_json(json)?,
+        (_, vocab) => tokenizer::Tokenizer::from_vocab(vocab, true)?,
+    })
+}
+
 /// The calibration texts qdq takes from a SQuAD file (each paragraph, then its questions, until `cal_num`
 /// questions) as token ids framed as the model's tokenizer in `folder` frames one text (`[CLS] text [SEP]`,
 /// `<s> text </s>`), at most `seq_len` of them.
@@ -286,10 +294,7 @@ pub(crate) fn calibration_ids(
     seq_len: usize,
 ) -> Result<Vec<Vec<i64>>> {
     let data = squad_metrics::load_dataset(calibration)?;
-    let tok = match folder_tokenizer(folder) {
-        ("--token", json) => squad::SquadTokenizer::from_tokenizer_json(json)?,
-        (_, vocab) => squad::SquadTokenizer::from_vocab(vocab, true)?,
-    };
+    let tok = load_folder_tokenizer(folder)?;
     let framing = tok.framing();
     let (mut texts, mut questions) = (vec![], 0);
     for p in data.data.iter().flat_map(|a| &a.paragraphs) {

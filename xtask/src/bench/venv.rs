@@ -30,7 +30,7 @@ pub(crate) fn export_features(
 ) -> Result<Vec<i64>> {
     let mut data = squad::load_squad(calibration)?;
     data.limit(questions);
-    let tok = squad::SquadTokenizer::from_vocab(vocab, true)?;
+    let tok = tokenizer::Tokenizer::from_vocab(vocab, true)?;
     let config = squad::FeatureConfig { max_seq_len: seq_len, doc_stride, ..Default::default() };
     let (mut ids, mut mask, mut types, mut example) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for batch in squad::FeatureStream::new(&data.examples, &tok, config, 64, squad::Padding::Fixed(seq_len))? {

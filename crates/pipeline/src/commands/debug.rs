@@ -129,7 +129,7 @@ impl Job for DebugJob {
         drop(fp32);
         // Loaded once: a second EP runs the same QDQ model with the same pairs exposed.
         let int8 = load_qdq(&int8_path)?;
-        let mut report = self.report_on(&fp32_path, (&int8_path, &int8), &held, progress)?;
+        let mut report = self.report_on(&fp32_path, (&int8_path, &int8), (&held, Some(&task)), progress)?;
         if let Some(other) = &other {
             progress.start(&format!("on {}", other.ep), Some(held.units() as u64), held.unit());
             report.other_ep = Some(across_eps(&held, &int8, &probes(&int8), other, progress)?);
@@ -172,19 +172,20 @@ impl DebugJob {
         progress: &dyn Progress,
     ) -> Result<DebugReport> {
         let int8 = load_qdq(int8_path)?;
-        let report = self.report_on(fp32_path, (int8_path, &int8), held, progress)?;
+        let report = self.report_on(fp32_path, (int8_path, &int8), (held, None), progress)?;
         if let Some(dir) = &self.out {
             report.write(dir)?;
         }
         Ok(report)
     }
 
-    /// [`DebugJob::run_on`] of the QDQ model already loaded (`int8`, from `int8_path`), without writing.
+    /// [`DebugJob::run_on`] of the QDQ model already loaded (`int8`, from `int8_path`), without writing; `task`, the
+    /// model's when already told (`--confirm` tells it otherwise).
     fn report_on(
         &self,
         fp32_path: &Path,
         (int8_path, int8): (&Path, &Model),
-        held: &HeldOut,
+        (held, task): (&HeldOut, Option<&Task>),
         progress: &dyn Progress,
     ) -> Result<DebugReport> {
         self.check()?;
@@ -205,7 +206,7 @@ impl DebugJob {
             if self.sensitivity { sensitivity(held, int8, measured.logits.loss(), progress)? } else { Vec::new() };
         let confirmation = if self.confirm > 0 && !sensitivity.is_empty() {
             let on = confirm::ConfirmOn {
-                task: held.task(),
+                task,
                 dataset: &self.dataset,
                 samples: self.samples,
                 nodes: self.confirm,

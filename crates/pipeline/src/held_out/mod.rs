@@ -14,7 +14,6 @@ use crate::error::Result;
 use crate::held_out::agreement::OutputAgreement;
 use crate::steps::augment::session_with_outputs;
 use crate::steps::speed::{Workload, leading_by};
-use crate::tasks::Task;
 
 /// One held-out batch's values a model is compared on, as its task's reader lays them out (`[start, end]` logits,
 /// one embedding per row, one class-logit row per input).
@@ -138,30 +137,18 @@ pub struct HeldOut {
     unit: &'static str,
     /// Which inputs, in words (`the last 32 questions of dev.json (33 features)`).
     what: String,
-    /// The task the inputs are held out for (set by `Task::held_out`).
-    task: Option<Task>,
 }
 
 impl HeldOut {
     /// `runs` with FP32's (`fp32`) values on them: `units` held-out `unit` (`questions`, `texts`, `inputs`).
     pub(crate) fn with_fp32(runs: Runs, fp32: &Model, units: usize, unit: &'static str) -> Result<Self> {
         let fp32 = runs.values(fp32, "FP32 model")?;
-        Ok(HeldOut { runs, fp32, units, unit, what: String::new(), task: None })
+        Ok(HeldOut { runs, fp32, units, unit, what: String::new() })
     }
 
     /// These inputs described as `what`.
     pub(crate) fn described(self, what: String) -> Self {
         HeldOut { what, ..self }
-    }
-
-    /// These inputs as held out for `task`.
-    pub(crate) fn held_for(self, task: &Task) -> Self {
-        HeldOut { task: Some(task.clone()), ..self }
-    }
-
-    /// The task the inputs are held out for.
-    pub(crate) fn task(&self) -> Option<&Task> {
-        self.task.as_ref()
     }
 
     /// Which inputs are held out, in words.

@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use squad::{FeatureConfig, ModelIo, Padding, SquadTokenizer};
+use squad::{FeatureConfig, ModelIo, Padding};
+use tokenizer::Tokenizer;
 
 use crate::error::Result;
 use crate::inputs::folder::FolderConfig;
@@ -84,7 +85,7 @@ impl DataConfig {
         session.dim_overrides = overrides;
     }
 
-    pub fn tokenizer(&self) -> Result<Arc<SquadTokenizer>> {
+    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>> {
         if let Some(dir) = &self.no_tokenizer_in {
             return Err(crate::error::Error::Input {
                 path: dir.clone(),
@@ -94,8 +95,8 @@ impl DataConfig {
             });
         }
         Ok(Arc::new(match &self.tokenizer_json {
-            Some(json) => SquadTokenizer::from_tokenizer_json(json)?,
-            None => SquadTokenizer::from_vocab(&self.vocab, self.lowercase)?,
+            Some(json) => Tokenizer::from_tokenizer_json(json)?,
+            None => Tokenizer::from_vocab(&self.vocab, self.lowercase)?,
         }))
     }
 

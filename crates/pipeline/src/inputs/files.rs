@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use ndarray::{Array2, ArrayView2};
 use onnx_ir::{GraphExt as _, Model};
-use squad::SquadTokenizer;
+use tokenizer::Tokenizer;
 
-use qdq::roles::InputRoles;
+use model_io::roles::InputRoles;
 
 use crate::disk::{open_regular, read_text};
 use crate::error::{Error, Result};
@@ -70,7 +70,7 @@ pub struct InputSet {
 /// available (then only `.npz` files, which name every input, can be read).
 pub struct TextInputs {
     pub roles: std::result::Result<InputRoles, String>,
-    pub tokenizer: std::result::Result<Arc<SquadTokenizer>, String>,
+    pub tokenizer: std::result::Result<Arc<Tokenizer>, String>,
     /// The file the tokenizer is read from: its errors name it, not the data.
     pub tokenizer_file: PathBuf,
     /// Label name -> class (config.json's `label2id`), for data files that name their labels.
@@ -82,7 +82,7 @@ pub struct TextInputs {
 impl TextInputs {
     /// The tokenizer; where it did not load, the error loading it from `cfg` (the configuration these inputs were
     /// made for) gives.
-    pub fn loaded_tokenizer(&self, cfg: &DataConfig) -> Result<Arc<SquadTokenizer>> {
+    pub fn loaded_tokenizer(&self, cfg: &DataConfig) -> Result<Arc<Tokenizer>> {
         match &self.tokenizer {
             Ok(t) => Ok(Arc::clone(t)),
             Err(_) => cfg.tokenizer(),
@@ -90,7 +90,7 @@ impl TextInputs {
     }
 
     /// The roles and the tokenizer, or an error naming `path` and what is missing.
-    fn ready(&self, path: &Path) -> Result<(&InputRoles, &Arc<SquadTokenizer>)> {
+    fn ready(&self, path: &Path) -> Result<(&InputRoles, &Arc<Tokenizer>)> {
         let bad = |why: &String| Error::Input {
             path: path.to_path_buf(),
             reason: format!("reading token ids or text needs the model's input roles and a tokenizer: {why}"),
@@ -384,7 +384,7 @@ fn with_roles(
     path: &Path,
     rows: Vec<Vec<Vec<i64>>>,
     r: &InputRoles,
-    tokenizer: &SquadTokenizer,
+    tokenizer: &Tokenizer,
     labels: Option<Vec<i64>>,
 ) -> InputSet {
     let mut names = vec![r.ids.clone(), r.mask.clone()];
@@ -589,7 +589,7 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
 
 /// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])` as the tokenizer frames them (RoBERTa and MPNet: `<s> a
 /// </s></s> b </s>`, one segment), the longer text cut first until it fits `max_len`.
-fn encode(t: &SquadTokenizer, max_len: usize, a: &str, b: Option<&str>) -> Result<(Vec<i64>, Vec<i64>)> {
+fn encode(t: &Tokenizer, max_len: usize, a: &str, b: Option<&str>) -> Result<(Vec<i64>, Vec<i64>)> {
     let f = t.framing();
     let mut ta = t.tokenize(a, "text")?.ids;
     let mut tb = match b {
@@ -628,11 +628,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let v = dir.path().join("vocab.txt");
         std::fs::write(&v, "<s>\n<pad>\n</s>\n<unk>\n[UNK]\nhello\nworld\n").unwrap();
-        let t = SquadTokenizer::from_vocab(&v, true).unwrap();
+        let t = Tokenizer::from_vocab(&v, true).unwrap();
         assert_eq!(encode(&t, 16, "hello", Some("world")).unwrap(), (vec![0, 5, 2, 2, 6, 2], vec![0; 6]));
         assert_eq!(encode(&t, 16, "hello world", None).unwrap(), (vec![0, 5, 6, 2], vec![0; 4]));
         std::fs::write(&v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n").unwrap();
-        let t = SquadTokenizer::from_vocab(&v, true).unwrap();
+        let t = Tokenizer::from_vocab(&v, true).unwrap();
         assert_eq!(encode(&t, 16, "hello", Some("world")).unwrap(), (vec![2, 4, 3, 5, 3], vec![0, 0, 0, 1, 1]));
         // Cut to fit: the longer text first (then the first on a tie), the framing kept whole.
         assert_eq!(encode(&t, 4, "hello world", Some("world")).unwrap().0, [2, 3, 5, 3]);

@@ -1,20 +1,21 @@
 //! Which model inputs and outputs the data feeds and reads: the names `--io-names` gives ([`IoNames`]), the rest
-//! found in the graph by [`qdq::roles`], and the checks that the model, the data and the vocabulary fit together
+//! found in the graph by [`model_io::roles`], and the checks that the model, the data and the vocabulary fit together
 //! (errors name the model file and say which flag changes what).
 
 use std::path::Path;
 use std::str::FromStr;
 
+use model_io::roles::{InputRoles, NamedRoles, RoleError};
 use onnx_ir::{GraphExt as _, Model};
-use qdq::roles::{InputRoles, NamedRoles, RoleError};
-use squad::{ModelIo, SquadTokenizer};
+use squad::ModelIo;
+use tokenizer::Tokenizer;
 
 use crate::error::{Error, Result};
 
 /// Which names the model's inputs and outputs have.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum IoNames {
-    /// Found in the graph ([`qdq::roles`]): token ids feed the largest embedding Gather, segment ids a small one (or
+    /// Found in the graph ([`model_io::roles`]): token ids feed the largest embedding Gather, segment ids a small one (or
     /// ORT's fused EmbedLayerNormalization's slots), the mask is the remaining integer input; start / end logits by
     /// name, else the two parts of the head's Split, else the two outputs in order, else one output declared
     /// `[batch, seq, 2]` holding both.
@@ -107,13 +108,14 @@ pub(crate) fn role_error(model_path: &Path, e: RoleError) -> Error {
 
 /// The model's input roles only (any model, SQuAD or not), as [`detect_io`] finds them.
 pub fn detect_inputs(model: &Model, model_path: &Path, names: &IoNames) -> Result<InputRoles> {
-    qdq::roles::input_roles(model.graph(), names.named()).map_err(|e| role_error(model_path, e))
+    model_io::roles::input_roles(model.graph(), names.named()).map_err(|e| role_error(model_path, e))
 }
 
 /// The model's input and output roles (see [`IoNames::Auto`]); named roles of `Explicit` win.
 pub fn detect_io(model: &Model, model_path: &Path, names: &IoNames) -> Result<ModelIo> {
     let inputs = detect_inputs(model, model_path, names)?;
-    let (start, end) = qdq::roles::logit_roles(model.graph(), names.named()).map_err(|e| role_error(model_path, e))?;
+    let (start, end) =
+        model_io::roles::logit_roles(model.graph(), names.named()).map_err(|e| role_error(model_path, e))?;
     Ok(ModelIo {
         input_ids: inputs.ids,
         attention_mask: inputs.mask,
@@ -125,9 +127,9 @@ pub fn detect_io(model: &Model, model_path: &Path, names: &IoNames) -> Result<Mo
     })
 }
 
-/// The class-logits output of a model that is not a SQuAD model ([`qdq::roles::class_logits`]).
+/// The class-logits output of a model that is not a SQuAD model ([`model_io::roles::class_logits`]).
 pub fn class_logits(model: &Model, names: &IoNames, model_path: &Path) -> Result<String> {
-    qdq::roles::class_logits(model.graph(), names.named()).map_err(|e| match e {
+    model_io::roles::class_logits(model.graph(), names.named()).map_err(|e| match e {
         RoleError::NoOutput { name, outputs } => Error::Input {
             path: model_path.to_path_buf(),
             reason: format!("--io-names logits={name}: the model's outputs are [{}]", outputs.join(", ")),
@@ -139,7 +141,7 @@ pub fn class_logits(model: &Model, names: &IoNames, model_path: &Path) -> Result
 /// True if the model has start / end logits as [`detect_io`] finds them (a SQuAD model) and no `logits` role was
 /// named.
 pub fn is_squad_model(model: &Model, names: &IoNames) -> bool {
-    names.named().logits.is_none() && qdq::roles::logit_roles(model.graph(), names.named()).is_ok()
+    names.named().logits.is_none() && model_io::roles::logit_roles(model.graph(), names.named()).is_ok()
 }
 
 /// The roles of `model` for a SQuAD corpus asked for as `names`: the fixed sets as they are (position ids, which
@@ -149,7 +151,7 @@ pub(crate) fn settle(io: &mut ModelIo, names: &mut IoNames, model: &Model, model
     if let IoNames::Hf | IoNames::Nvidia = names {
         let mut taken = vec![io.input_ids.as_str(), io.attention_mask.as_str()];
         taken.extend(io.token_type_ids.as_deref());
-        io.position_ids = qdq::roles::position_input(model.graph(), &taken);
+        io.position_ids = model_io::roles::position_input(model.graph(), &taken);
         return Ok(());
     }
     let found = detect_io(model, model_path, names)?;
@@ -234,7 +236,7 @@ pub(crate) fn fit_io(io: &mut ModelIo, model: &Model, model_path: &Path) -> Resu
 /// A model embeds a fixed number of positions: a longer --seq-len would fail at the first inference with a broadcast
 /// error from ONNX Runtime, so it is checked here.
 pub(crate) fn check_positions(model: &Model, model_path: &Path, seq_len: usize) -> Result<()> {
-    let Some((table, rows)) = qdq::roles::position_table(model.graph()) else {
+    let Some((table, rows)) = model_io::roles::position_table(model.graph()) else {
         tracing::debug!("no position-embedding table found; --seq-len not checked against it");
         return Ok(());
     };
@@ -255,7 +257,7 @@ const BERT_ANCHORS: [(u32, &str); 5] = [(0, "[PAD]"), (100, "[UNK]"), (101, "[CL
 
 /// The BERT special tokens that are not at their usual ids (empty for a vocabulary under 1,000 tokens: test and toy
 /// vocabularies are laid out freely; and for one that names its specials as RoBERTa and MPNet do, `<s>` ...).
-fn anchor_mismatches(tok: &SquadTokenizer) -> Vec<String> {
+fn anchor_mismatches(tok: &Tokenizer) -> Vec<String> {
     if tok.vocab_size() < 1000 || tok.id_to_token(tok.cls_id).as_deref() != Some("[CLS]") {
         return vec![];
     }
@@ -268,7 +270,7 @@ fn anchor_mismatches(tok: &SquadTokenizer) -> Vec<String> {
 
 /// A vocabulary of the right size can still be the wrong one (EM falls to a tenth): warns when the special tokens
 /// are not at the ids BERT vocabularies give them, naming what was checked.
-fn check_anchors(tok: &SquadTokenizer, vocab: &Path) {
+fn check_anchors(tok: &Tokenizer, vocab: &Path) {
     let off = anchor_mismatches(tok);
     if off.is_empty() {
         tracing::debug!("{}: [PAD] [UNK] [CLS] [SEP] [MASK] at BERT's ids 0, 100-103", vocab.display());
@@ -312,7 +314,7 @@ fn kind_of_class(class: &str) -> Option<&'static str> {
 
 /// The tokenizer against what the model's folder declares (`tokenizer_class` of its tokenizer_config.json): a
 /// tokenizer of another kind (a BPE tokenizer.json beside a BERT model) is an error naming both files.
-pub(crate) fn check_tokenizer_kind(tok: &SquadTokenizer, tok_path: &Path, folder: &Path) -> Result<()> {
+pub(crate) fn check_tokenizer_kind(tok: &Tokenizer, tok_path: &Path, folder: &Path) -> Result<()> {
     let config = folder.join("tokenizer_config.json");
     let Some(class) = config
         .is_file()
@@ -338,7 +340,7 @@ pub(crate) fn check_tokenizer_kind(tok: &SquadTokenizer, tok_path: &Path, folder
 
 /// A tokenizer's vocabulary as [`check_vocab`] checks it.
 pub(crate) struct Vocabulary<'a> {
-    pub tok: &'a SquadTokenizer,
+    pub tok: &'a Tokenizer,
     /// The file it came from (vocab.txt or tokenizer.json).
     pub path: &'a Path,
     /// `--force`: a much smaller vocabulary is used, with a warning.
@@ -350,7 +352,7 @@ pub(crate) struct Vocabulary<'a> {
 /// BERT's are.
 pub(crate) fn check_vocab(model: &Model, model_path: &Path, input_ids: &str, vocab: &Vocabulary) -> Result<()> {
     check_anchors(vocab.tok, vocab.path);
-    let Some((table, rows)) = qdq::roles::word_embedding(model.graph(), input_ids) else {
+    let Some((table, rows)) = model_io::roles::word_embedding(model.graph(), input_ids) else {
         tracing::debug!("no Gather of {input_ids} on an initializer found; vocabulary size not checked");
         return Ok(());
     };
@@ -397,7 +399,7 @@ mod tests {
         let write = |name: &str, tokens: &[String]| {
             let p = dir.join(name);
             std::fs::write(&p, tokens.join("\n")).unwrap();
-            SquadTokenizer::from_vocab(&p, true).unwrap()
+            Tokenizer::from_vocab(&p, true).unwrap()
         };
         assert!(anchor_mismatches(&write("bert.txt", &tokens)).is_empty());
         tokens.swap(101, 500);

@@ -126,7 +126,7 @@ impl DataSettings {
     pub fn config(&self, model: &Path) -> Result<DataConfig> {
         // Only the graph is read here; a file that cannot be read is reported by whatever loads it next.
         let (declared, positions, symbolic_dims) = match onnx_ir::Model::load_graph_only(model) {
-            Ok(m) => (DeclaredShape::of(&m, model)?, qdq::roles::position_table(m.graph()), symbolic_dims(&m)),
+            Ok(m) => (DeclaredShape::of(&m, model)?, model_io::roles::position_table(m.graph()), symbolic_dims(&m)),
             Err(_) => (DeclaredShape::default(), None, Vec::new()),
         };
         say_fixed_batch(model, declared.batch);

@@ -117,7 +117,7 @@ pub(crate) enum Detected {
 pub(crate) type Detector = fn(&Model, &Path, &DataConfig) -> Result<Detected>;
 
 /// The rooms in the order they claim a model: start / end logits make a SQuAD model; then a sentence embedding or
-/// token states an embedding model ([`qdq::roles::embedding_output`]); then class logits a classifier
+/// token states an embedding model ([`model_io::roles::embedding_output`]); then class logits a classifier
 /// ([`crate::inputs::roles::class_logits`]). The roles `--io-names` names decide first within each. A new task is
 /// its room and one line here.
 pub(crate) const DETECTORS: [(&str, Detector); 3] =
@@ -272,7 +272,7 @@ impl Task {
         session: SessionConfig,
         cfg: &DataConfig,
     ) -> Result<HeldOut> {
-        Ok(self.0.held_out(fp32, dataset, n, session, cfg)?.held_for(self))
+        self.0.held_out(fp32, dataset, n, session, cfg)
     }
 }
 

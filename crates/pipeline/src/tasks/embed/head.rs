@@ -1,7 +1,7 @@
 //! How a model gives its sentence embedding ([`EmbeddingHead`]): a pooled output, or token states and their pooling.
 
+use model_io::roles::EmbeddingOutput;
 use ndarray::ArrayView2;
-use qdq::roles::EmbeddingOutput;
 
 use crate::error::{Error, Result};
 use crate::inputs::pooling::Pooling;

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use ndarray::{Array2, ArrayView2, s};
 
-use qdq::roles::{EmbeddingOutput, FoundEmbedding};
+use model_io::roles::{EmbeddingOutput, FoundEmbedding};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

@@ -22,7 +22,7 @@ use crate::tasks::{
     rows_shared,
 };
 
-/// A sentence embedding or token states ([`qdq::roles::embedding_output`], the embedding `--io-names` names first)
+/// A sentence embedding or token states ([`model_io::roles::embedding_output`], the embedding `--io-names` names first)
 /// make an embedding model, unless class logits were named; settled with its pooling ([`EmbedTask::settle`]). A
 /// named output the graph lacks, or a folder whose modules qdq cannot compute, is an error.
 pub(crate) fn detect(model: &Model, model_path: &Path, cfg: &DataConfig) -> Result<Detected> {
@@ -30,7 +30,7 @@ pub(crate) fn detect(model: &Model, model_path: &Path, cfg: &DataConfig) -> Resu
     if named.logits.is_some() {
         return Ok(Detected::Not(None));
     }
-    let found = qdq::roles::embedding_output(model.graph(), named, cfg.pooling.is_some())
+    let found = model_io::roles::embedding_output(model.graph(), named, cfg.pooling.is_some())
         .map_err(|e| crate::inputs::roles::role_error(model_path, e))?;
     Ok(match found {
         Some(found) => Detected::Is(Task::of(EmbedTask::settle(found, model_path, cfg)?)),

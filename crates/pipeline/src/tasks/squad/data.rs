@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use onnx_ir::Model;
-use squad::{FeatureStream, ModelIo, PostProcessConfig, PredictionAccumulator, SquadTokenizer};
+use squad::{FeatureStream, ModelIo, PostProcessConfig, PredictionAccumulator};
+use tokenizer::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::inputs::config::DataConfig;
@@ -97,18 +98,18 @@ pub struct Corpus {
     gold: squad_metrics::Dataset,
     data: squad::SquadData,
     cfg: DataConfig,
-    tokenizer: Arc<SquadTokenizer>,
+    tokenizer: Arc<Tokenizer>,
 }
 
 impl Corpus {
     /// Reads `path` and keeps its first `limit` questions (0 = all). An empty selection is an error.
-    pub fn load(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, limit: usize) -> Result<Corpus> {
+    pub fn load(path: &Path, cfg: &DataConfig, tokenizer: &Arc<Tokenizer>, limit: usize) -> Result<Corpus> {
         let gold = squad::read_dataset(path)?;
         Corpus::from_gold(path, if limit == 0 { gold } else { gold.first_n(limit) }, cfg, tokenizer)
     }
 
     /// Reads `path` and keeps its last `n` questions: questions held out from an evaluation of the first ones.
-    pub fn load_last(path: &Path, cfg: &DataConfig, tokenizer: &Arc<SquadTokenizer>, n: usize) -> Result<Corpus> {
+    pub fn load_last(path: &Path, cfg: &DataConfig, tokenizer: &Arc<Tokenizer>, n: usize) -> Result<Corpus> {
         let gold = squad::read_dataset(path)?;
         Corpus::from_gold(path, gold.last_n(n), cfg, tokenizer)
     }
@@ -122,7 +123,7 @@ impl Corpus {
         path: &Path,
         gold: squad_metrics::Dataset,
         cfg: &DataConfig,
-        tokenizer: &Arc<SquadTokenizer>,
+        tokenizer: &Arc<Tokenizer>,
     ) -> Result<Corpus> {
         let dup = gold.duplicate_ids();
         if !dup.is_empty() {

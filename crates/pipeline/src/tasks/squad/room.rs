@@ -31,7 +31,7 @@ pub(crate) fn detect(model: &Model, _: &Path, cfg: &DataConfig) -> Result<Detect
         return Ok(Detected::Not(None));
     }
     let by_name = named.start.is_some() && named.end.is_some();
-    Ok(match by_name || qdq::roles::logit_roles(model.graph(), named).is_ok() {
+    Ok(match by_name || model_io::roles::logit_roles(model.graph(), named).is_ok() {
         true => Detected::Is(Task::of(SquadTask)),
         false => Detected::Not(None),
     })

@@ -9,10 +9,10 @@ use tokenizers::normalizers::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::{
     NormalizedString, Normalizer, NormalizerWrapper, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
-    PreTokenizerWrapper, Tokenizer,
+    PreTokenizerWrapper, Tokenizer as HfTokenizer,
 };
 
-/// Bytes of text [`SquadTokenizer::tokenize`] hands a word-local tokenizer at once (more only when no whitespace
+/// Bytes of text [`Tokenizer::tokenize`] hands a word-local tokenizer at once (more only when no whitespace
 /// follows).
 const TOKENIZE_PIECE: usize = 1 << 16;
 
@@ -155,9 +155,9 @@ fn template_framing(pp: &serde_json::Value, id: &dyn Fn(&str) -> Option<u32>) ->
 
 /// BERT WordPiece tokenizer: BertNormalizer (clean text, CJK spacing, accent stripping when lower-casing,
 /// lower-casing) + BertPreTokenizer + WordPiece (`##` prefix, `[UNK]`, at most 100 characters per word).
-/// No post-processor: [`build_features`](crate::build_features) adds `[CLS]`/`[SEP]` itself.
-pub struct SquadTokenizer {
-    inner: Tokenizer,
+/// No post-processor: SQuAD's `build_features` adds `[CLS]`/`[SEP]` itself.
+pub struct Tokenizer {
+    inner: HfTokenizer,
     /// Id of `[CLS]`.
     pub cls_id: u32,
     /// Id of `[SEP]`.
@@ -176,9 +176,9 @@ pub struct SquadTokenizer {
     word_local: bool,
 }
 
-impl std::fmt::Debug for SquadTokenizer {
+impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SquadTokenizer").field("vocab_size", &self.vocab_size).finish_non_exhaustive()
+        f.debug_struct("Tokenizer").field("vocab_size", &self.vocab_size).finish_non_exhaustive()
     }
 }
 
@@ -188,7 +188,7 @@ fn read_text(path: &Path) -> Result<String> {
     files::read_text(path, files::MAX_INPUT_BYTES).map_err(io)
 }
 
-impl SquadTokenizer {
+impl Tokenizer {
     /// Loads a BERT `vocab.txt` (one token per line, id = line number). Errors name the file when it cannot be read,
     /// is empty, or lacks `[CLS]`, `[SEP]`, `[PAD]` or `[UNK]`.
     pub fn from_vocab(path: impl AsRef<Path>, lowercase: bool) -> Result<Self> {
@@ -222,7 +222,7 @@ impl SquadTokenizer {
             .max_input_chars_per_word(100)
             .build()
             .map_err(|e| vocab_err(e.to_string()))?;
-        let mut inner = Tokenizer::new(model);
+        let mut inner = HfTokenizer::new(model);
         inner
             .with_normalizer(Some(BertNormalizer::new(true, true, None, lowercase)))
             .map_err(|e| vocab_err(e.to_string()))?;
@@ -230,7 +230,7 @@ impl SquadTokenizer {
         // RoBERTa's names (MPNet's vocabulary) come with RoBERTa's pairs: `<s> a </s></s> b </s>`, one segment.
         let roberta = vocab.get("<s>") == Some(&cls_id);
         let (pair_seps, pair_type) = if roberta { (2, 0) } else { (1, 1) };
-        Ok(SquadTokenizer {
+        Ok(Tokenizer {
             inner,
             cls_id,
             sep_id,
@@ -247,13 +247,13 @@ impl SquadTokenizer {
     /// Loads a Hugging Face `tokenizer.json` (e.g. one saved with a fine-tuned model). Its normalizer,
     /// pre-tokenizer and model are used as they are; its truncation is dropped, and its post-processor and padding
     /// are read for the tokens that frame and pad a text ([`Framing`]: MPNet's `<s>`, `</s></s>` and `<pad>`, not the
-    /// `[CLS]` its vocabulary also holds), then dropped ([`build_features`](crate::build_features) frames and windows
+    /// `[CLS]` its vocabulary also holds), then dropped (SQuAD's `build_features` frames and windows
     /// the text itself). Errors name the file when it cannot be parsed or lacks `[CLS]`, `[SEP]`, `[PAD]` or `[UNK]`.
     pub fn from_tokenizer_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let vocab_err = |message: String| Error::Vocab { path: path.to_owned(), message };
         let text = read_text(path)?;
-        let mut inner: Tokenizer =
+        let mut inner: HfTokenizer =
             text.parse().map_err(|e: tokenizers::Error| vocab_err(format!("not a tokenizer.json: {e}")))?;
         inner.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
         inner.with_padding(None);
@@ -284,7 +284,7 @@ impl SquadTokenizer {
         let word_local = matches!(inner.get_pre_tokenizer(), Some(PreTokenizerWrapper::BertPreTokenizer(_)))
             && matches!(inner.get_normalizer(), None | Some(NormalizerWrapper::BertNormalizer(_)));
         let vocab_size = vocab.len();
-        Ok(SquadTokenizer {
+        Ok(Tokenizer {
             inner,
             cls_id,
             sep_id,
@@ -390,7 +390,7 @@ mod tests {
     #[test]
     fn tokenizing_in_pieces_gives_the_tokens_of_the_whole_text() {
         let vocab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad/vocab.txt");
-        let tok = SquadTokenizer::from_vocab(vocab, true).unwrap();
+        let tok = Tokenizer::from_vocab(vocab, true).unwrap();
         let text =
             "The Café (Zürich)\tserved 北京 tea,  \n\n dozens of   \u{00a0}visitors; naïve résumé-style! ".repeat(40);
         let whole = tok.tokenize_in_pieces(&text, "t", usize::MAX).unwrap();
@@ -412,12 +412,12 @@ mod tests {
         let dir = tmp.path();
         let vocab = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad/vocab.txt");
         let bert = dir.join("bert.json");
-        SquadTokenizer::from_vocab(vocab, true).unwrap().save_tokenizer_json(&bert).unwrap();
-        assert!(SquadTokenizer::from_tokenizer_json(&bert).unwrap().word_local);
+        Tokenizer::from_vocab(vocab, true).unwrap().save_tokenizer_json(&bert).unwrap();
+        assert!(Tokenizer::from_tokenizer_json(&bert).unwrap().word_local);
         let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&bert).unwrap()).unwrap();
         json["pre_tokenizer"] = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
         let byte_level = dir.join("byte_level.json");
         std::fs::write(&byte_level, json.to_string()).unwrap();
-        assert!(!SquadTokenizer::from_tokenizer_json(&byte_level).unwrap().word_local);
+        assert!(!Tokenizer::from_tokenizer_json(&byte_level).unwrap().word_local);
     }
 }

@@ -174,7 +174,7 @@ fn written_by_layer_norm(ix: &GraphIndex, tensor: &str) -> Option<usize> {
         }
         n = ix.producer_node(n.input.first()?)?;
     }
-    crate::patterns::layer_norm_params(ix, n).ok().flatten().map(|p| p.channels)
+    qdq::layer_norm_channels(ix, n)
 }
 
 /// The token states `output` is pooled from: walking back from `output` through ops without weights, the one rank-3
@@ -219,7 +219,7 @@ fn computed_by_encoder(ix: &GraphIndex, tensor: &str) -> bool {
             continue;
         }
         let Some(n) = ix.producer_node(&t) else { continue };
-        if WEIGHTED_OPS.contains(&n.op_type()) || crate::patterns::layer_norm_params(ix, n).ok().flatten().is_some() {
+        if WEIGHTED_OPS.contains(&n.op_type()) || qdq::layer_norm_channels(ix, n).is_some() {
             return true;
         }
         if n.op_type() != "Shape" {
