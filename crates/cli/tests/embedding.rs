@@ -429,6 +429,8 @@ fn a_quantized_folder_loads_where_its_source_does() {
     assert!(said.contains(&line), "{said}");
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("## Loading the quantized model") && report.contains("SentenceTransformer("), "{report}");
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["loader"], serde_json::json!({"library": "sentence-transformers"}), "{results}");
 
     // Without config.json: no loader line.
     let (dir, model) = folder(Head::Hidden { pooler: false }, "onnx/model.onnx", &files[2..]);

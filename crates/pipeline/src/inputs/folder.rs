@@ -271,38 +271,44 @@ fn hub_blob(folder: &Path, target: &Path) -> bool {
     repo.is_some_and(|r| target.parent() == Some(&r.join("blobs")))
 }
 
-/// How a folder holding `model_file` beside the files [`FolderConfig::carry_to`] writes is loaded by the Python
-/// libraries that serve such models, one sentence each: sentence-transformers for an embedding model (`embedding`),
-/// optimum's ORTModel class for `task` (`squad`: question answering; `classification`: sequence classification);
-/// without a config.json there (transformers' loaders need its `model_type`), for an embedding model what is missing.
-pub fn loaders(dir: &Path, model_file: &str, task: &str) -> Vec<String> {
+/// The Python library (and class) that serves a task's models from a folder: each task room says its own
+/// (`TaskRoom::loader`), results.json keeps it (`loader`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "library", rename_all = "kebab-case")]
+pub enum Loader {
+    /// `SentenceTransformer(DIR, backend="onnx", ...)`.
+    SentenceTransformers,
+    /// optimum's ORTModel `class` (`ORTModelForQuestionAnswering`, ...).
+    Optimum { class: String },
+}
+
+/// How a folder holding `model_file` beside the files [`FolderConfig::carry_to`] writes is loaded by `loader`, one
+/// sentence each; without a config.json there (transformers' loaders need its `model_type`), for sentence-transformers
+/// what is missing.
+pub fn loaders(dir: &Path, model_file: &str, loader: Option<&Loader>) -> Vec<String> {
+    let Some(loader) = loader else { return vec![] };
     if !dir.join("config.json").is_file() {
-        return match task {
-            "embedding" => vec![
+        return match loader {
+            Loader::SentenceTransformers => vec![
                 "Not loadable by sentence-transformers or optimum as it is: the source folder has no config.json, which \
                  they read first (the model's `model_type`); with one added here, SentenceTransformer(DIR, \
                  backend=\"onnx\", model_kwargs={\"file_name\": \"model_qdq.onnx\"}) loads it"
                     .to_owned(),
             ],
-            _ => vec![],
+            Loader::Optimum { .. } => vec![],
         };
     }
     let d = dir.display().to_string().replace('"', "\\\"");
-    let optimum = |class: &str| {
-        format!(
-            "Load it with optimum: from optimum.onnxruntime import {class}; {class}.from_pretrained(\"{d}\", \
-             file_name=\"{model_file}\")"
-        )
-    };
-    match task {
-        "embedding" => vec![format!(
+    vec![match loader {
+        Loader::SentenceTransformers => format!(
             "Load it with sentence-transformers: SentenceTransformer(\"{d}\", backend=\"onnx\", \
              model_kwargs={{\"file_name\": \"{model_file}\"}})"
-        )],
-        "squad" => vec![optimum("ORTModelForQuestionAnswering")],
-        "classification" => vec![optimum("ORTModelForSequenceClassification")],
-        _ => vec![],
-    }
+        ),
+        Loader::Optimum { class } => format!(
+            "Load it with optimum: from optimum.onnxruntime import {class}; {class}.from_pretrained(\"{d}\", \
+             file_name=\"{model_file}\")"
+        ),
+    }]
 }
 
 /// [`FolderConfig::carry_to`] for the folder of the model read (`from`), into the directory of the model written.
@@ -347,19 +353,25 @@ mod tests {
         std::fs::write(p, text).unwrap();
     }
 
-    /// With a config.json the loaders' lines name each task's class and the folder; without one, an embedding
-    /// model's says what is missing and a QA model gets none.
+    /// With a config.json the loaders' lines name the class and the folder; without one, sentence-transformers' says
+    /// what is missing and optimum's none; a task no library serves gets none.
     #[test]
     fn the_loaders_follow_the_task_and_need_a_config() {
         let d = tempfile::tempdir().unwrap();
-        assert!(loaders(d.path(), "model_qdq.onnx", "squad").is_empty());
-        assert!(loaders(d.path(), "model_qdq.onnx", "embedding")[0].contains("has no config.json"));
+        let optimum = |class: &str| Some(Loader::Optimum { class: class.to_owned() });
+        let (qa, st) = (optimum("ORTModelForQuestionAnswering"), Some(Loader::SentenceTransformers));
+        assert!(loaders(d.path(), "model_qdq.onnx", qa.as_ref()).is_empty());
+        assert!(loaders(d.path(), "model_qdq.onnx", st.as_ref())[0].contains("has no config.json"));
         write(d.path(), "config.json", r#"{"model_type": "bert"}"#);
-        let qa = loaders(d.path(), "model_qdq.onnx", "squad");
-        assert!(qa[0].contains("ORTModelForQuestionAnswering.from_pretrained(") && qa[0].contains("model_qdq.onnx"));
-        assert!(loaders(d.path(), "m.onnx", "classification")[0].contains("ORTModelForSequenceClassification"));
-        let st = loaders(d.path(), "model_qdq.onnx", "embedding");
-        assert!(st[0].starts_with("Load it with sentence-transformers: SentenceTransformer(\""), "{st:?}");
+        let lines = loaders(d.path(), "model_qdq.onnx", qa.as_ref());
+        assert!(
+            lines[0].contains("ORTModelForQuestionAnswering.from_pretrained(") && lines[0].contains("model_qdq.onnx")
+        );
+        let lines = loaders(d.path(), "m.onnx", optimum("ORTModelForSequenceClassification").as_ref());
+        assert!(lines[0].contains("ORTModelForSequenceClassification") && lines[0].contains("m.onnx"));
+        let lines = loaders(d.path(), "model_qdq.onnx", st.as_ref());
+        assert!(lines[0].starts_with("Load it with sentence-transformers: SentenceTransformer(\""), "{lines:?}");
+        assert!(loaders(d.path(), "model_qdq.onnx", None).is_empty());
     }
 
     #[test]

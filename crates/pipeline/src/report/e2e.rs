@@ -20,7 +20,7 @@ impl fmt::Display for E2eReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.results.table())?;
         write!(f, "Outputs written to {}", self.out.display())?;
-        for line in crate::inputs::folder::loaders(&self.out, "model_qdq.onnx", &self.results.task) {
+        for line in crate::inputs::folder::loaders(&self.out, "model_qdq.onnx", self.results.loader.as_ref()) {
             write!(f, "\n{line}")?;
         }
         Ok(())

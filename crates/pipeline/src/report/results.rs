@@ -117,6 +117,9 @@ pub struct E2eResults {
     /// task detected, whose measurements `result` holds.
     #[serde(default = "squad_task")]
     pub task: String,
+    /// The Python library (and class) that loads the output folder, as the task says (absent for a task none serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loader: Option<crate::inputs::folder::Loader>,
     /// `None` in dynamic mode (no calibration).
     pub calibration: Option<CalibrationSummary>,
     pub quantization: QuantizationSummary,
@@ -161,7 +164,7 @@ impl E2eResults {
     pub fn write(&self, dir: &Path) -> Result<()> {
         write_json(&dir.join("results.json"), self)?;
         let mut md = self.markdown();
-        let loaders = crate::inputs::folder::loaders(dir, "model_qdq.onnx", &self.task);
+        let loaders = crate::inputs::folder::loaders(dir, "model_qdq.onnx", self.loader.as_ref());
         if !loaders.is_empty() {
             md.push_str("\n## Loading the quantized model\n\n");
             for line in loaders {

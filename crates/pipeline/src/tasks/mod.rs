@@ -27,6 +27,7 @@ use crate::held_out::HeldOut;
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
+use crate::inputs::folder::Loader;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::run::EvalOptions;
@@ -52,6 +53,8 @@ pub(crate) trait TaskRoom: std::fmt::Debug + Send + Sync {
     fn on_several_eps(&self) -> bool {
         false
     }
+    /// The Python library (and class) that loads a folder of this task's model, if one does.
+    fn loader(&self) -> Option<Loader>;
     /// What scores a candidate when `qdq debug --confirm` (SQuAD's F1 beside the sensitivity) does not apply: `None`
     /// when it does.
     fn confirm_instead(&self) -> Option<&'static str>;
@@ -209,6 +212,11 @@ impl Task {
     /// Whether `qdq e2e` evaluates this task on each of several `--ep`s.
     pub(crate) fn on_several_eps(&self) -> bool {
         self.0.on_several_eps()
+    }
+
+    /// [`TaskRoom::loader`].
+    pub(crate) fn loader(&self) -> Option<Loader> {
+        self.0.loader()
     }
 
     /// [`TaskRoom::confirm_instead`].

@@ -60,7 +60,7 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
     let qpath = write_model(cfg, &mut qmodel)?;
     // Both models are evaluated from their files (ONNX Runtime reads a model over 2 GiB with its side file).
     drop(qmodel);
-    let mut results = unevaluated(cfg, task.name(), calibration, quantization, &compared);
+    let mut results = unevaluated(cfg, &task, calibration, quantization, &compared);
     results.compared_precisions = precisions
         .into_iter()
         .map(|p| ComparedPrecision {
@@ -142,7 +142,7 @@ fn evaluate_task(
 /// The results before evaluation: what was calibrated and quantized.
 fn unevaluated(
     cfg: &E2eConfig,
-    task: &str,
+    task: &Task,
     calibration: Option<CalibrationSummary>,
     quantization: QuantizationSummary,
     compared: &[(String, PathBuf)],
@@ -150,7 +150,8 @@ fn unevaluated(
     E2eResults {
         qdq_version: env!("CARGO_PKG_VERSION").to_owned(),
         dataset: cfg.dataset.display().to_string(),
-        task: task.to_owned(),
+        task: task.name().to_owned(),
+        loader: task.loader(),
         calibration,
         quantization,
         result: None,

@@ -11,6 +11,7 @@ use crate::held_out::HeldOut;
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
+use crate::inputs::folder::Loader;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::speed::OpProfile;
@@ -57,6 +58,10 @@ impl TaskRoom for ClassifyTask {
     /// mse: each input's (or token's) logits count alone.
     fn integer_method(&self) -> calib::MethodKind {
         calib::MethodKind::Mse
+    }
+
+    fn loader(&self) -> Option<Loader> {
+        Some(Loader::Optimum { class: "ORTModelForSequenceClassification".to_owned() })
     }
 
     fn confirm_instead(&self) -> Option<&'static str> {

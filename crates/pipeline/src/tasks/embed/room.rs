@@ -11,6 +11,7 @@ use crate::held_out::HeldOut;
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
+use crate::inputs::folder::Loader;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::speed::OpProfile;
@@ -62,6 +63,10 @@ impl TaskRoom for EmbedTask {
 
     fn describe(&self) -> Option<String> {
         Some(EmbedTask::describe(self))
+    }
+
+    fn loader(&self) -> Option<Loader> {
+        Some(Loader::SentenceTransformers)
     }
 
     fn confirm_instead(&self) -> Option<&'static str> {

@@ -11,6 +11,7 @@ use crate::held_out::HeldOut;
 use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::Feeds;
 use crate::inputs::files::{InputSet, TextInputs};
+use crate::inputs::folder::Loader;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::speed::OpProfile;
@@ -58,6 +59,10 @@ impl TaskRoom for SquadTask {
 
     fn on_several_eps(&self) -> bool {
         true
+    }
+
+    fn loader(&self) -> Option<Loader> {
+        Some(Loader::Optimum { class: "ORTModelForQuestionAnswering".to_owned() })
     }
 
     fn confirm_instead(&self) -> Option<&'static str> {
