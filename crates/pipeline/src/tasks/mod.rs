@@ -509,3 +509,69 @@ impl RanOn {
         crate::steps::run::ep_label(&self.ep, self.ep_precision.as_deref(), self.fallback_from.as_deref())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use model_io::roles::NamedRoles;
+    use onnx_ir::tiny_bert::{Head, TinyBertConfig, build};
+
+    use super::*;
+    use crate::inputs::roles::IoNames;
+    use crate::settings::data::{DataSettings, SquadVersion};
+
+    fn cfg(dir: &Path, io_names: IoNames) -> DataConfig {
+        let vocab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/squad/vocab.txt");
+        let settings = DataSettings {
+            vocab: Some(vocab),
+            tokenizer_json: None,
+            lowercase: true,
+            version: SquadVersion::V1_1,
+            seq_len: Some(64),
+            query_len: Some(16),
+            doc_stride: Some(24),
+            io_names,
+            force: false,
+            pad_to_max: false,
+            pooling: None,
+            corpus: None,
+        };
+        settings.config(&dir.join("model.onnx")).unwrap()
+    }
+
+    const EVERY: [Unclaimed; 3] = [Unclaimed::Refuse, Unclaimed::CalibrateInputs, Unclaimed::ScoreAsSquad];
+
+    /// Each head is claimed by its room whatever the command; a model no room claims is refused, calibrated on its
+    /// inputs or scored on SQuAD as the command says; a named embedding the graph lacks is an error for every command.
+    #[test]
+    fn the_first_room_to_claim_a_model_is_its_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        let heads = [
+            (Head::Qa, "squad"),
+            (Head::QaStacked, "squad"),
+            (Head::Classifier { labels: 3 }, "classification"),
+            (Head::Token { labels: 4 }, "classification"),
+            (Head::MeanPooled { torch_names: false }, "embedding"),
+        ];
+        for (head, name) in heads {
+            let m = build(&TinyBertConfig { head, ..Default::default() });
+            for unclaimed in EVERY {
+                let task = Task::detect_or(&m, &path, &cfg(dir.path(), IoNames::Auto), unclaimed).unwrap();
+                assert_eq!(task.name(), name, "{head:?} {unclaimed:?}");
+            }
+        }
+        let qa = build(&TinyBertConfig::default());
+        let named = |roles: NamedRoles| cfg(dir.path(), IoNames::Explicit(roles));
+        let nope = NamedRoles { logits: Some("nope".into()), ..Default::default() };
+        let e = Task::detect_or(&qa, &path, &named(nope.clone()), Unclaimed::Refuse).unwrap_err().to_string();
+        assert!(e.contains("logits=nope") && e.contains("start_logits"), "{e}");
+        let calibrated = Task::detect_or(&qa, &path, &named(nope.clone()), Unclaimed::CalibrateInputs).unwrap();
+        assert_eq!((calibrated.name(), calibrated.unit()), ("classification", "inputs"));
+        assert_eq!(Task::detect_or(&qa, &path, &named(nope), Unclaimed::ScoreAsSquad).unwrap().name(), "squad");
+        let embedding = NamedRoles { embedding: Some("nope".into()), ..Default::default() };
+        for unclaimed in EVERY {
+            let e = Task::detect_or(&qa, &path, &named(embedding.clone()), unclaimed).unwrap_err().to_string();
+            assert!(e.contains("nope"), "{unclaimed:?}: {e}");
+        }
+    }
+}
