@@ -182,6 +182,14 @@ fn glue_files_are_read_with_their_label_names() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["vs_baseline"]["agreement"]["inputs"].as_u64(), Some(2), "{v}");
     assert!(v["vs_baseline"]["fp32"]["accuracy"].is_number(), "{v}");
+    // Each class by its name (its number beside it), in the JSON and the table.
+    let names: Vec<&str> =
+        v["vs_baseline"]["per_class"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["entailment", "contradiction"], "{v}");
+    let table =
+        qdq(&["eval", "--model", s(&model), "--baseline", s(&model), "--dataset", s(&data), "--vocab", s(&vocab)]);
+    let said = String::from_utf8_lossy(&table.stdout);
+    assert!(said.contains("entailment (0): 1 inputs") && said.contains("contradiction (2): 1 inputs"), "{said}");
     // Another tool's model file alone in a directory: the baseline's folder gives the tokenizer and the label names.
     let peer_dir = tempfile::tempdir().unwrap();
     let peer = peer_dir.path().join("peer.onnx");

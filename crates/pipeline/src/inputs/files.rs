@@ -54,6 +54,9 @@ pub struct InputSet {
     pad: Vec<i64>,
     /// One class per row, if the file has labels.
     pub labels: Option<Vec<i64>>,
+    /// The name of each class, as the model's config.json gives them (`id2label` / `label2id`): tables say
+    /// `entailment`, not class 0.
+    pub label_names: std::collections::BTreeMap<i64, String>,
     /// The labels as numbers, when every one is (STS-B's scores: a regression head's targets).
     pub scores: Option<Vec<f64>>,
     /// Why the labels are not classes (names the model's config.json lacks, scores like `3.8`), said when the model
@@ -324,6 +327,7 @@ fn from_npz(path: &Path, model: &Model) -> Result<InputSet> {
         pad,
         scores: labels.as_ref().map(|l| l.iter().map(|&c| c as f64).collect()),
         labels,
+        label_names: Default::default(),
         label_error: None,
         lines: vec![],
         mask: None,
@@ -404,6 +408,7 @@ fn with_roles(
         rows,
         pad,
         labels,
+        label_names: Default::default(),
         scores,
         label_error: None,
         lines: vec![],
@@ -584,7 +589,8 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
         (_, Err(e)) => return Err(Error::Input { path: path.to_path_buf(), reason: e }),
     };
     let set = with_roles(path, rows, roles, tokenizer, labels);
-    Ok(InputSet { lines, scores: scores.or(set.scores.clone()), label_error, ..set })
+    let label_names = text.label_ids.iter().flatten().map(|(name, &class)| (class, name.clone())).collect();
+    Ok(InputSet { lines, scores: scores.or(set.scores.clone()), label_error, label_names, ..set })
 }
 
 /// Token ids and segment ids of `[CLS] a [SEP] (b [SEP])` as the tokenizer frames them (RoBERTa and MPNet: `<s> a

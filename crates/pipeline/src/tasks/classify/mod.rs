@@ -2,6 +2,7 @@
 //! model against FP32 on the same inputs (top-1 agreement, KL of the softmax, largest logit difference per input),
 //! and each model's accuracy when the inputs are labelled.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -127,6 +128,9 @@ fn regression(fp32: &[Vec<f32>], int8: &[Vec<f32>], scores: Option<&[f64]>) -> O
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ClassCount {
     pub class: i64,
+    /// Its name in the model's config.json (`entailment`), when it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub inputs: usize,
     pub fp32_right: usize,
     pub int8_right: usize,
@@ -217,10 +221,16 @@ fn accuracy(rows: &[Vec<f32>], labels: Option<&[i64]>) -> Option<f64> {
 }
 
 /// Per labelled class, its inputs and each model's right ones.
-fn per_class(fp32: &[f64], int8: &[f64], labels: &[i64]) -> Vec<ClassCount> {
-    let mut counts: std::collections::BTreeMap<i64, ClassCount> = std::collections::BTreeMap::new();
+fn per_class(fp32: &[f64], int8: &[f64], labels: &[i64], names: &BTreeMap<i64, String>) -> Vec<ClassCount> {
+    let mut counts: BTreeMap<i64, ClassCount> = BTreeMap::new();
     for ((&class, a), b) in labels.iter().zip(fp32).zip(int8) {
-        let c = counts.entry(class).or_insert(ClassCount { class, inputs: 0, fp32_right: 0, int8_right: 0 });
+        let c = counts.entry(class).or_insert_with(|| ClassCount {
+            class,
+            name: names.get(&class).cloned(),
+            inputs: 0,
+            fp32_right: 0,
+            int8_right: 0,
+        });
         c.inputs += 1;
         c.fp32_right += usize::from(*a > 0.5);
         c.int8_right += usize::from(*b > 0.5);
@@ -337,7 +347,9 @@ pub fn evaluate_classifier(
     let labels = set.labels.as_deref().filter(|_| regression.is_none());
     let (a, b) = (right(&fp32_rows, labels), right(&int8_rows, labels));
     let (accuracy_difference, per_class) = match (a, b, labels) {
-        (Some(a), Some(b), Some(l)) => (Some(squad_metrics::paired_difference(&b, &a)), per_class(&a, &b, l)),
+        (Some(a), Some(b), Some(l)) => {
+            (Some(squad_metrics::paired_difference(&b, &a)), per_class(&a, &b, l, &set.label_names))
+        }
         _ => (None, vec![]),
     };
     Ok(ClassifierEval {
@@ -427,7 +439,9 @@ fn accuracy_lines(c: &ClassifierEval, int8: &str) -> String {
             .per_class
             .iter()
             .map(|k| {
-                format!("class {}: {} inputs, FP32 {} right, {int8} {}", k.class, k.inputs, k.fp32_right, k.int8_right)
+                let class =
+                    k.name.as_ref().map_or_else(|| format!("class {}", k.class), |n| format!("{n} ({})", k.class));
+                format!("{class}: {} inputs, FP32 {} right, {int8} {}", k.inputs, k.fp32_right, k.int8_right)
             })
             .collect();
         text.push_str(&format!("Per class: {}.\n", each.join("; ")));
