@@ -14,8 +14,8 @@ const TEXTS: [&str; 5] = [
     "what is the name of the stadium\tit is called levi",
 ];
 
-#[test]
-fn eval_compares_a_classifier_with_its_baseline() {
+/// A temporary folder with a tiny three-class classifier (classifier.onnx) and [`TEXTS`] as text lines (texts.txt).
+fn classifier_and_texts() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let fp32 = dir.path().join("classifier.onnx");
     build(&TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, ..Default::default() })
@@ -23,6 +23,12 @@ fn eval_compares_a_classifier_with_its_baseline() {
         .unwrap();
     let texts = dir.path().join("texts.txt");
     std::fs::write(&texts, TEXTS.join("\n")).unwrap();
+    (dir, fp32, texts)
+}
+
+#[test]
+fn eval_compares_a_classifier_with_its_baseline() {
+    let (dir, fp32, texts) = classifier_and_texts();
     let vocab = testdata("squad/vocab.txt");
     let (m, t, v) = (fp32.to_str().unwrap(), texts.to_str().unwrap(), vocab.to_str().unwrap());
     let out = dir.path().join("run");
@@ -93,11 +99,7 @@ fn eval_compares_a_classifier_with_its_baseline() {
 /// the accuracy e2e reports; without labels in agreement with FP32's class.
 #[test]
 fn debug_and_tune_measure_a_classifier_by_its_classes() {
-    let dir = tempfile::tempdir().unwrap();
-    let fp32 = dir.path().join("classifier.onnx");
-    build(&TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, ..Default::default() })
-        .save(&fp32)
-        .unwrap();
+    let (dir, fp32, _) = classifier_and_texts();
     let tsv = dir.path().join("dev.tsv");
     let mut rows = vec!["index\tquestion\tsentence\tlabel".to_owned()];
     for (i, t) in TEXTS.iter().chain(TEXTS.iter().rev()).enumerate() {
@@ -184,4 +186,37 @@ fn debug_and_tune_measure_a_classifier_by_its_classes() {
     let t = tune(texts.to_str().unwrap(), "texts");
     assert_eq!(t["metric"]["name"], "agreement", "{t}");
     assert!((t["fp32_score"].as_f64().unwrap() - 100.0).abs() < 1e-9, "{t}");
+}
+
+/// `qdq calibrate` corrects a classifier's output bias as `qdq e2e` does (policy `output_bias`): the shift measured on
+/// the calibration inputs is in the model it writes beside the tables, so `qdq quantize` of that model gives e2e's
+/// correction; with `output_bias=kept` neither moves it.
+#[test]
+fn calibrate_and_quantize_correct_a_classifiers_output_bias_as_e2e_does() {
+    let (dir, fp32, texts) = classifier_and_texts();
+    let vocab = testdata("squad/vocab.txt");
+    let (m, d, v) = (fp32.to_str().unwrap(), texts.to_str().unwrap(), vocab.to_str().unwrap());
+    let path = |p: &str| dir.path().join(p).to_str().unwrap().to_owned();
+    let run = |args: &[&str]| {
+        let o = qdq(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let record = |p: &str| {
+        let m = onnx_ir::Model::load(std::path::Path::new(p)).unwrap();
+        qdq::output_bias_record(&m).map(str::to_owned)
+    };
+    run(&["e2e", "--model", m, "--dataset", d, "--calibration-data", d, "--vocab", v, "-o", &path("e2e"), "--no-eval"]);
+    let said = run(&["calibrate", "--model", m, "--calibration-data", d, "--vocab", v, "-o", &path("cal")]);
+    assert!(said.contains("output `logits` shifted by quantization"), "{said}");
+    let smoothed = path("cal/model_smoothed.onnx");
+    let ranges = path("cal/calibration.json");
+    run(&["quantize", "--model", &smoothed, "--ranges", &ranges, "-o", &path("q.onnx")]);
+    let from_e2e = record(&path("e2e/model_qdq.onnx")).unwrap();
+    assert!(from_e2e.starts_with("logits: "), "{from_e2e}");
+    assert_eq!(record(&smoothed).as_deref(), Some(from_e2e.as_str()));
+    assert_eq!(record(&path("q.onnx")).as_deref(), Some(from_e2e.as_str()));
+    let kept = ["--policy-option", "output_bias=kept"];
+    run(&[&["calibrate", "--model", m, "--calibration-data", d, "--vocab", v, "-o", &path("kept")][..], &kept].concat());
+    assert_eq!(record(&path("kept/model_smoothed.onnx")), None);
 }

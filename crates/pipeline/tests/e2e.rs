@@ -1708,3 +1708,60 @@ fn a_hub_folder_with_tokenizer_json_and_three_inputs_embeds_with_its_pooling() {
         assert!(dir.path().join("out").join(f).is_file(), "{f}");
     }
 }
+
+/// Policy `output_bias = corrected` (every preset): the mean shift quantization leaves on a classifier's logits over
+/// the calibration inputs is measured against FP32 and subtracted from the classifier's bias, so the quantized model's
+/// mean shift there is gone (left: the int32 bias's rounding), and the shift recorded in the model is the one the
+/// uncorrected (`kept`) model shows; results.json says what was done.
+#[test]
+fn a_classifiers_mean_output_shift_is_corrected_in_its_bias() {
+    use onnx_ir::tiny_bert::Head;
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("classifier.onnx");
+    let cfg = TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, seed: 7, ..Default::default() };
+    build(&cfg).save(&model_path).unwrap();
+    let ids = ndarray::Array2::from_shape_fn((8, 12), |(i, j)| ((i * 37 + j * 11) % 700 + 5) as i64);
+    let mask = ndarray::Array2::<i64>::ones((8, 12));
+    let types = ndarray::Array2::<i64>::zeros((8, 12));
+    let npz = dir.path().join("calibration.npz");
+    {
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&npz).unwrap());
+        w.add_array("input_ids", &ids).unwrap();
+        w.add_array("attention_mask", &mask).unwrap();
+        w.add_array("token_type_ids", &types).unwrap();
+        w.finish().unwrap();
+    }
+    let run = |output_bias: &str| {
+        let mut c = config(model_path.clone(), dir.path().join(output_bias), "cpu");
+        (c.dataset, c.calibration_data, c.cal_num, c.compare) = (npz.clone(), npz.clone(), Some(8), vec![]);
+        c.policy.set("output_bias", output_bias).unwrap();
+        qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap()
+    };
+    let logits = |path: &Path| {
+        let mut s = runtime::Session::from_file(path, &SessionConfig::default()).unwrap();
+        let feeds = [("input_ids", ids.view()), ("attention_mask", mask.view()), ("token_type_ids", types.view())];
+        s.run(&feeds, &["logits"]).unwrap().remove(0)
+    };
+    let dir_path = |d: &str| dir.path().join(d).join("model_qdq.onnx");
+    let mean_shift = |d: &str| -> Vec<f32> {
+        let diff = logits(&dir_path(d)) - logits(&model_path);
+        diff.mean_axis(ndarray::Axis(0)).unwrap().iter().copied().collect()
+    };
+    let (kept, corrected) = (run("kept"), run("corrected"));
+    assert_eq!(kept.quantization.output_bias, None);
+    let said = corrected.quantization.output_bias.as_deref().unwrap();
+    assert!(said.contains("output `logits`") && said.contains("on the 8 calibration rows"), "{said}");
+    assert!(said.contains("corrected in its bias classifier.bias"), "{said}");
+    let before = mean_shift("kept");
+    let after = mean_shift("corrected");
+    let recorded: Vec<f32> = {
+        let m = onnx_ir::Model::load(dir_path("corrected")).unwrap();
+        let r = qdq::output_bias_record(&m).unwrap().strip_prefix("logits: ").unwrap().to_owned();
+        r.split(' ').map(|v| -v.parse::<f32>().unwrap()).collect()
+    };
+    assert!(before.iter().any(|b| b.abs() > 1e-3), "the tiny classifier's quantization shifts its logits: {before:?}");
+    for ((b, r), a) in before.iter().zip(&recorded).zip(&after) {
+        assert!((b - r).abs() < 1e-4, "recorded {r} against {b} measured on the uncorrected model");
+        assert!(a.abs() < 2e-4, "left after correction: {after:?} (was {before:?})");
+    }
+}

@@ -149,6 +149,14 @@ pub enum Error {
         /// "node" or "initializer".
         what: &'static str,
     },
+    /// [`crate::shift_output_bias`]: the output has no bias of its own to move.
+    #[error("output '{output}' has no bias to correct: {reason}")]
+    NoOutputBias {
+        /// The graph output.
+        output: String,
+        /// Why not.
+        reason: String,
+    },
     /// An onnx-ir operation failed.
     #[error(transparent)]
     Ir(#[from] onnx_ir::Error),

@@ -45,6 +45,7 @@ mod dynamic;
 mod embedding;
 mod error;
 mod outliers;
+mod output_bias;
 mod params;
 mod patterns;
 mod plan;
@@ -70,6 +71,9 @@ pub use outliers::{
     MAX_SHARE, OUTLIER_METADATA_KEY, OutlierSplit, outlier_candidates, outlier_channels, outlier_record, outlier_rests,
     split_outliers,
 };
+pub use output_bias::{
+    OUTPUT_BIAS_METADATA_KEY, OutputBiasSite, output_bias_record, output_bias_site, shift_output_bias,
+};
 pub use patterns::{is_outlier_branch, layer_norm_channels};
 pub use plan::{
     Consumer, MIN_FLOAT8_OPSET, MIN_INT16_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind,
@@ -77,8 +81,8 @@ pub use plan::{
 };
 pub use policy::{
     Activations, DEFAULT_OUTLIER_RATIO, DEFAULT_SMOOTH_ALPHA, Embeddings, Grid, KEYS, OPTIONS, OutlierBranch,
-    OutlierMask, PRESETS, Policy, PolicyOption, Precision, Preset, ResidualAdd, SmoothContext, SmoothLayerNorm,
-    SmoothTargets, SoftmaxRange, VariableB, WeightRounding, WeightStorage,
+    OutlierMask, OutputBias, PRESETS, Policy, PolicyOption, Precision, Preset, ResidualAdd, SmoothContext,
+    SmoothLayerNorm, SmoothTargets, SoftmaxRange, VariableB, WeightRounding, WeightStorage,
 };
 pub use reference::{activation_pairs, float_reference, with_float_inputs, without_pairs};
 pub use rounding::{

@@ -10,6 +10,7 @@ mod float8;
 mod forms;
 mod onnx_ir_tiny_bert;
 mod outliers;
+mod output_bias;
 mod pairs;
 mod parity;
 mod placement;

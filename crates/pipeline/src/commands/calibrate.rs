@@ -18,6 +18,7 @@ use crate::settings::policy::{Mode, PolicySettings, Target};
 use crate::settings::runtime::{BatchSize, OrtLibrary};
 use crate::steps::calibrate::{Calibration, calibrate, write_tables};
 use crate::steps::collect::CalibrateOptions;
+use crate::steps::output_bias::{correct_output_bias, corrected_output};
 use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
 use crate::tasks::{Task, Unclaimed};
@@ -47,8 +48,9 @@ pub struct CalibrateJob {
     /// Output directory
     ///
     /// calibration.json, calibration_<method>.json, calibration.flatbuffers, calibration.cache, calib_state.json;
-    /// with a smoothing policy also model_smoothed.onnx (model_rounded.onnx when it only rounds weights by GPTQ), the
-    /// model to pass to `qdq quantize` with these tables.
+    /// with a smoothing policy also model_smoothed.onnx (model_rounded.onnx when it only rounds weights by GPTQ,
+    /// model_corrected.onnx when it only corrects a classifier's output bias), the model to pass to `qdq quantize`
+    /// with these tables.
     #[cfg_attr(
         feature = "cli",
         arg(long, short = 'o', default_value = "out", value_name = "DIR", help_heading = "Output")
@@ -121,27 +123,55 @@ impl CalibrateJob {
             qdq::check_mergeable(&model, policy)?;
         }
         let (model, smoothing) = smooth_model(model, policy, data, &opts, progress)?;
-        let (model, rounding) = round_model_weights(model, policy, data, &opts, progress)?;
-        // The model the tables describe, when it is not the one given: smoothed and/or its weights rounded.
-        let summary: Vec<String> =
-            smoothing.iter().map(|s| s.describe()).chain(rounding.iter().map(|r| r.describe())).collect();
-        let smoothed = if summary.is_empty() {
-            None
-        } else {
-            // Named for the larger rewrite: smoothing, else GPTQ's rounding (an outlier split alone: smoothed).
-            let smoothed = smoothing.as_ref().is_some_and(|s| !s.sites.is_empty());
-            let file = if smoothed || rounding.is_none() { "model_smoothed.onnx" } else { "model_rounded.onnx" };
-            let path = self.out.join(file);
-            save_model(&model, &path)?;
-            carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;
-            data_cfg.folder.carry_to(&self.out)?;
-            Some((summary.join("; "), path))
-        };
+        let (mut model, rounding) = round_model_weights(model, policy, data, &opts, progress)?;
         let tensors = qdq::tensors_to_calibrate(&model, policy)?;
         let mut cal = calibrate(&model, &tensors, data, &opts, progress)?;
         self.merge_into(&mut cal, &opts)?;
+        // The shift is the quantized model's: measured with the main table's ranges, in the model the tables go with.
+        let output_bias = match corrected_output(policy, task.shifted_output()) {
+            Some(output) => {
+                let plan = qdq::plan(&model, &cal.tables[0].min_max(), policy)?;
+                correct_output_bias(&mut model, &model_path, &plan, output, data, &opts, progress)?
+            }
+            None => None,
+        };
+        let rewrites =
+            Rewrites { smoothing: smoothing.as_ref(), rounding: rounding.as_ref(), output_bias: output_bias.as_ref() };
+        let smoothed = self.write_rewritten(&model, &rewrites, &data_cfg)?;
         write_tables(&cal, &self.out, policy.precision.is_integer())?;
         Ok((cal, smoothed))
+    }
+
+    /// The model the tables describe into `out`, when it is not the one given: smoothed, its weights rounded and/or its
+    /// output bias corrected (named for the largest rewrite: smoothing, else GPTQ's rounding, else an outlier split
+    /// alone (smoothed), else the bias); with the folder's tokenizer and files. What was done, and where it went.
+    fn write_rewritten(
+        &self,
+        model: &onnx_ir::Model,
+        done: &Rewrites<'_>,
+        data_cfg: &crate::inputs::config::DataConfig,
+    ) -> Result<Option<(String, PathBuf)>> {
+        let summary: Vec<String> = done
+            .smoothing
+            .map(|s| s.describe())
+            .into_iter()
+            .chain(done.rounding.map(|r| r.describe()))
+            .chain(done.output_bias.map(|b| b.describe()))
+            .collect();
+        if summary.is_empty() {
+            return Ok(None);
+        }
+        let smoothed = done.smoothing.is_some_and(|s| !s.sites.is_empty());
+        let file = match (smoothed, done.rounding.is_some(), done.smoothing.is_some()) {
+            (true, _, _) | (false, false, true) => "model_smoothed.onnx",
+            (false, true, _) => "model_rounded.onnx",
+            (false, false, false) => "model_corrected.onnx",
+        };
+        let path = self.out.join(file);
+        save_model(model, &path)?;
+        carry_tokenizer(&data_cfg.tokenizer_files(), &self.out)?;
+        data_cfg.folder.carry_to(&self.out)?;
+        Ok(Some((summary.join("; "), path)))
     }
 
     /// The outputs against the inputs ([`InOut`]), before any work.
@@ -181,4 +211,11 @@ impl CalibrateJob {
         })?;
         Ok(())
     }
+}
+
+/// What calibrate did to the model before its tables ([`CalibrateJob::write_rewritten`]).
+struct Rewrites<'a> {
+    smoothing: Option<&'a crate::steps::smooth::Smoothing>,
+    rounding: Option<&'a crate::steps::rounding::Rounding>,
+    output_bias: Option<&'a crate::steps::output_bias::OutputShift>,
 }

@@ -104,6 +104,10 @@ pub struct QuantizationSummary {
     /// GPTQ rounding of the integer weights before calibration (one line), if any.
     #[serde(default)]
     pub weight_rounding: Option<String>,
+    /// The mean shift quantization left on a classifier's output, corrected in its bias (`output_bias =
+    /// corrected`; one line), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bias: Option<String>,
     /// Tensors the policy wanted but that had no usable range, with the reason.
     pub skipped: Vec<String>,
 }

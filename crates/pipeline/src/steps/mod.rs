@@ -6,6 +6,7 @@ pub mod augment;
 pub mod calibrate;
 pub mod collect;
 pub mod ops;
+pub mod output_bias;
 pub mod quantize;
 pub mod rounding;
 pub mod run;

@@ -125,7 +125,7 @@ fn sum_grams(
 /// The rows of `data` (`shape`, channels last) at the real tokens of `mask` (`[batch, seq]`, nonzero = a token), as
 /// `[rows, channels]`: for a tensor with one row per position (`[batch, seq, C]` or `[batch · seq, C]`); `None` for
 /// any other shape (all rows count then).
-fn real_tokens(data: &[f32], shape: &[usize], mask: ArrayView2<'_, i64>) -> Option<(Vec<f32>, [usize; 2])> {
+pub(crate) fn real_tokens(data: &[f32], shape: &[usize], mask: ArrayView2<'_, i64>) -> Option<(Vec<f32>, [usize; 2])> {
     let (&channels, lead) = shape.split_last()?;
     if lead.iter().product::<usize>() != mask.len() || channels == 0 {
         return None;

@@ -55,6 +55,10 @@ pub(crate) trait TaskRoom: std::fmt::Debug + Send + Sync {
     }
     /// The Python library (and class) that loads a folder of this task's model, if one does.
     fn loader(&self) -> Option<Loader>;
+    /// The output whose mean shift under quantization moves the task's decisions (a classifier's class logits), to be
+    /// corrected in its bias (policy `output_bias`); `None` where a shift common to all inputs decides nothing
+    /// (SQuAD's span logits: a constant per position) or is not the layer's to correct (a pooled embedding).
+    fn shifted_output(&self) -> Option<&str>;
     /// What scores a candidate when `qdq debug --confirm` (SQuAD's F1 beside the sensitivity) does not apply: `None`
     /// when it does.
     fn confirm_instead(&self) -> Option<&'static str>;
@@ -220,6 +224,10 @@ impl Task {
     }
 
     /// [`TaskRoom::confirm_instead`].
+    pub(crate) fn shifted_output(&self) -> Option<&str> {
+        self.0.shifted_output()
+    }
+
     pub(crate) fn confirm_instead(&self) -> Option<&'static str> {
         self.0.confirm_instead()
     }

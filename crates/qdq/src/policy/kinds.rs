@@ -214,6 +214,20 @@ keywords! {
 }
 
 keywords! {
+    /// Whether the pipeline corrects the mean shift quantization leaves on a classifier's outputs
+    /// ([`crate::shift_output_bias`]): measured on the calibration inputs, subtracted from the output layer's bias.
+    #[derive(Default)]
+    OutputBias {
+        /// The bias as it is (recipes written before the option existed read as this).
+        #[default]
+        Kept = "kept",
+        /// The output layer's bias moved by the mean shift, where the task's outputs are per-input decisions (a
+        /// classifier's class logits or a regression head's score); other tasks' outputs are left as they are.
+        Corrected = "corrected",
+    }
+}
+
+keywords! {
     /// How a constant weight is represented after quantization.
     WeightStorage {
         /// Keep the FP32 initializer followed by QuantizeLinear -> DequantizeLinear (TensorRT style,

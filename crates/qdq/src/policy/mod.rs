@@ -74,6 +74,10 @@ pub struct Policy {
     /// How integer weights are rounded to their grid (recipes written before it existed read as `nearest`).
     #[serde(default)]
     pub weight_rounding: WeightRounding,
+    /// Whether a classifier's output bias is corrected by the mean shift measured on the calibration inputs (recipes
+    /// written before it existed read as `kept`).
+    #[serde(default)]
+    pub output_bias: OutputBias,
     /// Embedding table representation.
     pub embeddings: Embeddings,
     /// ONNX Runtime's fused `Attention` / `EmbedLayerNormalization` as its integer `QAttention` /
@@ -278,6 +282,9 @@ impl Policy {
             per_channel: true,
             weights: WeightStorage::QdqPair,
             weight_rounding: WeightRounding::Nearest,
+            // Every preset: the shift is the task's outputs', not a target's (docs/QUANTIZATION.md, "A classifier's
+            // output shift").
+            output_bias: OutputBias::Corrected,
             embeddings: Embeddings::Float,
             contrib_ops: false,
             reduce_range: false,

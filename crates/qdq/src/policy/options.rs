@@ -285,6 +285,16 @@ pub const OPTIONS: &[PolicyOption] = &[
         },
     },
     PolicyOption {
+        key: "output_bias",
+        doc: "a classifier's output layer bias as it is, or corrected by the mean shift quantization leaves on its               logits (measured against FP32 on the calibration inputs; other tasks' outputs are left as they are)",
+        values: "kept or corrected",
+        get: |p| p.output_bias.to_string(),
+        set: |p, v| {
+            p.output_bias = v.parse()?;
+            Ok(())
+        },
+    },
+    PolicyOption {
         key: "embeddings",
         doc: "embedding tables (float initializers only Gathers read) as they are, or int8 with one scale per column and a DequantizeLinear after each Gather (a 4x smaller table; with contrib_ops, Cast + Mul: the same values, faster on ORT's CPU EP), or int8-table: int8 in the file, dequantized whole before the Gathers (a constant OpenVINO folds at load)",
         values: "float, int8 or int8-table",

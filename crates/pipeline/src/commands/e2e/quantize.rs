@@ -12,18 +12,21 @@ use crate::inputs::feeds::Feeds;
 use crate::model::save_model;
 use crate::progress::Progress;
 use crate::report::results::{CalibrationSummary, QuantizationSummary};
-use crate::steps::calibrate::{calibrate, describe_spread, write_tables};
+use crate::steps::calibrate::{Calibration, calibrate, describe_spread, write_tables};
 use crate::steps::ops::float_summary;
+use crate::steps::output_bias::{correct_output_bias, corrected_output};
 use crate::steps::rounding::round_model_weights;
 use crate::steps::smooth::smooth_model;
 
 /// Smoothing (when the policy asks for it: the ranges are those of the smoothed model), calibration, the tables,
-/// then Q/DQ placement, all on `model` itself. FP32 is evaluated on the original model's file, not the (equivalent in
-/// exact arithmetic) smoothed one.
+/// the correction of `shifted`'s mean shift (a classifier's logits, policy `output_bias`), then Q/DQ placement, all
+/// on `model` itself. FP32 is evaluated on the original model's file, not the (equivalent in exact arithmetic)
+/// smoothed one.
 pub(crate) fn quantize_static(
     cfg: &E2eConfig,
     model: Model,
     cal_data: &dyn Feeds,
+    shifted: Option<&str>,
     progress: &dyn Progress,
     phases: &mut Phases,
 ) -> Result<Quantized> {
@@ -42,40 +45,52 @@ pub(crate) fn quantize_static(
         progress.note(&describe_spread(h));
     }
     write_tables(&cal, &cfg.out, cfg.policy.precision.is_integer())?;
-    let non_finite: Vec<String> =
-        cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
     phases.insert("smoothing_and_calibration".to_owned(), t.elapsed().as_secs_f64());
     let t = Instant::now();
     let main = &cal.tables[0];
-    // Before the main placement changes the model.
-    let (compared, precisions) = quantize_others(cfg, &to_quantize, &cal.tables)?;
     let plan = qdq::plan(&to_quantize, &main.min_max(), &cfg.policy)?;
+    let mut to_quantize = to_quantize;
+    let output_bias = match corrected_output(&cfg.policy, shifted) {
+        Some(o) => correct_output_bias(&mut to_quantize, &cfg.model, &plan, o, cal_data, &cfg.calibrate, progress)?,
+        None => None,
+    };
+    output_bias.iter().for_each(|s| progress.note(&s.describe()));
+    // Before the main placement changes the model (each with the corrected bias).
+    let (compared, precisions) = quantize_others(cfg, &to_quantize, &cal.tables)?;
     let mut qmodel = to_quantize;
     plan.apply(&mut qmodel)?;
     phases.insert("quantization".to_owned(), t.elapsed().as_secs_f64());
-    let calibration = CalibrationSummary {
-        data: cfg.calibration_data.display().to_string(),
-        questions: cal.questions,
-        unit: "questions".to_owned(),
-        features: cal.features,
-        tensors: cal.tensors.len(),
-        method: main.method.clone(),
-        seconds: cal.seconds,
-        pass: Some(cal.times),
-        non_finite_tensors: non_finite,
-        also_evaluated: None,
-        halves: cal.halves.clone(),
-    };
+    let calibration = calibration_summary(cfg, &cal);
     let quantization = QuantizationSummary {
         quantized_tensors: plan.tensors.len(),
         embedding_tables: plan.embeddings.len(),
         integer_forms: plan.integer_forms(),
         smoothing: smoothing.as_ref().map(|s| s.describe()),
         weight_rounding: rounding.as_ref().map(|r| r.describe()),
+        output_bias: output_bias.as_ref().map(|s| s.describe()),
         skipped: plan.skipped.iter().map(|s| format!("{}: {}", s.tensor, s.reason)).collect(),
         ..summary_base(cfg, &qmodel)
     };
     Ok(Quantized { model: qmodel, calibration: Some(calibration), quantization, compared, precisions })
+}
+
+/// What results.json says of the calibration `cal` (its unit set by the task later).
+fn calibration_summary(cfg: &E2eConfig, cal: &Calibration) -> CalibrationSummary {
+    let non_finite: Vec<String> =
+        cal.state.non_finite().into_iter().filter(|(_, c)| c.nan + c.pos_inf + c.neg_inf > 0).map(|(t, _)| t).collect();
+    CalibrationSummary {
+        data: cfg.calibration_data.display().to_string(),
+        questions: cal.questions,
+        unit: "questions".to_owned(),
+        features: cal.features,
+        tensors: cal.tensors.len(),
+        method: cal.tables[0].method.clone(),
+        seconds: cal.seconds,
+        pass: Some(cal.times),
+        non_finite_tensors: non_finite,
+        also_evaluated: None,
+        halves: cal.halves.clone(),
+    }
 }
 
 /// `--compare-methods`' models: (method, file).
@@ -182,6 +197,7 @@ fn summary_base(cfg: &E2eConfig, qmodel: &Model) -> QuantizationSummary {
         integer_forms: vec![],
         smoothing: None,
         weight_rounding: None,
+        output_bias: None,
         skipped: vec![],
     }
 }

@@ -50,7 +50,9 @@ pub fn e2e(cfg: &E2eConfig, int8_session: &SessionConfig, progress: &dyn Progres
         match (cfg.mode, &cal_data) {
             // The model is smoothed and quantized in place (a model of gigabytes is not held twice); FP32 is evaluated
             // from its file.
-            (Mode::Static, Some(cal)) => quantize_static(cfg, model, cal.as_ref(), progress, &mut phases)?,
+            (Mode::Static, Some(cal)) => {
+                quantize_static(cfg, model, cal.as_ref(), task.shifted_output(), progress, &mut phases)?
+            }
             _ => quantize_dynamic(cfg, &model, &mut phases)?,
         };
     if let Some(c) = calibration.as_mut() {

@@ -60,6 +60,10 @@ impl TaskRoom for ClassifyTask {
         calib::MethodKind::Mse
     }
 
+    fn shifted_output(&self) -> Option<&str> {
+        (!self.output.is_empty()).then_some(self.output.as_str())
+    }
+
     fn loader(&self) -> Option<Loader> {
         Some(Loader::Optimum { class: "ORTModelForSequenceClassification".to_owned() })
     }

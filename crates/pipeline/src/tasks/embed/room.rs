@@ -65,6 +65,10 @@ impl TaskRoom for EmbedTask {
         Some(EmbedTask::describe(self))
     }
 
+    fn shifted_output(&self) -> Option<&str> {
+        None
+    }
+
     fn loader(&self) -> Option<Loader> {
         Some(Loader::SentenceTransformers)
     }

@@ -61,6 +61,10 @@ impl TaskRoom for SquadTask {
         true
     }
 
+    fn shifted_output(&self) -> Option<&str> {
+        None
+    }
+
     fn loader(&self) -> Option<Loader> {
         Some(Loader::Optimum { class: "ORTModelForQuestionAnswering".to_owned() })
     }
