@@ -52,8 +52,18 @@ struct ClassifyReport {
     runs: usize,
     threads: usize,
     models: Vec<ModelRow>,
+    /// qdq's accuracy against each peer's, input by input (`qdq eval --model qdq --baseline peer`).
+    #[serde(default)]
+    vs_peers: Vec<PeerDifference>,
     speed: Vec<ShapeRow>,
     targets: Vec<Target>,
+}
+
+/// qdq's INT8 minus a peer's, paired over the same dev pairs: accuracy in points with its 95 % interval.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PeerDifference {
+    peer: String,
+    accuracy_difference: Option<crate::qdq_json::Paired>,
 }
 
 /// The models compared: name, what it is, file.
@@ -99,6 +109,7 @@ pub fn classify(bench: ClassifyBench) -> Result<()> {
     let run = Run { lib, py, qdq, model, dev, train, work };
     let models = make_models(&run, &args)?;
     let rows = score(&run, &models, args.classify_samples)?;
+    let vs_peers = head_to_head(&run, &models, args.classify_samples)?;
     wait_quiet(wait);
     let speed = time(&run, &models, &timing, args.classify_seq_len)?;
     let made: crate::qdq_json::Results = crate::qdq_json::read(&run.work.join("qdq/results.json"))?;
@@ -114,6 +125,7 @@ pub fn classify(bench: ClassifyBench) -> Result<()> {
         runs: timing.runs,
         threads: timing.threads,
         models: rows,
+        vs_peers,
         speed,
         targets: vec![],
     };
@@ -168,6 +180,32 @@ fn score(run: &Run, models: &Models, samples: usize) -> Result<Vec<ModelRow>> {
         rows.push(ModelRow { name: (*name).into(), what: what.clone(), path: path.clone(), eval: doc.vs_baseline });
     }
     Ok(rows)
+}
+
+/// qdq's INT8 against each peer's by `qdq eval --model qdq --baseline peer` on the same dev pairs: whether the
+/// difference of their accuracies is one these pairs resolve.
+fn head_to_head(run: &Run, models: &Models, samples: usize) -> Result<Vec<PeerDifference>> {
+    let Some((_, _, ours)) = models.iter().find(|(n, _, _)| *n == "qdq") else { return Ok(vec![]) };
+    let mut out = vec![];
+    for (peer, _, path) in models.iter().filter(|(n, _, _)| *n != "qdq") {
+        eprintln!("xtask: qdq eval qdq against {peer} ({samples} dev pairs; 0 = all)");
+        let mut eval = run.qdq("eval");
+        eval.arg("--model").arg(ours).arg("--baseline").arg(path).arg("--dataset").arg(&run.dev);
+        eval.args(["--samples", &samples.to_string(), "--json"]);
+        let o = eval.current_dir(root()).output()?;
+        if !o.status.success() {
+            bail!(
+                "qdq eval of {} against {} failed:\n{}",
+                ours.display(),
+                path.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let doc: crate::qdq_json::ClassifierEvalDoc =
+            crate::qdq_json::parse(&String::from_utf8_lossy(&o.stdout)).context("qdq eval --json")?;
+        out.push(PeerDifference { peer: (*peer).into(), accuracy_difference: doc.vs_baseline.accuracy_difference });
+    }
+    Ok(out)
 }
 
 /// FP32 and every model timed at 1 and 32 pairs of `seq_len` tokens on the CPU EP (cpu_int8.py), in rounds.
@@ -259,7 +297,13 @@ fn targets(r: &ClassifyReport) -> Vec<Target> {
     for peer in ["ort-dynamic", "nncf"] {
         let Some(p) = row(r, peer) else { continue };
         if let (Some(a), Some(b)) = (q.int8.accuracy, p.int8.accuracy) {
-            out.push(Target::new(format!("accuracy against {peer}"), format!(">= {b:.5}"), format!("{a:.5}"), a >= b));
+            // With the paired difference, so a verdict the pairs cannot resolve reads as one.
+            let paired = r.vs_peers.iter().find(|v| v.peer == peer).and_then(|v| v.accuracy_difference);
+            let value = paired.map_or_else(
+                || format!("{a:.5}"),
+                |d| format!("{a:.5} (minus {peer}'s, paired: {:+.2} [{:+.2}, {:+.2}] points)", d.delta, d.low, d.high),
+            );
+            out.push(Target::new(format!("accuracy against {peer}"), format!(">= {b:.5}"), value, a >= b));
         }
         let (a, b) = (q.agreement.top1, p.agreement.top1);
         out.push(Target::new(
@@ -326,4 +370,40 @@ fn render(r: &ClassifyReport) -> String {
     }
     targets_table(&mut md, "Targets", &r.targets);
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(accuracy: f64, top1: f64, kl: f64) -> serde_json::Value {
+        serde_json::json!({"fp32": {"accuracy": 0.8359}, "int8": {"accuracy": accuracy},
+            "agreement": {"inputs": 20640, "top1": top1, "top1_interval": [top1 - 0.001, top1 + 0.001], "mean_kl": kl}})
+    }
+
+    /// Against a peer, the accuracy verdict is taken on the point values and shows the paired difference beside them,
+    /// so a gap of a pair or two reads as what the pairs resolve.
+    #[test]
+    fn accuracy_against_a_peer_carries_its_paired_interval() {
+        let model =
+            |name: &str, e: serde_json::Value| serde_json::json!({"name": name, "what": name, "path": name, "eval": e});
+        let report: ClassifyReport = serde_json::from_value(serde_json::json!({
+            "command": "x", "git": null, "machine": {"cpu": "x"}, "classifier": "c", "cal_num": null, "samples": 0,
+            "seq_len": 128, "rounds": 1, "runs": 1, "threads": 2, "speed": [], "targets": [],
+            "models": [model("qdq", eval(0.83493, 0.9917, 6.3e-4)), model("nncf", eval(0.83503, 0.9897, 8.1e-4))],
+            "vs_peers": [{"peer": "nncf", "accuracy_difference": {"delta": -0.01, "low": -0.15, "high": 0.13}}],
+        }))
+        .unwrap();
+        let t = targets(&report);
+        let acc = t.iter().find(|t| t.name == "accuracy against nncf").unwrap();
+        assert!(!acc.pass && acc.value == "0.83493 (minus nncf's, paired: -0.01 [-0.15, +0.13] points)", "{acc:?}");
+        let same = t.iter().find(|t| t.name == "class = FP32's against nncf").unwrap();
+        assert!(same.pass, "{same:?}");
+        // A report written before the head-to-head: the point values alone.
+        let mut old = serde_json::to_value(&report).unwrap();
+        old.as_object_mut().unwrap().remove("vs_peers");
+        let old: ClassifyReport = serde_json::from_value(old).unwrap();
+        let acc = targets(&old).into_iter().find(|t| t.name == "accuracy against nncf").unwrap();
+        assert_eq!(acc.value, "0.83493");
+    }
 }
