@@ -168,16 +168,8 @@ fn score(run: &Run, models: &Models, samples: usize) -> Result<Vec<ModelRow>> {
     let mut rows = vec![];
     for (name, what, path) in models {
         eprintln!("xtask: qdq eval {name} against FP32 ({samples} dev pairs; 0 = all)");
-        let mut eval = run.qdq("eval");
-        eval.arg("--model").arg(path).arg("--baseline").arg(&run.model).arg("--dataset").arg(&run.dev);
-        eval.args(["--samples", &samples.to_string(), "--json"]);
-        let out = eval.current_dir(root()).output()?;
-        if !out.status.success() {
-            bail!("qdq eval of {} failed:\n{}", path.display(), String::from_utf8_lossy(&out.stderr));
-        }
-        let doc: crate::qdq_json::ClassifierEvalDoc =
-            crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")?;
-        rows.push(ModelRow { name: (*name).into(), what: what.clone(), path: path.clone(), eval: doc.vs_baseline });
+        let eval = eval_against(run, path, &run.model, samples)?;
+        rows.push(ModelRow { name: (*name).into(), what: what.clone(), path: path.clone(), eval });
     }
     Ok(rows)
 }
@@ -189,23 +181,25 @@ fn head_to_head(run: &Run, models: &Models, samples: usize) -> Result<Vec<PeerDi
     let mut out = vec![];
     for (peer, _, path) in models.iter().filter(|(n, _, _)| *n != "qdq") {
         eprintln!("xtask: qdq eval qdq against {peer} ({samples} dev pairs; 0 = all)");
-        let mut eval = run.qdq("eval");
-        eval.arg("--model").arg(ours).arg("--baseline").arg(path).arg("--dataset").arg(&run.dev);
-        eval.args(["--samples", &samples.to_string(), "--json"]);
-        let o = eval.current_dir(root()).output()?;
-        if !o.status.success() {
-            bail!(
-                "qdq eval of {} against {} failed:\n{}",
-                ours.display(),
-                path.display(),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        let doc: crate::qdq_json::ClassifierEvalDoc =
-            crate::qdq_json::parse(&String::from_utf8_lossy(&o.stdout)).context("qdq eval --json")?;
-        out.push(PeerDifference { peer: (*peer).into(), accuracy_difference: doc.vs_baseline.accuracy_difference });
+        let eval = eval_against(run, ours, path, samples)?;
+        out.push(PeerDifference { peer: (*peer).into(), accuracy_difference: eval.accuracy_difference });
     }
     Ok(out)
+}
+
+/// `qdq eval --model model --baseline baseline --json` on the first `samples` dev pairs (0: all).
+fn eval_against(run: &Run, model: &Path, baseline: &Path, samples: usize) -> Result<ClassifierEval> {
+    let mut eval = run.qdq("eval");
+    eval.arg("--model").arg(model).arg("--baseline").arg(baseline).arg("--dataset").arg(&run.dev);
+    eval.args(["--samples", &samples.to_string(), "--json"]);
+    let out = eval.current_dir(root()).output()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!("qdq eval of {} against {} failed:\n{err}", model.display(), baseline.display());
+    }
+    let doc: crate::qdq_json::ClassifierEvalDoc =
+        crate::qdq_json::parse(&String::from_utf8_lossy(&out.stdout)).context("qdq eval --json")?;
+    Ok(doc.vs_baseline)
 }
 
 /// FP32 and every model timed at 1 and 32 pairs of `seq_len` tokens on the CPU EP (cpu_int8.py), in rounds.

@@ -96,10 +96,14 @@ pub fn augmented_sessions(
         tracing::debug!("{label}: written to {} with its large tensors beside it", path.display());
         return build_each(cfgs.len(), |i| open(i, runtime::ModelSource::File(&path)));
     }
-    let mut augmented = model.clone();
-    augment(&mut augmented.proto);
-    let bytes = augmented.to_bytes()?;
-    drop(augmented);
+    // Nothing to read from inside (the model's own outputs only): its bytes as they are, no copy to edit.
+    let bytes = if tensors.is_empty() && observers.is_none() {
+        model.to_bytes()?
+    } else {
+        let mut augmented = model.clone();
+        augment(&mut augmented.proto);
+        augmented.to_bytes()?
+    };
     build_each(cfgs.len(), |i| open(i, runtime::ModelSource::Bytes(&bytes)))
 }
 

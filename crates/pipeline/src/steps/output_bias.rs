@@ -129,9 +129,10 @@ fn sum_differences(
                 let shape = used_rows(&o.shape, used, fed);
                 let n = shape.iter().product::<usize>();
                 let channels = shape.last().copied().unwrap_or(1).max(1);
+                // One row per position (a per-token head): its real tokens only; one per input: all of them.
                 Ok(match mask.and_then(|m| real_tokens(&o.data[..n], &shape, m)) {
-                    Some((kept, [_, c])) if shape.len() > 2 => (kept, c),
-                    _ => (o.data[..n].to_vec(), channels),
+                    Some((kept, [_, c])) => (kept, c),
+                    None => (o.data[..n].to_vec(), channels),
                 })
             })
         };

@@ -223,11 +223,12 @@ impl Task {
         self.0.loader()
     }
 
-    /// [`TaskRoom::confirm_instead`].
+    /// [`TaskRoom::shifted_output`].
     pub(crate) fn shifted_output(&self) -> Option<&str> {
         self.0.shifted_output()
     }
 
+    /// [`TaskRoom::confirm_instead`].
     pub(crate) fn confirm_instead(&self) -> Option<&'static str> {
         self.0.confirm_instead()
     }
