@@ -205,6 +205,50 @@ fn glue_files_are_read_with_their_label_names() {
     assert!(e.contains("`not_entailment` (line 4)") && e.contains("contradiction=2"), "{e}");
 }
 
+/// Issue 77: the layouts GLUE's tasks come in beside headed TSVs: CoLA's headerless rows (source, label, mark,
+/// sentence) and JSONL as Hugging Face `datasets` writes a GLUE split (GLUE's column names as keys, `idx`): each row's
+/// text, pair and label read, the per-class counts showing it; a headerless row of four cells that is not CoLA's is
+/// one error naming its line.
+#[test]
+fn colas_rows_and_datasets_jsonl_are_read_whole() {
+    let (dir, model, vocab) = classifier();
+    let classes = |v: &Value| -> Vec<(i64, u64)> {
+        let per_class = v["vs_baseline"]["per_class"].as_array().unwrap_or_else(|| panic!("no per_class: {v}"));
+        per_class.iter().map(|k| (k["class"].as_i64().unwrap(), k["inputs"].as_u64().unwrap())).collect()
+    };
+    let cola = dir.path().join("in_domain_dev.tsv");
+    std::fs::write(&cola, "gj04\t1\t\tthe cat sat on the mat\ngj04\t0\t*\tthe mat sat cat\nbc01\t1\t\ta game\n")
+        .unwrap();
+    let o = eval_classifier(&model, &vocab, &cola);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(classes(&v), [(0, 1), (1, 2)], "{v}");
+    let jsonl = dir.path().join("validation.jsonl");
+    let lines = [
+        r#"{"question1": "which river flows", "question2": "the river is long", "label": 0, "idx": 0}"#,
+        r#"{"question1": "a denver broncos game", "question2": "it was a game", "label": 2, "idx": 1}"#,
+        r#"{"question1": "normans came from", "question2": "in france", "label": 2, "idx": 2}"#,
+    ];
+    std::fs::write(&jsonl, lines.join("\n")).unwrap();
+    let o = eval_classifier(&model, &vocab, &jsonl);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(classes(&v), [(0, 1), (2, 2)], "{v}");
+    // A test split as datasets writes it (label -1 on every row): said so, nothing scored.
+    let test = dir.path().join("test.jsonl");
+    std::fs::write(
+        &test,
+        lines.map(|l| l.replace("\"label\": 0", "\"label\": -1").replace("\"label\": 2", "\"label\": -1")).join("\n"),
+    )
+    .unwrap();
+    let e = one_error(&eval_classifier(&model, &vocab, &test));
+    assert!(e.contains("test.jsonl") && e.contains("label -1") && e.contains("every label is -1"), "{e}");
+    let odd = dir.path().join("odd.tsv");
+    std::fs::write(&odd, "a\tb\tc\td\n").unwrap();
+    let e = one_error(&eval_classifier(&model, &vocab, &odd));
+    assert!(e.contains("odd.tsv") && e.contains("line 1") && e.contains("4 tab-separated cells"), "{e}");
+}
+
 /// Issue 77: a regression head (one output, STS-B's similarity) by its correlations, with scores as labels; the same
 /// scores given to a 3-class classifier are refused as labels.
 #[test]

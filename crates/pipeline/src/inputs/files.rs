@@ -1,6 +1,7 @@
 //! Model inputs that are not SQuAD questions, for any BERT (a classifier, or a model qdq cannot score): arrays from
-//! `.npz` / `.npy` files, text lines (one text, or a text pair separated by a tab, per line), GLUE-style TSV and
-//! labelled JSONL (`{"text": ..., "text_pair": ..., "label": 2}` per line), and texts one by one.
+//! `.npz` / `.npy` files, text lines (one text, or a text pair separated by a tab, per line), GLUE's TSVs and
+//! labelled JSONL (`{"text": ..., "text_pair": ..., "label": 2}` per line, or GLUE's keys; [`super::text`]), and
+//! texts one by one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::inputs::config::DataConfig;
 use crate::inputs::feeds::{BatchFn, Feeds};
 use crate::inputs::roles::{Vocabulary, check_tokenizer_kind, check_vocab, detect_inputs};
 use crate::inputs::shape::DeclaredShape;
+use crate::inputs::text::rows as text_rows;
 
 impl TextInputs {
     /// The roles found in `model` and the tokenizer of `cfg` (or why not), the tokenizer checked against the
@@ -188,11 +190,18 @@ impl InputSet {
             return Ok(());
         };
         let bad = labels.iter().filter(|l| !(0..classes as i64).contains(l)).count();
+        // Hugging Face `datasets` writes a GLUE test split's missing labels as -1.
+        let unlabelled = if labels.iter().all(|l| *l == -1) {
+            ": every label is -1, how Hugging Face datasets marks a test split's rows, which have none; give the \
+             validation split, or the rows without their labels"
+        } else {
+            ""
+        };
         Err(Error::Input {
             path: self.path.clone(),
             reason: format!(
                 "{}: label {label} is not a class of the model, whose output `{output}` has {classes} classes (labels \
-                 0 to {}); {bad} of {} labels are outside them",
+                 0 to {}); {bad} of {} labels are outside them{unlabelled}",
                 self.row_place(i),
                 classes.saturating_sub(1),
                 labels.len()
@@ -416,102 +425,6 @@ fn with_roles(
     }
 }
 
-#[derive(serde::Deserialize)]
-struct JsonLine {
-    text: String,
-    #[serde(default)]
-    text_pair: Option<String>,
-    /// A class, as a number or a name (`"entailment"`).
-    #[serde(default)]
-    label: Option<serde_json::Value>,
-}
-
-/// Header names of the text column, in the order they are taken (a header with `question1` and `question` is
-/// QQP's pair): GLUE's (SST-2 and CoLA `sentence`, RTE / WNLI / MNLI / STS-B `sentence1`, QQP `question1`, QNLI
-/// `question`, MRPC `#1 String`), SNLI / ANLI's `premise`, a cross-encoder's `query`.
-const TEXT_COLUMNS: [&str; 8] =
-    ["text", "sentence1", "question1", "#1 string", "premise", "query", "question", "sentence"];
-/// Header names of the pair column, in order; the text column taken is never its own pair (QNLI: `question` and
-/// `sentence`).
-const PAIR_COLUMNS: [&str; 8] =
-    ["text_pair", "sentence2", "question2", "#2 string", "hypothesis", "passage", "sentence_pair", "sentence"];
-/// Header names of the label column (MRPC `Quality`, QQP `is_duplicate`, MNLI `gold_label`, STS-B `score`).
-const LABEL_COLUMNS: [&str; 6] = ["label", "labels", "gold_label", "quality", "is_duplicate", "score"];
-
-/// Text, pair and label column of a TSV header (`None` if the line is not such a header).
-pub(crate) type Columns = (usize, Option<usize>, Option<usize>);
-
-/// The columns of a TSV whose first line is `header`: `Ok(None)` when it is not a header (no cell names a text,
-/// pair or label column: the file is text lines); an error when it is one qdq cannot read a text from, or when it
-/// names a pair column beside a text column it cannot pair it with (never half a pair).
-pub(crate) fn tsv_columns(header: &str) -> std::result::Result<Option<Columns>, String> {
-    let cols: Vec<String> = header.split('\t').map(|c| c.trim().to_ascii_lowercase()).collect();
-    let known = |c: &String| [&TEXT_COLUMNS[..], &PAIR_COLUMNS, &LABEL_COLUMNS].iter().any(|l| l.contains(&c.as_str()));
-    if cols.len() < 2 || !cols.iter().any(known) {
-        return Ok(None);
-    }
-    let find = |names: &[&str], not: Option<usize>| {
-        names.iter().find_map(|n| cols.iter().position(|c| c == n).filter(|k| Some(*k) != not))
-    };
-    let Some(text) = find(&TEXT_COLUMNS, None) else {
-        return Err(format!(
-            "the header names the columns [{}], none of which qdq reads a text from ({}): rename the text column",
-            cols.join(", "),
-            TEXT_COLUMNS.join(", ")
-        ));
-    };
-    let pair = find(&PAIR_COLUMNS, Some(text));
-    let label = find(&LABEL_COLUMNS, None);
-    // A second text-like column qdq did not take as the pair would be dropped without a word.
-    let dropped: Vec<&String> = cols
-        .iter()
-        .enumerate()
-        .filter(|(k, c)| Some(*k) != pair && *k != text && TEXT_COLUMNS.contains(&c.as_str()))
-        .map(|(_, c)| c)
-        .collect();
-    if pair.is_none() && !dropped.is_empty() {
-        return Err(format!(
-            "the header names the text column `{}` and also [{}], which qdq does not pair with it: give the pair \
-             column one of the names {}",
-            cols[text],
-            dropped.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
-            PAIR_COLUMNS.join(", ")
-        ));
-    }
-    Ok(Some((text, pair, label)))
-}
-
-/// One line's text, pair and label (as written): JSONL, a TSV row under a header (`columns`), or `text` /
-/// `text<TAB>pair`.
-pub(crate) fn parse_line(
-    line: &str,
-    jsonl: bool,
-    columns: Option<Columns>,
-) -> std::result::Result<(String, Option<String>, Option<String>), String> {
-    if jsonl {
-        let j: JsonLine = serde_json::from_str(line)
-            .map_err(|e| format!("{e} (expected {{\"text\": ..., \"text_pair\": ..., \"label\": N or \"name\"}})"))?;
-        let label = match j.label {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => Some(s),
-            Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
-            Some(v) => return Err(format!("label {v}: expected a class number or name")),
-        };
-        return Ok((j.text, j.text_pair, label));
-    }
-    let Some((t, p, l)) = columns else {
-        return Ok(match line.split_once('\t') {
-            Some((a, b)) => (a.to_owned(), Some(b.to_owned()), None),
-            None => (line.to_owned(), None, None),
-        });
-    };
-    let cells: Vec<&str> = line.split('\t').collect();
-    let cell =
-        |k: usize| cells.get(k).copied().ok_or_else(|| format!("has {} columns, fewer than the header", cells.len()));
-    let label = l.map(|k| cell(k).map(|v| v.trim().to_owned())).transpose()?;
-    Ok((cell(t)?.to_owned(), p.map(cell).transpose()?.map(str::to_owned), label))
-}
-
 /// Labels as written turned into classes: an integer is a class; a name is looked up in `ids` (config.json's
 /// `label2id`). Every label that is neither is named in one error, with the classes the model has.
 fn classes_of(
@@ -553,17 +466,11 @@ fn from_text(path: &Path, content: &str, jsonl: bool, text: &TextInputs, limit: 
         path: path.to_path_buf(),
         reason: format!("line {line}: {reason}"),
     };
-    let columns = match content.lines().next() {
-        Some(header) if !jsonl => tsv_columns(header).map_err(|e| bad(1, e))?,
-        _ => None,
-    };
     let (mut rows, mut labels, mut lines) = (vec![], vec![], vec![]);
-    let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
-    for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()).take(limit) {
-        lines.push(i + 1);
-        let (a, b, label) = parse_line(line, jsonl, columns).map_err(|e| bad(i + 1, e))?;
-        let (ids, segment) =
-            encode(tokenizer, text.max_len, &a, b.as_deref()).map_err(|e| bad(i + 1, e.to_string()))?;
+    for (line, row) in text_rows(content, jsonl).map_err(|(line, e)| bad(line, e))?.take(limit) {
+        lines.push(line);
+        let (a, b, label) = row.map_err(|e| bad(line, e))?;
+        let (ids, segment) = encode(tokenizer, text.max_len, &a, b.as_deref()).map_err(|e| bad(line, e.to_string()))?;
         rows.push(token_row(ids, Some(segment), roles));
         labels.push(label);
     }
@@ -642,35 +549,6 @@ mod tests {
         assert_eq!(encode(&t, 16, "hello", Some("world")).unwrap(), (vec![2, 4, 3, 5, 3], vec![0, 0, 0, 1, 1]));
         // Cut to fit: the longer text first (then the first on a tie), the framing kept whole.
         assert_eq!(encode(&t, 4, "hello world", Some("world")).unwrap().0, [2, 3, 5, 3]);
-    }
-
-    /// Issue 77: every GLUE task's header as GLUE's files write it, read for its text, pair and label.
-    #[test]
-    fn glue_headers_give_their_text_pair_and_label() {
-        let cases: [(&str, Columns); 8] = [
-            ("sentence\tlabel", (0, None, Some(1))),
-            ("index\tsentence", (1, None, None)),
-            ("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", (3, Some(4), Some(0))),
-            ("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate", (3, Some(4), Some(5))),
-            (
-                "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
-                (7, Some(8), Some(9)),
-            ),
-            ("index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label", (4, Some(5), Some(7))),
-            ("index\tsentence1\tsentence2\tlabel", (1, Some(2), Some(3))),
-            ("index\tquestion\tsentence\tlabel", (1, Some(2), Some(3))),
-        ];
-        for (header, columns) in cases {
-            assert_eq!(tsv_columns(header), Ok(Some(columns)), "{header}");
-        }
-        // Text lines are not a header.
-        assert_eq!(tsv_columns("the cat sat\tit was a mat"), Ok(None));
-        assert_eq!(tsv_columns("sentence"), Ok(None));
-        // A header with no text column, or two texts that are not a pair: an error, never half a pair.
-        let e = tsv_columns("id\tbody\tlabel").unwrap_err();
-        assert!(e.contains("[id, body, label]") && e.contains("sentence1"), "{e}");
-        let e = tsv_columns("sentence1\tquestion\tlabel").unwrap_err();
-        assert!(e.contains("`question`") && e.contains("sentence2"), "{e}");
     }
 
     #[test]

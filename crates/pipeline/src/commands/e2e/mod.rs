@@ -37,8 +37,8 @@ pub struct E2eJob {
     /// SQuAD file to evaluate on [default: squad/dev-v<version>.json]
     ///
     /// A model without start / end logits (a classifier) takes .npz (arrays named after the model inputs, optional
-    /// `label`), .npy (token ids), text lines (a tab separates a pair), GLUE-style TSV or JSONL (`{"text",
-    /// "text_pair", "label"}`).
+    /// `label`), .npy (token ids), text lines (a tab separates a pair), GLUE's TSVs or JSONL (`{"text",
+    /// "text_pair", "label"}`, or GLUE's keys).
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", help_heading = "Model and data"))]
     pub dataset: Option<PathBuf>,
     /// Questions to evaluate: the first N of --dataset (0 = all)

@@ -10,7 +10,6 @@ use serde::Deserialize;
 
 use crate::disk::read_text;
 use crate::error::{Error, Result};
-use crate::inputs::files::parse_line;
 
 /// Texts to embed; with `retrieval`, the first `retrieval.queries` are queries and the rest the corpus.
 #[derive(Debug, Clone)]
@@ -153,20 +152,14 @@ fn squad_retrieval(path: &Path, first: usize) -> Result<EmbedData> {
 /// Every text of a text-lines, TSV or JSONL file (a line's pair, if any, as a text of its own), the first `first`.
 fn plain_texts(path: &Path, content: &str, first: usize) -> Result<Vec<String>> {
     let jsonl = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("jsonl"));
-    let columns = match content.lines().next() {
-        Some(header) if !jsonl => crate::inputs::files::tsv_columns(header)
-            .map_err(|e| Error::Input { path: path.to_path_buf(), reason: format!("line 1: {e}") })?,
-        _ => None,
-    };
+    let bad = |line: usize, e: String| Error::Input { path: path.to_path_buf(), reason: format!("line {line}: {e}") };
     let limit = if first == 0 { usize::MAX } else { first };
     let mut texts = vec![];
-    let body = content.lines().enumerate().skip(usize::from(columns.is_some()));
-    for (i, line) in body.filter(|(_, l)| !l.trim().is_empty()) {
+    for (line, row) in crate::inputs::text::rows(content, jsonl).map_err(|(line, e)| bad(line, e))? {
         if texts.len() >= limit {
             break;
         }
-        let (a, b, _) = parse_line(line, jsonl, columns)
-            .map_err(|e| Error::Input { path: path.to_path_buf(), reason: format!("line {}: {e}", i + 1) })?;
+        let (a, b, _) = row.map_err(|e| bad(line, e))?;
         texts.push(a);
         texts.extend(b);
     }
