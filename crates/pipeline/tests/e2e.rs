@@ -1709,6 +1709,21 @@ fn a_hub_folder_with_tokenizer_json_and_three_inputs_embeds_with_its_pooling() {
     }
 }
 
+/// Eight rows of 12 tokens for a tiny classifier, written to `dir`/calibration.npz: the file and its ids, mask and
+/// segment arrays.
+fn classifier_inputs(dir: &Path) -> (PathBuf, [ndarray::Array2<i64>; 3]) {
+    let ids = ndarray::Array2::from_shape_fn((8, 12), |(i, j)| ((i * 37 + j * 11) % 700 + 5) as i64);
+    let mask = ndarray::Array2::<i64>::ones((8, 12));
+    let types = ndarray::Array2::<i64>::zeros((8, 12));
+    let npz = dir.join("calibration.npz");
+    let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&npz).unwrap());
+    w.add_array("input_ids", &ids).unwrap();
+    w.add_array("attention_mask", &mask).unwrap();
+    w.add_array("token_type_ids", &types).unwrap();
+    w.finish().unwrap();
+    (npz, [ids, mask, types])
+}
+
 /// Policy `output_bias = corrected` (every preset): the mean shift quantization leaves on a classifier's logits over
 /// the calibration inputs is measured against FP32 and subtracted from the classifier's bias, so the quantized model's
 /// mean shift there is gone (left: the int32 bias's rounding), and the shift recorded in the model is the one the
@@ -1720,17 +1735,7 @@ fn a_classifiers_mean_output_shift_is_corrected_in_its_bias() {
     let model_path = dir.path().join("classifier.onnx");
     let cfg = TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, seed: 7, ..Default::default() };
     build(&cfg).save(&model_path).unwrap();
-    let ids = ndarray::Array2::from_shape_fn((8, 12), |(i, j)| ((i * 37 + j * 11) % 700 + 5) as i64);
-    let mask = ndarray::Array2::<i64>::ones((8, 12));
-    let types = ndarray::Array2::<i64>::zeros((8, 12));
-    let npz = dir.path().join("calibration.npz");
-    {
-        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&npz).unwrap());
-        w.add_array("input_ids", &ids).unwrap();
-        w.add_array("attention_mask", &mask).unwrap();
-        w.add_array("token_type_ids", &types).unwrap();
-        w.finish().unwrap();
-    }
+    let (npz, [ids, mask, types]) = classifier_inputs(dir.path());
     let run = |output_bias: &str| {
         let mut c = config(model_path.clone(), dir.path().join(output_bias), "cpu");
         (c.dataset, c.calibration_data, c.cal_num, c.compare) = (npz.clone(), npz.clone(), Some(8), vec![]);
@@ -1764,4 +1769,56 @@ fn a_classifiers_mean_output_shift_is_corrected_in_its_bias() {
         assert!((b - r).abs() < 1e-4, "recorded {r} against {b} measured on the uncorrected model");
         assert!(a.abs() < 2e-4, "left after correction: {after:?} (was {before:?})");
     }
+}
+
+/// A classifier exported with its Softmax (one output of probabilities) is measured and corrected as its logits are:
+/// the same agreement with FP32 and KL of the class probabilities as the same classifier without it (not the
+/// softmax of probabilities), and its shift measured in log-probabilities and moved in the logits' bias, so that no
+/// mean shift between classes is left.
+#[test]
+fn a_classifier_with_its_softmax_is_measured_and_corrected_as_its_logits() {
+    use onnx_ir::tiny_bert::Head;
+    use onnx_ir::{GraphExt as _, NodeExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TinyBertConfig { max_positions: 64, head: Head::Classifier { labels: 3 }, seed: 7, ..Default::default() };
+    let (logits_path, probs_path) = (dir.path().join("logits.onnx"), dir.path().join("probabilities.onnx"));
+    build(&cfg).save(&logits_path).unwrap();
+    let mut probs = build(&cfg);
+    let g = probs.graph_mut();
+    let last = g.producer_of("logits").unwrap();
+    g.node[last].output[0] = "scores".into();
+    g.push_node(
+        onnx_ir::node("Softmax", "/softmax", &["scores"], &["logits"]).with_attr(onnx_ir::attr_int("axis", -1)),
+    );
+    probs.save(&probs_path).unwrap();
+    let (npz, [ids, mask, types]) = classifier_inputs(dir.path());
+    let run = |model: &Path, out: &str| {
+        let mut c = config(model.to_path_buf(), dir.path().join(out), "cpu");
+        (c.dataset, c.calibration_data, c.cal_num, c.compare) = (npz.clone(), npz.clone(), Some(8), vec![]);
+        qdq_pipeline::e2e(&c, &c.eval.session, &NoProgress).unwrap()
+    };
+    let (a, b) = (run(&logits_path, "logits"), run(&probs_path, "probabilities"));
+    let said = b.quantization.output_bias.as_deref().unwrap();
+    assert!(said.contains("output `logits` (log-probabilities)") && said.contains("bias classifier.bias"), "{said}");
+    let (a, b) = (
+        a.result.and_then(|r| r.classification().cloned()).unwrap(),
+        b.result.and_then(|r| r.classification().cloned()).unwrap(),
+    );
+    assert_eq!(a.agreement.top1, b.agreement.top1);
+    let (ka, kb) = (a.agreement.mean_kl, b.agreement.mean_kl);
+    assert!(
+        ka > 0.0 && (ka - kb).abs() <= 0.05 * ka,
+        "KL {kb} of the probabilities' model against {ka} of the logits'"
+    );
+    // No mean shift between classes left in the log-probabilities.
+    let log_probs = |path: &Path| {
+        let mut s = runtime::Session::from_file(path, &SessionConfig::default()).unwrap();
+        let feeds = [("input_ids", ids.view()), ("attention_mask", mask.view()), ("token_type_ids", types.view())];
+        s.run(&feeds, &["logits"]).unwrap().remove(0).mapv(f32::ln)
+    };
+    let shift = (log_probs(&dir.path().join("probabilities/model_qdq.onnx")) - log_probs(&probs_path))
+        .mean_axis(ndarray::Axis(0))
+        .unwrap();
+    let spread = shift.iter().fold(f32::MIN, |m, v| m.max(*v)) - shift.iter().fold(f32::MAX, |m, v| m.min(*v));
+    assert!(spread < 4e-4, "left after correction: {shift:?}");
 }

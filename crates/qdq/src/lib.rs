@@ -74,7 +74,7 @@ pub use outliers::{
 pub use output_bias::{
     OUTPUT_BIAS_METADATA_KEY, OutputBiasSite, output_bias_record, output_bias_site, shift_output_bias,
 };
-pub use patterns::{is_outlier_branch, layer_norm_channels};
+pub use patterns::{is_outlier_branch, layer_norm_channels, softmax_logits};
 pub use plan::{
     Consumer, MIN_FLOAT8_OPSET, MIN_INT16_OPSET, MIN_QDQ_OPSET, Plan, PlannedTensor, Ranges, Skipped, TensorKind,
     check_mergeable, plan, quantize, tensors_to_calibrate,

@@ -18,8 +18,9 @@ pub fn output_bias_record(model: &Model) -> Option<&str> {
 }
 
 /// The bias [`shift_output_bias`] would move for graph output `output`: the node writing it (through any
-/// `Identity`) a `Gemm` with a C or an `Add` with one initializer operand, that bias a float vector (one value per
-/// channel of the output's last axis) no other node reads.
+/// `Identity`, and through a last-axis `Softmax`: then the shift is one of log-probabilities,
+/// [`crate::softmax_logits`]) a `Gemm` with a C or an `Add` with one initializer operand, that bias a float vector
+/// (one value per channel of the output's last axis) no other node reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputBiasSite {
     /// The bias initializer.
@@ -37,7 +38,10 @@ pub fn output_bias_site(model: &Model, output: &str) -> Result<OutputBiasSite> {
     if !g.output.iter().any(|o| o.name() == output) {
         return Err(refuse("it is not a graph output".into()));
     }
-    let mut node = g.producer_of(output).map(|i| &g.node[i]).ok_or_else(|| refuse("no node writes it".into()))?;
+    // Class probabilities: the bias is the logits' (a shift measured in log-probabilities is theirs, up to one
+    // constant per input that the Softmax takes away).
+    let logits = crate::patterns::softmax_logits(g, output).unwrap_or_else(|| output.to_owned());
+    let mut node = g.producer_of(&logits).map(|i| &g.node[i]).ok_or_else(|| refuse("no node writes it".into()))?;
     // An exporter's Identity in front of the output (torch's when the output is renamed).
     while node.op_type() == "Identity" {
         node =

@@ -4,8 +4,8 @@
 //! parameters ([`crate::params`]) and smoothing ([`crate::smooth`]) ask these questions of a
 //! [`GraphIndex`]; none of them matches op types itself.
 
-use onnx_ir::proto::NodeProto;
-use onnx_ir::{DataType, GraphIndex, get_attr_int};
+use onnx_ir::proto::{GraphProto, NodeProto};
+use onnx_ir::{DataType, GraphExt as _, GraphIndex, get_attr_int};
 
 use crate::error::Result;
 use crate::policy::Matchers;
@@ -17,6 +17,32 @@ pub(crate) fn is_residual_add(ix: &GraphIndex, n: &NodeProto) -> bool {
         && n.output.first().is_some_and(|out| {
             ix.readers(out).iter().any(|&(r, _)| matches!(ix.node(r).op_type(), "ReduceMean" | "LayerNormalization"))
         })
+}
+
+/// The logits behind graph output `output` when it holds class probabilities: written (through exporters'
+/// `Identity`) by a `Softmax` over its last axis (`axis` -1 or the declared rank's last; no `axis` on a rank-2 output,
+/// the last axis under every opset's default). A classifier exported with its Softmax gives probabilities, whose
+/// logarithms are these logits less one constant per input. `None` when the output is not such a Softmax's.
+pub fn softmax_logits(g: &GraphProto, output: &str) -> Option<String> {
+    let rank = g.output.iter().find(|o| o.name() == output).and_then(onnx_ir::declared_dims).map(|d| d.len() as i64);
+    let mut t = output.to_owned();
+    // A bound on the walk: exporters put one or two Identities there.
+    for _ in 0..8 {
+        let n = &g.node[g.producer_of(&t)?];
+        match n.op_type() {
+            "Identity" => t = n.input.first()?.clone(),
+            "Softmax" => {
+                let last = match (get_attr_int(n, "axis").ok().flatten(), rank) {
+                    (Some(-1), _) | (None, Some(2)) => true,
+                    (Some(a), Some(r)) => a == r - 1,
+                    _ => false,
+                };
+                return last.then(|| n.input.first().cloned()).flatten();
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// True if `tensor` holds attention probabilities: a Softmax output, or one passed on with its values still in

@@ -68,3 +68,42 @@ fn an_output_without_a_bias_of_its_own_is_refused_and_the_model_left_alone() {
     model.graph_mut().node.pop();
     assert_eq!(model.to_bytes().unwrap(), bytes);
 }
+
+/// `model`'s `logits` passed through a Softmax (`axis` as given, none when `None`): a classifier exported with its
+/// Softmax, whose one output holds probabilities.
+fn with_softmax(mut model: Model, axis: Option<i64>) -> Model {
+    use onnx_ir::NodeExt as _;
+    let g = model.graph_mut();
+    let last = g.producer_of("logits").unwrap();
+    g.node[last].output[0] = "scores".into();
+    let softmax = node("Softmax", "/softmax", &["scores"], &["logits"]);
+    g.push_node(match axis {
+        Some(a) => softmax.with_attr(onnx_ir::attr_int("axis", a)),
+        None => softmax,
+    });
+    model
+}
+
+/// A Softmax over the last axis in front of the output: its logits are found behind it and their bias moved, so the
+/// log-probabilities move by the shift less one constant per input; over another axis the output is refused.
+#[test]
+fn probabilities_are_shifted_through_their_softmax_in_log_space() {
+    for axis in [Some(-1), Some(1), None] {
+        let mut model = with_softmax(classifier(3), axis);
+        assert_eq!(qdq::softmax_logits(model.graph(), "logits").as_deref(), Some("scores"), "{axis:?}");
+        let before = run(&model, &["logits"]).remove(0);
+        let by = [0.25f32, -0.5, 0.125];
+        assert_eq!(qdq::shift_output_bias(&mut model, "logits", &by).unwrap(), "classifier.bias");
+        let after = run(&model, &["logits"]).remove(0);
+        for (b, a) in before.outer_iter().zip(after.outer_iter()) {
+            let moved: Vec<f32> = b.iter().zip(a.iter()).map(|(b, a)| a.ln() - b.ln()).collect();
+            for (m, d) in moved.iter().zip(by) {
+                assert!((m - moved[0] + d - by[0]).abs() < 1e-4, "{axis:?}: {moved:?} against {by:?}");
+            }
+        }
+    }
+    let mut model = with_softmax(classifier(2), Some(0));
+    assert_eq!(qdq::softmax_logits(model.graph(), "logits"), None);
+    let e = qdq::shift_output_bias(&mut model, "logits", &[0.1, 0.2]).unwrap_err();
+    assert!(e.to_string().contains("written by Softmax"), "{e}");
+}

@@ -255,6 +255,13 @@ pub fn class_logits(g: &GraphProto, named: &NamedRoles) -> Result<String, RoleEr
     }
 }
 
+/// Whether class output `output` holds probabilities: a Softmax over its last axis writes it
+/// ([`qdq::softmax_logits`]), as in a classifier exported with its Softmax. Their logarithms are the logits less one
+/// constant per input.
+pub fn class_probabilities(g: &GraphProto, output: &str) -> bool {
+    qdq::softmax_logits(g, output).is_some()
+}
+
 /// Two outputs that are parts 0 and 1 of one tensor (start, end): a QA head's `[batch, seq, 2]` logits taken apart
 /// by a two-way `Split`, or by `Gather` / `Slice` at index 0 and 1 of one axis, then reshaped (Squeeze, Reshape,
 /// Identity, ...), as Hugging Face exports and tf2onnx's `unstack` (ONNX Model Zoo BERT-Squad: outputs `unstack:1`,

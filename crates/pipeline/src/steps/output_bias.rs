@@ -29,6 +29,9 @@ pub struct OutputShift {
     pub half_width: Vec<f64>,
     /// Rows averaged (inputs, or real tokens of a per-token output).
     pub rows: u64,
+    /// The output holds probabilities (a Softmax writes it): the shift is one of their logarithms, moved in the bias
+    /// of the logits before the Softmax.
+    pub log_probabilities: bool,
 }
 
 impl OutputShift {
@@ -37,9 +40,10 @@ impl OutputShift {
         let means: Vec<String> =
             self.mean.iter().zip(&self.half_width).map(|(m, h)| format!("{m:+.4} ± {h:.4}")).collect();
         format!(
-            "output `{}` shifted by quantization on the {} calibration rows by {} (per class, quantized minus FP32, \
+            "output `{}`{} shifted by quantization on the {} calibration rows by {} (per class, quantized minus FP32, \
              95 % intervals); corrected in its bias {}",
             self.output,
+            if self.log_probabilities { " (log-probabilities)" } else { "" },
             self.rows,
             means.join(", "),
             self.bias
@@ -81,7 +85,9 @@ pub fn correct_output_bias(
         .ok_or_else(|| Error::Internal("output shift: no session was made".into()))?;
     drop(probe);
     let mut reference = Session::open(ModelSource::File(fp32), "FP32 model (output shift)", &opts.session)?;
-    let sums = sum_differences([&mut quantized, &mut reference], output, data, opts.batch, progress)?;
+    // Probabilities are compared as their logarithms: the logits' shift, less one constant per input.
+    let log = model_io::roles::class_probabilities(model.graph(), output);
+    let sums = sum_differences([&mut quantized, &mut reference], (output, log), data, opts.batch, progress)?;
     let Some(Sums { sums, rows }) = sums else { return Ok(None) };
     let n = rows as f64;
     let mean: Vec<f64> = sums.iter().map(|(s, _)| s / n).collect();
@@ -95,7 +101,7 @@ pub fn correct_output_bias(
         .collect();
     let by: Vec<f32> = mean.iter().map(|m| *m as f32).collect();
     let bias = qdq::shift_output_bias(model, output, &by)?;
-    Ok(Some(OutputShift { output: output.to_owned(), bias, mean, half_width, rows }))
+    Ok(Some(OutputShift { output: output.to_owned(), bias, mean, half_width, rows, log_probabilities: log }))
 }
 
 /// Per channel, the sum and the sum of squares of quantized minus FP32, over `rows` rows.
@@ -104,11 +110,12 @@ struct Sums {
     rows: u64,
 }
 
-/// `output` of both sessions (quantized, FP32) on every batch of `data`, their differences summed per channel of its
-/// last axis: one row per input, or per real token of a per-token output. `None` when no row came.
+/// `output` of both sessions (quantized, FP32) on every batch of `data` (as logarithms when `log`), their
+/// differences summed per channel of its last axis: one row per input, or per real token of a per-token output.
+/// `None` when no row came.
 fn sum_differences(
     [quantized, reference]: [&mut Session; 2],
-    output: &str,
+    (output, log): (&str, bool),
     data: &dyn Feeds,
     batch: usize,
     progress: &dyn Progress,
@@ -146,7 +153,8 @@ fn sum_differences(
         }
         for (qr, fr) in q.chunks_exact(channels).zip(f.chunks_exact(channels)) {
             for ((sum, sq), (a, b)) in acc.sums.iter_mut().zip(qr.iter().zip(fr)) {
-                let d = f64::from(*a) - f64::from(*b);
+                let value = |v: f32| if log { f64::from(v.max(f32::MIN_POSITIVE)).ln() } else { f64::from(v) };
+                let d = value(*a) - value(*b);
                 *sum += d;
                 *sq += d * d;
             }

@@ -174,7 +174,7 @@ impl Task {
         });
         match (unclaimed, why) {
             (Unclaimed::CalibrateInputs, Error::Input { .. }) if !named => {
-                Ok(Task::of(classify::room::ClassifyTask { output: String::new() }))
+                Ok(Task::of(classify::room::ClassifyTask { output: classify::ClassOutput::of(model, String::new()) }))
             }
             (Unclaimed::ScoreAsSquad, _) if !named => Ok(Task::of(squad::room::SquadTask)),
             (_, why) => Err(why),

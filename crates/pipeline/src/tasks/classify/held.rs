@@ -11,15 +11,15 @@ use crate::held_out::agreement::{HeldAgreement, OutputAgreement};
 use crate::held_out::{AgreementSums, HeldBatch, HeldOut, HeldReader, Runs, Values};
 use crate::inputs::config::DataConfig;
 use crate::inputs::files::TextInputs;
-use crate::tasks::classify::load_inputs;
+use crate::tasks::classify::{ClassOutput, load_inputs};
 use serde::Serialize;
 
 /// Reads a classifier's class logits (the output named): one row per input, or per kept token.
-struct ClassReader(String);
+struct ClassReader(ClassOutput);
 
 impl HeldReader for ClassReader {
     fn output_names(&self) -> Vec<&str> {
-        vec![self.0.as_str()]
+        vec![self.0.name.as_str()]
     }
 
     fn read(&self, o: &[runtime::OutputRef<'_>], batch: &HeldBatch, model: &str) -> Result<Values> {
@@ -74,9 +74,15 @@ impl AgreementSums for ClassSums {
 
 /// A classifier's class-logit rows of one held-out batch: `[rows, classes]` gives a row per input; `[rows, seq,
 /// classes]` over the batch's `[rows, seq]` attention mask (a token classifier) a row per token the mask keeps.
-fn class_rows(o: &runtime::OutputRef<'_>, batch: &HeldBatch, output: &str, model: &str) -> Result<Vec<Vec<f32>>> {
+fn class_rows(
+    o: &runtime::OutputRef<'_>,
+    batch: &HeldBatch,
+    output: &ClassOutput,
+    model: &str,
+) -> Result<Vec<Vec<f32>>> {
     let classes = o.shape.last().copied().unwrap_or(0);
-    let bad = |reason: String| runtime::Error::BadOutput { model: model.to_owned(), output: output.to_owned(), reason };
+    let bad =
+        |reason: String| runtime::Error::BadOutput { model: model.to_owned(), output: output.name.clone(), reason };
     if o.shape.first() != Some(&batch.rows()) || classes == 0 || !o.data.len().is_multiple_of(classes) {
         return Err(bad(format!("expected [batch {}, ..., classes] logits, got {:?}", batch.rows(), o.shape)).into());
     }
@@ -84,16 +90,16 @@ fn class_rows(o: &runtime::OutputRef<'_>, batch: &HeldBatch, output: &str, model
     let used = &o.data[..per_row * batch.used];
     Ok(match batch.mask().filter(|m| o.shape.len() == 3 && m.dim() == (batch.rows(), o.shape[1])) {
         Some(mask) => {
-            used.chunks(classes).zip(mask.iter()).filter(|(_, m)| **m != 0).map(|(row, _)| row.to_vec()).collect()
+            used.chunks(classes).zip(mask.iter()).filter(|(_, m)| **m != 0).map(|(row, _)| output.row(row)).collect()
         }
-        None => used.chunks(classes).map(<[f32]>::to_vec).collect(),
+        None => used.chunks(classes).map(|row| output.row(row)).collect(),
     })
 }
 
 /// The last `n` inputs of the classifier's file `dataset`, one per batch, and FP32's class logits `output` on them,
 /// run on `session`.
 pub(crate) fn held_out(
-    output: &str,
+    output: &ClassOutput,
     (fp32, fp32_path): (&Model, &Path),
     dataset: &Path,
     n: usize,
@@ -101,10 +107,10 @@ pub(crate) fn held_out(
     cfg: &DataConfig,
 ) -> Result<HeldOut> {
     let text = TextInputs::for_model(fp32, fp32_path, cfg);
-    let set = load_inputs(dataset, fp32, &text, 0, output)?;
+    let set = load_inputs(dataset, fp32, &text, 0, &output.name)?;
     let picked = set.len().saturating_sub(n)..set.len();
     let batches = picked.clone().map(|i| HeldBatch::new(set.batch_of(&[i], 0), 1, 1, set.mask())).collect();
-    let runs = Runs::new(session, Box::new(ClassReader(output.to_owned())), vec![], batches);
+    let runs = Runs::new(session, Box::new(ClassReader(output.clone())), vec![], batches);
     let held = HeldOut::with_fp32(runs, fp32, picked.len(), "inputs")?;
     let what = format!("the last {} inputs of {}", held.units(), dataset.display());
     Ok(held.described(what))

@@ -144,6 +144,37 @@ pub struct ClassifierAt {
     pub agreement: Agreement,
 }
 
+/// The output a classifier is measured by, and how its values are read: a Softmax's probabilities
+/// ([`model_io::roles::class_probabilities`]) as their logarithms, the logits less one constant per input, so that KL,
+/// the class and an output's shift mean for them what they mean for logits.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ClassOutput {
+    pub name: String,
+    pub probabilities: bool,
+}
+
+impl ClassOutput {
+    /// Output `name` of `model`.
+    pub(crate) fn of(model: &onnx_ir::Model, name: String) -> ClassOutput {
+        let probabilities = !name.is_empty() && model_io::roles::class_probabilities(model.graph(), &name);
+        ClassOutput { name, probabilities }
+    }
+
+    /// One row of the output's values, as logits.
+    pub(crate) fn row(&self, values: &[f32]) -> Vec<f32> {
+        match self.probabilities {
+            true => values.iter().map(|p| p.max(f32::MIN_POSITIVE).ln()).collect(),
+            false => values.to_vec(),
+        }
+    }
+}
+
+impl std::fmt::Display for ClassOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
 /// Logits rows (last axis) of `model` on every input of `set`, with the per-batch timings. Per-token logits
 /// (`[batch, seq, classes]` over a `[batch, seq]` mask, a token-classification head) give one row per position the
 /// mask keeps, and `true`: padding is not compared.
@@ -151,11 +182,12 @@ pub(crate) fn run_logits(
     model: &std::path::Path,
     name: &str,
     set: &InputSet,
-    output: &str,
+    output: &ClassOutput,
     opts: &EvalOptions,
     stage: &str,
     progress: &dyn Progress,
 ) -> Result<(Vec<Vec<f32>>, Latency, RanOn, bool)> {
+    let (class_output, output) = (output, output.name.as_str());
     let mut session = crate::model::open_session(runtime::ModelSource::File(model), name, &opts.session)?;
     if let Some(why) = session.fallback() {
         progress.warn(why);
@@ -190,9 +222,9 @@ pub(crate) fn run_logits(
                 Some(mask) => {
                     per_token = true;
                     let kept = o.data.chunks(classes).zip(mask.iter()).filter(|(_, m)| **m != 0);
-                    rows.extend(kept.map(|(row, _)| row.to_vec()));
+                    rows.extend(kept.map(|(row, _)| class_output.row(row)));
                 }
-                None => rows.extend(o.data.chunks(classes).map(<[f32]>::to_vec)),
+                None => rows.extend(o.data.chunks(classes).map(|row| class_output.row(row))),
             }
             Ok(())
         })?;
@@ -313,7 +345,7 @@ pub fn evaluate_classifier(
     fp32: Side,
     int8: Side,
     set: &InputSet,
-    output: &str,
+    output: &ClassOutput,
     opts: &EvalOptions,
     progress: &dyn Progress,
 ) -> Result<ClassifierEval> {
@@ -322,7 +354,7 @@ pub fn evaluate_classifier(
         let name = side.path.display().to_string();
         let (rows, latency, on, per_token) = run_logits(side.path, &name, set, output, &o, stage, progress)?;
         if !per_token && let Some(classes) = rows.first().map(Vec::len) {
-            set.check_labels(classes, output)?;
+            set.check_labels(classes, &output.name)?;
         }
         let classes = set.labels.as_deref().filter(|_| rows.first().map(Vec::len) != Some(1));
         let accuracy = accuracy(&rows, classes);
@@ -331,7 +363,7 @@ pub fn evaluate_classifier(
     };
     let (fp32_model, fp32_rows, per_token) = run(&fp32, "FP32")?;
     let (int8_model, int8_rows, _) = run(&int8, "INT8")?;
-    let agreed = agreement(&fp32_rows, &int8_rows, output, per_token);
+    let agreed = agreement(&fp32_rows, &int8_rows, &output.name, per_token);
     let eval = |which: Which, session: &runtime::SessionConfig| -> Result<ClassifierAt> {
         let (path, label) = match which {
             Which::Fp32 => (fp32.path, "FP32"),
@@ -339,7 +371,7 @@ pub fn evaluate_classifier(
         };
         let stage = format!("{label} at {}", session.ep.float_precision().unwrap_or("default"));
         let (model, rows, _) = run(&Side { path, session }, &stage)?;
-        Ok(ClassifierAt { model, agreement: agreement(&fp32_rows, &rows, output, per_token) })
+        Ok(ClassifierAt { model, agreement: agreement(&fp32_rows, &rows, &output.name, per_token) })
     };
     let default_float = default_float::measure(opts, (fp32.session, int8.session), eval, |_, _| Ok(None), progress);
     let regression = if per_token { None } else { regression(&fp32_rows, &int8_rows, set.scores.as_deref()) };
@@ -451,7 +483,7 @@ fn accuracy_lines(c: &ClassifierEval, int8: &str) -> String {
 
 /// A classifier on the inputs of `req` against its `--baseline` (as the quantized model against FP32 in `qdq e2e`):
 /// agreement of the class logits (`output`), and accuracy where the inputs carry labels.
-pub(crate) fn eval(output: &str, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>> {
+pub(crate) fn eval(output: &ClassOutput, req: EvalRequest<'_>, progress: &dyn Progress) -> Result<Box<dyn Report>> {
     let Some(baseline) = &req.baseline else {
         return Err(Error::Usage(format!(
             "{}: a classifier (class logits `{output}`) is measured against its baseline: give --baseline <FP32 \
@@ -463,7 +495,7 @@ pub(crate) fn eval(output: &str, req: EvalRequest<'_>, progress: &dyn Progress) 
     req.one_ep_only("a classifier")?;
     let (model, graph) = (req.model, req.graph);
     let text = TextInputs::for_model(graph, model, &req.data);
-    let set = load_inputs(req.dataset, graph, &text, req.samples, output)?;
+    let set = load_inputs(req.dataset, graph, &text, req.samples, &output.name)?;
     let opts = EvalOptions { workers: 1, ..req.opts.clone() };
     let (b, m) = (Side { path: baseline, session: &opts.session }, Side { path: model, session: &opts.session });
     let comparison = evaluate_classifier(b, m, &set, output, &opts, progress)?;

@@ -15,17 +15,17 @@ use crate::inputs::folder::Loader;
 use crate::job::Report;
 use crate::progress::Progress;
 use crate::steps::speed::OpProfile;
-use crate::tasks::classify::{self, ClassifierEval};
+use crate::tasks::classify::{self, ClassOutput, ClassifierEval};
 use crate::tasks::score::{ScoringRequest, TaskScoring};
 use crate::tasks::{
     Detected, E2eRun, EvalRequest, TableLabels, Task, TaskData, TaskOutcome, TaskResult, TaskRoom, profile_inputs,
     rows_shared,
 };
 
-/// A classifier of class logits `output` (empty when calibrating a model whose outputs are not read).
+/// A classifier of class logits `output` (its name empty when calibrating a model whose outputs are not read).
 #[derive(Debug, Clone)]
 pub(crate) struct ClassifyTask {
-    pub output: String,
+    pub output: ClassOutput,
 }
 
 /// Class logits, as [`crate::inputs::roles::class_logits`] finds them (named by `--io-names logits=...`, or the
@@ -36,7 +36,7 @@ pub(crate) fn detect(model: &Model, model_path: &Path, cfg: &DataConfig) -> Resu
     match crate::inputs::roles::class_logits(model, &cfg.io_names, model_path) {
         Ok(output) => {
             classify::check_folder_labels(model, &output, cfg)?;
-            Ok(Detected::Is(Task::of(ClassifyTask { output })))
+            Ok(Detected::Is(Task::of(ClassifyTask { output: ClassOutput::of(model, output) })))
         }
         Err(why) => Ok(Detected::Not(Some(why))),
     }
@@ -61,7 +61,7 @@ impl TaskRoom for ClassifyTask {
     }
 
     fn shifted_output(&self) -> Option<&str> {
-        (!self.output.is_empty()).then_some(self.output.as_str())
+        (!self.output.name.is_empty()).then_some(self.output.name.as_str())
     }
 
     fn loader(&self) -> Option<Loader> {
@@ -104,7 +104,7 @@ impl TaskRoom for ClassifyTask {
     ) -> Result<Box<dyn TaskData>> {
         let output = &self.output;
         tracing::info!("no start / end logits: evaluating `{output}` as class logits, INT8 against FP32");
-        let set = classify::load_inputs(dataset, model, text, n, output)?;
+        let set = classify::load_inputs(dataset, model, text, n, &output.name)?;
         Ok(Box::new(ClassifyData { set, output: output.clone() }))
     }
 
@@ -132,7 +132,7 @@ impl TaskRoom for ClassifyTask {
 /// A classifier's evaluation inputs and the class logits compared.
 struct ClassifyData {
     set: InputSet,
-    output: String,
+    output: ClassOutput,
 }
 
 impl TaskData for ClassifyData {
@@ -153,7 +153,7 @@ impl TaskData for ClassifyData {
     }
 
     fn profile(&self, model: &Path, session: &SessionConfig, batch: usize) -> Result<OpProfile> {
-        profile_inputs(model, session, batch, &self.set, &self.output)
+        profile_inputs(model, session, batch, &self.set, &self.output.name)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::inputs::files::{InputSet, TextInputs};
 use crate::progress::Progress;
 use crate::steps::run::EvalOptions;
 use crate::tasks::Side;
-use crate::tasks::classify::{load_inputs, right, run_logits};
+use crate::tasks::classify::{ClassOutput, load_inputs, right, run_logits};
 use crate::tasks::score::{Metric, Questions, ScoringRequest, TaskScoring, UnitScores};
 
 /// Inputs per batch when candidates are scored (a throughput pass, as `qdq e2e` evaluates a classifier).
@@ -16,7 +16,7 @@ const CLASSIFY_BATCH: usize = 16;
 
 /// The inputs a classifier's candidates are scored on, and FP32's classes of them.
 pub struct ClassifyScoring {
-    output: String,
+    output: ClassOutput,
     set: InputSet,
     opts: EvalOptions,
     /// The labels scored against (none: agreement with FP32's class).
@@ -33,9 +33,13 @@ fn classes_of(rows: &[Vec<f32>]) -> Vec<Option<usize>> {
 
 impl ClassifyScoring {
     /// The first `req.samples` inputs of `req.dataset` (every one for 0) and FP32's scores on them.
-    pub(crate) fn of(output: &str, req: &ScoringRequest<'_>, progress: &dyn Progress) -> Result<ClassifyScoring> {
+    pub(crate) fn of(
+        output: &ClassOutput,
+        req: &ScoringRequest<'_>,
+        progress: &dyn Progress,
+    ) -> Result<ClassifyScoring> {
         let text = TextInputs::for_model(req.graph, req.fp32, req.data);
-        let set = load_inputs(req.dataset, req.graph, &text, req.samples, output)?;
+        let set = load_inputs(req.dataset, req.graph, &text, req.samples, &output.name)?;
         let opts = EvalOptions {
             batch: CLASSIFY_BATCH,
             session: req.session.clone(),
@@ -55,7 +59,7 @@ impl ClassifyScoring {
             });
         }
         if !per_token && let Some(classes) = rows.first().map(Vec::len) {
-            set.check_labels(classes, output)?;
+            set.check_labels(classes, &output.name)?;
         }
         // A token classifier's rows are tokens, its labels (if any) inputs: scored by agreement.
         let labels = set.labels.clone().filter(|l| !per_token && l.len() == rows.len());
@@ -73,7 +77,7 @@ impl ClassifyScoring {
             ms_per_text: latency.ms_per_feature,
             screen_points: None,
         };
-        let scoring = ClassifyScoring { output: output.to_owned(), set, opts, labels, fp32_classes, fp32_scores };
+        let scoring = ClassifyScoring { output: output.clone(), set, opts, labels, fp32_classes, fp32_scores };
         progress.note(&format!(
             "candidates are scored by {} on {} {} (FP32 {:.2}); no screen (--screen is for SQuAD questions)",
             scoring.name(),
