@@ -262,6 +262,12 @@ pub fn class_probabilities(g: &GraphProto, output: &str) -> bool {
     qdq::softmax_logits(g, output).is_some()
 }
 
+/// A probability of such an output ([`class_probabilities`]) read as a logit: its logarithm (0 as the smallest
+/// positive float's, so that a class the model rules out stays finite).
+pub fn probability_logit(p: f32) -> f32 {
+    p.max(f32::MIN_POSITIVE).ln()
+}
+
 /// Two outputs that are parts 0 and 1 of one tensor (start, end): a QA head's `[batch, seq, 2]` logits taken apart
 /// by a two-way `Split`, or by `Gather` / `Slice` at index 0 and 1 of one axis, then reshaped (Squeeze, Reshape,
 /// Identity, ...), as Hugging Face exports and tf2onnx's `unstack` (ONNX Model Zoo BERT-Squad: outputs `unstack:1`,

@@ -153,7 +153,7 @@ fn sum_differences(
         }
         for (qr, fr) in q.chunks_exact(channels).zip(f.chunks_exact(channels)) {
             for ((sum, sq), (a, b)) in acc.sums.iter_mut().zip(qr.iter().zip(fr)) {
-                let value = |v: f32| if log { f64::from(v.max(f32::MIN_POSITIVE)).ln() } else { f64::from(v) };
+                let value = |v: f32| f64::from(if log { model_io::roles::probability_logit(v) } else { v });
                 let d = value(*a) - value(*b);
                 *sum += d;
                 *sq += d * d;

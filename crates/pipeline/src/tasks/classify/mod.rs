@@ -156,14 +156,14 @@ pub(crate) struct ClassOutput {
 impl ClassOutput {
     /// Output `name` of `model`.
     pub(crate) fn of(model: &onnx_ir::Model, name: String) -> ClassOutput {
-        let probabilities = !name.is_empty() && model_io::roles::class_probabilities(model.graph(), &name);
+        let probabilities = model_io::roles::class_probabilities(model.graph(), &name);
         ClassOutput { name, probabilities }
     }
 
     /// One row of the output's values, as logits.
     pub(crate) fn row(&self, values: &[f32]) -> Vec<f32> {
         match self.probabilities {
-            true => values.iter().map(|p| p.max(f32::MIN_POSITIVE).ln()).collect(),
+            true => values.iter().copied().map(model_io::roles::probability_logit).collect(),
             false => values.to_vec(),
         }
     }
